@@ -1,0 +1,48 @@
+# Plinth — build, run and test. `make help` lists the targets.
+
+CARGO      ?= cargo
+PLUGINS    := echo book-flight lookup-weather-by-city
+WASM_OUT   := target/wasm32-wasip2/plugin
+PLUGIN_OUT := target/plugins
+LISTEN     ?= 127.0.0.1:8080
+WEATHER    ?= 127.0.0.1:8090
+DATA       ?= ./plinth-data
+
+.PHONY: help build wasm-target plugins run test check
+
+help:
+	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
+	@echo "make test     build the example tools and run every test"
+	@echo "make plugins  build and pack the example tools into $(PLUGIN_OUT)/"
+	@echo "make build    build the plinth binary"
+
+# The tools are WebAssembly components: they need Rust's wasm32-wasip2 target.
+wasm-target:
+	@rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+
+build:
+	$(CARGO) build -p plinth -p fake-weather
+
+plugins: wasm-target build
+	$(CARGO) build --target wasm32-wasip2 --profile plugin $(addprefix -p ,$(PLUGINS))
+	@mkdir -p $(PLUGIN_OUT)
+	@for p in $(PLUGINS); do \
+		f=$$(echo $$p | tr - _); \
+		./target/debug/plinth pack plugins/$$p --wasm $(WASM_OUT)/$$f.wasm -o $(PLUGIN_OUT)/$$f.wasm || exit 1; \
+	done
+
+# Serves the example tools. The weather tool talks to a stand-in weather
+# service (tests/fake-weather), started here on $(WEATHER) and stopped with
+# the server.
+run: plugins
+	@./target/debug/fake-weather $(WEATHER) & weather=$$!; \
+	trap "kill $$weather 2>/dev/null" EXIT INT TERM; \
+	./target/debug/plinth serve --listen $(LISTEN) --data $(DATA) --plugins $(PLUGIN_OUT) \
+		--tool-config lookup_weather_by_city.backend-url=http://$(WEATHER)
+
+test: plugins
+	PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) $(CARGO) test
+
+check:
+	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --target wasm32-wasip2 -p plinth-sdk $(addprefix -p ,$(PLUGINS)) -- -D warnings

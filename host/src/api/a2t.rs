@@ -1,0 +1,275 @@
+//! A2T (also published as N-ACT): enumeration and invocation.
+//!
+//! - `GET /tools` — latest version of each tool, paginated, `tag` filter
+//! - `GET /tools/{toolId}`, `GET /tools/{toolId}/versions[/{n}]`
+//! - `POST /tools/{toolId}:invoke`, `POST /tools/{toolId}/versions/{n}:invoke`
+//!
+//! Choices where the draft is open are documented in `docs/a2t.md`.
+
+use super::{ApiError, AppState};
+use crate::invocation::ToolResult;
+use crate::registry::{Tool, ToolVersion};
+use crate::signature::{EnumValue, InputType, OutputType, Signature};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+
+/// Page size when the client asks for none.
+pub const DEFAULT_PAGE_LIMIT: usize = 50;
+/// Largest page the server offers; larger requests are clamped to it.
+pub const MAX_PAGE_LIMIT: usize = 200;
+
+/// The A2T routes.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/tools", get(list_tools))
+        .route("/tools/{tool_ref}", get(get_tool).post(invoke_current))
+        .route("/tools/{tool_id}/versions", get(list_versions))
+        .route("/tools/{tool_id}/versions/{version_ref}", get(get_version).post(invoke_version))
+}
+
+/// The A2T `ToolSignature` JSON of one version.
+pub fn signature_json(tool_id: Option<&uuid::Uuid>, version: u32, current_version: u32, s: &Signature) -> Value {
+    let mut out = Map::new();
+    if let Some(id) = tool_id {
+        out.insert("toolId".into(), id.to_string().into());
+    }
+    out.insert("name".into(), s.name.clone().into());
+    out.insert("description".into(), s.description.clone().into());
+    if let Some(img) = &s.img {
+        out.insert("img".into(), img.clone().into());
+    }
+    out.insert("version".into(), version.into());
+    out.insert("currentVersion".into(), current_version.into());
+    out.insert("tags".into(), s.tags.clone().into());
+    let inputs = s
+        .inputs
+        .iter()
+        .map(|p| {
+            let mut param = json!({
+                "id": p.id,
+                "name": p.name,
+                "type": p.ty.a2t_name(),
+                "description": p.description,
+                "required": p.required,
+            });
+            match &p.ty {
+                InputType::String { max_length: Some(max) } => param["maxLength"] = (*max).into(),
+                InputType::Int { min, max, .. } => {
+                    param["min"] = int_value(*min);
+                    param["max"] = int_value(*max);
+                }
+                InputType::Enum { values } => param["allowed-values"] = allowed_values(values),
+                _ => {}
+            }
+            param
+        })
+        .collect::<Vec<_>>();
+    out.insert("input_parameters".into(), inputs.into());
+    let outputs = s
+        .outputs
+        .iter()
+        .map(|p| {
+            let mut param =
+                json!({ "id": p.id, "name": p.name, "type": p.ty.a2t_name(), "description": p.description });
+            if let OutputType::Enum { values } = &p.ty {
+                param["allowed-values"] = allowed_values(values);
+            }
+            param
+        })
+        .collect::<Vec<_>>();
+    out.insert("output_parameters".into(), outputs.into());
+    Value::Object(out)
+}
+
+fn allowed_values(values: &[EnumValue]) -> Value {
+    values.iter().map(|v| json!({ "name": v.name, "description": v.description })).collect()
+}
+
+/// Integer bounds as exact JSON numbers (u64::MAX and i64::MIN included).
+fn int_value(n: i128) -> Value {
+    if let Ok(n) = i64::try_from(n) {
+        n.into()
+    } else if let Ok(n) = u64::try_from(n) {
+        n.into()
+    } else {
+        Value::Null
+    }
+}
+
+fn version_json(tool: &Tool, version: &ToolVersion) -> Value {
+    signature_json(Some(&tool.id), version.number, tool.current().number, &version.signature)
+}
+
+/// `pageLimit`, `pageCursor` and `tag` from the query string.
+struct PageQuery {
+    limit: usize,
+    cursor: Option<String>,
+    tags: Vec<String>,
+}
+
+impl PageQuery {
+    fn parse(raw: Option<&str>) -> Result<Self, ApiError> {
+        let mut query = PageQuery { limit: DEFAULT_PAGE_LIMIT, cursor: None, tags: Vec::new() };
+        for (key, value) in form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
+            match key.as_ref() {
+                "pageLimit" => {
+                    let limit: usize = value.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                        ApiError::bad_request(
+                            "invalid_page_limit",
+                            format!("pageLimit must be a whole number from 1 to {MAX_PAGE_LIMIT}"),
+                        )
+                    })?;
+                    query.limit = limit.min(MAX_PAGE_LIMIT);
+                }
+                "pageCursor" => query.cursor = Some(value.into_owned()),
+                "tag" => query.tags.push(value.into_owned()),
+                _ => {}
+            }
+        }
+        Ok(query)
+    }
+
+    /// Decodes a cursor this server issued with `prefix`.
+    fn cursor_after(&self, prefix: &str) -> Result<Option<String>, ApiError> {
+        let Some(cursor) = &self.cursor else { return Ok(None) };
+        let invalid = || {
+            ApiError::bad_request(
+                "invalid_cursor",
+                "pageCursor is not a cursor this server issued for this listing; start again without it",
+            )
+        };
+        let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| invalid())?;
+        let text = String::from_utf8(bytes).map_err(|_| invalid())?;
+        text.strip_prefix(prefix).map(|s| Some(s.to_string())).ok_or_else(invalid)
+    }
+}
+
+fn cursor(prefix: &str, after: &str) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{prefix}{after}"))
+}
+
+fn page(items: Vec<Value>, limit: usize, next: Option<String>) -> axum::Json<Value> {
+    let mut paging = json!({ "pageLimit": limit });
+    if let Some(next) = next {
+        paging["next"] = next.into();
+    }
+    axum::Json(json!({ "items": items, "paging": paging }))
+}
+
+const TOOLS_CURSOR: &str = "tools:";
+const VERSIONS_CURSOR: &str = "versions:";
+
+async fn list_tools(State(host): State<AppState>, RawQuery(raw): RawQuery) -> Result<axum::Json<Value>, ApiError> {
+    let query = PageQuery::parse(raw.as_deref())?;
+    let after = query.cursor_after(TOOLS_CURSOR)?;
+    let tags = &query.tags;
+    let (tools, more) = host.registry().page(after.as_deref(), query.limit, |tool| {
+        let current = tool.current();
+        tags.iter().all(|t| current.signature.tags.contains(t))
+    });
+    let next = if more { tools.last().map(|t| cursor(TOOLS_CURSOR, &t.name)) } else { None };
+    let items = tools.iter().map(|t| version_json(t, &t.current())).collect();
+    Ok(page(items, query.limit, next))
+}
+
+fn find_tool(host: &AppState, id: &str) -> Result<Arc<Tool>, ApiError> {
+    host.tool(id).ok_or_else(|| ApiError::not_found(format!("there is no tool with id `{id}`")))
+}
+
+fn parse_version(raw: &str) -> Result<u32, ApiError> {
+    raw.parse::<u32>()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| ApiError::not_found(format!("`{raw}` is not a version; versions are whole numbers from 1")))
+}
+
+async fn get_tool(State(host): State<AppState>, Path(tool_id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+    let tool = find_tool(&host, &tool_id)?;
+    Ok(axum::Json(version_json(&tool, &tool.current())))
+}
+
+async fn list_versions(
+    State(host): State<AppState>,
+    Path(tool_id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<axum::Json<Value>, ApiError> {
+    let query = PageQuery::parse(raw.as_deref())?;
+    let tool = find_tool(&host, &tool_id)?;
+    let before = match query.cursor_after(VERSIONS_CURSOR)? {
+        Some(n) => {
+            Some(n.parse::<u32>().map_err(|_| ApiError::bad_request("invalid_cursor", "pageCursor is not valid"))?)
+        }
+        None => None,
+    };
+    // One extra tells whether another page exists.
+    let mut versions = tool.versions_before(before, query.limit + 1);
+    let more = versions.len() > query.limit;
+    versions.truncate(query.limit);
+    let next = if more { versions.last().map(|v| cursor(VERSIONS_CURSOR, &v.number.to_string())) } else { None };
+    let items = versions.iter().map(|v| version_json(&tool, v)).collect();
+    Ok(page(items, query.limit, next))
+}
+
+async fn get_version(
+    State(host): State<AppState>,
+    Path((tool_id, version)): Path<(String, String)>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let tool = find_tool(&host, &tool_id)?;
+    let n = parse_version(&version)?;
+    let version = tool.version(n).ok_or_else(|| ApiError::not_found(format!("tool `{tool_id}` has no version {n}")))?;
+    Ok(axum::Json(version_json(&tool, &version)))
+}
+
+/// `{toolId}:invoke` → `toolId`; anything else is not an A2T route.
+fn strip_invoke(segment: &str) -> Result<&str, ApiError> {
+    segment.strip_suffix(":invoke").ok_or_else(|| {
+        ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "to invoke a tool, POST to /tools/{toolId}:invoke",
+        )
+    })
+}
+
+async fn invoke_current(
+    State(host): State<AppState>,
+    Path(tool_ref): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let tool_id = strip_invoke(&tool_ref)?;
+    invoke(&host, tool_id, None, &body).await
+}
+
+async fn invoke_version(
+    State(host): State<AppState>,
+    Path((tool_id, version_ref)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let version = parse_version(strip_invoke(&version_ref)?)?;
+    invoke(&host, &tool_id, Some(version), &body).await
+}
+
+async fn invoke(host: &AppState, tool_id: &str, version: Option<u32>, body: &[u8]) -> Result<Response, ApiError> {
+    // Unknown tools are 404 whatever the body says.
+    find_tool(host, tool_id)?;
+    let body: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}")))?;
+    let call_id = uuid::Uuid::new_v4().to_string();
+    let result = host.invoke(tool_id, version, &body, &call_id).await?;
+    let mut response = match result {
+        ToolResult::Outputs(outputs) => axum::Json(json!({ "output_parameters": outputs })).into_response(),
+        ToolResult::Failed(error) => ApiError::from(error).into_response(),
+    };
+    if let Ok(value) = HeaderValue::from_str(&call_id) {
+        response.headers_mut().insert("plinth-call-id", value);
+    }
+    Ok(response)
+}

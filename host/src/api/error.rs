@@ -1,0 +1,130 @@
+//! The one place where errors become HTTP responses.
+//!
+//! Every error body is `{"error": {"code": "snake_case", "message": "…", …}}`
+//! plus fields a caller can act on (`parameter`, the tool-error fields).
+//! Messages never carry host internals.
+
+use crate::host::{DeployError, InvokeError};
+use crate::invocation::{InputError, ToolError};
+use crate::runtime::CallError;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+/// An error response.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    fields: Vec<(String, Value)>,
+    retry_after_secs: Option<u64>,
+}
+
+impl ApiError {
+    /// An error with a status, a code and a message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError { status, code, message: message.into(), fields: Vec::new(), retry_after_secs: None }
+    }
+
+    /// `400` with a code.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// `404 not_found`.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.fields.push((key.to_string(), value.into()));
+        self
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl From<InputError> for ApiError {
+    fn from(e: InputError) -> Self {
+        let error = ApiError::bad_request(e.code, e.message);
+        match e.parameter {
+            Some(p) => error.with("parameter", p),
+            None => error,
+        }
+    }
+}
+
+impl From<ToolError> for ApiError {
+    /// `422`, or `503` with `Retry-After` when the tool says a retry may work.
+    fn from(e: ToolError) -> Self {
+        let (status, retry_after_secs) = if e.can_retry {
+            (StatusCode::SERVICE_UNAVAILABLE, Some(e.retry_after_ms.unwrap_or(1000).div_ceil(1000).max(1)))
+        } else {
+            (StatusCode::UNPROCESSABLE_ENTITY, None)
+        };
+        let mut error = ApiError::new(status, "tool_error", e.message.clone());
+        if let Value::Object(fields) = serde_json::to_value(&e).unwrap_or_default() {
+            error.fields.extend(fields.into_iter().filter(|(k, _)| k != "message"));
+        }
+        error.retry_after_secs = retry_after_secs;
+        error
+    }
+}
+
+impl From<InvokeError> for ApiError {
+    fn from(e: InvokeError) -> Self {
+        match e {
+            InvokeError::UnknownTool(_) | InvokeError::UnknownVersion { .. } => ApiError::not_found(e.to_string()),
+            InvokeError::Input(e) => e.into(),
+            InvokeError::Call(CallError::Timeout(_)) => {
+                ApiError::new(StatusCode::GATEWAY_TIMEOUT, "tool_timeout", e.to_string())
+            }
+            InvokeError::Call(CallError::ResourceExhausted) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "tool_resource_exhausted", e.to_string())
+            }
+            InvokeError::Call(CallError::Trapped(_)) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "tool_trapped", e.to_string())
+            }
+            InvokeError::Call(CallError::Busy) => {
+                let mut error = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", e.to_string());
+                error.retry_after_secs = Some(1);
+                error
+            }
+            InvokeError::Output(_) => ApiError::new(StatusCode::BAD_GATEWAY, "invalid_tool_output", e.to_string()),
+        }
+    }
+}
+
+impl From<DeployError> for ApiError {
+    fn from(e: DeployError) -> Self {
+        match e {
+            DeployError::Store(_) => {
+                tracing::error!(error = %e, "deploy failed in the store");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "storage_failed",
+                    "the tool could not be stored; nothing was deployed",
+                )
+            }
+            DeployError::Package(_) | DeployError::Load(_) => ApiError::bad_request("invalid_component", e.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut error = Map::new();
+        error.insert("code".into(), self.code.into());
+        error.insert("message".into(), self.message.into());
+        error.extend(self.fields);
+        let mut response = (self.status, axum::Json(json!({ "error": error }))).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}

@@ -1,0 +1,578 @@
+//! Invocation values: JSON in, component values through, JSON out.
+//!
+//! [`input_value`] validates an A2T invocation against the [`Signature`]
+//! before any tool code runs and builds the `input` record; [`read_result`]
+//! turns the tool's `result<output, tool-error>` back into named JSON
+//! outputs, checking them against the signature on the way.
+
+use crate::signature::{EnumValue, InputType, OutputType, Signature, capitalized_snake, snake};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use std::collections::HashSet;
+use wasmtime::component::Val;
+
+/// Why an invocation was refused before the tool ran. The message is written
+/// for an LLM: it says what was wrong and what would be right.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct InputError {
+    /// A stable snake_case code.
+    pub code: &'static str,
+    /// What is wrong, in words.
+    pub message: String,
+    /// The offending parameter, when there is one.
+    pub parameter: Option<String>,
+}
+
+fn refuse(code: &'static str, parameter: Option<&str>, message: String) -> InputError {
+    InputError { code, message, parameter: parameter.map(str::to_string) }
+}
+
+/// One named output value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutputValue {
+    /// The output's name, as in the signature.
+    pub name: String,
+    /// Its value.
+    pub value: Value,
+}
+
+/// The `tool-error` a tool returned.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolError {
+    /// What went wrong, for the LLM.
+    pub message: String,
+    /// Detail for the agent's developer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub developer_message: Option<String>,
+    /// Whether retrying may succeed.
+    pub can_retry: bool,
+    /// How long to wait before retrying.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// Extra text for the LLM's prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub additional_prompt_content: Option<String>,
+}
+
+/// What a tool's result turned out to be.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolResult {
+    /// `ok(output)`: the named outputs, in signature order.
+    Outputs(Vec<OutputValue>),
+    /// `err(tool-error)`.
+    Failed(ToolError),
+}
+
+/// The tool produced something its signature does not allow.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("the tool returned an invalid output: {0}")]
+pub struct OutputError(pub String);
+
+/// Validates an A2T invocation body against the signature and builds the
+/// `input` record. No coercion: `"5"` is not an int, `1` is not a boolean.
+pub fn input_value(signature: &Signature, body: &Value) -> Result<Val, InputError> {
+    let Some(body) = body.as_object() else {
+        return Err(refuse(
+            "invalid_request",
+            None,
+            "the body must be a JSON object with `name` and `input_parameters`".into(),
+        ));
+    };
+    match body.get("name") {
+        Some(Value::String(name)) if *name == signature.name => {}
+        Some(Value::String(name)) => {
+            return Err(refuse(
+                "wrong_tool_name",
+                None,
+                format!("this endpoint invokes `{}`, but the request names `{name}`", signature.name),
+            ));
+        }
+        _ => {
+            return Err(refuse(
+                "invalid_request",
+                None,
+                format!("`name` must be the tool's name, `{}`", signature.name),
+            ));
+        }
+    }
+    let params = match body.get("input_parameters") {
+        None | Some(Value::Null) => &Vec::new(),
+        Some(Value::Array(params)) => params,
+        Some(_) => {
+            return Err(refuse(
+                "invalid_request",
+                None,
+                "`input_parameters` must be an array of {\"name\", \"value\"} objects".into(),
+            ));
+        }
+    };
+
+    let mut given: Vec<(&str, &Value)> = Vec::with_capacity(params.len());
+    let mut seen = HashSet::new();
+    for param in params {
+        let (Some(Value::String(name)), Some(value)) = (param.get("name"), param.get("value")) else {
+            return Err(refuse(
+                "invalid_request",
+                None,
+                "each input parameter must be an object with `name` and `value`".into(),
+            ));
+        };
+        if signature.input(name).is_none() {
+            let known: Vec<&str> = signature.inputs.iter().map(|p| p.name.as_str()).collect();
+            return Err(refuse(
+                "unknown_parameter",
+                Some(name),
+                format!("`{}` has no parameter `{name}`; its parameters are: {}", signature.name, known.join(", ")),
+            ));
+        }
+        if !seen.insert(name.as_str()) {
+            return Err(refuse(
+                "duplicate_parameter",
+                Some(name),
+                format!("parameter `{name}` is given more than once"),
+            ));
+        }
+        given.push((name, value));
+    }
+
+    let mut fields = Vec::with_capacity(signature.inputs.len());
+    for param in &signature.inputs {
+        let value = given.iter().find(|(n, _)| *n == param.name).map(|(_, v)| *v).filter(|v| !v.is_null());
+        let field = match (value, param.required) {
+            (None, true) => {
+                return Err(refuse(
+                    "missing_parameter",
+                    Some(&param.name),
+                    format!("parameter `{}` is required: {}", param.name, param.description),
+                ));
+            }
+            (None, false) => Val::Option(None),
+            (Some(value), required) => {
+                let val = scalar(&param.name, &param.ty, value)?;
+                if required { val } else { Val::Option(Some(Box::new(val))) }
+            }
+        };
+        fields.push((param.field.clone(), field));
+    }
+    Ok(Val::Record(fields))
+}
+
+fn scalar(name: &str, ty: &InputType, value: &Value) -> Result<Val, InputError> {
+    let wrong_type = |expected: &str| {
+        refuse("invalid_type", Some(name), format!("parameter `{name}` must be {expected}; got {}", json_kind(value)))
+    };
+    match ty {
+        InputType::String { max_length } => {
+            let Value::String(s) = value else { return Err(wrong_type("a string")) };
+            if let Some(max) = max_length {
+                let len = s.chars().count();
+                if len > *max as usize {
+                    return Err(refuse(
+                        "too_long",
+                        Some(name),
+                        format!("parameter `{name}` must be at most {max} characters; got {len}"),
+                    ));
+                }
+            }
+            Ok(Val::String(s.clone()))
+        }
+        InputType::Boolean => match value {
+            Value::Bool(b) => Ok(Val::Bool(*b)),
+            _ => Err(wrong_type("true or false")),
+        },
+        InputType::Int { wit, min, max } => {
+            let n = match value {
+                Value::Number(n) => n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from)),
+                _ => None,
+            };
+            let Some(n) = n else { return Err(wrong_type(&format!("an integer from {min} to {max}"))) };
+            if n < *min || n > *max {
+                return Err(refuse(
+                    "out_of_range",
+                    Some(name),
+                    format!("parameter `{name}` must be an integer from {min} to {max}; got {n}"),
+                ));
+            }
+            // In range of the WIT type, so the narrowing conversions cannot fail.
+            use crate::signature::IntKind::*;
+            Ok(match wit {
+                U8 => Val::U8(n as u8),
+                U16 => Val::U16(n as u16),
+                U32 => Val::U32(n as u32),
+                U64 => Val::U64(n as u64),
+                S8 => Val::S8(n as i8),
+                S16 => Val::S16(n as i16),
+                S32 => Val::S32(n as i32),
+                S64 => Val::S64(n as i64),
+            })
+        }
+        InputType::Enum { values } => {
+            let allowed = || values.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(", ");
+            let Value::String(s) = value else { return Err(wrong_type(&format!("one of {}", allowed()))) };
+            match values.iter().find(|v| v.name == *s) {
+                Some(v) => Ok(Val::Enum(v.case.clone())),
+                None => Err(refuse(
+                    "invalid_enum_value",
+                    Some(name),
+                    format!("parameter `{name}` must be one of {}; got `{s}`", allowed()),
+                )),
+            }
+        }
+    }
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "an integer",
+        Value::Number(_) => "a number with a fraction",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Reads the value `call` returned.
+pub fn read_result(signature: &Signature, result: Val) -> Result<ToolResult, OutputError> {
+    match result {
+        Val::Result(Ok(output)) => {
+            let fields = match output.map(|b| *b) {
+                None => Vec::new(),
+                Some(Val::Record(fields)) => fields,
+                Some(_) => return Err(OutputError("the ok value is not a record".into())),
+            };
+            outputs(signature, fields).map(ToolResult::Outputs)
+        }
+        Val::Result(Err(Some(error))) => tool_error(*error).map(ToolResult::Failed),
+        _ => Err(OutputError("`call` did not return result<output, tool-error>".into())),
+    }
+}
+
+fn outputs(signature: &Signature, mut fields: Vec<(String, Val)>) -> Result<Vec<OutputValue>, OutputError> {
+    let mut out = Vec::with_capacity(signature.outputs.len());
+    for param in &signature.outputs {
+        let position = fields
+            .iter()
+            .position(|(name, _)| *name == param.field)
+            .ok_or_else(|| OutputError(format!("output `{}` is missing", param.name)))?;
+        let (_, val) = fields.swap_remove(position);
+        let value = match (&param.ty, val) {
+            (OutputType::String, Val::String(s)) => Value::String(s),
+            (OutputType::Int, val) => {
+                int_json(&val).ok_or_else(|| OutputError(format!("output `{}` is not an integer", param.name)))?
+            }
+            (OutputType::Enum { values }, Val::Enum(case)) => {
+                Value::String(enum_name(values, &case).ok_or_else(|| {
+                    OutputError(format!("output `{}` has the value `{case}`, which its enum does not list", param.name))
+                })?)
+            }
+            (OutputType::Json, val) => to_json(val),
+            _ => return Err(OutputError(format!("output `{}` does not have its declared type", param.name))),
+        };
+        out.push(OutputValue { name: param.name.clone(), value });
+    }
+    Ok(out)
+}
+
+fn enum_name(values: &[EnumValue], case: &str) -> Option<String> {
+    values.iter().find(|v| v.case == case).map(|v| v.name.clone())
+}
+
+fn int_json(val: &Val) -> Option<Value> {
+    Some(match *val {
+        Val::U8(n) => n.into(),
+        Val::U16(n) => n.into(),
+        Val::U32(n) => n.into(),
+        Val::U64(n) => n.into(),
+        Val::S8(n) => n.into(),
+        Val::S16(n) => n.into(),
+        Val::S32(n) => n.into(),
+        Val::S64(n) => n.into(),
+        _ => return None,
+    })
+}
+
+/// Any component value as JSON: records are objects with snake_case keys,
+/// enum cases and flags are CAPITALIZED_SNAKE strings, a variant case with a
+/// payload is `{"CASE": payload}`, options are the value or `null`, results
+/// are `{"ok": …}` / `{"error": …}`, non-finite floats are `null`.
+pub fn to_json(val: Val) -> Value {
+    if let Some(n) = int_json(&val) {
+        return n;
+    }
+    match val {
+        Val::Bool(b) => Value::Bool(b),
+        Val::Float32(f) => serde_json::Number::from_f64(f64::from(f)).map_or(Value::Null, Value::Number),
+        Val::Float64(f) => serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
+        Val::Char(c) => Value::String(c.to_string()),
+        Val::String(s) => Value::String(s),
+        Val::List(items) | Val::Tuple(items) | Val::FixedLengthList(items) => {
+            Value::Array(items.into_iter().map(to_json).collect())
+        }
+        Val::Map(entries) => Value::Array(entries.into_iter().map(|(k, v)| json!([to_json(k), to_json(v)])).collect()),
+        Val::Record(fields) => {
+            Value::Object(fields.into_iter().map(|(k, v)| (snake(&k), to_json(v))).collect::<Map<_, _>>())
+        }
+        Val::Variant(case, None) | Val::Enum(case) => Value::String(capitalized_snake(&case)),
+        Val::Variant(case, Some(payload)) => json!({ capitalized_snake(&case): to_json(*payload) }),
+        Val::Option(None) => Value::Null,
+        Val::Option(Some(v)) => to_json(*v),
+        Val::Result(Ok(v)) => json!({ "ok": v.map_or(Value::Null, |v| to_json(*v)) }),
+        Val::Result(Err(v)) => json!({ "error": v.map_or(Value::Null, |v| to_json(*v)) }),
+        Val::Flags(flags) => Value::Array(flags.iter().map(|f| Value::String(capitalized_snake(f))).collect()),
+        // Refused at load time (see signature::derive); never reached.
+        _ => Value::Null,
+    }
+}
+
+fn tool_error(val: Val) -> Result<ToolError, OutputError> {
+    let Val::Record(fields) = val else { return Err(OutputError("the tool-error is not a record".into())) };
+    let mut error = ToolError {
+        message: String::new(),
+        developer_message: None,
+        can_retry: false,
+        retry_after_ms: None,
+        additional_prompt_content: None,
+    };
+    let text = |v: Val| match v {
+        Val::Option(Some(b)) => match *b {
+            Val::String(s) => Some(s),
+            _ => None,
+        },
+        _ => None,
+    };
+    for (name, value) in fields {
+        match name.as_str() {
+            "message" => {
+                if let Val::String(s) = value {
+                    error.message = s;
+                }
+            }
+            "developer-message" => error.developer_message = text(value),
+            "can-retry" => error.can_retry = matches!(value, Val::Bool(true)),
+            "retry-after-ms" => {
+                if let Val::Option(Some(b)) = value
+                    && let Val::U64(ms) = *b
+                {
+                    error.retry_after_ms = Some(ms);
+                }
+            }
+            "additional-prompt-content" => error.additional_prompt_content = text(value),
+            _ => {}
+        }
+    }
+    Ok(error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signature::{InputParam, IntKind, OutputParam};
+
+    fn signature() -> Signature {
+        let input = |id: &str, required, ty| InputParam {
+            id: id.into(),
+            name: id.into(),
+            field: id.replace('_', "-"),
+            description: format!("The {id}."),
+            required,
+            ty,
+        };
+        let cabins = vec![
+            EnumValue { name: "ECONOMY".into(), case: "economy".into(), description: "e".into() },
+            EnumValue { name: "PREMIUM_ECONOMY".into(), case: "premium-economy".into(), description: "p".into() },
+        ];
+        Signature {
+            name: "book_flight".into(),
+            description: "Books.".into(),
+            img: None,
+            tags: vec![],
+            inputs: vec![
+                input("flight_number", true, InputType::String { max_length: Some(6) }),
+                input("passengers", true, InputType::Int { wit: IntKind::U8, min: 1, max: 9 }),
+                input("cabin", true, InputType::Enum { values: cabins.clone() }),
+                input("window", false, InputType::Boolean),
+            ],
+            outputs: vec![
+                OutputParam {
+                    id: "code".into(),
+                    name: "code".into(),
+                    field: "code".into(),
+                    description: "c".into(),
+                    ty: OutputType::String,
+                },
+                OutputParam {
+                    id: "price".into(),
+                    name: "price".into(),
+                    field: "price".into(),
+                    description: "p".into(),
+                    ty: OutputType::Int,
+                },
+                OutputParam {
+                    id: "cabin".into(),
+                    name: "cabin".into(),
+                    field: "cabin".into(),
+                    description: "c".into(),
+                    ty: OutputType::Enum { values: cabins },
+                },
+                OutputParam {
+                    id: "seat_map".into(),
+                    name: "seat_map".into(),
+                    field: "seat-map".into(),
+                    description: "s".into(),
+                    ty: OutputType::Json,
+                },
+            ],
+        }
+    }
+
+    fn invoke(params: Value) -> Result<Val, InputError> {
+        input_value(&signature(), &json!({"name": "book_flight", "input_parameters": params}))
+    }
+
+    fn good() -> Value {
+        json!([
+            {"name": "flight_number", "value": "UA123"},
+            {"name": "passengers", "value": 2},
+            {"name": "cabin", "value": "PREMIUM_ECONOMY"},
+        ])
+    }
+
+    #[test]
+    fn builds_the_input_record() {
+        let val = invoke(good()).unwrap();
+        assert_eq!(
+            val,
+            Val::Record(vec![
+                ("flight-number".into(), Val::String("UA123".into())),
+                ("passengers".into(), Val::U8(2)),
+                ("cabin".into(), Val::Enum("premium-economy".into())),
+                ("window".into(), Val::Option(None)),
+            ])
+        );
+        let mut with_optional = good();
+        with_optional.as_array_mut().unwrap().push(json!({"name": "window", "value": true}));
+        let Val::Record(fields) = invoke(with_optional).unwrap() else { panic!() };
+        assert_eq!(fields[3].1, Val::Option(Some(Box::new(Val::Bool(true)))));
+    }
+
+    #[test]
+    fn refuses_each_invalid_input_with_its_code() {
+        let with = |name: &str, value: Value| {
+            let mut params = good();
+            let list = params.as_array_mut().unwrap();
+            list.retain(|p| p["name"] != name);
+            list.push(json!({"name": name, "value": value}));
+            invoke(params).unwrap_err()
+        };
+        let cases = [
+            (with("passengers", json!("5")), "invalid_type", "must be an integer from 1 to 9; got a string"),
+            (with("passengers", json!(2.5)), "invalid_type", "got a number with a fraction"),
+            (with("passengers", json!(10)), "out_of_range", "from 1 to 9; got 10"),
+            (with("passengers", json!(0)), "out_of_range", "got 0"),
+            (with("passengers", json!(-1)), "out_of_range", "got -1"),
+            (with("flight_number", json!("UA12345")), "too_long", "at most 6 characters; got 7"),
+            (with("flight_number", json!(123)), "invalid_type", "must be a string; got an integer"),
+            (with("cabin", json!("LUXURY")), "invalid_enum_value", "one of ECONOMY, PREMIUM_ECONOMY; got `LUXURY`"),
+            (with("cabin", json!("economy")), "invalid_enum_value", "got `economy`"),
+            (with("window", json!("yes")), "invalid_type", "must be true or false"),
+            (with("seat", json!(1)), "unknown_parameter", "has no parameter `seat`"),
+            (with("passengers", Value::Null), "missing_parameter", "`passengers` is required: The passengers."),
+        ];
+        for (err, code, text) in cases {
+            assert_eq!(err.code, code, "{err:?}");
+            assert!(err.message.contains(text), "{}: {}", code, err.message);
+        }
+        let err = with("seat", json!(1));
+        assert_eq!(err.parameter.as_deref(), Some("seat"));
+
+        let mut twice = good();
+        twice.as_array_mut().unwrap().push(json!({"name": "passengers", "value": 3}));
+        assert_eq!(invoke(twice).unwrap_err().code, "duplicate_parameter");
+
+        let err = input_value(&signature(), &json!({"name": "other_tool", "input_parameters": good()})).unwrap_err();
+        assert_eq!(err.code, "wrong_tool_name");
+        for body in [json!([]), json!({"input_parameters": []}), json!({"name": "book_flight", "input_parameters": {}})]
+        {
+            assert_eq!(input_value(&signature(), &body).unwrap_err().code, "invalid_request", "{body}");
+        }
+        assert_eq!(invoke(json!([{"value": 1}])).unwrap_err().code, "invalid_request");
+    }
+
+    #[test]
+    fn reads_outputs_and_tool_errors() {
+        let ok = Val::Result(Ok(Some(Box::new(Val::Record(vec![
+            ("code".into(), Val::String("ABC123".into())),
+            ("price".into(), Val::U32(840)),
+            ("cabin".into(), Val::Enum("premium-economy".into())),
+            (
+                "seat-map".into(),
+                Val::Record(vec![("row-count".into(), Val::U8(30)), ("exits".into(), Val::List(vec![Val::U8(12)]))]),
+            ),
+        ])))));
+        let ToolResult::Outputs(outputs) = read_result(&signature(), ok).unwrap() else { panic!() };
+        let as_json: Vec<_> = outputs.iter().map(|o| (o.name.as_str(), o.value.clone())).collect();
+        assert_eq!(
+            as_json,
+            [
+                ("code", json!("ABC123")),
+                ("price", json!(840)),
+                ("cabin", json!("PREMIUM_ECONOMY")),
+                ("seat_map", json!({"row_count": 30, "exits": [12]})),
+            ]
+        );
+
+        let err = Val::Result(Err(Some(Box::new(Val::Record(vec![
+            ("message".into(), Val::String("sold out".into())),
+            ("developer-message".into(), Val::Option(Some(Box::new(Val::String("inventory=0".into()))))),
+            ("can-retry".into(), Val::Bool(true)),
+            ("retry-after-ms".into(), Val::Option(Some(Box::new(Val::U64(1500))))),
+            ("additional-prompt-content".into(), Val::Option(None)),
+        ])))));
+        let ToolResult::Failed(e) = read_result(&signature(), err).unwrap() else { panic!() };
+        assert_eq!(e.message, "sold out");
+        assert_eq!(e.developer_message.as_deref(), Some("inventory=0"));
+        assert!(e.can_retry);
+        assert_eq!(e.retry_after_ms, Some(1500));
+        assert_eq!(e.additional_prompt_content, None);
+    }
+
+    #[test]
+    fn checks_outputs_against_the_signature() {
+        let record = |fields: Vec<(&str, Val)>| {
+            Val::Result(Ok(Some(Box::new(Val::Record(fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect())))))
+        };
+        let base = || {
+            vec![
+                ("code", Val::String("A".into())),
+                ("price", Val::U32(1)),
+                ("cabin", Val::Enum("economy".into())),
+                ("seat-map", Val::Bool(true)),
+            ]
+        };
+        let mut missing = base();
+        missing.remove(0);
+        assert!(read_result(&signature(), record(missing)).unwrap_err().0.contains("`code` is missing"));
+        let mut wrong = base();
+        wrong[1].1 = Val::String("1".into());
+        assert!(read_result(&signature(), record(wrong)).unwrap_err().0.contains("`price` is not an integer"));
+        let mut unlisted = base();
+        unlisted[2].1 = Val::Enum("steerage".into());
+        assert!(read_result(&signature(), record(unlisted)).unwrap_err().0.contains("does not list"));
+        assert!(read_result(&signature(), Val::String("x".into())).is_err());
+    }
+
+    #[test]
+    fn renders_any_value_as_json() {
+        assert_eq!(to_json(Val::Float64(f64::NAN)), Value::Null);
+        assert_eq!(to_json(Val::Variant("circle".into(), Some(Box::new(Val::Float64(1.5))))), json!({"CIRCLE": 1.5}));
+        assert_eq!(to_json(Val::Variant("dot".into(), None)), json!("DOT"));
+        assert_eq!(to_json(Val::Option(None)), Value::Null);
+        assert_eq!(to_json(Val::Result(Ok(None))), json!({"ok": null}));
+        assert_eq!(to_json(Val::Flags(vec!["read-only".into()])), json!(["READ_ONLY"]));
+        assert_eq!(to_json(Val::Tuple(vec![Val::Char('x'), Val::S64(-3)])), json!(["x", -3]));
+    }
+}

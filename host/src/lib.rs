@@ -1,0 +1,16 @@
+//! Plinth: a host for AI-agent tools.
+//!
+//! A tool is a WebAssembly component whose signature is declared in WIT.
+//! Plinth derives the tool's A2T signature from the component once, when it
+//! is loaded, runs each invocation in a fresh sandboxed instance, and serves
+//! the tools over HTTP. See `ARCHITECTURE.md` for the map.
+
+pub mod api;
+pub mod host;
+pub mod invocation;
+pub mod manifest;
+pub mod package;
+pub mod registry;
+pub mod runtime;
+pub mod signature;
+pub mod store;

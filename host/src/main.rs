@@ -1,0 +1,304 @@
+//! The `plinth` command: `serve`, `pack` and `inspect`.
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use plinth::api;
+use plinth::host::{DeployOutcome, HostOptions, ToolConfig, ToolHost};
+use plinth::manifest::ToolManifest;
+use plinth::package::{self, ToolPackage};
+use plinth::runtime::RuntimeConfig;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "plinth",
+    version,
+    about = "A host for AI-agent tools: sandboxed WebAssembly components served over A2T"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the tools over HTTP.
+    Serve(ServeArgs),
+    /// Build a tool crate (or take a built component) and embed its docs and
+    /// plinth.toml, producing the one .wasm file that is deployed.
+    Pack(PackArgs),
+    /// Print the A2T signature a packed tool will be served with.
+    Inspect {
+        /// The packed .wasm file.
+        file: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port; the address is printed).
+    #[arg(long, env = "PLINTH_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Data directory: the registry database and the component blobs.
+    #[arg(long, env = "PLINTH_DATA", default_value = "./plinth-data")]
+    data: PathBuf,
+    /// Deploy every .wasm in this directory at start.
+    #[arg(long, env = "PLINTH_PLUGINS")]
+    plugins: Option<PathBuf>,
+    /// Configuration value for a tool, as TOOL.KEY=VALUE (repeatable; in the
+    /// environment, comma-separated).
+    #[arg(long = "tool-config", env = "PLINTH_TOOL_CONFIG", value_delimiter = ',', value_name = "TOOL.KEY=VALUE")]
+    tool_config: Vec<String>,
+    /// Wall-clock time one invocation may take, in milliseconds.
+    #[arg(long, env = "PLINTH_DEADLINE_MS", default_value_t = 5000)]
+    deadline_ms: u64,
+    /// Linear memory one tool instance may use, in MiB.
+    #[arg(long, env = "PLINTH_MAX_MEMORY_MIB", default_value_t = 64)]
+    max_memory_mib: usize,
+    /// Tool instances that may run at once.
+    #[arg(long, env = "PLINTH_MAX_INSTANCES", default_value_t = 100)]
+    max_instances: u32,
+    /// How instance memory is allocated.
+    #[arg(long, env = "PLINTH_ALLOCATOR", value_enum, default_value_t = Allocator::Pooling)]
+    allocator: Allocator,
+    /// Log format.
+    #[arg(long, env = "PLINTH_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Allocator {
+    /// Pre-reserved instance slots: the fastest instantiation.
+    Pooling,
+    /// Allocate per instance (for hosts that restrict virtual memory).
+    OnDemand,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(clap::Args)]
+struct PackArgs {
+    /// The tool crate: its `wit/` folder and optional `plinth.toml`.
+    #[arg(default_value = ".")]
+    crate_dir: PathBuf,
+    /// A component already built from the crate; without it, `cargo build
+    /// --release --target wasm32-wasip2` builds one.
+    #[arg(long)]
+    wasm: Option<PathBuf>,
+    /// Where to write the packed tool (default: `<tool_name>.wasm` in the
+    /// current directory).
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Pack(args) => pack(args),
+        Command::Inspect { file } => inspect(&file),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PLINTH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// `TOOL.KEY=VALUE` entries → per-tool maps.
+fn parse_tool_config(entries: &[String]) -> anyhow::Result<ToolConfig> {
+    let mut config = ToolConfig::new();
+    for entry in entries.iter().filter(|e| !e.trim().is_empty()) {
+        let parsed = entry
+            .split_once('=')
+            .and_then(|(target, value)| target.split_once('.').map(|(tool, key)| (tool, key, value)))
+            .filter(|(tool, key, _)| !tool.is_empty() && !key.is_empty());
+        let Some((tool, key, value)) = parsed else {
+            bail!(
+                "--tool-config `{entry}` is not TOOL.KEY=VALUE (for example lookup_weather_by_city.backend-url=http://127.0.0.1:8090)"
+            );
+        };
+        config.entry(tool.to_string()).or_default().insert(key.to_string(), value.to_string());
+    }
+    Ok(config)
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    init_logs(args.log_format);
+    let options = HostOptions {
+        data_dir: args.data.clone(),
+        runtime: RuntimeConfig {
+            deadline: Duration::from_millis(args.deadline_ms.max(1)),
+            max_memory_bytes: args.max_memory_mib.max(1) << 20,
+            max_instances: args.max_instances.max(1),
+            pooling: matches!(args.allocator, Allocator::Pooling),
+        },
+        tool_config: parse_tool_config(&args.tool_config)?,
+    };
+    let host = ToolHost::open(options).with_context(|| format!("opening the data dir {}", args.data.display()))?;
+    if let Some(dir) = &args.plugins {
+        deploy_dir(&host, dir)?;
+    }
+    let (page, _) = host.registry().page(None, usize::MAX, |_| true);
+    for tool in &page {
+        let missing = host.missing_config(tool);
+        if !missing.is_empty() {
+            tracing::warn!(tool = tool.name, keys = ?missing, "required config is not set: pass --tool-config {}.KEY=VALUE", tool.name);
+        }
+    }
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("listening on {}", args.listen))?;
+        let addr = listener.local_addr()?;
+        tracing::info!(tools = host.registry().len(), "serving on http://{addr}");
+        // The one line on stdout: scripts and tests read the address from it.
+        println!("plinth listening on http://{addr}");
+        let app = api::router(Arc::new(host));
+        axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+/// Deploys every `.wasm` in `dir`, in name order. A broken file is reported
+/// and skipped; the others are still served.
+fn deploy_dir(host: &ToolHost, dir: &Path) -> anyhow::Result<()> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading the plugins directory {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
+        .collect();
+    files.sort();
+    for path in files {
+        let outcome = std::fs::read(&path).map_err(anyhow::Error::from).and_then(|bytes| Ok(host.deploy(&bytes)?));
+        match outcome {
+            Ok(DeployOutcome::Created { tool_id }) => {
+                tracing::info!(file = %path.display(), %tool_id, version = 1, "deployed")
+            }
+            Ok(DeployOutcome::NewVersion { tool_id, version }) => {
+                tracing::info!(file = %path.display(), %tool_id, version, "deployed a new version")
+            }
+            Ok(DeployOutcome::Unchanged { tool_id, version }) => {
+                tracing::info!(file = %path.display(), %tool_id, version, "already deployed")
+            }
+            Err(e) => tracing::error!(file = %path.display(), error = format!("{e:#}"), "not deployed"),
+        }
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = terminate => {} }
+}
+
+fn pack(args: PackArgs) -> anyhow::Result<()> {
+    let crate_dir = &args.crate_dir;
+    let manifest_path = crate_dir.join("plinth.toml");
+    let manifest = match std::fs::read_to_string(&manifest_path) {
+        Ok(text) => ToolManifest::from_toml(&text).with_context(|| manifest_path.display().to_string())?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => ToolManifest::default(),
+        Err(e) => return Err(e).with_context(|| manifest_path.display().to_string()),
+    };
+    let wit_dir = crate_dir.join("wit");
+    let mut resolve = wit_parser::Resolve::default();
+    let (wit_package, _) = resolve
+        .push_path(&wit_dir)
+        .map_err(|e| anyhow::anyhow!("{e:#}"))
+        .with_context(|| format!("reading the tool's WIT in {}", wit_dir.display()))?;
+    let world = package::select_world(&resolve, wit_package, manifest.world.as_deref())?;
+
+    let wasm_path = match &args.wasm {
+        Some(path) => path.clone(),
+        None => cargo_build(crate_dir)?,
+    };
+    let component = std::fs::read(&wasm_path).with_context(|| format!("reading {}", wasm_path.display()))?;
+    let (packed, tool) = package::pack(&component, &resolve, world, manifest)?;
+    let output = args.output.unwrap_or_else(|| PathBuf::from(format!("{}.wasm", tool.signature.name)));
+    if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&output, &packed).with_context(|| format!("writing {}", output.display()))?;
+    eprintln!(
+        "packed {} ({} inputs, {} outputs) into {} — sha256 {}",
+        tool.signature.name,
+        tool.signature.inputs.len(),
+        tool.signature.outputs.len(),
+        output.display(),
+        tool.sha256
+    );
+    Ok(())
+}
+
+/// Builds the crate for wasm32-wasip2 and returns the component's path.
+fn cargo_build(crate_dir: &Path) -> anyhow::Result<PathBuf> {
+    let output = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--release", "--target", "wasm32-wasip2", "--message-format=json-render-diagnostics"])
+        .arg("--manifest-path")
+        .arg(crate_dir.join("Cargo.toml"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running cargo (is it installed? is the wasm32-wasip2 target added?)")?;
+    if !output.status.success() {
+        bail!("cargo build failed; see the messages above");
+    }
+    let mut built = None;
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let is_cdylib = message["target"]["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "cdylib"));
+        if message["reason"] == "compiler-artifact"
+            && is_cdylib
+            && let Some(files) = message["filenames"].as_array()
+        {
+            built = files.iter().filter_map(|f| f.as_str()).find(|f| f.ends_with(".wasm")).map(PathBuf::from);
+        }
+    }
+    built.ok_or_else(|| anyhow::anyhow!("cargo built no .wasm; the tool crate needs `crate-type = [\"cdylib\"]`"))
+}
+
+fn inspect(file: &Path) -> anyhow::Result<()> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let tool = ToolPackage::read(&bytes)?;
+    let json = api::a2t::signature_json(None, 1, 1, &tool.signature);
+    println!("{}", serde_json::to_string_pretty(&json)?);
+    eprintln!(
+        "sha256 {} — the toolId is assigned when the tool is first deployed; version numbers by the server",
+        tool.sha256
+    );
+    Ok(())
+}

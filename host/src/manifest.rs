@@ -1,0 +1,255 @@
+//! `plinth.toml`: what a tool declares that WIT cannot say.
+//!
+//! The vendor writes it next to the tool's `Cargo.toml`; `plinth pack` checks
+//! it and embeds it in the component (custom section [`SECTION_NAME`]) as
+//! JSON, together with the name of the tool's WIT world, so that one `.wasm`
+//! file is the whole deployable unit.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Name of the custom section that carries the manifest inside a packed tool.
+pub const SECTION_NAME: &str = "plinth-manifest";
+
+/// A tool's manifest. Every key is optional; unknown keys are refused so a typo
+/// is caught at pack time instead of being silently ignored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ToolManifest {
+    /// The WIT world that defines the tool. Written by `plinth pack`; in
+    /// `plinth.toml` it is needed only when the tool's WIT package has several
+    /// worlds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<String>,
+    /// A2T tags, for filtering the enumeration.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// A2T `img`: a URL of an image for the tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub img: Option<String>,
+    /// Hosts the tool may call over `wasi:http`: `host`, `host:port`,
+    /// `*.suffix` (any subdomain), or `${config.KEY}` for the host of the URL
+    /// the operator configured under `KEY`. Nothing else is reachable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<String>,
+    /// Constraints WIT types cannot express, by input parameter id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, InputConstraints>,
+    /// Configuration keys the tool reads through `wasi:config/store`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, ConfigKey>,
+}
+
+/// Narrowing of an input parameter beyond its WIT type.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct InputConstraints {
+    /// Maximum length of a string, in characters (Unicode scalar values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_length: Option<u32>,
+    /// Smallest allowed integer; must lie within the WIT type's range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<i64>,
+    /// Largest allowed integer; must lie within the WIT type's range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<i64>,
+}
+
+/// A configuration key the tool reads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ConfigKey {
+    /// What the operator should put there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Whether the tool cannot work without it.
+    #[serde(default)]
+    pub required: bool,
+    /// The value used when the operator sets none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+}
+
+/// Why a manifest was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// `plinth.toml` is not valid TOML or has unknown keys.
+    #[error("plinth.toml: {0}")]
+    Toml(#[from] toml::de::Error),
+    /// The embedded manifest section is not valid.
+    #[error("the `{SECTION_NAME}` section is not a valid manifest: {0}")]
+    Section(#[from] serde_json::Error),
+    /// An `allowed-hosts` entry cannot be understood.
+    #[error("allowed-hosts entry `{entry}`: {why}")]
+    AllowedHost {
+        /// The entry as written.
+        entry: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+}
+
+impl ToolManifest {
+    /// Parses and checks `plinth.toml` text.
+    pub fn from_toml(text: &str) -> Result<Self, ManifestError> {
+        let manifest: ToolManifest = toml::from_str(text)?;
+        manifest.check()?;
+        Ok(manifest)
+    }
+
+    /// Parses and checks the embedded JSON form.
+    pub fn from_section(data: &[u8]) -> Result<Self, ManifestError> {
+        let manifest: ToolManifest = serde_json::from_slice(data)?;
+        manifest.check()?;
+        Ok(manifest)
+    }
+
+    /// The embedded JSON form.
+    pub fn to_section(&self) -> Vec<u8> {
+        // Serializing a plain struct of strings and maps cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    fn check(&self) -> Result<(), ManifestError> {
+        for entry in &self.allowed_hosts {
+            HostPattern::parse(entry)?;
+        }
+        Ok(())
+    }
+
+    /// The parsed `allowed-hosts` entries.
+    pub fn host_patterns(&self) -> Vec<HostPattern> {
+        // Entries were checked when the manifest was parsed.
+        self.allowed_hosts.iter().filter_map(|e| HostPattern::parse(e).ok()).collect()
+    }
+}
+
+/// One parsed `allowed-hosts` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPattern {
+    /// `host` or `host:port`, compared case-insensitively.
+    Exact {
+        /// Lower-cased host name or IP literal.
+        host: String,
+        /// `None` allows any port.
+        port: Option<u16>,
+    },
+    /// `*.suffix`: any subdomain of `suffix` (not `suffix` itself).
+    Subdomains {
+        /// Lower-cased suffix without the leading `*.`.
+        suffix: String,
+        /// `None` allows any port.
+        port: Option<u16>,
+    },
+    /// `${config.KEY}`: the authority of the URL configured under `KEY`.
+    ConfigUrl(String),
+}
+
+impl HostPattern {
+    /// Parses one entry.
+    pub fn parse(entry: &str) -> Result<Self, ManifestError> {
+        let bad = |why| ManifestError::AllowedHost { entry: entry.to_string(), why };
+        if let Some(key) = entry.strip_prefix("${config.").and_then(|r| r.strip_suffix('}')) {
+            if key.is_empty() {
+                return Err(bad("the config key is empty"));
+            }
+            return Ok(HostPattern::ConfigUrl(key.to_string()));
+        }
+        if entry.contains("://") || entry.contains('/') {
+            return Err(bad("write a host, not a URL (for example `api.example.com` or `api.example.com:8443`)"));
+        }
+        let (host, port) = split_host_port(entry).ok_or_else(|| bad("the port is not a number from 1 to 65535"))?;
+        if host.is_empty() {
+            return Err(bad("the host is empty"));
+        }
+        let host = host.to_ascii_lowercase();
+        if let Some(suffix) = host.strip_prefix("*.") {
+            if suffix.is_empty() || suffix.contains('*') {
+                return Err(bad("a wildcard must look like `*.example.com`"));
+            }
+            return Ok(HostPattern::Subdomains { suffix: suffix.to_string(), port });
+        }
+        if host.contains('*') {
+            return Err(bad("a wildcard is allowed only as a leading `*.`"));
+        }
+        Ok(HostPattern::Exact { host, port })
+    }
+}
+
+/// Splits `host[:port]` (with `[v6]:port` for IPv6 literals).
+pub fn split_host_port(authority: &str) -> Option<(&str, Option<u16>)> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        return match after.strip_prefix(':') {
+            Some(port) => Some((host, Some(parse_port(port)?))),
+            None if after.is_empty() => Some((host, None)),
+            None => None,
+        };
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => Some((host, Some(parse_port(port)?))),
+        _ => Some((authority, None)),
+    }
+}
+
+fn parse_port(port: &str) -> Option<u16> {
+    port.parse::<u16>().ok().filter(|p| *p != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_key() {
+        let m = ToolManifest::from_toml(
+            r#"
+            world = "book-flight"
+            tags = ["travel"]
+            img = "https://example.com/plane.png"
+            allowed-hosts = ["api.example.com", "*.example.org:8443", "${config.backend-url}"]
+            [inputs.flight_number]
+            max-length = 6
+            [inputs.passengers]
+            min = 1
+            max = 9
+            [config.backend-url]
+            description = "where"
+            required = true
+            "#,
+        )
+        .unwrap();
+        assert_eq!(m.world.as_deref(), Some("book-flight"));
+        assert_eq!(m.inputs["flight_number"].max_length, Some(6));
+        assert_eq!(m.inputs["passengers"].max, Some(9));
+        assert!(m.config["backend-url"].required);
+        assert_eq!(
+            m.host_patterns(),
+            vec![
+                HostPattern::Exact { host: "api.example.com".into(), port: None },
+                HostPattern::Subdomains { suffix: "example.org".into(), port: Some(8443) },
+                HostPattern::ConfigUrl("backend-url".into()),
+            ]
+        );
+        assert_eq!(ToolManifest::from_section(&m.to_section()).unwrap(), m);
+    }
+
+    #[test]
+    fn refuses_unknown_keys_and_bad_hosts() {
+        let err = ToolManifest::from_toml("tagz = []").unwrap_err().to_string();
+        assert!(err.contains("unknown field `tagz`"), "{err}");
+        for bad in ["https://api.example.com", "api.example.com:99999", "a.*.com", "*.", "${config.}"] {
+            let toml = format!("allowed-hosts = [{bad:?}]");
+            assert!(ToolManifest::from_toml(&toml).is_err(), "{bad} was accepted");
+        }
+    }
+
+    #[test]
+    fn splits_host_and_port() {
+        assert_eq!(split_host_port("a.com"), Some(("a.com", None)));
+        assert_eq!(split_host_port("a.com:80"), Some(("a.com", Some(80))));
+        assert_eq!(split_host_port("[::1]:8080"), Some(("::1", Some(8080))));
+        assert_eq!(split_host_port("[::1]"), Some(("::1", None)));
+        assert_eq!(split_host_port("a.com:x"), None);
+    }
+}

@@ -1,0 +1,128 @@
+//! The in-memory registry: which tools exist, their versions, and the
+//! compiled component behind each version.
+//!
+//! Reads never wait on compilation: a version is inserted only once it is
+//! compiled and ready, and a reader holds an `Arc` to the version it started
+//! with, so a version added mid-request never changes that request.
+
+use crate::manifest::ToolManifest;
+use crate::runtime::LoadedComponent;
+use crate::signature::Signature;
+use dashmap::DashMap;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use uuid::Uuid;
+
+/// One version of a tool, compiled and ready to run.
+pub struct ToolVersion {
+    /// The version number.
+    pub number: u32,
+    /// The sha256 of its component bytes.
+    pub sha256: String,
+    /// Its locked signature.
+    pub signature: Arc<Signature>,
+    /// Its manifest.
+    pub manifest: Arc<ToolManifest>,
+    /// The compiled component.
+    pub component: LoadedComponent,
+    /// When it was deployed (Unix seconds).
+    pub created_at: i64,
+}
+
+/// A tool: a stable id and name, and its versions.
+pub struct Tool {
+    /// The toolId (a UUID, stable across versions).
+    pub id: Uuid,
+    /// The tool's name.
+    pub name: String,
+    versions: RwLock<BTreeMap<u32, Arc<ToolVersion>>>,
+}
+
+impl Tool {
+    /// The newest version.
+    pub fn current(&self) -> Arc<ToolVersion> {
+        let versions = self.versions.read().unwrap_or_else(|p| p.into_inner());
+        // A tool is only registered together with its first version.
+        versions.values().next_back().cloned().expect("a registered tool has a version")
+    }
+
+    /// Version `n`, if it exists.
+    pub fn version(&self, n: u32) -> Option<Arc<ToolVersion>> {
+        self.versions.read().unwrap_or_else(|p| p.into_inner()).get(&n).cloned()
+    }
+
+    /// Up to `limit` versions, newest first, older than `before` (exclusive).
+    pub fn versions_before(&self, before: Option<u32>, limit: usize) -> Vec<Arc<ToolVersion>> {
+        let versions = self.versions.read().unwrap_or_else(|p| p.into_inner());
+        let upper = before.unwrap_or(u32::MAX);
+        versions.range(..upper).rev().take(limit).map(|(_, v)| v.clone()).collect()
+    }
+
+    /// The version whose bytes have this hash.
+    pub fn version_with_sha256(&self, sha256: &str) -> Option<Arc<ToolVersion>> {
+        self.versions.read().unwrap_or_else(|p| p.into_inner()).values().find(|v| v.sha256 == sha256).cloned()
+    }
+}
+
+/// Every tool, by id and in name order.
+#[derive(Default)]
+pub struct Registry {
+    by_id: DashMap<Uuid, Arc<Tool>>,
+    /// Name order is the enumeration order; a B-tree makes a page cost
+    /// O(log n + page), whatever the number of tools.
+    by_name: RwLock<BTreeMap<String, Uuid>>,
+}
+
+impl Registry {
+    /// The tool with this id.
+    pub fn get(&self, id: &Uuid) -> Option<Arc<Tool>> {
+        self.by_id.get(id).map(|t| t.clone())
+    }
+
+    /// The tool with this name.
+    pub fn by_name(&self, name: &str) -> Option<Arc<Tool>> {
+        let id = *self.by_name.read().unwrap_or_else(|p| p.into_inner()).get(name)?;
+        self.get(&id)
+    }
+
+    /// Adds a version; creates the tool on its first version.
+    pub fn insert(&self, id: Uuid, name: &str, version: ToolVersion) {
+        let tool = self
+            .by_id
+            .entry(id)
+            .or_insert_with(|| Arc::new(Tool { id, name: name.to_string(), versions: RwLock::new(BTreeMap::new()) }))
+            .clone();
+        tool.versions.write().unwrap_or_else(|p| p.into_inner()).insert(version.number, Arc::new(version));
+        self.by_name.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), id);
+    }
+
+    /// Up to `limit` tools whose name sorts after `after`, in name order,
+    /// keeping those `keep` accepts. Returns them and whether more remain.
+    pub fn page(&self, after: Option<&str>, limit: usize, keep: impl Fn(&Tool) -> bool) -> (Vec<Arc<Tool>>, bool) {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let names = self.by_name.read().unwrap_or_else(|p| p.into_inner());
+        let lower = after.map_or(Unbounded, |a| Excluded(a.to_string()));
+        let mut page = Vec::with_capacity(limit.min(256));
+        for (_, id) in names.range((lower, Unbounded)) {
+            let Some(tool) = self.get(id) else { continue };
+            if !keep(&tool) {
+                continue;
+            }
+            if page.len() == limit {
+                return (page, true);
+            }
+            page.push(tool);
+        }
+        (page, false)
+    }
+
+    /// How many tools there are.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+}

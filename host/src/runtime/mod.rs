@@ -1,0 +1,363 @@
+//! The sandbox: wasmtime with the component model.
+//!
+//! A version is compiled once and pre-instantiated once ([`Runtime::load`]);
+//! every invocation gets a fresh [`Store`] (the protocol is stateless, and so
+//! no call can see another's memory), bounded in time (epoch deadline plus a
+//! wall-clock timeout) and memory. Instances come from the pooling allocator.
+//!
+//! A tool gets only: `plinth:tool/log`, `wasi:config/store` (its own config),
+//! `wasi:http/outgoing-handler` (its declared hosts, see [`outbound`]), and the
+//! WASI pieces the Rust standard library links against, with no preopened
+//! directories, no environment, no arguments and no network sockets.
+
+pub mod outbound;
+
+use crate::manifest::ToolManifest;
+use outbound::OutboundPolicy;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, ResourceTable, Val};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_config::{WasiConfig, WasiConfigVariables};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+/// How often the epoch advances; deadlines are accurate to about one tick.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// How much of a tool's stdout/stderr is kept for the logs, per call.
+const CAPTURED_OUTPUT_BYTES: usize = 16 * 1024;
+
+/// Limits applied to every invocation.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Wall-clock time an invocation may take, including its outbound calls.
+    pub deadline: Duration,
+    /// Linear memory one instance may grow to.
+    pub max_memory_bytes: usize,
+    /// Instances that may exist at once (sizes the pooling allocator).
+    pub max_instances: u32,
+    /// Use the pooling allocator (fast instantiation) rather than on-demand.
+    pub pooling: bool,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            deadline: Duration::from_secs(5),
+            max_memory_bytes: 64 << 20,
+            max_instances: 100,
+            pooling: true,
+        }
+    }
+}
+
+/// Why a version could not be loaded into the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Compilation failed.
+    #[error("the component could not be compiled: {0}")]
+    Compile(String),
+    /// The component imports something the host does not provide.
+    #[error("the component needs an import the host does not provide: {0}")]
+    Link(String),
+    /// No `call` export.
+    #[error("the component does not export `call`")]
+    NoCall,
+}
+
+/// Why an invocation did not produce a value.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The deadline passed.
+    #[error("the tool did not finish within {0:?}")]
+    Timeout(Duration),
+    /// The tool hit its memory or table limit.
+    #[error("the tool ran out of memory")]
+    ResourceExhausted,
+    /// The tool trapped (a panic, an illegal operation, a stack overflow…).
+    #[error("the tool failed while running: {0}")]
+    Trapped(String),
+    /// No instance slot is free.
+    #[error("too many tool invocations are running")]
+    Busy,
+}
+
+/// A loaded version, ready to instantiate.
+pub struct LoadedComponent {
+    pre: InstancePre<ToolState>,
+    call: ComponentExportIndex,
+}
+
+/// Everything one invocation needs besides its input.
+pub struct CallSetup {
+    /// Values the tool reads through `wasi:config/store`.
+    pub config: BTreeMap<String, String>,
+    /// Where the tool may send HTTP requests.
+    pub outbound: OutboundPolicy,
+    /// Labels for the tool's log lines.
+    pub log: LogLabels,
+}
+
+/// What the host's logs say a tool line came from.
+#[derive(Debug, Clone)]
+pub struct LogLabels {
+    /// The tool's name.
+    pub tool: String,
+    /// The version number.
+    pub version: u32,
+    /// The call id.
+    pub call_id: String,
+}
+
+/// The per-invocation state inside a [`Store`].
+pub struct ToolState {
+    wasi: WasiCtx,
+    http: WasiHttpCtx,
+    table: ResourceTable,
+    outbound: OutboundPolicy,
+    config: WasiConfigVariables,
+    limits: MemoryLimiter,
+    log: LogLabels,
+}
+
+impl WasiView for ToolState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl WasiHttpView for ToolState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.outbound }
+    }
+}
+
+/// Caps linear memory and tables, and remembers whether it refused growth so
+/// that the resulting trap is reported as exhaustion, not as a bug.
+struct MemoryLimiter {
+    max_memory_bytes: usize,
+    max_table_elements: usize,
+    refused: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let allowed = desired <= self.max_memory_bytes;
+        self.refused |= !allowed;
+        Ok(allowed)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let allowed = desired <= self.max_table_elements;
+        self.refused |= !allowed;
+        Ok(allowed)
+    }
+}
+
+/// The `level` enum of `plinth:tool/log`.
+// Variants are built by lifting guest values, never in Rust code.
+#[allow(dead_code)]
+#[derive(wasmtime::component::ComponentType, wasmtime::component::Lift, Clone, Copy, Debug)]
+#[component(enum)]
+#[repr(u8)]
+enum LogLevel {
+    #[component(name = "trace")]
+    Trace,
+    #[component(name = "debug")]
+    Debug,
+    #[component(name = "info")]
+    Info,
+    #[component(name = "warn")]
+    Warn,
+    #[component(name = "error")]
+    Error,
+}
+
+/// The engine, the linker with every capability, and the epoch ticker.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<ToolState>,
+    config: RuntimeConfig,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Runtime {
+    /// Builds the engine (pooling allocator unless disabled) and the linker.
+    pub fn new(config: RuntimeConfig) -> anyhow::Result<Self> {
+        let mut wasm = Config::new();
+        wasm.wasm_component_model(true).epoch_interruption(true);
+        if config.pooling {
+            let mut pool = PoolingAllocationConfig::new();
+            pool.total_component_instances(config.max_instances)
+                .total_core_instances(config.max_instances * 4)
+                .total_memories(config.max_instances * 2)
+                .total_tables(config.max_instances * 4)
+                .total_stacks(config.max_instances)
+                .max_memory_size(config.max_memory_bytes)
+                .max_memories_per_component(4)
+                .max_core_instances_per_component(16)
+                .max_tables_per_component(8);
+            wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        }
+        let engine = Engine::new(&wasm)?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        wasmtime_wasi_config::add_to_linker(&mut linker, |s: &mut ToolState| WasiConfig::from(&s.config))?;
+        // `plinth:tool/types` holds only types; components that `use` it
+        // import it as an instance with nothing to call.
+        linker.instance("plinth:tool/types@0.1.0")?;
+        linker.instance("plinth:tool/log@0.1.0")?.func_wrap(
+            "write",
+            |store: wasmtime::StoreContextMut<'_, ToolState>, (level, message): (LogLevel, String)| {
+                tool_log(&store.data().log, level, &message);
+                Ok(())
+            },
+        )?;
+
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        let (ticker_engine, stop) = (engine.clone(), stop_ticker.clone());
+        std::thread::Builder::new().name("plinth-epoch".into()).spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                ticker_engine.increment_epoch();
+            }
+        })?;
+
+        Ok(Runtime { engine, linker, config, stop_ticker })
+    }
+
+    /// The limits in force.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+
+    /// Compiles a component and links it against the host's capabilities.
+    pub fn load(&self, bytes: &[u8]) -> Result<LoadedComponent, LoadError> {
+        let component = Component::new(&self.engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        let call = component.get_export_index(None, "call").ok_or(LoadError::NoCall)?;
+        let pre = self.linker.instantiate_pre(&component).map_err(|e| LoadError::Link(format!("{e:#}")))?;
+        Ok(LoadedComponent { pre, call })
+    }
+
+    /// Runs `call(input)` in a fresh instance and returns the raw result value.
+    pub async fn call(&self, component: &LoadedComponent, input: Val, setup: CallSetup) -> Result<Val, CallError> {
+        let stdout = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
+        let stderr = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
+        let wasi = WasiCtx::builder()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let state = ToolState {
+            wasi,
+            http: WasiHttpCtx::new(),
+            table: ResourceTable::new(),
+            outbound: setup.outbound,
+            config: setup.config.into_iter().collect(),
+            limits: MemoryLimiter {
+                max_memory_bytes: self.config.max_memory_bytes,
+                max_table_elements: 100_000,
+                refused: false,
+            },
+            log: setup.log,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        let ticks = (self.config.deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+
+        let run = async {
+            let instance = component.pre.instantiate_async(&mut store).await?;
+            let func = instance
+                .get_func(&mut store, component.call)
+                .ok_or_else(|| wasmtime::format_err!("the instance has no `call` function"))?;
+            let mut results = [Val::Bool(false)];
+            func.call_async(&mut store, &[input], &mut results).await?;
+            let [result] = results;
+            wasmtime::Result::Ok(result)
+        };
+        let outcome = tokio::time::timeout(self.config.deadline, run).await;
+        let labels = store.data().log.clone();
+        flush_captured_output(&labels, "stdout", &stdout);
+        flush_captured_output(&labels, "stderr", &stderr);
+        match outcome {
+            Err(_elapsed) => Err(CallError::Timeout(self.config.deadline)),
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(classify(&error, store.data().limits.refused, self.config.deadline)),
+        }
+    }
+}
+
+/// Turns a wasmtime error into what the caller is told. Only a one-line
+/// reason leaves the host; the full error goes to the log.
+fn classify(error: &wasmtime::Error, memory_refused: bool, deadline: Duration) -> CallError {
+    tracing::debug!(error = format!("{error:#}"), "tool invocation failed");
+    if let Some(trap) = error.downcast_ref::<Trap>() {
+        return match trap {
+            Trap::Interrupt => CallError::Timeout(deadline),
+            Trap::StackOverflow => CallError::Trapped("stack overflow".into()),
+            _ if memory_refused => CallError::ResourceExhausted,
+            Trap::UnreachableCodeReached => {
+                CallError::Trapped("the tool aborted (a panic or an unreachable instruction)".into())
+            }
+            Trap::MemoryOutOfBounds => CallError::Trapped("out-of-bounds memory access".into()),
+            Trap::IntegerDivisionByZero => CallError::Trapped("integer division by zero".into()),
+            other => CallError::Trapped(other.to_string()),
+        };
+    }
+    if memory_refused {
+        return CallError::ResourceExhausted;
+    }
+    let text = format!("{error:#}");
+    if text.contains("maximum concurrent") || text.contains("pooling allocator") {
+        return CallError::Busy;
+    }
+    CallError::Trapped("the tool could not be run".into())
+}
+
+fn tool_log(labels: &LogLabels, level: LogLevel, message: &str) {
+    let (tool, version, call_id) = (&labels.tool, labels.version, &labels.call_id);
+    match level {
+        LogLevel::Trace => tracing::trace!(target: "plinth::tool", tool, version, call_id, "{message}"),
+        LogLevel::Debug => tracing::debug!(target: "plinth::tool", tool, version, call_id, "{message}"),
+        LogLevel::Info => tracing::info!(target: "plinth::tool", tool, version, call_id, "{message}"),
+        LogLevel::Warn => tracing::warn!(target: "plinth::tool", tool, version, call_id, "{message}"),
+        LogLevel::Error => tracing::error!(target: "plinth::tool", tool, version, call_id, "{message}"),
+    }
+}
+
+/// Logs what the tool wrote to stdout/stderr, one event per line.
+fn flush_captured_output(labels: &LogLabels, stream: &str, pipe: &MemoryOutputPipe) {
+    let bytes = pipe.contents();
+    for line in String::from_utf8_lossy(&bytes).lines().filter(|l| !l.trim().is_empty()) {
+        tracing::info!(target: "plinth::tool", tool = labels.tool, version = labels.version, call_id = labels.call_id, stream, "{line}");
+    }
+}
+
+/// The manifest's config keys with their defaults, overlaid by the
+/// operator's values.
+pub fn effective_config(
+    manifest: &ToolManifest,
+    operator: Option<&BTreeMap<String, String>>,
+) -> BTreeMap<String, String> {
+    let mut config: BTreeMap<String, String> =
+        manifest.config.iter().filter_map(|(k, v)| Some((k.clone(), v.default.clone()?))).collect();
+    if let Some(values) = operator {
+        config.extend(values.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    config
+}

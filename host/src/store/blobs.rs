@@ -1,0 +1,67 @@
+//! Content-addressed component bytes under `DATA/blobs/sha256/`.
+
+use super::StoreError;
+use crate::package::sha256_hex;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Blobs named by the sha256 of their bytes; written once, never changed.
+#[derive(Debug, Clone)]
+pub struct BlobStore {
+    dir: PathBuf,
+}
+
+impl BlobStore {
+    /// Opens (creating) the blob folder under `data_dir`.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        let dir = data_dir.join("blobs").join("sha256");
+        std::fs::create_dir_all(&dir)?;
+        Ok(BlobStore { dir })
+    }
+
+    fn path(&self, sha256: &str) -> PathBuf {
+        self.dir.join(sha256)
+    }
+
+    /// Stores `bytes` and returns their hash. Writing is atomic (temp file,
+    /// fsync, rename), so a crash or a full disk never leaves a partial blob
+    /// under a valid name.
+    pub fn put(&self, bytes: &[u8]) -> Result<String, StoreError> {
+        let sha256 = sha256_hex(bytes);
+        let path = self.path(&sha256);
+        if path.exists() {
+            return Ok(sha256);
+        }
+        let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)?;
+        tmp.write_all(bytes)?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(&path).map_err(|e| e.error)?;
+        Ok(sha256)
+    }
+
+    /// Reads a blob, checking that its bytes still match its name.
+    pub fn get(&self, sha256: &str) -> Result<Vec<u8>, StoreError> {
+        let bytes = std::fs::read(self.path(sha256))?;
+        if sha256_hex(&bytes) != sha256 {
+            return Err(StoreError::Corrupt(sha256.to_string()));
+        }
+        Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stores_by_hash_and_detects_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let blobs = BlobStore::open(dir.path()).unwrap();
+        let sha = blobs.put(b"component").unwrap();
+        assert_eq!(sha, sha256_hex(b"component"));
+        assert_eq!(blobs.put(b"component").unwrap(), sha);
+        assert_eq!(blobs.get(&sha).unwrap(), b"component");
+        std::fs::write(blobs.path(&sha), b"tampered").unwrap();
+        assert!(matches!(blobs.get(&sha), Err(StoreError::Corrupt(_))));
+    }
+}

@@ -1,0 +1,65 @@
+//! `book_flight`: a consequential tool (it books seats), kept self-contained so
+//! that it runs anywhere: the confirmation code is derived from the booking and
+//! the price from a fare table.
+
+plinth_sdk::tool!("book-flight");
+
+struct BookFlight;
+
+impl Guest for BookFlight {
+    fn call(input: Input) -> Result<Output, ToolError> {
+        check_flight_number(&input.flight_number)?;
+        check_date(&input.date)?;
+        let fare = match input.cabin_class {
+            CabinClass::Economy => 180,
+            CabinClass::PremiumEconomy => 420,
+            CabinClass::Business => 1_350,
+            CabinClass::First => 4_200,
+        };
+        Ok(Output {
+            confirmation_code: confirmation_code(&input),
+            total_price_usd: fare * u32::from(input.passengers),
+            cabin_class: input.cabin_class,
+        })
+    }
+}
+
+fn check_flight_number(number: &str) -> Result<(), ToolError> {
+    let (airline, digits) = number.split_at(number.len().min(2));
+    let valid = airline.len() == 2
+        && airline.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+        && (1..=4).contains(&digits.len())
+        && digits.chars().all(|c| c.is_ascii_digit());
+    if valid {
+        Ok(())
+    } else {
+        Err(ToolError::new(format!("`{number}` is not a flight number"))
+            .with_prompt_content("A flight number is two letters then digits, like UA123. Ask the traveller for it."))
+    }
+}
+
+fn check_date(date: &str) -> Result<(), ToolError> {
+    let parts: Vec<&str> = date.split('-').collect();
+    let number = |s: &str, len: usize| {
+        (s.len() == len && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse::<u32>().ok()).flatten()
+    };
+    let valid = match parts.as_slice() {
+        [y, m, d] => matches!((number(y, 4), number(m, 2), number(d, 2)), (Some(_), Some(1..=12), Some(1..=31))),
+        _ => false,
+    };
+    if valid { Ok(()) } else { Err(ToolError::new(format!("`{date}` is not a date in the form YYYY-MM-DD"))) }
+}
+
+/// Six characters from a stable hash (FNV-1a) of the booking, so that the same
+/// booking always gets the same code.
+fn confirmation_code(input: &Input) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZ23456789";
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let key = format!("{}|{}|{}|{:?}", input.flight_number, input.date, input.passengers, input.cabin_class);
+    for byte in key.bytes() {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    (0..6).map(|i| ALPHABET[((hash >> (i * 5)) & 31) as usize] as char).collect()
+}
+
+export!(BookFlight);

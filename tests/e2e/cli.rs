@@ -1,0 +1,99 @@
+//! `plinth inspect` and `plinth pack` as a vendor uses them.
+
+use crate::support::{plinth_bin, plugins_dir};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+fn repo() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+/// `plinth pack CRATE --wasm WASM -o OUT`.
+fn pack(crate_dir: &Path, wasm: &Path, out: &Path) -> std::process::Output {
+    Command::new(plinth_bin()).arg("pack").arg(crate_dir).arg("--wasm").arg(wasm).arg("-o").arg(out).output().unwrap()
+}
+
+#[test]
+fn inspect_prints_the_signature_the_server_serves() {
+    let out = Command::new(plinth_bin())
+        .arg("inspect")
+        .arg(plugins_dir().join("lookup_weather_by_city.wasm"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let signature: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(signature["name"], "lookup_weather_by_city");
+    assert_eq!(signature["version"], 1);
+    assert!(signature.get("toolId").is_none(), "a toolId exists only once deployed");
+    let inputs: Vec<&str> =
+        signature["input_parameters"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(inputs, ["city", "units"]);
+    assert_eq!(
+        signature["input_parameters"][0]["description"],
+        "The city for the weather lookup. For example, Boston or Los Angeles."
+    );
+}
+
+#[test]
+fn inspect_refuses_what_is_not_a_packed_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.wasm");
+    std::fs::write(&junk, b"hello").unwrap();
+    let out = Command::new(plinth_bin()).arg("inspect").arg(&junk).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("error: not a WebAssembly component"), "{stderr}");
+}
+
+#[test]
+fn pack_embeds_docs_and_manifest_into_the_built_component() {
+    let built = repo().join("target/wasm32-wasip2/plugin/echo.wasm");
+    assert!(built.exists(), "run `make plugins` first");
+    let dir = tempfile::tempdir().unwrap();
+    let packed = dir.path().join("echo.wasm");
+    let out = pack(&repo().join("plugins/echo"), &built, &packed);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Deterministic: the same inputs pack to the same bytes as `make plugins`.
+    assert_eq!(std::fs::read(&packed).unwrap(), std::fs::read(plugins_dir().join("echo.wasm")).unwrap());
+
+    // Packing a packed tool again is refused.
+    let again = pack(&repo().join("plugins/echo"), &packed, &dir.path().join("twice.wasm"));
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already has a `plinth-manifest` section"));
+}
+
+#[test]
+fn pack_refuses_a_tool_whose_wit_breaks_the_contract() {
+    // A crate folder whose WIT gives an input a type A2T does not allow.
+    let dir = tempfile::tempdir().unwrap();
+    let wit = dir.path().join("wit");
+    std::fs::create_dir_all(wit.join("deps")).unwrap();
+    std::os::unix::fs::symlink(repo().join("wit").canonicalize().unwrap(), wit.join("deps/plinth-tool")).unwrap();
+    std::os::unix::fs::symlink(repo().join("wit/deps/config").canonicalize().unwrap(), wit.join("deps/config"))
+        .unwrap();
+    std::fs::write(
+        wit.join("world.wit"),
+        "package test:bad;\n/// Echo, with a list input.\nworld echo {\n use plinth:tool/types@0.1.0.{tool-error};\n\
+         record input {\n /// The text.\n text: list<string>,\n }\n record output {\n /// The text.\n text: string,\n }\n\
+         export call: func(input: input) -> result<output, tool-error>;\n}\n",
+    )
+    .unwrap();
+    let out = pack(dir.path(), &repo().join("target/wasm32-wasip2/plugin/echo.wasm"), &dir.path().join("out.wasm"));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("input `text` has type `list<string>`"), "{stderr}");
+    assert!(!dir.path().join("out.wasm").exists());
+}
+
+#[test]
+fn pack_builds_the_crate_when_no_component_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("echo.wasm");
+    let result =
+        Command::new(plinth_bin()).arg("pack").arg(repo().join("plugins/echo")).arg("-o").arg(&out).output().unwrap();
+    assert!(result.status.success(), "{}", String::from_utf8_lossy(&result.stderr));
+    let inspected = Command::new(plinth_bin()).arg("inspect").arg(&out).output().unwrap();
+    let signature: Value = serde_json::from_slice(&inspected.stdout).unwrap();
+    assert_eq!(signature["name"], "echo");
+}

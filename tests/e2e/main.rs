@@ -1,0 +1,8 @@
+//! End-to-end tests: the real `plinth` binary, real packed components built
+//! from `plugins/` (by `make plugins`), real HTTP on 127.0.0.1.
+
+mod a2t;
+mod cli;
+mod support;
+mod versions;
+mod weather;

@@ -1,0 +1,159 @@
+//! Starting the real server and talking HTTP to it.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The `plinth` binary cargo built for these tests.
+pub fn plinth_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_plinth")
+}
+
+/// The packed example tools (`make plugins` writes them).
+pub fn plugins_dir() -> PathBuf {
+    let dir = std::env::var_os("PLINTH_TEST_PLUGINS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/plugins"));
+    assert!(
+        dir.join("echo.wasm").exists(),
+        "the packed example tools are missing from {}: run `make plugins` (or `make test`) first",
+        dir.display()
+    );
+    dir
+}
+
+/// A running `plinth serve`, killed on drop.
+pub struct Server {
+    child: Child,
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+    /// The data dir (kept so a restart can reuse it).
+    pub data: tempfile::TempDir,
+    log: PathBuf,
+    client: reqwest::Client,
+}
+
+impl Server {
+    /// Serves the example tools with a fresh data dir.
+    pub fn start(extra: &[&str]) -> Server {
+        let plugins = plugins_dir();
+        let mut args = vec!["--plugins", plugins.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        Server::start_in(tempfile::tempdir().unwrap(), &args)
+    }
+
+    /// Serves with the given data dir and arguments.
+    pub fn start_in(data: tempfile::TempDir, args: &[&str]) -> Server {
+        let log = data.path().join("server.log");
+        let mut child = Command::new(plinth_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(data.path())
+            .args(args)
+            .env("PLINTH_LOG", "info,plinth::tool=debug")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("plinth starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("plinth listening on ") {
+                    let _ = tx.send(url.to_string());
+                }
+            }
+        });
+        let base = match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(base) => base,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("plinth did not start; its log:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+            }
+        };
+        Server { child, base, data, log, client: reqwest::Client::new() }
+    }
+
+    /// Stops the server and returns its data dir for a restart.
+    pub fn stop(mut self) -> tempfile::TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let data = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.data, data)
+    }
+
+    /// What the server logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `GET path` → (status, JSON body).
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self.client.get(format!("{}{path}", self.base)).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// `POST path` with a raw body → the response.
+    pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
+        self.client
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `POST path` with a JSON body → (status, JSON body).
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let response = self.post_raw(path, body.to_string()).await;
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// The toolId of the tool called `name`.
+    pub async fn tool_id(&self, name: &str) -> String {
+        let (_, body) = self.get("/tools?pageLimit=200").await;
+        body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no tool {name} in {body}"))["toolId"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// Invokes the current version of `name` with `params` (name → value).
+    pub async fn invoke(&self, name: &str, params: &[(&str, Value)]) -> (u16, Value) {
+        let id = self.tool_id(name).await;
+        self.post(&format!("/tools/{id}:invoke"), &invocation(name, params)).await
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An A2T invocation body.
+pub fn invocation(name: &str, params: &[(&str, Value)]) -> Value {
+    let params: Vec<Value> = params.iter().map(|(n, v)| serde_json::json!({"name": n, "value": v})).collect();
+    serde_json::json!({ "name": name, "input_parameters": params })
+}
+
+/// `{name: value}` of an invocation's outputs.
+pub fn outputs(body: &Value) -> serde_json::Map<String, Value> {
+    body["output_parameters"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no output_parameters in {body}"))
+        .iter()
+        .map(|o| (o["name"].as_str().unwrap().to_string(), o["value"].clone()))
+        .collect()
+}

@@ -1,0 +1,92 @@
+//! The sculpted weather tool: two backend calls over wasi:http to the fake
+//! weather service on 127.0.0.1, behind one A2T invocation.
+
+use crate::support::{Server, outputs};
+use serde_json::json;
+
+/// Starts the fake weather service on a free port, in this process.
+async fn backend() -> (String, fake_weather::Counter) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let counter = fake_weather::Counter::default();
+    tokio::spawn(fake_weather::serve(listener, counter.clone()));
+    (url, counter)
+}
+
+fn configured(url: &str) -> String {
+    format!("lookup_weather_by_city.backend-url={url}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn looks_up_the_weather_through_two_backend_calls() {
+    let (url, calls) = backend().await;
+    let server = Server::start(&["--tool-config", &configured(&url)]);
+
+    let (status, body) = server
+        .invoke("lookup_weather_by_city", &[("city", json!("Omaha, Nebraska")), ("units", json!("FAHRENHEIT"))])
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let out = outputs(&body);
+    assert_eq!(out["location"], "Omaha, United States");
+    assert_eq!(out["temperature"], 80, "26.7 °C is 80 °F");
+    assert_eq!(out["units"], "FAHRENHEIT");
+    assert_eq!(out["conditions"], "partly cloudy");
+    assert_eq!(out["wind_speed_kmh"], 14);
+    assert_eq!(out["coordinates"], json!({"latitude": 41.26, "longitude": -95.94}));
+    assert_eq!(calls.get(), 2, "geocode, then forecast");
+
+    let (status, body) = server.invoke("lookup_weather_by_city", &[("city", json!("Paris"))]).await;
+    assert_eq!(status, 200);
+    let out = outputs(&body);
+    assert_eq!((out["temperature"].clone(), out["units"].clone()), (json!(11), json!("CELSIUS")), "Celsius by default");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn backend_answers_become_tool_errors() {
+    let (url, _) = backend().await;
+    let server = Server::start(&["--tool-config", &configured(&url)]);
+
+    let (status, body) = server.invoke("lookup_weather_by_city", &[("city", json!("Atlantis"))]).await;
+    assert_eq!(status, 422);
+    assert_eq!(body["error"]["code"], "tool_error");
+    assert_eq!(body["error"]["message"], "no city called `Atlantis` is known");
+    assert_eq!(body["error"]["canRetry"], false);
+
+    // The backend's 503 is worth retrying: the tool says so, the host answers
+    // 503 with Retry-After.
+    let id = server.tool_id("lookup_weather_by_city").await;
+    let response = server
+        .post_raw(
+            &format!("/tools/{id}:invoke"),
+            json!({"name": "lookup_weather_by_city", "input_parameters": [{"name": "city", "value": "Stormville"}]})
+                .to_string(),
+        )
+        .await;
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "2");
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["canRetry"], true);
+    assert_eq!(body["error"]["retryAfterMs"], 2000);
+    assert_eq!(body["error"]["developerMessage"], "backend answered HTTP 503");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_input_never_reaches_the_backend() {
+    let (url, calls) = backend().await;
+    let server = Server::start(&["--tool-config", &configured(&url)]);
+    let (status, body) = server.invoke("lookup_weather_by_city", &[("city", json!("x".repeat(101)))]).await;
+    assert_eq!((status, body["error"]["code"].clone()), (400, json!("too_long")));
+    let (status, body) =
+        server.invoke("lookup_weather_by_city", &[("city", json!("Boston")), ("units", json!("KELVIN"))]).await;
+    assert_eq!((status, body["error"]["code"].clone()), (400, json!("invalid_enum_value")));
+    assert_eq!(calls.get(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_its_config_the_tool_says_it_is_not_configured() {
+    let server = Server::start(&[]);
+    assert!(server.logs().contains("required config is not set"), "{}", server.logs());
+    let (status, body) = server.invoke("lookup_weather_by_city", &[("city", json!("Boston"))]).await;
+    assert_eq!(status, 422);
+    assert_eq!(body["error"]["message"], "the tool is not configured on this server");
+}

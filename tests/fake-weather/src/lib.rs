@@ -1,0 +1,85 @@
+//! A stand-in for a weather service, shaped like common public weather APIs:
+//!
+//! - `GET /v1/geocode?name=CITY` → `{"results": [{"name", "country", "latitude", "longitude"}]}`
+//!   (matching is case-insensitive on the part before the first comma;
+//!   unknown cities give an empty list)
+//! - `GET /v1/forecast?latitude=LAT&longitude=LON` →
+//!   `{"current": {"temperature_c", "wind_speed_kmh", "conditions"}}`
+//!
+//! The city "Stormville" geocodes, but its forecast answers `503`, so tests can
+//! see how a tool reports a backend outage. Every request is counted, so tests
+//! can check that a refused invocation never reached the backend.
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// `(name, country, latitude, longitude, temperature °C, wind km/h, conditions)`.
+const CITIES: &[(&str, &str, f64, f64, f64, f64, &str)] = &[
+    ("Boston", "United States", 42.36, -71.06, 3.4, 22.0, "light rain"),
+    ("Los Angeles", "United States", 34.05, -118.24, 21.6, 9.0, "clear sky"),
+    ("Omaha", "United States", 41.26, -95.94, 26.7, 14.2, "partly cloudy"),
+    ("Paris", "France", 48.86, 2.35, 11.2, 12.5, "overcast"),
+    ("Tokyo", "Japan", 35.68, 139.69, 17.9, 7.4, "clear sky"),
+    ("Stormville", "United States", 41.55, -73.73, 0.0, 0.0, "unavailable"),
+];
+
+/// Counts the requests served, for tests.
+#[derive(Clone, Default)]
+pub struct Counter(Arc<AtomicUsize>);
+
+impl Counter {
+    /// Requests served so far.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// The service's routes.
+pub fn router(counter: Counter) -> Router {
+    Router::new().route("/v1/geocode", get(geocode)).route("/v1/forecast", get(forecast)).with_state(counter)
+}
+
+#[derive(Deserialize)]
+struct GeocodeQuery {
+    name: String,
+}
+
+async fn geocode(State(counter): State<Counter>, Query(q): Query<GeocodeQuery>) -> Json<Value> {
+    counter.0.fetch_add(1, Ordering::SeqCst);
+    let wanted = q.name.split(',').next().unwrap_or("").trim().to_lowercase();
+    let results: Vec<Value> = CITIES
+        .iter()
+        .filter(|c| c.0.to_lowercase() == wanted)
+        .map(|c| json!({"name": c.0, "country": c.1, "latitude": c.2, "longitude": c.3}))
+        .collect();
+    Json(json!({ "results": results }))
+}
+
+#[derive(Deserialize)]
+struct ForecastQuery {
+    latitude: f64,
+    longitude: f64,
+}
+
+async fn forecast(State(counter): State<Counter>, Query(q): Query<ForecastQuery>) -> Result<Json<Value>, StatusCode> {
+    counter.0.fetch_add(1, Ordering::SeqCst);
+    let city = CITIES
+        .iter()
+        .find(|c| (c.2 - q.latitude).abs() < 0.01 && (c.3 - q.longitude).abs() < 0.01)
+        .ok_or(StatusCode::NOT_FOUND)?;
+    if city.0 == "Stormville" {
+        return Err(StatusCode::SERVICE_UNAVAILABLE);
+    }
+    Ok(Json(json!({"current": {"temperature_c": city.4, "wind_speed_kmh": city.5, "conditions": city.6}})))
+}
+
+/// Serves on `listener` until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, counter: Counter) -> std::io::Result<()> {
+    axum::serve(listener, router(counter)).await
+}
