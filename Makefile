@@ -2,13 +2,15 @@
 
 CARGO      ?= cargo
 PLUGINS    := echo book-flight lookup-weather-by-city
+# Extra tools the tests deploy (versions of echo), packed into target/fixtures/.
+FIXTURES   := echo-v2 echo-breaking
 WASM_OUT   := target/wasm32-wasip2/plugin
 PLUGIN_OUT := target/plugins
 LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
 DATA       ?= ./plinth-data
 
-.PHONY: help build wasm-target plugins run test check
+.PHONY: help build wasm-target plugins fixtures run test check
 
 help:
 	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
@@ -40,8 +42,16 @@ run: plugins
 	./target/debug/plinth serve --listen $(LISTEN) --data $(DATA) --plugins $(PLUGIN_OUT) \
 		--tool-config lookup_weather_by_city.backend-url=http://$(WEATHER)
 
-test: plugins
-	PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) $(CARGO) test
+fixtures: plugins
+	$(CARGO) build --target wasm32-wasip2 --profile plugin $(addprefix -p fixture-,$(FIXTURES))
+	@mkdir -p target/fixtures
+	@for p in $(FIXTURES); do \
+		f=$$(echo $$p | tr - _); \
+		./target/debug/plinth pack tests/fixtures/$$p --wasm $(WASM_OUT)/fixture_$$f.wasm -o target/fixtures/$$f.wasm || exit 1; \
+	done
+
+test: fixtures
+	PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures $(CARGO) test --no-fail-fast
 
 check:
 	$(CARGO) clippy --all-targets -- -D warnings

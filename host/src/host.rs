@@ -10,10 +10,12 @@ use crate::package::{PackageError, ToolPackage};
 use crate::registry::{Registry, Tool, ToolVersion};
 use crate::runtime::outbound::OutboundPolicy;
 use crate::runtime::{self, CallError, CallSetup, LoadError, LogLabels, Runtime, RuntimeConfig};
+use crate::signature::SignatureDiff;
 use crate::store::{BlobStore, RegistryStore, SqliteStore, StoreError, StoredVersion};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -43,30 +45,67 @@ pub enum DeployError {
     /// Persisting failed; nothing was registered.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The new version would break callers of the current one.
+    #[error("{}", breaking_message(.tool, .current, .diff))]
+    Breaking {
+        /// The tool's name.
+        tool: String,
+        /// The version it was compared with.
+        current: u32,
+        /// Every change, breaking or not.
+        diff: SignatureDiff,
+    },
+    /// `expectVersion` does not match what the deploy would produce.
+    #[error("expected this deploy to {}, but it would {}", describe_version(*.expected), describe_version(*.actual))]
+    UnexpectedVersion {
+        /// What the caller asked for.
+        expected: u32,
+        /// What the deploy would produce (the existing version for
+        /// identical bytes).
+        actual: u32,
+    },
+}
+
+fn describe_version(n: u32) -> String {
+    format!("be version {n}")
+}
+
+fn breaking_message(tool: &str, current: &u32, diff: &SignatureDiff) -> String {
+    let changes: Vec<&str> = diff.breaking().map(|c| c.message.as_str()).collect();
+    format!(
+        "this would break callers of `{tool}` version {current}: {}. A new version may only add optional inputs, add outputs, widen what inputs accept, or edit descriptions; deploy a tool with a new name for anything else",
+        changes.join("; ")
+    )
+}
+
+/// Why a retirement was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RetireError {
+    /// No such tool or version.
+    #[error("{0}")]
+    NotFound(String),
+    /// Persisting failed; nothing changed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// What a deploy did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeployOutcome {
-    /// A new tool, at version 1.
-    Created {
-        /// The new toolId.
-        tool_id: Uuid,
-    },
-    /// A new version of an existing tool.
-    NewVersion {
-        /// The toolId.
-        tool_id: Uuid,
-        /// The new version number.
-        version: u32,
-    },
-    /// These exact bytes are already deployed as this version.
-    Unchanged {
-        /// The toolId.
-        tool_id: Uuid,
-        /// The existing version number.
-        version: u32,
-    },
+pub struct Deployed {
+    /// The toolId.
+    pub tool_id: Uuid,
+    /// The tool's name.
+    pub name: String,
+    /// The version the bytes are deployed as.
+    pub version: u32,
+    /// The sha256 of the bytes.
+    pub sha256: String,
+    /// The sha256 of the version's signature.
+    pub signature_sha256: String,
+    /// The version that was current before (none for a new tool).
+    pub previous_version: Option<u32>,
+    /// `false` when these exact bytes were already deployed (nothing changed).
+    pub created: bool,
 }
 
 /// Why an invocation did not produce outputs.
@@ -86,6 +125,9 @@ pub enum InvokeError {
     /// The request does not fit the signature.
     #[error(transparent)]
     Input(#[from] InputError),
+    /// The version (or, unpinned, every version) is retired.
+    #[error("{0}")]
+    Retired(String),
     /// The sandbox stopped the tool.
     #[error(transparent)]
     Call(#[from] CallError),
@@ -101,26 +143,41 @@ pub struct ToolHost {
     store: Box<dyn RegistryStore>,
     blobs: BlobStore,
     tool_config: ToolConfig,
+    /// Serializes the registry-changing step of deploys and retirements, so
+    /// version numbers are assigned without races. Compilation happens
+    /// before it is taken.
+    changes: std::sync::Mutex<()>,
 }
 
 impl ToolHost {
-    /// Opens the data dir and loads every stored version.
+    /// Opens the data dir, loads every stored version and sweeps blobs no
+    /// version refers to.
     pub fn open(options: HostOptions) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&options.data_dir)?;
         let store = SqliteStore::open(&options.data_dir)?;
         let blobs = BlobStore::open(&options.data_dir)?;
-        let runtime = Runtime::new(options.runtime)?;
+        let mut runtime_config = options.runtime;
+        runtime_config.cache_dir.get_or_insert_with(|| options.data_dir.join("compiled"));
+        let runtime = Runtime::new(runtime_config)?;
         let host = ToolHost {
             registry: Registry::default(),
             runtime,
             store: Box::new(store),
             blobs,
             tool_config: options.tool_config,
+            changes: std::sync::Mutex::new(()),
         };
-        for stored in host.store.versions()? {
+        let stored = host.store.versions()?;
+        let referenced = stored.iter().map(|v| v.sha256.clone()).collect();
+        let swept = host.blobs.sweep(&referenced)?;
+        if swept > 0 {
+            tracing::info!(files = swept, "removed blobs of deploys that never committed");
+        }
+        for version in stored {
             // One bad version must not keep the others from being served.
-            if let Err(e) = host.load_stored(stored.clone()) {
-                tracing::error!(tool = stored.name, version = stored.version, error = %e, "stored version could not be loaded; it is not served");
+            let (name, number) = (version.name.clone(), version.version);
+            if let Err(e) = host.load_stored(version) {
+                tracing::error!(tool = name, version = number, error = %e, "stored version could not be loaded; it is not served");
             }
         }
         Ok(host)
@@ -128,7 +185,7 @@ impl ToolHost {
 
     fn load_stored(&self, stored: StoredVersion) -> Result<(), DeployError> {
         let bytes = self.blobs.get(&stored.sha256)?;
-        let component = self.runtime.load(&bytes)?;
+        let component = self.runtime.load(&bytes, &stored.sha256)?;
         self.registry.insert(
             stored.tool_id,
             &stored.name,
@@ -137,61 +194,121 @@ impl ToolHost {
                 sha256: stored.sha256,
                 // The signature stored with the version is the locked one.
                 signature: Arc::new(stored.signature),
+                signature_sha256: stored.signature_sha256,
                 manifest: Arc::new(stored.manifest),
                 component,
                 created_at: stored.created_at,
+                retired_at: AtomicI64::new(stored.retired_at.unwrap_or(0)),
             },
         );
         Ok(())
     }
 
-    /// Deploys a packed component: the same bytes again are a no-op; new
-    /// bytes for a known tool name become its next version.
+    /// Deploys a packed component.
     ///
-    /// The compatibility check between versions is not enforced yet.
-    pub fn deploy(&self, bytes: &[u8]) -> Result<DeployOutcome, DeployError> {
+    /// Identical bytes are a no-op that names the existing version. New bytes
+    /// for a known tool name become its next version, if the signature is
+    /// compatible with the current version's. `expect_version` makes the
+    /// deploy fail unless it results in exactly that version. The new version
+    /// is compiled before anything is written, then the blob is stored
+    /// (fsynced), then the registry row committed, then it becomes current:
+    /// a crash at any point leaves no version without its blob.
+    pub fn deploy(&self, bytes: &[u8], expect_version: Option<u32>) -> Result<Deployed, DeployError> {
         let package = ToolPackage::read(bytes)?;
+        let component = self.runtime.load(bytes, &package.sha256)?;
+
+        let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
         let existing = self.registry.by_name(&package.signature.name);
+        let previous_version = existing.as_ref().and_then(|t| t.current()).map(|v| v.number);
         if let Some(tool) = &existing
             && let Some(version) = tool.version_with_sha256(&package.sha256)
         {
-            return Ok(DeployOutcome::Unchanged { tool_id: tool.id, version: version.number });
+            if let Some(expected) = expect_version.filter(|e| *e != version.number) {
+                return Err(DeployError::UnexpectedVersion { expected, actual: version.number });
+            }
+            return Ok(Deployed {
+                tool_id: tool.id,
+                name: tool.name.clone(),
+                version: version.number,
+                sha256: version.sha256.clone(),
+                signature_sha256: version.signature_sha256.clone(),
+                previous_version,
+                created: false,
+            });
         }
-        // Compile before anything is written: a component that cannot run is
-        // refused without leaving a trace.
-        let component = self.runtime.load(bytes)?;
-        let (tool_id, number) = match &existing {
-            Some(tool) => (tool.id, tool.current().number + 1),
-            None => (Uuid::new_v4(), 1),
-        };
+        let number = existing.as_ref().map_or(1, |t| t.newest_number() + 1);
+        if let Some(expected) = expect_version.filter(|e| *e != number) {
+            return Err(DeployError::UnexpectedVersion { expected, actual: number });
+        }
+        if let Some(current) = existing.as_ref().and_then(|t| t.current()) {
+            let diff = SignatureDiff::between(&current.signature, &package.signature);
+            if !diff.is_compatible() {
+                return Err(DeployError::Breaking {
+                    tool: package.signature.name.clone(),
+                    current: current.number,
+                    diff,
+                });
+            }
+        }
+
+        let tool_id = existing.as_ref().map_or_else(Uuid::new_v4, |t| t.id);
         self.blobs.put(bytes)?;
         let stored = StoredVersion {
             tool_id,
             name: package.signature.name.clone(),
             version: number,
             sha256: package.sha256.clone(),
-            signature: package.signature.clone(),
-            manifest: package.manifest.clone(),
+            signature_sha256: package.signature.sha256(),
+            signature: package.signature,
+            manifest: package.manifest,
             created_at: unix_now(),
+            retired_at: None,
         };
         self.store.insert_version(&stored)?;
+        let deployed = Deployed {
+            tool_id,
+            name: stored.name.clone(),
+            version: number,
+            sha256: stored.sha256.clone(),
+            signature_sha256: stored.signature_sha256.clone(),
+            previous_version,
+            created: true,
+        };
         self.registry.insert(
             tool_id,
             &stored.name,
             ToolVersion {
                 number,
-                sha256: package.sha256,
-                signature: Arc::new(package.signature),
-                manifest: Arc::new(package.manifest),
+                sha256: stored.sha256,
+                signature: Arc::new(stored.signature),
+                signature_sha256: stored.signature_sha256,
+                manifest: Arc::new(stored.manifest),
                 component,
                 created_at: stored.created_at,
+                retired_at: AtomicI64::new(0),
             },
         );
-        Ok(if existing.is_some() {
-            DeployOutcome::NewVersion { tool_id, version: number }
-        } else {
-            DeployOutcome::Created { tool_id }
-        })
+        Ok(deployed)
+    }
+
+    /// Retires a version: it can no longer be invoked (callers get `410`),
+    /// it stays listed and its bytes stay stored. Unpinned callers move to
+    /// the newest version that is not retired. Retiring twice is a no-op.
+    pub fn retire(&self, tool_id: &str, version: u32) -> Result<(), RetireError> {
+        let tool =
+            self.tool(tool_id).ok_or_else(|| RetireError::NotFound(format!("there is no tool with id `{tool_id}`")))?;
+        let target = tool
+            .version(version)
+            .ok_or_else(|| RetireError::NotFound(format!("tool `{}` has no version {version}", tool.name)))?;
+        let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        if target.retired_at().is_some() {
+            return Ok(());
+        }
+        let at = unix_now();
+        self.store.retire_version(tool.id, version, at)?;
+        target.retired_at.store(at, std::sync::atomic::Ordering::Release);
+        tracing::info!(tool = tool.name, version, "version retired");
+        Ok(())
     }
 
     /// The registry, for enumeration.
@@ -208,7 +325,7 @@ impl ToolHost {
     /// Config keys a tool requires that neither the operator nor a default
     /// supplies (reported at start so the operator can fix them).
     pub fn missing_config(&self, tool: &Tool) -> Vec<String> {
-        let version = tool.current();
+        let Some(version) = tool.current() else { return Vec::new() };
         let config = runtime::effective_config(&version.manifest, self.tool_config.get(&tool.name));
         version
             .manifest
@@ -220,21 +337,30 @@ impl ToolHost {
     }
 
     /// Invokes a version (the current one when `version` is `None`) with an
-    /// A2T invocation body.
+    /// A2T invocation body. Returns the version that ran and its result.
     pub async fn invoke(
         &self,
         tool_id: &str,
         version: Option<u32>,
         body: &serde_json::Value,
         call_id: &str,
-    ) -> Result<ToolResult, InvokeError> {
+    ) -> Result<(u32, ToolResult), InvokeError> {
         let tool = self.tool(tool_id).ok_or_else(|| InvokeError::UnknownTool(tool_id.to_string()))?;
         let version = match version {
-            None => tool.current(),
-            Some(n) => tool.version(n).ok_or(InvokeError::UnknownVersion { tool_id: tool.id, version: n })?,
+            None => tool
+                .current()
+                .ok_or_else(|| InvokeError::Retired(format!("every version of `{}` is retired", tool.name)))?,
+            Some(n) => {
+                let version = tool.version(n).ok_or(InvokeError::UnknownVersion { tool_id: tool.id, version: n })?;
+                if version.retired_at().is_some() {
+                    return Err(InvokeError::Retired(format!("version {n} of `{}` is retired", tool.name)));
+                }
+                version
+            }
         };
         let span = tracing::info_span!("invoke", tool = %tool.name, version = version.number, call_id);
-        self.run(&tool, &version, body, call_id).instrument(span).await
+        let result = self.run(&tool, &version, body, call_id).instrument(span).await?;
+        Ok((version.number, result))
     }
 
     async fn run(

@@ -3,7 +3,7 @@
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use plinth::api;
-use plinth::host::{DeployOutcome, HostOptions, ToolConfig, ToolHost};
+use plinth::host::{HostOptions, ToolConfig, ToolHost};
 use plinth::manifest::ToolManifest;
 use plinth::package::{self, ToolPackage};
 use plinth::runtime::RuntimeConfig;
@@ -11,6 +11,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod client;
 
 #[derive(Parser)]
 #[command(
@@ -35,6 +37,66 @@ enum Command {
         /// The packed .wasm file.
         file: PathBuf,
     },
+    /// Compare two packed versions of a tool offline: prints every change
+    /// and whether the new one is compatible (exit code 1 when it breaks
+    /// callers of the old one).
+    Diff {
+        /// The version callers use now.
+        old: PathBuf,
+        /// The candidate.
+        new: PathBuf,
+    },
+    /// Deploy a packed tool to a running server.
+    Deploy {
+        /// The packed .wasm file.
+        file: PathBuf,
+        /// Fail unless the deploy results in exactly this version.
+        #[arg(long)]
+        expect_version: Option<u32>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Retire a version: invocations of it answer 410 from now on.
+    Retire {
+        /// The tool's name or toolId.
+        tool: String,
+        /// The version to retire.
+        version: u32,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// List a server's tools, or one tool's versions.
+    Tools {
+        #[command(subcommand)]
+        command: ToolsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ToolsCommand {
+    /// Every tool at its current version.
+    List {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Every version of one tool, newest first.
+    Versions {
+        /// The tool's name or toolId.
+        tool: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+/// Where a running server is, for the client commands.
+#[derive(clap::Args)]
+struct ServerArgs {
+    /// The server's base URL.
+    #[arg(long, env = "PLINTH_SERVER", default_value = "http://127.0.0.1:8080")]
+    server: String,
+    /// The admin token (needed to deploy and retire).
+    #[arg(long, env = "PLINTH_ADMIN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -48,6 +110,14 @@ struct ServeArgs {
     /// Deploy every .wasm in this directory at start.
     #[arg(long, env = "PLINTH_PLUGINS")]
     plugins: Option<PathBuf>,
+    /// Deploy every .wasm in this directory at start, and each one added or
+    /// replaced while the server runs (after it has been still for 500 ms).
+    #[arg(long, env = "PLINTH_WATCH")]
+    watch: Option<PathBuf>,
+    /// Bearer token for the admin API (deploy, retire); without one the
+    /// admin API is disabled.
+    #[arg(long, env = "PLINTH_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
     /// Configuration value for a tool, as TOOL.KEY=VALUE (repeatable; in the
     /// environment, comma-separated).
     #[arg(long = "tool-config", env = "PLINTH_TOOL_CONFIG", value_delimiter = ',', value_name = "TOOL.KEY=VALUE")]
@@ -104,12 +174,21 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => serve(args),
         Command::Pack(args) => pack(args),
         Command::Inspect { file } => inspect(&file),
+        Command::Diff { old, new } => match client::diff(&old, &new) {
+            Ok(true) => Ok(()),
+            Ok(false) => return std::process::ExitCode::from(1),
+            Err(e) => Err(e),
+        },
+        Command::Deploy { file, expect_version, server } => client::deploy(&server, &file, expect_version),
+        Command::Retire { tool, version, server } => client::retire(&server, &tool, version),
+        Command::Tools { command: ToolsCommand::List { server } } => client::list(&server),
+        Command::Tools { command: ToolsCommand::Versions { tool, server } } => client::versions(&server, &tool),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            std::process::ExitCode::from(2)
         }
     }
 }
@@ -151,11 +230,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_memory_bytes: args.max_memory_mib.max(1) << 20,
             max_instances: args.max_instances.max(1),
             pooling: matches!(args.allocator, Allocator::Pooling),
+            cache_dir: None,
         },
         tool_config: parse_tool_config(&args.tool_config)?,
     };
     let host = ToolHost::open(options).with_context(|| format!("opening the data dir {}", args.data.display()))?;
     if let Some(dir) = &args.plugins {
+        deploy_dir(&host, dir)?;
+    }
+    if let Some(dir) = &args.watch {
         deploy_dir(&host, dir)?;
     }
     let (page, _) = host.registry().page(None, usize::MAX, |_| true);
@@ -175,7 +258,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(tools = host.registry().len(), "serving on http://{addr}");
         // The one line on stdout: scripts and tests read the address from it.
         println!("plinth listening on http://{addr}");
-        let app = api::router(Arc::new(host));
+        let host = Arc::new(host);
+        let _watcher = match &args.watch {
+            Some(dir) => Some(watch(host.clone(), dir)?),
+            None => None,
+        };
+        let app = api::router(host, args.admin_token.filter(|t| !t.is_empty()));
         axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
         tracing::info!("stopped");
         Ok(())
@@ -192,21 +280,52 @@ fn deploy_dir(host: &ToolHost, dir: &Path) -> anyhow::Result<()> {
         .collect();
     files.sort();
     for path in files {
-        let outcome = std::fs::read(&path).map_err(anyhow::Error::from).and_then(|bytes| Ok(host.deploy(&bytes)?));
-        match outcome {
-            Ok(DeployOutcome::Created { tool_id }) => {
-                tracing::info!(file = %path.display(), %tool_id, version = 1, "deployed")
-            }
-            Ok(DeployOutcome::NewVersion { tool_id, version }) => {
-                tracing::info!(file = %path.display(), %tool_id, version, "deployed a new version")
-            }
-            Ok(DeployOutcome::Unchanged { tool_id, version }) => {
-                tracing::info!(file = %path.display(), %tool_id, version, "already deployed")
-            }
-            Err(e) => tracing::error!(file = %path.display(), error = format!("{e:#}"), "not deployed"),
-        }
+        deploy_file(host, &path);
     }
     Ok(())
+}
+
+/// Deploys one file, logging the outcome (the `--plugins` and `--watch` path).
+fn deploy_file(host: &ToolHost, path: &Path) {
+    let outcome = std::fs::read(path).map_err(anyhow::Error::from).and_then(|bytes| Ok(host.deploy(&bytes, None)?));
+    match outcome {
+        Ok(d) if d.created => {
+            tracing::info!(file = %path.display(), tool = d.name, tool_id = %d.tool_id, version = d.version, "deployed")
+        }
+        Ok(d) => tracing::info!(file = %path.display(), tool = d.name, version = d.version, "already deployed"),
+        Err(e) => tracing::error!(file = %path.display(), error = format!("{e:#}"), "not deployed"),
+    }
+}
+
+/// Watches `dir` and deploys each `.wasm` created or replaced in it, once it
+/// has been still for a moment (copies arrive in pieces). Dropping the
+/// returned debouncer stops the watch.
+fn watch(
+    host: Arc<ToolHost>,
+    dir: &Path,
+) -> anyhow::Result<notify_debouncer_mini::Debouncer<notify_debouncer_mini::notify::RecommendedWatcher>> {
+    use notify_debouncer_mini::{DebounceEventResult, new_debouncer, notify::RecursiveMode};
+    let mut debouncer = new_debouncer(Duration::from_millis(500), move |events: DebounceEventResult| match events {
+        Ok(events) => {
+            let mut paths: Vec<PathBuf> = events
+                .into_iter()
+                .map(|e| e.path)
+                .filter(|p| p.extension().is_some_and(|x| x == "wasm") && p.is_file())
+                .collect();
+            paths.sort();
+            paths.dedup();
+            for path in paths {
+                deploy_file(&host, &path);
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "watching the deploy directory failed"),
+    })?;
+    debouncer
+        .watcher()
+        .watch(dir, RecursiveMode::NonRecursive)
+        .with_context(|| format!("watching {}", dir.display()))?;
+    tracing::info!(dir = %dir.display(), "watching for tools to deploy");
+    Ok(debouncer)
 }
 
 async fn shutdown_signal() {
@@ -294,7 +413,7 @@ fn cargo_build(crate_dir: &Path) -> anyhow::Result<PathBuf> {
 fn inspect(file: &Path) -> anyhow::Result<()> {
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let tool = ToolPackage::read(&bytes)?;
-    let json = api::a2t::signature_json(None, 1, 1, &tool.signature);
+    let json = api::a2t::signature_json(None, 1, Some(1), &tool.signature);
     println!("{}", serde_json::to_string_pretty(&json)?);
     eprintln!(
         "sha256 {} — the toolId is assigned when the tool is first deployed; version numbers by the server",

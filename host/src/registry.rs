@@ -10,6 +10,7 @@ use crate::runtime::LoadedComponent;
 use crate::signature::Signature;
 use dashmap::DashMap;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use uuid::Uuid;
 
@@ -21,12 +22,23 @@ pub struct ToolVersion {
     pub sha256: String,
     /// Its locked signature.
     pub signature: Arc<Signature>,
+    /// The sha256 of the signature (see [`Signature::sha256`]).
+    pub signature_sha256: String,
     /// Its manifest.
     pub manifest: Arc<ToolManifest>,
     /// The compiled component.
     pub component: LoadedComponent,
     /// When it was deployed (Unix seconds).
     pub created_at: i64,
+    /// When it was retired (Unix seconds), 0 while it is live.
+    pub retired_at: AtomicI64,
+}
+
+impl ToolVersion {
+    /// When it was retired, if it was.
+    pub fn retired_at(&self) -> Option<i64> {
+        Some(self.retired_at.load(Ordering::Acquire)).filter(|t| *t != 0)
+    }
 }
 
 /// A tool: a stable id and name, and its versions.
@@ -39,11 +51,17 @@ pub struct Tool {
 }
 
 impl Tool {
-    /// The newest version.
-    pub fn current(&self) -> Arc<ToolVersion> {
+    /// The newest version that is not retired: what unpinned callers get.
+    /// `None` when every version is retired.
+    pub fn current(&self) -> Option<Arc<ToolVersion>> {
         let versions = self.versions.read().unwrap_or_else(|p| p.into_inner());
-        // A tool is only registered together with its first version.
-        versions.values().next_back().cloned().expect("a registered tool has a version")
+        versions.values().rev().find(|v| v.retired_at().is_none()).cloned()
+    }
+
+    /// The highest version number ever given, retired or not (numbers are
+    /// never reused).
+    pub fn newest_number(&self) -> u32 {
+        self.versions.read().unwrap_or_else(|p| p.into_inner()).keys().next_back().copied().unwrap_or(0)
     }
 
     /// Version `n`, if it exists.

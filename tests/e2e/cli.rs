@@ -41,7 +41,7 @@ fn inspect_refuses_what_is_not_a_packed_tool() {
     let junk = dir.path().join("junk.wasm");
     std::fs::write(&junk, b"hello").unwrap();
     let out = Command::new(plinth_bin()).arg("inspect").arg(&junk).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.starts_with("error: not a WebAssembly component"), "{stderr}");
 }

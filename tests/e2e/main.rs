@@ -3,6 +3,7 @@
 
 mod a2t;
 mod cli;
+mod deploy;
 mod support;
 mod versions;
 mod weather;

@@ -25,6 +25,31 @@ pub fn plugins_dir() -> PathBuf {
     dir
 }
 
+/// The packed test fixtures (`make fixtures` writes them).
+pub fn fixture(name: &str) -> Vec<u8> {
+    let dir = std::env::var_os("PLINTH_TEST_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/fixtures"));
+    std::fs::read(dir.join(name))
+        .unwrap_or_else(|e| panic!("fixture {name} is missing from {} ({e}): run `make test`", dir.display()))
+}
+
+/// A packed tool with an extra custom section: the same signature, other
+/// bytes (and so another sha256).
+pub fn relabeled(packed: &[u8], label: &str) -> Vec<u8> {
+    let mut bytes = packed.to_vec();
+    let name = b"build-label";
+    bytes.push(0);
+    bytes.push((1 + name.len() + label.len()) as u8);
+    bytes.push(name.len() as u8);
+    bytes.extend_from_slice(name);
+    bytes.extend_from_slice(label.as_bytes());
+    bytes
+}
+
+/// The admin token the tests start servers with.
+pub const TOKEN: &str = "test-admin-token";
+
 /// A running `plinth serve`, killed on drop.
 pub struct Server {
     child: Child,
@@ -112,6 +137,33 @@ impl Server {
         let response = self.post_raw(path, body.to_string()).await;
         let status = response.status().as_u16();
         (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// `POST /admin/tools[?query]` with a component, as the admin.
+    pub async fn deploy(&self, bytes: Vec<u8>, query: &str) -> (u16, Value) {
+        let response = self
+            .client
+            .post(format!("{}/admin/tools{query}", self.base))
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/wasm")
+            .body(bytes)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// `DELETE path` as the admin.
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        let response = self.client.delete(format!("{}{path}", self.base)).bearer_auth(TOKEN).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// A request builder against this server.
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.client.request(method, format!("{}{path}", self.base))
     }
 
     /// The toolId of the tool called `name`.

@@ -1,21 +1,13 @@
 //! Versions and the data dir: new bytes of a known tool become its next
 //! version, identical bytes change nothing, and everything survives a restart.
 
-use crate::support::{Server, invocation, outputs, plugins_dir};
+use crate::support::{Server, invocation, outputs, plugins_dir, relabeled};
 use serde_json::json;
 
-/// The packed echo tool with an extra custom section: a build with the same
-/// signature but different bytes (and so a different sha256).
+/// The packed echo tool relabeled: the same signature, other bytes.
 fn echo_variant(dir: &std::path::Path, label: &str) {
-    let mut bytes = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
-    let name = b"build-label";
-    let payload_len = 1 + name.len() + label.len();
-    bytes.push(0);
-    bytes.push(payload_len as u8);
-    bytes.push(name.len() as u8);
-    bytes.extend_from_slice(name);
-    bytes.extend_from_slice(label.as_bytes());
-    std::fs::write(dir.join("echo.wasm"), bytes).unwrap();
+    let bytes = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
+    std::fs::write(dir.join("echo.wasm"), relabeled(&bytes, label)).unwrap();
 }
 
 #[tokio::test]

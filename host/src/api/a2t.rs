@@ -13,7 +13,7 @@ use crate::signature::{EnumValue, InputType, OutputType, Signature};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use base64::Engine as _;
@@ -35,8 +35,19 @@ pub fn routes() -> Router<AppState> {
         .route("/tools/{tool_id}/versions/{version_ref}", get(get_version).post(invoke_version))
 }
 
-/// The A2T `ToolSignature` JSON of one version.
-pub fn signature_json(tool_id: Option<&uuid::Uuid>, version: u32, current_version: u32, s: &Signature) -> Value {
+/// `{toolId}:invoke` and `{n}:invoke`: the A2T invocation suffix.
+pub fn strip_invoke_suffix(segment: &str) -> Option<&str> {
+    segment.strip_suffix(":invoke")
+}
+
+/// The A2T `ToolSignature` JSON of one version. `current_version` is `None`
+/// when every version of the tool is retired.
+pub fn signature_json(
+    tool_id: Option<&uuid::Uuid>,
+    version: u32,
+    current_version: Option<u32>,
+    s: &Signature,
+) -> Value {
     let mut out = Map::new();
     if let Some(id) = tool_id {
         out.insert("toolId".into(), id.to_string().into());
@@ -104,8 +115,45 @@ fn int_value(n: i128) -> Value {
     }
 }
 
+/// A version resource: the signature plus what identifies its bytes and
+/// whether it is retired.
 fn version_json(tool: &Tool, version: &ToolVersion) -> Value {
-    signature_json(Some(&tool.id), version.number, tool.current().number, &version.signature)
+    let mut json = signature_json(Some(&tool.id), version.number, current_number(tool), &version.signature);
+    json["contentHash"] = format!("sha256:{}", version.sha256).into();
+    if let Some(at) = version.retired_at() {
+        json["retired"] = true.into();
+        json["retiredAt"] = at.into();
+    }
+    json
+}
+
+fn current_number(tool: &Tool) -> Option<u32> {
+    tool.current().map(|v| v.number)
+}
+
+/// A version resource with its `ETag`; `304` when `If-None-Match` matches.
+/// The tag covers the signature (locked per version) and what may still
+/// change about the resource: the current version and retirement.
+fn cacheable(tool: &Tool, version: &ToolVersion, headers: &HeaderMap) -> Response {
+    let current = current_number(tool).map_or("none".to_string(), |n| n.to_string());
+    let retired = if version.retired_at().is_some() { "-retired" } else { "" };
+    let etag = format!("\"{}-{current}{retired}\"", version.signature_sha256);
+    let matches =
+        headers.get_all(header::IF_NONE_MATCH).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(
+            |tag| {
+                let tag = tag.trim();
+                tag == "*" || tag.trim_start_matches("W/") == etag
+            },
+        );
+    let mut response = if matches {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        axum::Json(version_json(tool, version)).into_response()
+    };
+    if let Ok(value) = HeaderValue::from_str(&etag) {
+        response.headers_mut().insert(header::ETAG, value);
+    }
+    response
 }
 
 /// `pageLimit`, `pageCursor` and `tag` from the query string.
@@ -171,12 +219,12 @@ async fn list_tools(State(host): State<AppState>, RawQuery(raw): RawQuery) -> Re
     let query = PageQuery::parse(raw.as_deref())?;
     let after = query.cursor_after(TOOLS_CURSOR)?;
     let tags = &query.tags;
+    // A tool whose every version is retired is no longer enumerated.
     let (tools, more) = host.registry().page(after.as_deref(), query.limit, |tool| {
-        let current = tool.current();
-        tags.iter().all(|t| current.signature.tags.contains(t))
+        tool.current().is_some_and(|current| tags.iter().all(|t| current.signature.tags.contains(t)))
     });
     let next = if more { tools.last().map(|t| cursor(TOOLS_CURSOR, &t.name)) } else { None };
-    let items = tools.iter().map(|t| version_json(t, &t.current())).collect();
+    let items = tools.iter().filter_map(|t| Some(version_json(t, &*t.current()?))).collect();
     Ok(page(items, query.limit, next))
 }
 
@@ -191,9 +239,16 @@ fn parse_version(raw: &str) -> Result<u32, ApiError> {
         .ok_or_else(|| ApiError::not_found(format!("`{raw}` is not a version; versions are whole numbers from 1")))
 }
 
-async fn get_tool(State(host): State<AppState>, Path(tool_id): Path<String>) -> Result<axum::Json<Value>, ApiError> {
+async fn get_tool(
+    State(host): State<AppState>,
+    Path(tool_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let tool = find_tool(&host, &tool_id)?;
-    Ok(axum::Json(version_json(&tool, &tool.current())))
+    let current = tool.current().ok_or_else(|| {
+        ApiError::new(StatusCode::GONE, "tool_retired", format!("every version of `{}` is retired", tool.name))
+    })?;
+    Ok(cacheable(&tool, &current, &headers))
 }
 
 async fn list_versions(
@@ -221,16 +276,17 @@ async fn list_versions(
 async fn get_version(
     State(host): State<AppState>,
     Path((tool_id, version)): Path<(String, String)>,
-) -> Result<axum::Json<Value>, ApiError> {
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let tool = find_tool(&host, &tool_id)?;
     let n = parse_version(&version)?;
     let version = tool.version(n).ok_or_else(|| ApiError::not_found(format!("tool `{tool_id}` has no version {n}")))?;
-    Ok(axum::Json(version_json(&tool, &version)))
+    Ok(cacheable(&tool, &version, &headers))
 }
 
 /// `{toolId}:invoke` → `toolId`; anything else is not an A2T route.
 fn strip_invoke(segment: &str) -> Result<&str, ApiError> {
-    segment.strip_suffix(":invoke").ok_or_else(|| {
+    strip_invoke_suffix(segment).ok_or_else(|| {
         ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
@@ -263,7 +319,7 @@ async fn invoke(host: &AppState, tool_id: &str, version: Option<u32>, body: &[u8
     let body: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}")))?;
     let call_id = uuid::Uuid::new_v4().to_string();
-    let result = host.invoke(tool_id, version, &body, &call_id).await?;
+    let (version, result) = host.invoke(tool_id, version, &body, &call_id).await?;
     let mut response = match result {
         ToolResult::Outputs(outputs) => axum::Json(json!({ "output_parameters": outputs })).into_response(),
         ToolResult::Failed(error) => ApiError::from(error).into_response(),
@@ -271,5 +327,6 @@ async fn invoke(host: &AppState, tool_id: &str, version: Option<u32>, body: &[u8
     if let Ok(value) = HeaderValue::from_str(&call_id) {
         response.headers_mut().insert("plinth-call-id", value);
     }
+    response.headers_mut().insert("plinth-tool-version", HeaderValue::from(version));
     Ok(response)
 }

@@ -4,7 +4,7 @@
 //! plus fields a caller can act on (`parameter`, the tool-error fields).
 //! Messages never carry host internals.
 
-use crate::host::{DeployError, InvokeError};
+use crate::host::{DeployError, InvokeError, RetireError};
 use crate::invocation::{InputError, ToolError};
 use crate::runtime::CallError;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -79,6 +79,7 @@ impl From<InvokeError> for ApiError {
     fn from(e: InvokeError) -> Self {
         match e {
             InvokeError::UnknownTool(_) | InvokeError::UnknownVersion { .. } => ApiError::not_found(e.to_string()),
+            InvokeError::Retired(_) => ApiError::new(StatusCode::GONE, "version_retired", e.to_string()),
             InvokeError::Input(e) => e.into(),
             InvokeError::Call(CallError::Timeout(_)) => {
                 ApiError::new(StatusCode::GATEWAY_TIMEOUT, "tool_timeout", e.to_string())
@@ -101,16 +102,43 @@ impl From<InvokeError> for ApiError {
 
 impl From<DeployError> for ApiError {
     fn from(e: DeployError) -> Self {
-        match e {
+        match &e {
             DeployError::Store(_) => {
                 tracing::error!(error = %e, "deploy failed in the store");
                 ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "storage_failed",
-                    "the tool could not be stored; nothing was deployed",
+                    "the tool could not be stored (is the data disk full?); nothing was deployed",
                 )
             }
             DeployError::Package(_) | DeployError::Load(_) => ApiError::bad_request("invalid_component", e.to_string()),
+            DeployError::Breaking { current, diff, .. } => {
+                let breaking: Vec<&crate::signature::Change> = diff.breaking().collect();
+                ApiError::new(StatusCode::CONFLICT, "breaking_change", e.to_string())
+                    .with("currentVersion", *current)
+                    .with("breakingChanges", serde_json::to_value(breaking).unwrap_or_default())
+            }
+            DeployError::UnexpectedVersion { expected, actual } => {
+                ApiError::new(StatusCode::CONFLICT, "version_mismatch", e.to_string())
+                    .with("expectedVersion", *expected)
+                    .with("actualVersion", *actual)
+            }
+        }
+    }
+}
+
+impl From<RetireError> for ApiError {
+    fn from(e: RetireError) -> Self {
+        match e {
+            RetireError::NotFound(message) => ApiError::not_found(message),
+            RetireError::Store(_) => {
+                tracing::error!(error = %e, "retirement failed in the store");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "storage_failed",
+                    "the retirement could not be stored; nothing changed",
+                )
+            }
         }
     }
 }

@@ -2,6 +2,7 @@
 //! JSON and the core ([`ToolHost`]); this module builds the router.
 
 pub mod a2t;
+pub mod admin;
 pub mod error;
 
 use crate::host::ToolHost;
@@ -14,9 +15,15 @@ pub use error::ApiError;
 /// Shared state of every handler.
 pub type AppState = Arc<ToolHost>;
 
-/// The whole HTTP surface.
-pub fn router(host: AppState) -> Router {
-    Router::new().route("/health", get(health)).merge(a2t::routes()).fallback(not_found).with_state(host)
+/// The whole HTTP surface. The admin API needs `admin_token`; without one
+/// it is disabled.
+pub fn router(host: AppState, admin_token: Option<String>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .merge(a2t::routes())
+        .merge(admin::routes(admin_token))
+        .fallback(not_found)
+        .with_state(host)
 }
 
 async fn health(axum::extract::State(host): axum::extract::State<AppState>) -> axum::Json<serde_json::Value> {

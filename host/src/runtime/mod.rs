@@ -14,7 +14,9 @@ pub mod outbound;
 
 use crate::manifest::ToolManifest;
 use outbound::OutboundPolicy;
+use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -41,6 +43,8 @@ pub struct RuntimeConfig {
     pub max_instances: u32,
     /// Use the pooling allocator (fast instantiation) rather than on-demand.
     pub pooling: bool,
+    /// Where compiled components are cached across restarts (none: no cache).
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Default for RuntimeConfig {
@@ -50,6 +54,7 @@ impl Default for RuntimeConfig {
             max_memory_bytes: 64 << 20,
             max_instances: 100,
             pooling: true,
+            cache_dir: None,
         }
     }
 }
@@ -181,6 +186,9 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<ToolState>,
     config: RuntimeConfig,
+    /// Identifies what compiled code this engine can load: part of every
+    /// cache entry's name, so a wasmtime upgrade or a config change misses.
+    engine_key: String,
     stop_ticker: Arc<AtomicBool>,
 }
 
@@ -234,7 +242,16 @@ impl Runtime {
             }
         })?;
 
-        Ok(Runtime { engine, linker, config, stop_ticker })
+        let engine_key = {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::hash::DefaultHasher::new();
+            engine.precompile_compatibility_hash().hash(&mut hasher);
+            format!("{:016x}", hasher.finish())
+        };
+        if let Some(dir) = &config.cache_dir {
+            std::fs::create_dir_all(dir)?;
+        }
+        Ok(Runtime { engine, linker, config, engine_key, stop_ticker })
     }
 
     /// The limits in force.
@@ -242,12 +259,67 @@ impl Runtime {
         &self.config
     }
 
-    /// Compiles a component and links it against the host's capabilities.
-    pub fn load(&self, bytes: &[u8]) -> Result<LoadedComponent, LoadError> {
-        let component = Component::new(&self.engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+    /// Compiles a component (or takes it from the cache, keyed by the
+    /// sha256 of its bytes) and links it against the host's capabilities.
+    pub fn load(&self, bytes: &[u8], sha256: &str) -> Result<LoadedComponent, LoadError> {
+        let component = match self.cached(sha256) {
+            Some(component) => component,
+            None => {
+                let component =
+                    Component::new(&self.engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+                self.cache(sha256, &component);
+                component
+            }
+        };
         let call = component.get_export_index(None, "call").ok_or(LoadError::NoCall)?;
         let pre = self.linker.instantiate_pre(&component).map_err(|e| LoadError::Link(format!("{e:#}")))?;
         Ok(LoadedComponent { pre, call })
+    }
+
+    fn cache_path(&self, sha256: &str) -> Option<PathBuf> {
+        let dir = self.config.cache_dir.as_ref()?;
+        Some(dir.join(format!("{sha256}-{}.cwasm", self.engine_key)))
+    }
+
+    /// A cached compilation, if there is a sound one. Each entry is the
+    /// sha256 of the compiled code followed by the code; anything that does
+    /// not check out is recompiled, never trusted.
+    fn cached(&self, sha256: &str) -> Option<Component> {
+        let path = self.cache_path(sha256)?;
+        let entry = std::fs::read(&path).ok()?;
+        if entry.len() < 32 || Sha256::digest(&entry[32..]).as_slice() != &entry[..32] {
+            tracing::warn!(path = %path.display(), "compiled cache entry is corrupt; recompiling");
+            return None;
+        }
+        // SAFETY: wasmtime requires that deserialized bytes come from
+        // `Component::serialize` of a compatible engine. This entry was
+        // written by this host into its own data dir, its checksum matches,
+        // its name carries this engine's compatibility key, and wasmtime
+        // checks its own header as well.
+        match unsafe { Component::deserialize(&self.engine, &entry[32..]) } {
+            Ok(component) => Some(component),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "compiled cache entry is stale; recompiling");
+                None
+            }
+        }
+    }
+
+    /// Writes a compilation to the cache; failing to cache is not an error.
+    fn cache(&self, sha256: &str, component: &Component) {
+        let Some(path) = self.cache_path(sha256) else { return };
+        let write = || -> std::io::Result<()> {
+            let code = component.serialize().map_err(|e| std::io::Error::other(e.to_string()))?;
+            let dir = path.parent().unwrap_or(std::path::Path::new("."));
+            let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+            std::io::Write::write_all(&mut tmp, &Sha256::digest(&code))?;
+            std::io::Write::write_all(&mut tmp, &code)?;
+            tmp.persist(&path).map_err(|e| e.error)?;
+            Ok(())
+        };
+        if let Err(e) = write() {
+            tracing::warn!(path = %path.display(), error = %e, "could not cache a compiled component");
+        }
     }
 
     /// Runs `call(input)` in a fresh instance and returns the raw result value.

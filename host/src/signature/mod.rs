@@ -6,8 +6,10 @@
 //! of it; nothing re-reads WIT per request.
 
 mod derive;
+mod diff;
 
 pub use derive::{DeriveError, derive};
+pub use diff::{Change, SignatureDiff};
 
 use serde::{Deserialize, Serialize};
 
@@ -63,8 +65,10 @@ pub enum InputType {
         /// The WIT integer type, needed to build the component value.
         wit: IntKind,
         /// Smallest allowed value.
+        #[serde(with = "decimal")]
         min: i128,
         /// Largest allowed value.
+        #[serde(with = "decimal")]
         max: i128,
     },
     /// `bool`.
@@ -74,6 +78,20 @@ pub enum InputType {
         /// The allowed values, in WIT order.
         values: Vec<EnumValue>,
     },
+}
+
+/// Stores `i128` bounds as decimal strings: JSON parsers (serde_json among
+/// them) cannot read integers beyond 64 bits back.
+mod decimal {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(n: &i128, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&n.to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i128, D::Error> {
+        String::deserialize(d)?.parse().map_err(D::Error::custom)
+    }
 }
 
 /// The WIT integer types.
@@ -258,6 +276,13 @@ impl Signature {
         Ok(())
     }
 
+    /// The sha256 (hex) of the signature's JSON: what its ETag is made of.
+    pub fn sha256(&self) -> String {
+        // Field order is fixed by the struct, so the JSON is canonical for
+        // this model; the hash is stored with the version at deploy time.
+        crate::package::sha256_hex(&serde_json::to_vec(self).unwrap_or_default())
+    }
+
     /// The input parameter called `name`.
     pub fn input(&self, name: &str) -> Option<&InputParam> {
         self.inputs.iter().find(|p| p.name == name)
@@ -335,5 +360,12 @@ mod tests {
         }
         assert_eq!(snake("temp-f"), "temp_f");
         assert_eq!(capitalized_snake("premium-economy"), "PREMIUM_ECONOMY");
+    }
+
+    #[test]
+    fn wide_integer_bounds_survive_storage() {
+        let ty = InputType::Int { wit: IntKind::U64, min: 0, max: u64::MAX.into() };
+        let json = serde_json::to_string(&ty).unwrap();
+        assert_eq!(serde_json::from_str::<InputType>(&json).unwrap(), ty);
     }
 }

@@ -39,6 +39,22 @@ impl BlobStore {
         Ok(sha256)
     }
 
+    /// Deletes blobs no version refers to (left by a deploy that crashed
+    /// before its registry row committed) and temporary files of unfinished
+    /// writes. Returns how many files were removed.
+    pub fn sweep(&self, referenced: &std::collections::HashSet<String>) -> Result<usize, StoreError> {
+        let mut removed = 0;
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !referenced.contains(&name) {
+                std::fs::remove_file(entry.path())?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     /// Reads a blob, checking that its bytes still match its name.
     pub fn get(&self, sha256: &str) -> Result<Vec<u8>, StoreError> {
         let bytes = std::fs::read(self.path(sha256))?;
@@ -61,6 +77,13 @@ mod tests {
         assert_eq!(sha, sha256_hex(b"component"));
         assert_eq!(blobs.put(b"component").unwrap(), sha);
         assert_eq!(blobs.get(&sha).unwrap(), b"component");
+        let orphan = blobs.put(b"orphan").unwrap();
+        std::fs::write(blobs.dir.join(".tmpXYZ"), b"half a write").unwrap();
+        let keep = std::collections::HashSet::from([sha.clone()]);
+        assert_eq!(blobs.sweep(&keep).unwrap(), 2);
+        assert!(blobs.get(&orphan).is_err());
+        assert_eq!(blobs.get(&sha).unwrap(), b"component");
+
         std::fs::write(blobs.path(&sha), b"tampered").unwrap();
         assert!(matches!(blobs.get(&sha), Err(StoreError::Corrupt(_))));
     }

@@ -47,10 +47,14 @@ pub struct StoredVersion {
     pub sha256: String,
     /// The signature locked to this version.
     pub signature: Signature,
+    /// The sha256 of the signature's canonical JSON (its ETag).
+    pub signature_sha256: String,
     /// The manifest it was packed with.
     pub manifest: ToolManifest,
     /// When it was deployed (Unix seconds).
     pub created_at: i64,
+    /// When it was retired (Unix seconds), if it was.
+    pub retired_at: Option<i64>,
 }
 
 /// The registry's persistent rows.
@@ -60,4 +64,7 @@ pub trait RegistryStore: Send + Sync {
     /// Records a new version (and the tool, on its first version). A version
     /// that already exists is never overwritten.
     fn insert_version(&self, version: &StoredVersion) -> Result<(), StoreError>;
+    /// Marks a version retired (its row and blob stay, for audit). Returns
+    /// whether it was live until now.
+    fn retire_version(&self, tool_id: Uuid, version: u32, at: i64) -> Result<bool, StoreError>;
 }

@@ -8,7 +8,8 @@ use uuid::Uuid;
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how
 /// many have run.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
     CREATE TABLE tools (
         tool_id    TEXT PRIMARY KEY,
         name       TEXT NOT NULL UNIQUE,
@@ -23,7 +24,12 @@ const MIGRATIONS: &[&str] = &["
         created_at INTEGER NOT NULL,
         PRIMARY KEY (tool_id, version)
     );
-"];
+",
+    "
+    ALTER TABLE versions ADD COLUMN signature_sha256 TEXT NOT NULL DEFAULT '';
+    ALTER TABLE versions ADD COLUMN retired_at INTEGER;
+",
+];
 
 /// The registry in `DATA/registry.sqlite3`.
 pub struct SqliteStore {
@@ -58,7 +64,8 @@ impl RegistryStore for SqliteStore {
     fn versions(&self) -> Result<Vec<StoredVersion>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
-            "SELECT v.tool_id, t.name, v.version, v.sha256, v.signature, v.manifest, v.created_at
+            "SELECT v.tool_id, t.name, v.version, v.sha256, v.signature, v.manifest, v.created_at,
+                    v.signature_sha256, v.retired_at
              FROM versions v JOIN tools t USING (tool_id)
              ORDER BY v.created_at, v.tool_id, v.version",
         )?;
@@ -71,11 +78,13 @@ impl RegistryStore for SqliteStore {
                 r.get::<_, String>(4)?,
                 r.get::<_, String>(5)?,
                 r.get::<_, i64>(6)?,
+                r.get::<_, String>(7)?,
+                r.get::<_, Option<i64>>(8)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (tool_id, name, version, sha256, signature, manifest, created_at) = row?;
+            let (tool_id, name, version, sha256, signature, manifest, created_at, signature_sha256, retired_at) = row?;
             let what = format!("{name} version {version}");
             let tool_id = Uuid::parse_str(&tool_id).map_err(|e| {
                 StoreError::Decode(what.clone(), serde_json::Error::io(std::io::Error::other(e.to_string())))
@@ -87,7 +96,9 @@ impl RegistryStore for SqliteStore {
                 sha256,
                 signature: serde_json::from_str(&signature).map_err(|e| StoreError::Decode(what.clone(), e))?,
                 manifest: serde_json::from_str(&manifest).map_err(|e| StoreError::Decode(what, e))?,
+                signature_sha256,
                 created_at,
+                retired_at,
             });
         }
         Ok(out)
@@ -111,11 +122,20 @@ impl RegistryStore for SqliteStore {
         // No ON CONFLICT clause: an existing (tool, version) is an error, so
         // a version's bytes and signature can never be replaced.
         tx.execute(
-            "INSERT INTO versions (tool_id, version, sha256, signature, manifest, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![tool_id, v.version, v.sha256, signature, manifest, v.created_at],
+            "INSERT INTO versions (tool_id, version, sha256, signature, manifest, created_at, signature_sha256, retired_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![tool_id, v.version, v.sha256, signature, manifest, v.created_at, v.signature_sha256, v.retired_at],
         )?;
         tx.commit()?;
         Ok(())
+    }
+
+    fn retire_version(&self, tool_id: Uuid, version: u32, at: i64) -> Result<bool, StoreError> {
+        let changed = self.conn().execute(
+            "UPDATE versions SET retired_at = ?3 WHERE tool_id = ?1 AND version = ?2 AND retired_at IS NULL",
+            params![tool_id.to_string(), version, at],
+        )?;
+        Ok(changed == 1)
     }
 }
 
@@ -139,7 +159,9 @@ mod tests {
                 outputs: vec![],
             },
             manifest: Default::default(),
+            signature_sha256: format!("{:064}", n + 100),
             created_at: 1_700_000_000 + i64::from(n),
+            retired_at: None,
         }
     }
 
@@ -158,5 +180,12 @@ mod tests {
         let reopened = SqliteStore::open(dir.path()).unwrap();
         let versions = reopened.versions().unwrap();
         assert_eq!(versions, vec![version(id, 1), version(id, 2)]);
+
+        assert!(reopened.retire_version(id, 1, 1_800_000_000).unwrap());
+        assert!(!reopened.retire_version(id, 1, 1_900_000_000).unwrap(), "retiring twice changes nothing");
+        assert!(!reopened.retire_version(id, 7, 1_800_000_000).unwrap());
+        let versions = reopened.versions().unwrap();
+        assert_eq!(versions[0].retired_at, Some(1_800_000_000));
+        assert_eq!(versions[1].retired_at, None);
     }
 }
