@@ -433,3 +433,46 @@ pub fn effective_config(
     }
     config
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime(cache: &std::path::Path) -> Runtime {
+        Runtime::new(RuntimeConfig { cache_dir: Some(cache.to_path_buf()), pooling: false, ..Default::default() })
+            .unwrap()
+    }
+
+    #[test]
+    fn compiled_code_is_cached_and_a_bad_entry_is_recompiled() {
+        let dir = tempfile::tempdir().unwrap();
+        let (component, _, _) = crate::package::tests::build(crate::package::tests::ECHOISH);
+        let sha = crate::package::sha256_hex(&component);
+        let rt = runtime(dir.path());
+        rt.load(&component, &sha).unwrap();
+        let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+        assert_eq!(entries.len(), 1);
+        let entry = &entries[0];
+        assert!(entry.file_name().unwrap().to_str().unwrap().starts_with(&sha));
+        assert!(rt.cached(&sha).is_some(), "a sound entry is used");
+
+        // Flip a byte of the compiled code: the checksum catches it.
+        let mut bytes = std::fs::read(entry).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(entry, &bytes).unwrap();
+        assert!(rt.cached(&sha).is_none());
+        rt.load(&component, &sha).unwrap();
+        assert!(rt.cached(&sha).is_some(), "recompiled and rewritten");
+
+        // Truncated to nothing, and garbage with a valid checksum.
+        std::fs::write(entry, b"").unwrap();
+        assert!(rt.cached(&sha).is_none());
+        let junk = b"not compiled code".to_vec();
+        let mut entry_bytes = Sha256::digest(&junk).to_vec();
+        entry_bytes.extend_from_slice(&junk);
+        std::fs::write(entry, entry_bytes).unwrap();
+        assert!(rt.cached(&sha).is_none(), "wasmtime's own header check refuses it");
+        rt.load(&component, &sha).unwrap();
+    }
+}

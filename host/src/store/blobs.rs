@@ -36,6 +36,8 @@ impl BlobStore {
         tmp.write_all(bytes)?;
         tmp.as_file().sync_all()?;
         tmp.persist(&path).map_err(|e| e.error)?;
+        // The rename is durable only once the directory entry is.
+        std::fs::File::open(&self.dir)?.sync_all()?;
         Ok(sha256)
     }
 
