@@ -3,7 +3,8 @@
 CARGO      ?= cargo
 PLUGINS    := echo book-flight lookup-weather-by-city
 # Extra tools the tests deploy (versions of echo), packed into target/fixtures/.
-FIXTURES   := echo-v2 echo-breaking
+FIXTURES   := echo-v2 echo-breaking spin-forever memory-bomb deep-recursion panic-at-once huge-output \
+              call-undeclared-host call-loopback snoop slow-sleep use-secret
 WASM_OUT   := target/wasm32-wasip2/plugin
 PLUGIN_OUT := target/plugins
 LISTEN     ?= 127.0.0.1:8080
@@ -40,7 +41,7 @@ run: plugins
 	@./target/debug/fake-weather $(WEATHER) & weather=$$!; \
 	trap "kill $$weather 2>/dev/null" EXIT INT TERM; \
 	./target/debug/plinth serve --listen $(LISTEN) --data $(DATA) --plugins $(PLUGIN_OUT) \
-		--tool-config lookup_weather_by_city.backend-url=http://$(WEATHER)
+		--tool-config lookup_weather_by_city.backend-url=http://$(WEATHER) --allow-private-cidr 127.0.0.0/8
 
 fixtures: plugins
 	$(CARGO) build --target wasm32-wasip2 --profile plugin $(addprefix -p fixture-,$(FIXTURES))

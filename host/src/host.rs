@@ -5,17 +5,18 @@
 //! component, enumerate tools, invoke a version. Validation, limits and
 //! storage happen here, so every protocol gets them the same way.
 
-use crate::invocation::{self, InputError, OutputError, ToolResult};
+use crate::invocation::{self, InputError, OutputError, OutputLimits, ToolResult};
 use crate::package::{PackageError, ToolPackage};
 use crate::registry::{Registry, Tool, ToolVersion};
-use crate::runtime::outbound::OutboundPolicy;
-use crate::runtime::{self, CallError, CallSetup, LoadError, LogLabels, Runtime, RuntimeConfig};
+use crate::runtime::outbound::{OutboundLimits, OutboundPolicy};
+use crate::runtime::{self, CallError, CallSetup, LoadError, LogBudget, LogLabels, Redactor, Runtime, RuntimeConfig};
 use crate::signature::SignatureDiff;
 use crate::store::{BlobStore, RegistryStore, SqliteStore, StoreError, StoredVersion};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
+use std::time::Duration;
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -31,6 +32,29 @@ pub struct HostOptions {
     pub runtime: RuntimeConfig,
     /// Per-tool configuration values.
     pub tool_config: ToolConfig,
+    /// Limits beyond the sandbox's own.
+    pub limits: HostLimits,
+}
+
+/// Operator limits the core enforces around each invocation.
+#[derive(Debug, Clone)]
+pub struct HostLimits {
+    /// Invocations of one tool running at once (a tool may ask for fewer).
+    pub max_concurrency_per_tool: u32,
+    /// Outbound HTTP policy.
+    pub outbound: OutboundLimits,
+    /// Output sizes passed on.
+    pub output: OutputLimits,
+}
+
+impl Default for HostLimits {
+    fn default() -> Self {
+        HostLimits {
+            max_concurrency_per_tool: 16,
+            outbound: OutboundLimits::default(),
+            output: OutputLimits::default(),
+        }
+    }
 }
 
 /// Why a deploy was refused.
@@ -131,9 +155,15 @@ pub enum InvokeError {
     /// The sandbox stopped the tool.
     #[error(transparent)]
     Call(#[from] CallError),
-    /// The tool's answer does not fit its signature.
+    /// The tool's answer does not fit its signature or the size limits.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// The tool failed after the host refused one of its outbound requests.
+    #[error("the tool tried to reach what it may not: {0}")]
+    OutboundDenied(String),
+    /// The tool, or the host, is running as many invocations as it may.
+    #[error("{0}")]
+    Busy(String),
 }
 
 /// The core: registry + runtime + store.
@@ -143,6 +173,15 @@ pub struct ToolHost {
     store: Box<dyn RegistryStore>,
     blobs: BlobStore,
     tool_config: ToolConfig,
+    limits: HostLimits,
+    /// Instance slots of the whole host (the pooling allocator's size).
+    slots: Arc<tokio::sync::Semaphore>,
+    /// Running invocations per tool.
+    per_tool: dashmap::DashMap<Uuid, Arc<tokio::sync::Semaphore>>,
+    /// Each tool's share of the log.
+    log_budgets: dashmap::DashMap<Uuid, Arc<LogBudget>>,
+    /// Secret values by id, as the operator stored them.
+    secrets: dashmap::DashMap<String, String>,
     /// Serializes the registry-changing step of deploys and retirements, so
     /// version numbers are assigned without races. Compilation happens
     /// before it is taken.
@@ -156,6 +195,7 @@ impl ToolHost {
         std::fs::create_dir_all(&options.data_dir)?;
         let store = SqliteStore::open(&options.data_dir)?;
         let blobs = BlobStore::open(&options.data_dir)?;
+        let slots = Arc::new(tokio::sync::Semaphore::new(options.runtime.max_instances as usize));
         let mut runtime_config = options.runtime;
         runtime_config.cache_dir.get_or_insert_with(|| options.data_dir.join("compiled"));
         let runtime = Runtime::new(runtime_config)?;
@@ -165,8 +205,16 @@ impl ToolHost {
             store: Box::new(store),
             blobs,
             tool_config: options.tool_config,
+            limits: options.limits,
+            slots,
+            per_tool: dashmap::DashMap::new(),
+            log_budgets: dashmap::DashMap::new(),
+            secrets: dashmap::DashMap::new(),
             changes: std::sync::Mutex::new(()),
         };
+        for (id, value) in host.store.secrets()? {
+            host.secrets.insert(id, value);
+        }
         let stored = host.store.versions()?;
         let referenced = stored.iter().map(|v| v.sha256.clone()).collect();
         let swept = host.blobs.sweep(&referenced)?;
@@ -322,6 +370,37 @@ impl ToolHost {
         self.registry.get(&id)
     }
 
+    /// Stores a secret (replacing any value it had).
+    pub fn put_secret(&self, id: &str, value: &str) -> Result<(), StoreError> {
+        self.store.put_secret(id, value, unix_now())?;
+        self.secrets.insert(id.to_string(), value.to_string());
+        tracing::info!(secret = id, "secret set");
+        Ok(())
+    }
+
+    /// Deletes a secret; returns whether it existed.
+    pub fn delete_secret(&self, id: &str) -> Result<bool, StoreError> {
+        let existed = self.store.delete_secret(id)?;
+        self.secrets.remove(id);
+        if existed {
+            tracing::info!(secret = id, "secret deleted");
+        }
+        Ok(existed)
+    }
+
+    /// The ids of the stored secrets (never their values).
+    pub fn secret_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.secrets.iter().map(|e| e.key().clone()).collect();
+        ids.sort();
+        ids
+    }
+
+    /// Secrets a tool declares that the operator has not set.
+    pub fn missing_secrets(&self, tool: &Tool) -> Vec<String> {
+        let Some(version) = tool.current() else { return Vec::new() };
+        version.manifest.secrets.iter().filter(|id| !self.secrets.contains_key(*id)).cloned().collect()
+    }
+
     /// Config keys a tool requires that neither the operator nor a default
     /// supplies (reported at start so the operator can fix them).
     pub fn missing_config(&self, tool: &Tool) -> Vec<String> {
@@ -371,12 +450,35 @@ impl ToolHost {
         call_id: &str,
     ) -> Result<ToolResult, InvokeError> {
         let input = invocation::input_value(&version.signature, body)?;
+        // Refuse at once rather than queue: a tool that floods its slots must
+        // not make its own callers, or anyone else's, wait without bound.
+        let _tool_slot = self.per_tool_slots(tool, version).try_acquire_owned().map_err(|_| {
+            InvokeError::Busy(format!("`{}` is running as many invocations as it may; retry shortly", tool.name))
+        })?;
+        let _host_slot = self.slots.clone().try_acquire_owned().map_err(|_| {
+            InvokeError::Busy("the server is running as many tool invocations as it may; retry shortly".into())
+        })?;
+
         let config = runtime::effective_config(&version.manifest, self.tool_config.get(&tool.name));
+        let limits = &version.manifest.limits;
+        let outbound =
+            OutboundPolicy::new(&version.manifest.host_patterns(), &config, Arc::new(self.limits.outbound.clone()));
+        let denials = outbound.denials();
         let setup = CallSetup {
-            outbound: OutboundPolicy::new(&version.manifest.host_patterns(), &config),
+            deadline: limits.deadline_ms.map_or(Duration::MAX, Duration::from_millis),
+            max_memory_bytes: limits.memory_mib.map_or(usize::MAX, |m| (m as usize).saturating_mul(1 << 20)),
+            outbound,
             config,
             log: LogLabels { tool: tool.name.clone(), version: version.number, call_id: call_id.to_string() },
+            secrets: version
+                .manifest
+                .secrets
+                .iter()
+                .filter_map(|id| Some((id.clone(), self.secrets.get(id)?.clone())))
+                .collect(),
+            log_budget: self.log_budgets.entry(tool.id).or_default().clone(),
         };
+        let redactor = Redactor::new(setup.secrets.values().cloned());
         let started = std::time::Instant::now();
         let result = self.runtime.call(&version.component, input, setup).await;
         let elapsed_us = started.elapsed().as_micros() as u64;
@@ -384,7 +486,27 @@ impl ToolHost {
             Ok(_) => tracing::debug!(elapsed_us, "tool returned"),
             Err(e) => tracing::info!(elapsed_us, error = %e, "tool did not return"),
         }
-        Ok(invocation::read_result(&version.signature, result?)?)
+        let outcome = result.map_err(InvokeError::from).and_then(|value| {
+            let mut result = invocation::read_result(&version.signature, value, self.limits.output)?;
+            result.redact(&redactor);
+            Ok(result)
+        });
+        // A tool that failed after a refused request failed because of it:
+        // say so, rather than pass on its own account of the failure.
+        match (outcome, denials.first()) {
+            (Ok(ToolResult::Failed(_)) | Err(InvokeError::Call(CallError::Trapped(_))), Some(why)) => {
+                Err(InvokeError::OutboundDenied(why))
+            }
+            (outcome, _) => outcome,
+        }
+    }
+
+    /// The semaphore bounding this tool's concurrent invocations: the
+    /// operator's ceiling, or less if the tool asks for less.
+    fn per_tool_slots(&self, tool: &Tool, version: &ToolVersion) -> Arc<tokio::sync::Semaphore> {
+        let ceiling = self.limits.max_concurrency_per_tool;
+        let wanted = version.manifest.limits.max_concurrency.map_or(ceiling, |n| n.clamp(1, ceiling));
+        self.per_tool.entry(tool.id).or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(wanted as usize))).clone()
     }
 }
 

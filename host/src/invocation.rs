@@ -65,10 +65,68 @@ pub enum ToolResult {
     Failed(ToolError),
 }
 
-/// The tool produced something its signature does not allow.
+impl ToolResult {
+    /// Replaces secret values in everything the caller will see.
+    pub fn redact(&mut self, redactor: &crate::runtime::Redactor) {
+        match self {
+            ToolResult::Outputs(outputs) => outputs.iter_mut().for_each(|o| redactor.json(&mut o.value)),
+            ToolResult::Failed(e) => {
+                e.message = redactor.text(&e.message);
+                for text in [&mut e.developer_message, &mut e.additional_prompt_content].into_iter().flatten() {
+                    *text = redactor.text(text);
+                }
+            }
+        }
+    }
+}
+
+/// The tool produced something its signature or the host's limits do not
+/// allow.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("the tool returned an invalid output: {0}")]
-pub struct OutputError(pub String);
+pub enum OutputError {
+    /// Not what the signature declares.
+    #[error("the tool returned an invalid output: {0}")]
+    Invalid(String),
+    /// Larger than the host passes on.
+    #[error("the tool's output is too large: {0}")]
+    TooLarge(String),
+}
+
+/// How much output the host passes on.
+#[derive(Debug, Clone, Copy)]
+pub struct OutputLimits {
+    /// Largest single output value, in bytes of JSON.
+    pub max_value_bytes: usize,
+    /// Largest sum of all output values.
+    pub max_total_bytes: usize,
+}
+
+impl Default for OutputLimits {
+    fn default() -> Self {
+        OutputLimits { max_value_bytes: 1 << 20, max_total_bytes: 4 << 20 }
+    }
+}
+
+/// The size of a value's JSON, without building the text.
+fn json_size(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+fn invalid(what: String) -> OutputError {
+    OutputError::Invalid(what)
+}
 
 /// Validates an A2T invocation body against the signature and builds the
 /// `input` record. No coercion: `"5"` is not an int, `1` is not a boolean.
@@ -236,18 +294,36 @@ fn json_kind(value: &Value) -> &'static str {
 }
 
 /// Reads the value `call` returned.
-pub fn read_result(signature: &Signature, result: Val) -> Result<ToolResult, OutputError> {
+pub fn read_result(signature: &Signature, result: Val, limits: OutputLimits) -> Result<ToolResult, OutputError> {
     match result {
         Val::Result(Ok(output)) => {
             let fields = match output.map(|b| *b) {
                 None => Vec::new(),
                 Some(Val::Record(fields)) => fields,
-                Some(_) => return Err(OutputError("the ok value is not a record".into())),
+                Some(_) => return Err(invalid("the ok value is not a record".into())),
             };
-            outputs(signature, fields).map(ToolResult::Outputs)
+            let outputs = outputs(signature, fields)?;
+            let mut total = 0;
+            for output in &outputs {
+                let size = json_size(&output.value);
+                if size > limits.max_value_bytes {
+                    return Err(OutputError::TooLarge(format!(
+                        "output `{}` is {size} bytes; at most {} are passed on",
+                        output.name, limits.max_value_bytes
+                    )));
+                }
+                total += size;
+            }
+            if total > limits.max_total_bytes {
+                return Err(OutputError::TooLarge(format!(
+                    "the outputs are {total} bytes together; at most {} are passed on",
+                    limits.max_total_bytes
+                )));
+            }
+            Ok(ToolResult::Outputs(outputs))
         }
         Val::Result(Err(Some(error))) => tool_error(*error).map(ToolResult::Failed),
-        _ => Err(OutputError("`call` did not return result<output, tool-error>".into())),
+        _ => Err(invalid("`call` did not return result<output, tool-error>".into())),
     }
 }
 
@@ -257,20 +333,20 @@ fn outputs(signature: &Signature, mut fields: Vec<(String, Val)>) -> Result<Vec<
         let position = fields
             .iter()
             .position(|(name, _)| *name == param.field)
-            .ok_or_else(|| OutputError(format!("output `{}` is missing", param.name)))?;
+            .ok_or_else(|| invalid(format!("output `{}` is missing", param.name)))?;
         let (_, val) = fields.swap_remove(position);
         let value = match (&param.ty, val) {
             (OutputType::String, Val::String(s)) => Value::String(s),
             (OutputType::Int, val) => {
-                int_json(&val).ok_or_else(|| OutputError(format!("output `{}` is not an integer", param.name)))?
+                int_json(&val).ok_or_else(|| invalid(format!("output `{}` is not an integer", param.name)))?
             }
             (OutputType::Enum { values }, Val::Enum(case)) => {
                 Value::String(enum_name(values, &case).ok_or_else(|| {
-                    OutputError(format!("output `{}` has the value `{case}`, which its enum does not list", param.name))
+                    invalid(format!("output `{}` has the value `{case}`, which its enum does not list", param.name))
                 })?)
             }
             (OutputType::Json, val) => to_json(val),
-            _ => return Err(OutputError(format!("output `{}` does not have its declared type", param.name))),
+            _ => return Err(invalid(format!("output `{}` does not have its declared type", param.name))),
         };
         out.push(OutputValue { name: param.name.clone(), value });
     }
@@ -329,7 +405,7 @@ pub fn to_json(val: Val) -> Value {
 }
 
 fn tool_error(val: Val) -> Result<ToolError, OutputError> {
-    let Val::Record(fields) = val else { return Err(OutputError("the tool-error is not a record".into())) };
+    let Val::Record(fields) = val else { return Err(invalid("the tool-error is not a record".into())) };
     let mut error = ToolError {
         message: String::new(),
         developer_message: None,
@@ -513,7 +589,9 @@ mod tests {
                 Val::Record(vec![("row-count".into(), Val::U8(30)), ("exits".into(), Val::List(vec![Val::U8(12)]))]),
             ),
         ])))));
-        let ToolResult::Outputs(outputs) = read_result(&signature(), ok).unwrap() else { panic!() };
+        let ToolResult::Outputs(outputs) = read_result(&signature(), ok, OutputLimits::default()).unwrap() else {
+            panic!()
+        };
         let as_json: Vec<_> = outputs.iter().map(|o| (o.name.as_str(), o.value.clone())).collect();
         assert_eq!(
             as_json,
@@ -532,7 +610,7 @@ mod tests {
             ("retry-after-ms".into(), Val::Option(Some(Box::new(Val::U64(1500))))),
             ("additional-prompt-content".into(), Val::Option(None)),
         ])))));
-        let ToolResult::Failed(e) = read_result(&signature(), err).unwrap() else { panic!() };
+        let ToolResult::Failed(e) = read_result(&signature(), err, OutputLimits::default()).unwrap() else { panic!() };
         assert_eq!(e.message, "sold out");
         assert_eq!(e.developer_message.as_deref(), Some("inventory=0"));
         assert!(e.can_retry);
@@ -555,14 +633,44 @@ mod tests {
         };
         let mut missing = base();
         missing.remove(0);
-        assert!(read_result(&signature(), record(missing)).unwrap_err().0.contains("`code` is missing"));
+        assert!(
+            read_result(&signature(), record(missing), OutputLimits::default())
+                .unwrap_err()
+                .to_string()
+                .contains("`code` is missing")
+        );
         let mut wrong = base();
         wrong[1].1 = Val::String("1".into());
-        assert!(read_result(&signature(), record(wrong)).unwrap_err().0.contains("`price` is not an integer"));
+        assert!(
+            read_result(&signature(), record(wrong), OutputLimits::default())
+                .unwrap_err()
+                .to_string()
+                .contains("`price` is not an integer")
+        );
         let mut unlisted = base();
         unlisted[2].1 = Val::Enum("steerage".into());
-        assert!(read_result(&signature(), record(unlisted)).unwrap_err().0.contains("does not list"));
-        assert!(read_result(&signature(), Val::String("x".into())).is_err());
+        assert!(
+            read_result(&signature(), record(unlisted), OutputLimits::default())
+                .unwrap_err()
+                .to_string()
+                .contains("does not list")
+        );
+        assert!(read_result(&signature(), Val::String("x".into()), OutputLimits::default()).is_err());
+
+        let big = || {
+            let mut fields = base();
+            fields[0].1 = Val::String("x".repeat(100));
+            record(fields)
+        };
+        let small = OutputLimits { max_value_bytes: 50, max_total_bytes: 1000 };
+        let err = read_result(&signature(), big(), small).unwrap_err();
+        assert!(
+            matches!(&err, OutputError::TooLarge(m) if m.contains("output `code` is 102 bytes; at most 50")),
+            "{err}"
+        );
+        let tight_total = OutputLimits { max_value_bytes: 1000, max_total_bytes: 100 };
+        assert!(matches!(read_result(&signature(), big(), tight_total), Err(OutputError::TooLarge(_))));
+        assert!(read_result(&signature(), big(), OutputLimits::default()).is_ok());
     }
 
     #[test]

@@ -3,10 +3,12 @@
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use plinth::api;
-use plinth::host::{HostOptions, ToolConfig, ToolHost};
+use plinth::host::{HostLimits, HostOptions, ToolConfig, ToolHost};
+use plinth::invocation::OutputLimits;
 use plinth::manifest::ToolManifest;
 use plinth::package::{self, ToolPackage};
 use plinth::runtime::RuntimeConfig;
+use plinth::runtime::outbound::OutboundLimits;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -131,6 +133,27 @@ struct ServeArgs {
     /// Tool instances that may run at once.
     #[arg(long, env = "PLINTH_MAX_INSTANCES", default_value_t = 100)]
     max_instances: u32,
+    /// Invocations of one tool running at once; more answer 503.
+    #[arg(long, env = "PLINTH_MAX_CONCURRENCY_PER_TOOL", default_value_t = 16)]
+    max_concurrency_per_tool: u32,
+    /// A non-public network tools may reach (CIDR, repeatable; in the
+    /// environment, comma-separated), e.g. 127.0.0.0/8 for local backends.
+    /// Loopback, private, link-local and metadata addresses are refused
+    /// otherwise.
+    #[arg(long = "allow-private-cidr", env = "PLINTH_ALLOW_PRIVATE_CIDR", value_delimiter = ',', value_name = "CIDR")]
+    allow_private_cidr: Vec<ipnet::IpNet>,
+    /// Outbound HTTP requests one invocation may send.
+    #[arg(long, env = "PLINTH_OUTBOUND_MAX_REQUESTS", default_value_t = 20)]
+    outbound_max_requests: u32,
+    /// Largest outbound response body a tool may read, in KiB.
+    #[arg(long, env = "PLINTH_OUTBOUND_MAX_RESPONSE_KIB", default_value_t = 10 * 1024)]
+    outbound_max_response_kib: u64,
+    /// Largest invocation request body, in KiB; larger answers 413.
+    #[arg(long, env = "PLINTH_MAX_REQUEST_KIB", default_value_t = 1024)]
+    max_request_kib: usize,
+    /// Largest single output value passed on, in KiB; larger answers 502.
+    #[arg(long, env = "PLINTH_MAX_OUTPUT_KIB", default_value_t = 1024)]
+    max_output_kib: usize,
     /// How instance memory is allocated.
     #[arg(long, env = "PLINTH_ALLOCATOR", value_enum, default_value_t = Allocator::Pooling)]
     allocator: Allocator,
@@ -233,6 +256,18 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             cache_dir: None,
         },
         tool_config: parse_tool_config(&args.tool_config)?,
+        limits: HostLimits {
+            max_concurrency_per_tool: args.max_concurrency_per_tool.max(1),
+            outbound: OutboundLimits {
+                allowed_private: args.allow_private_cidr.clone(),
+                max_requests: args.outbound_max_requests,
+                max_response_bytes: args.outbound_max_response_kib.saturating_mul(1024),
+            },
+            output: OutputLimits {
+                max_value_bytes: args.max_output_kib.saturating_mul(1024),
+                max_total_bytes: args.max_output_kib.saturating_mul(4096),
+            },
+        },
     };
     let host = ToolHost::open(options).with_context(|| format!("opening the data dir {}", args.data.display()))?;
     if let Some(dir) = &args.plugins {
@@ -246,6 +281,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let missing = host.missing_config(tool);
         if !missing.is_empty() {
             tracing::warn!(tool = tool.name, keys = ?missing, "required config is not set: pass --tool-config {}.KEY=VALUE", tool.name);
+        }
+        let missing = host.missing_secrets(tool);
+        if !missing.is_empty() {
+            tracing::warn!(tool = tool.name, secrets = ?missing, "declared secrets are not set: PUT /admin/secrets/ID");
         }
     }
 
@@ -263,7 +302,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Some(dir) => Some(watch(host.clone(), dir)?),
             None => None,
         };
-        let app = api::router(host, args.admin_token.filter(|t| !t.is_empty()));
+        let app = api::router(
+            host,
+            api::ApiOptions {
+                admin_token: args.admin_token.filter(|t| !t.is_empty()),
+                max_request_bytes: args.max_request_kib.saturating_mul(1024),
+            },
+        );
         axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
         tracing::info!("stopped");
         Ok(())

@@ -38,6 +38,34 @@ pub struct ToolManifest {
     /// Configuration keys the tool reads through `wasi:config/store`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, ConfigKey>,
+    /// Ids of the secrets the tool reads (`plinth:tool/secrets`); the
+    /// operator stores the values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// Limits the tool asks for; the operator's ceilings still apply.
+    #[serde(default, skip_serializing_if = "ToolLimits::is_empty")]
+    pub limits: ToolLimits,
+}
+
+/// Limits a tool asks for, each capped by the operator's ceiling.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ToolLimits {
+    /// Wall-clock time per invocation, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    /// Linear memory per instance, in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    /// Invocations of this tool running at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<u32>,
+}
+
+impl ToolLimits {
+    fn is_empty(&self) -> bool {
+        *self == ToolLimits::default()
+    }
 }
 
 /// Narrowing of an input parameter beyond its WIT type.
@@ -79,6 +107,9 @@ pub enum ManifestError {
     /// The embedded manifest section is not valid.
     #[error("the `{SECTION_NAME}` section is not a valid manifest: {0}")]
     Section(#[from] serde_json::Error),
+    /// A secret id with characters outside `[a-z0-9._-]`.
+    #[error("secret id `{0}`: use 1 to 128 lowercase letters, digits, `.`, `_` or `-`")]
+    SecretId(String),
     /// An `allowed-hosts` entry cannot be understood.
     #[error("allowed-hosts entry `{entry}`: {why}")]
     AllowedHost {
@@ -114,6 +145,11 @@ impl ToolManifest {
         for entry in &self.allowed_hosts {
             HostPattern::parse(entry)?;
         }
+        for id in &self.secrets {
+            if !is_secret_id(id) {
+                return Err(ManifestError::SecretId(id.clone()));
+            }
+        }
         Ok(())
     }
 
@@ -122,6 +158,12 @@ impl ToolManifest {
         // Entries were checked when the manifest was parsed.
         self.allowed_hosts.iter().filter_map(|e| HostPattern::parse(e).ok()).collect()
     }
+}
+
+/// A valid secret id: 1 to 128 of `[a-z0-9._-]`.
+pub fn is_secret_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// One parsed `allowed-hosts` entry.
@@ -216,6 +258,10 @@ mod tests {
             [config.backend-url]
             description = "where"
             required = true
+            [limits]
+            deadline-ms = 2000
+            memory-mib = 16
+            max-concurrency = 4
             "#,
         )
         .unwrap();
@@ -223,6 +269,7 @@ mod tests {
         assert_eq!(m.inputs["flight_number"].max_length, Some(6));
         assert_eq!(m.inputs["passengers"].max, Some(9));
         assert!(m.config["backend-url"].required);
+        assert_eq!(m.limits, ToolLimits { deadline_ms: Some(2000), memory_mib: Some(16), max_concurrency: Some(4) });
         assert_eq!(
             m.host_patterns(),
             vec![
@@ -238,6 +285,8 @@ mod tests {
     fn refuses_unknown_keys_and_bad_hosts() {
         let err = ToolManifest::from_toml("tagz = []").unwrap_err().to_string();
         assert!(err.contains("unknown field `tagz`"), "{err}");
+        assert!(ToolManifest::from_toml("secrets = ['Api Key']").is_err());
+        assert_eq!(ToolManifest::from_toml("secrets = ['api-key']").unwrap().secrets, ["api-key"]);
         for bad in ["https://api.example.com", "api.example.com:99999", "a.*.com", "*.", "${config.}"] {
             let toml = format!("allowed-hosts = [{bad:?}]");
             assert!(ToolManifest::from_toml(&toml).is_err(), "{bad} was accepted");

@@ -26,6 +26,7 @@
 //! - [`http`]: blocking outbound HTTP over `wasi:http/outgoing-handler`,
 //!   limited by the host to the hosts the tool declares in `plinth.toml`;
 //! - [`config`]: the operator's per-tool configuration (`wasi:config/store`);
+//! - [`secrets`]: the secrets the tool declares (`plinth:tool/secrets`);
 //! - [`log`]: log lines that reach the host's structured logs.
 
 #![warn(missing_docs)]
@@ -116,6 +117,25 @@ pub mod config {
         get(key)?.ok_or_else(|| {
             ToolError::new("the tool is not configured on this server")
                 .with_developer_message(format!("config key `{key}` is not set"))
+        })
+    }
+}
+
+/// Secrets the operator stores for the tool (declare their ids under
+/// `secrets` in `plinth.toml`).
+pub mod secrets {
+    use crate::ToolError;
+
+    /// The secret's value, or `None` when it is not declared or not set.
+    pub fn get(id: &str) -> Option<String> {
+        crate::bindings::plinth::tool::secrets::get(id)
+    }
+
+    /// The secret's value; a clear, non-retryable error when it is missing.
+    pub fn require(id: &str) -> Result<String, ToolError> {
+        get(id).ok_or_else(|| {
+            ToolError::new("the tool is not configured on this server")
+                .with_developer_message(format!("secret `{id}` is not set (or not declared in plinth.toml)"))
         })
     }
 }

@@ -4,6 +4,8 @@
 mod a2t;
 mod cli;
 mod deploy;
+mod sandbox;
+mod soak;
 mod support;
 mod versions;
 mod weather;

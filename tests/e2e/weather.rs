@@ -17,10 +17,14 @@ fn configured(url: &str) -> String {
     format!("lookup_weather_by_city.backend-url={url}")
 }
 
+/// The stand-in backend listens on loopback, which tools may reach only
+/// when the operator allows it.
+const LOOPBACK: [&str; 2] = ["--allow-private-cidr", "127.0.0.0/8"];
+
 #[tokio::test(flavor = "multi_thread")]
 async fn looks_up_the_weather_through_two_backend_calls() {
     let (url, calls) = backend().await;
-    let server = Server::start(&["--tool-config", &configured(&url)]);
+    let server = Server::start(&["--tool-config", &configured(&url), LOOPBACK[0], LOOPBACK[1]]);
 
     let (status, body) = server
         .invoke("lookup_weather_by_city", &[("city", json!("Omaha, Nebraska")), ("units", json!("FAHRENHEIT"))])
@@ -44,7 +48,7 @@ async fn looks_up_the_weather_through_two_backend_calls() {
 #[tokio::test(flavor = "multi_thread")]
 async fn backend_answers_become_tool_errors() {
     let (url, _) = backend().await;
-    let server = Server::start(&["--tool-config", &configured(&url)]);
+    let server = Server::start(&["--tool-config", &configured(&url), LOOPBACK[0], LOOPBACK[1]]);
 
     let (status, body) = server.invoke("lookup_weather_by_city", &[("city", json!("Atlantis"))]).await;
     assert_eq!(status, 422);
@@ -73,13 +77,25 @@ async fn backend_answers_become_tool_errors() {
 #[tokio::test(flavor = "multi_thread")]
 async fn invalid_input_never_reaches_the_backend() {
     let (url, calls) = backend().await;
-    let server = Server::start(&["--tool-config", &configured(&url)]);
+    let server = Server::start(&["--tool-config", &configured(&url), LOOPBACK[0], LOOPBACK[1]]);
     let (status, body) = server.invoke("lookup_weather_by_city", &[("city", json!("x".repeat(101)))]).await;
     assert_eq!((status, body["error"]["code"].clone()), (400, json!("too_long")));
     let (status, body) =
         server.invoke("lookup_weather_by_city", &[("city", json!("Boston")), ("units", json!("KELVIN"))]).await;
     assert_eq!((status, body["error"]["code"].clone()), (400, json!("invalid_enum_value")));
     assert_eq!(calls.get(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_the_operators_allowance_loopback_is_out_of_reach() {
+    let (url, calls) = backend().await;
+    let server = Server::start(&["--tool-config", &configured(&url)]);
+    let (status, body) = server.invoke("lookup_weather_by_city", &[("city", json!("Boston"))]).await;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(body["error"]["code"], "outbound_denied");
+    assert!(body["error"]["message"].as_str().unwrap().contains("resolves to 127.0.0.1"), "{body}");
+    assert_eq!(calls.get(), 0, "the request never left the sandbox");
+    assert!(server.logs().contains("outbound request refused"));
 }
 
 #[tokio::test(flavor = "multi_thread")]

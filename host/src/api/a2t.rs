@@ -12,6 +12,7 @@ use crate::registry::{Tool, ToolVersion};
 use crate::signature::{EnumValue, InputType, OutputType, Signature};
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -295,22 +296,37 @@ fn strip_invoke(segment: &str) -> Result<&str, ApiError> {
     })
 }
 
+/// The body, or `413 request_too_large` past the configured limit.
+fn body_within_limit(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                "the request body is larger than this server accepts",
+            )
+        } else {
+            ApiError::bad_request("invalid_request", "the request body could not be read")
+        }
+    })
+}
+
 async fn invoke_current(
     State(host): State<AppState>,
     Path(tool_ref): Path<String>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let tool_id = strip_invoke(&tool_ref)?;
-    invoke(&host, tool_id, None, &body).await
+    invoke(&host, tool_id, None, &body_within_limit(body)?).await
 }
 
 async fn invoke_version(
     State(host): State<AppState>,
     Path((tool_id, version_ref)): Path<(String, String)>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let version = parse_version(strip_invoke(&version_ref)?)?;
-    invoke(&host, &tool_id, Some(version), &body).await
+    invoke(&host, &tool_id, Some(version), &body_within_limit(body)?).await
 }
 
 async fn invoke(host: &AppState, tool_id: &str, version: Option<u32>, body: &[u8]) -> Result<Response, ApiError> {

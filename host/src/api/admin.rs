@@ -4,6 +4,9 @@
 //!   (`Content-Type: application/wasm`) → `201` new version, `200` identical
 //!   bytes, `409` breaking change or version mismatch
 //! - `DELETE /admin/tools/{toolId}/versions/{n}` → the version is retired
+//! - `PUT /admin/secrets/{id}` (the value as the body), `DELETE
+//!   /admin/secrets/{id}`, `GET /admin/secrets` (ids only: a value is never
+//!   readable back)
 //!
 //! Every request needs `Authorization: Bearer <admin token>`; without a token
 //! configured, the admin API is disabled.
@@ -15,12 +18,14 @@ use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, post};
+use axum::routing::{delete, get, post, put};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
 /// Largest component accepted by `POST /admin/tools`.
 pub const MAX_COMPONENT_BYTES: usize = 32 << 20;
+/// Largest secret value.
+pub const MAX_SECRET_BYTES: usize = 64 << 10;
 
 /// The admin routes, guarded by `token` (disabled when it is `None`).
 pub fn routes(token: Option<String>) -> Router<AppState> {
@@ -28,6 +33,11 @@ pub fn routes(token: Option<String>) -> Router<AppState> {
     Router::new()
         .route("/admin/tools", post(deploy).layer(DefaultBodyLimit::max(MAX_COMPONENT_BYTES)))
         .route("/admin/tools/{tool_id}/versions/{version}", delete(retire))
+        .route("/admin/secrets", get(list_secrets))
+        .route(
+            "/admin/secrets/{id}",
+            put(put_secret).delete(delete_secret).layer(DefaultBodyLimit::max(MAX_SECRET_BYTES)),
+        )
         .route_layer(middleware::from_fn(move |request: Request, next: Next| {
             let expected = expected;
             async move { authorize(expected.as_ref().map(|d| d.as_slice()), request, next).await }
@@ -127,4 +137,50 @@ async fn retire(
     let current = host.tool(&tool_id).and_then(|t| t.current()).map(|v| v.number);
     Ok(axum::Json(json!({ "toolId": tool_id, "version": version, "retired": true, "currentVersion": current }))
         .into_response())
+}
+
+fn storage_failed() -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "storage_failed",
+        "the change could not be stored; nothing changed",
+    )
+}
+
+async fn put_secret(State(host): State<AppState>, Path(id): Path<String>, body: Bytes) -> Result<StatusCode, ApiError> {
+    if !crate::manifest::is_secret_id(&id) {
+        return Err(ApiError::bad_request(
+            "invalid_secret_id",
+            "a secret id is 1 to 128 lowercase letters, digits, `.`, `_` or `-`",
+        ));
+    }
+    let value = String::from_utf8(body.to_vec())
+        .map_err(|_| ApiError::bad_request("invalid_secret_value", "the secret value must be UTF-8 text"))?;
+    if value.is_empty() {
+        return Err(ApiError::bad_request(
+            "invalid_secret_value",
+            "the secret value is empty; DELETE the secret instead",
+        ));
+    }
+    host.put_secret(&id, &value).map_err(|e| {
+        tracing::error!(secret = id, error = %e, "storing a secret failed");
+        storage_failed()
+    })?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_secret(State(host): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    match host.delete_secret(&id) {
+        Ok(true) => Ok(StatusCode::NO_CONTENT),
+        Ok(false) => Err(ApiError::not_found(format!("there is no secret `{id}`"))),
+        Err(e) => {
+            tracing::error!(secret = id, error = %e, "deleting a secret failed");
+            Err(storage_failed())
+        }
+    }
+}
+
+async fn list_secrets(State(host): State<AppState>) -> axum::Json<serde_json::Value> {
+    let items: Vec<_> = host.secret_ids().into_iter().map(|id| json!({ "id": id })).collect();
+    axum::Json(json!({ "items": items }))
 }

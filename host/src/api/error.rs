@@ -5,7 +5,7 @@
 //! Messages never carry host internals.
 
 use crate::host::{DeployError, InvokeError, RetireError};
-use crate::invocation::{InputError, ToolError};
+use crate::invocation::{InputError, OutputError, ToolError};
 use crate::runtime::CallError;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -95,7 +95,18 @@ impl From<InvokeError> for ApiError {
                 error.retry_after_secs = Some(1);
                 error
             }
-            InvokeError::Output(_) => ApiError::new(StatusCode::BAD_GATEWAY, "invalid_tool_output", e.to_string()),
+            InvokeError::Output(OutputError::Invalid(_)) => {
+                ApiError::new(StatusCode::BAD_GATEWAY, "invalid_tool_output", e.to_string())
+            }
+            InvokeError::Output(OutputError::TooLarge(_)) => {
+                ApiError::new(StatusCode::BAD_GATEWAY, "output_too_large", e.to_string())
+            }
+            InvokeError::OutboundDenied(_) => ApiError::new(StatusCode::BAD_GATEWAY, "outbound_denied", e.to_string()),
+            InvokeError::Busy(_) => {
+                let mut error = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", e.to_string());
+                error.retry_after_secs = Some(1);
+                error
+            }
         }
     }
 }

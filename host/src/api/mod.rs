@@ -15,13 +15,27 @@ pub use error::ApiError;
 /// Shared state of every handler.
 pub type AppState = Arc<ToolHost>;
 
-/// The whole HTTP surface. The admin API needs `admin_token`; without one
-/// it is disabled.
-pub fn router(host: AppState, admin_token: Option<String>) -> Router {
+/// How the HTTP surface is set up.
+#[derive(Debug, Clone)]
+pub struct ApiOptions {
+    /// The admin API's bearer token; `None` disables the admin API.
+    pub admin_token: Option<String>,
+    /// Largest invocation body accepted.
+    pub max_request_bytes: usize,
+}
+
+impl Default for ApiOptions {
+    fn default() -> Self {
+        ApiOptions { admin_token: None, max_request_bytes: 1 << 20 }
+    }
+}
+
+/// The whole HTTP surface.
+pub fn router(host: AppState, options: ApiOptions) -> Router {
     Router::new()
         .route("/health", get(health))
-        .merge(a2t::routes())
-        .merge(admin::routes(admin_token))
+        .merge(a2t::routes().layer(axum::extract::DefaultBodyLimit::max(options.max_request_bytes)))
+        .merge(admin::routes(options.admin_token))
         .fallback(not_found)
         .with_state(host)
 }

@@ -98,12 +98,89 @@ pub struct LoadedComponent {
 
 /// Everything one invocation needs besides its input.
 pub struct CallSetup {
+    /// Wall-clock time the invocation may take (capped by the runtime's).
+    pub deadline: Duration,
+    /// Linear memory the instance may use (capped by the runtime's).
+    pub max_memory_bytes: usize,
     /// Values the tool reads through `wasi:config/store`.
     pub config: BTreeMap<String, String>,
     /// Where the tool may send HTTP requests.
     pub outbound: OutboundPolicy,
     /// Labels for the tool's log lines.
     pub log: LogLabels,
+    /// The secrets the tool declares and the operator has set.
+    pub secrets: BTreeMap<String, String>,
+    /// The tool's share of the log, across its calls.
+    pub log_budget: Arc<LogBudget>,
+}
+
+/// A token bucket of log lines per tool, so a chatty tool cannot flood the
+/// host's logs: `RATE` lines a second, bursts of `BURST`.
+pub struct LogBudget {
+    state: std::sync::Mutex<(f64, std::time::Instant)>,
+}
+
+impl LogBudget {
+    const RATE: f64 = 50.0;
+    const BURST: f64 = 200.0;
+
+    /// A full bucket.
+    pub fn new() -> Self {
+        LogBudget { state: std::sync::Mutex::new((Self::BURST, std::time::Instant::now())) }
+    }
+
+    /// Takes one line's worth; `false` when the line must be dropped.
+    fn take(&self) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        let refill = now.duration_since(state.1).as_secs_f64() * Self::RATE;
+        *state = ((state.0 + refill).min(Self::BURST), now);
+        if state.0 >= 1.0 {
+            state.0 -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl Default for LogBudget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Replaces secret values with `[redacted]` wherever a tool's text leaves
+/// the sandbox: log lines, errors, outputs.
+#[derive(Debug, Clone, Default)]
+pub struct Redactor(Vec<String>);
+
+impl Redactor {
+    /// Redacts these values (empty ones are ignored).
+    pub fn new(values: impl IntoIterator<Item = String>) -> Self {
+        let mut values: Vec<String> = values.into_iter().filter(|v| !v.is_empty()).collect();
+        // Longest first, so a secret that contains another is redacted whole.
+        values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        Redactor(values)
+    }
+
+    /// The text with every secret value replaced.
+    pub fn text(&self, text: &str) -> String {
+        self.0.iter().fold(text.to_string(), |acc, v| acc.replace(v.as_str(), "[redacted]"))
+    }
+
+    /// Redacts every string in a JSON value.
+    pub fn json(&self, value: &mut serde_json::Value) {
+        if self.0.is_empty() {
+            return;
+        }
+        match value {
+            serde_json::Value::String(s) => *s = self.text(s),
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|v| self.json(v)),
+            serde_json::Value::Object(map) => map.values_mut().for_each(|v| self.json(v)),
+            _ => {}
+        }
+    }
 }
 
 /// What the host's logs say a tool line came from.
@@ -125,7 +202,50 @@ pub struct ToolState {
     outbound: OutboundPolicy,
     config: WasiConfigVariables,
     limits: MemoryLimiter,
-    log: LogLabels,
+    log: ToolLog,
+    secrets: BTreeMap<String, String>,
+}
+
+/// Where a tool's log lines go: labelled, redacted and rate-limited.
+struct ToolLog {
+    labels: LogLabels,
+    redactor: Redactor,
+    budget: Arc<LogBudget>,
+    dropped: u64,
+}
+
+impl ToolLog {
+    fn write(&mut self, level: LogLevel, message: &str) {
+        if !self.budget.take() {
+            self.dropped += 1;
+            return;
+        }
+        let message = self.redactor.text(message);
+        let (tool, version, call_id) = (&self.labels.tool, self.labels.version, &self.labels.call_id);
+        match level {
+            LogLevel::Trace => tracing::trace!(target: "plinth::tool", tool, version, call_id, "{message}"),
+            LogLevel::Debug => tracing::debug!(target: "plinth::tool", tool, version, call_id, "{message}"),
+            LogLevel::Info => tracing::info!(target: "plinth::tool", tool, version, call_id, "{message}"),
+            LogLevel::Warn => tracing::warn!(target: "plinth::tool", tool, version, call_id, "{message}"),
+            LogLevel::Error => tracing::error!(target: "plinth::tool", tool, version, call_id, "{message}"),
+        }
+    }
+
+    /// Logs what the tool wrote to stdout/stderr, one event per line.
+    fn captured(&mut self, stream: &str, pipe: &MemoryOutputPipe) {
+        let bytes = pipe.contents();
+        for line in String::from_utf8_lossy(&bytes).lines().filter(|l| !l.trim().is_empty()) {
+            self.write(LogLevel::Info, &format!("[{stream}] {line}"));
+        }
+    }
+
+    fn finish(&self) {
+        if self.dropped > 0 {
+            let labels = &self.labels;
+            tracing::warn!(target: "plinth::tool", tool = labels.tool, version = labels.version, call_id = labels.call_id,
+                dropped = self.dropped, "the tool logs faster than it may; lines were dropped");
+        }
+    }
 }
 
 impl WasiView for ToolState {
@@ -227,9 +347,16 @@ impl Runtime {
         linker.instance("plinth:tool/types@0.1.0")?;
         linker.instance("plinth:tool/log@0.1.0")?.func_wrap(
             "write",
-            |store: wasmtime::StoreContextMut<'_, ToolState>, (level, message): (LogLevel, String)| {
-                tool_log(&store.data().log, level, &message);
+            |mut store: wasmtime::StoreContextMut<'_, ToolState>, (level, message): (LogLevel, String)| {
+                store.data_mut().log.write(level, &message);
                 Ok(())
+            },
+        )?;
+        linker.instance("plinth:tool/secrets@0.1.0")?.func_wrap(
+            "get",
+            |store: wasmtime::StoreContextMut<'_, ToolState>, (id,): (String,)| {
+                // Only declared secrets are in the map: anything else is none.
+                Ok((store.data().secrets.get(&id).cloned(),))
             },
         )?;
 
@@ -340,15 +467,22 @@ impl Runtime {
             outbound: setup.outbound,
             config: setup.config.into_iter().collect(),
             limits: MemoryLimiter {
-                max_memory_bytes: self.config.max_memory_bytes,
+                max_memory_bytes: setup.max_memory_bytes.min(self.config.max_memory_bytes),
                 max_table_elements: 100_000,
                 refused: false,
             },
-            log: setup.log,
+            log: ToolLog {
+                labels: setup.log,
+                redactor: Redactor::new(setup.secrets.values().cloned()),
+                budget: setup.log_budget,
+                dropped: 0,
+            },
+            secrets: setup.secrets,
         };
+        let deadline = setup.deadline.min(self.config.deadline);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
-        let ticks = (self.config.deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
+        let ticks = (deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
 
@@ -362,14 +496,15 @@ impl Runtime {
             let [result] = results;
             wasmtime::Result::Ok(result)
         };
-        let outcome = tokio::time::timeout(self.config.deadline, run).await;
-        let labels = store.data().log.clone();
-        flush_captured_output(&labels, "stdout", &stdout);
-        flush_captured_output(&labels, "stderr", &stderr);
+        let outcome = tokio::time::timeout(deadline, run).await;
+        let log = &mut store.data_mut().log;
+        log.captured("stdout", &stdout);
+        log.captured("stderr", &stderr);
+        log.finish();
         match outcome {
-            Err(_elapsed) => Err(CallError::Timeout(self.config.deadline)),
+            Err(_elapsed) => Err(CallError::Timeout(deadline)),
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(classify(&error, store.data().limits.refused, self.config.deadline)),
+            Ok(Err(error)) => Err(classify(&error, store.data().limits.refused, deadline)),
         }
     }
 }
@@ -386,7 +521,11 @@ fn classify(error: &wasmtime::Error, memory_refused: bool, deadline: Duration) -
             Trap::UnreachableCodeReached => {
                 CallError::Trapped("the tool aborted (a panic or an unreachable instruction)".into())
             }
-            Trap::MemoryOutOfBounds => CallError::Trapped("out-of-bounds memory access".into()),
+            // Rust keeps its stack in linear memory: overflowing it shows up
+            // as an access below address 0.
+            Trap::MemoryOutOfBounds => {
+                CallError::Trapped("out-of-bounds memory access (often a stack overflow)".into())
+            }
             Trap::IntegerDivisionByZero => CallError::Trapped("integer division by zero".into()),
             other => CallError::Trapped(other.to_string()),
         };
@@ -399,25 +538,6 @@ fn classify(error: &wasmtime::Error, memory_refused: bool, deadline: Duration) -
         return CallError::Busy;
     }
     CallError::Trapped("the tool could not be run".into())
-}
-
-fn tool_log(labels: &LogLabels, level: LogLevel, message: &str) {
-    let (tool, version, call_id) = (&labels.tool, labels.version, &labels.call_id);
-    match level {
-        LogLevel::Trace => tracing::trace!(target: "plinth::tool", tool, version, call_id, "{message}"),
-        LogLevel::Debug => tracing::debug!(target: "plinth::tool", tool, version, call_id, "{message}"),
-        LogLevel::Info => tracing::info!(target: "plinth::tool", tool, version, call_id, "{message}"),
-        LogLevel::Warn => tracing::warn!(target: "plinth::tool", tool, version, call_id, "{message}"),
-        LogLevel::Error => tracing::error!(target: "plinth::tool", tool, version, call_id, "{message}"),
-    }
-}
-
-/// Logs what the tool wrote to stdout/stderr, one event per line.
-fn flush_captured_output(labels: &LogLabels, stream: &str, pipe: &MemoryOutputPipe) {
-    let bytes = pipe.contents();
-    for line in String::from_utf8_lossy(&bytes).lines().filter(|l| !l.trim().is_empty()) {
-        tracing::info!(target: "plinth::tool", tool = labels.tool, version = labels.version, call_id = labels.call_id, stream, "{line}");
-    }
 }
 
 /// The manifest's config keys with their defaults, overlaid by the

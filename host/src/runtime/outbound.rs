@@ -1,11 +1,30 @@
-//! Outbound HTTP: a tool reaches only the hosts its manifest declares.
+//! Outbound HTTP: a tool reaches only the hosts its manifest declares, and
+//! never the host's own network unless the operator allows it.
 //!
 //! Every `wasi:http/outgoing-handler` request of a tool passes through
-//! [`OutboundPolicy::send_request`], the one place the allowlist is enforced
-//! (the shape Spin uses for `allowed_outbound_hosts`).
+//! [`OutboundPolicy::send_request`], the one place the policy is enforced
+//! (the shape Spin uses for `allowed_outbound_hosts`):
+//! 1. the authority must match an `allowed-hosts` entry of the manifest;
+//! 2. the invocation must not have used up its request budget;
+//! 3. the name is resolved and **every** address must be public — loopback,
+//!    private, link-local (cloud metadata), CGNAT, multicast and reserved
+//!    ranges are refused unless an operator CIDR allows them;
+//! 4. plain HTTP then connects to the address that was checked (the URI is
+//!    rewritten to it, the `Host` header keeps the name), so a DNS answer that
+//!    changes between check and connect cannot redirect the request. HTTPS
+//!    connects by name, and certificate verification refuses a rebound
+//!    internal server, which cannot prove it is that name;
+//! 5. the response body is capped.
+//!
+//! Each refusal is logged and recorded, so the host can tell the caller that
+//! the tool tried to reach what it may not.
 
 use crate::manifest::{HostPattern, split_host_port};
+use http_body_util::BodyExt;
+use ipnet::IpNet;
 use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
@@ -23,17 +42,54 @@ enum AllowedHost {
     Subdomains { suffix: String, port: Option<u16> },
 }
 
-/// The hosts one invocation of one tool may call.
+/// The operator's side of the outbound policy, the same for every call.
+#[derive(Debug, Clone)]
+pub struct OutboundLimits {
+    /// Non-public networks the operator lets tools reach (for backends on
+    /// 127.0.0.1 or a private network). Empty: none.
+    pub allowed_private: Vec<IpNet>,
+    /// Requests one invocation may send.
+    pub max_requests: u32,
+    /// Largest response body a tool may read, per request.
+    pub max_response_bytes: u64,
+}
+
+impl Default for OutboundLimits {
+    fn default() -> Self {
+        OutboundLimits { allowed_private: Vec::new(), max_requests: 20, max_response_bytes: 10 << 20 }
+    }
+}
+
+/// Refused outbound requests of one invocation, for the caller's answer.
+#[derive(Debug, Clone, Default)]
+pub struct Denials(Arc<Mutex<Vec<String>>>);
+
+impl Denials {
+    fn record(&self, why: String) {
+        tracing::warn!(target: "plinth::outbound", reason = %why, "outbound request refused");
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(why);
+    }
+
+    /// The first refusal, if any.
+    pub fn first(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).first().cloned()
+    }
+}
+
+/// What one invocation of one tool may call.
 #[derive(Debug, Clone, Default)]
 pub struct OutboundPolicy {
     allowed: Vec<AllowedHost>,
+    limits: Arc<OutboundLimits>,
+    sent: u32,
+    denials: Denials,
 }
 
 impl OutboundPolicy {
     /// The policy for a tool's manifest entries; `${config.KEY}` entries take
     /// the host and port of the URL configured under `KEY` (and allow nothing
     /// when it is unset or not a URL).
-    pub fn new(patterns: &[HostPattern], config: &BTreeMap<String, String>) -> Self {
+    pub fn new(patterns: &[HostPattern], config: &BTreeMap<String, String>, limits: Arc<OutboundLimits>) -> Self {
         let allowed = patterns
             .iter()
             .filter_map(|p| match p {
@@ -47,7 +103,12 @@ impl OutboundPolicy {
                 }
             })
             .collect();
-        OutboundPolicy { allowed }
+        OutboundPolicy { allowed, limits, sent: 0, denials: Denials::default() }
+    }
+
+    /// Where this invocation's refusals are recorded.
+    pub fn denials(&self) -> Denials {
+        self.denials.clone()
     }
 
     /// Whether a request to `authority` over `scheme` is allowed.
@@ -96,11 +157,21 @@ impl WasiHttpHooks for OutboundPolicy {
             > + Send,
     > {
         drop(fut);
-        let uri = request.uri();
-        let allowed = uri.authority().is_some_and(|a| self.allows(uri.scheme_str(), a.as_str()));
-        if !allowed {
-            tracing::warn!(authority = ?uri.authority().map(|a| a.as_str()), "outbound request refused: host not allowed for this tool");
-            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        let uri = request.uri().clone();
+        let target = uri.authority().map_or_else(|| "(no host)".to_string(), |a| a.to_string());
+        let deny = |denials: &Denials, why: String| -> Box<dyn Future<Output = _> + Send> {
+            denials.record(why);
+            Box::new(async { Err(HttpError::HttpRequestDenied) })
+        };
+        if !uri.authority().is_some_and(|a| self.allows(uri.scheme_str(), a.as_str())) {
+            return deny(&self.denials, format!("`{target}` is not among the hosts the tool declares"));
+        }
+        self.sent += 1;
+        if self.sent > self.limits.max_requests {
+            return deny(
+                &self.denials,
+                format!("more than {} outbound requests in one invocation", self.limits.max_requests),
+            );
         }
         let options = options.unwrap_or_default();
         let options = RequestOptions {
@@ -108,15 +179,100 @@ impl WasiHttpHooks for OutboundPolicy {
             first_byte_timeout: options.first_byte_timeout.or(Some(FIRST_BYTE_TIMEOUT)),
             between_bytes_timeout: options.between_bytes_timeout.or(Some(BETWEEN_BYTES_TIMEOUT)),
         };
+        let (limits, denials) = (self.limits.clone(), self.denials.clone());
         Box::new(async move {
-            use http_body_util::BodyExt;
+            let mut request = request;
+            let pinned = check_addresses(&uri, &limits, &denials).await?;
+            if uri.scheme_str() == Some("http") {
+                // Connect to exactly the address that was checked.
+                let path = uri.path_and_query().map_or("/", |p| p.as_str());
+                *request.uri_mut() =
+                    format!("http://{pinned}{path}").parse().map_err(|_| HttpError::HttpRequestUriInvalid)?;
+            }
             let (response, io) = wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
-            Ok((
-                response.map(BodyExt::boxed_unsync),
-                Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>,
-            ))
+            let max = limits.max_response_bytes;
+            let response = response.map(move |body| {
+                http_body_util::Limited::new(body, max as usize)
+                    .map_err(move |e| match e.downcast::<HttpError>() {
+                        Ok(inner) => *inner,
+                        Err(_) => HttpError::HttpResponseBodySize(Some(max)),
+                    })
+                    .boxed_unsync()
+            });
+            Ok((response, Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>))
         })
     }
+}
+
+/// Resolves the request's host and refuses it unless every address is
+/// public or in a network the operator allows. Returns the address to use.
+async fn check_addresses(
+    uri: &http::Uri,
+    limits: &OutboundLimits,
+    denials: &Denials,
+) -> Result<std::net::SocketAddr, HttpError> {
+    let authority = uri.authority().ok_or(HttpError::HttpRequestUriInvalid)?;
+    let port = authority.port_u16().unwrap_or(if uri.scheme_str() == Some("http") { 80 } else { 443 });
+    let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+    let addresses: Vec<std::net::SocketAddr> = match tokio::net::lookup_host((host, port)).await {
+        Ok(found) => found.collect(),
+        Err(_) => return Err(HttpError::DnsError { rcode: None, info_code: None }),
+    };
+    let Some(first) = addresses.first().copied() else {
+        return Err(HttpError::DnsError { rcode: None, info_code: None });
+    };
+    for address in &addresses {
+        let ip = address.ip();
+        if is_internal(ip) && !limits.allowed_private.iter().any(|net| net.contains(&ip)) {
+            denials.record(format!(
+                "`{authority}` resolves to {ip}, an address on the host's own or a private network, which the operator does not allow"
+            ));
+            return Err(HttpError::DestinationIpProhibited);
+        }
+    }
+    Ok(first)
+}
+
+/// Addresses a tool must not reach by default: everything that is not the
+/// public internet.
+pub fn is_internal(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_internal_v4(v4),
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_internal_v4(v4);
+            }
+            let segments = v6.segments();
+            // NAT64 (64:ff9b::/96) embeds an IPv4 address.
+            if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                let [a, b] = segments[6].to_be_bytes();
+                let [c, d] = segments[7].to_be_bytes();
+                return is_internal_v4(Ipv4Addr::new(a, b, c, d));
+            }
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (segments[0] & 0xfe00) == 0xfc00 // unique local fc00::/7
+                || (segments[0] & 0xffc0) == 0xfe80 // link-local fe80::/10
+                || (segments[0] & 0xffc0) == 0xfec0 // site-local fec0::/10
+                || v6 == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) // AWS metadata (IPv6)
+        }
+    }
+}
+
+fn is_internal_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local() // 169.254/16, cloud metadata
+        || ip.is_unspecified()
+        || ip.is_broadcast()
+        || ip.is_multicast()
+        || a == 0
+        || (a == 100 && (64..128).contains(&b)) // CGNAT 100.64/10
+        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
+        || (a == 198 && (18..20).contains(&b)) // benchmarking 198.18/15
+        || a >= 240 // reserved
 }
 
 #[cfg(test)]
@@ -126,7 +282,53 @@ mod tests {
     fn policy(entries: &[&str], config: &[(&str, &str)]) -> OutboundPolicy {
         let patterns: Vec<_> = entries.iter().map(|e| HostPattern::parse(e).unwrap()).collect();
         let config = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        OutboundPolicy::new(&patterns, &config)
+        OutboundPolicy::new(&patterns, &config, Default::default())
+    }
+
+    #[test]
+    fn internal_addresses_are_recognised() {
+        for internal in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "224.0.0.1",
+            "255.255.255.255",
+            "240.0.0.1",
+            "::1",
+            "::",
+            "fc00::1",
+            "fd12::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+            "ff02::1",
+        ] {
+            assert!(is_internal(internal.parse().unwrap()), "{internal}");
+        }
+        for public in ["93.184.216.34", "8.8.8.8", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
+            assert!(!is_internal(public.parse().unwrap()), "{public}");
+        }
+    }
+
+    #[tokio::test]
+    async fn loopback_is_refused_unless_the_operator_allows_it() {
+        let uri: http::Uri = "http://127.0.0.1:9/".parse().unwrap();
+        let denials = Denials::default();
+        let closed = OutboundLimits::default();
+        assert!(matches!(check_addresses(&uri, &closed, &denials).await, Err(HttpError::DestinationIpProhibited)));
+        assert!(denials.first().unwrap().contains("127.0.0.1"));
+        let open = OutboundLimits { allowed_private: vec!["127.0.0.0/8".parse().unwrap()], ..Default::default() };
+        assert_eq!(check_addresses(&uri, &open, &Denials::default()).await.unwrap(), "127.0.0.1:9".parse().unwrap());
+        let localhost: http::Uri = "http://localhost:9/".parse().unwrap();
+        assert!(
+            check_addresses(&localhost, &closed, &Denials::default()).await.is_err(),
+            "names are checked after resolution"
+        );
     }
 
     #[test]

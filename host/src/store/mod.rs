@@ -57,7 +57,8 @@ pub struct StoredVersion {
     pub retired_at: Option<i64>,
 }
 
-/// The registry's persistent rows.
+/// The host's persistent rows: the registry of versions, and the secrets
+/// operators store for tools.
 pub trait RegistryStore: Send + Sync {
     /// Every stored version of every tool, oldest first.
     fn versions(&self) -> Result<Vec<StoredVersion>, StoreError>;
@@ -67,4 +68,10 @@ pub trait RegistryStore: Send + Sync {
     /// Marks a version retired (its row and blob stay, for audit). Returns
     /// whether it was live until now.
     fn retire_version(&self, tool_id: Uuid, version: u32, at: i64) -> Result<bool, StoreError>;
+    /// Every stored secret, `(id, value)`.
+    fn secrets(&self) -> Result<Vec<(String, String)>, StoreError>;
+    /// Sets a secret.
+    fn put_secret(&self, id: &str, value: &str, at: i64) -> Result<(), StoreError>;
+    /// Deletes a secret; returns whether it existed.
+    fn delete_secret(&self, id: &str) -> Result<bool, StoreError>;
 }

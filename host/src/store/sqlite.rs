@@ -29,6 +29,13 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE versions ADD COLUMN signature_sha256 TEXT NOT NULL DEFAULT '';
     ALTER TABLE versions ADD COLUMN retired_at INTEGER;
 ",
+    "
+    CREATE TABLE secrets (
+        id         TEXT PRIMARY KEY,
+        value      TEXT NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+",
 ];
 
 /// The registry in `DATA/registry.sqlite3`.
@@ -130,6 +137,26 @@ impl RegistryStore for SqliteStore {
         Ok(())
     }
 
+    fn secrets(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT id, value FROM secrets ORDER BY id")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn put_secret(&self, id: &str, value: &str, at: i64) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT INTO secrets (id, value, updated_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (id) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+            params![id, value, at],
+        )?;
+        Ok(())
+    }
+
+    fn delete_secret(&self, id: &str) -> Result<bool, StoreError> {
+        Ok(self.conn().execute("DELETE FROM secrets WHERE id = ?1", [id])? == 1)
+    }
+
     fn retire_version(&self, tool_id: Uuid, version: u32, at: i64) -> Result<bool, StoreError> {
         let changed = self.conn().execute(
             "UPDATE versions SET retired_at = ?3 WHERE tool_id = ?1 AND version = ?2 AND retired_at IS NULL",
@@ -186,6 +213,12 @@ mod tests {
         assert!(!reopened.retire_version(id, 7, 1_800_000_000).unwrap());
         let versions = reopened.versions().unwrap();
         assert_eq!(versions[0].retired_at, Some(1_800_000_000));
+
+        reopened.put_secret("api-key", "one", 1).unwrap();
+        reopened.put_secret("api-key", "two", 2).unwrap();
+        assert_eq!(reopened.secrets().unwrap(), [("api-key".to_string(), "two".to_string())]);
+        assert!(reopened.delete_secret("api-key").unwrap());
+        assert!(!reopened.delete_secret("api-key").unwrap());
         assert_eq!(versions[1].retired_at, None);
     }
 }
