@@ -11,13 +11,14 @@ LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
 DATA       ?= ./plinth-data
 
-.PHONY: help build wasm-target plugins fixtures run test check
+.PHONY: help build wasm-target plugins fixtures run test check bench bench-smoke wrk
 
 help:
 	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
 	@echo "make test     build the example tools and run every test"
 	@echo "make plugins  build and pack the example tools into $(PLUGIN_OUT)/"
 	@echo "make build    build the plinth binary"
+	@echo "make bench    run the benchmark harness (release build) and write bench/RESULTS.md"
 
 # The tools are WebAssembly components: they need Rust's wasm32-wasip2 target.
 wasm-target:
@@ -53,6 +54,22 @@ fixtures: plugins
 
 test: fixtures
 	PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures $(CARGO) test --no-fail-fast
+
+# The HTTP arms use wrk as the load generator (a separate process).
+wrk:
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
+
+bench: fixtures wrk
+	$(CARGO) build --release -p plinth -p fake-weather -p plinth-bench
+	./target/release/plinth-bench --plinth target/release/plinth --fake-weather target/release/fake-weather \
+		--plugins $(PLUGIN_OUT) --fixtures target/fixtures --out bench/RESULTS.md
+
+# A few seconds of every arm, no thresholds: keeps the harness building and
+# running (CI). Uses the debug build the tests already made.
+bench-smoke: fixtures wrk
+	$(CARGO) build -p plinth-bench
+	./target/debug/plinth-bench --smoke --plinth target/debug/plinth --fake-weather target/debug/fake-weather \
+		--plugins $(PLUGIN_OUT) --fixtures target/fixtures
 
 check:
 	$(CARGO) clippy --all-targets -- -D warnings

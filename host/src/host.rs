@@ -34,6 +34,8 @@ pub struct HostOptions {
     pub tool_config: ToolConfig,
     /// Limits beyond the sandbox's own.
     pub limits: HostLimits,
+    /// Threads that run tools (apart from the threads serving HTTP).
+    pub tool_threads: usize,
 }
 
 /// Operator limits the core enforces around each invocation.
@@ -182,6 +184,8 @@ pub struct ToolHost {
     log_budgets: dashmap::DashMap<Uuid, Arc<LogBudget>>,
     /// Secret values by id, as the operator stored them.
     secrets: dashmap::DashMap<String, String>,
+    /// The threads tools run on (a runtime of its own; see `invoke`).
+    executor: Option<tokio::runtime::Runtime>,
     /// Serializes the registry-changing step of deploys and retirements, so
     /// version numbers are assigned without races. Compilation happens
     /// before it is taken.
@@ -210,6 +214,13 @@ impl ToolHost {
             per_tool: dashmap::DashMap::new(),
             log_budgets: dashmap::DashMap::new(),
             secrets: dashmap::DashMap::new(),
+            executor: Some(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(options.tool_threads.max(1))
+                    .thread_name("plinth-tool")
+                    .enable_all()
+                    .build()?,
+            ),
             changes: std::sync::Mutex::new(()),
         };
         for (id, value) in host.store.secrets()? {
@@ -247,6 +258,7 @@ impl ToolHost {
                 component,
                 created_at: stored.created_at,
                 retired_at: AtomicI64::new(stored.retired_at.unwrap_or(0)),
+                a2t_view: Default::default(),
             },
         );
         Ok(())
@@ -334,6 +346,7 @@ impl ToolHost {
                 component,
                 created_at: stored.created_at,
                 retired_at: AtomicI64::new(0),
+                a2t_view: Default::default(),
             },
         );
         Ok(deployed)
@@ -418,7 +431,7 @@ impl ToolHost {
     /// Invokes a version (the current one when `version` is `None`) with an
     /// A2T invocation body. Returns the version that ran and its result.
     pub async fn invoke(
-        &self,
+        self: &Arc<Self>,
         tool_id: &str,
         version: Option<u32>,
         body: &serde_json::Value,
@@ -438,8 +451,19 @@ impl ToolHost {
             }
         };
         let span = tracing::info_span!("invoke", tool = %tool.name, version = version.number, call_id);
-        let result = self.run(&tool, &version, body, call_id).instrument(span).await?;
-        Ok((version.number, result))
+        let number = version.number;
+        let (this, body, call_id) = (self.clone(), body.clone(), call_id.to_string());
+        let task = async move { this.run(&tool, &version, &body, &call_id).instrument(span).await };
+        // Tools run on their own threads, never on the ones serving HTTP: a
+        // tool burning CPU can slow other tools, but not the host's answers.
+        let result = match &self.executor {
+            Some(executor) => executor
+                .spawn(task)
+                .await
+                .map_err(|_| InvokeError::Call(CallError::Trapped("the invocation was interrupted".into())))??,
+            None => task.await?,
+        };
+        Ok((number, result))
     }
 
     async fn run(
@@ -507,6 +531,16 @@ impl ToolHost {
         let ceiling = self.limits.max_concurrency_per_tool;
         let wanted = version.manifest.limits.max_concurrency.map_or(ceiling, |n| n.clamp(1, ceiling));
         self.per_tool.entry(tool.id).or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(wanted as usize))).clone()
+    }
+}
+
+impl Drop for ToolHost {
+    fn drop(&mut self) {
+        // Dropping a runtime from async code would panic; let its threads
+        // finish on their own.
+        if let Some(executor) = self.executor.take() {
+            executor.shutdown_background();
+        }
     }
 }
 

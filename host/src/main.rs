@@ -154,6 +154,10 @@ struct ServeArgs {
     /// Largest single output value passed on, in KiB; larger answers 502.
     #[arg(long, env = "PLINTH_MAX_OUTPUT_KIB", default_value_t = 1024)]
     max_output_kib: usize,
+    /// Threads that run tools, apart from those serving HTTP (default: twice
+    /// the cores, at least 4).
+    #[arg(long, env = "PLINTH_TOOL_THREADS")]
+    tool_threads: Option<usize>,
     /// How instance memory is allocated.
     #[arg(long, env = "PLINTH_ALLOCATOR", value_enum, default_value_t = Allocator::Pooling)]
     allocator: Allocator,
@@ -256,6 +260,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             cache_dir: None,
         },
         tool_config: parse_tool_config(&args.tool_config)?,
+        tool_threads: args
+            .tool_threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get() * 2).max(4)),
         limits: HostLimits {
             max_concurrency_per_tool: args.max_concurrency_per_tool.max(1),
             outbound: OutboundLimits {

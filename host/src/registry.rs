@@ -32,6 +32,11 @@ pub struct ToolVersion {
     pub created_at: i64,
     /// When it was retired (Unix seconds), 0 while it is live.
     pub retired_at: AtomicI64,
+    /// The A2T JSON of this version, built once by the A2T front door on
+    /// first use. A version's signature is locked, so it never goes stale;
+    /// the fields that can change (currentVersion, retirement) are filled in
+    /// per answer.
+    pub a2t_view: std::sync::OnceLock<serde_json::Value>,
 }
 
 impl ToolVersion {

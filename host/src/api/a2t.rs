@@ -117,10 +117,17 @@ fn int_value(n: i128) -> Value {
 }
 
 /// A version resource: the signature plus what identifies its bytes and
-/// whether it is retired.
+/// whether it is retired. The locked part is built once per version.
 fn version_json(tool: &Tool, version: &ToolVersion) -> Value {
-    let mut json = signature_json(Some(&tool.id), version.number, current_number(tool), &version.signature);
-    json["contentHash"] = format!("sha256:{}", version.sha256).into();
+    let mut json = version
+        .a2t_view
+        .get_or_init(|| {
+            let mut view = signature_json(Some(&tool.id), version.number, None, &version.signature);
+            view["contentHash"] = format!("sha256:{}", version.sha256).into();
+            view
+        })
+        .clone();
+    json["currentVersion"] = current_number(tool).into();
     if let Some(at) = version.retired_at() {
         json["retired"] = true.into();
         json["retiredAt"] = at.into();

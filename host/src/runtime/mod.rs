@@ -21,14 +21,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, ResourceTable, Val};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap, UpdateDeadline,
+};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_config::{WasiConfig, WasiConfigVariables};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-/// How often the epoch advances; deadlines are accurate to about one tick.
-const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// How often the epoch advances: deadlines are accurate to about one tick,
+/// and a running tool yields its thread once per tick.
+const EPOCH_TICK: Duration = Duration::from_millis(2);
 /// How much of a tool's stdout/stderr is kept for the logs, per call.
 const CAPTURED_OUTPUT_BYTES: usize = 16 * 1024;
 
@@ -96,6 +99,19 @@ pub struct LoadedComponent {
     call: ComponentExportIndex,
 }
 
+impl LoadedComponent {
+    /// The pre-instantiated component (for embedders and benchmarks that
+    /// call it with typed values).
+    pub fn instance_pre(&self) -> &InstancePre<ToolState> {
+        &self.pre
+    }
+
+    /// The index of its `call` export.
+    pub fn call_export(&self) -> ComponentExportIndex {
+        self.call
+    }
+}
+
 /// Everything one invocation needs besides its input.
 pub struct CallSetup {
     /// Wall-clock time the invocation may take (capped by the runtime's).
@@ -112,6 +128,22 @@ pub struct CallSetup {
     pub secrets: BTreeMap<String, String>,
     /// The tool's share of the log, across its calls.
     pub log_budget: Arc<LogBudget>,
+}
+
+impl CallSetup {
+    /// A call with no config, secrets or outbound access, and the runtime's
+    /// own limits.
+    pub fn bare(tool: &str) -> Self {
+        CallSetup {
+            deadline: Duration::MAX,
+            max_memory_bytes: usize::MAX,
+            config: BTreeMap::new(),
+            outbound: OutboundPolicy::default(),
+            log: LogLabels { tool: tool.to_string(), version: 1, call_id: String::new() },
+            secrets: BTreeMap::new(),
+            log_budget: Arc::new(LogBudget::new()),
+        }
+    }
 }
 
 /// A token bucket of log lines per tool, so a chatty tool cannot flood the
@@ -449,8 +481,10 @@ impl Runtime {
         }
     }
 
-    /// Runs `call(input)` in a fresh instance and returns the raw result value.
-    pub async fn call(&self, component: &LoadedComponent, input: Val, setup: CallSetup) -> Result<Val, CallError> {
+    /// A fresh store set up for one invocation: its WASI context (captured
+    /// stdio, nothing else), memory limiter and epoch deadline. Returns the
+    /// store and its stdout/stderr pipes.
+    pub fn store(&self, setup: CallSetup) -> (Store<ToolState>, [MemoryOutputPipe; 2]) {
         let stdout = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
         let stderr = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
         let wasi = WasiCtx::builder()
@@ -482,9 +516,21 @@ impl Runtime {
         let deadline = setup.deadline.min(self.config.deadline);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
-        let ticks = (deadline.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
-        store.set_epoch_deadline(ticks);
-        store.epoch_deadline_trap();
+        // At every tick a running tool yields to the scheduler, so a CPU-bound
+        // tool cannot hold a worker thread while other calls wait; once its
+        // deadline has passed it is interrupted (a trap, reported as a timeout).
+        let ends = std::time::Instant::now() + deadline;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            Ok(if std::time::Instant::now() >= ends { UpdateDeadline::Interrupt } else { UpdateDeadline::Yield(1) })
+        });
+        (store, [stdout, stderr])
+    }
+
+    /// Runs `call(input)` in a fresh instance and returns the raw result value.
+    pub async fn call(&self, component: &LoadedComponent, input: Val, setup: CallSetup) -> Result<Val, CallError> {
+        let deadline = setup.deadline.min(self.config.deadline);
+        let (mut store, [stdout, stderr]) = self.store(setup);
 
         let run = async {
             let instance = component.pre.instantiate_async(&mut store).await?;

@@ -1,0 +1,537 @@
+//! The benchmark arms. Each measures, adds rows to the report, and cleans up
+//! after itself.
+
+use crate::Opts;
+use crate::measure::{Load, Report, Server, Summary, fmt, time_each, wrk};
+use plinth::invocation::input_value;
+use plinth::manifest::ToolManifest;
+use plinth::package::{self, ToolPackage};
+use plinth::runtime::{CallSetup, Runtime, RuntimeConfig};
+use plinth::signature::Signature;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmtime::component::{ComponentType, Lift, Lower, Val};
+
+const CONNECTIONS: u32 = 8;
+
+fn load_duration(opts: &Opts) -> Duration {
+    if opts.smoke { Duration::from_secs(1) } else { Duration::from_secs(10) }
+}
+
+fn echo_body(text: &str) -> String {
+    json!({"name": "echo", "input_parameters": [{"name": "text", "value": text}]}).to_string()
+}
+
+async fn tool_id(base: &str, name: &str) -> anyhow::Result<String> {
+    let page: Value = reqwest::get(format!("{base}/tools?pageLimit=200")).await?.json().await?;
+    page["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|t| t["name"] == name))
+        .and_then(|t| t["toolId"].as_str())
+        .map(str::to_string)
+        .ok_or_else(|| anyhow::anyhow!("no tool {name}"))
+}
+
+fn echo_signature(opts: &Opts) -> anyhow::Result<Signature> {
+    Ok(ToolPackage::read(&std::fs::read(opts.plugins.join("echo.wasm"))?)?.signature)
+}
+
+fn load_row(report: &mut Report, arm: &str, load: &Load) {
+    report.row(
+        arm,
+        "requests/s · p50 · p99",
+        format!("{:.0} · {} · {}{}", load.rps, fmt(load.latency.p50), fmt(load.latency.p99), errors(load)),
+        "",
+        None,
+    );
+}
+
+fn errors(load: &Load) -> String {
+    if load.errors == 0 { String::new() } else { format!(" ({} errors)", load.errors) }
+}
+
+/// Arm 1: the overhead of one invocation over HTTP.
+pub async fn http_overhead(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
+    let duration = load_duration(opts);
+
+    // (a) The ceiling: a native handler doing echo's work (parse, validate
+    // against the same signature, answer) with the same HTTP stack.
+    let signature = Arc::new(echo_signature(opts)?);
+    let app = axum::Router::new().route(
+        "/echo",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let signature = signature.clone();
+            async move {
+                let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                match input_value(&signature, &request) {
+                    Ok(Val::Record(fields)) => {
+                        let text = match &fields[0].1 {
+                            Val::String(s) => s.clone(),
+                            _ => String::new(),
+                        };
+                        axum::Json(json!({"output_parameters": [{"name": "text", "value": text}]}))
+                    }
+                    _ => axum::Json(json!({"error": "invalid"})),
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let native_url = format!("http://{}/echo", listener.local_addr()?);
+    let native = tokio::spawn(async move { axum::serve(listener, app).await });
+    let body = echo_body("hello, tools");
+    let a = tokio::task::block_in_place(|| wrk(&native_url, Some(&body), duration, CONNECTIONS))?;
+    // One connection: latency without queueing, for the per-call overhead.
+    let a1 = tokio::task::block_in_place(|| wrk(&native_url, Some(&body), duration, 1))?;
+    native.abort();
+    load_row(report, "1a native axum echo (ceiling)", &a);
+
+    // (b) Plinth invoking echo; (c) the weather tool against the fake backend.
+    let weather = Server::fake_weather(opts)?;
+    let data = tempfile::tempdir()?;
+    let config = format!("lookup_weather_by_city.backend-url={}", weather.base);
+    let plugins = opts.plugins.to_string_lossy().to_string();
+    let plinth = Server::plinth(
+        opts,
+        data.path(),
+        &["--plugins", &plugins, "--tool-config", &config, "--allow-private-cidr", "127.0.0.0/8"],
+    )?;
+    let echo = tool_id(&plinth.base, "echo").await?;
+    let echo_url = format!("{}/tools/{echo}:invoke", plinth.base);
+    let b = tokio::task::block_in_place(|| wrk(&echo_url, Some(&body), duration, CONNECTIONS))?;
+    let b1 = tokio::task::block_in_place(|| wrk(&echo_url, Some(&body), duration, 1))?;
+    load_row(report, "1b Plinth echo", &b);
+    let forecast = tool_id(&plinth.base, "lookup_weather_by_city").await?;
+    let weather_body =
+        json!({"name": "lookup_weather_by_city", "input_parameters": [{"name": "city", "value": "Paris"}]}).to_string();
+    let c = tokio::task::block_in_place(|| {
+        wrk(&format!("{}/tools/{forecast}:invoke", plinth.base), Some(&weather_body), duration, CONNECTIONS)
+    })?;
+    load_row(report, "1c Plinth weather (2 backend calls)", &c);
+
+    let ratio = b.rps / a.rps;
+    report.row("1 b/a", "throughput ratio", format!("{ratio:.2}"), "≥ 0.5", Some(ratio >= 0.5));
+    report.row(
+        "1 one connection",
+        "p50 native · p50 Plinth echo",
+        format!("{} · {}", fmt(a1.latency.p50), fmt(b1.latency.p50)),
+        "",
+        None,
+    );
+    let overhead = b1.latency.p50.saturating_sub(a1.latency.p50);
+    report.row(
+        "1 b−a",
+        "Plinth's overhead per echo call, p50 (one connection, no queueing)",
+        fmt(overhead),
+        "< 100 µs",
+        Some(overhead < Duration::from_micros(100)),
+    );
+    Ok(())
+}
+
+#[derive(ComponentType, Lower)]
+#[component(record)]
+struct EchoInput {
+    text: String,
+}
+
+#[derive(ComponentType, Lift)]
+#[component(record)]
+struct EchoOutput {
+    text: String,
+}
+
+/// Lifted to type-check the call; the bench never reads it.
+#[allow(dead_code)]
+#[derive(ComponentType, Lift)]
+#[component(record)]
+struct ToolError {
+    message: String,
+    #[component(name = "developer-message")]
+    developer_message: Option<String>,
+    #[component(name = "can-retry")]
+    can_retry: bool,
+    #[component(name = "retry-after-ms")]
+    retry_after_ms: Option<u64>,
+    #[component(name = "additional-prompt-content")]
+    additional_prompt_content: Option<String>,
+}
+
+/// Arm 2: instantiate + call in process.
+pub async fn in_process(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
+    let iterations = if opts.smoke { 200 } else { 5000 };
+    let bytes = std::fs::read(opts.plugins.join("echo.wasm"))?;
+    let sha = package::sha256_hex(&bytes);
+    let signature = echo_signature(opts)?;
+    let request = json!({"name": "echo", "input_parameters": [{"name": "text", "value": "hello"}]});
+
+    let mut dynamic = Vec::new();
+    for pooling in [true, false] {
+        let runtime = Runtime::new(RuntimeConfig { pooling, ..Default::default() })?;
+        let component = runtime.load(&bytes, &sha)?;
+        // Warm up, then measure.
+        for _ in 0..50 {
+            runtime.call(&component, input_value(&signature, &request)?, CallSetup::bare("echo")).await?;
+        }
+        let summary = time_each(iterations, || async {
+            let input = input_value(&signature, &request)?;
+            runtime.call(&component, input, CallSetup::bare("echo")).await?;
+            Ok(())
+        })
+        .await?;
+        let name = if pooling { "2 pooling, dynamic Val" } else { "2 on-demand, dynamic Val" };
+        report.row(
+            name,
+            "instantiate + call p50 · p99",
+            format!("{} · {}", fmt(summary.p50), fmt(summary.p99)),
+            "",
+            None,
+        );
+        dynamic.push(summary);
+
+        if pooling {
+            let typed = time_each(iterations, || async {
+                let (mut store, _) = runtime.store(CallSetup::bare("echo"));
+                let instance = component.instance_pre().instantiate_async(&mut store).await?;
+                let func = instance.get_typed_func::<(EchoInput,), (Result<EchoOutput, ToolError>,)>(
+                    &mut store,
+                    component.call_export(),
+                )?;
+                let (out,) = func.call_async(&mut store, (EchoInput { text: "hello".into() },)).await?;
+                anyhow::ensure!(out.is_ok_and(|o| o.text == "hello"), "echo answered wrongly");
+                Ok(())
+            })
+            .await?;
+            report.row(
+                "2 pooling, typed call",
+                "instantiate + call p50 · p99",
+                format!("{} · {}", fmt(typed.p50), fmt(typed.p99)),
+                "p50 ≤ 15 µs",
+                Some(typed.p50 <= Duration::from_micros(15)),
+            );
+        }
+    }
+    // Where the time of a pooled call goes.
+    let runtime = Runtime::new(RuntimeConfig::default())?;
+    let component = runtime.load(&bytes, &sha)?;
+    let setup_only = time_each(iterations, || async {
+        std::hint::black_box(runtime.store(CallSetup::bare("echo")));
+        Ok(())
+    })
+    .await?;
+    report.row("2 breakdown", "store setup alone (WASI context, limiter, deadline) p50", fmt(setup_only.p50), "", None);
+    let instantiate_only = time_each(iterations, || async {
+        let (mut store, _) = runtime.store(CallSetup::bare("echo"));
+        std::hint::black_box(component.instance_pre().instantiate_async(&mut store).await?);
+        Ok(())
+    })
+    .await?;
+    report.row("2 breakdown", "store setup + instantiate, no call, p50", fmt(instantiate_only.p50), "", None);
+
+    let speedup = dynamic[1].p50.as_secs_f64() / dynamic[0].p50.as_secs_f64();
+    report.row("2 on-demand/pooling", "p50 ratio", format!("{speedup:.1}×"), "≥ 5×", Some(speedup >= 5.0));
+    report.row(
+        "2 pooling, dynamic Val",
+        "p50 (target applies to the full path too)",
+        fmt(dynamic[0].p50),
+        "≤ 15 µs",
+        Some(dynamic[0].p50 <= Duration::from_micros(15)),
+    );
+    let validation = time_each(iterations * 10, || async {
+        std::hint::black_box(input_value(&signature, &request)?);
+        Ok(())
+    })
+    .await?;
+    report.row(
+        "2 validation alone",
+        "p50 · p99",
+        format!("{} · {}", fmt(validation.p50), fmt(validation.p99)),
+        "",
+        None,
+    );
+    Ok(())
+}
+
+/// A generated tool: a real, distinct signature (and a component that traps
+/// if called, which enumeration never does).
+fn generated_tool(i: usize, wit: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    let mut resolve = wit_parser::Resolve::default();
+    let config = format!(
+        "{}\n{}",
+        std::fs::read_to_string(wit.join("deps/config/world.wit"))?,
+        std::fs::read_to_string(wit.join("deps/config/store.wit"))?
+    );
+    resolve.push_str("config.wit", &config)?;
+    resolve.push_str("tool.wit", &std::fs::read_to_string(wit.join("tool.wit"))?)?;
+    let text = format!(
+        "package bench:tool{i};\n/// Generated tool number {i}, one of many for the enumeration benchmark.\n\
+         world generated-tool-{i} {{\n use plinth:tool/types@0.1.0.{{tool-error}};\n\
+         record input {{\n /// The query for tool {i}.\n query-{i}: string,\n /// How many results.\n count: option<u16>,\n }}\n\
+         record output {{\n /// The answer.\n answer: string,\n }}\n\
+         export call: func(input: input) -> result<output, tool-error>;\n}}"
+    );
+    let pkg = resolve.push_str("world.wit", &text)?;
+    let world = resolve.select_world(&[pkg], None)?;
+    let mut module = wit_component::dummy_module(&resolve, world, wit_parser::ManglingAndAbi::Standard32);
+    wit_component::embed_component_metadata(&mut module, &resolve, world, wit_component::StringEncoding::UTF8)?;
+    let component = wit_component::ComponentEncoder::default().module(&module)?.validate(true).encode()?;
+    let (packed, _) = package::pack(&component, &resolve, world, ToolManifest::default())?;
+    Ok(packed)
+}
+
+async fn get_json(client: &reqwest::Client, url: &str) -> anyhow::Result<Value> {
+    let response = client.get(url).send().await?;
+    anyhow::ensure!(response.status().is_success(), "GET {url}: {}", response.status());
+    Ok(response.json().await?)
+}
+
+/// Page latency of `GET /tools?pageLimit=100` (first page, repeated).
+async fn page_latency(client: &reqwest::Client, base: &str, iterations: usize) -> anyhow::Result<Summary> {
+    let url = format!("{base}/tools?pageLimit=100");
+    time_each(iterations, || async {
+        get_json(client, &url).await?;
+        Ok(())
+    })
+    .await
+}
+
+/// Arms 3 and 4b: enumeration at scale, restart time, memory per version.
+pub async fn enumeration_and_start(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
+    let many = if opts.smoke { 300 } else { 10_000 };
+    let iterations = if opts.smoke { 50 } else { 500 };
+    let dir = tempfile::tempdir()?;
+    let started = Instant::now();
+    let wit = opts.wit.clone();
+    let small_dir = dir.path().join("small");
+    let large_dir = dir.path().join("large");
+    std::fs::create_dir_all(&small_dir)?;
+    std::fs::create_dir_all(&large_dir)?;
+    tokio::task::block_in_place(|| -> anyhow::Result<()> {
+        for i in 0..many {
+            let bytes = generated_tool(i, &wit)?;
+            if i < 100 {
+                std::fs::write(small_dir.join(format!("t{i:05}.wasm")), &bytes)?;
+            }
+            std::fs::write(large_dir.join(format!("t{i:05}.wasm")), &bytes)?;
+        }
+        Ok(())
+    })?;
+    report.note(format!("generated and packed {many} distinct tools in {:.1} s", started.elapsed().as_secs_f64()));
+    let client = reqwest::Client::new();
+
+    // An empty server, for the memory baseline.
+    let empty_data = tempfile::tempdir()?;
+    let empty = Server::plinth(opts, empty_data.path(), &[])?;
+    let baseline_kib = empty.resident_kib();
+    drop(empty);
+
+    // 100 tools: deploy, then restart with everything in the compiled cache.
+    let small_data = tempfile::tempdir()?;
+    let first = Server::plinth(opts, small_data.path(), &["--plugins", small_dir.to_str().unwrap_or_default()])?;
+    report.note(format!("first start with 100 tools to deploy and compile: {:.2} s", first.started_in.as_secs_f64()));
+    drop(first);
+    let mut restarts = Vec::new();
+    for _ in 0..3 {
+        let server = Server::plinth(opts, small_data.path(), &[])?;
+        restarts.push(server.started_in);
+    }
+    let restart = Summary::of(&mut restarts);
+    report.row(
+        "4 restart",
+        "100 cached tools, spawn → listening (median of 3)",
+        fmt(restart.p50),
+        "≤ 1 s",
+        Some(restart.p50 <= Duration::from_secs(1)),
+    );
+    let small = Server::plinth(opts, small_data.path(), &[])?;
+    let small_pages = page_latency(&client, &small.base, iterations).await?;
+    drop(small);
+
+    // Many tools.
+    let large_data = tempfile::tempdir()?;
+    let deploy_started = Instant::now();
+    let large = Server::plinth(opts, large_data.path(), &["--plugins", large_dir.to_str().unwrap_or_default()])?;
+    report.note(format!("deploying {many} tools at start took {:.1} s", deploy_started.elapsed().as_secs_f64()));
+    let resident = large.resident_kib();
+    let per_version = resident.saturating_sub(baseline_kib) as f64 / many as f64;
+    report.row("4 memory", "resident memory per deployed, idle version", format!("{per_version:.1} KiB"), "", None);
+
+    let pages = page_latency(&client, &large.base, iterations).await?;
+    report.row(
+        "3 enumeration",
+        &format!("GET /tools?pageLimit=100 with {many} tools, p50 · p99"),
+        format!("{} · {}", fmt(pages.p50), fmt(pages.p99)),
+        "p99 ≤ 5 ms",
+        Some(pages.p99 <= Duration::from_millis(5)),
+    );
+    let growth = pages.p50.as_secs_f64() / small_pages.p50.as_secs_f64();
+    report.row(
+        "3 enumeration",
+        &format!("page p50 at {many} tools / at 100 tools"),
+        format!("{growth:.2}×"),
+        "≈ 1 (independent of tool count)",
+        Some(growth < 1.5),
+    );
+
+    // Walk every page.
+    let mut page_times = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut seen = 0;
+    let walk_started = Instant::now();
+    loop {
+        let url = match &cursor {
+            Some(c) => format!("{}/tools?pageLimit=100&pageCursor={c}", large.base),
+            None => format!("{}/tools?pageLimit=100", large.base),
+        };
+        let started = Instant::now();
+        let page = get_json(&client, &url).await?;
+        page_times.push(started.elapsed());
+        seen += page["items"].as_array().map_or(0, Vec::len);
+        match page["paging"]["next"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+    }
+    anyhow::ensure!(seen == many, "walked {seen} tools of {many}");
+    let walk = Summary::of(&mut page_times);
+    report.row(
+        "3 enumeration",
+        &format!("walk all {} pages: total · page p50 · p99", page_times.len()),
+        format!("{} · {} · {}", fmt(walk_started.elapsed()), fmt(walk.p50), fmt(walk.p99)),
+        "p99 ≤ 5 ms",
+        Some(walk.p99 <= Duration::from_millis(5)),
+    );
+
+    let first_page = get_json(&client, &format!("{}/tools?pageLimit=100", large.base)).await?;
+    let ids: Vec<String> = first_page["items"]
+        .as_array()
+        .map(|items| items.iter().filter_map(|t| t["toolId"].as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    let mut n = 0;
+    let one = time_each(iterations, || {
+        n += 1;
+        let url = format!("{}/tools/{}", large.base, ids[n % ids.len()]);
+        let client = &client;
+        async move {
+            get_json(client, &url).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    report.row("3 enumeration", "GET /tools/{id} p50 · p99", format!("{} · {}", fmt(one.p50), fmt(one.p99)), "", None);
+    let mut n = 0;
+    let versions = time_each(iterations, || {
+        n += 1;
+        let url = format!("{}/tools/{}/versions", large.base, ids[n % ids.len()]);
+        let client = &client;
+        async move {
+            get_json(client, &url).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    report.row(
+        "3 enumeration",
+        "GET /tools/{id}/versions p50 · p99",
+        format!("{} · {}", fmt(versions.p50), fmt(versions.p99)),
+        "",
+        None,
+    );
+    Ok(())
+}
+
+/// Arm 4a: deploy-to-serving time, compiling and from the compiled cache.
+pub async fn deploy(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
+    let bytes = std::fs::read(opts.plugins.join("lookup_weather_by_city.wasm"))?;
+    let client = reqwest::Client::new();
+    let post = |base: String| {
+        let (client, bytes) = (client.clone(), bytes.clone());
+        async move {
+            let started = Instant::now();
+            let response = client
+                .post(format!("{base}/admin/tools"))
+                .bearer_auth("bench")
+                .header("content-type", "application/wasm")
+                .body(bytes)
+                .send()
+                .await?;
+            anyhow::ensure!(response.status() == 201, "deploy answered {}", response.status());
+            Ok::<_, anyhow::Error>(started.elapsed())
+        }
+    };
+    let fresh_data = tempfile::tempdir()?;
+    let fresh_server = Server::plinth(opts, fresh_data.path(), &["--admin-token", "bench"])?;
+    let fresh = post(fresh_server.base.clone()).await?;
+    drop(fresh_server);
+    report.row("4 deploy", "weather tool, compiling (POST → 201, serving)", fmt(fresh), "", None);
+
+    // A second server whose compiled cache already holds the component.
+    let cached_data = tempfile::tempdir()?;
+    let cache = cached_data.path().join("compiled");
+    std::fs::create_dir_all(&cache)?;
+    for entry in std::fs::read_dir(fresh_data.path().join("compiled"))? {
+        let entry = entry?;
+        std::fs::copy(entry.path(), cache.join(entry.file_name()))?;
+    }
+    let cached_server = Server::plinth(opts, cached_data.path(), &["--admin-token", "bench"])?;
+    let cached = post(cached_server.base.clone()).await?;
+    report.row(
+        "4 deploy",
+        "weather tool, compiled code cached (POST → 201, serving)",
+        fmt(cached),
+        "≤ 50 ms",
+        Some(cached <= Duration::from_millis(50)),
+    );
+    Ok(())
+}
+
+/// Arm 5: good calls while another client drives timeouts and memory bombs.
+pub async fn under_faults(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
+    let duration = load_duration(opts);
+    let dir = tempfile::tempdir()?;
+    std::fs::copy(opts.plugins.join("echo.wasm"), dir.path().join("echo.wasm"))?;
+    for name in ["spin_forever", "memory_bomb"] {
+        std::fs::copy(opts.fixtures.join(format!("{name}.wasm")), dir.path().join(format!("{name}.wasm")))?;
+    }
+    let data = tempfile::tempdir()?;
+    let server = Server::plinth(
+        opts,
+        data.path(),
+        &["--plugins", dir.path().to_str().unwrap_or_default(), "--deadline-ms", "200"],
+    )?;
+    let echo = tool_id(&server.base, "echo").await?;
+    let url = format!("{}/tools/{echo}:invoke", server.base);
+    let body = echo_body("hello, tools");
+    let calm = tokio::task::block_in_place(|| wrk(&url, Some(&body), duration, CONNECTIONS))?;
+    load_row(report, "5 echo, no faults", &calm);
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut faults = Vec::new();
+    for tool in ["spin_forever", "memory_bomb"] {
+        let id = tool_id(&server.base, tool).await?;
+        let url = format!("{}/tools/{id}:invoke", server.base);
+        let body = json!({"name": tool, "input_parameters": [{"name": "note", "value": "x"}]});
+        let stop = stop.clone();
+        faults.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut sent = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = client.post(&url).json(&body).send().await;
+                sent += 1;
+            }
+            sent
+        }));
+    }
+    let stormy = tokio::task::block_in_place(|| wrk(&url, Some(&body), duration, CONNECTIONS))?;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut fault_calls = 0;
+    for f in faults {
+        fault_calls += f.await?;
+    }
+    load_row(report, "5 echo, under faults", &stormy);
+    report.note(format!("arm 5: {fault_calls} timeouts and memory bombs ran while wrk measured the faulty run"));
+    let ratio = stormy.latency.p99.as_secs_f64() / calm.latency.p99.as_secs_f64();
+    report.row("5 faults", "good-call p99 under faults / without", format!("{ratio:.2}×"), "≤ 2×", Some(ratio <= 2.0));
+    Ok(())
+}

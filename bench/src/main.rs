@@ -1,0 +1,86 @@
+//! Plinth's benchmark harness (`make bench`; `make bench-smoke` in CI).
+//!
+//! Every arm runs in one process, one after the other, on 127.0.0.1, and
+//! the table compares arms measured in the same run: absolute numbers move
+//! between runs on a shared machine, ratios much less. End-to-end arms drive
+//! the real `plinth` binary over real HTTP with `wrk` (a separate process,
+//! keep-alive, fixed concurrency). In-process arms time a loop and report the
+//! median and p99 of the iterations (criterion's statistics would not fit in
+//! one table with the HTTP arms; a plain loop of thousands of iterations is
+//! enough for medians of microsecond operations).
+
+mod arms;
+mod measure;
+
+use std::path::PathBuf;
+
+/// What the harness needs to find and how long to run.
+pub struct Opts {
+    /// Short runs and few tools: checks the harness still works (CI).
+    pub smoke: bool,
+    /// The `plinth` binary.
+    pub plinth: PathBuf,
+    /// The `fake-weather` binary.
+    pub fake_weather: PathBuf,
+    /// Packed example tools.
+    pub plugins: PathBuf,
+    /// Packed fixtures (the misbehaving tools).
+    pub fixtures: PathBuf,
+    /// The repository's `wit/` folder (to generate tools).
+    pub wit: PathBuf,
+    /// Where to write the report.
+    pub out: Option<PathBuf>,
+}
+
+impl Opts {
+    fn parse() -> anyhow::Result<Opts> {
+        let mut args = std::env::args().skip(1);
+        let mut opts = Opts {
+            smoke: false,
+            plinth: "target/release/plinth".into(),
+            fake_weather: "target/release/fake-weather".into(),
+            plugins: "target/plugins".into(),
+            fixtures: "target/fixtures".into(),
+            wit: "wit".into(),
+            out: None,
+        };
+        while let Some(arg) = args.next() {
+            let mut value = || args.next().ok_or_else(|| anyhow::anyhow!("{arg} needs a value"));
+            match arg.as_str() {
+                "--smoke" => opts.smoke = true,
+                "--plinth" => opts.plinth = value()?.into(),
+                "--fake-weather" => opts.fake_weather = value()?.into(),
+                "--plugins" => opts.plugins = value()?.into(),
+                "--fixtures" => opts.fixtures = value()?.into(),
+                "--wit" => opts.wit = value()?.into(),
+                "--out" => opts.out = Some(value()?.into()),
+                other => anyhow::bail!("unknown argument {other}"),
+            }
+        }
+        Ok(opts)
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let opts = Opts::parse()?;
+    let mut report = measure::Report::new(&opts);
+    arms::http_overhead(&opts, &mut report).await?;
+    arms::in_process(&opts, &mut report).await?;
+    arms::enumeration_and_start(&opts, &mut report).await?;
+    arms::deploy(&opts, &mut report).await?;
+    arms::under_faults(&opts, &mut report).await?;
+    let mut text = report.render();
+    // The hand-written analysis of the targets (what was profiled, what was
+    // found) travels with every generated report.
+    if let Ok(analysis) = std::fs::read_to_string("bench/ANALYSIS.md") {
+        text.push('\n');
+        text.push_str(&analysis);
+    }
+    println!("{text}");
+    if let Some(out) = &opts.out {
+        std::fs::write(out, &text)?;
+        eprintln!("written to {}", out.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! Timing helpers, the servers under test, `wrk`, and the report.
+
+use crate::Opts;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Median and p99 of a set of durations.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary {
+    /// The median.
+    pub p50: Duration,
+    /// The 99th percentile.
+    pub p99: Duration,
+}
+
+impl Summary {
+    /// Summarises samples (which it sorts).
+    pub fn of(samples: &mut [Duration]) -> Summary {
+        samples.sort();
+        let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
+        Summary { p50: at(0.5), p99: at(0.99) }
+    }
+}
+
+/// Times `iterations` runs of `f`.
+pub async fn time_each<F, Fut>(iterations: usize, mut f: F) -> anyhow::Result<Summary>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let mut samples = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let started = Instant::now();
+        f().await?;
+        samples.push(started.elapsed());
+    }
+    Ok(Summary::of(&mut samples))
+}
+
+/// Formats a duration in µs or ms.
+pub fn fmt(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us < 1000.0 { format!("{us:.1} µs") } else { format!("{:.2} ms", us / 1000.0) }
+}
+
+/// A running `plinth serve` (or other server printing its address).
+pub struct Server {
+    child: Child,
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+    /// How long from spawn to the listening line.
+    pub started_in: Duration,
+}
+
+impl Server {
+    /// Starts `plinth serve` with a free port.
+    pub fn plinth(opts: &Opts, data: &Path, args: &[&str]) -> anyhow::Result<Server> {
+        let mut command = Command::new(&opts.plinth);
+        command.args(["serve", "--listen", "127.0.0.1:0", "--data"]).arg(data).args(args).env("PLINTH_LOG", "warn");
+        Server::spawn(command, "plinth listening on ")
+    }
+
+    /// Starts the stand-in weather service on a free port.
+    pub fn fake_weather(opts: &Opts) -> anyhow::Result<Server> {
+        let mut command = Command::new(&opts.fake_weather);
+        command.arg("127.0.0.1:0");
+        Server::spawn(command, "fake weather service listening on ")
+    }
+
+    fn spawn(mut command: Command, prefix: &str) -> anyhow::Result<Server> {
+        let started = Instant::now();
+        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+        let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+        let mut lines = BufReader::new(stdout).lines();
+        let base = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(url) = line.strip_prefix(prefix) {
+                        break url.to_string();
+                    }
+                }
+                _ => anyhow::bail!("{:?} exited before it listened", command.get_program()),
+            }
+        };
+        let started_in = started.elapsed();
+        // Keep draining stdout so the server never blocks on it.
+        std::thread::spawn(move || for _ in lines {});
+        Ok(Server { child, base, started_in })
+    }
+
+    /// Resident memory, in KiB.
+    pub fn resident_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What `wrk` measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    /// Requests per second.
+    pub rps: f64,
+    /// Latency percentiles.
+    pub latency: Summary,
+    /// Responses that were not 2xx, plus socket errors.
+    pub errors: u64,
+}
+
+/// Runs `wrk` against `url`, POSTing `body` (JSON) when given.
+pub fn wrk(url: &str, body: Option<&str>, duration: Duration, connections: u32) -> anyhow::Result<Load> {
+    let script = tempfile::Builder::new().suffix(".lua").tempfile()?;
+    if let Some(body) = body {
+        let lua = format!(
+            "wrk.method = \"POST\"\nwrk.body = [=[{body}]=]\nwrk.headers[\"Content-Type\"] = \"application/json\"\n"
+        );
+        std::fs::write(script.path(), lua)?;
+    }
+    let out = Command::new("wrk")
+        .args(["-t1", &format!("-c{connections}"), &format!("-d{}s", duration.as_secs().max(1)), "--latency"])
+        .args(if body.is_some() { vec!["-s".to_string(), script.path().display().to_string()] } else { vec![] })
+        .arg(url)
+        .output()
+        .map_err(|e| anyhow::anyhow!("running wrk ({e}); install it with `apt-get install wrk`"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let value = |prefix: &str| -> Option<String> {
+        text.lines().map(str::trim).find(|l| l.starts_with(prefix)).map(|l| l[prefix.len()..].trim().to_string())
+    };
+    let latency = |q: &str| {
+        value(q).and_then(|v| parse_duration(&v)).ok_or_else(|| anyhow::anyhow!("wrk printed no {q}: {text}"))
+    };
+    let errors = value("Non-2xx or 3xx responses:").and_then(|v| v.parse().ok()).unwrap_or(0)
+        + value("Socket errors:")
+            .map_or(0, |v| v.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse::<u64>().ok()).sum());
+    Ok(Load {
+        rps: value("Requests/sec:")
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("wrk printed no rate: {text}"))?,
+        latency: Summary { p50: latency("50%")?, p99: latency("99%")? },
+        errors,
+    })
+}
+
+/// `345.00us`, `1.20ms`, `2.00s` → a duration.
+fn parse_duration(text: &str) -> Option<Duration> {
+    let split = text.find(|c: char| c.is_ascii_alphabetic())?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let seconds = match unit {
+        "us" => number / 1e6,
+        "ms" => number / 1e3,
+        "s" => number,
+        "m" => number * 60.0,
+        _ => return None,
+    };
+    Some(Duration::from_secs_f64(seconds))
+}
+
+/// One row of the results table.
+struct Row {
+    arm: String,
+    metric: String,
+    value: String,
+    target: String,
+    met: Option<bool>,
+}
+
+/// The results table and notes.
+pub struct Report {
+    rows: Vec<Row>,
+    notes: Vec<String>,
+    header: String,
+}
+
+impl Report {
+    /// An empty report describing this machine and command.
+    pub fn new(opts: &Opts) -> Report {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|c| {
+                c.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let date = Command::new("date")
+            .arg("-u")
+            .arg("+%Y-%m-%d %H:%M UTC")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        let command: Vec<String> = std::env::args().collect();
+        let mode = if opts.smoke { "smoke (short runs, few tools: the numbers are not meaningful)" } else { "full" };
+        Report {
+            rows: Vec::new(),
+            notes: Vec::new(),
+            header: format!(
+                "# Plinth benchmark results\n\n- date: {date}\n- machine: {cores} cores, {cpu}\n- mode: {mode}\n- command: `make bench` → `{}`\n",
+                command.join(" ")
+            ),
+        }
+    }
+
+    /// Adds a row; `met` compares with the target when there is one.
+    pub fn row(&mut self, arm: &str, metric: &str, value: String, target: &str, met: Option<bool>) {
+        eprintln!("{arm} | {metric} | {value}");
+        self.rows.push(Row { arm: arm.into(), metric: metric.into(), value, target: target.into(), met });
+    }
+
+    /// Adds a note under the table.
+    pub fn note(&mut self, text: String) {
+        self.notes.push(text);
+    }
+
+    /// The markdown report.
+    pub fn render(&self) -> String {
+        let mut out = self.header.clone();
+        out.push_str("\n| arm | metric | value | target | met |\n| --- | --- | --- | --- | --- |\n");
+        for r in &self.rows {
+            let met = match r.met {
+                Some(true) => "yes",
+                Some(false) => "**no**",
+                None => "",
+            };
+            out.push_str(&format!("| {} | {} | {} | {} | {} |\n", r.arm, r.metric, r.value, r.target, met));
+        }
+        if !self.notes.is_empty() {
+            out.push_str("\n## Notes\n\n");
+            for n in &self.notes {
+                out.push_str(&format!("- {n}\n"));
+            }
+        }
+        out
+    }
+}
