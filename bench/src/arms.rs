@@ -296,6 +296,20 @@ async fn page_latency(client: &reqwest::Client, base: &str, iterations: usize) -
     .await
 }
 
+/// Latency of GETs cycling through `urls`.
+async fn cycle_gets(client: &reqwest::Client, urls: &[String], iterations: usize) -> anyhow::Result<Summary> {
+    let mut n = 0;
+    time_each(iterations, || {
+        n += 1;
+        let url = urls[n % urls.len()].clone();
+        async move {
+            get_json(client, &url).await?;
+            Ok(())
+        }
+    })
+    .await
+}
+
 /// Arms 3 and 4b: enumeration at scale, restart time, memory per version.
 pub async fn enumeration_and_start(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let many = if opts.smoke { 300 } else { 10_000 };
@@ -408,29 +422,11 @@ pub async fn enumeration_and_start(opts: &Opts, report: &mut Report) -> anyhow::
         .as_array()
         .map(|items| items.iter().filter_map(|t| t["toolId"].as_str().map(str::to_string)).collect())
         .unwrap_or_default();
-    let mut n = 0;
-    let one = time_each(iterations, || {
-        n += 1;
-        let url = format!("{}/tools/{}", large.base, ids[n % ids.len()]);
-        let client = &client;
-        async move {
-            get_json(client, &url).await?;
-            Ok(())
-        }
-    })
-    .await?;
+    let tools: Vec<String> = ids.iter().map(|id| format!("{}/tools/{id}", large.base)).collect();
+    let one = cycle_gets(&client, &tools, iterations).await?;
     report.row("3 enumeration", "GET /tools/{id} p50 · p99", format!("{} · {}", fmt(one.p50), fmt(one.p99)), "", None);
-    let mut n = 0;
-    let versions = time_each(iterations, || {
-        n += 1;
-        let url = format!("{}/tools/{}/versions", large.base, ids[n % ids.len()]);
-        let client = &client;
-        async move {
-            get_json(client, &url).await?;
-            Ok(())
-        }
-    })
-    .await?;
+    let version_lists: Vec<String> = tools.iter().map(|url| format!("{url}/versions")).collect();
+    let versions = cycle_gets(&client, &version_lists, iterations).await?;
     report.row(
         "3 enumeration",
         "GET /tools/{id}/versions p50 · p99",
