@@ -1,5 +1,6 @@
 # Plinth — build, run and test. `make help` lists the targets.
 
+SHELL      := /bin/bash
 CARGO      ?= cargo
 PLUGINS    := echo book-flight lookup-weather-by-city
 # Extra tools the tests deploy (versions of echo), packed into target/fixtures/.
@@ -52,8 +53,12 @@ fixtures: plugins
 		./target/debug/plinth pack tests/fixtures/$$p --wasm $(WASM_OUT)/fixture_$$f.wasm -o target/fixtures/$$f.wasm || exit 1; \
 	done
 
+# Ends with one summary line over every test binary (cargo prints one
+# result line per binary, the last of which may be a crate without tests).
 test: fixtures
-	PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures $(CARGO) test --no-fail-fast
+	@set -o pipefail; PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures \
+		$(CARGO) test --no-fail-fast 2>&1 | tee target/test.log
+	@awk '/^test result:/ { passed += $$4; failed += $$6 } END { printf "summary: %d passed, %d failed\n", passed, failed }' target/test.log
 
 # The HTTP arms use wrk as the load generator (a separate process).
 wrk:
