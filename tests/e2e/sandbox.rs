@@ -280,3 +280,27 @@ async fn a_tool_may_ask_for_a_tighter_deadline_than_the_operators() {
     let (status, body) = tight.invoke("slow_sleep", &[("millis", json!(1300))]).await;
     assert_eq!((status, body["error"]["message"].clone()), (504, json!("the tool did not finish within 1s")));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_invocation_has_an_outbound_budget_and_a_response_cap() {
+    let (server, _dir) = sandbox(&[
+        "--allow-private-cidr",
+        "127.0.0.0/8",
+        "--outbound-max-requests",
+        "3",
+        "--outbound-max-response-kib",
+        "1",
+    ]);
+    let health = format!("{}/health", server.base);
+    let (status, body) = server.invoke("call_loopback", &[("url", json!(health)), ("times", json!(3))]).await;
+    assert_eq!(status, 200, "three requests fit the budget: {body}");
+    let (status, body) = server.invoke("call_loopback", &[("url", json!(health)), ("times", json!(4))]).await;
+    assert_eq!((status, error_code(&body)), (502, "outbound_denied"), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("more than 3 outbound requests"), "{body}");
+
+    // The tool listing is far larger than 1 KiB: reading it fails inside the tool.
+    let listing = format!("{}/tools?pageLimit=200", server.base);
+    let (status, body) = server.invoke("call_loopback", &[("url", json!(listing))]).await;
+    assert_eq!((status, error_code(&body)), (503, "tool_error"), "{body}");
+    assert!(body["error"]["developerMessage"].as_str().unwrap().contains("reading the response failed"), "{body}");
+}
