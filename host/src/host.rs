@@ -15,7 +15,6 @@ use crate::store::{BlobStore, RegistryStore, SqliteStore, StoreError, StoredVers
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -43,19 +42,15 @@ pub struct HostOptions {
 pub struct HostLimits {
     /// Invocations of one tool running at once (a tool may ask for fewer).
     pub max_concurrency_per_tool: u32,
-    /// Outbound HTTP policy.
-    pub outbound: OutboundLimits,
+    /// Outbound HTTP policy (shared by every call).
+    pub outbound: Arc<OutboundLimits>,
     /// Output sizes passed on.
     pub output: OutputLimits,
 }
 
 impl Default for HostLimits {
     fn default() -> Self {
-        HostLimits {
-            max_concurrency_per_tool: 16,
-            outbound: OutboundLimits::default(),
-            output: OutputLimits::default(),
-        }
+        HostLimits { max_concurrency_per_tool: 16, outbound: Arc::default(), output: OutputLimits::default() }
     }
 }
 
@@ -245,22 +240,7 @@ impl ToolHost {
     fn load_stored(&self, stored: StoredVersion) -> Result<(), DeployError> {
         let bytes = self.blobs.get(&stored.sha256)?;
         let component = self.runtime.load(&bytes, &stored.sha256)?;
-        self.registry.insert(
-            stored.tool_id,
-            &stored.name,
-            ToolVersion {
-                number: stored.version,
-                sha256: stored.sha256,
-                // The signature stored with the version is the locked one.
-                signature: Arc::new(stored.signature),
-                signature_sha256: stored.signature_sha256,
-                manifest: Arc::new(stored.manifest),
-                component,
-                created_at: stored.created_at,
-                retired_at: AtomicI64::new(stored.retired_at.unwrap_or(0)),
-                a2t_view: Default::default(),
-            },
-        );
+        self.registry.insert(stored.tool_id, &stored.name.clone(), ToolVersion::from_stored(stored, component));
         Ok(())
     }
 
@@ -334,21 +314,7 @@ impl ToolHost {
             previous_version,
             created: true,
         };
-        self.registry.insert(
-            tool_id,
-            &stored.name,
-            ToolVersion {
-                number,
-                sha256: stored.sha256,
-                signature: Arc::new(stored.signature),
-                signature_sha256: stored.signature_sha256,
-                manifest: Arc::new(stored.manifest),
-                component,
-                created_at: stored.created_at,
-                retired_at: AtomicI64::new(0),
-                a2t_view: Default::default(),
-            },
-        );
+        self.registry.insert(tool_id, &stored.name.clone(), ToolVersion::from_stored(stored, component));
         Ok(deployed)
     }
 
@@ -485,8 +451,7 @@ impl ToolHost {
 
         let config = runtime::effective_config(&version.manifest, self.tool_config.get(&tool.name));
         let limits = &version.manifest.limits;
-        let outbound =
-            OutboundPolicy::new(&version.manifest.host_patterns(), &config, Arc::new(self.limits.outbound.clone()));
+        let outbound = OutboundPolicy::new(&version.host_patterns, &config, self.limits.outbound.clone());
         let denials = outbound.denials();
         let setup = CallSetup {
             deadline: limits.deadline_ms.map_or(Duration::MAX, Duration::from_millis),

@@ -265,11 +265,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get() * 2).max(4)),
         limits: HostLimits {
             max_concurrency_per_tool: args.max_concurrency_per_tool.max(1),
-            outbound: OutboundLimits {
+            outbound: Arc::new(OutboundLimits {
                 allowed_private: args.allow_private_cidr.clone(),
                 max_requests: args.outbound_max_requests,
                 max_response_bytes: args.outbound_max_response_kib.saturating_mul(1024),
-            },
+            }),
             output: OutputLimits {
                 max_value_bytes: args.max_output_kib.saturating_mul(1024),
                 max_total_bytes: args.max_output_kib.saturating_mul(4096),

@@ -5,9 +5,10 @@
 //! compiled and ready, and a reader holds an `Arc` to the version it started
 //! with, so a version added mid-request never changes that request.
 
-use crate::manifest::ToolManifest;
+use crate::manifest::{HostPattern, ToolManifest};
 use crate::runtime::LoadedComponent;
 use crate::signature::Signature;
+use crate::store::StoredVersion;
 use dashmap::DashMap;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -26,6 +27,8 @@ pub struct ToolVersion {
     pub signature_sha256: String,
     /// Its manifest.
     pub manifest: Arc<ToolManifest>,
+    /// The manifest's `allowed-hosts`, parsed once.
+    pub host_patterns: Vec<HostPattern>,
     /// The compiled component.
     pub component: LoadedComponent,
     /// When it was deployed (Unix seconds).
@@ -40,6 +43,23 @@ pub struct ToolVersion {
 }
 
 impl ToolVersion {
+    /// A version from its registry row and its compiled component. The
+    /// signature stored with the version is the locked one.
+    pub fn from_stored(stored: StoredVersion, component: LoadedComponent) -> Self {
+        ToolVersion {
+            number: stored.version,
+            sha256: stored.sha256,
+            signature: Arc::new(stored.signature),
+            signature_sha256: stored.signature_sha256,
+            host_patterns: stored.manifest.host_patterns(),
+            manifest: Arc::new(stored.manifest),
+            component,
+            created_at: stored.created_at,
+            retired_at: AtomicI64::new(stored.retired_at.unwrap_or(0)),
+            a2t_view: Default::default(),
+        }
+    }
+
     /// When it was retired, if it was.
     pub fn retired_at(&self) -> Option<i64> {
         Some(self.retired_at.load(Ordering::Acquire)).filter(|t| *t != 0)

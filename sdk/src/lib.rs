@@ -4,19 +4,19 @@
 //! `plinth:tool` package under `wit/deps/`), then:
 //!
 //! ```ignore
-//! plinth_sdk::tool!("book-flight");
+//! plinth_sdk::tool!("quote-flight"); // input: flight-number; output: quote
 //!
-//! struct BookFlight;
+//! struct QuoteFlight;
 //!
-//! impl Guest for BookFlight {
+//! impl Guest for QuoteFlight {
 //!     fn call(input: Input) -> Result<Output, ToolError> {
 //!         let base = plinth_sdk::config::require("backend-url")?;
-//!         let reply = plinth_sdk::http::get(&format!("{base}/quote"))?;
-//!         # todo!()
+//!         let reply = plinth_sdk::http::get(&format!("{base}/quote?flight={}", input.flight_number))?;
+//!         Ok(Output { quote: reply.text() })
 //!     }
 //! }
 //!
-//! export!(BookFlight);
+//! export!(QuoteFlight);
 //! ```
 //!
 //! What the SDK gives a tool:

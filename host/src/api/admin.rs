@@ -139,14 +139,6 @@ async fn retire(
         .into_response())
 }
 
-fn storage_failed() -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "storage_failed",
-        "the change could not be stored; nothing changed",
-    )
-}
-
 async fn put_secret(State(host): State<AppState>, Path(id): Path<String>, body: Bytes) -> Result<StatusCode, ApiError> {
     if !crate::manifest::is_secret_id(&id) {
         return Err(ApiError::bad_request(
@@ -164,7 +156,7 @@ async fn put_secret(State(host): State<AppState>, Path(id): Path<String>, body: 
     }
     host.put_secret(&id, &value).map_err(|e| {
         tracing::error!(secret = id, error = %e, "storing a secret failed");
-        storage_failed()
+        ApiError::storage_failed("the change could not be stored; nothing changed")
     })?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -175,7 +167,7 @@ async fn delete_secret(State(host): State<AppState>, Path(id): Path<String>) -> 
         Ok(false) => Err(ApiError::not_found(format!("there is no secret `{id}`"))),
         Err(e) => {
             tracing::error!(secret = id, error = %e, "deleting a secret failed");
-            Err(storage_failed())
+            Err(ApiError::storage_failed("the change could not be stored; nothing changed"))
         }
     }
 }

@@ -32,6 +32,18 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
+    /// `500 storage_failed`: the data dir refused a write; nothing changed.
+    pub fn storage_failed(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "storage_failed", message)
+    }
+
+    /// `503 busy` with `Retry-After: 1`.
+    fn busy(message: String) -> Self {
+        let mut error = Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message);
+        error.retry_after_secs = Some(1);
+        error
+    }
+
     /// `404 not_found`.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
@@ -90,11 +102,7 @@ impl From<InvokeError> for ApiError {
             InvokeError::Call(CallError::Trapped(_)) => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "tool_trapped", e.to_string())
             }
-            InvokeError::Call(CallError::Busy) => {
-                let mut error = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", e.to_string());
-                error.retry_after_secs = Some(1);
-                error
-            }
+            InvokeError::Call(CallError::Busy) | InvokeError::Busy(_) => ApiError::busy(e.to_string()),
             InvokeError::Output(OutputError::Invalid(_)) => {
                 ApiError::new(StatusCode::BAD_GATEWAY, "invalid_tool_output", e.to_string())
             }
@@ -102,11 +110,6 @@ impl From<InvokeError> for ApiError {
                 ApiError::new(StatusCode::BAD_GATEWAY, "output_too_large", e.to_string())
             }
             InvokeError::OutboundDenied(_) => ApiError::new(StatusCode::BAD_GATEWAY, "outbound_denied", e.to_string()),
-            InvokeError::Busy(_) => {
-                let mut error = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", e.to_string());
-                error.retry_after_secs = Some(1);
-                error
-            }
         }
     }
 }
@@ -116,11 +119,7 @@ impl From<DeployError> for ApiError {
         match &e {
             DeployError::Store(_) => {
                 tracing::error!(error = %e, "deploy failed in the store");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "storage_failed",
-                    "the tool could not be stored (is the data disk full?); nothing was deployed",
-                )
+                ApiError::storage_failed("the tool could not be stored (is the data disk full?); nothing was deployed")
             }
             DeployError::Package(_) | DeployError::Load(_) => ApiError::bad_request("invalid_component", e.to_string()),
             DeployError::Breaking { current, diff, .. } => {
@@ -144,11 +143,7 @@ impl From<RetireError> for ApiError {
             RetireError::NotFound(message) => ApiError::not_found(message),
             RetireError::Store(_) => {
                 tracing::error!(error = %e, "retirement failed in the store");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "storage_failed",
-                    "the retirement could not be stored; nothing changed",
-                )
+                ApiError::storage_failed("the retirement could not be stored; nothing changed")
             }
         }
     }
