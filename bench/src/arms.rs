@@ -2,7 +2,7 @@
 //! after itself.
 
 use crate::Opts;
-use crate::measure::{Load, Report, Server, Summary, fmt, time_each, wrk};
+use crate::measure::{Load, Report, Server, Summary, client, fmt, time_each, unthrottle, wrk};
 use plinth::invocation::input_value;
 use plinth::manifest::ToolManifest;
 use plinth::package::{self, ToolPackage};
@@ -24,7 +24,7 @@ fn echo_body(text: &str) -> String {
 }
 
 async fn tool_id(base: &str, name: &str) -> anyhow::Result<String> {
-    let page: Value = reqwest::get(format!("{base}/tools?pageLimit=200")).await?.json().await?;
+    let page: Value = client().get(format!("{base}/tools?pageLimit=200")).send().await?.json().await?;
     page["items"]
         .as_array()
         .and_then(|items| items.iter().find(|t| t["name"] == name))
@@ -97,6 +97,7 @@ pub async fn http_overhead(opts: &Opts, report: &mut Report) -> anyhow::Result<(
         data.path(),
         &["--plugins", &plugins, "--tool-config", &config, "--allow-private-cidr", "127.0.0.0/8"],
     )?;
+    unthrottle(&plinth.base).await?;
     let echo = tool_id(&plinth.base, "echo").await?;
     let echo_url = format!("{}/tools/{echo}:invoke", plinth.base);
     let b = tokio::task::block_in_place(|| wrk(&echo_url, Some(&body), duration, CONNECTIONS))?;
@@ -332,7 +333,7 @@ pub async fn enumeration_and_start(opts: &Opts, report: &mut Report) -> anyhow::
         Ok(())
     })?;
     report.note(format!("generated and packed {many} distinct tools in {:.1} s", started.elapsed().as_secs_f64()));
-    let client = reqwest::Client::new();
+    let client = client();
 
     // An empty server, for the memory baseline.
     let empty_data = tempfile::tempdir()?;
@@ -362,8 +363,15 @@ pub async fn enumeration_and_start(opts: &Opts, report: &mut Report) -> anyhow::
     let small_pages = page_latency(&client, &small.base, iterations).await?;
     drop(small);
 
-    // Many tools.
+    // Many tools: more than the default tenant's quota allows, so the
+    // operator raises it first (it is stored in the data dir).
     let large_data = tempfile::tempdir()?;
+    {
+        let setup = Server::plinth(opts, large_data.path(), &[])?;
+        let quota = json!({ "quotas": { "maxTools": many + 1 } });
+        let response = client.patch(format!("{}/admin/tenants/default", setup.base)).json(&quota).send().await?;
+        anyhow::ensure!(response.status().is_success(), "raising maxTools answered {}", response.status());
+    }
     let deploy_started = Instant::now();
     let large = Server::plinth(opts, large_data.path(), &["--plugins", large_dir.to_str().unwrap_or_default()])?;
     report.note(format!("deploying {many} tools at start took {:.1} s", deploy_started.elapsed().as_secs_f64()));
@@ -440,14 +448,13 @@ pub async fn enumeration_and_start(opts: &Opts, report: &mut Report) -> anyhow::
 /// Arm 4a: deploy-to-serving time, compiling and from the compiled cache.
 pub async fn deploy(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let bytes = std::fs::read(opts.plugins.join("lookup_weather_by_city.wasm"))?;
-    let client = reqwest::Client::new();
+    let client = client();
     let post = |base: String| {
         let (client, bytes) = (client.clone(), bytes.clone());
         async move {
             let started = Instant::now();
             let response = client
                 .post(format!("{base}/admin/tools"))
-                .bearer_auth("bench")
                 .header("content-type", "application/wasm")
                 .body(bytes)
                 .send()
@@ -457,7 +464,7 @@ pub async fn deploy(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         }
     };
     let fresh_data = tempfile::tempdir()?;
-    let fresh_server = Server::plinth(opts, fresh_data.path(), &["--admin-token", "bench"])?;
+    let fresh_server = Server::plinth(opts, fresh_data.path(), &[])?;
     let fresh = post(fresh_server.base.clone()).await?;
     drop(fresh_server);
     report.row("4 deploy", "weather tool, compiling (POST → 201, serving)", fmt(fresh), "", None);
@@ -470,7 +477,7 @@ pub async fn deploy(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         let entry = entry?;
         std::fs::copy(entry.path(), cache.join(entry.file_name()))?;
     }
-    let cached_server = Server::plinth(opts, cached_data.path(), &["--admin-token", "bench"])?;
+    let cached_server = Server::plinth(opts, cached_data.path(), &[])?;
     let cached = post(cached_server.base.clone()).await?;
     report.row(
         "4 deploy",
@@ -496,6 +503,7 @@ pub async fn under_faults(opts: &Opts, report: &mut Report) -> anyhow::Result<()
         data.path(),
         &["--plugins", dir.path().to_str().unwrap_or_default(), "--deadline-ms", "200"],
     )?;
+    unthrottle(&server.base).await?;
     let echo = tool_id(&server.base, "echo").await?;
     let url = format!("{}/tools/{echo}:invoke", server.base);
     let body = echo_body("hello, tools");
@@ -510,7 +518,7 @@ pub async fn under_faults(opts: &Opts, report: &mut Report) -> anyhow::Result<()
         let body = json!({"name": tool, "input_parameters": [{"name": "note", "value": "x"}]});
         let stop = stop.clone();
         faults.push(tokio::spawn(async move {
-            let client = reqwest::Client::new();
+            let client = client();
             let mut sent = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let _ = client.post(&url).json(&body).send().await;

@@ -54,11 +54,38 @@ pub struct Server {
     pub started_in: Duration,
 }
 
+/// The operator key the benchmark's servers are started with; every request
+/// the harness sends carries it.
+pub const BENCH_KEY: &str = "plinth-bench-operator-key";
+
+/// An HTTP client that sends [`BENCH_KEY`].
+pub fn client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Ok(value) = format!("Bearer {BENCH_KEY}").parse() {
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    reqwest::Client::builder().default_headers(headers).build().unwrap_or_default()
+}
+
+/// Lifts the default tenant's invocation-rate quota: the load arms measure
+/// the server, not the quota (which is still checked on every call).
+pub async fn unthrottle(base: &str) -> anyhow::Result<()> {
+    let quotas = serde_json::json!({ "quotas": { "invocationsPerSecond": 1_000_000_000u64, "invocationBurst": 1_000_000_000u64 } });
+    let response = client().patch(format!("{base}/admin/tenants/default")).json(&quotas).send().await?;
+    anyhow::ensure!(response.status().is_success(), "lifting the rate quota answered {}", response.status());
+    Ok(())
+}
+
 impl Server {
     /// Starts `plinth serve` with a free port.
     pub fn plinth(opts: &Opts, data: &Path, args: &[&str]) -> anyhow::Result<Server> {
         let mut command = Command::new(&opts.plinth);
-        command.args(["serve", "--listen", "127.0.0.1:0", "--data"]).arg(data).args(args).env("PLINTH_LOG", "warn");
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(data)
+            .args(args)
+            .env("PLINTH_LOG", "warn")
+            .env("PLINTH_OPERATOR_KEY", BENCH_KEY);
         Server::spawn(command, "plinth listening on ")
     }
 
@@ -123,15 +150,17 @@ pub struct Load {
 /// Runs `wrk` against `url`, POSTing `body` (JSON) when given.
 pub fn wrk(url: &str, body: Option<&str>, duration: Duration, connections: u32) -> anyhow::Result<Load> {
     let script = tempfile::Builder::new().suffix(".lua").tempfile()?;
+    let mut lua = format!("wrk.headers[\"Authorization\"] = \"Bearer {BENCH_KEY}\"\n");
     if let Some(body) = body {
-        let lua = format!(
+        lua.push_str(&format!(
             "wrk.method = \"POST\"\nwrk.body = [=[{body}]=]\nwrk.headers[\"Content-Type\"] = \"application/json\"\n"
-        );
-        std::fs::write(script.path(), lua)?;
+        ));
     }
+    std::fs::write(script.path(), lua)?;
     let out = Command::new("wrk")
         .args(["-t1", &format!("-c{connections}"), &format!("-d{}s", duration.as_secs().max(1)), "--latency"])
-        .args(if body.is_some() { vec!["-s".to_string(), script.path().display().to_string()] } else { vec![] })
+        .arg("-s")
+        .arg(script.path())
         .arg(url)
         .output()
         .map_err(|e| anyhow::anyhow!("running wrk ({e}); install it with `apt-get install wrk`"))?;

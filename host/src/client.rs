@@ -1,8 +1,9 @@
-//! The operator's client commands: `deploy`, `retire`, `tools`, and the
-//! offline `diff`. They talk to a server over its public A2T and admin APIs,
-//! exactly as any other client would.
+//! The client commands: `deploy`, `retire`, `tools`, `tenant`, `key`,
+//! `audit`, and the offline `diff`. They talk to a server over its public
+//! A2T and admin APIs, with the key in `--key`/`PLINTH_KEY`, exactly as any
+//! other client would.
 
-use crate::ServerArgs;
+use crate::{ServerArgs, TenantTarget};
 use anyhow::{Context, bail};
 use plinth::package::ToolPackage;
 use plinth::signature::SignatureDiff;
@@ -18,11 +19,21 @@ fn base(server: &ServerArgs) -> &str {
     server.server.trim_end_matches('/')
 }
 
+/// The tenant's platform root: `http://server/t/{tenant}`.
+fn root(target: &TenantTarget) -> String {
+    format!("{}/t/{}", base(&target.server), target.tenant)
+}
+
 fn with_token(request: RequestBuilder, server: &ServerArgs) -> RequestBuilder {
-    match &server.token {
-        Some(token) => request.bearer_auth(token),
+    match &server.key {
+        Some(key) => request.bearer_auth(key),
         None => request,
     }
+}
+
+/// Sends a request with the key and returns the JSON of a 2xx answer.
+fn send(request: RequestBuilder, server: &ServerArgs) -> anyhow::Result<Value> {
+    json(with_token(request, server).send().context("reaching the server")?)
 }
 
 /// The JSON body of a 2xx answer; otherwise the server's error, with every
@@ -44,14 +55,14 @@ fn json(response: Response) -> anyhow::Result<Value> {
 }
 
 /// `plinth deploy FILE`.
-pub fn deploy(server: &ServerArgs, file: &Path, expect_version: Option<u32>) -> anyhow::Result<()> {
+pub fn deploy(target: &TenantTarget, file: &Path, expect_version: Option<u32>) -> anyhow::Result<()> {
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    let mut url = format!("{}/admin/tools", base(server));
+    let mut url = format!("{}/admin/tools", root(target));
     if let Some(n) = expect_version {
         url.push_str(&format!("?expectVersion={n}"));
     }
     let request = client()?.post(url).header("content-type", "application/wasm").body(bytes);
-    let body = json(with_token(request, server).send().context("reaching the server")?)?;
+    let body = send(request, &target.server)?;
     let previous = body["previousVersion"].as_u64().map_or("none".to_string(), |n| n.to_string());
     println!(
         "{} version {} (toolId {}, sha256 {}, previous version {previous})",
@@ -64,16 +75,16 @@ pub fn deploy(server: &ServerArgs, file: &Path, expect_version: Option<u32>) -> 
 }
 
 /// Every item of a paginated A2T listing at `path`, walking all pages.
-fn walk(server: &ServerArgs, path: &str) -> anyhow::Result<Vec<Value>> {
+fn walk(target: &TenantTarget, path: &str) -> anyhow::Result<Vec<Value>> {
     let client = client()?;
     let mut items = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let mut url = format!("{}{path}?pageLimit=200", base(server));
+        let mut url = format!("{}{path}?pageLimit=200", root(target));
         if let Some(c) = &cursor {
             url.push_str(&format!("&pageCursor={c}"));
         }
-        let page = json(client.get(url).send().context("reaching the server")?)?;
+        let page = send(client.get(url), &target.server)?;
         items.extend(page["items"].as_array().cloned().unwrap_or_default());
         match page["paging"]["next"].as_str() {
             Some(next) => cursor = Some(next.to_string()),
@@ -82,16 +93,16 @@ fn walk(server: &ServerArgs, path: &str) -> anyhow::Result<Vec<Value>> {
     }
 }
 
-fn all_tools(server: &ServerArgs) -> anyhow::Result<Vec<Value>> {
-    walk(server, "/tools")
+fn all_tools(target: &TenantTarget) -> anyhow::Result<Vec<Value>> {
+    walk(target, "/tools")
 }
 
 /// A tool's id from its name or id.
-fn tool_id(server: &ServerArgs, tool: &str) -> anyhow::Result<String> {
+fn tool_id(target: &TenantTarget, tool: &str) -> anyhow::Result<String> {
     if uuid::Uuid::parse_str(tool).is_ok() {
         return Ok(tool.to_string());
     }
-    all_tools(server)?
+    all_tools(target)?
         .iter()
         .find(|t| t["name"] == tool)
         .and_then(|t| t["toolId"].as_str().map(str::to_string))
@@ -99,9 +110,9 @@ fn tool_id(server: &ServerArgs, tool: &str) -> anyhow::Result<String> {
 }
 
 /// `plinth tools list`.
-pub fn list(server: &ServerArgs) -> anyhow::Result<()> {
+pub fn list(target: &TenantTarget) -> anyhow::Result<()> {
     println!("{:<40} {:>7}  TOOL ID", "NAME", "VERSION");
-    for tool in all_tools(server)? {
+    for tool in all_tools(target)? {
         println!(
             "{:<40} {:>7}  {}",
             tool["name"].as_str().unwrap_or("?"),
@@ -113,9 +124,9 @@ pub fn list(server: &ServerArgs) -> anyhow::Result<()> {
 }
 
 /// `plinth tools versions TOOL`.
-pub fn versions(server: &ServerArgs, tool: &str) -> anyhow::Result<()> {
-    let id = tool_id(server, tool)?;
-    let versions = walk(server, &format!("/tools/{id}/versions"))?;
+pub fn versions(target: &TenantTarget, tool: &str) -> anyhow::Result<()> {
+    let id = tool_id(target, tool)?;
+    let versions = walk(target, &format!("/tools/{id}/versions"))?;
     println!("{:>7}  {:<8}  CONTENT HASH", "VERSION", "STATE");
     for v in versions {
         let state = if v["retired"] == true {
@@ -131,13 +142,122 @@ pub fn versions(server: &ServerArgs, tool: &str) -> anyhow::Result<()> {
 }
 
 /// `plinth retire TOOL N`.
-pub fn retire(server: &ServerArgs, tool: &str, version: u32) -> anyhow::Result<()> {
-    let id = tool_id(server, tool)?;
-    let request = client()?.delete(format!("{}/admin/tools/{id}/versions/{version}", base(server)));
-    let body = json(with_token(request, server).send().context("reaching the server")?)?;
+pub fn retire(target: &TenantTarget, tool: &str, version: u32) -> anyhow::Result<()> {
+    let id = tool_id(target, tool)?;
+    let request = client()?.delete(format!("{}/admin/tools/{id}/versions/{version}", root(target)));
+    let body = send(request, &target.server)?;
     let current =
         body["currentVersion"].as_u64().map_or("none (every version is retired)".to_string(), |n| n.to_string());
     println!("retired version {version} of {tool}; current version: {current}");
+    Ok(())
+}
+
+/// `FIELD=N` quota arguments → a JSON object.
+fn quotas(entries: &[String]) -> anyhow::Result<Value> {
+    let mut quotas = serde_json::Map::new();
+    for entry in entries {
+        let Some((field, n)) = entry.split_once('=') else { bail!("--quota `{entry}` is not FIELD=N") };
+        let n: u64 = n.trim().parse().with_context(|| format!("--quota `{entry}`: N must be a whole number"))?;
+        quotas.insert(field.trim().to_string(), n.into());
+    }
+    Ok(Value::Object(quotas))
+}
+
+fn print_tenant(tenant: &Value) {
+    let public = if tenant["publicEnumeration"] == true { "public" } else { "private" };
+    println!("{:<24} {public:<8} {}", tenant["name"].as_str().unwrap_or("?"), tenant["quotas"]);
+}
+
+/// `plinth tenant create NAME`.
+pub fn create_tenant(server: &ServerArgs, name: &str, public: bool, entries: &[String]) -> anyhow::Result<()> {
+    let body = serde_json::json!({ "name": name, "publicEnumeration": public, "quotas": quotas(entries)? });
+    let tenant = send(client()?.post(format!("{}/admin/tenants", base(server))).json(&body), server)?;
+    print_tenant(&tenant);
+    println!("its platform root is {}/t/{name}/", base(server));
+    Ok(())
+}
+
+/// `plinth tenant set NAME`.
+pub fn update_tenant(server: &ServerArgs, name: &str, public: Option<bool>, entries: &[String]) -> anyhow::Result<()> {
+    let mut body = serde_json::json!({ "quotas": quotas(entries)? });
+    if let Some(public) = public {
+        body["publicEnumeration"] = public.into();
+    }
+    let tenant = send(client()?.patch(format!("{}/admin/tenants/{name}", base(server))).json(&body), server)?;
+    print_tenant(&tenant);
+    Ok(())
+}
+
+/// `plinth tenant list`.
+pub fn list_tenants(server: &ServerArgs) -> anyhow::Result<()> {
+    let tenants = send(client()?.get(format!("{}/admin/tenants", base(server))), server)?;
+    println!("{:<24} {:<8} QUOTAS", "NAME", "BROWSE");
+    for tenant in tenants["items"].as_array().into_iter().flatten() {
+        print_tenant(tenant);
+    }
+    Ok(())
+}
+
+/// `plinth key create`: prints the key, which the server never shows again.
+pub fn create_key(server: &ServerArgs, tenant: Option<&str>, role: &str, label: Option<&str>) -> anyhow::Result<()> {
+    let body = serde_json::json!({ "tenant": tenant, "role": role, "label": label });
+    let key = send(client()?.post(format!("{}/admin/keys", base(server))).json(&body), server)?;
+    eprintln!(
+        "created {role} key {} for {} (store it now: it cannot be shown again)",
+        key["id"].as_str().unwrap_or("?"),
+        tenant.map_or("the whole server".to_string(), |t| format!("tenant `{t}`"))
+    );
+    println!("{}", key["key"].as_str().unwrap_or("?"));
+    Ok(())
+}
+
+/// `plinth key revoke ID`.
+pub fn revoke_key(server: &ServerArgs, id: &str) -> anyhow::Result<()> {
+    send(client()?.delete(format!("{}/admin/keys/{id}", base(server))), server)?;
+    println!("revoked key {id}");
+    Ok(())
+}
+
+/// `plinth key list`.
+pub fn list_keys(server: &ServerArgs, tenant: Option<&str>) -> anyhow::Result<()> {
+    let mut url = format!("{}/admin/keys", base(server));
+    if let Some(tenant) = tenant {
+        url.push_str(&format!("?tenant={tenant}"));
+    }
+    let keys = send(client()?.get(url), server)?;
+    println!("{:<16}  {:<10} {:<24} {:<8} LABEL", "ID", "ROLE", "TENANT", "STATE");
+    for key in keys["items"].as_array().into_iter().flatten() {
+        let state = if key["revokedAt"].is_null() { "live" } else { "revoked" };
+        println!(
+            "{:<16}  {:<10} {:<24} {state:<8} {}",
+            key["id"].as_str().unwrap_or("?"),
+            key["role"].as_str().unwrap_or("?"),
+            key["tenant"].as_str().unwrap_or("-"),
+            key["label"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+/// `plinth audit`.
+pub fn audit(server: &ServerArgs, tenant: Option<&str>, limit: usize) -> anyhow::Result<()> {
+    let mut url = format!("{}/admin/audit?pageLimit={}", base(server), limit.clamp(1, 200));
+    if let Some(tenant) = tenant {
+        url.push_str(&format!("&tenant={tenant}"));
+    }
+    let entries = send(client()?.get(url), server)?;
+    for entry in entries["items"].as_array().into_iter().flatten() {
+        println!(
+            "{:>6} {} {:<16} {:<14} {:<16} {}{}",
+            entry["seq"],
+            entry["at"],
+            entry["actor"].as_str().unwrap_or("?"),
+            entry["action"].as_str().unwrap_or("?"),
+            entry["tenant"].as_str().unwrap_or("-"),
+            entry["target"].as_str().unwrap_or("?"),
+            entry["sha256"].as_str().map(|h| format!(" sha256:{h}")).unwrap_or_default()
+        );
+    }
     Ok(())
 }
 

@@ -12,6 +12,9 @@ use crate::runtime::outbound::{OutboundLimits, OutboundPolicy};
 use crate::runtime::{self, CallError, CallSetup, LoadError, LogBudget, LogLabels, Redactor, Runtime, RuntimeConfig};
 use crate::signature::SignatureDiff;
 use crate::store::{BlobStore, RegistryStore, SqliteStore, StoreError, StoredVersion};
+use crate::tenancy::{
+    self, AuditEntry, AuditQuery, KeyRecord, NewKey, Principal, Quotas, Role, TenantRecord, unix_now,
+};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,8 +22,8 @@ use std::time::Duration;
 use tracing::Instrument;
 use uuid::Uuid;
 
-/// Operator-set configuration values, by tool name then key.
-pub type ToolConfig = BTreeMap<String, BTreeMap<String, String>>;
+/// Configuration values, by (tenant, tool name) then key.
+pub type ToolConfig = BTreeMap<(String, String), BTreeMap<String, String>>;
 
 /// How to open a host.
 #[derive(Debug, Clone)]
@@ -29,8 +32,12 @@ pub struct HostOptions {
     pub data_dir: PathBuf,
     /// Sandbox limits.
     pub runtime: RuntimeConfig,
-    /// Per-tool configuration values.
+    /// Configuration values the operator passed at start; they override
+    /// what publishers store.
     pub tool_config: ToolConfig,
+    /// An operator key taken from the environment (never stored); keys
+    /// created over the API are stored hashed.
+    pub operator_key: Option<String>,
     /// Limits beyond the sandbox's own.
     pub limits: HostLimits,
     /// Threads that run tools (apart from the threads serving HTTP).
@@ -76,6 +83,27 @@ pub enum DeployError {
         /// Every change, breaking or not.
         diff: SignatureDiff,
     },
+    /// No such tenant.
+    #[error("there is no tenant `{0}`")]
+    UnknownTenant(String),
+    /// The component is larger than the tenant may deploy.
+    #[error("the component is {size} bytes; tenant `{tenant}` may deploy components of at most {max} bytes")]
+    TooLarge {
+        /// The tenant.
+        tenant: String,
+        /// The component's size.
+        size: usize,
+        /// The tenant's quota.
+        max: u64,
+    },
+    /// The tenant already has as many live tools as it may.
+    #[error("tenant `{tenant}` already has {max} live tools, its quota; retire one or ask the operator for more")]
+    TooManyTools {
+        /// The tenant.
+        tenant: String,
+        /// The tenant's quota.
+        max: u32,
+    },
     /// `expectVersion` does not match what the deploy would produce.
     #[error("expected this deploy to {}, but it would {}", describe_version(*.expected), describe_version(*.actual))]
     UnexpectedVersion {
@@ -99,12 +127,18 @@ fn breaking_message(tool: &str, current: &u32, diff: &SignatureDiff) -> String {
     )
 }
 
-/// Why a retirement was refused.
+/// Why a change to tools, tenants, keys, secrets or config was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum RetireError {
-    /// No such tool or version.
+pub enum ChangeError {
+    /// What it names does not exist (or belongs to another tenant).
     #[error("{0}")]
     NotFound(String),
+    /// The request is not valid.
+    #[error("{0}")]
+    Invalid(String),
+    /// It conflicts with what exists.
+    #[error("{0}")]
+    Conflict(String),
     /// Persisting failed; nothing changed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -158,9 +192,40 @@ pub enum InvokeError {
     /// The tool failed after the host refused one of its outbound requests.
     #[error("the tool tried to reach what it may not: {0}")]
     OutboundDenied(String),
-    /// The tool, or the host, is running as many invocations as it may.
+    /// The tool, its tenant or the host is running as many invocations as
+    /// it may.
     #[error("{0}")]
     Busy(String),
+    /// The tenant is over its invocation rate.
+    #[error("tenant `{tenant}` is over its invocation rate; retry after {retry_after:?}")]
+    RateLimited {
+        /// The tenant.
+        tenant: String,
+        /// When a call will be accepted again.
+        retry_after: Duration,
+    },
+}
+
+/// A tenant and what enforces its quotas. Replaced whole when its settings
+/// change: calls already running keep the permits they hold.
+pub struct Tenant {
+    /// Its stored settings.
+    pub record: TenantRecord,
+    /// The invocation-rate token bucket.
+    rate: governor::DefaultDirectRateLimiter,
+    /// Its running invocations.
+    running: Arc<tokio::sync::Semaphore>,
+}
+
+impl Tenant {
+    fn new(record: TenantRecord) -> Self {
+        let q = &record.quotas;
+        let per_second = std::num::NonZeroU32::new(q.invocations_per_second).unwrap_or(std::num::NonZeroU32::MIN);
+        let burst = std::num::NonZeroU32::new(q.invocation_burst).unwrap_or(std::num::NonZeroU32::MIN);
+        let rate = governor::RateLimiter::direct(governor::Quota::per_second(per_second).allow_burst(burst));
+        let running = Arc::new(tokio::sync::Semaphore::new(q.max_concurrent_invocations as usize));
+        Tenant { record, rate, running }
+    }
 }
 
 /// The core: registry + runtime + store.
@@ -169,16 +234,25 @@ pub struct ToolHost {
     runtime: Runtime,
     store: Box<dyn RegistryStore>,
     blobs: BlobStore,
+    /// Config from the operator's command line (wins over `stored_config`).
     tool_config: ToolConfig,
+    /// Config publishers stored, by (tenant, tool) then key.
+    stored_config: dashmap::DashMap<(String, String), BTreeMap<String, String>>,
     limits: HostLimits,
+    tenants: dashmap::DashMap<String, Arc<Tenant>>,
+    /// Every key by id, revoked ones included (a revoked key must keep
+    /// failing, not become unknown).
+    keys: dashmap::DashMap<String, KeyRecord>,
+    /// The sha256 of the operator key from the environment, if any.
+    operator_key_sha256: Option<String>,
     /// Instance slots of the whole host (the pooling allocator's size).
     slots: Arc<tokio::sync::Semaphore>,
     /// Running invocations per tool.
     per_tool: dashmap::DashMap<Uuid, Arc<tokio::sync::Semaphore>>,
     /// Each tool's share of the log.
     log_budgets: dashmap::DashMap<Uuid, Arc<LogBudget>>,
-    /// Secret values by id, as the operator stored them.
-    secrets: dashmap::DashMap<String, String>,
+    /// Secret values by (tenant, id), as publishers stored them.
+    secrets: dashmap::DashMap<(String, String), String>,
     /// The threads tools run on (a runtime of its own; see `invoke`).
     executor: Option<tokio::runtime::Runtime>,
     /// Serializes the registry-changing step of deploys and retirements, so
@@ -204,7 +278,11 @@ impl ToolHost {
             store: Box::new(store),
             blobs,
             tool_config: options.tool_config,
+            stored_config: dashmap::DashMap::new(),
             limits: options.limits,
+            tenants: dashmap::DashMap::new(),
+            keys: dashmap::DashMap::new(),
+            operator_key_sha256: options.operator_key.as_deref().map(tenancy::key_sha256),
             slots,
             per_tool: dashmap::DashMap::new(),
             log_budgets: dashmap::DashMap::new(),
@@ -218,8 +296,17 @@ impl ToolHost {
             ),
             changes: std::sync::Mutex::new(()),
         };
-        for (id, value) in host.store.secrets()? {
-            host.secrets.insert(id, value);
+        for record in host.store.tenants()? {
+            host.tenants.insert(record.name.clone(), Arc::new(Tenant::new(record)));
+        }
+        for key in host.store.keys()? {
+            host.keys.insert(key.id.clone(), key);
+        }
+        for (tenant, id, value) in host.store.secrets()? {
+            host.secrets.insert((tenant, id), value);
+        }
+        for (tenant, tool, key, value) in host.store.config()? {
+            host.stored_config.entry((tenant, tool)).or_default().insert(key, value);
         }
         let stored = host.store.versions()?;
         let referenced = stored.iter().map(|v| v.sha256.clone()).collect();
@@ -229,9 +316,9 @@ impl ToolHost {
         }
         for version in stored {
             // One bad version must not keep the others from being served.
-            let (name, number) = (version.name.clone(), version.version);
+            let (tenant, name, number) = (version.tenant.clone(), version.name.clone(), version.version);
             if let Err(e) = host.load_stored(version) {
-                tracing::error!(tool = name, version = number, error = %e, "stored version could not be loaded; it is not served");
+                tracing::error!(tenant, tool = name, version = number, error = %e, "stored version could not be loaded; it is not served");
             }
         }
         Ok(host)
@@ -240,7 +327,8 @@ impl ToolHost {
     fn load_stored(&self, stored: StoredVersion) -> Result<(), DeployError> {
         let bytes = self.blobs.get(&stored.sha256)?;
         let component = self.runtime.load(&bytes, &stored.sha256)?;
-        self.registry.insert(stored.tool_id, &stored.name.clone(), ToolVersion::from_stored(stored, component));
+        let (tenant, name) = (stored.tenant.clone(), stored.name.clone());
+        self.registry.insert(stored.tool_id, &tenant, &name, ToolVersion::from_stored(stored, component));
         Ok(())
     }
 
@@ -253,12 +341,30 @@ impl ToolHost {
     /// is compiled before anything is written, then the blob is stored
     /// (fsynced), then the registry row committed, then it becomes current:
     /// a crash at any point leaves no version without its blob.
-    pub fn deploy(&self, bytes: &[u8], expect_version: Option<u32>) -> Result<Deployed, DeployError> {
+    ///
+    /// The tool lands in `tenant`, within its quotas; `actor` is recorded in
+    /// the audit log.
+    pub fn deploy(
+        &self,
+        actor: &Principal,
+        tenant: &str,
+        bytes: &[u8],
+        expect_version: Option<u32>,
+    ) -> Result<Deployed, DeployError> {
+        let quotas =
+            self.tenant(tenant).ok_or_else(|| DeployError::UnknownTenant(tenant.to_string()))?.record.quotas.clone();
+        if bytes.len() as u64 > quotas.max_component_bytes {
+            return Err(DeployError::TooLarge {
+                tenant: tenant.to_string(),
+                size: bytes.len(),
+                max: quotas.max_component_bytes,
+            });
+        }
         let package = ToolPackage::read(bytes)?;
         let component = self.runtime.load(bytes, &package.sha256)?;
 
         let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
-        let existing = self.registry.by_name(&package.signature.name);
+        let existing = self.registry.by_name(tenant, &package.signature.name);
         let previous_version = existing.as_ref().and_then(|t| t.current()).map(|v| v.number);
         if let Some(tool) = &existing
             && let Some(version) = tool.version_with_sha256(&package.sha256)
@@ -277,6 +383,10 @@ impl ToolHost {
             });
         }
         let number = existing.as_ref().map_or(1, |t| t.newest_number() + 1);
+        let adds_live_tool = existing.as_ref().is_none_or(|t| t.current().is_none());
+        if adds_live_tool && self.registry.live_tools(tenant) >= quotas.max_tools as usize {
+            return Err(DeployError::TooManyTools { tenant: tenant.to_string(), max: quotas.max_tools });
+        }
         if let Some(expected) = expect_version.filter(|e| *e != number) {
             return Err(DeployError::UnexpectedVersion { expected, actual: number });
         }
@@ -295,6 +405,7 @@ impl ToolHost {
         self.blobs.put(bytes)?;
         let stored = StoredVersion {
             tool_id,
+            tenant: tenant.to_string(),
             name: package.signature.name.clone(),
             version: number,
             sha256: package.sha256.clone(),
@@ -304,7 +415,10 @@ impl ToolHost {
             created_at: unix_now(),
             retired_at: None,
         };
-        self.store.insert_version(&stored)?;
+        let audit = AuditEntry::new(actor, Some(tenant), "tool.deploy", &stored.name)
+            .sha256(&stored.sha256)
+            .detail(serde_json::json!({ "toolId": tool_id, "version": number, "previousVersion": previous_version }));
+        self.store.insert_version(&stored, &audit)?;
         let deployed = Deployed {
             tool_id,
             name: stored.name.clone(),
@@ -314,27 +428,31 @@ impl ToolHost {
             previous_version,
             created: true,
         };
-        self.registry.insert(tool_id, &stored.name.clone(), ToolVersion::from_stored(stored, component));
+        self.registry.insert(tool_id, tenant, &deployed.name, ToolVersion::from_stored(stored, component));
         Ok(deployed)
     }
 
     /// Retires a version: it can no longer be invoked (callers get `410`),
     /// it stays listed and its bytes stay stored. Unpinned callers move to
     /// the newest version that is not retired. Retiring twice is a no-op.
-    pub fn retire(&self, tool_id: &str, version: u32) -> Result<(), RetireError> {
-        let tool =
-            self.tool(tool_id).ok_or_else(|| RetireError::NotFound(format!("there is no tool with id `{tool_id}`")))?;
+    pub fn retire(&self, actor: &Principal, tenant: &str, tool_id: &str, version: u32) -> Result<(), ChangeError> {
+        let tool = self
+            .tool(tenant, tool_id)
+            .ok_or_else(|| ChangeError::NotFound(format!("there is no tool with id `{tool_id}`")))?;
         let target = tool
             .version(version)
-            .ok_or_else(|| RetireError::NotFound(format!("tool `{}` has no version {version}", tool.name)))?;
+            .ok_or_else(|| ChangeError::NotFound(format!("tool `{}` has no version {version}", tool.name)))?;
         let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
         if target.retired_at().is_some() {
             return Ok(());
         }
         let at = unix_now();
-        self.store.retire_version(tool.id, version, at)?;
+        let audit = AuditEntry::new(actor, Some(tenant), "tool.retire", &tool.name)
+            .sha256(&target.sha256)
+            .detail(serde_json::json!({ "toolId": tool.id, "version": version }));
+        self.store.retire_version(tool.id, version, at, &audit)?;
         target.retired_at.store(at, std::sync::atomic::Ordering::Release);
-        tracing::info!(tool = tool.name, version, "version retired");
+        tracing::info!(tenant, tool = tool.name, version, "version retired");
         Ok(())
     }
 
@@ -343,48 +461,108 @@ impl ToolHost {
         &self.registry
     }
 
-    /// The tool with this id.
-    pub fn tool(&self, id: &str) -> Option<Arc<Tool>> {
+    /// The tenant's tool with this id; `None` for another tenant's.
+    pub fn tool(&self, tenant: &str, id: &str) -> Option<Arc<Tool>> {
         let id = Uuid::parse_str(id).ok()?;
-        self.registry.get(&id)
+        self.registry.get_in(tenant, &id)
     }
 
-    /// Stores a secret (replacing any value it had).
-    pub fn put_secret(&self, id: &str, value: &str) -> Result<(), StoreError> {
-        self.store.put_secret(id, value, unix_now())?;
-        self.secrets.insert(id.to_string(), value.to_string());
-        tracing::info!(secret = id, "secret set");
+    /// Stores a tenant's secret (replacing any value it had).
+    pub fn put_secret(&self, actor: &Principal, tenant: &str, id: &str, value: &str) -> Result<(), ChangeError> {
+        // The audit entry names the secret, never its value or a hash of it.
+        let audit = AuditEntry::new(actor, Some(tenant), "secret.put", id);
+        self.store.put_secret(tenant, id, value, &audit)?;
+        self.secrets.insert((tenant.to_string(), id.to_string()), value.to_string());
+        tracing::info!(tenant, secret = id, "secret set");
         Ok(())
     }
 
-    /// Deletes a secret; returns whether it existed.
-    pub fn delete_secret(&self, id: &str) -> Result<bool, StoreError> {
-        let existed = self.store.delete_secret(id)?;
-        self.secrets.remove(id);
-        if existed {
-            tracing::info!(secret = id, "secret deleted");
+    /// Deletes a tenant's secret.
+    pub fn delete_secret(&self, actor: &Principal, tenant: &str, id: &str) -> Result<(), ChangeError> {
+        let audit = AuditEntry::new(actor, Some(tenant), "secret.delete", id);
+        if !self.store.delete_secret(tenant, id, &audit)? {
+            return Err(ChangeError::NotFound(format!("there is no secret `{id}`")));
         }
-        Ok(existed)
+        self.secrets.remove(&(tenant.to_string(), id.to_string()));
+        tracing::info!(tenant, secret = id, "secret deleted");
+        Ok(())
     }
 
-    /// The ids of the stored secrets (never their values).
-    pub fn secret_ids(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self.secrets.iter().map(|e| e.key().clone()).collect();
+    /// The ids of a tenant's stored secrets (never their values).
+    pub fn secret_ids(&self, tenant: &str) -> Vec<String> {
+        let mut ids: Vec<String> =
+            self.secrets.iter().filter(|e| e.key().0 == tenant).map(|e| e.key().1.clone()).collect();
         ids.sort();
         ids
     }
 
-    /// Secrets a tool declares that the operator has not set.
-    pub fn missing_secrets(&self, tool: &Tool) -> Vec<String> {
-        let Some(version) = tool.current() else { return Vec::new() };
-        version.manifest.secrets.iter().filter(|id| !self.secrets.contains_key(*id)).cloned().collect()
+    /// Sets a config value of a tenant's tool (the tool need not be deployed
+    /// yet, so config can come first).
+    pub fn put_config(
+        &self,
+        actor: &Principal,
+        tenant: &str,
+        tool: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), ChangeError> {
+        let audit = AuditEntry::new(actor, Some(tenant), "config.put", format!("{tool}.{key}"))
+            .detail(serde_json::json!({ "value": value }));
+        let row = (tenant.to_string(), tool.to_string(), key.to_string(), value.to_string());
+        self.store.put_config(&row, &audit)?;
+        self.stored_config.entry((row.0, row.1)).or_default().insert(row.2, row.3);
+        Ok(())
     }
 
-    /// Config keys a tool requires that neither the operator nor a default
-    /// supplies (reported at start so the operator can fix them).
+    /// Deletes a config value.
+    pub fn delete_config(&self, actor: &Principal, tenant: &str, tool: &str, key: &str) -> Result<(), ChangeError> {
+        let audit = AuditEntry::new(actor, Some(tenant), "config.delete", format!("{tool}.{key}"));
+        if !self.store.delete_config(tenant, tool, key, &audit)? {
+            return Err(ChangeError::NotFound(format!("`{tool}` has no stored config value `{key}`")));
+        }
+        if let Some(mut values) = self.stored_config.get_mut(&(tenant.to_string(), tool.to_string())) {
+            values.remove(key);
+        }
+        Ok(())
+    }
+
+    /// A tenant's stored config, by tool then key.
+    pub fn stored_config(&self, tenant: &str) -> BTreeMap<String, BTreeMap<String, String>> {
+        self.stored_config
+            .iter()
+            .filter(|e| e.key().0 == tenant)
+            .map(|e| (e.key().1.clone(), e.value().clone()))
+            .collect()
+    }
+
+    /// The config a tool's calls see, apart from the manifest's defaults:
+    /// what the publisher stored, overridden by the operator's command line.
+    fn config_values(&self, tool: &Tool) -> BTreeMap<String, String> {
+        let key = (tool.tenant.clone(), tool.name.clone());
+        let mut values = self.stored_config.get(&key).map(|v| v.clone()).unwrap_or_default();
+        if let Some(operator) = self.tool_config.get(&key) {
+            values.extend(operator.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        values
+    }
+
+    /// Secrets a tool declares that its tenant has not set.
+    pub fn missing_secrets(&self, tool: &Tool) -> Vec<String> {
+        let Some(version) = tool.current() else { return Vec::new() };
+        version
+            .manifest
+            .secrets
+            .iter()
+            .filter(|id| !self.secrets.contains_key(&(tool.tenant.clone(), (*id).clone())))
+            .cloned()
+            .collect()
+    }
+
+    /// Config keys a tool requires that neither its tenant, the operator nor
+    /// a default supplies (reported at start so they can be fixed).
     pub fn missing_config(&self, tool: &Tool) -> Vec<String> {
         let Some(version) = tool.current() else { return Vec::new() };
-        let config = runtime::effective_config(&version.manifest, self.tool_config.get(&tool.name));
+        let config = runtime::effective_config(&version.manifest, Some(&self.config_values(tool)));
         version
             .manifest
             .config
@@ -394,16 +572,177 @@ impl ToolHost {
             .collect()
     }
 
+    /// The tenant called `name`.
+    pub fn tenant(&self, name: &str) -> Option<Arc<Tenant>> {
+        self.tenants.get(name).map(|t| t.clone())
+    }
+
+    /// Every tenant, in name order.
+    pub fn tenants(&self) -> Vec<TenantRecord> {
+        let mut all: Vec<TenantRecord> = self.tenants.iter().map(|t| t.record.clone()).collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// Creates a tenant with default quotas (patched by `quotas`, a JSON
+    /// object of [`Quotas`] fields).
+    pub fn create_tenant(
+        &self,
+        actor: &Principal,
+        name: &str,
+        public_enumeration: bool,
+        quotas: &serde_json::Value,
+    ) -> Result<TenantRecord, ChangeError> {
+        if !tenancy::is_tenant_name(name) {
+            return Err(ChangeError::Invalid(
+                "a tenant name is 1 to 63 lowercase letters, digits or `-`, not starting with `-`".into(),
+            ));
+        }
+        let quotas = Quotas::default().patched(quotas).map_err(ChangeError::Invalid)?;
+        let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        if self.tenants.contains_key(name) {
+            return Err(ChangeError::Conflict(format!("tenant `{name}` already exists")));
+        }
+        let record = TenantRecord { name: name.to_string(), public_enumeration, quotas, created_at: unix_now() };
+        self.save_tenant(actor, record, "tenant.create")
+    }
+
+    /// Changes a tenant's public enumeration and quotas (fields of `quotas`
+    /// not given keep their values). The new quotas apply to the next call.
+    pub fn update_tenant(
+        &self,
+        actor: &Principal,
+        name: &str,
+        public_enumeration: Option<bool>,
+        quotas: &serde_json::Value,
+    ) -> Result<TenantRecord, ChangeError> {
+        let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        let current = self.tenant(name).ok_or_else(|| ChangeError::NotFound(format!("there is no tenant `{name}`")))?;
+        let record = TenantRecord {
+            quotas: current.record.quotas.patched(quotas).map_err(ChangeError::Invalid)?,
+            public_enumeration: public_enumeration.unwrap_or(current.record.public_enumeration),
+            ..current.record.clone()
+        };
+        self.save_tenant(actor, record, "tenant.update")
+    }
+
+    /// Stores a tenant's settings with their audit entry, then makes them
+    /// the ones calls see. Called with `changes` held.
+    fn save_tenant(&self, actor: &Principal, record: TenantRecord, action: &str) -> Result<TenantRecord, ChangeError> {
+        let detail = serde_json::json!({ "publicEnumeration": record.public_enumeration, "quotas": record.quotas });
+        let audit = AuditEntry::new(actor, Some(&record.name), action, &record.name).detail(detail);
+        self.store.put_tenant(&record, &audit)?;
+        self.tenants.insert(record.name.clone(), Arc::new(Tenant::new(record.clone())));
+        tracing::info!(tenant = record.name, action, "tenant settings stored");
+        Ok(record)
+    }
+
+    /// Creates an API key; the returned key text is the only copy.
+    pub fn create_key(
+        &self,
+        actor: &Principal,
+        tenant: Option<&str>,
+        role: Role,
+        label: Option<String>,
+    ) -> Result<NewKey, ChangeError> {
+        match (role, tenant) {
+            (Role::Operator, Some(_)) => {
+                return Err(ChangeError::Invalid("an operator key belongs to no tenant; leave out `tenant`".into()));
+            }
+            (Role::Publisher | Role::Consumer, None) => {
+                return Err(ChangeError::Invalid(format!("a {} key needs a `tenant`", role.as_str())));
+            }
+            (_, Some(t)) if !self.tenants.contains_key(t) => {
+                return Err(ChangeError::NotFound(format!("there is no tenant `{t}`")));
+            }
+            _ => {}
+        }
+        let new = NewKey::generate(tenant.map(str::to_string), role, label, unix_now())
+            .map_err(|e| ChangeError::Store(StoreError::Io(e)))?;
+        let audit = AuditEntry::new(actor, tenant, "key.create", &new.record.id)
+            .detail(serde_json::json!({ "role": role.as_str(), "label": new.record.label }));
+        self.store.insert_key(&new.record, &audit)?;
+        self.keys.insert(new.record.id.clone(), new.record.clone());
+        tracing::info!(key_id = new.record.id, role = role.as_str(), tenant, "API key created");
+        Ok(new)
+    }
+
+    /// Revokes a key: it stops working with the next request. `within`
+    /// limits which keys may be revoked to one tenant's (`None`: any).
+    pub fn revoke_key(&self, actor: &Principal, id: &str, within: Option<&str>) -> Result<KeyRecord, ChangeError> {
+        let not_found = || ChangeError::NotFound(format!("there is no key `{id}`"));
+        let record = self.keys.get(id).map(|k| k.clone()).ok_or_else(not_found)?;
+        if within.is_some_and(|t| record.tenant.as_deref() != Some(t)) {
+            return Err(not_found());
+        }
+        let at = unix_now();
+        let audit = AuditEntry::new(actor, record.tenant.as_deref(), "key.revoke", id)
+            .detail(serde_json::json!({ "role": record.role.as_str() }));
+        if self.store.revoke_key(id, at, &audit)?
+            && let Some(mut key) = self.keys.get_mut(id)
+        {
+            key.revoked_at = Some(at);
+        }
+        tracing::info!(key_id = id, "API key revoked");
+        Ok(self.keys.get(id).map(|k| k.clone()).unwrap_or(record))
+    }
+
+    /// Every key (never the keys themselves), optionally one tenant's.
+    pub fn keys(&self, tenant: Option<&str>) -> Vec<KeyRecord> {
+        let mut keys: Vec<KeyRecord> = self
+            .keys
+            .iter()
+            .filter(|k| tenant.is_none_or(|t| k.tenant.as_deref() == Some(t)))
+            .map(|k| k.clone())
+            .collect();
+        keys.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        keys
+    }
+
+    /// Whether a live operator key is stored.
+    pub fn has_operator_key(&self) -> bool {
+        self.keys.iter().any(|k| k.role == Role::Operator && k.revoked_at.is_none())
+    }
+
+    /// Who presents `key`, if it is a live key.
+    pub fn authenticate(&self, key: &str) -> Option<Principal> {
+        if let Some(id) = tenancy::key_id(key)
+            && let Some(record) = self.keys.get(id)
+        {
+            return (record.revoked_at.is_none() && tenancy::key_matches(key, &record.key_sha256)).then(|| Principal {
+                key_id: record.id.clone(),
+                role: record.role,
+                tenant: record.tenant.clone(),
+            });
+        }
+        let configured = self.operator_key_sha256.as_deref()?;
+        tenancy::key_matches(key, configured).then(|| Principal::server("env:PLINTH_OPERATOR_KEY"))
+    }
+
+    /// A page of the audit log, newest first.
+    pub fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
+        self.store.audit(query)
+    }
+
     /// Invokes a version (the current one when `version` is `None`) with an
     /// A2T invocation body. Returns the version that ran and its result.
+    ///
+    /// The call counts against the tenant's rate and concurrency quotas.
     pub async fn invoke(
         self: &Arc<Self>,
+        tenant: &str,
         tool_id: &str,
         version: Option<u32>,
         body: &serde_json::Value,
         call_id: &str,
     ) -> Result<(u32, ToolResult), InvokeError> {
-        let tool = self.tool(tool_id).ok_or_else(|| InvokeError::UnknownTool(tool_id.to_string()))?;
+        let tool = self.tool(tenant, tool_id).ok_or_else(|| InvokeError::UnknownTool(tool_id.to_string()))?;
+        let quota = self.tenant(tenant).ok_or_else(|| InvokeError::UnknownTool(tool_id.to_string()))?;
+        if let Err(not_until) = quota.rate.check() {
+            let retry_after =
+                not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
+            return Err(InvokeError::RateLimited { tenant: tenant.to_string(), retry_after });
+        }
         let version = match version {
             None => tool
                 .current()
@@ -416,10 +755,10 @@ impl ToolHost {
                 version
             }
         };
-        let span = tracing::info_span!("invoke", tool = %tool.name, version = version.number, call_id);
+        let span = tracing::info_span!("invoke", tenant, tool = %tool.name, version = version.number, call_id);
         let number = version.number;
         let (this, body, call_id) = (self.clone(), body.clone(), call_id.to_string());
-        let task = async move { this.run(&tool, &version, &body, &call_id).instrument(span).await };
+        let task = async move { this.run(&quota, &tool, &version, &body, &call_id).instrument(span).await };
         // Tools run on their own threads, never on the ones serving HTTP: a
         // tool burning CPU can slow other tools, but not the host's answers.
         let result = match &self.executor {
@@ -434,6 +773,7 @@ impl ToolHost {
 
     async fn run(
         &self,
+        tenant: &Tenant,
         tool: &Tool,
         version: &ToolVersion,
         body: &serde_json::Value,
@@ -442,6 +782,12 @@ impl ToolHost {
         let input = invocation::input_value(&version.signature, body)?;
         // Refuse at once rather than queue: a tool that floods its slots must
         // not make its own callers, or anyone else's, wait without bound.
+        let _tenant_slot = tenant.running.clone().try_acquire_owned().map_err(|_| {
+            InvokeError::Busy(format!(
+                "tenant `{}` is running as many invocations as its quota allows; retry shortly",
+                tenant.record.name
+            ))
+        })?;
         let _tool_slot = self.per_tool_slots(tool, version).try_acquire_owned().map_err(|_| {
             InvokeError::Busy(format!("`{}` is running as many invocations as it may; retry shortly", tool.name))
         })?;
@@ -449,13 +795,18 @@ impl ToolHost {
             InvokeError::Busy("the server is running as many tool invocations as it may; retry shortly".into())
         })?;
 
-        let config = runtime::effective_config(&version.manifest, self.tool_config.get(&tool.name));
+        let config = runtime::effective_config(&version.manifest, Some(&self.config_values(tool)));
         let limits = &version.manifest.limits;
+        let quotas = &tenant.record.quotas;
+        // The tool's own limits, under its tenant's ceilings (and, in the
+        // runtime, under the server's).
+        let deadline_ms = limits.deadline_ms.map_or(quotas.max_deadline_ms, |ms| ms.min(quotas.max_deadline_ms));
+        let memory_mib = limits.memory_mib.map_or(quotas.max_memory_mib, |m| m.min(quotas.max_memory_mib));
         let outbound = OutboundPolicy::new(&version.host_patterns, &config, self.limits.outbound.clone());
         let denials = outbound.denials();
         let setup = CallSetup {
-            deadline: limits.deadline_ms.map_or(Duration::MAX, Duration::from_millis),
-            max_memory_bytes: limits.memory_mib.map_or(usize::MAX, |m| (m as usize).saturating_mul(1 << 20)),
+            deadline: Duration::from_millis(deadline_ms),
+            max_memory_bytes: usize::try_from(memory_mib).unwrap_or(usize::MAX).saturating_mul(1 << 20),
             outbound,
             config,
             log: LogLabels { tool: tool.name.clone(), version: version.number, call_id: call_id.to_string() },
@@ -463,7 +814,7 @@ impl ToolHost {
                 .manifest
                 .secrets
                 .iter()
-                .filter_map(|id| Some((id.clone(), self.secrets.get(id)?.clone())))
+                .filter_map(|id| Some((id.clone(), self.secrets.get(&(tool.tenant.clone(), id.clone()))?.clone())))
                 .collect(),
             log_budget: self.log_budgets.entry(tool.id).or_default().clone(),
         };
@@ -509,6 +860,3 @@ impl Drop for ToolHost {
     }
 }
 
-fn unix_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
-}

@@ -14,3 +14,4 @@ pub mod registry;
 pub mod runtime;
 pub mod signature;
 pub mod store;
+pub mod tenancy;

@@ -9,6 +9,7 @@ use plinth::manifest::ToolManifest;
 use plinth::package::{self, ToolPackage};
 use plinth::runtime::RuntimeConfig;
 use plinth::runtime::outbound::OutboundLimits;
+use plinth::tenancy::{DEFAULT_TENANT, Principal, Role, is_tenant_name};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -56,7 +57,7 @@ enum Command {
         #[arg(long)]
         expect_version: Option<u32>,
         #[command(flatten)]
-        server: ServerArgs,
+        target: TenantTarget,
     },
     /// Retire a version: invocations of it answer 410 from now on.
     Retire {
@@ -65,12 +66,101 @@ enum Command {
         /// The version to retire.
         version: u32,
         #[command(flatten)]
-        server: ServerArgs,
+        target: TenantTarget,
     },
     /// List a server's tools, or one tool's versions.
     Tools {
         #[command(subcommand)]
         command: ToolsCommand,
+    },
+    /// Create, list and change tenants (operator key).
+    Tenant {
+        #[command(subcommand)]
+        command: TenantCommand,
+    },
+    /// Create, list and revoke API keys (operator key).
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
+    },
+    /// Read the audit log, newest first (operator or publisher key).
+    Audit {
+        /// Only this tenant's entries.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// At most this many entries.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum TenantCommand {
+    /// Create a tenant.
+    Create {
+        /// Its name: the `{tenant}` of its platform root `/t/{tenant}/`.
+        name: String,
+        /// Let anyone enumerate its tools without a key.
+        #[arg(long)]
+        public: bool,
+        /// A quota, as FIELD=N (repeatable), e.g. maxTools=10.
+        #[arg(long = "quota", value_name = "FIELD=N")]
+        quotas: Vec<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Change a tenant's quotas or public enumeration.
+    Set {
+        /// The tenant.
+        name: String,
+        /// Let anyone enumerate its tools without a key (true or false).
+        #[arg(long)]
+        public: Option<bool>,
+        /// A quota, as FIELD=N (repeatable).
+        #[arg(long = "quota", value_name = "FIELD=N")]
+        quotas: Vec<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Every tenant with its quotas.
+    List {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Create a key; it is printed once and cannot be shown again.
+    Create {
+        /// The tenant it belongs to (not for operator keys).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// What it may do.
+        #[arg(long, value_parser = ["operator", "publisher", "consumer"])]
+        role: String,
+        /// A note to recognise it by.
+        #[arg(long)]
+        label: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Revoke a key: it stops working at once.
+    Revoke {
+        /// The key's id (the part between `plk_` and the next `_`).
+        id: String,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Every key's id, tenant, role and state (never the keys).
+    List {
+        /// Only this tenant's keys.
+        #[arg(long)]
+        tenant: Option<String>,
+        #[command(flatten)]
+        server: ServerArgs,
     },
 }
 
@@ -79,14 +169,14 @@ enum ToolsCommand {
     /// Every tool at its current version.
     List {
         #[command(flatten)]
-        server: ServerArgs,
+        target: TenantTarget,
     },
     /// Every version of one tool, newest first.
     Versions {
         /// The tool's name or toolId.
         tool: String,
         #[command(flatten)]
-        server: ServerArgs,
+        target: TenantTarget,
     },
 }
 
@@ -96,9 +186,19 @@ struct ServerArgs {
     /// The server's base URL.
     #[arg(long, env = "PLINTH_SERVER", default_value = "http://127.0.0.1:8080")]
     server: String,
-    /// The admin token (needed to deploy and retire).
-    #[arg(long, env = "PLINTH_ADMIN_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    /// The API key to send (`Authorization: Bearer`).
+    #[arg(long, env = "PLINTH_KEY", hide_env_values = true)]
+    key: Option<String>,
+}
+
+/// A running server and the tenant whose tools to act on.
+#[derive(clap::Args)]
+struct TenantTarget {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// The tenant whose tools to act on (its platform root is /t/TENANT/).
+    #[arg(long, env = "PLINTH_TENANT", default_value = "default")]
+    tenant: String,
 }
 
 #[derive(clap::Args)]
@@ -116,13 +216,21 @@ struct ServeArgs {
     /// replaced while the server runs (after it has been still for 500 ms).
     #[arg(long, env = "PLINTH_WATCH")]
     watch: Option<PathBuf>,
-    /// Bearer token for the admin API (deploy, retire); without one the
-    /// admin API is disabled.
-    #[arg(long, env = "PLINTH_ADMIN_TOKEN", hide_env_values = true)]
-    admin_token: Option<String>,
-    /// Configuration value for a tool, as TOOL.KEY=VALUE (repeatable; in the
-    /// environment, comma-separated).
-    #[arg(long = "tool-config", env = "PLINTH_TOOL_CONFIG", value_delimiter = ',', value_name = "TOOL.KEY=VALUE")]
+    /// An operator key of your choosing (at least 16 characters), accepted
+    /// as well as the stored keys; prefer the environment variable to the
+    /// flag. Without it, a first start creates an operator key in
+    /// DATA/operator.key.
+    #[arg(long, env = "PLINTH_OPERATOR_KEY", hide_env_values = true)]
+    operator_key: Option<String>,
+    /// Configuration value for a tool, as [TENANT/]TOOL.KEY=VALUE
+    /// (repeatable; in the environment, comma-separated). It overrides what
+    /// the tenant's publisher stored. The tenant defaults to `default`.
+    #[arg(
+        long = "tool-config",
+        env = "PLINTH_TOOL_CONFIG",
+        value_delimiter = ',',
+        value_name = "[TENANT/]TOOL.KEY=VALUE"
+    )]
     tool_config: Vec<String>,
     /// Wall-clock time one invocation may take, in milliseconds.
     #[arg(long, env = "PLINTH_DEADLINE_MS", default_value_t = 5000)]
@@ -206,10 +314,27 @@ fn main() -> std::process::ExitCode {
             Ok(false) => return std::process::ExitCode::from(1),
             Err(e) => Err(e),
         },
-        Command::Deploy { file, expect_version, server } => client::deploy(&server, &file, expect_version),
-        Command::Retire { tool, version, server } => client::retire(&server, &tool, version),
-        Command::Tools { command: ToolsCommand::List { server } } => client::list(&server),
-        Command::Tools { command: ToolsCommand::Versions { tool, server } } => client::versions(&server, &tool),
+        Command::Deploy { file, expect_version, target } => client::deploy(&target, &file, expect_version),
+        Command::Retire { tool, version, target } => client::retire(&target, &tool, version),
+        Command::Tools { command: ToolsCommand::List { target } } => client::list(&target),
+        Command::Tools { command: ToolsCommand::Versions { tool, target } } => client::versions(&target, &tool),
+        Command::Tenant { command } => match command {
+            TenantCommand::Create { name, public, quotas, server } => {
+                client::create_tenant(&server, &name, public, &quotas)
+            }
+            TenantCommand::Set { name, public, quotas, server } => {
+                client::update_tenant(&server, &name, public, &quotas)
+            }
+            TenantCommand::List { server } => client::list_tenants(&server),
+        },
+        Command::Key { command } => match command {
+            KeyCommand::Create { tenant, role, label, server } => {
+                client::create_key(&server, tenant.as_deref(), &role, label.as_deref())
+            }
+            KeyCommand::Revoke { id, server } => client::revoke_key(&server, &id),
+            KeyCommand::List { tenant, server } => client::list_keys(&server, tenant.as_deref()),
+        },
+        Command::Audit { tenant, limit, server } => client::audit(&server, tenant.as_deref(), limit),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -230,20 +355,24 @@ fn init_logs(format: LogFormat) {
     }
 }
 
-/// `TOOL.KEY=VALUE` entries → per-tool maps.
+/// `[TENANT/]TOOL.KEY=VALUE` entries → per-(tenant, tool) maps.
 fn parse_tool_config(entries: &[String]) -> anyhow::Result<ToolConfig> {
     let mut config = ToolConfig::new();
     for entry in entries.iter().filter(|e| !e.trim().is_empty()) {
         let parsed = entry
             .split_once('=')
             .and_then(|(target, value)| target.split_once('.').map(|(tool, key)| (tool, key, value)))
-            .filter(|(tool, key, _)| !tool.is_empty() && !key.is_empty());
-        let Some((tool, key, value)) = parsed else {
+            .map(|(tool, key, value)| match tool.split_once('/') {
+                Some((tenant, tool)) => (tenant, tool, key, value),
+                None => (DEFAULT_TENANT, tool, key, value),
+            })
+            .filter(|(tenant, tool, key, _)| is_tenant_name(tenant) && !tool.is_empty() && !key.is_empty());
+        let Some((tenant, tool, key, value)) = parsed else {
             bail!(
-                "--tool-config `{entry}` is not TOOL.KEY=VALUE (for example lookup_weather_by_city.backend-url=http://127.0.0.1:8090)"
+                "--tool-config `{entry}` is not [TENANT/]TOOL.KEY=VALUE (for example lookup_weather_by_city.backend-url=http://127.0.0.1:8090)"
             );
         };
-        config.entry(tool.to_string()).or_default().insert(key.to_string(), value.to_string());
+        config.entry((tenant.to_string(), tool.to_string())).or_default().insert(key.to_string(), value.to_string());
     }
     Ok(config)
 }
@@ -260,6 +389,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             cache_dir: None,
         },
         tool_config: parse_tool_config(&args.tool_config)?,
+        operator_key: args.operator_key.clone().filter(|k| !k.is_empty()),
         tool_threads: args
             .tool_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get() * 2).max(4)),
@@ -276,22 +406,27 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             },
         },
     };
+    if options.operator_key.as_ref().is_some_and(|k| k.len() < 16) {
+        bail!("PLINTH_OPERATOR_KEY is too short to be a key: use at least 16 random characters");
+    }
     let host = ToolHost::open(options).with_context(|| format!("opening the data dir {}", args.data.display()))?;
+    if args.operator_key.as_deref().is_none_or(str::is_empty) && !host.has_operator_key() {
+        create_operator_key(&host, &args.data)?;
+    }
     if let Some(dir) = &args.plugins {
         deploy_dir(&host, dir)?;
     }
     if let Some(dir) = &args.watch {
         deploy_dir(&host, dir)?;
     }
-    let (page, _) = host.registry().page(None, usize::MAX, |_| true);
-    for tool in &page {
+    for tool in &host.registry().all() {
         let missing = host.missing_config(tool);
         if !missing.is_empty() {
-            tracing::warn!(tool = tool.name, keys = ?missing, "required config is not set: pass --tool-config {}.KEY=VALUE", tool.name);
+            tracing::warn!(tenant = tool.tenant, tool = tool.name, keys = ?missing, "required config is not set: PUT /t/{}/admin/config/{}/KEY", tool.tenant, tool.name);
         }
         let missing = host.missing_secrets(tool);
         if !missing.is_empty() {
-            tracing::warn!(tool = tool.name, secrets = ?missing, "declared secrets are not set: PUT /admin/secrets/ID");
+            tracing::warn!(tenant = tool.tenant, tool = tool.name, secrets = ?missing, "declared secrets are not set: PUT /t/{}/admin/secrets/ID", tool.tenant);
         }
     }
 
@@ -309,17 +444,31 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Some(dir) => Some(watch(host.clone(), dir)?),
             None => None,
         };
-        let app = api::router(
-            host,
-            api::ApiOptions {
-                admin_token: args.admin_token.filter(|t| !t.is_empty()),
-                max_request_bytes: args.max_request_kib.saturating_mul(1024),
-            },
-        );
+        let app = api::router(host, api::ApiOptions { max_request_bytes: args.max_request_kib.saturating_mul(1024) });
         axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
         tracing::info!("stopped");
         Ok(())
     })
+}
+
+/// Creates the first operator key, writes it to `DATA/operator.key` (readable
+/// by the owner only) and prints it once.
+fn create_operator_key(host: &ToolHost, data: &Path) -> anyhow::Result<()> {
+    let new = host
+        .create_key(&Principal::server("first start"), None, Role::Operator, Some("created at first start".into()))
+        .context("creating the first operator key")?;
+    let path = data.join("operator.key");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(&path).with_context(|| format!("writing {}", path.display()))?;
+    #[cfg(unix)]
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    std::io::Write::write_all(&mut file, format!("{}\n", new.key).as_bytes())?;
+    file.sync_all()?;
+    println!("operator key (saved to {}; shown only now): {}", path.display(), new.key);
+    Ok(())
 }
 
 /// Deploys every `.wasm` in `dir`, in name order. A broken file is reported
@@ -339,7 +488,10 @@ fn deploy_dir(host: &ToolHost, dir: &Path) -> anyhow::Result<()> {
 
 /// Deploys one file, logging the outcome (the `--plugins` and `--watch` path).
 fn deploy_file(host: &ToolHost, path: &Path) {
-    let outcome = std::fs::read(path).map_err(anyhow::Error::from).and_then(|bytes| Ok(host.deploy(&bytes, None)?));
+    let actor = Principal::server("plugins-dir");
+    let outcome = std::fs::read(path)
+        .map_err(anyhow::Error::from)
+        .and_then(|bytes| Ok(host.deploy(&actor, DEFAULT_TENANT, &bytes, None)?));
     match outcome {
         Ok(d) if d.created => {
             tracing::info!(file = %path.display(), tool = d.name, tool_id = %d.tool_id, version = d.version, "deployed")

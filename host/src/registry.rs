@@ -10,7 +10,7 @@ use crate::runtime::LoadedComponent;
 use crate::signature::Signature;
 use crate::store::StoredVersion;
 use dashmap::DashMap;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use uuid::Uuid;
@@ -66,10 +66,12 @@ impl ToolVersion {
     }
 }
 
-/// A tool: a stable id and name, and its versions.
+/// A tool: a stable id and name, its tenant, and its versions.
 pub struct Tool {
-    /// The toolId (a UUID, stable across versions).
+    /// The toolId (a UUID, stable across versions, unique on the server).
     pub id: Uuid,
+    /// The tenant it belongs to.
+    pub tenant: String,
     /// The tool's name.
     pub name: String,
     versions: RwLock<BTreeMap<u32, Arc<ToolVersion>>>,
@@ -107,43 +109,70 @@ impl Tool {
     }
 }
 
-/// Every tool, by id and in name order.
+/// Every tool, by id and, per tenant, in name order.
 #[derive(Default)]
 pub struct Registry {
     by_id: DashMap<Uuid, Arc<Tool>>,
-    /// Name order is the enumeration order; a B-tree makes a page cost
-    /// O(log n + page), whatever the number of tools.
-    by_name: RwLock<BTreeMap<String, Uuid>>,
+    /// Tenant → name → id. Name order is the enumeration order; a B-tree
+    /// makes a page cost O(log n + page), whatever the number of tools.
+    by_name: RwLock<HashMap<String, BTreeMap<String, Uuid>>>,
 }
 
 impl Registry {
-    /// The tool with this id.
+    /// The tool with this id, whatever its tenant (for the core's own
+    /// bookkeeping; requests go through [`Registry::get_in`]).
     pub fn get(&self, id: &Uuid) -> Option<Arc<Tool>> {
         self.by_id.get(id).map(|t| t.clone())
     }
 
-    /// The tool with this name.
-    pub fn by_name(&self, name: &str) -> Option<Arc<Tool>> {
-        let id = *self.by_name.read().unwrap_or_else(|p| p.into_inner()).get(name)?;
+    /// The tool with this id, if it belongs to `tenant`. Another tenant's
+    /// tool is indistinguishable from one that does not exist.
+    pub fn get_in(&self, tenant: &str, id: &Uuid) -> Option<Arc<Tool>> {
+        self.get(id).filter(|t| t.tenant == tenant)
+    }
+
+    /// The tenant's tool with this name.
+    pub fn by_name(&self, tenant: &str, name: &str) -> Option<Arc<Tool>> {
+        let id = *self.by_name.read().unwrap_or_else(|p| p.into_inner()).get(tenant)?.get(name)?;
         self.get(&id)
     }
 
     /// Adds a version; creates the tool on its first version.
-    pub fn insert(&self, id: Uuid, name: &str, version: ToolVersion) {
+    pub fn insert(&self, id: Uuid, tenant: &str, name: &str, version: ToolVersion) {
         let tool = self
             .by_id
             .entry(id)
-            .or_insert_with(|| Arc::new(Tool { id, name: name.to_string(), versions: RwLock::new(BTreeMap::new()) }))
+            .or_insert_with(|| {
+                Arc::new(Tool {
+                    id,
+                    tenant: tenant.to_string(),
+                    name: name.to_string(),
+                    versions: RwLock::new(BTreeMap::new()),
+                })
+            })
             .clone();
         tool.versions.write().unwrap_or_else(|p| p.into_inner()).insert(version.number, Arc::new(version));
-        self.by_name.write().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), id);
+        self.by_name
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(tenant.to_string())
+            .or_default()
+            .insert(name.to_string(), id);
     }
 
-    /// Up to `limit` tools whose name sorts after `after`, in name order,
-    /// keeping those `keep` accepts. Returns them and whether more remain.
-    pub fn page(&self, after: Option<&str>, limit: usize, keep: impl Fn(&Tool) -> bool) -> (Vec<Arc<Tool>>, bool) {
+    /// Up to `limit` of the tenant's tools whose name sorts after `after`,
+    /// in name order, keeping those `keep` accepts. Returns them and whether
+    /// more remain.
+    pub fn page(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: usize,
+        keep: impl Fn(&Tool) -> bool,
+    ) -> (Vec<Arc<Tool>>, bool) {
         use std::ops::Bound::{Excluded, Unbounded};
-        let names = self.by_name.read().unwrap_or_else(|p| p.into_inner());
+        let by_name = self.by_name.read().unwrap_or_else(|p| p.into_inner());
+        let Some(names) = by_name.get(tenant) else { return (Vec::new(), false) };
         let lower = after.map_or(Unbounded, |a| Excluded(a.to_string()));
         let mut page = Vec::with_capacity(limit.min(256));
         for (_, id) in names.range((lower, Unbounded)) {
@@ -159,7 +188,20 @@ impl Registry {
         (page, false)
     }
 
-    /// How many tools there are.
+    /// Every tool of every tenant.
+    pub fn all(&self) -> Vec<Arc<Tool>> {
+        self.by_id.iter().map(|t| t.value().clone()).collect()
+    }
+
+    /// How many of the tenant's tools have a live version (what the
+    /// `maxTools` quota counts).
+    pub fn live_tools(&self, tenant: &str) -> usize {
+        let by_name = self.by_name.read().unwrap_or_else(|p| p.into_inner());
+        let Some(names) = by_name.get(tenant) else { return 0 };
+        names.values().filter_map(|id| self.get(id)).filter(|t| t.current().is_some()).count()
+    }
+
+    /// How many tools there are, in every tenant.
     pub fn len(&self) -> usize {
         self.by_id.len()
     }

@@ -7,5 +7,6 @@ mod deploy;
 mod sandbox;
 mod soak;
 mod support;
+mod tenancy;
 mod versions;
 mod weather;

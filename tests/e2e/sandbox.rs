@@ -196,7 +196,7 @@ async fn secrets_reach_only_their_tool_and_never_leave_the_host() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("use_secret.wasm"), fixture("use_secret.wasm")).unwrap();
     let data = tempfile::tempdir().unwrap();
-    let server = Server::start_in(data, &["--plugins", dir.path().to_str().unwrap(), "--admin-token", TOKEN]);
+    let server = Server::start_in(data, &["--plugins", dir.path().to_str().unwrap()]);
     assert!(server.logs().contains("declared secrets are not set"), "{}", server.logs());
 
     let (status, body) = server.invoke("use_secret", &[("log_lines", json!(0)), ("fail", json!(false))]).await;
@@ -216,7 +216,7 @@ async fn secrets_reach_only_their_tool_and_never_leave_the_host() {
     assert_eq!(put("undeclared-key", OTHER).await.unwrap().status(), 204);
     assert_eq!(put("Bad Id", "x").await.unwrap().status(), 400);
     let unauthenticated =
-        server.request(reqwest::Method::PUT, "/admin/secrets/api-key").body("stolen").send().await.unwrap();
+        server.request_as(None, reqwest::Method::PUT, "/admin/secrets/api-key").body("stolen").send().await.unwrap();
     assert_eq!(unauthenticated.status(), 401);
 
     // The tool gets its declared secret, not the other; every copy it tries
@@ -242,7 +242,7 @@ async fn secrets_reach_only_their_tool_and_never_leave_the_host() {
     assert!(!logs.contains(KEY) && !logs.contains(OTHER), "a secret value reached the log");
 
     // Secrets survive a restart; deleting one makes it unset.
-    let server = Server::start_in(server.stop(), &["--admin-token", TOKEN]);
+    let server = Server::start_in(server.stop(), &[]);
     let (_, body) = server.invoke("use_secret", &[("log_lines", json!(0)), ("fail", json!(false))]).await;
     assert_eq!(outputs(&body)["report"], "api-key=[redacted]; undeclared-key=none");
     let deleted =
@@ -298,7 +298,12 @@ async fn each_invocation_has_an_outbound_budget_and_a_response_cap() {
     assert_eq!((status, error_code(&body)), (502, "outbound_denied"), "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("more than 3 outbound requests"), "{body}");
 
-    // The tool listing is far larger than 1 KiB: reading it fails inside the tool.
+    // The tool listing is far larger than 1 KiB: reading it fails inside the
+    // tool (which has no key: the listing is made public for it).
+    let public = json!({ "publicEnumeration": true });
+    let (status, _) =
+        server.call_as(Some(TOKEN), reqwest::Method::PATCH, "/admin/tenants/default", Some(&public)).await;
+    assert_eq!(status, 200);
     let listing = format!("{}/tools?pageLimit=200", server.base);
     let (status, body) = server.invoke("call_loopback", &[("url", json!(listing))]).await;
     assert_eq!((status, error_code(&body)), (503, "tool_error"), "{body}");

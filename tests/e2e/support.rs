@@ -47,8 +47,10 @@ pub fn relabeled(packed: &[u8], label: &str) -> Vec<u8> {
     bytes
 }
 
-/// The admin token the tests start servers with.
-pub const TOKEN: &str = "test-admin-token";
+/// The operator key the tests start servers with (`PLINTH_OPERATOR_KEY`);
+/// every request of [`Server`]'s own client carries it unless it sets
+/// another `Authorization`.
+pub const TOKEN: &str = "test-operator-key";
 
 /// A running `plinth serve`, killed on drop.
 pub struct Server {
@@ -59,6 +61,7 @@ pub struct Server {
     pub data: tempfile::TempDir,
     log: PathBuf,
     client: reqwest::Client,
+    anonymous: reqwest::Client,
 }
 
 impl Server {
@@ -72,33 +75,50 @@ impl Server {
 
     /// Serves with the given data dir and arguments.
     pub fn start_in(data: tempfile::TempDir, args: &[&str]) -> Server {
+        Server::start_with(data, args, Some(TOKEN)).0
+    }
+
+    /// Serves with the given data dir, arguments and `PLINTH_OPERATOR_KEY`
+    /// (none: the server makes its own on first start). Returns the server
+    /// and what it printed on stdout before it listened.
+    pub fn start_with(data: tempfile::TempDir, args: &[&str], operator_key: Option<&str>) -> (Server, Vec<String>) {
         let log = data.path().join("server.log");
-        let mut child = Command::new(plinth_bin())
+        let mut command = Command::new(plinth_bin());
+        command
             .args(["serve", "--listen", "127.0.0.1:0", "--data"])
             .arg(data.path())
             .args(args)
             .env("PLINTH_LOG", "info,plinth::tool=debug")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("plinth starts");
+            .env_remove("PLINTH_OPERATOR_KEY");
+        if let Some(key) = operator_key {
+            command.env("PLINTH_OPERATOR_KEY", key);
+        }
+        let mut child =
+            command.stdout(Stdio::piped()).stderr(std::fs::File::create(&log).unwrap()).spawn().expect("plinth starts");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
+            let mut before = Vec::new();
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("plinth listening on ") {
-                    let _ = tx.send(url.to_string());
+                match line.strip_prefix("plinth listening on ") {
+                    Some(url) => {
+                        let _ = tx.send((url.to_string(), std::mem::take(&mut before)));
+                    }
+                    None => before.push(line),
                 }
             }
         });
-        let base = match rx.recv_timeout(Duration::from_secs(120)) {
-            Ok(base) => base,
+        let (base, printed) = match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(started) => started,
             Err(_) => {
                 let _ = child.kill();
                 panic!("plinth did not start; its log:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
             }
         };
-        Server { child, base, data, log, client: reqwest::Client::new() }
+        let mut operator = reqwest::header::HeaderMap::new();
+        operator.insert(reqwest::header::AUTHORIZATION, format!("Bearer {TOKEN}").parse().unwrap());
+        let client = reqwest::Client::builder().default_headers(operator).build().unwrap();
+        (Server { child, base, data, log, client, anonymous: reqwest::Client::new() }, printed)
     }
 
     /// Stops the server and returns its data dir for a restart.
@@ -144,19 +164,9 @@ impl Server {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
-    /// `POST /admin/tools[?query]` with a component, as the admin.
+    /// `POST /admin/tools[?query]` with a component, as the operator.
     pub async fn deploy(&self, bytes: Vec<u8>, query: &str) -> (u16, Value) {
-        let response = self
-            .client
-            .post(format!("{}/admin/tools{query}", self.base))
-            .bearer_auth(TOKEN)
-            .header("content-type", "application/wasm")
-            .body(bytes)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
+        self.post_component(TOKEN, &format!("/admin/tools{query}"), bytes).await
     }
 
     /// `DELETE path` as the admin.
@@ -166,9 +176,68 @@ impl Server {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
-    /// A request builder against this server.
+    /// A request builder against this server, as the operator.
     pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.client.request(method, format!("{}{path}", self.base))
+    }
+
+    /// A request builder with no key, or with `key` when given.
+    pub fn request_as(&self, key: Option<&str>, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.anonymous.request(method, format!("{}{path}", self.base));
+        match key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    }
+
+    /// `method path` with `key` (and a JSON body) → (status, JSON body).
+    pub async fn call_as(
+        &self,
+        key: Option<&str>,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let mut request = self.request_as(key, method, path);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Creates a tenant as the operator (with quotas, a JSON object).
+    pub async fn create_tenant(&self, name: &str, quotas: Value) -> Value {
+        let body = serde_json::json!({ "name": name, "quotas": quotas });
+        let (status, tenant) = self.call_as(Some(TOKEN), reqwest::Method::POST, "/admin/tenants", Some(&body)).await;
+        assert_eq!(status, 201, "{tenant}");
+        tenant
+    }
+
+    /// Creates a key as the operator and returns (its id, the key).
+    pub async fn create_key(&self, tenant: Option<&str>, role: &str) -> (String, String) {
+        let body = serde_json::json!({ "tenant": tenant, "role": role });
+        let (status, key) = self.call_as(Some(TOKEN), reqwest::Method::POST, "/admin/keys", Some(&body)).await;
+        assert_eq!(status, 201, "{key}");
+        (key["id"].as_str().unwrap().to_string(), key["key"].as_str().unwrap().to_string())
+    }
+
+    /// Deploys a component into a tenant with `key` → (status, JSON body).
+    pub async fn deploy_as(&self, key: &str, tenant: &str, bytes: Vec<u8>) -> (u16, Value) {
+        self.post_component(key, &format!("/t/{tenant}/admin/tools"), bytes).await
+    }
+
+    async fn post_component(&self, key: &str, path: &str, bytes: Vec<u8>) -> (u16, Value) {
+        let response = self
+            .request_as(Some(key), reqwest::Method::POST, path)
+            .header("content-type", "application/wasm")
+            .body(bytes)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
     }
 
     /// The toolId of the tool called `name`.

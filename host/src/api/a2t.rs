@@ -6,17 +6,16 @@
 //!
 //! Choices where the draft is open are documented in `docs/a2t.md`.
 
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, Caller};
 use crate::invocation::ToolResult;
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::{EnumValue, InputType, OutputType, Signature};
-use axum::Router;
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Map, Value, json};
@@ -26,15 +25,6 @@ use std::sync::Arc;
 pub const DEFAULT_PAGE_LIMIT: usize = 50;
 /// Largest page the server offers; larger requests are clamped to it.
 pub const MAX_PAGE_LIMIT: usize = 200;
-
-/// The A2T routes.
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/tools", get(list_tools))
-        .route("/tools/{tool_ref}", get(get_tool).post(invoke_current))
-        .route("/tools/{tool_id}/versions", get(list_versions))
-        .route("/tools/{tool_id}/versions/{version_ref}", get(get_version).post(invoke_version))
-}
 
 /// `{toolId}:invoke` and `{n}:invoke`: the A2T invocation suffix.
 pub fn strip_invoke_suffix(segment: &str) -> Option<&str> {
@@ -165,14 +155,14 @@ fn cacheable(tool: &Tool, version: &ToolVersion, headers: &HeaderMap) -> Respons
 }
 
 /// `pageLimit`, `pageCursor` and `tag` from the query string.
-struct PageQuery {
-    limit: usize,
+pub(super) struct PageQuery {
+    pub(super) limit: usize,
     cursor: Option<String>,
     tags: Vec<String>,
 }
 
 impl PageQuery {
-    fn parse(raw: Option<&str>) -> Result<Self, ApiError> {
+    pub(super) fn parse(raw: Option<&str>) -> Result<Self, ApiError> {
         let mut query = PageQuery { limit: DEFAULT_PAGE_LIMIT, cursor: None, tags: Vec::new() };
         for (key, value) in form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
             match key.as_ref() {
@@ -194,7 +184,7 @@ impl PageQuery {
     }
 
     /// Decodes a cursor this server issued with `prefix`.
-    fn cursor_after(&self, prefix: &str) -> Result<Option<String>, ApiError> {
+    pub(super) fn cursor_after(&self, prefix: &str) -> Result<Option<String>, ApiError> {
         let Some(cursor) = &self.cursor else { return Ok(None) };
         let invalid = || {
             ApiError::bad_request(
@@ -208,11 +198,11 @@ impl PageQuery {
     }
 }
 
-fn cursor(prefix: &str, after: &str) -> String {
+pub(super) fn cursor(prefix: &str, after: &str) -> String {
     URL_SAFE_NO_PAD.encode(format!("{prefix}{after}"))
 }
 
-fn page(items: Vec<Value>, limit: usize, next: Option<String>) -> axum::Json<Value> {
+pub(super) fn page(items: Vec<Value>, limit: usize, next: Option<String>) -> axum::Json<Value> {
     let mut paging = json!({ "pageLimit": limit });
     if let Some(next) = next {
         paging["next"] = next.into();
@@ -223,12 +213,16 @@ fn page(items: Vec<Value>, limit: usize, next: Option<String>) -> axum::Json<Val
 const TOOLS_CURSOR: &str = "tools:";
 const VERSIONS_CURSOR: &str = "versions:";
 
-async fn list_tools(State(host): State<AppState>, RawQuery(raw): RawQuery) -> Result<axum::Json<Value>, ApiError> {
+pub(super) async fn list_tools(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    RawQuery(raw): RawQuery,
+) -> Result<axum::Json<Value>, ApiError> {
     let query = PageQuery::parse(raw.as_deref())?;
     let after = query.cursor_after(TOOLS_CURSOR)?;
     let tags = &query.tags;
     // A tool whose every version is retired is no longer enumerated.
-    let (tools, more) = host.registry().page(after.as_deref(), query.limit, |tool| {
+    let (tools, more) = host.registry().page(&caller.tenant, after.as_deref(), query.limit, |tool| {
         tool.current().is_some_and(|current| tags.iter().all(|t| current.signature.tags.contains(t)))
     });
     let next = if more { tools.last().map(|t| cursor(TOOLS_CURSOR, &t.name)) } else { None };
@@ -236,8 +230,10 @@ async fn list_tools(State(host): State<AppState>, RawQuery(raw): RawQuery) -> Re
     Ok(page(items, query.limit, next))
 }
 
-fn find_tool(host: &AppState, id: &str) -> Result<Arc<Tool>, ApiError> {
-    host.tool(id).ok_or_else(|| ApiError::not_found(format!("there is no tool with id `{id}`")))
+/// The caller's tenant's tool with this id; another tenant's is `404` like
+/// one that does not exist.
+fn find_tool(host: &AppState, caller: &Caller, id: &str) -> Result<Arc<Tool>, ApiError> {
+    host.tool(&caller.tenant, id).ok_or_else(|| ApiError::not_found(format!("there is no tool with id `{id}`")))
 }
 
 fn parse_version(raw: &str) -> Result<u32, ApiError> {
@@ -247,25 +243,27 @@ fn parse_version(raw: &str) -> Result<u32, ApiError> {
         .ok_or_else(|| ApiError::not_found(format!("`{raw}` is not a version; versions are whole numbers from 1")))
 }
 
-async fn get_tool(
+pub(super) async fn get_tool(
     State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(tool_id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let tool = find_tool(&host, &tool_id)?;
+    let tool = find_tool(&host, &caller, &tool_id)?;
     let current = tool.current().ok_or_else(|| {
         ApiError::new(StatusCode::GONE, "tool_retired", format!("every version of `{}` is retired", tool.name))
     })?;
     Ok(cacheable(&tool, &current, &headers))
 }
 
-async fn list_versions(
+pub(super) async fn list_versions(
     State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(tool_id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> Result<axum::Json<Value>, ApiError> {
     let query = PageQuery::parse(raw.as_deref())?;
-    let tool = find_tool(&host, &tool_id)?;
+    let tool = find_tool(&host, &caller, &tool_id)?;
     let before = match query.cursor_after(VERSIONS_CURSOR)? {
         Some(n) => {
             Some(n.parse::<u32>().map_err(|_| ApiError::bad_request("invalid_cursor", "pageCursor is not valid"))?)
@@ -281,12 +279,13 @@ async fn list_versions(
     Ok(page(items, query.limit, next))
 }
 
-async fn get_version(
+pub(super) async fn get_version(
     State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((tool_id, version)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let tool = find_tool(&host, &tool_id)?;
+    let tool = find_tool(&host, &caller, &tool_id)?;
     let n = parse_version(&version)?;
     let version = tool.version(n).ok_or_else(|| ApiError::not_found(format!("tool `{tool_id}` has no version {n}")))?;
     Ok(cacheable(&tool, &version, &headers))
@@ -318,31 +317,39 @@ fn body_within_limit(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiEr
     })
 }
 
-async fn invoke_current(
+pub(super) async fn invoke_current(
     State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(tool_ref): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let tool_id = strip_invoke(&tool_ref)?;
-    invoke(&host, tool_id, None, &body_within_limit(body)?).await
+    invoke(&host, &caller, tool_id, None, &body_within_limit(body)?).await
 }
 
-async fn invoke_version(
+pub(super) async fn invoke_version(
     State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((tool_id, version_ref)): Path<(String, String)>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let version = parse_version(strip_invoke(&version_ref)?)?;
-    invoke(&host, &tool_id, Some(version), &body_within_limit(body)?).await
+    invoke(&host, &caller, &tool_id, Some(version), &body_within_limit(body)?).await
 }
 
-async fn invoke(host: &AppState, tool_id: &str, version: Option<u32>, body: &[u8]) -> Result<Response, ApiError> {
+async fn invoke(
+    host: &AppState,
+    caller: &Caller,
+    tool_id: &str,
+    version: Option<u32>,
+    body: &[u8],
+) -> Result<Response, ApiError> {
     // Unknown tools are 404 whatever the body says.
-    find_tool(host, tool_id)?;
+    find_tool(host, caller, tool_id)?;
     let body: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}")))?;
     let call_id = uuid::Uuid::new_v4().to_string();
-    let (version, result) = host.invoke(tool_id, version, &body, &call_id).await?;
+    let (version, result) = host.invoke(&caller.tenant, tool_id, version, &body, &call_id).await?;
     let mut response = match result {
         ToolResult::Outputs(outputs) => axum::Json(json!({ "output_parameters": outputs })).into_response(),
         ToolResult::Failed(error) => ApiError::from(error).into_response(),

@@ -1,86 +1,80 @@
-//! The operator's API: deploy and retire versions.
+//! The admin API: a tenant's tools, secrets and config (publishers), and the
+//! server's tenants, keys and audit log (operators).
 //!
+//! Under every platform root (`/` for the default tenant, `/t/{tenant}/`):
 //! - `POST /admin/tools[?expectVersion=N]` with the packed component
 //!   (`Content-Type: application/wasm`) → `201` new version, `200` identical
 //!   bytes, `409` breaking change or version mismatch
 //! - `DELETE /admin/tools/{toolId}/versions/{n}` → the version is retired
-//! - `PUT /admin/secrets/{id}` (the value as the body), `DELETE
-//!   /admin/secrets/{id}`, `GET /admin/secrets` (ids only: a value is never
-//!   readable back)
+//! - `PUT|DELETE /admin/secrets/{id}`, `GET /admin/secrets` (ids only)
+//! - `PUT|DELETE /admin/config/{tool}/{key}`, `GET /admin/config`
+//! - `GET /admin/tenant`: the tenant's own settings and quotas
 //!
-//! Every request needs `Authorization: Bearer <admin token>`; without a token
-//! configured, the admin API is disabled.
+//! Under `/` only:
+//! - `GET|POST /admin/tenants`, `GET|PATCH /admin/tenants/{name}`
+//! - `GET|POST /admin/keys`, `DELETE /admin/keys/{id}`
+//! - `GET /admin/audit[?tenant=T]`: the audit log, newest first
+//!
+//! Who may call which is declared with each route (see [`super::auth`]).
 
-use super::{ApiError, AppState};
-use axum::Router;
+use super::a2t::PageQuery;
+use super::{Access, ApiError, AppState, Caller, Routes, Scope};
+use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord};
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
-use serde_json::json;
-use sha2::{Digest, Sha256};
+use axum::routing::{delete, get, patch, post, put};
+use serde::Deserialize;
+use serde_json::{Value, json};
 
-/// Largest component accepted by `POST /admin/tools`.
-pub const MAX_COMPONENT_BYTES: usize = 32 << 20;
-/// Largest secret value.
-pub const MAX_SECRET_BYTES: usize = 64 << 10;
+/// Largest component a deploy may send, whatever a tenant's quota says.
+pub const MAX_COMPONENT_BYTES: usize = 256 << 20;
+/// Largest secret or config value.
+pub const MAX_VALUE_BYTES: usize = 64 << 10;
+/// Largest JSON body of the tenant and key endpoints.
+const MAX_JSON_BYTES: usize = 64 << 10;
 
-/// The admin routes, guarded by `token` (disabled when it is `None`).
-pub fn routes(token: Option<String>) -> Router<AppState> {
-    let expected = token.map(|t| Sha256::digest(t.as_bytes()));
-    Router::new()
-        .route("/admin/tools", post(deploy).layer(DefaultBodyLimit::max(MAX_COMPONENT_BYTES)))
-        .route("/admin/tools/{tool_id}/versions/{version}", delete(retire))
-        .route("/admin/secrets", get(list_secrets))
-        .route(
-            "/admin/secrets/{id}",
-            put(put_secret).delete(delete_secret).layer(DefaultBodyLimit::max(MAX_SECRET_BYTES)),
-        )
-        .route_layer(middleware::from_fn(move |request: Request, next: Next| {
-            let expected = expected;
-            async move { authorize(expected.as_ref().map(|d| d.as_slice()), request, next).await }
-        }))
+/// Adds the admin routes.
+pub(super) fn routes(routes: Routes) -> Routes {
+    use Access::{Audit, Operate, Publish};
+    use Scope::{Server, Tenant};
+    let value_limit = DefaultBodyLimit::max(MAX_VALUE_BYTES);
+    let json_limit = DefaultBodyLimit::max(MAX_JSON_BYTES);
+    routes
+        .add(Method::POST, "/admin/tools", Publish, Tenant, post(deploy).layer(DefaultBodyLimit::disable()))
+        .add(Method::DELETE, "/admin/tools/{tool_id}/versions/{version}", Publish, Tenant, delete(retire))
+        .add(Method::GET, "/admin/secrets", Publish, Tenant, get(list_secrets))
+        .add(Method::PUT, "/admin/secrets/{id}", Publish, Tenant, put(put_secret).layer(value_limit))
+        .add(Method::DELETE, "/admin/secrets/{id}", Publish, Tenant, delete(delete_secret))
+        .add(Method::GET, "/admin/config", Publish, Tenant, get(list_config))
+        .add(Method::PUT, "/admin/config/{tool}/{key}", Publish, Tenant, put(put_config).layer(value_limit))
+        .add(Method::DELETE, "/admin/config/{tool}/{key}", Publish, Tenant, delete(delete_config))
+        .add(Method::GET, "/admin/tenant", Publish, Tenant, get(own_tenant))
+        .add(Method::GET, "/admin/tenants", Operate, Server, get(list_tenants))
+        .add(Method::POST, "/admin/tenants", Operate, Server, post(create_tenant).layer(json_limit))
+        .add(Method::GET, "/admin/tenants/{name}", Operate, Server, get(get_tenant))
+        .add(Method::PATCH, "/admin/tenants/{name}", Operate, Server, patch(update_tenant).layer(json_limit))
+        .add(Method::GET, "/admin/keys", Operate, Server, get(list_keys))
+        .add(Method::POST, "/admin/keys", Operate, Server, post(create_key).layer(json_limit))
+        .add(Method::DELETE, "/admin/keys/{id}", Operate, Server, delete(revoke_key))
+        .add(Method::GET, "/admin/audit", Audit, Server, get(audit))
 }
 
-/// Compares digests of the presented and configured tokens, so the time
-/// taken does not reveal how much of a guess was right.
-async fn authorize(expected: Option<&[u8]>, request: Request, next: Next) -> Response {
-    let Some(expected) = expected else {
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "admin_disabled",
-            "the admin API is disabled: start the server with --admin-token or PLINTH_ADMIN_TOKEN",
-        )
-        .into_response();
-    };
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|t| Sha256::digest(t.trim().as_bytes()));
-    let valid = presented.is_some_and(|p| p.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0);
-    if !valid {
-        let mut response = ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "a valid admin token is required: Authorization: Bearer <token>",
-        )
-        .into_response();
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-        return response;
-    }
-    next.run(request).await
+/// A JSON request body, or `400 invalid_json` saying what is wrong.
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not valid: {e}")))
 }
 
 async fn deploy(
     State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
     RawQuery(raw): RawQuery,
-    headers: HeaderMap,
-    body: Bytes,
+    request: Request,
 ) -> Result<Response, ApiError> {
+    let headers = request.headers();
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if content_type.split(';').next().map(str::trim) != Some("application/wasm") {
         return Err(ApiError::new(
@@ -98,17 +92,37 @@ async fn deploy(
             expect_version = Some(n);
         }
     }
-    // Compiling is CPU-bound: keep it off the request threads.
-    let deployed = tokio::task::spawn_blocking(move || host.deploy(&body, expect_version)).await.map_err(|_| {
+    // Read no more than the tenant may deploy.
+    let quota = host.tenant(&caller.tenant).map_or(0, |t| t.record.quotas.max_component_bytes);
+    let limit = usize::try_from(quota).unwrap_or(usize::MAX).min(MAX_COMPONENT_BYTES);
+    let too_large = || {
         ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "deploy_failed",
-            "the deploy was interrupted; nothing was deployed",
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "quota_exceeded",
+            format!("the component is larger than tenant `{}` may deploy ({quota} bytes)", caller.tenant),
         )
-    })??;
+    };
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let body = axum::body::to_bytes(request.into_body(), limit).await.map_err(|_| too_large())?;
+    let principal = caller.principal()?.clone();
+    let tenant = caller.tenant.clone();
+    // Compiling is CPU-bound: keep it off the request threads.
+    let deployed = tokio::task::spawn_blocking(move || host.deploy(&principal, &tenant, &body, expect_version))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "deploy_failed",
+                "the deploy was interrupted; nothing was deployed",
+            )
+        })??;
     let status = if deployed.created { StatusCode::CREATED } else { StatusCode::OK };
     if deployed.created {
         tracing::info!(
+            tenant = caller.tenant,
             tool = deployed.name,
             version = deployed.version,
             sha256 = deployed.sha256,
@@ -128,51 +142,255 @@ async fn deploy(
 
 async fn retire(
     State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path((tool_id, version)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let version = version.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
         ApiError::not_found(format!("`{version}` is not a version; versions are whole numbers from 1"))
     })?;
-    host.retire(&tool_id, version)?;
-    let current = host.tool(&tool_id).and_then(|t| t.current()).map(|v| v.number);
+    host.retire(caller.principal()?, &caller.tenant, &tool_id, version)?;
+    let current = host.tool(&caller.tenant, &tool_id).and_then(|t| t.current()).map(|v| v.number);
     Ok(axum::Json(json!({ "toolId": tool_id, "version": version, "retired": true, "currentVersion": current }))
         .into_response())
 }
 
-async fn put_secret(State(host): State<AppState>, Path(id): Path<String>, body: Bytes) -> Result<StatusCode, ApiError> {
-    if !crate::manifest::is_secret_id(&id) {
-        return Err(ApiError::bad_request(
-            "invalid_secret_id",
-            "a secret id is 1 to 128 lowercase letters, digits, `.`, `_` or `-`",
-        ));
+/// A secret id, a tool name or a config key: 1 to 128 lowercase letters,
+/// digits, `.`, `_` or `-`.
+fn check_name(what: &str, code: &'static str, name: &str) -> Result<(), ApiError> {
+    if crate::manifest::is_secret_id(name) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(code, format!("{what} is 1 to 128 lowercase letters, digits, `.`, `_` or `-`")))
     }
-    let value = String::from_utf8(body.to_vec())
-        .map_err(|_| ApiError::bad_request("invalid_secret_value", "the secret value must be UTF-8 text"))?;
+}
+
+/// A secret or config value: non-empty UTF-8.
+fn text_value(body: Bytes, code: &'static str) -> Result<String, ApiError> {
+    let value =
+        String::from_utf8(body.to_vec()).map_err(|_| ApiError::bad_request(code, "the value must be UTF-8 text"))?;
     if value.is_empty() {
-        return Err(ApiError::bad_request(
-            "invalid_secret_value",
-            "the secret value is empty; DELETE the secret instead",
-        ));
+        return Err(ApiError::bad_request(code, "the value is empty; DELETE it instead"));
     }
-    host.put_secret(&id, &value).map_err(|e| {
-        tracing::error!(secret = id, error = %e, "storing a secret failed");
-        ApiError::storage_failed("the change could not be stored; nothing changed")
-    })?;
+    Ok(value)
+}
+
+async fn put_secret(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    check_name("a secret id", "invalid_secret_id", &id)?;
+    let value = text_value(body, "invalid_secret_value")?;
+    host.put_secret(caller.principal()?, &caller.tenant, &id, &value)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn delete_secret(State(host): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
-    match host.delete_secret(&id) {
-        Ok(true) => Ok(StatusCode::NO_CONTENT),
-        Ok(false) => Err(ApiError::not_found(format!("there is no secret `{id}`"))),
-        Err(e) => {
-            tracing::error!(secret = id, error = %e, "deleting a secret failed");
-            Err(ApiError::storage_failed("the change could not be stored; nothing changed"))
-        }
-    }
+async fn delete_secret(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    host.delete_secret(caller.principal()?, &caller.tenant, &id)?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
-async fn list_secrets(State(host): State<AppState>) -> axum::Json<serde_json::Value> {
-    let items: Vec<_> = host.secret_ids().into_iter().map(|id| json!({ "id": id })).collect();
+async fn list_secrets(State(host): State<AppState>, Extension(caller): Extension<Caller>) -> axum::Json<Value> {
+    let items: Vec<_> = host.secret_ids(&caller.tenant).into_iter().map(|id| json!({ "id": id })).collect();
     axum::Json(json!({ "items": items }))
+}
+
+async fn put_config(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path((tool, key)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    check_name("a tool name", "invalid_tool_name", &tool)?;
+    check_name("a config key", "invalid_config_key", &key)?;
+    let value = text_value(body, "invalid_config_value")?;
+    host.put_config(caller.principal()?, &caller.tenant, &tool, &key, &value)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_config(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path((tool, key)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    host.delete_config(caller.principal()?, &caller.tenant, &tool, &key)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn list_config(State(host): State<AppState>, Extension(caller): Extension<Caller>) -> axum::Json<Value> {
+    axum::Json(json!({ "tools": host.stored_config(&caller.tenant) }))
+}
+
+fn tenant_json(record: &TenantRecord) -> Value {
+    json!({
+        "name": record.name,
+        "publicEnumeration": record.public_enumeration,
+        "quotas": record.quotas,
+        "createdAt": record.created_at,
+    })
+}
+
+async fn own_tenant(State(host): State<AppState>, Extension(caller): Extension<Caller>) -> Result<Response, ApiError> {
+    let tenant = host.tenant(&caller.tenant).ok_or_else(|| ApiError::not_found("the tenant no longer exists"))?;
+    Ok(axum::Json(tenant_json(&tenant.record)).into_response())
+}
+
+async fn list_tenants(State(host): State<AppState>) -> axum::Json<Value> {
+    let items: Vec<Value> = host.tenants().iter().map(tenant_json).collect();
+    axum::Json(json!({ "items": items }))
+}
+
+async fn get_tenant(State(host): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
+    let tenant = host.tenant(&name).ok_or_else(|| ApiError::not_found(format!("there is no tenant `{name}`")))?;
+    Ok(axum::Json(tenant_json(&tenant.record)).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct NewTenant {
+    name: String,
+    #[serde(default)]
+    public_enumeration: bool,
+    #[serde(default = "empty_object")]
+    quotas: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TenantChange {
+    public_enumeration: Option<bool>,
+    #[serde(default = "empty_object")]
+    quotas: Value,
+}
+
+fn empty_object() -> Value {
+    json!({})
+}
+
+async fn create_tenant(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let new: NewTenant = json_body(&body)?;
+    let record = host.create_tenant(caller.principal()?, &new.name, new.public_enumeration, &new.quotas)?;
+    Ok((StatusCode::CREATED, axum::Json(tenant_json(&record))).into_response())
+}
+
+async fn update_tenant(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let change: TenantChange = json_body(&body)?;
+    let record = host.update_tenant(caller.principal()?, &name, change.public_enumeration, &change.quotas)?;
+    Ok(axum::Json(tenant_json(&record)).into_response())
+}
+
+fn key_json(record: &KeyRecord) -> Value {
+    json!({
+        "id": record.id,
+        "tenant": record.tenant,
+        "role": record.role,
+        "label": record.label,
+        "createdAt": record.created_at,
+        "revokedAt": record.revoked_at,
+    })
+}
+
+async fn list_keys(State(host): State<AppState>, RawQuery(raw): RawQuery) -> axum::Json<Value> {
+    let tenant = form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
+        .find(|(k, _)| k == "tenant")
+        .map(|(_, v)| v.into_owned());
+    let items: Vec<Value> = host.keys(tenant.as_deref()).iter().map(key_json).collect();
+    axum::Json(json!({ "items": items }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewKeyRequest {
+    tenant: Option<String>,
+    role: String,
+    label: Option<String>,
+}
+
+async fn create_key(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: NewKeyRequest = json_body(&body)?;
+    let role = Role::parse(&request.role)
+        .ok_or_else(|| ApiError::bad_request("invalid_role", "role is one of `operator`, `publisher`, `consumer`"))?;
+    if request.label.as_ref().is_some_and(|l| l.len() > 200) {
+        return Err(ApiError::bad_request("invalid_label", "a label is at most 200 bytes"));
+    }
+    let new = host.create_key(caller.principal()?, request.tenant.as_deref(), role, request.label)?;
+    let mut body = key_json(&new.record);
+    body["key"] = new.key.into();
+    let mut response = (StatusCode::CREATED, axum::Json(body)).into_response();
+    // The only copy of the key: no cache may keep it.
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
+
+async fn revoke_key(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let record = host.revoke_key(caller.principal()?, &id, None)?;
+    Ok(axum::Json(key_json(&record)).into_response())
+}
+
+const AUDIT_CURSOR: &str = "audit:";
+
+/// `GET /admin/audit`: an operator reads every entry (or one tenant's with
+/// `?tenant=`); a publisher reads its own tenant's, and naming another
+/// tenant is `404` as everywhere else.
+async fn audit(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    RawQuery(raw): RawQuery,
+) -> Result<axum::Json<Value>, ApiError> {
+    let principal = caller.principal()?;
+    let query = PageQuery::parse(raw.as_deref())?;
+    let asked = form_urlencoded::parse(raw.as_deref().unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "tenant")
+        .map(|(_, v)| v.into_owned());
+    let tenant = match (&principal.tenant, asked) {
+        (None, asked) => asked,
+        (Some(own), Some(asked)) if *own != asked => {
+            return Err(ApiError::not_found(format!("there is no tenant `{asked}` this key may use")));
+        }
+        (Some(own), _) => Some(own.clone()),
+    };
+    let before = match query.cursor_after(AUDIT_CURSOR)? {
+        Some(seq) => {
+            Some(seq.parse::<i64>().map_err(|_| ApiError::bad_request("invalid_cursor", "pageCursor is not valid"))?)
+        }
+        None => None,
+    };
+    let mut entries = host.audit(&AuditQuery { tenant, before, limit: query.limit + 1 }).map_err(|e| {
+        tracing::error!(error = %e, "reading the audit log failed");
+        ApiError::storage_failed("the audit log could not be read")
+    })?;
+    let more = entries.len() > query.limit;
+    entries.truncate(query.limit);
+    let next = if more {
+        entries.last().map(|e: &AuditEntry| super::a2t::cursor(AUDIT_CURSOR, &e.seq.to_string()))
+    } else {
+        None
+    };
+    Ok(super::a2t::page(
+        entries.iter().map(|e| serde_json::to_value(e).unwrap_or_default()).collect(),
+        query.limit,
+        next,
+    ))
 }

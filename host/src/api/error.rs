@@ -4,7 +4,7 @@
 //! plus fields a caller can act on (`parameter`, the tool-error fields).
 //! Messages never carry host internals.
 
-use crate::host::{DeployError, InvokeError, RetireError};
+use crate::host::{ChangeError, DeployError, InvokeError};
 use crate::invocation::{InputError, OutputError, ToolError};
 use crate::runtime::CallError;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -103,6 +103,11 @@ impl From<InvokeError> for ApiError {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "tool_trapped", e.to_string())
             }
             InvokeError::Call(CallError::Busy) | InvokeError::Busy(_) => ApiError::busy(e.to_string()),
+            InvokeError::RateLimited { retry_after, .. } => {
+                let mut error = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", e.to_string());
+                error.retry_after_secs = Some(retry_after.as_millis().div_ceil(1000).max(1) as u64);
+                error
+            }
             InvokeError::Output(OutputError::Invalid(_)) => {
                 ApiError::new(StatusCode::BAD_GATEWAY, "invalid_tool_output", e.to_string())
             }
@@ -122,6 +127,13 @@ impl From<DeployError> for ApiError {
                 ApiError::storage_failed("the tool could not be stored (is the data disk full?); nothing was deployed")
             }
             DeployError::Package(_) | DeployError::Load(_) => ApiError::bad_request("invalid_component", e.to_string()),
+            DeployError::UnknownTenant(_) => ApiError::not_found(e.to_string()),
+            DeployError::TooLarge { .. } => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "quota_exceeded", e.to_string())
+            }
+            DeployError::TooManyTools { max, .. } => {
+                ApiError::new(StatusCode::CONFLICT, "quota_exceeded", e.to_string()).with("maxTools", *max)
+            }
             DeployError::Breaking { current, diff, .. } => {
                 let breaking: Vec<&crate::signature::Change> = diff.breaking().collect();
                 ApiError::new(StatusCode::CONFLICT, "breaking_change", e.to_string())
@@ -137,13 +149,15 @@ impl From<DeployError> for ApiError {
     }
 }
 
-impl From<RetireError> for ApiError {
-    fn from(e: RetireError) -> Self {
+impl From<ChangeError> for ApiError {
+    fn from(e: ChangeError) -> Self {
         match e {
-            RetireError::NotFound(message) => ApiError::not_found(message),
-            RetireError::Store(_) => {
-                tracing::error!(error = %e, "retirement failed in the store");
-                ApiError::storage_failed("the retirement could not be stored; nothing changed")
+            ChangeError::NotFound(message) => ApiError::not_found(message),
+            ChangeError::Invalid(message) => ApiError::bad_request("invalid_request", message),
+            ChangeError::Conflict(message) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
+            ChangeError::Store(_) => {
+                tracing::error!(error = %e, "a change failed in the store");
+                ApiError::storage_failed("the change could not be stored (is the data disk full?); nothing changed")
             }
         }
     }

@@ -15,6 +15,7 @@ pub use sqlite::SqliteStore;
 
 use crate::manifest::ToolManifest;
 use crate::signature::Signature;
+use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, TenantRecord};
 use uuid::Uuid;
 
 /// A persistence failure. Messages name the data dir path, never contents.
@@ -29,6 +30,9 @@ pub enum StoreError {
     /// A blob's bytes no longer match its hash.
     #[error("blob {0} is corrupt: its bytes do not match its sha256")]
     Corrupt(String),
+    /// Rows refer to rows that do not exist.
+    #[error("registry database is inconsistent: {0}")]
+    Inconsistent(String),
     /// A stored row could not be decoded.
     #[error("registry row for {0} is unreadable: {1}")]
     Decode(String, serde_json::Error),
@@ -39,6 +43,8 @@ pub enum StoreError {
 pub struct StoredVersion {
     /// The tool's id, stable across versions.
     pub tool_id: Uuid,
+    /// The tenant the tool belongs to.
+    pub tenant: String,
     /// The tool's name.
     pub name: String,
     /// The version number (1, 2, …).
@@ -57,21 +63,54 @@ pub struct StoredVersion {
     pub retired_at: Option<i64>,
 }
 
-/// The host's persistent rows: the registry of versions, and the secrets
-/// operators store for tools.
+/// A secret as stored: `(tenant, id, value)`.
+pub type StoredSecret = (String, String, String);
+
+/// A tool config value as stored: `(tenant, tool, key, value)`.
+pub type StoredConfig = (String, String, String, String);
+
+/// The host's persistent rows: the registry of versions, tenants, keys, the
+/// secrets and config publishers store for tools, and the audit log.
+///
+/// Every change takes the [`AuditEntry`] that records it and writes both in
+/// one transaction: a change is never stored without its audit entry, nor an
+/// entry without its change.
 pub trait RegistryStore: Send + Sync {
     /// Every stored version of every tool, oldest first.
     fn versions(&self) -> Result<Vec<StoredVersion>, StoreError>;
     /// Records a new version (and the tool, on its first version). A version
     /// that already exists is never overwritten.
-    fn insert_version(&self, version: &StoredVersion) -> Result<(), StoreError>;
+    fn insert_version(&self, version: &StoredVersion, audit: &AuditEntry) -> Result<(), StoreError>;
     /// Marks a version retired (its row and blob stay, for audit). Returns
     /// whether it was live until now.
-    fn retire_version(&self, tool_id: Uuid, version: u32, at: i64) -> Result<bool, StoreError>;
-    /// Every stored secret, `(id, value)`.
-    fn secrets(&self) -> Result<Vec<(String, String)>, StoreError>;
-    /// Sets a secret.
-    fn put_secret(&self, id: &str, value: &str, at: i64) -> Result<(), StoreError>;
-    /// Deletes a secret; returns whether it existed.
-    fn delete_secret(&self, id: &str) -> Result<bool, StoreError>;
+    fn retire_version(&self, tool_id: Uuid, version: u32, at: i64, audit: &AuditEntry) -> Result<bool, StoreError>;
+
+    /// Every stored secret.
+    fn secrets(&self) -> Result<Vec<StoredSecret>, StoreError>;
+    /// Sets a tenant's secret.
+    fn put_secret(&self, tenant: &str, id: &str, value: &str, audit: &AuditEntry) -> Result<(), StoreError>;
+    /// Deletes a tenant's secret; returns whether it existed.
+    fn delete_secret(&self, tenant: &str, id: &str, audit: &AuditEntry) -> Result<bool, StoreError>;
+
+    /// Every stored config value.
+    fn config(&self) -> Result<Vec<StoredConfig>, StoreError>;
+    /// Sets a config value of a tenant's tool.
+    fn put_config(&self, value: &StoredConfig, audit: &AuditEntry) -> Result<(), StoreError>;
+    /// Deletes a config value; returns whether it existed.
+    fn delete_config(&self, tenant: &str, tool: &str, key: &str, audit: &AuditEntry) -> Result<bool, StoreError>;
+
+    /// Every tenant.
+    fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError>;
+    /// Creates a tenant, or replaces its settings.
+    fn put_tenant(&self, tenant: &TenantRecord, audit: &AuditEntry) -> Result<(), StoreError>;
+
+    /// Every key (revoked ones included).
+    fn keys(&self) -> Result<Vec<KeyRecord>, StoreError>;
+    /// Records a new key.
+    fn insert_key(&self, key: &KeyRecord, audit: &AuditEntry) -> Result<(), StoreError>;
+    /// Revokes a key; returns whether it was live until now.
+    fn revoke_key(&self, id: &str, at: i64, audit: &AuditEntry) -> Result<bool, StoreError>;
+
+    /// Entries of the audit log, newest first.
+    fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;
 }

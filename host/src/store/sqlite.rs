@@ -1,6 +1,7 @@
 //! The embedded registry: SQLite in the data dir.
 
-use super::{RegistryStore, StoreError, StoredVersion};
+use super::{RegistryStore, StoreError, StoredConfig, StoredSecret, StoredVersion};
+use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
 use std::sync::Mutex;
@@ -36,6 +37,76 @@ const MIGRATIONS: &[&str] = &[
         updated_at INTEGER NOT NULL
     );
 ",
+    // Tenants: tool names become unique per tenant, secrets and config are
+    // per tenant; API keys (hashed) and the append-only audit log. Existing
+    // tools, secrets and config move to the built-in tenant `default`.
+    "
+    CREATE TABLE tenants (
+        name               TEXT PRIMARY KEY,
+        public_enumeration INTEGER NOT NULL DEFAULT 0,
+        quotas             TEXT NOT NULL DEFAULT '{}',
+        created_at         INTEGER NOT NULL
+    );
+    INSERT INTO tenants (name, created_at) VALUES ('default', CAST(strftime('%s','now') AS INTEGER));
+
+    CREATE TABLE tools_by_tenant (
+        tool_id    TEXT PRIMARY KEY,
+        tenant     TEXT NOT NULL REFERENCES tenants(name),
+        name       TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        UNIQUE (tenant, name)
+    );
+    INSERT INTO tools_by_tenant SELECT tool_id, 'default', name, created_at FROM tools;
+    DROP TABLE tools;
+    ALTER TABLE tools_by_tenant RENAME TO tools;
+
+    CREATE TABLE tenant_secrets (
+        tenant     TEXT NOT NULL REFERENCES tenants(name),
+        id         TEXT NOT NULL,
+        value      TEXT NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (tenant, id)
+    );
+    INSERT INTO tenant_secrets SELECT 'default', id, value, updated_at FROM secrets;
+    DROP TABLE secrets;
+    ALTER TABLE tenant_secrets RENAME TO secrets;
+
+    CREATE TABLE tool_config (
+        tenant     TEXT NOT NULL REFERENCES tenants(name),
+        tool       TEXT NOT NULL,
+        key        TEXT NOT NULL,
+        value      TEXT NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (tenant, tool, key)
+    );
+
+    CREATE TABLE api_keys (
+        id         TEXT PRIMARY KEY,
+        tenant     TEXT REFERENCES tenants(name),
+        role       TEXT NOT NULL CHECK (role IN ('operator', 'publisher', 'consumer')),
+        key_sha256 TEXT NOT NULL UNIQUE,
+        label      TEXT,
+        created_at INTEGER NOT NULL,
+        revoked_at INTEGER,
+        CHECK ((role = 'operator') = (tenant IS NULL))
+    );
+
+    CREATE TABLE audit (
+        seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+        at      INTEGER NOT NULL,
+        actor   TEXT NOT NULL,
+        tenant  TEXT,
+        action  TEXT NOT NULL,
+        target  TEXT NOT NULL,
+        sha256  TEXT,
+        detail  TEXT NOT NULL
+    );
+    CREATE INDEX audit_by_tenant ON audit (tenant, seq);
+    CREATE TRIGGER audit_is_append_only_update BEFORE UPDATE ON audit
+        BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+    CREATE TRIGGER audit_is_append_only_delete BEFORE DELETE ON audit
+        BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+",
 ];
 
 /// The registry in `DATA/registry.sqlite3`.
@@ -48,14 +119,21 @@ impl SqliteStore {
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
         let conn = Connection::open(data_dir.join("registry.sqlite3"))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        // Migrations rebuild tables that others reference, which SQLite
+        // allows only with foreign keys off; they are checked right after.
+        conn.pragma_update(None, "foreign_keys", "OFF")?;
         let applied: usize = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         for (i, migration) in MIGRATIONS.iter().enumerate().skip(applied) {
             let tx = conn.unchecked_transaction()?;
             tx.execute_batch(migration)?;
             tx.pragma_update(None, "user_version", i + 1)?;
             tx.commit()?;
+        }
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        let broken: Option<String> = conn.query_row("PRAGMA foreign_key_check", [], |r| r.get(0)).optional()?;
+        if let Some(table) = broken {
+            return Err(StoreError::Inconsistent(format!("table {table} refers to rows that do not exist")));
         }
         Ok(SqliteStore { conn: Mutex::new(conn) })
     }
@@ -65,39 +143,64 @@ impl SqliteStore {
         // (transactions roll back), so a poisoned lock is still usable.
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Runs `change` and appends `audit` in one transaction.
+    fn audited<T>(
+        &self,
+        audit: &AuditEntry,
+        change: impl FnOnce(&rusqlite::Transaction) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let out = change(&tx)?;
+        tx.execute(
+            "INSERT INTO audit (at, actor, tenant, action, target, sha256, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                audit.at,
+                audit.actor,
+                audit.tenant,
+                audit.action,
+                audit.target,
+                audit.sha256,
+                audit.detail.to_string()
+            ],
+        )?;
+        tx.commit()?;
+        Ok(out)
+    }
+}
+
+fn decode_error(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Decode(what.to_string(), serde_json::Error::io(std::io::Error::other(e.to_string())))
 }
 
 impl RegistryStore for SqliteStore {
     fn versions(&self) -> Result<Vec<StoredVersion>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
-            "SELECT v.tool_id, t.name, v.version, v.sha256, v.signature, v.manifest, v.created_at,
+            "SELECT v.tool_id, t.tenant, t.name, v.version, v.sha256, v.signature, v.manifest, v.created_at,
                     v.signature_sha256, v.retired_at
              FROM versions v JOIN tools t USING (tool_id)
              ORDER BY v.created_at, v.tool_id, v.version",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, u32>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, String>(4)?,
-                r.get::<_, String>(5)?,
-                r.get::<_, i64>(6)?,
-                r.get::<_, String>(7)?,
-                r.get::<_, Option<i64>>(8)?,
+                (r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, u32>(3)?),
+                (r.get::<_, String>(4)?, r.get::<_, String>(5)?, r.get::<_, String>(6)?),
+                (r.get::<_, i64>(7)?, r.get::<_, String>(8)?, r.get::<_, Option<i64>>(9)?),
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (tool_id, name, version, sha256, signature, manifest, created_at, signature_sha256, retired_at) = row?;
-            let what = format!("{name} version {version}");
-            let tool_id = Uuid::parse_str(&tool_id).map_err(|e| {
-                StoreError::Decode(what.clone(), serde_json::Error::io(std::io::Error::other(e.to_string())))
-            })?;
+            let (
+                (tool_id, tenant, name, version),
+                (sha256, signature, manifest),
+                (created_at, signature_sha256, retired_at),
+            ) = row?;
+            let what = format!("{tenant}/{name} version {version}");
             out.push(StoredVersion {
-                tool_id,
+                tool_id: Uuid::parse_str(&tool_id).map_err(|e| decode_error(&what, e))?,
+                tenant,
                 name,
                 version,
                 sha256,
@@ -111,58 +214,176 @@ impl RegistryStore for SqliteStore {
         Ok(out)
     }
 
-    fn insert_version(&self, v: &StoredVersion) -> Result<(), StoreError> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        let tool_id = v.tool_id.to_string();
-        let known: Option<String> =
-            tx.query_row("SELECT tool_id FROM tools WHERE tool_id = ?1", [&tool_id], |r| r.get(0)).optional()?;
-        if known.is_none() {
-            tx.execute(
-                "INSERT INTO tools (tool_id, name, created_at) VALUES (?1, ?2, ?3)",
-                params![tool_id, v.name, v.created_at],
-            )?;
-        }
+    fn insert_version(&self, v: &StoredVersion, audit: &AuditEntry) -> Result<(), StoreError> {
         // Serializing plain data cannot fail.
         let signature = serde_json::to_string(&v.signature).unwrap_or_default();
         let manifest = serde_json::to_string(&v.manifest).unwrap_or_default();
-        // No ON CONFLICT clause: an existing (tool, version) is an error, so
-        // a version's bytes and signature can never be replaced.
-        tx.execute(
-            "INSERT INTO versions (tool_id, version, sha256, signature, manifest, created_at, signature_sha256, retired_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![tool_id, v.version, v.sha256, signature, manifest, v.created_at, v.signature_sha256, v.retired_at],
-        )?;
-        tx.commit()?;
+        let tool_id = v.tool_id.to_string();
+        self.audited(audit, |tx| {
+            tx.execute(
+                "INSERT INTO tools (tool_id, tenant, name, created_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (tool_id) DO NOTHING",
+                params![tool_id, v.tenant, v.name, v.created_at],
+            )?;
+            // No ON CONFLICT clause: an existing (tool, version) is an error,
+            // so a version's bytes and signature can never be replaced.
+            tx.execute(
+                "INSERT INTO versions (tool_id, version, sha256, signature, manifest, created_at, signature_sha256, retired_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![tool_id, v.version, v.sha256, signature, manifest, v.created_at, v.signature_sha256, v.retired_at],
+            )
+        })?;
         Ok(())
     }
 
-    fn secrets(&self) -> Result<Vec<(String, String)>, StoreError> {
+    fn retire_version(&self, tool_id: Uuid, version: u32, at: i64, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let changed = self.audited(audit, |tx| {
+            tx.execute(
+                "UPDATE versions SET retired_at = ?3 WHERE tool_id = ?1 AND version = ?2 AND retired_at IS NULL",
+                params![tool_id.to_string(), version, at],
+            )
+        })?;
+        Ok(changed == 1)
+    }
+
+    fn secrets(&self) -> Result<Vec<StoredSecret>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT id, value FROM secrets ORDER BY id")?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let mut stmt = conn.prepare("SELECT tenant, id, value FROM secrets ORDER BY tenant, id")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    fn put_secret(&self, id: &str, value: &str, at: i64) -> Result<(), StoreError> {
-        self.conn().execute(
-            "INSERT INTO secrets (id, value, updated_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT (id) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-            params![id, value, at],
-        )?;
+    fn put_secret(&self, tenant: &str, id: &str, value: &str, audit: &AuditEntry) -> Result<(), StoreError> {
+        self.audited(audit, |tx| {
+            tx.execute(
+                "INSERT INTO secrets (tenant, id, value, updated_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (tenant, id) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                params![tenant, id, value, audit.at],
+            )
+        })?;
         Ok(())
     }
 
-    fn delete_secret(&self, id: &str) -> Result<bool, StoreError> {
-        Ok(self.conn().execute("DELETE FROM secrets WHERE id = ?1", [id])? == 1)
+    fn delete_secret(&self, tenant: &str, id: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let deleted =
+            self.audited(audit, |tx| tx.execute("DELETE FROM secrets WHERE tenant = ?1 AND id = ?2", [tenant, id]))?;
+        Ok(deleted == 1)
     }
 
-    fn retire_version(&self, tool_id: Uuid, version: u32, at: i64) -> Result<bool, StoreError> {
-        let changed = self.conn().execute(
-            "UPDATE versions SET retired_at = ?3 WHERE tool_id = ?1 AND version = ?2 AND retired_at IS NULL",
-            params![tool_id.to_string(), version, at],
+    fn config(&self) -> Result<Vec<StoredConfig>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT tenant, tool, key, value FROM tool_config ORDER BY tenant, tool, key")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn put_config(&self, (tenant, tool, key, value): &StoredConfig, audit: &AuditEntry) -> Result<(), StoreError> {
+        self.audited(audit, |tx| {
+            tx.execute(
+                "INSERT INTO tool_config (tenant, tool, key, value, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (tenant, tool, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                params![tenant, tool, key, value, audit.at],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn delete_config(&self, tenant: &str, tool: &str, key: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let deleted = self.audited(audit, |tx| {
+            tx.execute("DELETE FROM tool_config WHERE tenant = ?1 AND tool = ?2 AND key = ?3", [tenant, tool, key])
+        })?;
+        Ok(deleted == 1)
+    }
+
+    fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt =
+            conn.prepare("SELECT name, public_enumeration, quotas, created_at FROM tenants ORDER BY name")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, bool>(1)?, r.get::<_, String>(2)?, r.get::<_, i64>(3)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (name, public_enumeration, quotas, created_at) = row?;
+            let quotas = serde_json::from_str(&quotas).map_err(|e| StoreError::Decode(format!("tenant {name}"), e))?;
+            out.push(TenantRecord { name, public_enumeration, quotas, created_at });
+        }
+        Ok(out)
+    }
+
+    fn put_tenant(&self, t: &TenantRecord, audit: &AuditEntry) -> Result<(), StoreError> {
+        let quotas = serde_json::to_string(&t.quotas).unwrap_or_default();
+        self.audited(audit, |tx| {
+            tx.execute(
+                "INSERT INTO tenants (name, public_enumeration, quotas, created_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (name) DO UPDATE SET public_enumeration = excluded.public_enumeration, quotas = excluded.quotas",
+                params![t.name, t.public_enumeration, quotas, t.created_at],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT id, tenant, role, key_sha256, label, created_at, revoked_at FROM api_keys ORDER BY created_at, id",
         )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                (r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?, r.get::<_, String>(2)?),
+                (r.get::<_, String>(3)?, r.get::<_, Option<String>>(4)?),
+                (r.get::<_, i64>(5)?, r.get::<_, Option<i64>>(6)?),
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let ((id, tenant, role), (key_sha256, label), (created_at, revoked_at)) = row?;
+            let role = Role::parse(&role).ok_or_else(|| decode_error(&format!("key {id}"), "unknown role"))?;
+            out.push(KeyRecord { id, tenant, role, key_sha256, label, created_at, revoked_at });
+        }
+        Ok(out)
+    }
+
+    fn insert_key(&self, k: &KeyRecord, audit: &AuditEntry) -> Result<(), StoreError> {
+        self.audited(audit, |tx| {
+            tx.execute(
+                "INSERT INTO api_keys (id, tenant, role, key_sha256, label, created_at, revoked_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![k.id, k.tenant, k.role.as_str(), k.key_sha256, k.label, k.created_at, k.revoked_at],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn revoke_key(&self, id: &str, at: i64, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let changed = self.audited(audit, |tx| {
+            tx.execute("UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL", params![id, at])
+        })?;
         Ok(changed == 1)
+    }
+
+    fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT seq, at, actor, tenant, action, target, sha256, detail FROM audit
+             WHERE (?1 IS NULL OR tenant = ?1) AND seq < ?2
+             ORDER BY seq DESC LIMIT ?3",
+        )?;
+        let before = query.before.unwrap_or(i64::MAX);
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        let rows = stmt.query_map(params![query.tenant, before, limit], |r| {
+            Ok(AuditEntry {
+                seq: r.get(0)?,
+                at: r.get(1)?,
+                actor: r.get(2)?,
+                tenant: r.get(3)?,
+                action: r.get(4)?,
+                target: r.get(5)?,
+                sha256: r.get(6)?,
+                detail: serde_json::from_str(&r.get::<_, String>(7)?).unwrap_or_default(),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 }
 
@@ -170,10 +391,12 @@ impl RegistryStore for SqliteStore {
 mod tests {
     use super::*;
     use crate::signature::Signature;
+    use crate::tenancy::{Principal, Quotas};
 
     fn version(tool_id: Uuid, n: u32) -> StoredVersion {
         StoredVersion {
             tool_id,
+            tenant: "default".into(),
             name: "echo".into(),
             version: n,
             sha256: format!("{n:064}"),
@@ -192,33 +415,117 @@ mod tests {
         }
     }
 
+    fn audit(action: &str) -> AuditEntry {
+        AuditEntry::new(&Principal::server("test"), Some("default"), action, "t")
+    }
+
     #[test]
     fn persists_versions_and_never_overwrites_one() {
         let dir = tempfile::tempdir().unwrap();
         let id = Uuid::new_v4();
         {
             let store = SqliteStore::open(dir.path()).unwrap();
-            store.insert_version(&version(id, 1)).unwrap();
-            store.insert_version(&version(id, 2)).unwrap();
+            store.insert_version(&version(id, 1), &audit("tool.deploy")).unwrap();
+            store.insert_version(&version(id, 2), &audit("tool.deploy")).unwrap();
             let mut changed = version(id, 1);
             changed.sha256 = "f".repeat(64);
-            assert!(store.insert_version(&changed).is_err());
+            assert!(store.insert_version(&changed, &audit("tool.deploy")).is_err());
         }
         let reopened = SqliteStore::open(dir.path()).unwrap();
         let versions = reopened.versions().unwrap();
         assert_eq!(versions, vec![version(id, 1), version(id, 2)]);
 
-        assert!(reopened.retire_version(id, 1, 1_800_000_000).unwrap());
-        assert!(!reopened.retire_version(id, 1, 1_900_000_000).unwrap(), "retiring twice changes nothing");
-        assert!(!reopened.retire_version(id, 7, 1_800_000_000).unwrap());
+        assert!(reopened.retire_version(id, 1, 1_800_000_000, &audit("tool.retire")).unwrap());
+        assert!(!reopened.retire_version(id, 1, 1_900_000_000, &audit("tool.retire")).unwrap());
+        assert!(!reopened.retire_version(id, 7, 1_800_000_000, &audit("tool.retire")).unwrap());
         let versions = reopened.versions().unwrap();
         assert_eq!(versions[0].retired_at, Some(1_800_000_000));
-
-        reopened.put_secret("api-key", "one", 1).unwrap();
-        reopened.put_secret("api-key", "two", 2).unwrap();
-        assert_eq!(reopened.secrets().unwrap(), [("api-key".to_string(), "two".to_string())]);
-        assert!(reopened.delete_secret("api-key").unwrap());
-        assert!(!reopened.delete_secret("api-key").unwrap());
         assert_eq!(versions[1].retired_at, None);
+
+        reopened.put_secret("default", "api-key", "one", &audit("secret.put")).unwrap();
+        reopened.put_secret("default", "api-key", "two", &audit("secret.put")).unwrap();
+        assert_eq!(reopened.secrets().unwrap(), [("default".into(), "api-key".into(), "two".into())]);
+        assert!(reopened.delete_secret("default", "api-key", &audit("secret.delete")).unwrap());
+        assert!(!reopened.delete_secret("default", "api-key", &audit("secret.delete")).unwrap());
+    }
+
+    #[test]
+    fn the_same_tool_name_lives_in_two_tenants_but_not_twice_in_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let acme =
+            TenantRecord { name: "acme".into(), public_enumeration: false, quotas: Quotas::default(), created_at: 1 };
+        store.put_tenant(&acme, &audit("tenant.create")).unwrap();
+        store.insert_version(&version(Uuid::new_v4(), 1), &audit("tool.deploy")).unwrap();
+        let mut other = version(Uuid::new_v4(), 1);
+        other.tenant = "acme".into();
+        store.insert_version(&other, &audit("tool.deploy")).unwrap();
+        let clash = version(Uuid::new_v4(), 1);
+        assert!(store.insert_version(&clash, &audit("tool.deploy")).is_err());
+        let mut unknown = version(Uuid::new_v4(), 1);
+        unknown.tenant = "nobody".into();
+        assert!(store.insert_version(&unknown, &audit("tool.deploy")).is_err(), "a tool needs an existing tenant");
+        let tenants: Vec<String> = store.tenants().unwrap().into_iter().map(|t| t.name).collect();
+        assert_eq!(tenants, ["acme", "default"]);
+    }
+
+    #[test]
+    fn a_failed_change_leaves_no_audit_entry_and_the_log_cannot_be_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let id = Uuid::new_v4();
+        store.insert_version(&version(id, 1), &audit("tool.deploy")).unwrap();
+        assert!(store.insert_version(&version(id, 1), &audit("tool.deploy")).is_err());
+        let entries = store.audit(&AuditQuery { limit: 10, ..Default::default() }).unwrap();
+        assert_eq!(entries.len(), 1, "the refused insert wrote no entry");
+        let conn = store.conn();
+        let err = conn.execute("DELETE FROM audit", []).unwrap_err();
+        assert!(err.to_string().contains("append-only"), "{err}");
+        let err = conn.execute("UPDATE audit SET actor = 'someone else'", []).unwrap_err();
+        assert!(err.to_string().contains("append-only"), "{err}");
+    }
+
+    #[test]
+    fn audit_pages_newest_first_and_filters_by_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let acme =
+            TenantRecord { name: "acme".into(), public_enumeration: false, quotas: Quotas::default(), created_at: 1 };
+        store.put_tenant(&acme, &audit("tenant.create")).unwrap();
+        for i in 0..5 {
+            let tenant = if i % 2 == 0 { "acme" } else { "default" };
+            let entry = AuditEntry::new(&Principal::server("test"), Some(tenant), "secret.put", format!("s{i}"));
+            store.put_secret(tenant, &format!("s{i}"), "v", &entry).unwrap();
+        }
+        let first = store.audit(&AuditQuery { tenant: Some("acme".into()), before: None, limit: 2 }).unwrap();
+        assert_eq!(first.iter().map(|e| e.target.as_str()).collect::<Vec<_>>(), ["s4", "s2"]);
+        let next =
+            store.audit(&AuditQuery { tenant: Some("acme".into()), before: Some(first[1].seq), limit: 2 }).unwrap();
+        assert_eq!(next.iter().map(|e| e.target.as_str()).collect::<Vec<_>>(), ["s0"]);
+        assert_eq!(store.audit(&AuditQuery { limit: 100, ..Default::default() }).unwrap().len(), 6);
+    }
+
+    #[test]
+    fn a_database_from_before_tenants_moves_into_the_default_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let conn = Connection::open(dir.path().join("registry.sqlite3")).unwrap();
+            for migration in &MIGRATIONS[..3] {
+                conn.execute_batch(migration).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 3).unwrap();
+            conn.execute("INSERT INTO tools VALUES ('6f1c3f2e-8d4b-4a53-9c1e-2b7f0d1e5a90', 'echo', 1)", []).unwrap();
+            conn.execute(
+                "INSERT INTO versions (tool_id, version, sha256, signature, manifest, created_at)
+                 VALUES ('6f1c3f2e-8d4b-4a53-9c1e-2b7f0d1e5a90', 1, 'aa', ?1, '{}', 1)",
+                [serde_json::to_string(&version(Uuid::nil(), 1).signature).unwrap()],
+            )
+            .unwrap();
+            conn.execute("INSERT INTO secrets VALUES ('api-key', 'v', 1)", []).unwrap();
+        }
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let versions = store.versions().unwrap();
+        assert_eq!((versions[0].tenant.as_str(), versions[0].name.as_str()), ("default", "echo"));
+        assert_eq!(store.secrets().unwrap(), [("default".into(), "api-key".into(), "v".into())]);
     }
 }

@@ -1,0 +1,191 @@
+//! Who may call which endpoint, decided once for every route.
+//!
+//! Every route is registered with an [`Access`]; [`authorize`] runs before
+//! its handler and either answers `401`/`403`/`404` or hands the handler a
+//! [`Caller`]: the tenant the request is about and who is asking. The rules:
+//!
+//! 1. `401` when the key is missing, unknown or revoked — except for
+//!    enumeration of a tenant that made its enumeration public.
+//! 2. `404` when the route is about a tenant the key does not belong to, or
+//!    one that does not exist (the two are indistinguishable).
+//! 3. `403` when the key belongs to the tenant but its role is too low.
+//!
+//! Roles are ordered consumer < publisher < operator; each may do what the
+//! ones below it may.
+
+use super::{ApiError, AppState};
+use crate::tenancy::{DEFAULT_TENANT, Principal, Role};
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+/// What an endpoint needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Anyone (`/health`).
+    Open,
+    /// List and read the tenant's tools: a consumer key of the tenant, or
+    /// no key when the tenant's enumeration is public.
+    Enumerate,
+    /// Invoke the tenant's tools: a consumer key of the tenant.
+    Invoke,
+    /// Change the tenant's tools, secrets and config: a publisher key.
+    Publish,
+    /// Read the audit log: a publisher (its tenant's entries) or an
+    /// operator (all of them).
+    Audit,
+    /// Tenants, quotas and keys: an operator key.
+    Operate,
+}
+
+impl Access {
+    /// The lowest role that may call the endpoint; `None` for open ones.
+    pub fn least_role(self) -> Option<Role> {
+        match self {
+            Access::Open => None,
+            Access::Enumerate | Access::Invoke => Some(Role::Consumer),
+            Access::Publish | Access::Audit => Some(Role::Publisher),
+            Access::Operate => Some(Role::Operator),
+        }
+    }
+}
+
+/// Whether an endpoint is about one tenant (served under `/` for the default
+/// tenant and under `/t/{tenant}/` for every tenant) or about the server
+/// (served under `/` only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// One tenant's tools, secrets, config.
+    Tenant,
+    /// The whole server.
+    Server,
+}
+
+/// The request's tenant and who is asking; what handlers act on.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The tenant of the platform root the request came through.
+    pub tenant: String,
+    /// The key's principal; `None` only for open endpoints and public
+    /// enumeration.
+    pub principal: Option<Principal>,
+}
+
+impl Caller {
+    /// The principal of an endpoint that requires a key. Handlers behind
+    /// [`authorize`] with a role requirement always have one.
+    pub fn principal(&self) -> Result<&Principal, ApiError> {
+        self.principal.as_ref().ok_or_else(unauthorized)
+    }
+}
+
+/// The platform root a request came through, set by [`strip_tenant_root`].
+#[derive(Debug, Clone)]
+struct TenantRoot(Option<String>);
+
+/// Rewrites `/t/{tenant}/rest` to `/rest` and remembers the tenant, so that
+/// one set of routes serves every platform root. Runs before routing.
+pub fn strip_tenant_root(mut request: Request) -> Request {
+    let path = request.uri().path();
+    let root = path.strip_prefix("/t/").map(|rest| match rest.split_once('/') {
+        Some((tenant, tail)) => (tenant.to_string(), format!("/{tail}")),
+        None => (rest.to_string(), "/".to_string()),
+    });
+    let Some((tenant, tail)) = root else {
+        request.extensions_mut().insert(TenantRoot(None));
+        return request;
+    };
+    let path_and_query = match request.uri().query() {
+        Some(q) => format!("{tail}?{q}"),
+        None => tail,
+    };
+    let mut parts = request.uri().clone().into_parts();
+    match path_and_query.parse() {
+        Ok(pq) => parts.path_and_query = Some(pq),
+        Err(_) => parts.path_and_query = Some(axum::http::uri::PathAndQuery::from_static("/t/invalid")),
+    }
+    if let Ok(uri) = axum::http::Uri::from_parts(parts) {
+        *request.uri_mut() = uri;
+    }
+    request.extensions_mut().insert(TenantRoot(Some(tenant)));
+    request
+}
+
+/// The bearer token of a request, if it has one.
+fn bearer(request: &Request) -> Option<&str> {
+    let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
+}
+
+fn unauthorized() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "a valid API key is required: send Authorization: Bearer <key>",
+    )
+}
+
+fn no_such_tenant(tenant: &str) -> ApiError {
+    ApiError::not_found(format!("there is no tenant `{tenant}` this key may use"))
+}
+
+/// The access decision for one request to an endpoint with `access` and
+/// `scope`; see the module docs for the rules.
+pub async fn authorize(access: Access, scope: Scope, mut request: Request, next: Next) -> Response {
+    // Put there by `super::router`, before routing.
+    let Some(host) = request.extensions().get::<AppState>().cloned() else {
+        return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the server is misconfigured")
+            .into_response();
+    };
+    let root = request.extensions().get::<TenantRoot>().and_then(|r| r.0.clone());
+    if scope == Scope::Server && root.is_some() {
+        return super::no_such_endpoint().into_response();
+    }
+    let tenant = root.unwrap_or_else(|| DEFAULT_TENANT.to_string());
+    let presented = bearer(&request).map(str::to_string);
+    let principal = presented.as_deref().and_then(|key| host.authenticate(key));
+    let decision = decide(&host, access, scope, &tenant, presented.is_some(), principal.as_ref());
+    if let Err(error) = decision {
+        let invalid = error.status() == StatusCode::UNAUTHORIZED && presented.is_some();
+        let mut response = error.into_response();
+        if response.status() == StatusCode::UNAUTHORIZED {
+            let challenge = if invalid { "Bearer error=\"invalid_token\"" } else { "Bearer" };
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+        }
+        return response;
+    }
+    request.extensions_mut().insert(Caller { tenant, principal });
+    next.run(request).await
+}
+
+fn decide(
+    host: &AppState,
+    access: Access,
+    scope: Scope,
+    tenant: &str,
+    key_presented: bool,
+    principal: Option<&Principal>,
+) -> Result<(), ApiError> {
+    let Some(least) = access.least_role() else { return Ok(()) };
+    let Some(principal) = principal else {
+        // A bad key is refused even where no key is needed: a client that
+        // sends one expects it to count.
+        let public = access == Access::Enumerate
+            && !key_presented
+            && host.tenant(tenant).is_some_and(|t| t.record.public_enumeration);
+        return if public { Ok(()) } else { Err(unauthorized()) };
+    };
+    if scope == Scope::Tenant && (!principal.sees(tenant) || host.tenant(tenant).is_none()) {
+        return Err(no_such_tenant(tenant));
+    }
+    if principal.role < least {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("a {} key may not do this; it needs a {} key", principal.role.as_str(), least.as_str()),
+        ));
+    }
+    Ok(())
+}
