@@ -667,14 +667,13 @@ impl ToolHost {
         Ok(new)
     }
 
-    /// Revokes a key: it stops working with the next request. `within`
-    /// limits which keys may be revoked to one tenant's (`None`: any).
-    pub fn revoke_key(&self, actor: &Principal, id: &str, within: Option<&str>) -> Result<KeyRecord, ChangeError> {
-        let not_found = || ChangeError::NotFound(format!("there is no key `{id}`"));
-        let record = self.keys.get(id).map(|k| k.clone()).ok_or_else(not_found)?;
-        if within.is_some_and(|t| record.tenant.as_deref() != Some(t)) {
-            return Err(not_found());
-        }
+    /// Revokes a key: it stops working with the next request.
+    pub fn revoke_key(&self, actor: &Principal, id: &str) -> Result<KeyRecord, ChangeError> {
+        let record = self
+            .keys
+            .get(id)
+            .map(|k| k.clone())
+            .ok_or_else(|| ChangeError::NotFound(format!("there is no key `{id}`")))?;
         let at = unix_now();
         let audit = AuditEntry::new(actor, record.tenant.as_deref(), "key.revoke", id)
             .detail(serde_json::json!({ "role": record.role.as_str() }));
@@ -859,4 +858,3 @@ impl Drop for ToolHost {
         }
     }
 }
-

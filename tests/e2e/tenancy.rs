@@ -683,3 +683,21 @@ fn the_tenant_and_key_commands_drive_a_server() {
     assert_eq!(code, 2);
     assert!(err.contains("needs a `tenant`"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenants_deadline_ceiling_bounds_its_tools_only() {
+    let server = Server::start(&[]);
+    server.create_tenant("tight", json!({ "maxDeadlineMs": 300 })).await;
+    let (status, tight) = server.deploy_as(TOKEN, "tight", fixture("slow_sleep.wasm")).await;
+    assert_eq!(status, 201, "{tight}");
+    let (status, roomy) = server.deploy_as(TOKEN, "default", fixture("slow_sleep.wasm")).await;
+    assert_eq!(status, 201, "{roomy}");
+    let sleep = invocation("slow_sleep", &[("millis", json!(800))]);
+    let path = |tenant: &str, tool: &Value| format!("/t/{tenant}/tools/{}:invoke", tool["toolId"].as_str().unwrap());
+
+    // The tool asks for 1.5 s; its tenant allows 300 ms.
+    let (status, body) = server.call_as(Some(TOKEN), Method::POST, &path("tight", &tight), Some(&sleep)).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (504, Some("tool_timeout")), "{body}");
+    let (status, body) = server.call_as(Some(TOKEN), Method::POST, &path("default", &roomy), Some(&sleep)).await;
+    assert_eq!(status, 200, "the same tool in a tenant with the default ceiling: {body}");
+}

@@ -92,7 +92,6 @@ async fn deploy(
             expect_version = Some(n);
         }
     }
-    // Read no more than the tenant may deploy.
     let quota = host.tenant(&caller.tenant).map_or(0, |t| t.record.quotas.max_component_bytes);
     let limit = usize::try_from(quota).unwrap_or(usize::MAX).min(MAX_COMPONENT_BYTES);
     let too_large = || {
@@ -103,10 +102,10 @@ async fn deploy(
         )
     };
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
+    if declared.is_some_and(|n| n > MAX_COMPONENT_BYTES as u64) {
         return Err(too_large());
     }
-    let body = axum::body::to_bytes(request.into_body(), limit).await.map_err(|_| too_large())?;
+    let body = read_within(request.into_body(), limit).await?.ok_or_else(too_large)?;
     let principal = caller.principal()?.clone();
     let tenant = caller.tenant.clone();
     // Compiling is CPU-bound: keep it off the request threads.
@@ -152,6 +151,28 @@ async fn retire(
     let current = host.tool(&caller.tenant, &tool_id).and_then(|t| t.current()).map(|v| v.number);
     Ok(axum::Json(json!({ "toolId": tool_id, "version": version, "retired": true, "currentVersion": current }))
         .into_response())
+}
+
+/// The body if it is at most `limit` bytes; `None` if it is larger. Only
+/// `limit` bytes are ever held: the rest of an oversized body (up to
+/// [`MAX_COMPONENT_BYTES`]) is read and dropped, so the client, still
+/// sending, gets the `413` rather than a reset connection.
+async fn read_within(mut body: axum::body::Body, limit: usize) -> Result<Option<Bytes>, ApiError> {
+    use http_body_util::BodyExt;
+    let unreadable = || ApiError::bad_request("invalid_request", "the request body could not be read");
+    let mut kept = Vec::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(|_| unreadable())?.into_data() else { continue };
+        total = total.saturating_add(data.len());
+        if total > MAX_COMPONENT_BYTES {
+            return Ok(None);
+        }
+        if total <= limit {
+            kept.extend_from_slice(&data);
+        }
+    }
+    Ok((total <= limit).then(|| Bytes::from(kept)))
 }
 
 /// A secret id, a tool name or a config key: 1 to 128 lowercase letters,
@@ -345,7 +366,7 @@ async fn revoke_key(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let record = host.revoke_key(caller.principal()?, &id, None)?;
+    let record = host.revoke_key(caller.principal()?, &id)?;
     Ok(axum::Json(key_json(&record)).into_response())
 }
 
