@@ -5,13 +5,14 @@
 //! component, enumerate tools, invoke a version. Validation, limits and
 //! storage happen here, so every protocol gets them the same way.
 
+use crate::idempotency::{CallLedger, Claim, Ticket};
 use crate::invocation::{self, InputError, OutputError, OutputLimits, ToolResult};
 use crate::package::{PackageError, ToolPackage};
 use crate::registry::{Registry, Tool, ToolVersion};
 use crate::runtime::outbound::{OutboundLimits, OutboundPolicy};
 use crate::runtime::{self, CallError, CallSetup, LoadError, LogBudget, LogLabels, Redactor, Runtime, RuntimeConfig};
 use crate::signature::SignatureDiff;
-use crate::store::{BlobStore, RegistryStore, SqliteStore, StoreError, StoredVersion};
+use crate::store::{BlobStore, CallKey, RegistryStore, SqliteStore, StoreError, StoredVersion};
 use crate::tenancy::{
     self, AuditEntry, AuditQuery, KeyRecord, NewKey, Principal, Quotas, Role, TenantRecord, unix_now,
 };
@@ -42,7 +43,12 @@ pub struct HostOptions {
     pub limits: HostLimits,
     /// Threads that run tools (apart from the threads serving HTTP).
     pub tool_threads: usize,
+    /// How long a call id's response is kept for retries.
+    pub call_retention: Duration,
 }
+
+/// How long call ids are remembered unless the operator says otherwise.
+pub const DEFAULT_CALL_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// Operator limits the core enforces around each invocation.
 #[derive(Debug, Clone)]
@@ -206,6 +212,36 @@ pub enum InvokeError {
     },
 }
 
+impl InvokeError {
+    /// Whether the tool ran (or began to): the call may have taken effect.
+    pub fn tool_ran(&self) -> bool {
+        match self {
+            InvokeError::Call(CallError::Busy) => false,
+            InvokeError::Call(_) | InvokeError::Output(_) | InvokeError::OutboundDenied(_) => true,
+            InvokeError::UnknownTool(_)
+            | InvokeError::UnknownVersion { .. }
+            | InvokeError::Input(_)
+            | InvokeError::Retired(_)
+            | InvokeError::Busy(_)
+            | InvokeError::RateLimited { .. } => false,
+        }
+    }
+}
+
+/// One invocation as the core runs it, whichever front door it came through.
+#[derive(Debug)]
+pub struct Call {
+    /// The `input` record, built against the version's signature
+    /// ([`invocation::input_record`]).
+    pub input: wasmtime::component::Val,
+    /// The call's id, for the logs.
+    pub call_id: String,
+    /// Secrets the caller supplied for this call only. They are never stored
+    /// and win over the tenant's stored secrets of the same id; ids the
+    /// version does not declare are ignored.
+    pub secrets: BTreeMap<String, String>,
+}
+
 /// A tenant and what enforces its quotas. Replaced whole when its settings
 /// change: calls already running keep the permits they hold.
 pub struct Tenant {
@@ -255,6 +291,8 @@ pub struct ToolHost {
     secrets: dashmap::DashMap<(String, String), String>,
     /// The threads tools run on (a runtime of its own; see `invoke`).
     executor: Option<tokio::runtime::Runtime>,
+    /// Call ids claimed for idempotent calls.
+    calls: CallLedger,
     /// Serializes the registry-changing step of deploys and retirements, so
     /// version numbers are assigned without races. Compilation happens
     /// before it is taken.
@@ -294,6 +332,7 @@ impl ToolHost {
                     .enable_all()
                     .build()?,
             ),
+            calls: CallLedger::new(options.call_retention),
             changes: std::sync::Mutex::new(()),
         };
         for record in host.store.tenants()? {
@@ -546,18 +585,6 @@ impl ToolHost {
         values
     }
 
-    /// Secrets a tool declares that its tenant has not set.
-    pub fn missing_secrets(&self, tool: &Tool) -> Vec<String> {
-        let Some(version) = tool.current() else { return Vec::new() };
-        version
-            .manifest
-            .secrets
-            .iter()
-            .filter(|id| !self.secrets.contains_key(&(tool.tenant.clone(), (*id).clone())))
-            .cloned()
-            .collect()
-    }
-
     /// Config keys a tool requires that neither its tenant, the operator nor
     /// a default supplies (reported at start so they can be fixed).
     pub fn missing_config(&self, tool: &Tool) -> Vec<String> {
@@ -723,25 +750,15 @@ impl ToolHost {
         self.store.audit(query)
     }
 
-    /// Invokes a version (the current one when `version` is `None`) with an
-    /// A2T invocation body. Returns the version that ran and its result.
-    ///
-    /// The call counts against the tenant's rate and concurrency quotas.
-    pub async fn invoke(
-        self: &Arc<Self>,
+    /// The version of a tenant's tool a call means: `version`, or the current
+    /// one when it is `None`. Retired versions are refused.
+    pub fn resolve(
+        &self,
         tenant: &str,
         tool_id: &str,
         version: Option<u32>,
-        body: &serde_json::Value,
-        call_id: &str,
-    ) -> Result<(u32, ToolResult), InvokeError> {
+    ) -> Result<(Arc<Tool>, Arc<ToolVersion>), InvokeError> {
         let tool = self.tool(tenant, tool_id).ok_or_else(|| InvokeError::UnknownTool(tool_id.to_string()))?;
-        let quota = self.tenant(tenant).ok_or_else(|| InvokeError::UnknownTool(tool_id.to_string()))?;
-        if let Err(not_until) = quota.rate.check() {
-            let retry_after =
-                not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
-            return Err(InvokeError::RateLimited { tenant: tenant.to_string(), retry_after });
-        }
         let version = match version {
             None => tool
                 .current()
@@ -754,20 +771,82 @@ impl ToolHost {
                 version
             }
         };
-        let span = tracing::info_span!("invoke", tenant, tool = %tool.name, version = version.number, call_id);
-        let number = version.number;
-        let (this, body, call_id) = (self.clone(), body.clone(), call_id.to_string());
-        let task = async move { this.run(&quota, &tool, &version, &body, &call_id).instrument(span).await };
+        Ok((tool, version))
+    }
+
+    /// Runs one call of a resolved version and returns its result.
+    ///
+    /// The call counts against the tenant's rate and concurrency quotas.
+    pub async fn invoke(
+        self: &Arc<Self>,
+        tool: Arc<Tool>,
+        version: Arc<ToolVersion>,
+        call: Call,
+    ) -> Result<ToolResult, InvokeError> {
+        let tenant = tool.tenant.clone();
+        let quota = self.tenant(&tenant).ok_or_else(|| InvokeError::UnknownTool(tool.id.to_string()))?;
+        if let Err(not_until) = quota.rate.check() {
+            let retry_after =
+                not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
+            return Err(InvokeError::RateLimited { tenant, retry_after });
+        }
+        let span =
+            tracing::info_span!("invoke", tenant, tool = %tool.name, version = version.number, call_id = call.call_id);
+        let this = self.clone();
+        let task = async move { this.run(&quota, &tool, &version, call).instrument(span).await };
         // Tools run on their own threads, never on the ones serving HTTP: a
         // tool burning CPU can slow other tools, but not the host's answers.
-        let result = match &self.executor {
+        match &self.executor {
             Some(executor) => executor
                 .spawn(task)
                 .await
-                .map_err(|_| InvokeError::Call(CallError::Trapped("the invocation was interrupted".into())))??,
-            None => task.await?,
-        };
-        Ok((number, result))
+                .map_err(|_| InvokeError::Call(CallError::Trapped("the invocation was interrupted".into())))?,
+            None => task.await,
+        }
+    }
+
+    /// Secrets `version` declares that neither the caller supplied nor its
+    /// tenant stored.
+    pub fn missing_secrets(
+        &self,
+        tool: &Tool,
+        version: &ToolVersion,
+        supplied: &BTreeMap<String, String>,
+    ) -> Vec<String> {
+        version
+            .manifest
+            .secrets
+            .iter()
+            .filter(|id| {
+                !supplied.contains_key(*id) && !self.secrets.contains_key(&(tool.tenant.clone(), (*id).clone()))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Claims a call id for one execution (see [`crate::idempotency`]).
+    pub async fn claim_call(&self, key: &CallKey, request_sha256: &str) -> Result<Claim, StoreError> {
+        self.calls.claim(&*self.store, key, request_sha256).await
+    }
+
+    /// Settles a claimed call: records its response, or (`None`: the tool
+    /// never ran) releases the call id.
+    pub fn settle_call(&self, ticket: Ticket, response: Option<&str>) -> Result<(), StoreError> {
+        match response {
+            Some(response) => ticket.record(&*self.store, response),
+            None => ticket.release(&*self.store),
+        }
+    }
+
+    /// How long call ids are remembered.
+    pub fn call_retention(&self) -> Duration {
+        self.calls.retention()
+    }
+
+    /// Whether the host can run tools: its store answers and the threads
+    /// that run tools are up.
+    pub fn can_run_tools(&self) -> bool {
+        self.executor.is_some() && self.store.ping().is_ok()
     }
 
     async fn run(
@@ -775,10 +854,8 @@ impl ToolHost {
         tenant: &Tenant,
         tool: &Tool,
         version: &ToolVersion,
-        body: &serde_json::Value,
-        call_id: &str,
+        call: Call,
     ) -> Result<ToolResult, InvokeError> {
-        let input = invocation::input_value(&version.signature, body)?;
         // Refuse at once rather than queue: a tool that floods its slots must
         // not make its own callers, or anyone else's, wait without bound.
         let _tenant_slot = tenant.running.clone().try_acquire_owned().map_err(|_| {
@@ -808,18 +885,24 @@ impl ToolHost {
             max_memory_bytes: usize::try_from(memory_mib).unwrap_or(usize::MAX).saturating_mul(1 << 20),
             outbound,
             config,
-            log: LogLabels { tool: tool.name.clone(), version: version.number, call_id: call_id.to_string() },
+            log: LogLabels { tool: tool.name.clone(), version: version.number, call_id: call.call_id },
             secrets: version
                 .manifest
                 .secrets
                 .iter()
-                .filter_map(|id| Some((id.clone(), self.secrets.get(&(tool.tenant.clone(), id.clone()))?.clone())))
+                .filter_map(|id| {
+                    let value = match call.secrets.get(id) {
+                        Some(supplied) => supplied.clone(),
+                        None => self.secrets.get(&(tool.tenant.clone(), id.clone()))?.clone(),
+                    };
+                    Some((id.clone(), value))
+                })
                 .collect(),
             log_budget: self.log_budgets.entry(tool.id).or_default().clone(),
         };
         let redactor = Redactor::new(setup.secrets.values().cloned());
         let started = std::time::Instant::now();
-        let result = self.runtime.call(&version.component, input, setup).await;
+        let result = self.runtime.call(&version.component, call.input, setup).await;
         let elapsed_us = started.elapsed().as_micros() as u64;
         match &result {
             Ok(_) => tracing::debug!(elapsed_us, "tool returned"),

@@ -1,7 +1,9 @@
 //! Invocation values: JSON in, component values through, JSON out.
 //!
-//! [`input_value`] validates an A2T invocation against the [`Signature`]
-//! before any tool code runs and builds the `input` record; [`read_result`]
+//! [`input_record`] validates named input values against the [`Signature`]
+//! before any tool code runs and builds the `input` record (every front door
+//! turns its request into those named values; [`input_value`] does it for
+//! A2T); [`read_result`]
 //! turns the tool's `result<output, tool-error>` back into named JSON
 //! outputs, checking them against the signature on the way.
 
@@ -131,6 +133,14 @@ fn invalid(what: String) -> OutputError {
 /// Validates an A2T invocation body against the signature and builds the
 /// `input` record. No coercion: `"5"` is not an int, `1` is not a boolean.
 pub fn input_value(signature: &Signature, body: &Value) -> Result<Val, InputError> {
+    let arguments = a2t_arguments(signature, body)?;
+    // `input_record` reports at least one error when it fails.
+    input_record(signature, &arguments).map_err(|mut errors| errors.swap_remove(0))
+}
+
+/// The named values of an A2T invocation body (`name` and
+/// `input_parameters`), checked for shape but not against the parameters.
+pub fn a2t_arguments<'a>(signature: &Signature, body: &'a Value) -> Result<Vec<(&'a str, &'a Value)>, InputError> {
     let Some(body) = body.as_object() else {
         return Err(refuse(
             "invalid_request",
@@ -156,7 +166,7 @@ pub fn input_value(signature: &Signature, body: &Value) -> Result<Val, InputErro
         }
     }
     let params = match body.get("input_parameters") {
-        None | Some(Value::Null) => &Vec::new(),
+        None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(params)) => params,
         Some(_) => {
             return Err(refuse(
@@ -166,8 +176,7 @@ pub fn input_value(signature: &Signature, body: &Value) -> Result<Val, InputErro
             ));
         }
     };
-
-    let mut given: Vec<(&str, &Value)> = Vec::with_capacity(params.len());
+    let mut arguments: Vec<(&str, &Value)> = Vec::with_capacity(params.len());
     let mut seen = HashSet::new();
     for param in params {
         let (Some(Value::String(name)), Some(value)) = (param.get("name"), param.get("value")) else {
@@ -177,44 +186,58 @@ pub fn input_value(signature: &Signature, body: &Value) -> Result<Val, InputErro
                 "each input parameter must be an object with `name` and `value`".into(),
             ));
         };
-        if signature.input(name).is_none() {
-            let known: Vec<&str> = signature.inputs.iter().map(|p| p.name.as_str()).collect();
-            return Err(refuse(
-                "unknown_parameter",
-                Some(name),
-                format!("`{}` has no parameter `{name}`; its parameters are: {}", signature.name, known.join(", ")),
-            ));
-        }
-        if !seen.insert(name.as_str()) {
+        if !seen.insert(name.as_str()) && signature.input(name).is_some() {
             return Err(refuse(
                 "duplicate_parameter",
                 Some(name),
                 format!("parameter `{name}` is given more than once"),
             ));
         }
-        given.push((name, value));
+        arguments.push((name, value));
     }
+    Ok(arguments)
+}
 
+/// Unknown parameters named in one refusal, at most.
+const MAX_UNKNOWN_REPORTED: usize = 16;
+
+/// Checks named values against the signature and builds the `input` record,
+/// reporting every parameter that is unknown, missing or invalid (unknown
+/// ones first, in the order given; then the rest in signature order). A
+/// `null` value is the same as leaving an optional parameter out.
+pub fn input_record(signature: &Signature, arguments: &[(&str, &Value)]) -> Result<Val, Vec<InputError>> {
+    let mut errors = Vec::new();
+    let mut unknown = HashSet::new();
+    for (name, _) in arguments {
+        // A handful names the mistake; thousands would only make the answer huge.
+        if signature.input(name).is_none() && unknown.len() < MAX_UNKNOWN_REPORTED && unknown.insert(*name) {
+            let known: Vec<&str> = signature.inputs.iter().map(|p| p.name.as_str()).collect();
+            errors.push(refuse(
+                "unknown_parameter",
+                Some(name),
+                format!("`{}` has no parameter `{name}`; its parameters are: {}", signature.name, known.join(", ")),
+            ));
+        }
+    }
     let mut fields = Vec::with_capacity(signature.inputs.len());
     for param in &signature.inputs {
-        let value = given.iter().find(|(n, _)| *n == param.name).map(|(_, v)| *v).filter(|v| !v.is_null());
+        let value = arguments.iter().find(|(n, _)| *n == param.name).map(|(_, v)| *v).filter(|v| !v.is_null());
         let field = match (value, param.required) {
-            (None, true) => {
-                return Err(refuse(
-                    "missing_parameter",
-                    Some(&param.name),
-                    format!("parameter `{}` is required: {}", param.name, param.description),
-                ));
-            }
-            (None, false) => Val::Option(None),
-            (Some(value), required) => {
-                let val = scalar(&param.name, &param.ty, value)?;
-                if required { val } else { Val::Option(Some(Box::new(val))) }
-            }
+            (None, true) => Err(refuse(
+                "missing_parameter",
+                Some(&param.name),
+                format!("parameter `{}` is required: {}", param.name, param.description),
+            )),
+            (None, false) => Ok(Val::Option(None)),
+            (Some(value), required) => scalar(&param.name, &param.ty, value)
+                .map(|val| if required { val } else { Val::Option(Some(Box::new(val))) }),
         };
-        fields.push((param.field.clone(), field));
+        match field {
+            Ok(val) => fields.push((param.field.clone(), val)),
+            Err(e) => errors.push(e),
+        }
     }
-    Ok(Val::Record(fields))
+    if errors.is_empty() { Ok(Val::Record(fields)) } else { Err(errors) }
 }
 
 fn scalar(name: &str, ty: &InputType, value: &Value) -> Result<Val, InputError> {
@@ -576,6 +599,23 @@ mod tests {
             assert_eq!(input_value(&signature(), &body).unwrap_err().code, "invalid_request", "{body}");
         }
         assert_eq!(invoke(json!([{"value": 1}])).unwrap_err().code, "invalid_request");
+    }
+
+    #[test]
+    fn reports_every_bad_parameter_at_once() {
+        let (seat, five, luxury) = (json!(1), json!("5"), json!("LUXURY"));
+        let arguments = [("seat", &seat), ("passengers", &five), ("cabin", &luxury)];
+        let errors = input_record(&signature(), &arguments).unwrap_err();
+        let found: Vec<_> = errors.iter().map(|e| (e.parameter.as_deref().unwrap(), e.code)).collect();
+        assert_eq!(
+            found,
+            [
+                ("seat", "unknown_parameter"),
+                ("flight_number", "missing_parameter"),
+                ("passengers", "invalid_type"),
+                ("cabin", "invalid_enum_value"),
+            ]
+        );
     }
 
     #[test]

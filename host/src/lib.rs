@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod host;
+pub mod idempotency;
 pub mod invocation;
 pub mod manifest;
 pub mod package;

@@ -266,6 +266,11 @@ struct ServeArgs {
     /// the cores, at least 4).
     #[arg(long, env = "PLINTH_TOOL_THREADS")]
     tool_threads: Option<usize>,
+    /// How long a call id's response is kept, in hours: an OTC retry with
+    /// the same `call_id` within it gets the recorded response and the tool
+    /// does not run again.
+    #[arg(long, env = "PLINTH_CALL_RETENTION_HOURS", default_value_t = 24)]
+    call_retention_hours: u64,
     /// How instance memory is allocated.
     #[arg(long, env = "PLINTH_ALLOCATOR", value_enum, default_value_t = Allocator::Pooling)]
     allocator: Allocator,
@@ -393,6 +398,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tool_threads: args
             .tool_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get() * 2).max(4)),
+        call_retention: Duration::from_secs(args.call_retention_hours.max(1).saturating_mul(3600)),
         limits: HostLimits {
             max_concurrency_per_tool: args.max_concurrency_per_tool.max(1),
             outbound: Arc::new(OutboundLimits {
@@ -424,7 +430,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if !missing.is_empty() {
             tracing::warn!(tenant = tool.tenant, tool = tool.name, keys = ?missing, "required config is not set: PUT /t/{}/admin/config/{}/KEY", tool.tenant, tool.name);
         }
-        let missing = host.missing_secrets(tool);
+        let missing = tool.current().map(|v| host.missing_secrets(tool, &v, &Default::default())).unwrap_or_default();
         if !missing.is_empty() {
             tracing::warn!(tenant = tool.tenant, tool = tool.name, secrets = ?missing, "declared secrets are not set: PUT /t/{}/admin/secrets/ID", tool.tenant);
         }

@@ -24,6 +24,10 @@ pub struct ToolManifest {
     /// A2T tags, for filtering the enumeration.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// The Open Tool Calling toolkit the tool belongs to (`Travel` in
+    /// `Travel.BookFlight@1.0.0`); by default its tenant's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toolkit: Option<String>,
     /// A2T `img`: a URL of an image for the tool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub img: Option<String>,
@@ -107,6 +111,9 @@ pub enum ManifestError {
     /// The embedded manifest section is not valid.
     #[error("the `{SECTION_NAME}` section is not a valid manifest: {0}")]
     Section(#[from] serde_json::Error),
+    /// A toolkit name OTC cannot carry.
+    #[error("toolkit `{0}`: use 1 to 64 ASCII letters, digits or `_`")]
+    Toolkit(String),
     /// A secret id with characters outside `[a-z0-9._-]`.
     #[error("secret id `{0}`: use 1 to 128 lowercase letters, digits, `.`, `_` or `-`")]
     SecretId(String),
@@ -142,6 +149,11 @@ impl ToolManifest {
     }
 
     fn check(&self) -> Result<(), ManifestError> {
+        if let Some(toolkit) = &self.toolkit
+            && !is_toolkit_name(toolkit)
+        {
+            return Err(ManifestError::Toolkit(toolkit.clone()));
+        }
         for entry in &self.allowed_hosts {
             HostPattern::parse(entry)?;
         }
@@ -158,6 +170,11 @@ impl ToolManifest {
         // Entries were checked when the manifest was parsed.
         self.allowed_hosts.iter().filter_map(|e| HostPattern::parse(e).ok()).collect()
     }
+}
+
+/// A valid OTC toolkit name: 1 to 64 of `[A-Za-z0-9_]`.
+pub fn is_toolkit_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// A valid secret id: 1 to 128 of `[a-z0-9._-]`.
@@ -286,6 +303,10 @@ mod tests {
         let err = ToolManifest::from_toml("tagz = []").unwrap_err().to_string();
         assert!(err.contains("unknown field `tagz`"), "{err}");
         assert!(ToolManifest::from_toml("secrets = ['Api Key']").is_err());
+        assert_eq!(ToolManifest::from_toml("toolkit = 'Travel_2'").unwrap().toolkit.as_deref(), Some("Travel_2"));
+        for bad in ["''", "'Acme.Travel'", "'acme-travel'", &format!("'{}'", "x".repeat(65))] {
+            assert!(ToolManifest::from_toml(&format!("toolkit = {bad}")).is_err(), "{bad}");
+        }
         assert_eq!(ToolManifest::from_toml("secrets = ['api-key']").unwrap().secrets, ["api-key"]);
         for bad in ["https://api.example.com", "api.example.com:99999", "a.*.com", "*.", "${config.}"] {
             let toml = format!("allowed-hosts = [{bad:?}]");

@@ -40,6 +40,9 @@ pub struct ToolVersion {
     /// the fields that can change (currentVersion, retirement) are filled in
     /// per answer.
     pub a2t_view: std::sync::OnceLock<serde_json::Value>,
+    /// The OTC `ToolDefinition` of this version, built once by the OTC front
+    /// door (its `requirements` are added per answer).
+    pub otc_view: std::sync::OnceLock<serde_json::Value>,
 }
 
 impl ToolVersion {
@@ -57,6 +60,7 @@ impl ToolVersion {
             created_at: stored.created_at,
             retired_at: AtomicI64::new(stored.retired_at.unwrap_or(0)),
             a2t_view: Default::default(),
+            otc_view: Default::default(),
         }
     }
 

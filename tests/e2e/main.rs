@@ -4,6 +4,7 @@
 mod a2t;
 mod cli;
 mod deploy;
+mod otc;
 mod sandbox;
 mod soak;
 mod support;

@@ -40,6 +40,10 @@ fn decisions() -> BTreeMap<(&'static str, &'static str), (Access, Scope)> {
         (("POST", "/admin/keys"), (Operate, Server)),
         (("DELETE", "/admin/keys/{id}"), (Operate, Server)),
         (("GET", "/admin/audit"), (Audit, Server)),
+        (("GET", "/otc/health"), (Open, Tenant)),
+        (("GET", "/otc/tools"), (Enumerate, Tenant)),
+        (("POST", "/otc/tools/call"), (Invoke, Tenant)),
+        (("POST", "/otc/call"), (Invoke, Tenant)),
     ])
 }
 
@@ -69,8 +73,10 @@ fn expected(access: Access, scope: Scope, via_tenant_root: bool, root: &str, who
     if scope == Scope::Server && via_tenant_root {
         return Expect::NotFound;
     }
+    let exists = ["default", "acme", "public"].contains(&root);
     if access == Access::Open {
-        return Expect::Allowed;
+        // Open to all, but a platform root that names no tenant is not there.
+        return if scope == Scope::Tenant && !exists { Expect::NotFound } else { Expect::Allowed };
     }
     let public = root == "public";
     let (role, tenant) = match who {
@@ -80,7 +86,6 @@ fn expected(access: Access, scope: Scope, via_tenant_root: bool, root: &str, who
         Who::Publisher(t) => (2, Some(t)),
         Who::Operator => (3, None),
     };
-    let exists = ["default", "acme", "public"].contains(&root);
     if scope == Scope::Tenant && (!exists || tenant.is_some_and(|t| t != root)) {
         return Expect::NotFound;
     }
@@ -174,7 +179,8 @@ async fn every_route_answers_every_caller_as_decided() {
                 let response = request.send().await.unwrap();
                 let status = response.status().as_u16();
                 let body: Value = response.json().await.unwrap_or(Value::Null);
-                let message = body["error"]["message"].as_str().unwrap_or("");
+                // A2T errors nest `{"error": {"message"}}`; OTC's are flat.
+                let message = body["error"]["message"].as_str().or(body["message"].as_str()).unwrap_or("");
                 // A 404 from the access layer names the tenant or the
                 // endpoint; a handler's 404 names what it looked for.
                 let refused_404 =

@@ -7,7 +7,8 @@
 //! Choices where the draft is open are documented in `docs/a2t.md`.
 
 use super::{ApiError, AppState, Caller};
-use crate::invocation::ToolResult;
+use crate::host::Call;
+use crate::invocation::{self, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::{EnumValue, InputType, OutputType, Signature};
 use axum::Extension;
@@ -96,7 +97,7 @@ fn allowed_values(values: &[EnumValue]) -> Value {
 }
 
 /// Integer bounds as exact JSON numbers (u64::MAX and i64::MIN included).
-fn int_value(n: i128) -> Value {
+pub(super) fn int_value(n: i128) -> Value {
     if let Ok(n) = i64::try_from(n) {
         n.into()
     } else if let Ok(n) = u64::try_from(n) {
@@ -303,7 +304,7 @@ fn strip_invoke(segment: &str) -> Result<&str, ApiError> {
 }
 
 /// The body, or `413 request_too_large` past the configured limit.
-fn body_within_limit(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+pub(super) fn body_within_limit(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(
@@ -348,8 +349,12 @@ async fn invoke(
     find_tool(host, caller, tool_id)?;
     let body: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}")))?;
+    let (tool, version) = host.resolve(&caller.tenant, tool_id, version)?;
+    let input = invocation::input_value(&version.signature, &body)?;
     let call_id = uuid::Uuid::new_v4().to_string();
-    let (version, result) = host.invoke(&caller.tenant, tool_id, version, &body, &call_id).await?;
+    let number = version.number;
+    let call = Call { input, call_id: call_id.clone(), secrets: Default::default() };
+    let result = host.invoke(tool, version, call).await?;
     let mut response = match result {
         ToolResult::Outputs(outputs) => axum::Json(json!({ "output_parameters": outputs })).into_response(),
         ToolResult::Failed(error) => ApiError::from(error).into_response(),
@@ -357,6 +362,6 @@ async fn invoke(
     if let Ok(value) = HeaderValue::from_str(&call_id) {
         response.headers_mut().insert("plinth-call-id", value);
     }
-    response.headers_mut().insert("plinth-tool-version", HeaderValue::from(version));
+    response.headers_mut().insert("plinth-tool-version", HeaderValue::from(number));
     Ok(response)
 }

@@ -49,7 +49,8 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
-    fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+    /// Adds a field to the error object.
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
         self.fields.push((key.to_string(), value.into()));
         self
     }

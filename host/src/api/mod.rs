@@ -10,6 +10,7 @@ pub mod a2t;
 pub mod admin;
 pub mod auth;
 pub mod error;
+pub mod otc;
 
 use crate::host::ToolHost;
 use axum::Router;
@@ -94,7 +95,12 @@ fn routes(options: &ApiOptions) -> Routes {
             Invoke,
             Tenant,
             post(a2t::invoke_version).layer(invocation_limit),
-        );
+        )
+        // Open Tool Calling, under every platform root.
+        .add(Method::GET, "/otc/health", Open, Tenant, get(otc::health))
+        .add(Method::GET, "/otc/tools", Enumerate, Tenant, get(otc::list_tools))
+        .add(Method::POST, "/otc/tools/call", Invoke, Tenant, post(otc::call_tool).layer(invocation_limit))
+        .add(Method::POST, "/otc/call", Invoke, Tenant, post(otc::call_tool).layer(invocation_limit));
     admin::routes(routes)
 }
 
@@ -102,8 +108,11 @@ fn routes(options: &ApiOptions) -> Routes {
 /// before routing, so it is not a bare `Router`).
 pub fn router(host: AppState, options: ApiOptions) -> axum::Router {
     let app = routes(&options).router.fallback(not_found).with_state(host.clone());
-    let service =
-        tower::ServiceBuilder::new().layer(axum::Extension(host)).map_request(auth::strip_tenant_root).service(app);
+    let service = tower::ServiceBuilder::new()
+        .layer(axum::Extension(host))
+        .map_request(auth::strip_tenant_root)
+        .layer(middleware::from_fn(otc::uniform_errors))
+        .service(app);
     Router::new().fallback_service(service)
 }
 
@@ -121,7 +130,7 @@ async fn health() -> axum::Json<serde_json::Value> {
 
 fn no_such_endpoint() -> ApiError {
     ApiError::not_found(
-        "no such endpoint; the A2T endpoints are /tools, /tools/{toolId}, /tools/{toolId}/versions and …:invoke, under / for the default tenant and /t/{tenant}/ for every tenant",
+        "no such endpoint; the A2T endpoints are /tools, /tools/{toolId}, /tools/{toolId}/versions and …:invoke, the OTC ones /otc/health, /otc/tools and /otc/tools/call, under / for the default tenant and /t/{tenant}/ for every tenant",
     )
 }
 

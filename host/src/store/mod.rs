@@ -69,6 +69,33 @@ pub type StoredSecret = (String, String, String);
 /// A tool config value as stored: `(tenant, tool, key, value)`.
 pub type StoredConfig = (String, String, String, String);
 
+/// Whose call id this is: call ids are the caller's idempotency keys, so
+/// they are scoped to the tenant and the key that sent them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CallKey {
+    /// The tenant called.
+    pub tenant: String,
+    /// The id of the key that called.
+    pub caller: String,
+    /// The caller's call id.
+    pub call_id: String,
+}
+
+/// What claiming a call id found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    /// Nobody had: the caller runs the call.
+    Fresh,
+    /// Claimed before, for the request with this hash; `response` is `None`
+    /// while (or if) that call has not finished.
+    Existing {
+        /// The sha256 of the request that claimed it.
+        request_sha256: String,
+        /// The recorded response.
+        response: Option<String>,
+    },
+}
+
 /// The host's persistent rows: the registry of versions, tenants, keys, the
 /// secrets and config publishers store for tools, and the audit log.
 ///
@@ -110,6 +137,23 @@ pub trait RegistryStore: Send + Sync {
     fn insert_key(&self, key: &KeyRecord, audit: &AuditEntry) -> Result<(), StoreError>;
     /// Revokes a key; returns whether it was live until now.
     fn revoke_key(&self, id: &str, at: i64, audit: &AuditEntry) -> Result<bool, StoreError>;
+
+    /// Claims `key` for one execution: `Fresh` when nobody had, else what
+    /// was recorded for it. Records created before `expired_before` are
+    /// forgotten first.
+    fn claim_call(
+        &self,
+        key: &CallKey,
+        request_sha256: &str,
+        now: i64,
+        expired_before: i64,
+    ) -> Result<Claimed, StoreError>;
+    /// Records the response of a claimed call, or (`None`: the tool never
+    /// ran) releases the claim.
+    fn finish_call(&self, key: &CallKey, response: Option<&str>) -> Result<(), StoreError>;
+
+    /// Answers when the database can be read.
+    fn ping(&self) -> Result<(), StoreError>;
 
     /// Entries of the audit log, newest first.
     fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;

@@ -1,6 +1,6 @@
 //! The embedded registry: SQLite in the data dir.
 
-use super::{RegistryStore, StoreError, StoredConfig, StoredSecret, StoredVersion};
+use super::{CallKey, Claimed, RegistryStore, StoreError, StoredConfig, StoredSecret, StoredVersion};
 use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
@@ -106,6 +106,20 @@ const MIGRATIONS: &[&str] = &[
         BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
     CREATE TRIGGER audit_is_append_only_delete BEFORE DELETE ON audit
         BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+",
+    // Idempotent calls: what a call id ran, so a retry is answered without
+    // running the tool again. `response` is NULL while the call runs.
+    "
+    CREATE TABLE idempotent_calls (
+        tenant         TEXT NOT NULL,
+        caller         TEXT NOT NULL,
+        call_id        TEXT NOT NULL,
+        request_sha256 TEXT NOT NULL,
+        response       TEXT,
+        created_at     INTEGER NOT NULL,
+        PRIMARY KEY (tenant, caller, call_id)
+    );
+    CREATE INDEX idempotent_calls_by_age ON idempotent_calls (created_at);
 ",
 ];
 
@@ -362,6 +376,55 @@ impl RegistryStore for SqliteStore {
         Ok(changed == 1)
     }
 
+    fn claim_call(
+        &self,
+        key: &CallKey,
+        request_sha256: &str,
+        now: i64,
+        expired_before: i64,
+    ) -> Result<Claimed, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute("DELETE FROM idempotent_calls WHERE created_at < ?1", [expired_before])?;
+        let inserted = tx.execute(
+            "INSERT OR IGNORE INTO idempotent_calls (tenant, caller, call_id, request_sha256, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![key.tenant, key.caller, key.call_id, request_sha256, now],
+        )?;
+        let claimed = if inserted == 1 {
+            Claimed::Fresh
+        } else {
+            let (request_sha256, response) = tx.query_row(
+                "SELECT request_sha256, response FROM idempotent_calls WHERE tenant = ?1 AND caller = ?2 AND call_id = ?3",
+                params![key.tenant, key.caller, key.call_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            Claimed::Existing { request_sha256, response }
+        };
+        tx.commit()?;
+        Ok(claimed)
+    }
+
+    fn finish_call(&self, key: &CallKey, response: Option<&str>) -> Result<(), StoreError> {
+        let conn = self.conn();
+        match response {
+            Some(response) => conn.execute(
+                "UPDATE idempotent_calls SET response = ?4 WHERE tenant = ?1 AND caller = ?2 AND call_id = ?3",
+                params![key.tenant, key.caller, key.call_id, response],
+            )?,
+            None => conn.execute(
+                "DELETE FROM idempotent_calls WHERE tenant = ?1 AND caller = ?2 AND call_id = ?3",
+                params![key.tenant, key.caller, key.call_id],
+            )?,
+        };
+        Ok(())
+    }
+
+    fn ping(&self) -> Result<(), StoreError> {
+        self.conn().query_row("SELECT count(*) FROM tenants", [], |_| Ok(()))?;
+        Ok(())
+    }
+
     fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
@@ -503,6 +566,27 @@ mod tests {
             store.audit(&AuditQuery { tenant: Some("acme".into()), before: Some(first[1].seq), limit: 2 }).unwrap();
         assert_eq!(next.iter().map(|e| e.target.as_str()).collect::<Vec<_>>(), ["s0"]);
         assert_eq!(store.audit(&AuditQuery { limit: 100, ..Default::default() }).unwrap().len(), 6);
+    }
+
+    #[test]
+    fn a_call_id_is_claimed_once_until_it_expires() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let key = CallKey { tenant: "default".into(), caller: "k1".into(), call_id: "c1".into() };
+        assert_eq!(store.claim_call(&key, "h1", 100, 0).unwrap(), Claimed::Fresh);
+        let pending = Claimed::Existing { request_sha256: "h1".into(), response: None };
+        assert_eq!(store.claim_call(&key, "h2", 101, 0).unwrap(), pending);
+        store.finish_call(&key, Some("{\"ok\":1}")).unwrap();
+        let done = Claimed::Existing { request_sha256: "h1".into(), response: Some("{\"ok\":1}".into()) };
+        assert_eq!(store.claim_call(&key, "h1", 102, 0).unwrap(), done);
+        // Another caller's call id of the same name is its own.
+        let other = CallKey { caller: "k2".into(), ..key.clone() };
+        assert_eq!(store.claim_call(&other, "h1", 102, 0).unwrap(), Claimed::Fresh);
+        // Released (the tool never ran): claimable again.
+        store.finish_call(&other, None).unwrap();
+        assert_eq!(store.claim_call(&other, "h1", 103, 0).unwrap(), Claimed::Fresh);
+        // Past the retention window the record is gone.
+        assert_eq!(store.claim_call(&key, "h9", 200, 150).unwrap(), Claimed::Fresh);
     }
 
     #[test]

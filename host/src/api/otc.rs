@@ -1,0 +1,649 @@
+//! Open Tool Calling (OTC 1.0): the same tools, served to OTC clients.
+//!
+//! - `GET /otc/health` — `200`, or `503` when the host cannot run tools
+//! - `GET /otc/tools` — every live version of every tool, as `ToolDefinition`s
+//! - `POST /otc/tools/call` (the OpenAPI document) and `POST /otc/call` (the
+//!   RFC's examples) — one call, wrapped in `{"request": …}` or bare
+//!
+//! A translation only: inputs are checked by [`invocation::input_record`],
+//! calls run through [`ToolHost::invoke`](crate::host::ToolHost::invoke),
+//! retries are answered by the core's [idempotency ledger](crate::idempotency).
+//! Where the RFC text and `otc-openapi-1.0.json` disagree, and what Plinth
+//! sends and accepts, is written down in `docs/otc.md`.
+
+use super::{ApiError, AppState, Caller};
+use crate::host::{Call, InvokeError};
+use crate::idempotency::Claim;
+use crate::invocation::{self, InputError, ToolError, ToolResult};
+use crate::registry::{Tool, ToolVersion};
+use crate::runtime::CallError;
+use crate::signature::{EnumValue, InputType, OutputType, Signature};
+use crate::store::CallKey;
+use axum::Extension;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The `$schema` of every answer: the OTC 1.0 OpenAPI document.
+pub const SCHEMA_URI: &str =
+    "https://github.com/ArcadeAI/OpenToolCalling/tree/main/specification/http/1.0/openapi.json";
+
+/// Longest `call_id` accepted (it is stored for the retention window).
+const MAX_CALL_ID_CHARS: usize = 256;
+/// Longest OTC `name` (the `ToolDefinition` pattern allows 64).
+const MAX_NAME_CHARS: usize = 64;
+
+/// `lookup_weather_by_city` → `LookupWeatherByCity`. A word that starts with
+/// a digit keeps its separator (`route_66` → `Route_66`), so no two snake
+/// case names meet and [`snake_case`] undoes it. Also turns tenant names
+/// (`acme-travel`) into default toolkit names (`AcmeTravel`).
+pub fn pascal_case(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for word in name.split(['_', '-']).filter(|w| !w.is_empty()) {
+        let mut chars = word.chars();
+        if let Some(first) = chars.next() {
+            if first.is_ascii_alphabetic() {
+                out.push(first.to_ascii_uppercase());
+            } else if !out.is_empty() {
+                out.push('_');
+                out.push(first);
+            } else {
+                out.push(first);
+            }
+            out.extend(chars);
+        }
+    }
+    out
+}
+
+/// The snake case name [`pascal_case`] made `name` from.
+fn snake_case(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 8);
+    for c in name.chars() {
+        if c.is_ascii_uppercase() {
+            if !out.is_empty() {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The toolkit of a version: its `plinth.toml`'s, else its tenant's name.
+fn toolkit(tool: &Tool, version: &ToolVersion) -> String {
+    version.manifest.toolkit.clone().unwrap_or_else(|| pascal_case(&tool.tenant))
+}
+
+/// `Toolkit_Name`, shortened past 64 characters with a hash that keeps it
+/// unique.
+fn otc_name(toolkit: &str, tool_name: &str) -> String {
+    let name = format!("{toolkit}_{tool_name}");
+    if name.len() <= MAX_NAME_CHARS {
+        return name;
+    }
+    let hash = crate::package::sha256_hex(name.as_bytes());
+    format!("{}_{}", &name[..MAX_NAME_CHARS - 9], &hash[..8])
+}
+
+/// A ToolId: `Toolkit.Name`, `Toolkit.Name@N` or `Toolkit.Name@N.M.P`.
+#[derive(Debug, PartialEq, Eq)]
+struct ToolRef<'a> {
+    toolkit: &'a str,
+    name: &'a str,
+    version: VersionRef,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum VersionRef {
+    Current,
+    Exact(u32),
+    /// A semantic version Plinth never publishes (`1.2.0`): versions are `N.0.0`.
+    Unpublished(String),
+}
+
+fn word(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+fn digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Parses a ToolId by the pattern of the OTC `ToolId` schema.
+fn parse_tool_id(id: &str) -> Option<ToolRef<'_>> {
+    let (name_part, version) = match id.split_once('@') {
+        Some((name, version)) => (name, Some(version)),
+        None => (id, None),
+    };
+    let (toolkit, name) = name_part.split_once('.')?;
+    if !word(toolkit) || !word(name) {
+        return None;
+    }
+    let number = |s: &str| s.parse::<u32>().ok().filter(|n| *n >= 1);
+    let version = match version {
+        None => VersionRef::Current,
+        Some(v) if digits(v) => number(v).map_or(VersionRef::Unpublished(v.to_string()), VersionRef::Exact),
+        Some(v) => {
+            let parts: Vec<&str> = v.split('.').collect();
+            if parts.len() != 3 || !parts.iter().all(|p| digits(p)) {
+                return None;
+            }
+            match (number(parts[0]), parts[1].parse::<u64>(), parts[2].parse::<u64>()) {
+                (Some(n), Ok(0), Ok(0)) => VersionRef::Exact(n),
+                _ => VersionRef::Unpublished(v.to_string()),
+            }
+        }
+    };
+    Some(ToolRef { toolkit, name, version })
+}
+
+/// The version a ToolId names in the caller's tenant.
+fn resolve(host: &AppState, tenant: &str, tool_id: &str) -> Result<(Arc<Tool>, Arc<ToolVersion>), ApiError> {
+    let tool_ref = parse_tool_id(tool_id).ok_or_else(|| {
+        ApiError::bad_request(
+            "invalid_tool_id",
+            format!("`{tool_id}` is not a ToolId; write Toolkit.Name, Toolkit.Name@N or Toolkit.Name@N.0.0"),
+        )
+    })?;
+    let unknown = || {
+        ApiError::bad_request("unknown_tool", format!("there is no tool `{tool_id}`; GET /otc/tools lists every id"))
+    };
+    let snake = snake_case(tool_ref.name);
+    let tool = host.registry().by_name(tenant, &snake).filter(|t| pascal_case(&t.name) == tool_ref.name);
+    let tool = tool.ok_or_else(unknown)?;
+    let version = match tool_ref.version {
+        VersionRef::Current => None,
+        VersionRef::Exact(n) => Some(n),
+        VersionRef::Unpublished(v) => {
+            return Err(ApiError::bad_request(
+                "unknown_version",
+                format!("`{}` has no version {v}; Plinth versions are N.0.0", tool_ref.name),
+            ));
+        }
+    };
+    let (tool, version) = host.resolve(tenant, &tool.id.to_string(), version).map_err(|e| match e {
+        InvokeError::Retired(message) => ApiError::bad_request("version_retired", message),
+        InvokeError::UnknownVersion { version, .. } => {
+            ApiError::bad_request("unknown_version", format!("`{}` has no version {version}.0.0", tool_ref.name))
+        }
+        _ => unknown(),
+    })?;
+    if toolkit(&tool, &version) != tool_ref.toolkit {
+        return Err(unknown());
+    }
+    Ok((tool, version))
+}
+
+/// The `ToolDefinition` of a version (built once), with the secrets the
+/// caller must supply as its `requirements`.
+fn definition(host: &AppState, tool: &Tool, version: &ToolVersion) -> Value {
+    let mut definition = version.otc_view.get_or_init(|| build_definition(tool, version)).clone();
+    let missing = host.missing_secrets(tool, version, &BTreeMap::new());
+    if !missing.is_empty() {
+        let secrets: Vec<Value> = missing.iter().map(|id| json!({ "id": id })).collect();
+        definition["requirements"] = json!({ "secrets": secrets });
+    }
+    definition
+}
+
+fn build_definition(tool: &Tool, version: &ToolVersion) -> Value {
+    let signature = &version.signature;
+    let toolkit = toolkit(tool, version);
+    let name = pascal_case(&signature.name);
+    json!({
+        "id": format!("{toolkit}.{name}@{}.0.0", version.number),
+        "name": otc_name(&toolkit, &name),
+        "description": signature.description,
+        "version": format!("{}.0.0", version.number),
+        "input_schema": { "parameters": input_schema(signature) },
+        "output_schema": output_schema(signature),
+    })
+}
+
+/// An enum as a string with `enum`, each value's description kept in the
+/// property's description (JSON Schema has no place for it on the value).
+fn enum_schema(description: &str, values: &[EnumValue]) -> Value {
+    let mut text = format!("{description}\n\nAllowed values:");
+    for value in values {
+        text.push_str(&format!("\n- {}: {}", value.name, value.description));
+    }
+    let names: Vec<&str> = values.iter().map(|v| v.name.as_str()).collect();
+    json!({ "type": "string", "enum": names, "description": text })
+}
+
+fn input_schema(signature: &Signature) -> Value {
+    let mut properties = Map::new();
+    for param in &signature.inputs {
+        let schema = match &param.ty {
+            InputType::String { max_length } => {
+                let mut schema = json!({ "type": "string", "description": param.description });
+                if let Some(max) = max_length {
+                    schema["maxLength"] = (*max).into();
+                }
+                schema
+            }
+            InputType::Int { min, max, .. } => json!({
+                "type": "integer",
+                "minimum": super::a2t::int_value(*min),
+                "maximum": super::a2t::int_value(*max),
+                "description": param.description,
+            }),
+            InputType::Boolean => json!({ "type": "boolean", "description": param.description }),
+            InputType::Enum { values } => enum_schema(&param.description, values),
+        };
+        properties.insert(param.name.clone(), schema);
+    }
+    let required: Vec<&str> = signature.inputs.iter().filter(|p| p.required).map(|p| p.name.as_str()).collect();
+    json!({ "type": "object", "properties": properties, "required": required, "additionalProperties": false })
+}
+
+fn output_schema(signature: &Signature) -> Value {
+    if signature.outputs.is_empty() {
+        return Value::Null;
+    }
+    let mut properties = Map::new();
+    for param in &signature.outputs {
+        let schema = match &param.ty {
+            OutputType::String => json!({ "type": "string", "description": param.description }),
+            OutputType::Int => json!({ "type": "integer", "description": param.description }),
+            OutputType::Enum { values } => enum_schema(&param.description, values),
+            // Records, lists, floats…: any JSON value.
+            OutputType::Json => json!({ "description": param.description }),
+        };
+        properties.insert(param.name.clone(), schema);
+    }
+    let required: Vec<&str> = signature.outputs.iter().map(|p| p.name.as_str()).collect();
+    json!({ "type": "object", "properties": properties, "required": required, "additionalProperties": false })
+}
+
+/// `GET /otc/health`.
+pub(super) async fn health(State(host): State<AppState>, Extension(caller): Extension<Caller>) -> Response {
+    if host.tenant(&caller.tenant).is_none() {
+        return super::no_such_endpoint().into_response();
+    }
+    if host.can_run_tools() {
+        axum::Json(json!({ "$schema": SCHEMA_URI, "status": "ok" })).into_response()
+    } else {
+        let body = json!({ "$schema": SCHEMA_URI, "message": "the server cannot run tools right now" });
+        (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+    }
+}
+
+/// `GET /otc/tools`: every live version, tools in name order, newest
+/// version first.
+pub(super) async fn list_tools(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> axum::Json<Value> {
+    let (tools, _) = host.registry().page(&caller.tenant, None, usize::MAX, |_| true);
+    let mut definitions = Vec::new();
+    for tool in &tools {
+        for version in tool.versions_before(None, usize::MAX) {
+            if version.retired_at().is_none() {
+                definitions.push(definition(&host, tool, &version));
+            }
+        }
+    }
+    axum::Json(json!({ "$schema": SCHEMA_URI, "tools": definitions }))
+}
+
+/// A `CallToolRequest`, read from either form of the body.
+struct CallRequest {
+    /// The caller's call id, when it sent one (then it is an idempotency key).
+    call_id: Option<String>,
+    tool_id: String,
+    input: Map<String, Value>,
+    secrets: BTreeMap<String, String>,
+    trace_id: Option<String>,
+}
+
+fn malformed(message: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid_request", message)
+}
+
+fn optional_string(request: &Map<String, Value>, key: &str) -> Result<Option<String>, ApiError> {
+    match request.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(malformed(format!("`{key}` must be a string"))),
+    }
+}
+
+impl CallRequest {
+    fn parse(body: &[u8]) -> Result<CallRequest, ApiError> {
+        let body: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}")))?;
+        let Value::Object(mut body) = body else {
+            return Err(malformed("the body must be a JSON object: {\"request\": {\"tool_id\": …, \"input\": {…}}}"));
+        };
+        if body.get("$schema").is_some_and(|s| !s.is_string()) {
+            return Err(malformed("`$schema` must be a URI string"));
+        }
+        // Wrapped as the OpenAPI document says, or bare as the RFC's text
+        // lists the fields.
+        let request = match body.remove("request") {
+            Some(Value::Object(request)) => request,
+            Some(_) => return Err(malformed("`request` must be a CallToolRequest object")),
+            None => {
+                body.remove("$schema");
+                body
+            }
+        };
+        const FIELDS: [&str; 6] = ["call_id", "trace_id", "tool_id", "input", "inputs", "context"];
+        if let Some(unknown) = request.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(malformed(format!(
+                "unknown field `{unknown}`: a CallToolRequest has call_id, trace_id, tool_id, input and context"
+            )));
+        }
+        let call_id = optional_string(&request, "call_id")?;
+        if let Some(id) = &call_id
+            && (id.is_empty() || id.chars().count() > MAX_CALL_ID_CHARS)
+        {
+            return Err(malformed(format!("`call_id` must be 1 to {MAX_CALL_ID_CHARS} characters")));
+        }
+        let tool_id = optional_string(&request, "tool_id")?.ok_or_else(|| {
+            malformed("`tool_id` is required: the id of the tool to call, as GET /otc/tools lists it")
+        })?;
+        let input = match (request.get("input"), request.get("inputs")) {
+            (Some(_), Some(_)) => return Err(malformed("give `input` or `inputs`, not both")),
+            (Some(input), None) | (None, Some(input)) => input,
+            (None, None) => &Value::Null,
+        };
+        let input = match input {
+            Value::Null => Map::new(),
+            Value::Object(input) => input.clone(),
+            _ => return Err(malformed("`input` must be an object of parameter names to values")),
+        };
+        let secrets = match request.get("context") {
+            None | Some(Value::Null) => BTreeMap::new(),
+            Some(Value::Object(context)) => context_secrets(context)?,
+            Some(_) => return Err(malformed("`context` must be an object")),
+        };
+        Ok(CallRequest { call_id, tool_id, input, secrets, trace_id: optional_string(&request, "trace_id")? })
+    }
+
+    /// What a retry must repeat to be the same call: the tool and the input
+    /// (not the secrets, which are never stored, not even hashed).
+    fn sha256(&self) -> String {
+        let request = json!({ "tool_id": self.tool_id, "input": self.input });
+        let canonical = serde_json_canonicalizer::to_vec(&request).unwrap_or_default();
+        crate::package::sha256_hex(&canonical)
+    }
+}
+
+fn context_secrets(context: &Map<String, Value>) -> Result<BTreeMap<String, String>, ApiError> {
+    let mut secrets = BTreeMap::new();
+    let items = match context.get("secrets") {
+        None | Some(Value::Null) => return Ok(secrets),
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(malformed("`context.secrets` must be an array of {\"id\", \"value\"} objects")),
+    };
+    for item in items {
+        let (Some(Value::String(id)), Some(Value::String(value))) = (item.get("id"), item.get("value")) else {
+            return Err(malformed("each of `context.secrets` must be an object with string `id` and `value`"));
+        };
+        if secrets.insert(id.clone(), value.clone()).is_some() {
+            return Err(malformed(format!("secret `{id}` is given more than once")));
+        }
+    }
+    Ok(secrets)
+}
+
+/// `422` with a `ValidationErrorResponse` naming every bad parameter.
+fn validation_error(errors: Vec<InputError>) -> Response {
+    let mut parameter_errors = Map::new();
+    for error in &errors {
+        if let Some(parameter) = &error.parameter {
+            parameter_errors.insert(parameter.clone(), error.message.clone().into());
+        }
+    }
+    let message = match errors.len() {
+        1 => errors[0].message.clone(),
+        n => format!("{n} parameters are invalid; see parameter_errors"),
+    };
+    let body = json!({ "$schema": SCHEMA_URI, "message": message, "parameter_errors": parameter_errors });
+    (StatusCode::UNPROCESSABLE_ENTITY, axum::Json(body)).into_response()
+}
+
+/// `POST /otc/tools/call` and `POST /otc/call`.
+pub(super) async fn call_tool(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let request = CallRequest::parse(&super::a2t::body_within_limit(body)?)?;
+    let (tool, version) = resolve(&host, &caller.tenant, &request.tool_id)?;
+    let arguments: Vec<(&str, &Value)> = request.input.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let input = match invocation::input_record(&version.signature, &arguments) {
+        Ok(input) => input,
+        Err(errors) => return Ok(validation_error(errors)),
+    };
+    let missing = host.missing_secrets(&tool, &version, &request.secrets);
+    if !missing.is_empty() {
+        let list = missing.iter().map(|id| format!("`{id}`")).collect::<Vec<_>>().join(", ");
+        let secrets: Vec<Value> = missing.iter().map(|id| json!({ "id": id })).collect();
+        return Err(ApiError::bad_request(
+            "missing_requirements",
+            format!("`{}` needs the secret {list}: supply it in context.secrets", request.tool_id),
+        )
+        .with("missing_requirements", json!({ "secrets": secrets })));
+    }
+    // Own task: a client that hangs up must not leave a claimed call id
+    // unrecorded while its tool still runs — its retry waits for the answer.
+    let key_id = caller.principal.map(|p| p.key_id).unwrap_or_default();
+    let call = tokio::spawn(run_call(host, caller.tenant, key_id, tool, version, input, request));
+    call.await.map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the call was interrupted"))?
+}
+
+async fn run_call(
+    host: AppState,
+    tenant: String,
+    key_id: String,
+    tool: Arc<Tool>,
+    version: Arc<ToolVersion>,
+    input: wasmtime::component::Val,
+    request: CallRequest,
+) -> Result<Response, ApiError> {
+    let call_id = request.call_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    // A call id the server made up cannot be retried, so only the caller's
+    // are claimed.
+    let ticket = match &request.call_id {
+        None => None,
+        Some(id) => {
+            let key = CallKey { tenant, caller: key_id, call_id: id.clone() };
+            match host.claim_call(&key, &request.sha256()).await.map_err(storage_failed)? {
+                Claim::Run(ticket) => Some(ticket),
+                Claim::Recorded(response) => return Ok(json_response(response, true)),
+                Claim::Conflict => {
+                    return Err(ApiError::bad_request(
+                        "call_id_reused",
+                        format!(
+                            "call_id `{id}` was used for a different request in the last {} hours; use a new call_id for a new call",
+                            host.call_retention().as_secs() / 3600
+                        ),
+                    ));
+                }
+                Claim::Unfinished => return Ok(unfinished(&call_id)),
+            }
+        }
+    };
+    if let Some(trace_id) = &request.trace_id {
+        tracing::debug!(call_id, trace_id, "OTC call");
+    }
+    let has_outputs = !version.signature.outputs.is_empty();
+    let started = std::time::Instant::now();
+    let call = Call { input, call_id: call_id.clone(), secrets: request.secrets };
+    let outcome = host.invoke(tool, version, call).await;
+    let duration = (started.elapsed().as_secs_f64() * 1e6).round() / 1e3;
+    let mut result = json!({ "call_id": call_id, "duration": duration });
+    match outcome {
+        Ok(ToolResult::Outputs(outputs)) => {
+            result["success"] = true.into();
+            if has_outputs {
+                let value: Map<String, Value> = outputs.into_iter().map(|o| (o.name, o.value)).collect();
+                result["value"] = value.into();
+            }
+        }
+        Ok(ToolResult::Failed(error)) => {
+            result["success"] = false.into();
+            result["error"] = tool_error(&error);
+        }
+        Err(e) if e.tool_ran() => {
+            result["success"] = false.into();
+            result["error"] = sandbox_error(&e);
+        }
+        Err(e) => {
+            // Refused before the tool ran (busy, over the rate): the call id
+            // is free for the retry.
+            if let Some(ticket) = ticket {
+                host.settle_call(ticket, None).map_err(storage_failed)?;
+            }
+            return Err(e.into());
+        }
+    }
+    let response = json!({ "$schema": SCHEMA_URI, "result": result }).to_string();
+    if let Some(ticket) = ticket
+        && let Err(e) = host.settle_call(ticket, Some(&response))
+    {
+        // The caller still gets the answer; a retry will be told the
+        // outcome is unknown rather than run the tool again.
+        tracing::error!(error = %e, "a call's response could not be recorded");
+    }
+    Ok(json_response(response, false))
+}
+
+fn storage_failed(e: crate::store::StoreError) -> ApiError {
+    tracing::error!(error = %e, "call ids could not be read or written");
+    ApiError::storage_failed("the call could not be recorded (is the data disk full?); the tool did not run")
+}
+
+fn json_response(body: String, replayed: bool) -> Response {
+    let mut response = ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response();
+    if replayed {
+        response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// The answer to a call id whose earlier call never recorded its outcome.
+fn unfinished(call_id: &str) -> Response {
+    let error = json!({
+        "message": "an earlier call with this call_id started but its outcome was never recorded (the server stopped while it ran), so it may or may not have taken effect; check before calling again with a new call_id",
+        "developer_message": "call_outcome_unknown",
+        "can_retry": false,
+    });
+    let body = json!({ "$schema": SCHEMA_URI, "result": { "call_id": call_id, "success": false, "error": error } });
+    json_response(body.to_string(), true)
+}
+
+/// The OTC `ToolError` of a tool's own `tool-error`.
+fn tool_error(e: &ToolError) -> Value {
+    let mut error = json!({ "message": e.message, "can_retry": e.can_retry });
+    if let Some(text) = &e.developer_message {
+        error["developer_message"] = text.clone().into();
+    }
+    if let Some(ms) = e.retry_after_ms {
+        error["retry_after_ms"] = ms.into();
+    }
+    if let Some(text) = &e.additional_prompt_content {
+        error["additional_prompt_content"] = text.clone().into();
+    }
+    error
+}
+
+/// The OTC `ToolError` of a call the sandbox ended or whose answer the host
+/// refused. A timeout may pass (a slow backend); a trap, exhausted memory or
+/// a bad answer will not.
+fn sandbox_error(e: &InvokeError) -> Value {
+    let (code, can_retry) = match e {
+        InvokeError::Call(CallError::Timeout(_)) => ("tool_timeout", true),
+        InvokeError::Call(CallError::ResourceExhausted) => ("tool_resource_exhausted", false),
+        InvokeError::Call(_) => ("tool_trapped", false),
+        InvokeError::Output(_) => ("invalid_tool_output", false),
+        InvokeError::OutboundDenied(_) => ("outbound_denied", false),
+        _ => ("tool_failed", false),
+    };
+    json!({ "message": e.to_string(), "developer_message": code, "can_retry": can_retry })
+}
+
+/// Gives every error under `/otc/` the OTC `ServerErrorResponse` shape
+/// (`$schema`, `message`, plus Plinth's `code` and fields), whether the OTC
+/// handlers, the authorization layer or the router produced it.
+pub async fn uniform_errors(request: Request, next: Next) -> Response {
+    if !request.uri().path().starts_with("/otc/") {
+        return next.run(request).await;
+    }
+    let response = next.run(request).await;
+    if !(response.status().is_client_error() || response.status().is_server_error()) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, 1 << 20).await.unwrap_or_default();
+    let mut body: Map<String, Value> = serde_json::from_slice(&bytes).unwrap_or_default();
+    if body.contains_key("$schema") {
+        return Response::from_parts(parts, Body::from(bytes));
+    }
+    let mut otc = match body.remove("error") {
+        Some(Value::Object(error)) => error,
+        _ => Map::new(),
+    };
+    if !otc.contains_key("message") {
+        let reason = parts.status.canonical_reason().unwrap_or("error").to_ascii_lowercase();
+        otc.insert("message".into(), reason.into());
+    }
+    otc.insert("$schema".into(), SCHEMA_URI.into());
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Response::from_parts(parts, Body::from(Value::Object(otc).to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_one_to_one() {
+        let cases = [
+            ("lookup_weather_by_city", "LookupWeatherByCity"),
+            ("echo", "Echo"),
+            ("echo2", "Echo2"),
+            ("route_66", "Route_66"),
+            ("a_2b", "A_2b"),
+            ("a2b", "A2b"),
+        ];
+        for (snake, pascal) in cases {
+            assert_eq!(pascal_case(snake), pascal);
+            assert_eq!(snake_case(pascal), snake);
+        }
+        assert_eq!(pascal_case("acme-travel"), "AcmeTravel");
+        assert_eq!(pascal_case("1st-choice"), "1stChoice");
+        let long = otc_name("Toolkit", &"Verylong".repeat(10));
+        assert_eq!(long.len(), 64);
+        assert_ne!(long, otc_name("Toolkit", &"Verylong".repeat(11)));
+    }
+
+    #[test]
+    fn tool_ids_parse_as_the_errata_describe() {
+        let id = |s| parse_tool_id(s).map(|r| (r.toolkit, r.name, r.version));
+        assert_eq!(id("Travel.BookFlight"), Some(("Travel", "BookFlight", VersionRef::Current)));
+        assert_eq!(id("Travel.BookFlight@3"), Some(("Travel", "BookFlight", VersionRef::Exact(3))));
+        assert_eq!(id("Travel.BookFlight@3.0.0"), Some(("Travel", "BookFlight", VersionRef::Exact(3))));
+        assert_eq!(
+            id("Travel.BookFlight@3.1.0"),
+            Some(("Travel", "BookFlight", VersionRef::Unpublished("3.1.0".into())))
+        );
+        assert_eq!(id("Travel.BookFlight@0"), Some(("Travel", "BookFlight", VersionRef::Unpublished("0".into()))));
+        for bad in ["BookFlight", "Travel.", ".X", "Travel.Book-Flight", "T.X@", "T.X@1.0", "T.X@v1", "T.X@1.0.0.0"] {
+            assert_eq!(id(bad), None, "{bad}");
+        }
+    }
+}
