@@ -210,6 +210,12 @@ pub enum InvokeError {
         /// When a call will be accepted again.
         retry_after: Duration,
     },
+    /// The call needs its end user's confirmation (the tool's
+    /// `[confirmation]`), which this server cannot collect yet.
+    #[error(
+        "`{0}` needs the end user's confirmation (CHEQ) for this call, and this server does not collect confirmations yet; the tool did not run"
+    )]
+    ConfirmationRequired(String),
 }
 
 impl InvokeError {
@@ -223,7 +229,8 @@ impl InvokeError {
             | InvokeError::Input(_)
             | InvokeError::Retired(_)
             | InvokeError::Busy(_)
-            | InvokeError::RateLimited { .. } => false,
+            | InvokeError::RateLimited { .. }
+            | InvokeError::ConfirmationRequired(_) => false,
         }
     }
 }
@@ -293,6 +300,8 @@ pub struct ToolHost {
     executor: Option<tokio::runtime::Runtime>,
     /// Call ids claimed for idempotent calls.
     calls: CallLedger,
+    /// The key this server signs CHEQ objects with.
+    cheq_key: crate::cheq::SigningKey,
     /// Serializes the registry-changing step of deploys and retirements, so
     /// version numbers are assigned without races. Compilation happens
     /// before it is taken.
@@ -333,6 +342,8 @@ impl ToolHost {
                     .build()?,
             ),
             calls: CallLedger::new(options.call_retention),
+            cheq_key: crate::cheq::SigningKey::load_or_create(&options.data_dir)
+                .map_err(|e| anyhow::anyhow!("the CHEQ signing key in {}: {e}", options.data_dir.display()))?,
             changes: std::sync::Mutex::new(()),
         };
         for record in host.store.tenants()? {
@@ -785,6 +796,17 @@ impl ToolHost {
     ) -> Result<ToolResult, InvokeError> {
         let tenant = tool.tenant.clone();
         let quota = self.tenant(&tenant).ok_or_else(|| InvokeError::UnknownTool(tool.id.to_string()))?;
+        // Fail closed: a call its tool wants confirmed never runs unconfirmed.
+        let policy = &version.manifest.confirmation;
+        if !policy.is_empty() {
+            let inputs = match invocation::to_json(call.input.clone()) {
+                serde_json::Value::Object(inputs) => inputs,
+                _ => serde_json::Map::new(),
+            };
+            if policy.applies_to(&inputs) {
+                return Err(InvokeError::ConfirmationRequired(tool.name.clone()));
+            }
+        }
         if let Err(not_until) = quota.rate.check() {
             let retry_after =
                 not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
@@ -803,6 +825,11 @@ impl ToolHost {
                 .map_err(|_| InvokeError::Call(CallError::Trapped("the invocation was interrupted".into())))?,
             None => task.await,
         }
+    }
+
+    /// The key this server signs CHEQ objects with (published as a JWKS).
+    pub fn cheq_key(&self) -> &crate::cheq::SigningKey {
+        &self.cheq_key
     }
 
     /// Secrets `version` declares that neither the caller supplied nor its

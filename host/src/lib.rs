@@ -6,6 +6,7 @@
 //! the tools over HTTP. See `ARCHITECTURE.md` for the map.
 
 pub mod api;
+pub mod cheq;
 pub mod host;
 pub mod idempotency;
 pub mod invocation;

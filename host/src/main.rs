@@ -464,15 +464,8 @@ fn create_operator_key(host: &ToolHost, data: &Path) -> anyhow::Result<()> {
         .create_key(&Principal::server("first start"), None, Role::Operator, Some("created at first start".into()))
         .context("creating the first operator key")?;
     let path = data.join("operator.key");
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&path).with_context(|| format!("writing {}", path.display()))?;
-    #[cfg(unix)]
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    std::io::Write::write_all(&mut file, format!("{}\n", new.key).as_bytes())?;
-    file.sync_all()?;
+    plinth::tenancy::write_private_file(&path, &format!("{}\n", new.key))
+        .with_context(|| format!("writing {}", path.display()))?;
     println!("operator key (saved to {}; shown only now): {}", path.display(), new.key);
     Ok(())
 }

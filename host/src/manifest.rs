@@ -5,6 +5,7 @@
 //! JSON, together with the name of the tool's WIT world, so that one `.wasm`
 //! file is the whole deployable unit.
 
+use crate::cheq::ConfirmationPolicy;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -49,6 +50,9 @@ pub struct ToolManifest {
     /// Limits the tool asks for; the operator's ceilings still apply.
     #[serde(default, skip_serializing_if = "ToolLimits::is_empty")]
     pub limits: ToolLimits,
+    /// When a call needs the end user's confirmation (CHEQ).
+    #[serde(default, skip_serializing_if = "ConfirmationPolicy::is_empty")]
+    pub confirmation: ConfirmationPolicy,
 }
 
 /// Limits a tool asks for, each capped by the operator's ceiling.

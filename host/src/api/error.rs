@@ -116,6 +116,9 @@ impl From<InvokeError> for ApiError {
                 ApiError::new(StatusCode::BAD_GATEWAY, "output_too_large", e.to_string())
             }
             InvokeError::OutboundDenied(_) => ApiError::new(StatusCode::BAD_GATEWAY, "outbound_denied", e.to_string()),
+            InvokeError::ConfirmationRequired(_) => {
+                ApiError::new(StatusCode::FORBIDDEN, "confirmation_required", e.to_string())
+            }
         }
     }
 }

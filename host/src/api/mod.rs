@@ -14,7 +14,7 @@ pub mod otc;
 
 use crate::host::ToolHost;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::Method;
 use axum::middleware::{self, Next};
 use axum::routing::{MethodRouter, get, post};
@@ -83,6 +83,7 @@ fn routes(options: &ApiOptions) -> Routes {
     let invocation_limit = DefaultBodyLimit::max(options.max_request_bytes);
     let routes = Routes { router: Router::new(), endpoints: Vec::new() }
         .add(Method::GET, "/health", Open, Server, get(health))
+        .add(Method::GET, "/.well-known/jwks.json", Open, Server, get(jwks))
         // A2T, under every platform root.
         .add(Method::GET, "/tools", Enumerate, Tenant, get(a2t::list_tools))
         .add(Method::GET, "/tools/{tool_ref}", Enumerate, Tenant, get(a2t::get_tool))
@@ -120,6 +121,12 @@ pub fn router(host: AppState, options: ApiOptions) -> axum::Router {
 /// authorization tests walk).
 pub fn endpoints() -> Vec<Endpoint> {
     routes(&ApiOptions::default()).endpoints
+}
+
+/// The public keys this server signs CHEQ objects with, for confirmation
+/// servers and for verifying stored evidence later.
+async fn jwks(State(host): State<AppState>) -> axum::Json<serde_json::Value> {
+    axum::Json(crate::cheq::jwks(&[host.cheq_key()]))
 }
 
 /// Open to anyone, so it says nothing about any tenant (not even how many

@@ -39,6 +39,9 @@ pub enum DeriveError {
     /// The signature breaks a rule of the A2T draft.
     #[error("{0}")]
     Rule(#[from] RuleViolation),
+    /// `[confirmation]` in plinth.toml is not valid for these inputs.
+    #[error("plinth.toml, [confirmation]: {0}")]
+    Confirmation(String),
 }
 
 /// Derives the signature of the tool defined by `world`, with the extra
@@ -97,6 +100,8 @@ pub fn derive(
             })
         })
         .collect::<Result<Vec<_>, DeriveError>>()?;
+    let names: Vec<&str> = inputs.iter().map(|p: &InputParam| p.name.as_str()).collect();
+    manifest.confirmation.check(&names).map_err(DeriveError::Confirmation)?;
 
     let outputs = output_fields
         .iter()
