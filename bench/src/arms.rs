@@ -110,6 +110,19 @@ pub async fn http_overhead(opts: &Opts, report: &mut Report) -> anyhow::Result<(
         wrk(&format!("{}/tools/{forecast}:invoke", plinth.base), Some(&weather_body), duration, CONNECTIONS)
     })?;
     load_row(report, "1c Plinth weather (2 backend calls)", &c);
+    // The same echo through the OTC front door (no call_id: nothing recorded).
+    let otc_body = json!({"request": {"tool_id": "Default.Echo", "input": {"text": "hello, tools"}}}).to_string();
+    let otc_url = format!("{}/otc/tools/call", plinth.base);
+    let d = tokio::task::block_in_place(|| wrk(&otc_url, Some(&otc_body), duration, CONNECTIONS))?;
+    let d1 = tokio::task::block_in_place(|| wrk(&otc_url, Some(&otc_body), duration, 1))?;
+    load_row(report, "1d Plinth echo via OTC", &d);
+    report.row(
+        "1 d/b",
+        "OTC ÷ A2T echo throughput · p50 one connection OTC",
+        format!("{:.2} · {}", d.rps / b.rps, fmt(d1.latency.p50)),
+        "",
+        None,
+    );
 
     let ratio = b.rps / a.rps;
     report.row("1 b/a", "throughput ratio", format!("{ratio:.2}"), "≥ 0.5", Some(ratio >= 0.5));
