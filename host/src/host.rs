@@ -236,7 +236,6 @@ impl InvokeError {
 }
 
 /// One invocation as the core runs it, whichever front door it came through.
-#[derive(Debug)]
 pub struct Call {
     /// The `input` record, built against the version's signature
     /// ([`invocation::input_record`]).
@@ -247,6 +246,17 @@ pub struct Call {
     /// and win over the tenant's stored secrets of the same id; ids the
     /// version does not declare are ignored.
     pub secrets: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for Call {
+    /// Names the supplied secrets, never their values.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call")
+            .field("input", &self.input)
+            .field("call_id", &self.call_id)
+            .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 /// A tenant and what enforces its quotas. Replaced whole when its settings
@@ -944,7 +954,9 @@ impl ToolHost {
         // say so, rather than pass on its own account of the failure.
         match (outcome, denials.first()) {
             (Ok(ToolResult::Failed(_)) | Err(InvokeError::Call(CallError::Trapped(_))), Some(why)) => {
-                Err(InvokeError::OutboundDenied(why))
+                // The refused address is the tool's to choose: it may carry
+                // a secret in it.
+                Err(InvokeError::OutboundDenied(redactor.text(&why)))
             }
             (outcome, _) => outcome,
         }

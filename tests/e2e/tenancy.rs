@@ -74,11 +74,10 @@ fn expected(access: Access, scope: Scope, via_tenant_root: bool, root: &str, who
     if scope == Scope::Server && via_tenant_root {
         return Expect::NotFound;
     }
-    let exists = ["default", "acme", "public"].contains(&root);
     if access == Access::Open {
-        // Open to all, but a platform root that names no tenant is not there.
-        return if scope == Scope::Tenant && !exists { Expect::NotFound } else { Expect::Allowed };
+        return Expect::Allowed;
     }
+    let exists = ["default", "acme", "public"].contains(&root);
     let public = root == "public";
     let (role, tenant) = match who {
         Who::NoKey if access == Access::Enumerate && public && scope == Scope::Tenant => return Expect::Allowed,

@@ -36,6 +36,9 @@ pub const SCHEMA_URI: &str =
 
 /// Longest `call_id` accepted (it is stored for the retention window).
 const MAX_CALL_ID_CHARS: usize = 256;
+/// Shortest and longest value of a secret supplied in `context.secrets`.
+const MIN_SECRET_CHARS: usize = 8;
+const MAX_SECRET_CHARS: usize = 4096;
 /// Longest OTC `name` (the `ToolDefinition` pattern allows 64).
 const MAX_NAME_CHARS: usize = 64;
 
@@ -265,11 +268,9 @@ fn output_schema(signature: &Signature) -> Value {
     json!({ "type": "object", "properties": properties, "required": required, "additionalProperties": false })
 }
 
-/// `GET /otc/health`.
-pub(super) async fn health(State(host): State<AppState>, Extension(caller): Extension<Caller>) -> Response {
-    if host.tenant(&caller.tenant).is_none() {
-        return super::no_such_endpoint().into_response();
-    }
+/// `GET /otc/health`: the same answer under every platform root, so that
+/// it tells no one which tenants exist.
+pub(super) async fn health(State(host): State<AppState>) -> Response {
     if host.can_run_tools() {
         axum::Json(json!({ "$schema": SCHEMA_URI, "status": "ok" })).into_response()
     } else {
@@ -372,11 +373,13 @@ impl CallRequest {
     }
 
     /// What a retry must repeat to be the same call: the tool and the input
-    /// (not the secrets, which are never stored, not even hashed).
+    /// (not the secrets, which are never stored, not even hashed). Inputs
+    /// are checked scalars by now, hashed in name order as written: exact
+    /// for integers past 2^53, which a float-based canonical form is not.
     fn sha256(&self) -> String {
-        let request = json!({ "tool_id": self.tool_id, "input": self.input });
-        let canonical = serde_json_canonicalizer::to_vec(&request).unwrap_or_default();
-        crate::package::sha256_hex(&canonical)
+        let input: BTreeMap<&String, &Value> = self.input.iter().collect();
+        let request = json!({ "tool_id": self.tool_id, "input": input });
+        crate::package::sha256_hex(request.to_string().as_bytes())
     }
 }
 
@@ -391,6 +394,14 @@ fn context_secrets(context: &Map<String, Value>) -> Result<BTreeMap<String, Stri
         let (Some(Value::String(id)), Some(Value::String(value))) = (item.get("id"), item.get("value")) else {
             return Err(malformed("each of `context.secrets` must be an object with string `id` and `value`"));
         };
+        // Every copy of a secret is redacted from what the tool answers: a
+        // value of a letter or two would swell the answer tenfold.
+        let length = value.chars().count();
+        if !(MIN_SECRET_CHARS..=MAX_SECRET_CHARS).contains(&length) {
+            return Err(malformed(format!(
+                "secret `{id}` must be {MIN_SECRET_CHARS} to {MAX_SECRET_CHARS} characters long"
+            )));
+        }
         if secrets.insert(id.clone(), value.clone()).is_some() {
             return Err(malformed(format!("secret `{id}` is given more than once")));
         }
@@ -427,16 +438,6 @@ pub(super) async fn call_tool(
         Ok(input) => input,
         Err(errors) => return Ok(validation_error(errors)),
     };
-    let missing = host.missing_secrets(&tool, &version, &request.secrets);
-    if !missing.is_empty() {
-        let list = missing.iter().map(|id| format!("`{id}`")).collect::<Vec<_>>().join(", ");
-        let secrets: Vec<Value> = missing.iter().map(|id| json!({ "id": id })).collect();
-        return Err(ApiError::bad_request(
-            "missing_requirements",
-            format!("`{}` needs the secret {list}: supply it in context.secrets", request.tool_id),
-        )
-        .with("missing_requirements", json!({ "secrets": secrets })));
-    }
     // Own task: a client that hangs up must not leave a claimed call id
     // unrecorded while its tool still runs — its retry waits for the answer.
     let key_id = caller.principal.map(|p| p.key_id).unwrap_or_default();
@@ -476,6 +477,21 @@ async fn run_call(
             }
         }
     };
+    // After the claim: a retry of a recorded call is answered from the
+    // record, whatever secrets it brings.
+    let missing = host.missing_secrets(&tool, &version, &request.secrets);
+    if !missing.is_empty() {
+        if let Some(ticket) = ticket {
+            host.settle_call(ticket, None).map_err(storage_failed)?;
+        }
+        let list = missing.iter().map(|id| format!("`{id}`")).collect::<Vec<_>>().join(", ");
+        let secrets: Vec<Value> = missing.iter().map(|id| json!({ "id": id })).collect();
+        return Err(ApiError::bad_request(
+            "missing_requirements",
+            format!("`{}` needs the secret {list}: supply it in context.secrets", request.tool_id),
+        )
+        .with("missing_requirements", json!({ "secrets": secrets })));
+    }
     if let Some(trace_id) = &request.trace_id {
         tracing::debug!(call_id, trace_id, "OTC call");
     }

@@ -158,7 +158,11 @@ impl WasiHttpHooks for OutboundPolicy {
     > {
         drop(fut);
         let uri = request.uri().clone();
-        let target = uri.authority().map_or_else(|| "(no host)".to_string(), |a| a.to_string());
+        // Host and port only: a `user:password@` part is the tool's secret.
+        let target = uri.authority().map_or_else(
+            || "(no host)".to_string(),
+            |a| a.port().map_or_else(|| a.host().to_string(), |port| format!("{}:{port}", a.host())),
+        );
         let deny = |denials: &Denials, why: String| -> Box<dyn Future<Output = _> + Send> {
             denials.record(why);
             Box::new(async { Err(HttpError::HttpRequestDenied) })
