@@ -77,5 +77,6 @@ bench-smoke: fixtures wrk
 		--plugins $(PLUGIN_OUT) --fixtures target/fixtures
 
 check:
+	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy --target wasm32-wasip2 -p plinth-sdk $(addprefix -p ,$(PLUGINS)) -- -D warnings

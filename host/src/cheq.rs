@@ -66,17 +66,53 @@ impl ConfirmationPolicy {
         Ok(())
     }
 
+    /// The policy ready to evaluate, its condition compiled once (when a
+    /// version is loaded). A condition that no longer compiles — it was
+    /// checked at deploy — asks for confirmation on every call.
+    pub fn compile(&self) -> Confirmation {
+        match &self.when {
+            _ if self.required => Confirmation::Always,
+            None => Confirmation::Never,
+            Some(when) => match compile(when) {
+                Ok(program) => Confirmation::When { expression: when.clone(), program },
+                Err(why) => {
+                    tracing::warn!(condition = when, why, "a stored confirmation condition does not compile");
+                    Confirmation::Always
+                }
+            },
+        }
+    }
+}
+
+/// A version's [`ConfirmationPolicy`], compiled.
+#[derive(Debug)]
+pub enum Confirmation {
+    /// No call needs confirmation.
+    Never,
+    /// Every call does.
+    Always,
+    /// A call does when the condition holds for its inputs.
+    When {
+        /// The condition as written, for the logs.
+        expression: String,
+        /// The condition, compiled.
+        program: cel::Program,
+    },
+}
+
+impl Confirmation {
     /// Whether a call with `inputs` (the input record as JSON, by parameter
     /// name) needs confirmation.
     pub fn applies_to(&self, inputs: &Map<String, Value>) -> bool {
-        if self.required {
-            return true;
-        }
-        let Some(when) = &self.when else { return false };
-        match evaluate(when, inputs) {
+        let (expression, program) = match self {
+            Confirmation::Never => return false,
+            Confirmation::Always => return true,
+            Confirmation::When { expression, program } => (expression, program),
+        };
+        match evaluate(program, inputs) {
             Ok(holds) => holds,
             Err(why) => {
-                tracing::warn!(condition = when, why, "a confirmation condition failed; asking for confirmation");
+                tracing::warn!(condition = expression, why, "a confirmation condition failed; asking for confirmation");
                 true
             }
         }
@@ -87,8 +123,7 @@ fn compile(expression: &str) -> Result<cel::Program, String> {
     cel::Program::compile(expression).map_err(|e| format!("the `when` condition is not valid CEL: {e}"))
 }
 
-fn evaluate(expression: &str, inputs: &Map<String, Value>) -> Result<bool, String> {
-    let program = compile(expression)?;
+fn evaluate(program: &cel::Program, inputs: &Map<String, Value>) -> Result<bool, String> {
     let mut context = cel::Context::default();
     for (name, value) in inputs {
         context.add_variable(name.as_str(), value.clone()).map_err(|e| e.to_string())?;
@@ -252,7 +287,8 @@ pub fn verify(jws: &Value, trusted: &[Value]) -> Result<(Vec<u8>, Vec<Signed>), 
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
             .ok_or(VerifyError::Malformed("a protected header is not base64url JSON"))?;
-        let kid = header.get("kid").and_then(Value::as_str).ok_or(VerifyError::Malformed("a signature has no `kid`"))?;
+        let kid =
+            header.get("kid").and_then(Value::as_str).ok_or(VerifyError::Malformed("a signature has no `kid`"))?;
         let alg = header.get("alg").and_then(Value::as_str).unwrap_or("");
         if alg != "EdDSA" {
             return Err(VerifyError::Algorithm(kid.into(), alg.into()));
@@ -296,11 +332,11 @@ mod tests {
             ..Default::default()
         };
         policy.check(&["cabin_class", "passengers", "date"]).unwrap();
-        assert!(!policy.applies_to(&inputs(json!({"cabin_class": "ECONOMY", "passengers": 2}))));
-        assert!(policy.applies_to(&inputs(json!({"cabin_class": "FIRST", "passengers": 1}))));
-        assert!(policy.applies_to(&inputs(json!({"cabin_class": "ECONOMY", "passengers": 5}))));
+        assert!(!policy.compile().applies_to(&inputs(json!({"cabin_class": "ECONOMY", "passengers": 2}))));
+        assert!(policy.compile().applies_to(&inputs(json!({"cabin_class": "FIRST", "passengers": 1}))));
+        assert!(policy.compile().applies_to(&inputs(json!({"cabin_class": "ECONOMY", "passengers": 5}))));
         // A type error cannot be settled: ask.
-        assert!(policy.applies_to(&inputs(json!({"cabin_class": "ECONOMY", "passengers": "many"}))));
+        assert!(policy.compile().applies_to(&inputs(json!({"cabin_class": "ECONOMY", "passengers": "many"}))));
 
         let unknown = policy.check(&["cabin_class"]).unwrap_err();
         assert!(unknown.contains("names passengers, which is not an input"), "{unknown}");
@@ -308,8 +344,8 @@ mod tests {
         assert!(broken.check(&["passengers"]).unwrap_err().contains("not valid CEL"));
         let both = ConfirmationPolicy { required: true, when: Some("true".into()) };
         assert!(both.check(&[]).is_err());
-        assert!(ConfirmationPolicy { required: true, when: None }.applies_to(&Map::new()));
-        assert!(!ConfirmationPolicy::default().applies_to(&Map::new()));
+        assert!(ConfirmationPolicy { required: true, when: None }.compile().applies_to(&Map::new()));
+        assert!(!ConfirmationPolicy::default().compile().applies_to(&Map::new()));
     }
 
     #[test]
@@ -334,10 +370,8 @@ mod tests {
         altered["payload"] = B64.encode(canonical(&other)).into();
         assert_eq!(verify(&altered, &trusted).unwrap_err(), VerifyError::BadSignature(server.kid().into()));
         // A claim altered after signing.
-        let mut header: Value = serde_json::from_slice(
-            &B64.decode(jws["signatures"][1]["protected"].as_str().unwrap()).unwrap(),
-        )
-        .unwrap();
+        let mut header: Value =
+            serde_json::from_slice(&B64.decode(jws["signatures"][1]["protected"].as_str().unwrap()).unwrap()).unwrap();
         header["sub"] = "mallory".into();
         let mut relabeled = jws.clone();
         relabeled["signatures"][1]["protected"] = B64.encode(header.to_string()).into();

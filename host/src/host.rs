@@ -5,6 +5,7 @@
 //! component, enumerate tools, invoke a version. Validation, limits and
 //! storage happen here, so every protocol gets them the same way.
 
+use crate::cheq::Confirmation;
 use crate::idempotency::{CallLedger, Claim, Ticket};
 use crate::invocation::{self, InputError, OutputError, OutputLimits, ToolResult};
 use crate::package::{PackageError, ToolPackage};
@@ -807,13 +808,12 @@ impl ToolHost {
         let tenant = tool.tenant.clone();
         let quota = self.tenant(&tenant).ok_or_else(|| InvokeError::UnknownTool(tool.id.to_string()))?;
         // Fail closed: a call its tool wants confirmed never runs unconfirmed.
-        let policy = &version.manifest.confirmation;
-        if !policy.is_empty() {
+        if !matches!(version.confirmation, Confirmation::Never) {
             let inputs = match invocation::to_json(call.input.clone()) {
                 serde_json::Value::Object(inputs) => inputs,
                 _ => serde_json::Map::new(),
             };
-            if policy.applies_to(&inputs) {
+            if version.confirmation.applies_to(&inputs) {
                 return Err(InvokeError::ConfirmationRequired(tool.name.clone()));
             }
         }

@@ -172,11 +172,16 @@ mod tests {
         CallKey { tenant: "default".into(), caller: "k1".into(), call_id: call_id.into() }
     }
 
-    #[tokio::test]
-    async fn a_second_claim_waits_for_the_first_and_gets_its_response() {
+    /// A store in a temporary data dir and a ledger over it.
+    fn ledger() -> (tempfile::TempDir, Arc<dyn RegistryStore>, Arc<CallLedger>) {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn RegistryStore> = Arc::new(SqliteStore::open(dir.path()).unwrap());
-        let ledger = Arc::new(CallLedger::new(Duration::from_secs(60)));
+        (dir, store, Arc::new(CallLedger::new(Duration::from_secs(60))))
+    }
+
+    #[tokio::test]
+    async fn a_second_claim_waits_for_the_first_and_gets_its_response() {
+        let (_dir, store, ledger) = ledger();
         let Claim::Run(ticket) = ledger.claim(&*store, &key("a"), "h").await.unwrap() else { panic!() };
         assert!(matches!(ledger.claim(&*store, &key("a"), "other").await.unwrap(), Claim::Conflict));
 
@@ -193,9 +198,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_released_claim_can_run_again_and_an_abandoned_one_is_unfinished() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn RegistryStore> = Arc::new(SqliteStore::open(dir.path()).unwrap());
-        let ledger = Arc::new(CallLedger::new(Duration::from_secs(60)));
+        let (_dir, store, ledger) = ledger();
         let Claim::Run(ticket) = ledger.claim(&*store, &key("b"), "h").await.unwrap() else { panic!() };
         let waiter = tokio::spawn({
             let (ledger, store) = (ledger.clone(), store.clone());

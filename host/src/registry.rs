@@ -43,6 +43,8 @@ pub struct ToolVersion {
     /// The OTC `ToolDefinition` of this version, built once by the OTC front
     /// door (its `requirements` are added per answer).
     pub otc_view: std::sync::OnceLock<serde_json::Value>,
+    /// Its `[confirmation]` policy, compiled once.
+    pub confirmation: crate::cheq::Confirmation,
 }
 
 impl ToolVersion {
@@ -55,6 +57,7 @@ impl ToolVersion {
             signature: Arc::new(stored.signature),
             signature_sha256: stored.signature_sha256,
             host_patterns: stored.manifest.host_patterns(),
+            confirmation: stored.manifest.confirmation.compile(),
             manifest: Arc::new(stored.manifest),
             component,
             created_at: stored.created_at,

@@ -84,7 +84,10 @@ async fn a_call_that_needs_confirmation_never_runs_unconfirmed() {
 fn a_condition_that_names_no_input_is_refused_when_packed() {
     let dir = tempfile::tempdir().unwrap();
     let refused = pack_with_confirmation("book-flight", r#"when = "price_usd > 1000""#, dir.path()).unwrap_err();
-    assert!(refused.contains("[confirmation]: the `when` condition names price_usd, which is not an input"), "{refused}");
+    assert!(
+        refused.contains("[confirmation]: the `when` condition names price_usd, which is not an input"),
+        "{refused}"
+    );
     let refused = pack_with_confirmation("book-flight", r#"when = "passengers >""#, dir.path()).unwrap_err();
     assert!(refused.contains("not valid CEL"), "{refused}");
     let refused = pack_with_confirmation("book-flight", "required = \"yes\"", dir.path()).unwrap_err();
@@ -99,7 +102,10 @@ async fn the_signing_key_is_published_and_kept() {
     let jwks: Value = anonymous.json().await.unwrap();
     let keys = jwks["keys"].as_array().unwrap();
     assert_eq!(keys.len(), 1);
-    assert_eq!((&keys[0]["kty"], &keys[0]["crv"], &keys[0]["alg"]), (&json!("OKP"), &json!("Ed25519"), &json!("EdDSA")));
+    assert_eq!(
+        (&keys[0]["kty"], &keys[0]["crv"], &keys[0]["alg"]),
+        (&json!("OKP"), &json!("Ed25519"), &json!("EdDSA"))
+    );
     assert!(keys[0].get("d").is_none(), "the private half is never published");
     let key_file = server.data.path().join("cheq-signing.key");
     use std::os::unix::fs::PermissionsExt;

@@ -46,7 +46,8 @@ fn assert_valid(pointer: &str, instance: &Value) {
     schema["$ref"] = pointer.into();
     let validator =
         jsonschema::options().with_draft(jsonschema::Draft::Draft202012).build(&schema).expect("the schema compiles");
-    let errors: Vec<String> = validator.iter_errors(instance).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    let errors: Vec<String> =
+        validator.iter_errors(instance).map(|e| format!("{e} at {}", e.instance_path())).collect();
     assert!(errors.is_empty(), "not a valid {pointer}:\n{}\n{instance:#}", errors.join("\n"));
 }
 
@@ -314,7 +315,10 @@ async fn a_secret_supplied_with_a_call_serves_that_call_only() {
     std::fs::write(dir.path().join("use_secret.wasm"), fixture("use_secret.wasm")).unwrap();
     let server = Server::start_in(tempfile::tempdir().unwrap(), &["--plugins", dir.path().to_str().unwrap()]);
     let tools = list(&server, TOKEN, "").await;
-    assert_eq!(definition(&tools, "Default.UseSecret@1.0.0")["requirements"], json!({ "secrets": [{ "id": "api-key" }] }));
+    assert_eq!(
+        definition(&tools, "Default.UseSecret@1.0.0")["requirements"],
+        json!({ "secrets": [{ "id": "api-key" }] })
+    );
 
     let input = json!({ "log_lines": 0, "fail": false });
     let without = request("Default.UseSecret", input.clone());
@@ -380,7 +384,8 @@ async fn a_retried_call_id_runs_the_tool_once() {
     let (url, backend_calls) = weather_backend().await;
     let config = format!("lookup_weather_by_city.backend-url={url}");
     let plugins = plugins_dir();
-    let args = ["--plugins", plugins.to_str().unwrap(), "--tool-config", &config, "--allow-private-cidr", "127.0.0.0/8"];
+    let args =
+        ["--plugins", plugins.to_str().unwrap(), "--tool-config", &config, "--allow-private-cidr", "127.0.0.0/8"];
     let server = Server::start_in(tempfile::tempdir().unwrap(), &args);
     let omaha = |call_id: &str| {
         json!({ "request": {
