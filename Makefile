@@ -5,14 +5,14 @@ CARGO      ?= cargo
 PLUGINS    := echo book-flight lookup-weather-by-city
 # Extra tools the tests deploy (versions of echo), packed into target/fixtures/.
 FIXTURES   := echo-v2 echo-breaking spin-forever memory-bomb deep-recursion panic-at-once huge-output \
-              call-undeclared-host call-loopback snoop slow-sleep use-secret
+              call-undeclared-host call-loopback snoop slow-sleep use-secret transfer-funds
 WASM_OUT   := target/wasm32-wasip2/plugin
 PLUGIN_OUT := target/plugins
 LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
 DATA       ?= ./plinth-data
 
-.PHONY: help build wasm-target plugins fixtures run test check bench bench-smoke wrk
+.PHONY: help build wasm-target plugins fixtures browser run test check bench bench-smoke wrk
 
 help:
 	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
@@ -55,10 +55,16 @@ fixtures: plugins
 
 # Ends with one summary line over every test binary (cargo prints one
 # result line per binary, the last of which may be a crate without tests).
-test: fixtures
+test: fixtures browser
 	@set -o pipefail; PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures \
 		$(CARGO) test --no-fail-fast 2>&1 | tee target/test.log
 	@awk '/^test result:/ { passed += $$4; failed += $$6 } END { printf "summary: %d passed, %d failed\n", passed, failed }' target/test.log
+
+# The browser tests (tests/e2e/browser.rs) drive a headless Chromium through
+# ChromeDriver, both from Debian.
+browser:
+	@[ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] || \
+		{ apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
 
 # The HTTP arms use wrk as the load generator (a separate process).
 wrk:

@@ -147,8 +147,13 @@ impl std::fmt::Debug for SigningKey {
     }
 }
 
-/// The file in the data dir that holds the server's CHEQ signing key.
+/// The file in the data dir that holds the key this server signs its CHEQ
+/// objects with (as the resource server).
 pub const KEY_FILE: &str = "cheq-signing.key";
+
+/// The file in the data dir that holds the key of the built-in confirmation
+/// server (it countersigns what end users accept on its page).
+pub const CONFIRMATION_KEY_FILE: &str = "cheq-confirmation.key";
 
 impl SigningKey {
     /// A key from its 32 secret bytes. The key id is the JWK thumbprint
@@ -168,10 +173,10 @@ impl SigningKey {
         Ok(SigningKey::from_bytes(&secret))
     }
 
-    /// The key in `dir/cheq-signing.key`, created (readable by its owner
-    /// only) on first use.
-    pub fn load_or_create(dir: &Path) -> std::io::Result<SigningKey> {
-        let path = dir.join(KEY_FILE);
+    /// The key in `dir/file`, created (readable by its owner only) on
+    /// first use.
+    pub fn load_or_create(dir: &Path, file: &str) -> std::io::Result<SigningKey> {
+        let path = dir.join(file);
         match std::fs::read_to_string(&path) {
             Ok(text) => {
                 let bytes = hex::decode(text.trim()).ok().and_then(|b| <[u8; 32]>::try_from(b).ok());
@@ -387,8 +392,8 @@ mod tests {
     #[test]
     fn the_key_survives_a_restart_and_is_private() {
         let dir = tempfile::tempdir().unwrap();
-        let first = SigningKey::load_or_create(dir.path()).unwrap();
-        let again = SigningKey::load_or_create(dir.path()).unwrap();
+        let first = SigningKey::load_or_create(dir.path(), KEY_FILE).unwrap();
+        let again = SigningKey::load_or_create(dir.path(), KEY_FILE).unwrap();
         assert_eq!(first.kid(), again.kid());
         assert_eq!(first.jwk(), again.jwk());
         #[cfg(unix)]
@@ -398,6 +403,6 @@ mod tests {
             assert_eq!(mode & 0o777, 0o600);
         }
         std::fs::write(dir.path().join(KEY_FILE), "not a key").unwrap();
-        assert!(SigningKey::load_or_create(dir.path()).is_err());
+        assert!(SigningKey::load_or_create(dir.path(), KEY_FILE).is_err());
     }
 }

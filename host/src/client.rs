@@ -261,6 +261,55 @@ pub fn audit(server: &ServerArgs, tenant: Option<&str>, limit: usize) -> anyhow:
     Ok(())
 }
 
+/// `plinth cheq verify FILE --jwks URL…`: prints who signed what; `Ok(false)`
+/// when a signature does not verify.
+pub fn verify_cheq(file: &Path, jwks: &[String]) -> anyhow::Result<bool> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let document: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))?;
+    // Evidence holds the accepted CHEQ as `decision`, or only the issued one.
+    let signed = match (&document["decision"], &document["cheq"]) {
+        (decision, _) if decision.get("signatures").is_some() => decision,
+        (_, cheq) if cheq.get("signatures").is_some() => cheq,
+        _ => &document,
+    };
+    let mut sets = Vec::new();
+    for source in jwks {
+        let set: Value = if source.starts_with("http://") || source.starts_with("https://") {
+            Client::new()
+                .get(source)
+                .send()
+                .and_then(Response::error_for_status)
+                .and_then(Response::json)
+                .with_context(|| format!("fetching the JWKS {source}"))?
+        } else {
+            let text = std::fs::read_to_string(source).with_context(|| format!("reading the JWKS {source}"))?;
+            serde_json::from_str(&text).with_context(|| format!("{source} is not a JWKS"))?
+        };
+        sets.push(set);
+    }
+    match plinth::cheq::verify(signed, &sets) {
+        Ok((payload, signatures)) => {
+            let cheq: Value = serde_json::from_slice(&payload).unwrap_or(Value::Null);
+            println!("verified: {} signature(s) over this CHEQ", signatures.len());
+            for signature in &signatures {
+                let claims: Vec<String> = signature
+                    .header
+                    .iter()
+                    .filter(|(k, _)| !["alg", "kid"].contains(&k.as_str()))
+                    .map(|(k, v)| format!("{k}={}", v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+                    .collect();
+                println!("  signed by key {} {}", signature.kid, claims.join(" "));
+            }
+            println!("{}", serde_json::to_string_pretty(&cheq).unwrap_or_default());
+            Ok(true)
+        }
+        Err(e) => {
+            println!("not verified: {e}");
+            Ok(false)
+        }
+    }
+}
+
 /// `plinth diff OLD NEW`: prints the changes; `Ok(false)` when breaking.
 pub fn diff(old: &Path, new: &Path) -> anyhow::Result<bool> {
     let read = |path: &Path| -> anyhow::Result<ToolPackage> {

@@ -5,7 +5,13 @@
 //! component, enumerate tools, invoke a version. Validation, limits and
 //! storage happen here, so every protocol gets them the same way.
 
-use crate::cheq::Confirmation;
+mod confirmations;
+
+pub use confirmations::{
+    ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor, PendingConfirmation, State,
+    rfc3339,
+};
+
 use crate::idempotency::{CallLedger, Claim, Ticket};
 use crate::invocation::{self, InputError, OutputError, OutputLimits, ToolResult};
 use crate::package::{PackageError, ToolPackage};
@@ -17,6 +23,7 @@ use crate::store::{BlobStore, CallKey, RegistryStore, SqliteStore, StoreError, S
 use crate::tenancy::{
     self, AuditEntry, AuditQuery, KeyRecord, NewKey, Principal, Quotas, Role, TenantRecord, unix_now,
 };
+use confirmations::CheqState;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -46,6 +53,8 @@ pub struct HostOptions {
     pub tool_threads: usize,
     /// How long a call id's response is kept for retries.
     pub call_retention: Duration,
+    /// How long a call waits for its end user's confirmation.
+    pub confirmation_ttl: Duration,
 }
 
 /// How long call ids are remembered unless the operator says otherwise.
@@ -211,12 +220,22 @@ pub enum InvokeError {
         /// When a call will be accepted again.
         retry_after: Duration,
     },
-    /// The call needs its end user's confirmation (the tool's
-    /// `[confirmation]`), which this server cannot collect yet.
+    /// The call waits for its end user's confirmation (the tool's
+    /// `[confirmation]`): the tool has not run, and runs only once the end
+    /// user accepts.
+    #[error("the call waits for its end user's confirmation (transaction {})", .0.id)]
+    ConfirmationPending(PendingConfirmation),
+    /// The call needs its end user's confirmation and names no end user.
     #[error(
-        "`{0}` needs the end user's confirmation (CHEQ) for this call, and this server does not collect confirmations yet; the tool did not run"
+        "`{0}` needs the confirmation of the end user the call is made for: name them (A2T: the `Plinth-End-User` header; OTC: `context.user_id`); the tool did not run"
     )]
-    ConfirmationRequired(String),
+    EndUserRequired(String),
+    /// The call needs confirmation and brings what cannot wait for it.
+    #[error("{0}")]
+    CannotWait(String),
+    /// The store failed.
+    #[error("the server could not record the call: {0}")]
+    Storage(String),
 }
 
 impl InvokeError {
@@ -231,7 +250,10 @@ impl InvokeError {
             | InvokeError::Retired(_)
             | InvokeError::Busy(_)
             | InvokeError::RateLimited { .. }
-            | InvokeError::ConfirmationRequired(_) => false,
+            | InvokeError::ConfirmationPending(_)
+            | InvokeError::EndUserRequired(_)
+            | InvokeError::CannotWait(_)
+            | InvokeError::Storage(_) => false,
         }
     }
 }
@@ -247,6 +269,31 @@ pub struct Call {
     /// and win over the tenant's stored secrets of the same id; ids the
     /// version does not declare are ignored.
     pub secrets: BTreeMap<String, String>,
+    /// The end user the call acts for: who must confirm it, if its tool
+    /// wants confirmation.
+    pub end_user: Option<String>,
+    /// The front door it came through.
+    pub front_door: FrontDoor,
+    /// Set only for a call its end user confirmed ([`confirmations`]).
+    pub confirmed: Option<Confirmed>,
+    /// Values to redact from everything the call answers and logs, besides
+    /// secrets (the `private` inputs the end user entered).
+    pub redact: Vec<String>,
+}
+
+impl Call {
+    /// A call of `input` through `front_door`, with a fresh id.
+    pub fn new(input: wasmtime::component::Val, front_door: FrontDoor) -> Call {
+        Call {
+            input,
+            call_id: Uuid::new_v4().to_string(),
+            secrets: BTreeMap::new(),
+            end_user: None,
+            front_door,
+            confirmed: None,
+            redact: Vec::new(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Call {
@@ -256,7 +303,10 @@ impl std::fmt::Debug for Call {
             .field("input", &self.input)
             .field("call_id", &self.call_id)
             .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
-            .finish()
+            .field("end_user", &self.end_user)
+            .field("front_door", &self.front_door)
+            .field("confirmed", &self.confirmed.is_some())
+            .finish_non_exhaustive()
     }
 }
 
@@ -311,8 +361,8 @@ pub struct ToolHost {
     executor: Option<tokio::runtime::Runtime>,
     /// Call ids claimed for idempotent calls.
     calls: CallLedger,
-    /// The key this server signs CHEQ objects with.
-    cheq_key: crate::cheq::SigningKey,
+    /// The keys this server signs CHEQ objects with, and their expiry.
+    cheq: CheqState,
     /// Serializes the registry-changing step of deploys and retirements, so
     /// version numbers are assigned without races. Compilation happens
     /// before it is taken.
@@ -353,10 +403,11 @@ impl ToolHost {
                     .build()?,
             ),
             calls: CallLedger::new(options.call_retention),
-            cheq_key: crate::cheq::SigningKey::load_or_create(&options.data_dir)
-                .map_err(|e| anyhow::anyhow!("the CHEQ signing key in {}: {e}", options.data_dir.display()))?,
+            cheq: CheqState::new(&options.data_dir, options.confirmation_ttl)?,
             changes: std::sync::Mutex::new(()),
         };
+        host.interrupt_confirmations()?;
+        host.load_cheq_settings()?;
         for record in host.store.tenants()? {
             host.tenants.insert(record.name.clone(), Arc::new(Tenant::new(record)));
         }
@@ -807,20 +858,31 @@ impl ToolHost {
     ) -> Result<ToolResult, InvokeError> {
         let tenant = tool.tenant.clone();
         let quota = self.tenant(&tenant).ok_or_else(|| InvokeError::UnknownTool(tool.id.to_string()))?;
+        // A confirmed call was counted when it was made.
+        if call.confirmed.is_none()
+            && let Err(not_until) = quota.rate.check()
+        {
+            let retry_after =
+                not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
+            return Err(InvokeError::RateLimited { tenant, retry_after });
+        }
         // Fail closed: a call its tool wants confirmed never runs unconfirmed.
-        if !matches!(version.confirmation, Confirmation::Never) {
+        if call.confirmed.is_none() && self.may_need_confirmation(&tool, &version) {
             let inputs = match invocation::to_json(call.input.clone()) {
                 serde_json::Value::Object(inputs) => inputs,
                 _ => serde_json::Map::new(),
             };
-            if version.confirmation.applies_to(&inputs) {
-                return Err(InvokeError::ConfirmationRequired(tool.name.clone()));
+            if self.needs_confirmation(&tool, &version, &inputs) {
+                let end_user = call.end_user.clone().ok_or_else(|| InvokeError::EndUserRequired(tool.name.clone()))?;
+                if !call.secrets.is_empty() {
+                    return Err(InvokeError::CannotWait(format!(
+                        "`{}` runs only once its end user confirms the call, and secrets supplied with a call are never stored: store them for the tenant (PUT /admin/secrets/{{id}}) instead; the tool did not run",
+                        tool.name
+                    )));
+                }
+                let pending = self.begin_confirmation(&tool, &version, &inputs, &call, &end_user)?;
+                return Err(InvokeError::ConfirmationPending(pending));
             }
-        }
-        if let Err(not_until) = quota.rate.check() {
-            let retry_after =
-                not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
-            return Err(InvokeError::RateLimited { tenant, retry_after });
         }
         let span =
             tracing::info_span!("invoke", tenant, tool = %tool.name, version = version.number, call_id = call.call_id);
@@ -835,11 +897,6 @@ impl ToolHost {
                 .map_err(|_| InvokeError::Call(CallError::Trapped("the invocation was interrupted".into())))?,
             None => task.await,
         }
-    }
-
-    /// The key this server signs CHEQ objects with (published as a JWKS).
-    pub fn cheq_key(&self) -> &crate::cheq::SigningKey {
-        &self.cheq_key
     }
 
     /// Secrets `version` declares that neither the caller supplied nor its
@@ -936,8 +993,9 @@ impl ToolHost {
                 })
                 .collect(),
             log_budget: self.log_budgets.entry(tool.id).or_default().clone(),
+            redact: call.redact,
         };
-        let redactor = Redactor::new(setup.secrets.values().cloned());
+        let redactor = Redactor::new(setup.secrets.values().chain(&setup.redact).cloned());
         let started = std::time::Instant::now();
         let result = self.runtime.call(&version.component, call.input, setup).await;
         let elapsed_us = started.elapsed().as_micros() as u64;

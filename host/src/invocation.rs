@@ -206,6 +206,25 @@ const MAX_UNKNOWN_REPORTED: usize = 16;
 /// ones first, in the order given; then the rest in signature order). A
 /// `null` value is the same as leaving an optional parameter out.
 pub fn input_record(signature: &Signature, arguments: &[(&str, &Value)]) -> Result<Val, Vec<InputError>> {
+    input_record_from(signature, arguments, Supplier::Agent)
+}
+
+/// Who supplies a call's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Supplier {
+    /// The agent: it may not give `private` inputs, which stand empty until
+    /// the end user enters them on the confirmation page.
+    Agent,
+    /// The end user confirming the call, who gives the `private` ones.
+    EndUser,
+}
+
+/// [`input_record`], with `private` inputs refused from the agent.
+pub fn input_record_from(
+    signature: &Signature,
+    arguments: &[(&str, &Value)],
+    supplier: Supplier,
+) -> Result<Val, Vec<InputError>> {
     let mut errors = Vec::new();
     let mut unknown = HashSet::new();
     for (name, _) in arguments {
@@ -222,6 +241,21 @@ pub fn input_record(signature: &Signature, arguments: &[(&str, &Value)]) -> Resu
     let mut fields = Vec::with_capacity(signature.inputs.len());
     for param in &signature.inputs {
         let value = arguments.iter().find(|(n, _)| *n == param.name).map(|(_, v)| *v).filter(|v| !v.is_null());
+        if param.private && supplier == Supplier::Agent {
+            match value {
+                Some(_) => errors.push(refuse(
+                    "private_parameter",
+                    Some(&param.name),
+                    format!(
+                        "parameter `{}` is private: the end user enters it when confirming the call; leave it out",
+                        param.name
+                    ),
+                )),
+                None if param.required => fields.push((param.field.clone(), Val::String(String::new()))),
+                None => fields.push((param.field.clone(), Val::Option(None))),
+            }
+            continue;
+        }
         let field = match (value, param.required) {
             (None, true) => Err(refuse(
                 "missing_parameter",
@@ -479,6 +513,7 @@ mod tests {
             description: format!("The {id}."),
             required,
             ty,
+            private: false,
         };
         let cabins = vec![
             EnumValue { name: "ECONOMY".into(), case: "economy".into(), description: "e".into() },

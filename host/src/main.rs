@@ -49,6 +49,11 @@ enum Command {
         /// The candidate.
         new: PathBuf,
     },
+    /// CHEQ evidence.
+    Cheq {
+        #[command(subcommand)]
+        command: CheqCommand,
+    },
     /// Deploy a packed tool to a running server.
     Deploy {
         /// The packed .wasm file.
@@ -128,6 +133,22 @@ enum TenantCommand {
     List {
         #[command(flatten)]
         server: ServerArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum CheqCommand {
+    /// Verify a signed CHEQ offline: every signature against the given key
+    /// sets. FILE is a JWS (general JSON) or the evidence that
+    /// `GET /admin/cheq/{id}` returns (its decision, else its CHEQ). Exit
+    /// code 1 when it does not verify.
+    Verify {
+        /// The signed CHEQ or evidence, as JSON.
+        file: PathBuf,
+        /// A JWKS URL (or file) to trust; repeat for the resource server's
+        /// and the confirmation server's.
+        #[arg(long = "jwks", value_name = "URL", required = true)]
+        jwks: Vec<String>,
     },
 }
 
@@ -271,6 +292,15 @@ struct ServeArgs {
     /// does not run again.
     #[arg(long, env = "PLINTH_CALL_RETENTION_HOURS", default_value_t = 24)]
     call_retention_hours: u64,
+    /// How long a call that needs its end user's confirmation (CHEQ) waits
+    /// for it, in seconds; unanswered, it expires and the tool never runs.
+    #[arg(long, env = "PLINTH_CONFIRMATION_TTL_SECS", default_value_t = 900)]
+    confirmation_ttl_secs: u64,
+    /// The URL clients reach this server at, for the absolute URIs of a
+    /// CHEQ URI pack (default: `http://` and the listening address). Set it
+    /// when the server is behind a proxy or listens on 0.0.0.0.
+    #[arg(long, env = "PLINTH_PUBLIC_URL")]
+    public_url: Option<String>,
     /// How instance memory is allocated.
     #[arg(long, env = "PLINTH_ALLOCATOR", value_enum, default_value_t = Allocator::Pooling)]
     allocator: Allocator,
@@ -315,6 +345,11 @@ fn main() -> std::process::ExitCode {
         Command::Pack(args) => pack(args),
         Command::Inspect { file } => inspect(&file),
         Command::Diff { old, new } => match client::diff(&old, &new) {
+            Ok(true) => Ok(()),
+            Ok(false) => return std::process::ExitCode::from(1),
+            Err(e) => Err(e),
+        },
+        Command::Cheq { command: CheqCommand::Verify { file, jwks } } => match client::verify_cheq(&file, &jwks) {
             Ok(true) => Ok(()),
             Ok(false) => return std::process::ExitCode::from(1),
             Err(e) => Err(e),
@@ -399,6 +434,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .tool_threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get() * 2).max(4)),
         call_retention: Duration::from_secs(args.call_retention_hours.max(1).saturating_mul(3600)),
+        confirmation_ttl: Duration::from_secs(args.confirmation_ttl_secs.max(1)),
         limits: HostLimits {
             max_concurrency_per_tool: args.max_concurrency_per_tool.max(1),
             outbound: Arc::new(OutboundLimits {
@@ -450,7 +486,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Some(dir) => Some(watch(host.clone(), dir)?),
             None => None,
         };
-        let app = api::router(host, api::ApiOptions { max_request_bytes: args.max_request_kib.saturating_mul(1024) });
+        let public_url = args.public_url.clone().unwrap_or_else(|| format!("http://{addr}"));
+        let options = api::ApiOptions {
+            max_request_bytes: args.max_request_kib.saturating_mul(1024),
+            public_url: public_url.trim_end_matches('/').to_string(),
+        };
+        let app = api::router(host, options);
         axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
         tracing::info!("stopped");
         Ok(())

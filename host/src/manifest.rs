@@ -89,6 +89,11 @@ pub struct InputConstraints {
     /// Largest allowed integer; must lie within the WIT type's range.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<i64>,
+    /// Never taken from the agent: the end user enters it on the
+    /// confirmation page (CHEQ's privacy flow), and it is never returned to
+    /// the agent or logged. Strings only; every call needs confirmation.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub private: bool,
 }
 
 /// A configuration key the tool reads.

@@ -51,13 +51,20 @@ impl ToolVersion {
     /// A version from its registry row and its compiled component. The
     /// signature stored with the version is the locked one.
     pub fn from_stored(stored: StoredVersion, component: LoadedComponent) -> Self {
+        // The end user enters private inputs when confirming: a tool with
+        // one needs confirmation on every call.
+        let confirmation = if stored.signature.inputs.iter().any(|p| p.private) {
+            crate::cheq::Confirmation::Always
+        } else {
+            stored.manifest.confirmation.compile()
+        };
         ToolVersion {
             number: stored.version,
             sha256: stored.sha256,
             signature: Arc::new(stored.signature),
             signature_sha256: stored.signature_sha256,
             host_patterns: stored.manifest.host_patterns(),
-            confirmation: stored.manifest.confirmation.compile(),
+            confirmation,
             manifest: Arc::new(stored.manifest),
             component,
             created_at: stored.created_at,

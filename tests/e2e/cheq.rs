@@ -1,11 +1,11 @@
 //! CHEQ, end to end: a tool's `[confirmation]` policy, checked when it is
-//! packed and enforced on every call, and the server's published signing key.
-//!
-//! The confirmation flow itself (202 and the URI pack, the confirmation
-//! page, accept and reject) is not served yet; until it is, a call that needs
-//! confirmation must never run.
+//! packed; calls that need confirmation answered with the URI pack; the
+//! resource and result URIs; an external confirmation server's signatures
+//! and the attacks on them; the evidence and its offline check; the
+//! server's published keys. The built-in confirmation page, in a real
+//! browser, is in `cheq_browser.rs`.
 
-use crate::support::{Server, invocation, outputs, plinth_bin, plugins_dir};
+use crate::support::{Server, TOKEN, fixture, invocation, outputs, plinth_bin, plugins_dir};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -38,48 +38,6 @@ fn pack_with_confirmation(plugin: &str, confirmation: &str, dir: &Path) -> Resul
     if output.status.success() { Ok(packed) } else { Err(String::from_utf8_lossy(&output.stderr).into_owned()) }
 }
 
-fn booking(cabin: &str, passengers: u32) -> Vec<(&'static str, Value)> {
-    vec![
-        ("flight_number", json!("UA123")),
-        ("date", json!("2026-12-24")),
-        ("passengers", json!(passengers)),
-        ("cabin_class", json!(cabin)),
-    ]
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_call_that_needs_confirmation_never_runs_unconfirmed() {
-    let plugins = tempfile::tempdir().unwrap();
-    let condition = r#"when = "cabin_class in ['BUSINESS', 'FIRST'] || passengers > 4""#;
-    pack_with_confirmation("book-flight", condition, plugins.path()).unwrap();
-    pack_with_confirmation("echo", "required = true", plugins.path()).unwrap();
-    let server = Server::start_in(tempfile::tempdir().unwrap(), &["--plugins", plugins.path().to_str().unwrap()]);
-
-    // Below the condition the booking runs as before.
-    let (status, body) = server.invoke("book_flight", &booking("ECONOMY", 2)).await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(outputs(&body)["total_price_usd"], 360);
-
-    // Above it, through either front door, the tool does not run.
-    for (cabin, passengers) in [("FIRST", 1), ("ECONOMY", 5)] {
-        let (status, body) = server.invoke("book_flight", &booking(cabin, passengers)).await;
-        assert_eq!((status, &body["error"]["code"]), (403, &json!("confirmation_required")), "{body}");
-        assert!(body["error"]["message"].as_str().unwrap().contains("the tool did not run"), "{body}");
-    }
-    let input: serde_json::Map<String, Value> =
-        booking("BUSINESS", 1).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-    let otc = json!({ "request": { "call_id": "b-1", "tool_id": "Travel.BookFlight", "input": input } });
-    for _ in 0..2 {
-        let (status, body) = server.post("/otc/tools/call", &otc).await;
-        assert_eq!((status, &body["code"]), (403, &json!("confirmation_required")), "{body}");
-    }
-    let (status, body) = server.invoke("echo", &[("text", json!("hi"))]).await;
-    assert_eq!((status, &body["error"]["code"]), (403, &json!("confirmation_required")), "{body}");
-    let id = server.tool_id("echo").await;
-    let (status, _) = server.post(&format!("/tools/{id}/versions/1:invoke"), &invocation("echo", &[])).await;
-    assert_eq!(status, 400, "invalid input is still refused first");
-}
-
 #[test]
 fn a_condition_that_names_no_input_is_refused_when_packed() {
     let dir = tempfile::tempdir().unwrap();
@@ -101,7 +59,7 @@ async fn the_signing_key_is_published_and_kept() {
     assert_eq!(anonymous.status(), 200);
     let jwks: Value = anonymous.json().await.unwrap();
     let keys = jwks["keys"].as_array().unwrap();
-    assert_eq!(keys.len(), 1);
+    assert_eq!(keys.len(), 2, "the resource server's key and the built-in confirmation server's");
     assert_eq!(
         (&keys[0]["kty"], &keys[0]["crv"], &keys[0]["alg"]),
         (&json!("OKP"), &json!("Ed25519"), &json!("EdDSA"))
@@ -113,4 +71,291 @@ async fn the_signing_key_is_published_and_kept() {
     assert!(!server.logs().contains(std::fs::read_to_string(&key_file).unwrap().trim()));
     let server = Server::start_in(server.stop(), &[]);
     assert_eq!(server.get("/.well-known/jwks.json").await.1, jwks, "the same key after a restart");
+}
+
+/// The condition the tests put on `book_flight`.
+const PREMIUM: &str = r#"when = "cabin_class in ['BUSINESS', 'FIRST'] || passengers > 4""#;
+
+/// A server with `book_flight` (confirmation above economy or four
+/// passengers), `echo` (none) and `transfer_funds` (private inputs), and
+/// the end users alice and bob.
+pub async fn confirming_server(extra: &[&str]) -> (Server, tempfile::TempDir) {
+    let plugins = tempfile::tempdir().unwrap();
+    pack_with_confirmation("book-flight", PREMIUM, plugins.path()).unwrap();
+    std::fs::copy(plugins_dir().join("echo.wasm"), plugins.path().join("echo.wasm")).unwrap();
+    std::fs::write(plugins.path().join("transfer_funds.wasm"), fixture("transfer_funds.wasm")).unwrap();
+    let mut args = vec!["--plugins", plugins.path().to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let server = Server::start_in(tempfile::tempdir().unwrap(), &args);
+    for user in ["alice", "bob"] {
+        let password = json!({ "password": format!("{user}-password") });
+        let (status, body) =
+            server.call_as(Some(TOKEN), Method::PUT, &format!("/admin/end-users/{user}"), Some(&password)).await;
+        assert_eq!(status, 204, "{body}");
+    }
+    (server, plugins)
+}
+
+pub fn booking(cabin: &str, passengers: u32) -> Vec<(&'static str, Value)> {
+    vec![
+        ("flight_number", json!("UA123")),
+        ("date", json!("2026-12-24")),
+        ("passengers", json!(passengers)),
+        ("cabin_class", json!(cabin)),
+    ]
+}
+
+/// An A2T call of `name` made for `end_user` → (status, Location, body).
+pub async fn call_for(
+    server: &Server,
+    end_user: Option<&str>,
+    name: &str,
+    params: &[(&str, Value)],
+) -> (u16, Option<String>, Value) {
+    let id = server.tool_id(name).await;
+    let mut request = server.request(Method::POST, &format!("/tools/{id}:invoke")).bearer_auth(TOKEN);
+    if let Some(user) = end_user {
+        request = request.header("Plinth-End-User", user);
+    }
+    let response = request.json(&invocation(name, params)).send().await.unwrap();
+    let status = response.status().as_u16();
+    let location = response.headers().get("location").map(|v| v.to_str().unwrap().to_string());
+    (status, location, response.json().await.unwrap_or(Value::Null))
+}
+
+/// `GET` an absolute URI with the operator key → (status, headers, body).
+pub async fn fetch(uri: &str) -> (u16, reqwest::header::HeaderMap, Value) {
+    let response = reqwest::Client::new().get(uri).bearer_auth(TOKEN).send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, response.json().await.unwrap_or(Value::Null))
+}
+
+/// `POST {resource uri}?{decision}` with `body`, as a confirmation server
+/// does (no Plinth key) → (status, body).
+async fn decide(resource_uri: &str, decision: &str, body: &Value) -> (u16, Value) {
+    let response = reqwest::Client::new().post(format!("{resource_uri}?{decision}")).json(body).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// The CHEQ object inside a JWS.
+fn payload(signed: &Value) -> Value {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(signed["payload"].as_str().unwrap()).unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// A stand-in external confirmation server: its own Ed25519 key, its JWKS
+/// served on 127.0.0.1.
+struct ConfirmationServer {
+    key: plinth::cheq::SigningKey,
+    jwks_url: String,
+    _serving: tokio::task::JoinHandle<()>,
+}
+
+impl ConfirmationServer {
+    async fn start() -> ConfirmationServer {
+        let key = plinth::cheq::SigningKey::generate().unwrap();
+        let jwks = plinth::cheq::jwks(&[&key]);
+        let app = axum::Router::new().route("/jwks.json", axum::routing::get(move || async move { axum::Json(jwks) }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let jwks_url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
+        let serving = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        ConfirmationServer { key, jwks_url, _serving: serving }
+    }
+
+    /// `signed` with this server's signature added: `user` decided `decision`.
+    fn countersign(&self, signed: &Value, key: &plinth::cheq::SigningKey, user: &str, decision: &str) -> Value {
+        let mut signed = signed.clone();
+        let claims = json!({ "sub": user, "decision": decision }).as_object().unwrap().clone();
+        plinth::cheq::countersign(&mut signed, key, claims).unwrap();
+        signed
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_that_needs_confirmation_answers_with_the_uri_pack() {
+    let (server, _plugins) = confirming_server(&[]).await;
+
+    // Below the condition the booking runs as before.
+    let (status, _, body) = call_for(&server, None, "book_flight", &booking("ECONOMY", 2)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(outputs(&body)["total_price_usd"], 360);
+
+    // Above it, a call that names no end user is refused: nobody could confirm it.
+    let (status, _, body) = call_for(&server, None, "book_flight", &booking("FIRST", 1)).await;
+    assert_eq!((status, &body["error"]["code"]), (400, &json!("end_user_required")), "{body}");
+
+    let (status, location, pack) = call_for(&server, Some("alice"), "book_flight", &booking("FIRST", 1)).await;
+    assert_eq!(status, 202, "{pack}");
+    let keys: Vec<&String> = pack.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["confirmation uri", "resource uri", "result uri"], "exactly the draft's keys");
+    assert_eq!(location.as_deref(), pack["result uri"].as_str(), "Location is the result URI");
+    assert_eq!(pack["confirmation uri"], format!("{}/cheq/confirm", server.base));
+
+    // The agent polls: pending, with Retry-After.
+    let (status, headers, body) = fetch(pack["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, body["state"].as_str()), (202, Some("pending")), "{body}");
+    assert_eq!(headers["retry-after"], "2");
+
+    // The confirmation server fetches the CHEQ: figure 4's fields, signed by this server.
+    let (status, _, signed) = fetch(pack["resource uri"].as_str().unwrap()).await;
+    assert_eq!(status, 200, "{signed}");
+    assert_eq!(signed["signatures"].as_array().unwrap().len(), 1);
+    let cheq = payload(&signed);
+    assert_eq!(cheq["operation name"], "Book flight");
+    assert_eq!(cheq["end user"], "alice");
+    let parameters = cheq["inputs"]["parameters"].as_array().unwrap();
+    let cabin = parameters.iter().find(|p| p["parameter name"] == "cabin_class").unwrap();
+    assert_eq!(cabin["parameter value"], "FIRST");
+    assert!(cabin["parameter description"].as_str().unwrap().contains("cabin class"));
+    for field in ["version", "operation", "date", "expires", "transaction", "nonce"] {
+        assert!(cheq.get(field).is_some(), "the CHEQ has no `{field}`: {cheq}");
+    }
+    let (_, _, raw) = fetch(&format!("{}?raw", pack["resource uri"].as_str().unwrap())).await;
+    assert_eq!(raw, cheq, "?raw is the object alone");
+
+    // Through OTC: the user comes as context.user_id; a retry of the call id
+    // gets the same pack, not a second confirmation.
+    let input: serde_json::Map<String, Value> =
+        booking("BUSINESS", 1).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let otc = json!({ "request": { "call_id": "b-1", "tool_id": "Travel.BookFlight", "input": input, "context": { "user_id": "bob" } } });
+    let (status, first) = server.post("/otc/tools/call", &otc).await;
+    assert_eq!(status, 202, "{first}");
+    let (status, again) = server.post("/otc/tools/call", &otc).await;
+    assert_eq!((status, &again), (202, &first));
+
+    // Rejected through the resource URI: the agent gets the documented answer,
+    // in the OTC shape for an OTC call.
+    let (status, body) = decide(first["resource uri"].as_str().unwrap(), "reject", &Value::Null).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = fetch(first["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, &body["code"]), (403, &json!("confirmation_rejected")), "{body}");
+    assert!(body["$schema"].is_string(), "{body}");
+    let (status, body) = decide(first["resource uri"].as_str().unwrap(), "reject", &Value::Null).await;
+    assert_eq!((status, &body["error"]["code"]), (409, &json!("already_decided")), "{body}");
+
+    // A publisher's override wins over what the vendor declared.
+    let echo = server.tool_id("echo").await;
+    let path = format!("/admin/tools/{echo}/confirmation");
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, &path, Some(&json!({ "required": true }))).await;
+    assert_eq!(status, 204, "{body}");
+    let (status, _, body) = call_for(&server, Some("alice"), "echo", &[("text", json!("hi"))]).await;
+    assert_eq!(status, 202, "{body}");
+    let bad = json!({ "when": "colour == 'red'" });
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, &path, Some(&bad)).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("colour"), "{body}");
+    let (status, _) = server.call_as(Some(TOKEN), Method::DELETE, &path, None).await;
+    assert_eq!(status, 204);
+    let (status, _, body) = call_for(&server, Some("alice"), "echo", &[("text", json!("hi"))]).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_right_users_signed_acceptance_runs_the_call_once() {
+    let external = ConfirmationServer::start().await;
+    let (server, _plugins) = confirming_server(&[]).await;
+    let setting = json!({ "uri": "https://confirm.example/", "jwks_url": external.jwks_url });
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, "/admin/confirmation-server", Some(&setting)).await;
+    assert_eq!(status, 204, "{body}");
+
+    let (status, _, pack) = call_for(&server, Some("alice"), "book_flight", &booking("FIRST", 2)).await;
+    assert_eq!(status, 202, "{pack}");
+    assert_eq!(pack["confirmation uri"], "https://confirm.example/", "the tenant's confirmation server");
+    let resource = pack["resource uri"].as_str().unwrap();
+    let (_, _, signed) = fetch(resource).await;
+    let key = &external.key;
+
+    // A CHEQ altered after signing: the resource server's signature no longer matches.
+    let mut altered = signed.clone();
+    let mut cheq = payload(&signed);
+    cheq["inputs"]["parameters"][3]["parameter value"] = json!("ECONOMY");
+    use base64::Engine;
+    altered["payload"] = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(serde_json_canonicalizer::to_vec(&cheq).unwrap())
+        .into();
+    let altered = external.countersign(&altered, key, "alice", "accept");
+    let (status, body) = decide(resource, "accept", &altered).await;
+    assert_eq!((status, &body["error"]["code"]), (403, &json!("invalid_signature")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("altered or forged"), "{body}");
+
+    // A confirmation signed by a key the tenant's confirmation server does not publish.
+    let forger = plinth::cheq::SigningKey::generate().unwrap();
+    let (status, body) = decide(resource, "accept", &external.countersign(&signed, &forger, "alice", "accept")).await;
+    assert_eq!((status, &body["error"]["code"]), (403, &json!("invalid_signature")), "{body}");
+
+    // The CHEQ back with no confirmation at all, or approved by another user.
+    let (status, body) = decide(resource, "accept", &signed).await;
+    assert_eq!((status, &body["error"]["code"]), (403, &json!("not_confirmed")), "{body}");
+    let (status, body) = decide(resource, "accept", &external.countersign(&signed, key, "mallory", "accept")).await;
+    assert_eq!((status, &body["error"]["code"]), (403, &json!("not_confirmed")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("mallory"), "{body}");
+
+    // None of that ran the tool.
+    let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
+    assert_eq!(status, 202, "{body}");
+
+    // Pending transactions survive a restart.
+    let server = Server::start_in(server.stop(), &["--plugins", _plugins.path().to_str().unwrap()]);
+    let resource = resource.replace(&resource[..resource.find("/cheq/").unwrap()], &server.base);
+    let result = pack["result uri"].as_str().unwrap();
+    let result = result.replace(&result[..result.find("/cheq/").unwrap()], &server.base);
+
+    // The right user's acceptance runs it, exactly once.
+    let accepted = external.countersign(&signed, key, "alice", "accept");
+    let (status, body) = decide(&resource, "accept", &accepted).await;
+    assert_eq!((status, &body["state"]), (200, &json!("accepted")), "{body}");
+    let (status, _, body) = fetch(&result).await;
+    assert_eq!(status, 200, "{body}");
+    let out = outputs(&body);
+    assert_eq!((&out["cabin_class"], &out["total_price_usd"]), (&json!("FIRST"), &json!(8400)));
+    let (status, body) = decide(&resource, "accept", &accepted).await;
+    assert_eq!((status, &body["error"]["code"]), (409, &json!("already_decided")), "{body}");
+
+    // The evidence: both signatures, provable offline with the published keys.
+    let id = resource.rsplit('/').next().unwrap();
+    let (status, evidence) = server.get(&format!("/admin/cheq/{id}")).await;
+    assert_eq!(status, 200, "{evidence}");
+    assert_eq!(evidence["state"], "accepted and done");
+    assert_eq!(evidence["decision"]["signatures"].as_array().unwrap().len(), 2);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("evidence.json");
+    std::fs::write(&file, evidence.to_string()).unwrap();
+    let jwks = format!("{}/.well-known/jwks.json", server.base);
+    let verify = |file: &Path, jwks: &[&str]| {
+        let mut command = Command::new(plinth_bin());
+        command.arg("cheq").arg("verify").arg(file);
+        for url in jwks {
+            command.arg("--jwks").arg(url);
+        }
+        command.output().unwrap()
+    };
+    let checked = tokio::task::block_in_place(|| verify(&file, &[&jwks, &external.jwks_url]));
+    let stdout = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{stdout}{}", String::from_utf8_lossy(&checked.stderr));
+    assert!(stdout.contains("accept") && stdout.contains("alice"), "{stdout}");
+    // Without the confirmation server's keys, or altered, it does not verify.
+    let unchecked = tokio::task::block_in_place(|| verify(&file, &[&jwks]));
+    assert!(!unchecked.status.success());
+    std::fs::write(&file, evidence.to_string().replace("\"payload\":\"ey", "\"payload\":\"ez")).unwrap();
+    let forged = tokio::task::block_in_place(|| verify(&file, &[&jwks, &external.jwks_url]));
+    assert!(!forged.status.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unanswered_confirmation_expires() {
+    let external = ConfirmationServer::start().await;
+    let (server, _plugins) = confirming_server(&["--confirmation-ttl-secs", "1"]).await;
+    let setting = json!({ "uri": "https://confirm.example/", "jwks_url": external.jwks_url });
+    server.call_as(Some(TOKEN), Method::PUT, "/admin/confirmation-server", Some(&setting)).await;
+    let (_, _, pack) = call_for(&server, Some("alice"), "book_flight", &booking("BUSINESS", 1)).await;
+    let (_, _, signed) = fetch(pack["resource uri"].as_str().unwrap()).await;
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    let accepted = external.countersign(&signed, &external.key, "alice", "accept");
+    let (status, body) = decide(pack["resource uri"].as_str().unwrap(), "accept", &accepted).await;
+    assert_eq!((status, &body["error"]["code"]), (410, &json!("confirmation_expired")), "{body}");
+    let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, &body["error"]["code"]), (410, &json!("confirmation_expired")), "{body}");
 }

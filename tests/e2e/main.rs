@@ -2,7 +2,9 @@
 //! from `plugins/` (by `make plugins`), real HTTP on 127.0.0.1.
 
 mod a2t;
+mod browser;
 mod cheq;
+mod cheq_browser;
 mod cli;
 mod deploy;
 mod otc;

@@ -6,8 +6,8 @@
 //!
 //! Choices where the draft is open are documented in `docs/a2t.md`.
 
-use super::{ApiError, AppState, Caller};
-use crate::host::Call;
+use super::{ApiError, ApiOptions, AppState, Caller};
+use crate::host::{Call, FrontDoor, InvokeError};
 use crate::invocation::{self, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::{EnumValue, InputType, OutputType, Signature};
@@ -321,28 +321,36 @@ pub(super) fn body_within_limit(body: Result<Bytes, BytesRejection>) -> Result<B
 pub(super) async fn invoke_current(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
+    Extension(options): Extension<Arc<ApiOptions>>,
     Path(tool_ref): Path<String>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let tool_id = strip_invoke(&tool_ref)?;
-    invoke(&host, &caller, tool_id, None, &body_within_limit(body)?).await
+    let end_user = super::cheq::end_user_header(&headers)?;
+    invoke(&host, &caller, &options, tool_id, None, end_user, &body_within_limit(body)?).await
 }
 
 pub(super) async fn invoke_version(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
+    Extension(options): Extension<Arc<ApiOptions>>,
     Path((tool_id, version_ref)): Path<(String, String)>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let version = parse_version(strip_invoke(&version_ref)?)?;
-    invoke(&host, &caller, &tool_id, Some(version), &body_within_limit(body)?).await
+    let end_user = super::cheq::end_user_header(&headers)?;
+    invoke(&host, &caller, &options, &tool_id, Some(version), end_user, &body_within_limit(body)?).await
 }
 
 async fn invoke(
     host: &AppState,
     caller: &Caller,
+    options: &ApiOptions,
     tool_id: &str,
     version: Option<u32>,
+    end_user: Option<String>,
     body: &[u8],
 ) -> Result<Response, ApiError> {
     // Unknown tools are 404 whatever the body says.
@@ -351,17 +359,26 @@ async fn invoke(
         .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}")))?;
     let (tool, version) = host.resolve(&caller.tenant, tool_id, version)?;
     let input = invocation::input_value(&version.signature, &body)?;
-    let call_id = uuid::Uuid::new_v4().to_string();
+    let mut call = Call::new(input, FrontDoor::A2t);
+    call.end_user = end_user;
+    let call_id = call.call_id.clone();
     let number = version.number;
-    let call = Call { input, call_id: call_id.clone(), secrets: Default::default() };
-    let result = host.invoke(tool, version, call).await?;
-    let mut response = match result {
-        ToolResult::Outputs(outputs) => axum::Json(json!({ "output_parameters": outputs })).into_response(),
-        ToolResult::Failed(error) => ApiError::from(error).into_response(),
+    match host.invoke(tool, version, call).await {
+        Err(InvokeError::ConfirmationPending(pending)) => Ok(super::cheq::uri_pack(options, &pending)),
+        outcome => Ok(answer(outcome, &call_id, number)),
+    }
+}
+
+/// The A2T answer to a call that ran (or was refused): outputs, or the error.
+pub(super) fn answer(outcome: Result<ToolResult, InvokeError>, call_id: &str, version: u32) -> Response {
+    let mut response = match outcome {
+        Ok(ToolResult::Outputs(outputs)) => axum::Json(json!({ "output_parameters": outputs })).into_response(),
+        Ok(ToolResult::Failed(error)) => ApiError::from(error).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
     };
-    if let Ok(value) = HeaderValue::from_str(&call_id) {
+    if let Ok(value) = HeaderValue::from_str(call_id) {
         response.headers_mut().insert("plinth-call-id", value);
     }
-    response.headers_mut().insert("plinth-tool-version", HeaderValue::from(number));
-    Ok(response)
+    response.headers_mut().insert("plinth-tool-version", HeaderValue::from(version));
+    response
 }

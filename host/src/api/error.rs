@@ -116,8 +116,18 @@ impl From<InvokeError> for ApiError {
                 ApiError::new(StatusCode::BAD_GATEWAY, "output_too_large", e.to_string())
             }
             InvokeError::OutboundDenied(_) => ApiError::new(StatusCode::BAD_GATEWAY, "outbound_denied", e.to_string()),
-            InvokeError::ConfirmationRequired(_) => {
-                ApiError::new(StatusCode::FORBIDDEN, "confirmation_required", e.to_string())
+            // The front doors answer a pending call with its URI pack
+            // before it gets here; this is only a fallback.
+            InvokeError::ConfirmationPending(_) => {
+                ApiError::new(StatusCode::ACCEPTED, "confirmation_pending", e.to_string())
+            }
+            InvokeError::EndUserRequired(_) => ApiError::bad_request("end_user_required", e.to_string()),
+            InvokeError::CannotWait(_) => ApiError::bad_request("confirmation_cannot_wait", e.to_string()),
+            InvokeError::Storage(_) => {
+                tracing::error!(error = %e, "a call could not be recorded");
+                ApiError::storage_failed(
+                    "the call could not be recorded (is the data disk full?); the tool did not run",
+                )
             }
         }
     }

@@ -9,6 +9,7 @@
 pub mod a2t;
 pub mod admin;
 pub mod auth;
+pub mod cheq;
 pub mod error;
 pub mod otc;
 
@@ -17,7 +18,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::Method;
 use axum::middleware::{self, Next};
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::{MethodRouter, delete, get, post, put};
 use std::sync::Arc;
 
 pub use auth::{Access, Caller, Scope};
@@ -31,11 +32,14 @@ pub type AppState = Arc<ToolHost>;
 pub struct ApiOptions {
     /// Largest invocation body accepted.
     pub max_request_bytes: usize,
+    /// The URL clients reach the server at, without a trailing `/` (the
+    /// absolute URIs of CHEQ URI packs start with it).
+    pub public_url: String,
 }
 
 impl Default for ApiOptions {
     fn default() -> Self {
-        ApiOptions { max_request_bytes: 1 << 20 }
+        ApiOptions { max_request_bytes: 1 << 20, public_url: "http://127.0.0.1:8080".into() }
     }
 }
 
@@ -81,6 +85,7 @@ fn routes(options: &ApiOptions) -> Routes {
     use Access::*;
     use Scope::{Server, Tenant};
     let invocation_limit = DefaultBodyLimit::max(options.max_request_bytes);
+    let form_limit = DefaultBodyLimit::max(64 * 1024);
     let routes = Routes { router: Router::new(), endpoints: Vec::new() }
         .add(Method::GET, "/health", Open, Server, get(health))
         .add(Method::GET, "/.well-known/jwks.json", Open, Server, get(jwks))
@@ -101,7 +106,39 @@ fn routes(options: &ApiOptions) -> Routes {
         .add(Method::GET, "/otc/health", Open, Tenant, get(otc::health))
         .add(Method::GET, "/otc/tools", Enumerate, Tenant, get(otc::list_tools))
         .add(Method::POST, "/otc/tools/call", Invoke, Tenant, post(otc::call_tool).layer(invocation_limit))
-        .add(Method::POST, "/otc/call", Invoke, Tenant, post(otc::call_tool).layer(invocation_limit));
+        .add(Method::POST, "/otc/call", Invoke, Tenant, post(otc::call_tool).layer(invocation_limit))
+        // CHEQ: the resource and result URIs, the built-in confirmation
+        // server, the evidence. The resource URI is a capability (128
+        // random bits); an accept must carry a confirmation server's
+        // signature.
+        .add(Method::GET, "/cheq/transactions/{id}", Open, Tenant, get(cheq::get_transaction))
+        .add(Method::POST, "/cheq/transactions/{id}", Open, Tenant, post(cheq::decide_transaction).layer(form_limit))
+        .add(Method::GET, "/cheq/results/{id}", Invoke, Tenant, get(cheq::get_result))
+        .add(Method::GET, "/cheq/confirm", Open, Tenant, get(cheq::confirm_page))
+        .add(Method::POST, "/cheq/confirm", Open, Tenant, post(cheq::confirm_page).layer(form_limit))
+        .add(Method::POST, "/cheq/login", Open, Tenant, post(cheq::login).layer(form_limit))
+        .add(Method::POST, "/cheq/decide", Open, Tenant, post(cheq::decide).layer(form_limit))
+        .add(Method::GET, "/admin/cheq/{id}", Audit, Server, get(cheq::evidence))
+        .add(Method::PUT, "/admin/end-users/{name}", Publish, Tenant, put(cheq::put_end_user).layer(form_limit))
+        .add(Method::DELETE, "/admin/end-users/{name}", Publish, Tenant, delete(cheq::delete_end_user))
+        .add(Method::GET, "/admin/confirmation-server", Publish, Tenant, get(cheq::get_confirmation_server))
+        .add(
+            Method::PUT,
+            "/admin/confirmation-server",
+            Publish,
+            Tenant,
+            put(cheq::put_confirmation_server).layer(form_limit),
+        )
+        .add(Method::DELETE, "/admin/confirmation-server", Publish, Tenant, delete(cheq::delete_confirmation_server))
+        .add(Method::GET, "/admin/tools/{tool_id}/confirmation", Publish, Tenant, get(cheq::get_policy))
+        .add(
+            Method::PUT,
+            "/admin/tools/{tool_id}/confirmation",
+            Publish,
+            Tenant,
+            put(cheq::put_policy).layer(form_limit),
+        )
+        .add(Method::DELETE, "/admin/tools/{tool_id}/confirmation", Publish, Tenant, delete(cheq::delete_policy));
     admin::routes(routes)
 }
 
@@ -111,6 +148,8 @@ pub fn router(host: AppState, options: ApiOptions) -> axum::Router {
     let app = routes(&options).router.fallback(not_found).with_state(host.clone());
     let service = tower::ServiceBuilder::new()
         .layer(axum::Extension(host))
+        .layer(axum::Extension(Arc::new(options)))
+        .layer(axum::Extension(Arc::new(cheq::Sessions::default())))
         .map_request(auth::strip_tenant_root)
         .layer(middleware::from_fn(otc::uniform_errors))
         .service(app);
@@ -123,10 +162,11 @@ pub fn endpoints() -> Vec<Endpoint> {
     routes(&ApiOptions::default()).endpoints
 }
 
-/// The public keys this server signs CHEQ objects with, for confirmation
-/// servers and for verifying stored evidence later.
+/// The public keys this server signs CHEQ objects with (as resource server
+/// and as built-in confirmation server), for confirmation servers and for
+/// verifying stored evidence later.
 async fn jwks(State(host): State<AppState>) -> axum::Json<serde_json::Value> {
-    axum::Json(crate::cheq::jwks(&[host.cheq_key()]))
+    axum::Json(host.cheq_jwks())
 }
 
 /// Open to anyone, so it says nothing about any tenant (not even how many

@@ -11,8 +11,8 @@
 //! Where the RFC text and `otc-openapi-1.0.json` disagree, and what Plinth
 //! sends and accepts, is written down in `docs/otc.md`.
 
-use super::{ApiError, AppState, Caller};
-use crate::host::{Call, InvokeError};
+use super::{ApiError, ApiOptions, AppState, Caller};
+use crate::host::{Call, FrontDoor, InvokeError};
 use crate::idempotency::Claim;
 use crate::invocation::{self, InputError, ToolError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
@@ -225,7 +225,10 @@ fn enum_schema(description: &str, values: &[EnumValue]) -> Value {
 
 fn input_schema(signature: &Signature) -> Value {
     let mut properties = Map::new();
-    for param in &signature.inputs {
+    // Private inputs are the end user's to enter, on the confirmation page:
+    // the agent is not even offered them.
+    let offered = || signature.inputs.iter().filter(|p| !p.private);
+    for param in offered() {
         let schema = match &param.ty {
             InputType::String { max_length } => {
                 let mut schema = json!({ "type": "string", "description": param.description });
@@ -245,7 +248,7 @@ fn input_schema(signature: &Signature) -> Value {
         };
         properties.insert(param.name.clone(), schema);
     }
-    let required: Vec<&str> = signature.inputs.iter().filter(|p| p.required).map(|p| p.name.as_str()).collect();
+    let required: Vec<&str> = offered().filter(|p| p.required).map(|p| p.name.as_str()).collect();
     json!({ "type": "object", "properties": properties, "required": required, "additionalProperties": false })
 }
 
@@ -305,6 +308,8 @@ struct CallRequest {
     input: Map<String, Value>,
     secrets: BTreeMap<String, String>,
     trace_id: Option<String>,
+    /// `context.user_id`: the end user the call acts for.
+    end_user: Option<String>,
 }
 
 fn malformed(message: impl Into<String>) -> ApiError {
@@ -364,12 +369,19 @@ impl CallRequest {
             Value::Object(input) => input.clone(),
             _ => return Err(malformed("`input` must be an object of parameter names to values")),
         };
-        let secrets = match request.get("context") {
-            None | Some(Value::Null) => BTreeMap::new(),
-            Some(Value::Object(context)) => context_secrets(context)?,
+        let (secrets, end_user) = match request.get("context") {
+            None | Some(Value::Null) => (BTreeMap::new(), None),
+            Some(Value::Object(context)) => {
+                let end_user = optional_string(context, "user_id")?;
+                if let Some(user) = &end_user {
+                    super::cheq::check_end_user(user)?;
+                }
+                (context_secrets(context)?, end_user)
+            }
             Some(_) => return Err(malformed("`context` must be an object")),
         };
-        Ok(CallRequest { call_id, tool_id, input, secrets, trace_id: optional_string(&request, "trace_id")? })
+        let trace_id = optional_string(&request, "trace_id")?;
+        Ok(CallRequest { call_id, tool_id, input, secrets, trace_id, end_user })
     }
 
     /// What a retry must repeat to be the same call: the tool and the input
@@ -378,7 +390,10 @@ impl CallRequest {
     /// for integers past 2^53, which a float-based canonical form is not.
     fn sha256(&self) -> String {
         let input: BTreeMap<&String, &Value> = self.input.iter().collect();
-        let request = json!({ "tool_id": self.tool_id, "input": input });
+        let mut request = json!({ "tool_id": self.tool_id, "input": input });
+        if let Some(user) = &self.end_user {
+            request["user_id"] = user.clone().into();
+        }
         crate::package::sha256_hex(request.to_string().as_bytes())
     }
 }
@@ -429,6 +444,7 @@ fn validation_error(errors: Vec<InputError>) -> Response {
 pub(super) async fn call_tool(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
+    Extension(options): Extension<Arc<ApiOptions>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let request = CallRequest::parse(&super::a2t::body_within_limit(body)?)?;
@@ -441,12 +457,14 @@ pub(super) async fn call_tool(
     // Own task: a client that hangs up must not leave a claimed call id
     // unrecorded while its tool still runs — its retry waits for the answer.
     let key_id = caller.principal.map(|p| p.key_id).unwrap_or_default();
-    let call = tokio::spawn(run_call(host, caller.tenant, key_id, tool, version, input, request));
+    let call = tokio::spawn(run_call(host, options, caller.tenant, key_id, tool, version, input, request));
     call.await.map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the call was interrupted"))?
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_call(
     host: AppState,
+    options: Arc<ApiOptions>,
     tenant: String,
     key_id: String,
     tool: Arc<Tool>,
@@ -463,7 +481,7 @@ async fn run_call(
             let key = CallKey { tenant, caller: key_id, call_id: id.clone() };
             match host.claim_call(&key, &request.sha256()).await.map_err(storage_failed)? {
                 Claim::Run(ticket) => Some(ticket),
-                Claim::Recorded(response) => return Ok(json_response(response, true)),
+                Claim::Recorded(response) => return Ok(recorded(response)),
                 Claim::Conflict => {
                     return Err(ApiError::bad_request(
                         "call_id_reused",
@@ -497,9 +515,49 @@ async fn run_call(
     }
     let has_outputs = !version.signature.outputs.is_empty();
     let started = std::time::Instant::now();
-    let call = Call { input, call_id: call_id.clone(), secrets: request.secrets };
+    let mut call = Call::new(input, FrontDoor::Otc);
+    call.call_id = call_id.clone();
+    call.secrets = request.secrets;
+    call.end_user = request.end_user;
     let outcome = host.invoke(tool, version, call).await;
-    let duration = (started.elapsed().as_secs_f64() * 1e6).round() / 1e3;
+    let (response, answer) = match outcome {
+        // Recorded as the call id's response: a retry gets the same pack,
+        // not a second confirmation.
+        Err(InvokeError::ConfirmationPending(pending)) => {
+            let pack = super::cheq::uri_pack_body(&options, &pending);
+            (pack.to_string(), super::cheq::uri_pack(&options, &pending))
+        }
+        outcome => match result(&call_id, started.elapsed(), has_outputs, outcome) {
+            Ok(body) => (body.clone(), json_response(body, false)),
+            Err(e) => {
+                // Refused before the tool ran (busy, over the rate): the call
+                // id is free for the retry.
+                if let Some(ticket) = ticket {
+                    host.settle_call(ticket, None).map_err(storage_failed)?;
+                }
+                return Err(e.into());
+            }
+        },
+    };
+    if let Some(ticket) = ticket
+        && let Err(e) = host.settle_call(ticket, Some(&response))
+    {
+        // The caller still gets the answer; a retry will be told the
+        // outcome is unknown rather than run the tool again.
+        tracing::error!(error = %e, "a call's response could not be recorded");
+    }
+    Ok(answer)
+}
+
+/// The OTC answer (`CallToolResponse` in its envelope) to a call whose tool
+/// ran, or the error when it was refused before it ran.
+pub(super) fn result(
+    call_id: &str,
+    duration: std::time::Duration,
+    has_outputs: bool,
+    outcome: Result<ToolResult, InvokeError>,
+) -> Result<String, InvokeError> {
+    let duration = (duration.as_secs_f64() * 1e6).round() / 1e3;
     let mut result = json!({ "call_id": call_id, "duration": duration });
     match outcome {
         Ok(ToolResult::Outputs(outputs)) => {
@@ -517,24 +575,22 @@ async fn run_call(
             result["success"] = false.into();
             result["error"] = sandbox_error(&e);
         }
-        Err(e) => {
-            // Refused before the tool ran (busy, over the rate): the call id
-            // is free for the retry.
-            if let Some(ticket) = ticket {
-                host.settle_call(ticket, None).map_err(storage_failed)?;
-            }
-            return Err(e.into());
+        Err(e) => return Err(e),
+    }
+    Ok(json!({ "$schema": SCHEMA_URI, "result": result }).to_string())
+}
+
+/// A recorded response, replayed: a URI pack (the call waits for its end
+/// user) answers `202` again.
+fn recorded(body: String) -> Response {
+    match serde_json::from_str::<Value>(&body) {
+        Ok(pack) if pack.get(super::cheq::RESULT_URI).is_some() => {
+            let mut response = super::cheq::pack_response(pack);
+            response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+            response
         }
+        _ => json_response(body, true),
     }
-    let response = json!({ "$schema": SCHEMA_URI, "result": result }).to_string();
-    if let Some(ticket) = ticket
-        && let Err(e) = host.settle_call(ticket, Some(&response))
-    {
-        // The caller still gets the answer; a retry will be told the
-        // outcome is unknown rather than run the tool again.
-        tracing::error!(error = %e, "a call's response could not be recorded");
-    }
-    Ok(json_response(response, false))
 }
 
 fn storage_failed(e: crate::store::StoreError) -> ApiError {
@@ -598,7 +654,12 @@ pub async fn uniform_errors(request: Request, next: Next) -> Response {
     if !request.uri().path().starts_with("/otc/") {
         return next.run(request).await;
     }
-    let response = next.run(request).await;
+    otc_error_shape(next.run(request).await).await
+}
+
+/// An error response in the OTC `ServerErrorResponse` shape; any other
+/// response as it is.
+pub(super) async fn otc_error_shape(response: Response) -> Response {
     if !(response.status().is_client_error() || response.status().is_server_error()) {
         return response;
     }

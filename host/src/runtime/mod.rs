@@ -128,6 +128,9 @@ pub struct CallSetup {
     pub secrets: BTreeMap<String, String>,
     /// The tool's share of the log, across its calls.
     pub log_budget: Arc<LogBudget>,
+    /// Other values kept out of the tool's log lines, like secrets (the
+    /// `private` inputs of a confirmed call).
+    pub redact: Vec<String>,
 }
 
 impl CallSetup {
@@ -142,6 +145,7 @@ impl CallSetup {
             log: LogLabels { tool: tool.to_string(), version: 1, call_id: String::new() },
             secrets: BTreeMap::new(),
             log_budget: Arc::new(LogBudget::new()),
+            redact: Vec::new(),
         }
     }
 }
@@ -507,7 +511,7 @@ impl Runtime {
             },
             log: ToolLog {
                 labels: setup.log,
-                redactor: Redactor::new(setup.secrets.values().cloned()),
+                redactor: Redactor::new(setup.secrets.values().chain(&setup.redact).cloned()),
                 budget: setup.log_budget,
                 dropped: 0,
             },

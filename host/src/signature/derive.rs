@@ -97,6 +97,7 @@ pub fn derive(
                 description: doc_text(&field.docs),
                 required,
                 ty,
+                private: constraints.private,
             })
         })
         .collect::<Result<Vec<_>, DeriveError>>()?;
@@ -224,6 +225,10 @@ fn input_type(
     let unsupported = || DeriveError::UnsupportedInput { field: field.to_string(), found: type_name(resolve, &ty) };
     let constraint = |why: &str| DeriveError::Constraint { id: id.to_string(), why: why.to_string() };
 
+    if constraints.private && ty != Type::String {
+        return Err(constraint("`private` applies to string inputs (account numbers, card data)"));
+    }
+    let constraints = &InputConstraints { private: false, ..constraints.clone() };
     let input = if ty == Type::String {
         if constraints.min.is_some() || constraints.max.is_some() {
             return Err(constraint("min and max apply to integers; use max-length for a string"));

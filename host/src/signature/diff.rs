@@ -217,7 +217,15 @@ mod tests {
     }
 
     fn input(id: &str, required: bool, ty: InputType) -> InputParam {
-        InputParam { id: id.into(), name: id.into(), field: id.into(), description: format!("The {id}."), required, ty }
+        InputParam {
+            id: id.into(),
+            name: id.into(),
+            field: id.into(),
+            description: format!("The {id}."),
+            required,
+            ty,
+            private: false,
+        }
     }
 
     fn output(id: &str, ty: OutputType) -> OutputParam {

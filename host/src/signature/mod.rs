@@ -48,6 +48,10 @@ pub struct InputParam {
     /// The parameter's type and constraints.
     #[serde(rename = "type")]
     pub ty: InputType,
+    /// Entered by the end user on the confirmation page, never by the agent
+    /// (`private = true` in `plinth.toml`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub private: bool,
 }
 
 /// The input types A2T allows: deliberately few, so LLMs synthesize them well.

@@ -66,6 +66,9 @@ pub struct StoredVersion {
 /// A secret as stored: `(tenant, id, value)`.
 pub type StoredSecret = (String, String, String);
 
+/// A tenant setting as stored: `(tenant, key, JSON value)`.
+pub type StoredSetting = (String, String, String);
+
 /// A tool config value as stored: `(tenant, tool, key, value)`.
 pub type StoredConfig = (String, String, String, String);
 
@@ -94,6 +97,47 @@ pub enum Claimed {
         /// The recorded response.
         response: Option<String>,
     },
+}
+
+/// A CHEQ transaction as stored: a call that waits for (or was decided by)
+/// its end user's confirmation. Private input values are never stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredConfirmation {
+    /// The transaction id (random; in the resource and result URIs).
+    pub id: String,
+    /// The tenant of the tool.
+    pub tenant: String,
+    /// The tool.
+    pub tool_id: Uuid,
+    /// The version that runs, pinned when the call was made.
+    pub version: u32,
+    /// The end user who must confirm.
+    pub end_user: String,
+    /// The front door the call came through (`a2t`, `otc`): the result is
+    /// answered in its shape.
+    pub front_door: String,
+    /// The call's id.
+    pub call_id: String,
+    /// The inputs the tool will run with, as JSON by parameter name.
+    pub inputs: String,
+    /// The CHEQ object signed by this server (a JWS, general JSON).
+    pub cheq: String,
+    /// `pending`, `accepted` (running), `done`, `rejected`, `expired` or
+    /// `interrupted` (the server stopped while the tool ran).
+    pub state: String,
+    /// When the call was made (Unix seconds).
+    pub created_at: i64,
+    /// When an unanswered confirmation expires (Unix seconds).
+    pub expires_at: i64,
+    /// When it was accepted or rejected.
+    pub decided_at: Option<i64>,
+    /// The evidence of the decision: the CHEQ with every signature as
+    /// accepted, or who rejected it.
+    pub decision: Option<String>,
+    /// The answer the caller gets from the result URI, once the tool ran.
+    pub result_status: Option<u16>,
+    /// Its body.
+    pub result_body: Option<String>,
 }
 
 /// The host's persistent rows: the registry of versions, tenants, keys, the
@@ -151,6 +195,42 @@ pub trait RegistryStore: Send + Sync {
     /// Records the response of a claimed call, or (`None`: the tool never
     /// ran) releases the claim.
     fn finish_call(&self, key: &CallKey, response: Option<&str>) -> Result<(), StoreError>;
+
+    /// Stores a new pending CHEQ transaction.
+    fn insert_confirmation(&self, confirmation: &StoredConfirmation) -> Result<(), StoreError>;
+    /// One CHEQ transaction.
+    fn confirmation(&self, id: &str) -> Result<Option<StoredConfirmation>, StoreError>;
+    /// Moves a transaction from `pending` to `state`, with the evidence of
+    /// the decision, at `audit.at`. `false` (and nothing changed) when it
+    /// was no longer pending or had expired: a transaction is decided at
+    /// most once.
+    fn decide_confirmation(
+        &self,
+        id: &str,
+        state: &str,
+        decision: Option<&str>,
+        audit: &AuditEntry,
+    ) -> Result<bool, StoreError>;
+    /// Records the answer of an accepted transaction's call (`done`).
+    fn finish_confirmation(&self, id: &str, status: u16, body: &str) -> Result<(), StoreError>;
+    /// Marks every transaction still `accepted` as `interrupted`: run at
+    /// start, when none can still be running.
+    fn interrupt_confirmations(&self) -> Result<usize, StoreError>;
+
+    /// Every tenant setting.
+    fn settings(&self) -> Result<Vec<StoredSetting>, StoreError>;
+    /// Creates or replaces a tenant setting.
+    fn put_setting(&self, setting: &StoredSetting, audit: &AuditEntry) -> Result<(), StoreError>;
+    /// Removes a tenant setting.
+    fn delete_setting(&self, tenant: &str, key: &str, audit: &AuditEntry) -> Result<bool, StoreError>;
+
+    /// The password hash of a tenant's end user.
+    fn end_user(&self, tenant: &str, name: &str) -> Result<Option<String>, StoreError>;
+    /// Creates or updates an end user (who logs in to confirm calls).
+    fn put_end_user(&self, tenant: &str, name: &str, password_hash: &str, audit: &AuditEntry)
+    -> Result<(), StoreError>;
+    /// Removes an end user.
+    fn delete_end_user(&self, tenant: &str, name: &str, audit: &AuditEntry) -> Result<bool, StoreError>;
 
     /// Answers when the database can be read.
     fn ping(&self) -> Result<(), StoreError>;

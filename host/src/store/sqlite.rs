@@ -1,6 +1,9 @@
 //! The embedded registry: SQLite in the data dir.
 
-use super::{CallKey, Claimed, RegistryStore, StoreError, StoredConfig, StoredSecret, StoredVersion};
+use super::{
+    CallKey, Claimed, RegistryStore, StoreError, StoredConfig, StoredConfirmation, StoredSecret, StoredSetting,
+    StoredVersion,
+};
 use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
@@ -121,6 +124,45 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX idempotent_calls_by_age ON idempotent_calls (created_at);
 ",
+    // CHEQ: calls waiting for (or decided by) their end user, and the end
+    // users who log in to the built-in confirmation server.
+    "
+    CREATE TABLE confirmations (
+        id            TEXT PRIMARY KEY,
+        tenant        TEXT NOT NULL REFERENCES tenants(name),
+        tool_id       TEXT NOT NULL,
+        version       INTEGER NOT NULL,
+        end_user      TEXT NOT NULL,
+        front_door    TEXT NOT NULL,
+        call_id       TEXT NOT NULL,
+        inputs        TEXT NOT NULL,
+        cheq          TEXT NOT NULL,
+        state         TEXT NOT NULL,
+        created_at    INTEGER NOT NULL,
+        expires_at    INTEGER NOT NULL,
+        decided_at    INTEGER,
+        decision      TEXT,
+        result_status INTEGER,
+        result_body   TEXT
+    );
+    -- A tenant's CHEQ settings: its external confirmation server
+    -- (`confirmation-server`) and its publishers' overrides of tools'
+    -- confirmation policies (`confirmation:{tool_id}`), as JSON.
+    CREATE TABLE tenant_settings (
+        tenant     TEXT NOT NULL REFERENCES tenants(name),
+        key        TEXT NOT NULL,
+        value      TEXT NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (tenant, key)
+    );
+    CREATE TABLE end_users (
+        tenant        TEXT NOT NULL REFERENCES tenants(name),
+        name          TEXT NOT NULL,
+        password_hash TEXT NOT NULL,
+        updated_at    INTEGER NOT NULL,
+        PRIMARY KEY (tenant, name)
+    );
+",
 ];
 
 /// The registry in `DATA/registry.sqlite3`.
@@ -167,21 +209,25 @@ impl SqliteStore {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         let out = change(&tx)?;
-        tx.execute(
-            "INSERT INTO audit (at, actor, tenant, action, target, sha256, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                audit.at,
-                audit.actor,
-                audit.tenant,
-                audit.action,
-                audit.target,
-                audit.sha256,
-                audit.detail.to_string()
-            ],
-        )?;
+        insert_audit(&tx, audit)?;
         tx.commit()?;
         Ok(out)
     }
+}
+
+fn insert_audit(tx: &rusqlite::Transaction, audit: &AuditEntry) -> rusqlite::Result<usize> {
+    tx.execute(
+        "INSERT INTO audit (at, actor, tenant, action, target, sha256, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![
+            audit.at,
+            audit.actor,
+            audit.tenant,
+            audit.action,
+            audit.target,
+            audit.sha256,
+            audit.detail.to_string()
+        ],
+    )
 }
 
 fn decode_error(what: &str, e: impl std::fmt::Display) -> StoreError {
@@ -418,6 +464,161 @@ impl RegistryStore for SqliteStore {
             )?,
         };
         Ok(())
+    }
+
+    fn insert_confirmation(&self, c: &StoredConfirmation) -> Result<(), StoreError> {
+        self.conn().execute(
+            "INSERT INTO confirmations (id, tenant, tool_id, version, end_user, front_door, call_id, inputs, cheq,
+                 state, created_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            params![
+                c.id,
+                c.tenant,
+                c.tool_id.to_string(),
+                c.version,
+                c.end_user,
+                c.front_door,
+                c.call_id,
+                c.inputs,
+                c.cheq,
+                c.state,
+                c.created_at,
+                c.expires_at
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn confirmation(&self, id: &str) -> Result<Option<StoredConfirmation>, StoreError> {
+        let conn = self.conn();
+        let row = conn
+            .query_row(
+                "SELECT id, tenant, tool_id, version, end_user, front_door, call_id, inputs, cheq, state, created_at,
+                     expires_at, decided_at, decision, result_status, result_body
+                 FROM confirmations WHERE id = ?1",
+                [id],
+                |r| {
+                    Ok((
+                        StoredConfirmation {
+                            id: r.get(0)?,
+                            tenant: r.get(1)?,
+                            tool_id: Uuid::nil(),
+                            version: r.get(3)?,
+                            end_user: r.get(4)?,
+                            front_door: r.get(5)?,
+                            call_id: r.get(6)?,
+                            inputs: r.get(7)?,
+                            cheq: r.get(8)?,
+                            state: r.get(9)?,
+                            created_at: r.get(10)?,
+                            expires_at: r.get(11)?,
+                            decided_at: r.get(12)?,
+                            decision: r.get(13)?,
+                            result_status: r.get(14)?,
+                            result_body: r.get(15)?,
+                        },
+                        r.get::<_, String>(2)?,
+                    ))
+                },
+            )
+            .optional()?;
+        let Some((mut confirmation, tool_id)) = row else { return Ok(None) };
+        confirmation.tool_id = Uuid::parse_str(&tool_id).map_err(|e| decode_error(&format!("confirmation {id}"), e))?;
+        Ok(Some(confirmation))
+    }
+
+    fn decide_confirmation(
+        &self,
+        id: &str,
+        state: &str,
+        decision: Option<&str>,
+        audit: &AuditEntry,
+    ) -> Result<bool, StoreError> {
+        // The audit entry is written only with the change: a second decision
+        // changes nothing and records nothing.
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let changed = tx.execute(
+            "UPDATE confirmations SET state = ?2, decision = ?3, decided_at = ?4
+             WHERE id = ?1 AND state = 'pending' AND expires_at > ?4",
+            params![id, state, decision, audit.at],
+        )?;
+        if changed == 1 {
+            insert_audit(&tx, audit)?;
+        }
+        tx.commit()?;
+        Ok(changed == 1)
+    }
+
+    fn finish_confirmation(&self, id: &str, status: u16, body: &str) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE confirmations SET state = 'done', result_status = ?2, result_body = ?3 WHERE id = ?1",
+            params![id, status, body],
+        )?;
+        Ok(())
+    }
+
+    fn interrupt_confirmations(&self) -> Result<usize, StoreError> {
+        Ok(self.conn().execute("UPDATE confirmations SET state = 'interrupted' WHERE state = 'accepted'", [])?)
+    }
+
+    fn settings(&self) -> Result<Vec<StoredSetting>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT tenant, key, value FROM tenant_settings ORDER BY tenant, key")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn put_setting(&self, (tenant, key, value): &StoredSetting, audit: &AuditEntry) -> Result<(), StoreError> {
+        self.audited(audit, |tx| {
+            tx.execute(
+                "INSERT INTO tenant_settings (tenant, key, value, updated_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (tenant, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                params![tenant, key, value, audit.at],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn delete_setting(&self, tenant: &str, key: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let deleted = self.audited(audit, |tx| {
+            tx.execute("DELETE FROM tenant_settings WHERE tenant = ?1 AND key = ?2", [tenant, key])
+        })?;
+        Ok(deleted == 1)
+    }
+
+    fn end_user(&self, tenant: &str, name: &str) -> Result<Option<String>, StoreError> {
+        let conn = self.conn();
+        let hash = conn
+            .query_row("SELECT password_hash FROM end_users WHERE tenant = ?1 AND name = ?2", [tenant, name], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        Ok(hash)
+    }
+
+    fn put_end_user(
+        &self,
+        tenant: &str,
+        name: &str,
+        password_hash: &str,
+        audit: &AuditEntry,
+    ) -> Result<(), StoreError> {
+        self.audited(audit, |tx| {
+            tx.execute(
+                "INSERT INTO end_users (tenant, name, password_hash, updated_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (tenant, name) DO UPDATE SET password_hash = excluded.password_hash,
+                     updated_at = excluded.updated_at",
+                params![tenant, name, password_hash, audit.at],
+            )
+        })?;
+        Ok(())
+    }
+
+    fn delete_end_user(&self, tenant: &str, name: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let deleted = self
+            .audited(audit, |tx| tx.execute("DELETE FROM end_users WHERE tenant = ?1 AND name = ?2", [tenant, name]))?;
+        Ok(deleted == 1)
     }
 
     fn ping(&self) -> Result<(), StoreError> {

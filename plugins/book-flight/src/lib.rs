@@ -2,6 +2,10 @@
 //! that it runs anywhere: the confirmation code is derived from the booking and
 //! the price from a fare table.
 
+// wit-bindgen's generated export takes the input record's fields as flat
+// arguments: one per field, more than clippy's default of seven.
+#![allow(clippy::too_many_arguments)]
+
 plinth_sdk::tool!("book-flight");
 
 struct BookFlight;
@@ -16,9 +20,18 @@ impl Guest for BookFlight {
             CabinClass::Business => 1_350,
             CabinClass::First => 4_200,
         };
+        let total = fare * u32::from(input.passengers);
+        if let Some(quoted) = input.quoted_price_usd
+            && quoted != total
+        {
+            return Err(ToolError::new(format!("the price is {total} USD, not the {quoted} USD quoted"))
+                .with_prompt_content(
+                    "The price changed. Tell the traveller the new price and book again only if they agree to it.",
+                ));
+        }
         Ok(Output {
             confirmation_code: confirmation_code(&input),
-            total_price_usd: fare * u32::from(input.passengers),
+            total_price_usd: total,
             cabin_class: input.cabin_class,
         })
     }

@@ -1,0 +1,841 @@
+//! CHEQ over HTTP (draft sections 4.1–4.3, 5 and 7): the URI pack a call
+//! that needs confirmation answers with, the resource URI a confirmation
+//! server fetches the signed CHEQ from and posts its decision to, the result
+//! URI the agent polls, and the built-in confirmation server's pages (log in,
+//! see the call, accept or reject). The transactions themselves are the
+//! core's (`host::confirmations`).
+//!
+//! Every path is under the tenant's platform root:
+//!
+//! | path | who | what |
+//! | --- | --- | --- |
+//! | `GET cheq/transactions/{id}` | anyone with the URI | the CHEQ signed by this server (`?raw`: the object alone) |
+//! | `POST cheq/transactions/{id}?accept` | a confirmation server | the CHEQ countersigned by it |
+//! | `POST cheq/transactions/{id}?reject` | anyone with the URI | the call never runs |
+//! | `GET cheq/results/{id}` | a consumer key of the tenant | `202` pending, then the call's answer |
+//! | `GET`/`POST cheq/confirm` | the end user's browser | login, then the confirmation page |
+
+use super::{ApiError, ApiOptions, AppState, Caller};
+use crate::host::{DecideError, FrontDoor, InvokeError, PendingConfirmation, State as TxState, rfc3339};
+use crate::store::StoredConfirmation;
+use crate::tenancy::unix_now;
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use html_escape::{encode_double_quoted_attribute as attr, encode_text as text};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The URI pack's keys, exactly as the draft spells them.
+pub const CONFIRMATION_URI: &str = "confirmation uri";
+/// The resource URI's key.
+pub const RESOURCE_URI: &str = "resource uri";
+/// The result URI's key.
+pub const RESULT_URI: &str = "result uri";
+
+/// How long the agent should wait between polls of a pending result.
+const POLL_AFTER_SECS: u64 = 2;
+/// How long an end user stays logged in to the confirmation page.
+const SESSION_TTL: Duration = Duration::from_secs(30 * 60);
+/// The session cookie.
+const SESSION_COOKIE: &str = "plinth_cheq_session";
+/// Longest end-user name.
+const MAX_END_USER_CHARS: usize = 128;
+
+/// The A2T header that names the end user a call acts for.
+pub const END_USER_HEADER: &str = "plinth-end-user";
+
+/// The end user named by the A2T `Plinth-End-User` header, if any.
+pub fn end_user_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get(END_USER_HEADER) else { return Ok(None) };
+    let user = value.to_str().map_err(|_| bad_end_user())?.to_string();
+    check_end_user(&user)?;
+    Ok(Some(user))
+}
+
+/// An end user's name: 1 to 128 printable characters.
+pub fn check_end_user(user: &str) -> Result<(), ApiError> {
+    let length = user.chars().count();
+    if length == 0 || length > MAX_END_USER_CHARS || user.chars().any(char::is_control) {
+        return Err(bad_end_user());
+    }
+    Ok(())
+}
+
+fn bad_end_user() -> ApiError {
+    ApiError::bad_request(
+        "invalid_end_user",
+        format!("the end user must be named by 1 to {MAX_END_USER_CHARS} printable characters"),
+    )
+}
+
+/// `https://host/t/acme` (or the bare public URL for the default tenant).
+fn root(options: &ApiOptions, tenant: &str) -> String {
+    if tenant == crate::tenancy::DEFAULT_TENANT {
+        options.public_url.clone()
+    } else {
+        format!("{}/t/{tenant}", options.public_url)
+    }
+}
+
+/// The URI pack (figure 3) of a pending call.
+pub fn uri_pack_body(options: &ApiOptions, pending: &PendingConfirmation) -> Value {
+    let root = root(options, &pending.tenant);
+    let confirmation = pending.confirmation_uri.clone().unwrap_or_else(|| format!("{root}/cheq/confirm"));
+    json!({
+        CONFIRMATION_URI: confirmation,
+        RESOURCE_URI: format!("{root}/cheq/transactions/{}", pending.id),
+        RESULT_URI: format!("{root}/cheq/results/{}", pending.id),
+    })
+}
+
+/// `202 Accepted` with the URI pack and `Location: {result uri}`.
+pub fn uri_pack(options: &ApiOptions, pending: &PendingConfirmation) -> Response {
+    pack_response(uri_pack_body(options, pending))
+}
+
+/// `202 Accepted` with `pack`.
+pub fn pack_response(pack: Value) -> Response {
+    let location = pack[RESULT_URI].as_str().and_then(|uri| HeaderValue::from_str(uri).ok());
+    let mut response = (StatusCode::ACCEPTED, axum::Json(pack)).into_response();
+    if let Some(location) = location {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}
+
+impl From<DecideError> for ApiError {
+    fn from(e: DecideError) -> Self {
+        let (status, code) = match &e {
+            DecideError::Unknown(_) => (StatusCode::NOT_FOUND, "unknown_transaction"),
+            DecideError::Expired => (StatusCode::GONE, "confirmation_expired"),
+            DecideError::AlreadyDecided(_) => (StatusCode::CONFLICT, "already_decided"),
+            DecideError::Signature(_) => (StatusCode::FORBIDDEN, "invalid_signature"),
+            DecideError::Altered => (StatusCode::CONFLICT, "cheq_altered"),
+            DecideError::NotConfirmed(_) => (StatusCode::FORBIDDEN, "not_confirmed"),
+            DecideError::Store(e) => {
+                tracing::error!(error = %e, "a confirmation could not be read or written");
+                return ApiError::storage_failed("the confirmation could not be recorded (is the data disk full?)");
+            }
+        };
+        ApiError::new(status, code, e.to_string())
+    }
+}
+
+fn storage(e: crate::store::StoreError) -> ApiError {
+    DecideError::Store(e).into()
+}
+
+fn transaction(host: &AppState, tenant: &str, id: &str) -> Result<StoredConfirmation, ApiError> {
+    host.confirmation(tenant, id).map_err(storage)?.ok_or_else(|| DecideError::Unknown(id.into()).into())
+}
+
+/// `GET {resource uri}`: the CHEQ this server signed, as a JWS in the
+/// general JSON serialization; `?raw` gives the CHEQ object alone (for a
+/// voice gateway to read out).
+pub(super) async fn get_transaction(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let c = transaction(&host, &caller.tenant, &id)?;
+    if query.as_deref() == Some("raw") {
+        return Ok(axum::Json(cheq_object(&c)).into_response());
+    }
+    let signed: Value = serde_json::from_str(&c.cheq).unwrap_or_default();
+    Ok(axum::Json(signed).into_response())
+}
+
+/// `POST {resource uri}?accept` with the countersigned CHEQ, or `?reject`.
+/// An accepted call runs before the answer, which says how it went for
+/// the confirmation server (the agent gets the tool's answer from the
+/// result URI).
+pub(super) async fn decide_transaction(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    match query.as_deref() {
+        Some("accept") => {
+            let signed: Value = serde_json::from_slice(&body).map_err(|e| {
+                ApiError::bad_request("invalid_json", format!("the body must be the signed CHEQ (a JWS in JSON): {e}"))
+            })?;
+            // The tenant's external confirmation server's keys, fetched now:
+            // a key it revoked is not trusted a moment longer.
+            let trusted = match host.confirmation_server(&caller.tenant) {
+                Some(server) => vec![fetch_jwks(&server.jwks_url).await?],
+                None => Vec::new(),
+            };
+            let (c, confirmed) = host.accept_confirmation(&caller.tenant, &id, &signed, &trusted)?;
+            let status = complete(&host, c, confirmed, Map::new()).await;
+            Ok(axum::Json(json!({ "transaction": id, "state": "accepted", "result_status": status })).into_response())
+        }
+        Some("reject") => {
+            let evidence = json!({ "by": "resource-uri", "at": unix_now() });
+            host.reject_confirmation(&caller.tenant, &id, evidence)?;
+            Ok(axum::Json(json!({ "transaction": id, "state": "rejected" })).into_response())
+        }
+        _ => Err(ApiError::bad_request(
+            "invalid_decision",
+            "post to the resource URI with `?accept` (and the countersigned CHEQ) or `?reject`",
+        )),
+    }
+}
+
+/// The JWKS at `url`.
+async fn fetch_jwks(url: &str) -> Result<Value, ApiError> {
+    let unavailable = |why: String| {
+        tracing::warn!(url, why, "the confirmation server's JWKS could not be fetched");
+        ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "jwks_unavailable",
+            "the confirmation server's keys could not be fetched; nothing was decided, try again",
+        )
+    };
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| unavailable(e.to_string()))?;
+    let response = client.get(url).send().await.map_err(|e| unavailable(e.to_string()))?;
+    if !response.status().is_success() {
+        return Err(unavailable(format!("status {}", response.status())));
+    }
+    response.json().await.map_err(|e| unavailable(e.to_string()))
+}
+
+/// `GET /admin/confirmation-server`: the tenant's external confirmation
+/// server, or `null` (the built-in one).
+pub(super) async fn get_confirmation_server(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> axum::Json<Value> {
+    axum::Json(json!({ "confirmation_server": host.confirmation_server(&caller.tenant) }))
+}
+
+/// `PUT /admin/confirmation-server` with `{"uri", "jwks_url"}`.
+pub(super) async fn put_confirmation_server(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    let server = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request("invalid_json", format!("the body must be {{\"uri\": …, \"jwks_url\": …}}: {e}"))
+    })?;
+    host.set_confirmation_server(caller.principal()?, &caller.tenant, Some(server))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /admin/confirmation-server`: back to the built-in one.
+pub(super) async fn delete_confirmation_server(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<StatusCode, ApiError> {
+    host.set_confirmation_server(caller.principal()?, &caller.tenant, None)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /admin/tools/{tool_id}/confirmation`: the tenant's override of the
+/// tool's policy (`null` when the tool's own applies) and what the newest
+/// version declares.
+pub(super) async fn get_policy(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(tool_id): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let tool = host
+        .tool(&caller.tenant, &tool_id)
+        .ok_or_else(|| ApiError::not_found(format!("there is no tool {tool_id}")))?;
+    let declared = tool.version(tool.newest_number()).map(|v| v.manifest.confirmation.clone());
+    Ok(axum::Json(json!({ "override": host.confirmation_override(tool.id), "declared": declared })))
+}
+
+/// `PUT /admin/tools/{tool_id}/confirmation` with a policy
+/// (`{"required": true}`, `{"when": "…"}` or `{}` for never).
+pub(super) async fn put_policy(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(tool_id): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    let policy = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_json",
+            format!("the body must be {{\"required\": true}}, {{\"when\": \"<CEL>\"}} or {{}}: {e}"),
+        )
+    })?;
+    host.set_confirmation_override(caller.principal()?, &caller.tenant, &tool_id, Some(policy))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /admin/tools/{tool_id}/confirmation`: the tool's own policy
+/// applies again.
+pub(super) async fn delete_policy(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(tool_id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    host.set_confirmation_override(caller.principal()?, &caller.tenant, &tool_id, None)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Runs an accepted call to its end (on its own task: a client that hangs
+/// up does not stop it) and keeps its answer for the result URI. Returns
+/// the answer's status.
+async fn complete(
+    host: &AppState,
+    c: StoredConfirmation,
+    confirmed: crate::host::Confirmed,
+    private: Map<String, Value>,
+) -> u16 {
+    let host = host.clone();
+    let run = tokio::spawn(async move {
+        let started = Instant::now();
+        let door = FrontDoor::parse(&c.front_door).unwrap_or(FrontDoor::A2t);
+        let (version, has_outputs, outcome) = match host.run_confirmed(&c, confirmed, &private).await {
+            Ok((version, outcome)) => (version.number, !version.signature.outputs.is_empty(), outcome),
+            Err(e) => (c.version, false, Err(e)),
+        };
+        let response = match door {
+            FrontDoor::A2t => super::a2t::answer(outcome, &c.call_id, version),
+            FrontDoor::Otc => match super::otc::result(&c.call_id, started.elapsed(), has_outputs, outcome) {
+                Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+                Err(e) => super::otc::otc_error_shape(ApiError::from(e).into_response()).await,
+            },
+        };
+        let status = response.status().as_u16();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap_or_default();
+        if let Err(e) = host.finish_confirmation(&c.id, status, &String::from_utf8_lossy(&body)) {
+            tracing::error!(error = %e, transaction = c.id, "a confirmed call's answer could not be kept");
+        }
+        status
+    });
+    run.await.unwrap_or(500)
+}
+
+/// `GET {result uri}`: `202` while the end user has not decided (or the
+/// tool runs); the call's answer once it ran; `403 confirmation_rejected`,
+/// `410 confirmation_expired` or `500 call_outcome_unknown` otherwise. In
+/// the shape of the front door the call came through.
+pub(super) async fn get_result(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let c = transaction(&host, &caller.tenant, &id)?;
+    let door = FrontDoor::parse(&c.front_door).unwrap_or(FrontDoor::A2t);
+    let waiting = |state: &str, retry: u64| {
+        let mut response = (
+            StatusCode::ACCEPTED,
+            axum::Json(json!({ "transaction": c.id, "state": state, "expires": rfc3339(c.expires_at) })),
+        )
+            .into_response();
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry));
+        response
+    };
+    let error = match TxState::of(&c, unix_now()) {
+        TxState::Pending => return Ok(waiting("pending", POLL_AFTER_SECS)),
+        TxState::Running => return Ok(waiting("running", 1)),
+        TxState::Done => {
+            let status = c.result_status.and_then(|s| StatusCode::from_u16(s).ok()).unwrap_or(StatusCode::OK);
+            let mut response =
+                (status, [(header::CONTENT_TYPE, "application/json")], c.result_body.unwrap_or_default())
+                    .into_response();
+            if let Ok(call_id) = HeaderValue::from_str(&c.call_id) {
+                response.headers_mut().insert("plinth-call-id", call_id);
+            }
+            return Ok(response);
+        }
+        TxState::Rejected => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "confirmation_rejected",
+            "the end user rejected the call; the tool did not run",
+        ),
+        TxState::Expired => ApiError::new(
+            StatusCode::GONE,
+            "confirmation_expired",
+            "the end user did not confirm the call in time; the tool did not run. Make the call again for a new confirmation",
+        ),
+        TxState::Interrupted => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "call_outcome_unknown",
+            "the end user confirmed the call, but the server stopped while the tool ran: it may or may not have taken effect; check before calling again",
+        ),
+    };
+    let response = error.into_response();
+    Ok(match door {
+        FrontDoor::A2t => response,
+        FrontDoor::Otc => super::otc::otc_error_shape(response).await,
+    })
+}
+
+/// `GET /admin/cheq/{id}`: the evidence of one transaction — the CHEQ this
+/// server signed, the decision (the CHEQ with the confirmation server's
+/// signature, or who rejected it), and what came of it.
+pub(super) async fn evidence(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let principal = caller.principal()?;
+    // An operator sees every tenant's; a publisher its own.
+    let c = match &principal.tenant {
+        None => host.confirmation_any(&id).map_err(storage)?,
+        Some(tenant) => host.confirmation(tenant, &id).map_err(storage)?,
+    }
+    .ok_or_else(|| ApiError::from(DecideError::Unknown(id.clone())))?;
+    let parse = |text: &str| serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
+    Ok(axum::Json(json!({
+        "transaction": c.id,
+        "tenant": c.tenant,
+        "tool_id": c.tool_id,
+        "version": c.version,
+        "end_user": c.end_user,
+        "front_door": c.front_door,
+        "call_id": c.call_id,
+        "state": TxState::of(&c, unix_now()).as_str(),
+        "created": rfc3339(c.created_at),
+        "expires": rfc3339(c.expires_at),
+        "decided": c.decided_at.map(rfc3339),
+        "cheq": parse(&c.cheq),
+        "decision": c.decision.as_deref().map(parse),
+        "result_status": c.result_status,
+        "jwks": host.cheq_jwks(),
+    })))
+}
+
+/// `PUT /admin/end-users/{name}` with `{"password": "…"}`.
+pub(super) async fn put_end_user(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, ApiError> {
+    check_end_user(&name)?;
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Body {
+        password: String,
+    }
+    let body: Body = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request("invalid_json", format!("the body must be {{\"password\": \"…\"}}: {e}")))?;
+    let principal = caller.principal()?.clone();
+    let tenant = caller.tenant.clone();
+    tokio::task::spawn_blocking(move || host.put_end_user(&principal, &tenant, &name, &body.password))
+        .await
+        .map_err(|_| ApiError::storage_failed("the end user could not be stored"))??;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /admin/end-users/{name}`.
+pub(super) async fn delete_end_user(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    host.delete_end_user(caller.principal()?, &caller.tenant, &name)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// The built-in confirmation server.
+
+/// A logged-in end user.
+#[derive(Debug, Clone)]
+struct Session {
+    tenant: String,
+    user: String,
+    /// The token every form of this session carries (CSRF).
+    form_token: String,
+    expires: Instant,
+}
+
+/// The built-in confirmation server's sessions (in memory: a restart logs
+/// everyone out, which loses nothing).
+#[derive(Debug, Default)]
+pub struct Sessions(dashmap::DashMap<String, Session>);
+
+impl Sessions {
+    fn get(&self, headers: &HeaderMap, tenant: &str) -> Option<Session> {
+        let token = headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(cookie::Cookie::split_parse)
+            .filter_map(Result::ok)
+            .find(|c| c.name() == SESSION_COOKIE)?
+            .value()
+            .to_string();
+        let session = self.0.get(&token)?.clone();
+        if session.expires <= Instant::now() {
+            self.0.remove(&token);
+            return None;
+        }
+        (session.tenant == tenant).then_some(session)
+    }
+
+    fn create(&self, tenant: &str, user: &str) -> Option<(String, Session)> {
+        self.0.retain(|_, s| s.expires > Instant::now());
+        let session = Session {
+            tenant: tenant.to_string(),
+            user: user.to_string(),
+            form_token: random_token()?,
+            expires: Instant::now() + SESSION_TTL,
+        };
+        let token = random_token()?;
+        self.0.insert(token.clone(), session.clone());
+        Some((token, session))
+    }
+}
+
+fn random_token() -> Option<String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).ok()?;
+    Some(B64.encode(bytes))
+}
+
+/// Form fields, URL-decoded.
+fn form(body: &[u8]) -> Vec<(String, String)> {
+    form_urlencoded::parse(body).into_owned().collect()
+}
+
+fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+/// The transaction a resource URI names, if it is one of this tenant's on
+/// this server.
+fn resource_id(options: &ApiOptions, tenant: &str, resource_uri: &str) -> Option<String> {
+    let prefix = format!("{}/cheq/transactions/", root(options, tenant));
+    let id = resource_uri.strip_prefix(&prefix)?;
+    (!id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')).then(|| id.to_string())
+}
+
+/// `GET cheq/confirm?resource_uri=…` or the user application's
+/// `POST cheq/confirm` (form field `resource_uri`): the login page, or for a
+/// logged-in end user the confirmation page.
+pub(super) async fn confirm_page(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Extension(options): Extension<Arc<ApiOptions>>,
+    Extension(sessions): Extension<Arc<Sessions>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut fields = form(query.as_deref().unwrap_or("").as_bytes());
+    fields.extend(form(&body));
+    let resource_uri = field(&fields, "resource_uri").unwrap_or("").to_string();
+    let Some(id) = resource_id(&options, &caller.tenant, &resource_uri) else {
+        return page(
+            StatusCode::BAD_REQUEST,
+            "Nothing to confirm",
+            "<p>This confirmation server confirms the calls of this server only: open the confirmation link the application gave you.</p>",
+        );
+    };
+    match sessions.get(&headers, &caller.tenant) {
+        None => login_page(&options, &caller.tenant, &resource_uri, None),
+        Some(session) => confirmation_page(&host, &options, &caller.tenant, &session, &id),
+    }
+}
+
+/// `POST cheq/login`: checks the end user's password and opens a session.
+pub(super) async fn login(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Extension(options): Extension<Arc<ApiOptions>>,
+    Extension(sessions): Extension<Arc<Sessions>>,
+    body: Bytes,
+) -> Response {
+    let fields = form(&body);
+    let user = field(&fields, "user").unwrap_or("").to_string();
+    let password = field(&fields, "password").unwrap_or("").to_string();
+    let resource_uri = field(&fields, "resource_uri").unwrap_or("").to_string();
+    let tenant = caller.tenant.clone();
+    let checker = host.clone();
+    let valid = check_end_user(&user).is_ok()
+        && tokio::task::spawn_blocking(move || checker.check_end_user(&tenant, &user, &password))
+            .await
+            .is_ok_and(|r| r.unwrap_or(false));
+    if !valid {
+        tracing::info!(tenant = caller.tenant, "a confirmation-page login failed");
+        return login_page(&options, &caller.tenant, &resource_uri, Some("Wrong user name or password."));
+    }
+    let user = field(&fields, "user").unwrap_or("");
+    let Some((token, _)) = sessions.create(&caller.tenant, user) else {
+        return page(StatusCode::INTERNAL_SERVER_ERROR, "Try again", "<p>The session could not be opened.</p>");
+    };
+    let secure = options.public_url.starts_with("https://");
+    let cookie = cookie::Cookie::build((SESSION_COOKIE, token))
+        .path("/")
+        .http_only(true)
+        .secure(secure)
+        .same_site(cookie::SameSite::Strict)
+        .max_age(cookie::time::Duration::seconds(SESSION_TTL.as_secs() as i64));
+    let target = format!(
+        "{}/cheq/confirm?resource_uri={}",
+        root(&options, &caller.tenant),
+        form_urlencoded::byte_serialize(resource_uri.as_bytes()).collect::<String>()
+    );
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    if let (Ok(location), Ok(cookie)) =
+        (HeaderValue::from_str(&target), HeaderValue::from_str(&cookie.build().to_string()))
+    {
+        response.headers_mut().insert(header::LOCATION, location);
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+/// `POST cheq/decide`: the end user's Accept or Reject on the confirmation
+/// page. Needs the session and the page's form token, and the end user the
+/// call was made for.
+pub(super) async fn decide(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Extension(sessions): Extension<Arc<Sessions>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let fields = form(&body);
+    let Some(session) = sessions.get(&headers, &caller.tenant) else {
+        return page(
+            StatusCode::UNAUTHORIZED,
+            "Log in first",
+            "<p>You are not logged in: open the confirmation link again.</p>",
+        );
+    };
+    let token = field(&fields, "form_token").unwrap_or("");
+    if !bool::from(subtle::ConstantTimeEq::ct_eq(token.as_bytes(), session.form_token.as_bytes())) {
+        tracing::warn!(tenant = caller.tenant, "a confirmation decision without the page's form token was refused");
+        return page(
+            StatusCode::FORBIDDEN,
+            "Not confirmed",
+            "<p>This request did not come from the confirmation page (its form token is missing or wrong). Nothing was decided.</p>",
+        );
+    }
+    let id = field(&fields, "transaction").unwrap_or("");
+    let c = match host.confirmation(&caller.tenant, id) {
+        Ok(Some(c)) => c,
+        _ => return page(StatusCode::NOT_FOUND, "Unknown confirmation", "<p>There is no such confirmation.</p>"),
+    };
+    if c.end_user != session.user {
+        return other_user_page(&session);
+    }
+    match field(&fields, "decision") {
+        Some("accept") => {
+            let private: Map<String, Value> = fields
+                .iter()
+                .filter_map(|(k, v)| Some((k.strip_prefix("private.")?.to_string(), Value::String(v.clone()))))
+                .collect();
+            // A private value that does not fit is asked again, before the
+            // transaction is spent.
+            if let Err(e) = host.confirmed_input(&c, &private) {
+                let message = match e {
+                    InvokeError::Input(e) => e.to_string(),
+                    other => other.to_string(),
+                };
+                return page(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Check what you entered",
+                    &format!("<p id=\"problem\">{}</p><p>Go back and correct it.</p>", text(&message)),
+                );
+            }
+            match host.accept_as_end_user(&caller.tenant, id, &session.user) {
+                Ok((c, confirmed)) => {
+                    let name = operation(&c);
+                    let status = complete(&host, c, confirmed, private).await;
+                    let outcome = if status < 300 { "It ran" } else { "It was confirmed, but did not succeed" };
+                    page(
+                        StatusCode::OK,
+                        "Confirmed",
+                        &format!(
+                            "<p id=\"outcome\">You confirmed <strong>{}</strong>. {outcome}; the agent receives the answer.</p>",
+                            text(&name)
+                        ),
+                    )
+                }
+                Err(e) => decision_refused(e),
+            }
+        }
+        Some("reject") => {
+            let evidence =
+                json!({ "by": format!("end-user:{}", session.user), "via": "confirmation page", "at": unix_now() });
+            match host.reject_confirmation(&caller.tenant, id, evidence) {
+                Ok(()) => page(
+                    StatusCode::OK,
+                    "Rejected",
+                    &format!(
+                        "<p id=\"outcome\">You rejected <strong>{}</strong>. It did not run.</p>",
+                        text(&operation(&c))
+                    ),
+                ),
+                Err(e) => decision_refused(e),
+            }
+        }
+        _ => page(StatusCode::BAD_REQUEST, "Not confirmed", "<p>Choose Accept or Reject.</p>"),
+    }
+}
+
+fn decision_refused(e: DecideError) -> Response {
+    let message = e.to_string();
+    let status = ApiError::from(e).status();
+    page(status, "Not confirmed", &format!("<p id=\"problem\">{}</p>", text(&message)))
+}
+
+/// The CHEQ object of a transaction.
+fn cheq_object(c: &StoredConfirmation) -> Value {
+    let signed: Value = serde_json::from_str(&c.cheq).unwrap_or_default();
+    signed["payload"]
+        .as_str()
+        .and_then(|p| B64.decode(p).ok())
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
+}
+
+fn operation(c: &StoredConfirmation) -> String {
+    cheq_object(c)["operation name"].as_str().unwrap_or("the call").to_string()
+}
+
+fn other_user_page(session: &Session) -> Response {
+    page(
+        StatusCode::FORBIDDEN,
+        "Not yours to confirm",
+        &format!(
+            "<p id=\"problem\">This call was made for another user; you are logged in as <strong>{}</strong>. Only the user it was made for can confirm it.</p>",
+            text(&session.user)
+        ),
+    )
+}
+
+fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, session: &Session, id: &str) -> Response {
+    let c = match host.confirmation(tenant, id) {
+        Ok(Some(c)) => c,
+        _ => return page(StatusCode::NOT_FOUND, "Unknown confirmation", "<p>There is no such confirmation.</p>"),
+    };
+    if c.end_user != session.user {
+        return other_user_page(session);
+    }
+    let object = cheq_object(&c);
+    let name = object["operation name"].as_str().unwrap_or("");
+    match TxState::of(&c, unix_now()) {
+        TxState::Pending => {}
+        TxState::Expired => {
+            return page(
+                StatusCode::GONE,
+                "Expired",
+                &format!("<p id=\"problem\">This request to {} expired; it did not run.</p>", text(name)),
+            );
+        }
+        decided => {
+            return page(
+                StatusCode::CONFLICT,
+                "Already decided",
+                &format!("<p id=\"problem\">This request to {} was already {}.</p>", text(name), decided.as_str()),
+            );
+        }
+    }
+    let mut rows = String::new();
+    let mut private = String::new();
+    for parameter in object["inputs"]["parameters"].as_array().into_iter().flatten() {
+        let pname = parameter["parameter name"].as_str().unwrap_or("");
+        let description = parameter["parameter description"].as_str().unwrap_or("");
+        if parameter["private"] == true {
+            private.push_str(&format!(
+                "<p><label for=\"private-{0}\">{1}</label><br><small>{2}</small><br>\
+                 <input id=\"private-{0}\" name=\"private.{0}\" type=\"text\" autocomplete=\"off\" required></p>",
+                attr(pname),
+                text(&label(pname)),
+                text(description)
+            ));
+            continue;
+        }
+        let value = match &parameter["parameter value"] {
+            Value::String(s) => s.clone(),
+            Value::Null => "(not given)".to_string(),
+            other => other.to_string(),
+        };
+        rows.push_str(&format!(
+            "<tr data-parameter=\"{}\"><th>{}</th><td class=\"value\">{}</td><td><small>{}</small></td></tr>",
+            attr(pname),
+            text(&label(pname)),
+            text(&value),
+            text(description)
+        ));
+    }
+    let body = format!(
+        "<p>An AI agent asks to <strong id=\"operation\">{name}</strong> on behalf of <strong id=\"end-user\">{user}</strong>.</p>\
+         <p><small>{description}</small></p>\
+         <table id=\"parameters\">{rows}</table>\
+         <form method=\"post\" action=\"{action}\">\
+         <input type=\"hidden\" name=\"transaction\" value=\"{id}\">\
+         <input type=\"hidden\" name=\"form_token\" value=\"{form_token}\">\
+         {private}\
+         <p><button id=\"accept\" name=\"decision\" value=\"accept\">Accept</button> \
+         <button id=\"reject\" name=\"decision\" value=\"reject\" formnovalidate>Reject</button></p></form>\
+         <p><small>Open until {expires}. Nothing happens unless you accept.</small></p>",
+        name = text(name),
+        user = text(&session.user),
+        description = text(object["operation description"].as_str().unwrap_or("")),
+        action = attr(&format!("{}/cheq/decide", root(options, tenant))),
+        id = attr(id),
+        form_token = attr(&session.form_token),
+        expires = text(&rfc3339(c.expires_at)),
+    );
+    page(StatusCode::OK, &format!("Confirm: {name}"), &body)
+}
+
+fn login_page(options: &ApiOptions, tenant: &str, resource_uri: &str, problem: Option<&str>) -> Response {
+    let problem = problem.map(|p| format!("<p id=\"problem\">{}</p>", text(p))).unwrap_or_default();
+    let body = format!(
+        "{problem}<p>Log in to see what you are asked to confirm.</p>\
+         <form method=\"post\" action=\"{action}\">\
+         <input type=\"hidden\" name=\"resource_uri\" value=\"{resource_uri}\">\
+         <p><label for=\"user\">User name</label><br><input id=\"user\" name=\"user\" autocomplete=\"username\" required></p>\
+         <p><label for=\"password\">Password</label><br><input id=\"password\" name=\"password\" type=\"password\" autocomplete=\"current-password\" required></p>\
+         <p><button id=\"login\">Log in</button></p></form>",
+        action = attr(&format!("{}/cheq/login", root(options, tenant))),
+        resource_uri = attr(resource_uri),
+    );
+    let status = if problem.is_empty() { StatusCode::OK } else { StatusCode::UNAUTHORIZED };
+    page(status, "Log in to confirm", &body)
+}
+
+/// `flight_number` → `Flight number`.
+fn label(name: &str) -> String {
+    let words = name.replace('_', " ");
+    let mut chars = words.chars();
+    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
+/// A page of the confirmation server. Never cached, never framed (no
+/// clickjacking of the Accept button), no scripts at all.
+fn page(status: StatusCode, title: &str, body: &str) -> Response {
+    let html = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{title}</title>\
+         <style>body{{font-family:system-ui,sans-serif;max-width:40rem;margin:2rem auto;padding:0 1rem}}\
+         th,td{{text-align:left;padding:.3rem .6rem;vertical-align:top}}button{{font-size:1rem;padding:.4rem 1.2rem}}</style>\
+         </head><body><h1>{title}</h1>{body}</body></html>",
+        title = text(title),
+    );
+    let mut response = (status, Html(html)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+        ),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    response
+}

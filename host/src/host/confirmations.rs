@@ -1,0 +1,716 @@
+//! CHEQ transactions (draft sections 4.1–4.3): a call whose tool wants its
+//! end user's confirmation waits here, with the CHEQ object this server
+//! signed for it, until the end user accepts or rejects it or it expires.
+//! An accepted one runs once, with exactly the confirmed inputs, and its
+//! answer is kept for the agent to collect.
+//!
+//! Transport-free: the HTTP side (URI pack, resource and result URIs, the
+//! built-in confirmation page) is `api::cheq`.
+
+use super::{Call, ChangeError, InvokeError, ToolHost};
+use crate::cheq::{self, Confirmation, ConfirmationPolicy, SigningKey, VerifyError};
+use crate::invocation::{self, ToolResult};
+use crate::registry::{Tool, ToolVersion};
+use crate::signature::Signature;
+use crate::store::{StoreError, StoredConfirmation};
+use crate::tenancy::{AuditEntry, Principal, unix_now};
+use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// How long an unanswered confirmation stays open unless the operator says
+/// otherwise (`--confirmation-ttl`).
+pub const DEFAULT_CONFIRMATION_TTL: Duration = Duration::from_secs(15 * 60);
+
+/// The shortest end-user password accepted.
+pub const MIN_PASSWORD_CHARS: usize = 8;
+
+/// A hash no password matches in practice, checked for unknown user names so
+/// that they take as long as known ones.
+const UNKNOWN_USER_HASH: &str =
+    "$argon2id$v=19$m=19456,t=2,p=1$AAAAAAAAAAAAAAAAAAAAAA$Uy0bGqOQ2VjW8rRXb6tVX9z5m6a0m4fGZ0F6yH0wq7I";
+
+/// The front door a call came through: its result is answered in that
+/// door's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrontDoor {
+    /// A2T.
+    A2t,
+    /// Open Tool Calling.
+    Otc,
+}
+
+impl FrontDoor {
+    /// As stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FrontDoor::A2t => "a2t",
+            FrontDoor::Otc => "otc",
+        }
+    }
+
+    /// From its stored form.
+    pub fn parse(s: &str) -> Option<FrontDoor> {
+        match s {
+            "a2t" => Some(FrontDoor::A2t),
+            "otc" => Some(FrontDoor::Otc),
+            _ => None,
+        }
+    }
+}
+
+/// Proof that a call's end user confirmed it. Only this module makes one,
+/// and only from an accepted transaction: no front door can skip the check.
+#[derive(Debug)]
+pub struct Confirmed(());
+
+/// A call now waiting for its end user.
+#[derive(Debug, Clone)]
+pub struct PendingConfirmation {
+    /// The transaction id.
+    pub id: String,
+    /// When it expires (Unix seconds).
+    pub expires_at: i64,
+    /// The tenant.
+    pub tenant: String,
+    /// The tenant's external confirmation server's URI, when it has one
+    /// and the call has no private inputs (those only this server's page
+    /// collects).
+    pub confirmation_uri: Option<String>,
+}
+
+/// The keys of both CHEQ roles this server plays, how long a confirmation
+/// stays open, and the tenants' CHEQ settings.
+pub(super) struct CheqState {
+    /// Signs the CHEQ objects of this (resource) server.
+    pub resource: SigningKey,
+    /// Countersigns what end users accept on the built-in confirmation page.
+    pub confirmation: SigningKey,
+    pub ttl: Duration,
+    /// External confirmation servers, by tenant.
+    pub servers: dashmap::DashMap<String, ConfirmationServer>,
+    /// Publishers' overrides of tools' confirmation policies, by tool.
+    pub overrides: dashmap::DashMap<Uuid, (ConfirmationPolicy, Arc<Confirmation>)>,
+}
+
+impl CheqState {
+    pub fn new(data_dir: &std::path::Path, ttl: Duration) -> anyhow::Result<CheqState> {
+        let key = |file| {
+            SigningKey::load_or_create(data_dir, file)
+                .map_err(|e| anyhow::anyhow!("the CHEQ key {file} in {}: {e}", data_dir.display()))
+        };
+        Ok(CheqState {
+            resource: key(cheq::KEY_FILE)?,
+            confirmation: key(cheq::CONFIRMATION_KEY_FILE)?,
+            ttl,
+            servers: Default::default(),
+            overrides: Default::default(),
+        })
+    }
+}
+
+/// A tenant's external confirmation server: where end users confirm (the
+/// URI pack's confirmation URI), and the keys its signatures are checked
+/// against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfirmationServer {
+    /// The confirmation server's URI (figure 3).
+    pub uri: String,
+    /// Where its JWKS is published.
+    pub jwks_url: String,
+}
+
+/// The tenant setting that holds its confirmation server.
+const SERVER_SETTING: &str = "confirmation-server";
+
+/// The tenant setting that holds a publisher's override of a tool's policy.
+fn override_setting(tool_id: Uuid) -> String {
+    format!("confirmation:{tool_id}")
+}
+
+/// Where a transaction stands, as the caller sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Waiting for the end user.
+    Pending,
+    /// Accepted; the tool is running.
+    Running,
+    /// The tool ran; its answer is kept.
+    Done,
+    /// The end user said no.
+    Rejected,
+    /// Nobody answered in time.
+    Expired,
+    /// The server stopped while the tool ran: it may or may not have taken
+    /// effect.
+    Interrupted,
+}
+
+impl State {
+    /// The state of `c` at `now`.
+    pub fn of(c: &StoredConfirmation, now: i64) -> State {
+        match c.state.as_str() {
+            "pending" if now >= c.expires_at => State::Expired,
+            "pending" => State::Pending,
+            "accepted" => State::Running,
+            "done" => State::Done,
+            "rejected" => State::Rejected,
+            "expired" => State::Expired,
+            _ => State::Interrupted,
+        }
+    }
+
+    /// In words, for messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Pending => "pending",
+            State::Running => "accepted",
+            State::Done => "accepted and done",
+            State::Rejected => "rejected",
+            State::Expired => "expired",
+            State::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// Why a decision on a transaction was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError {
+    /// No such transaction (or not this tenant's).
+    #[error("there is no confirmation `{0}`")]
+    Unknown(String),
+    /// Past its expiry.
+    #[error("this confirmation expired; the tool did not run, and the agent must make the call again")]
+    Expired,
+    /// Accepted or rejected before.
+    #[error("this confirmation was already {0}; each is decided once")]
+    AlreadyDecided(&'static str),
+    /// A signature is malformed, unknown or does not verify.
+    #[error(transparent)]
+    Signature(#[from] VerifyError),
+    /// The signed payload is not the CHEQ issued for the transaction.
+    #[error("the signed CHEQ is not, byte for byte, the one this server issued for this transaction: it was altered")]
+    Altered,
+    /// The signatures do not show the right end user accepting.
+    #[error("{0}")]
+    NotConfirmed(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ToolHost {
+    /// The JWKS of this server's CHEQ keys: the resource server's and the
+    /// built-in confirmation server's.
+    pub fn cheq_jwks(&self) -> Value {
+        cheq::jwks(&[&self.cheq.resource, &self.cheq.confirmation])
+    }
+
+    /// The key id of this server's resource-server signatures.
+    pub fn cheq_resource_kid(&self) -> &str {
+        self.cheq.resource.kid()
+    }
+
+    /// Opens a transaction for a call that needs its end user's
+    /// confirmation: the CHEQ object, signed by this server, is stored with
+    /// the inputs the tool will run with.
+    pub(super) fn begin_confirmation(
+        &self,
+        tool: &Tool,
+        version: &ToolVersion,
+        inputs: &Map<String, Value>,
+        call: &Call,
+        end_user: &str,
+    ) -> Result<PendingConfirmation, InvokeError> {
+        let storage = |e: StoreError| InvokeError::Storage(e.to_string());
+        let id = random_id().map_err(|e| InvokeError::Storage(e.to_string()))?;
+        let nonce = random_id().map_err(|e| InvokeError::Storage(e.to_string()))?;
+        let now = unix_now();
+        let expires_at = now + i64::try_from(self.cheq.ttl.as_secs()).unwrap_or(i64::MAX / 2);
+        let object = json!({
+            "version": 1.0,
+            "operation": format!("plinth:{}/{}@{}", tool.tenant, tool.name, version.number),
+            "operation name": operation_name(&tool.name),
+            "operation description": version.signature.description,
+            "inputs": { "parameters": parameters(&version.signature, inputs) },
+            "date": rfc3339(now),
+            "expires": rfc3339(expires_at),
+            "transaction": id,
+            "nonce": nonce,
+            "end user": end_user,
+            "tool": {
+                "id": tool.id,
+                "name": tool.name,
+                "version": version.number,
+                "sha256": version.sha256,
+            },
+        });
+        let signed = cheq::sign(&object, &self.cheq.resource, Map::new());
+        let record = StoredConfirmation {
+            id: id.clone(),
+            tenant: tool.tenant.clone(),
+            tool_id: tool.id,
+            version: version.number,
+            end_user: end_user.to_string(),
+            front_door: call.front_door.as_str().to_string(),
+            call_id: call.call_id.clone(),
+            inputs: Value::Object(inputs.clone()).to_string(),
+            cheq: signed.to_string(),
+            state: "pending".into(),
+            created_at: now,
+            expires_at,
+            decided_at: None,
+            decision: None,
+            result_status: None,
+            result_body: None,
+        };
+        self.store.insert_confirmation(&record).map_err(storage)?;
+        tracing::info!(transaction = id, end_user, "the call waits for its end user's confirmation");
+        let has_private = version.signature.inputs.iter().any(|p| p.private);
+        let confirmation_uri =
+            self.cheq.servers.get(&tool.tenant).filter(|_| !has_private).map(|server| server.uri.clone());
+        Ok(PendingConfirmation { id, expires_at, tenant: tool.tenant.clone(), confirmation_uri })
+    }
+
+    /// A transaction of `tenant`.
+    pub fn confirmation(&self, tenant: &str, id: &str) -> Result<Option<StoredConfirmation>, StoreError> {
+        Ok(self.store.confirmation(id)?.filter(|c| c.tenant == tenant))
+    }
+
+    /// Loads the tenants' CHEQ settings (at start).
+    pub(super) fn load_cheq_settings(&self) -> Result<(), StoreError> {
+        for (tenant, key, value) in self.store.settings()? {
+            let what = format!("tenant {tenant} setting {key}");
+            if key == SERVER_SETTING {
+                let server = serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
+                self.cheq.servers.insert(tenant, server);
+            } else if let Some(tool_id) = key.strip_prefix("confirmation:").and_then(|id| Uuid::parse_str(id).ok()) {
+                let policy: ConfirmationPolicy =
+                    serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
+                let compiled = Arc::new(policy.compile());
+                self.cheq.overrides.insert(tool_id, (policy, compiled));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a call of `version` with `inputs` needs its end user's
+    /// confirmation: always with a private input; else by the tenant's
+    /// override of the tool's policy, if it set one, or the tool's own.
+    pub(super) fn needs_confirmation(&self, tool: &Tool, version: &ToolVersion, inputs: &Map<String, Value>) -> bool {
+        if version.signature.inputs.iter().any(|p| p.private) {
+            return true;
+        }
+        match self.cheq.overrides.get(&tool.id) {
+            Some(entry) => entry.1.applies_to(inputs),
+            None => version.confirmation.applies_to(inputs),
+        }
+    }
+
+    /// Whether some call of `version` may need confirmation (so its inputs
+    /// must be looked at).
+    pub(super) fn may_need_confirmation(&self, tool: &Tool, version: &ToolVersion) -> bool {
+        !matches!(version.confirmation, Confirmation::Never) || self.cheq.overrides.contains_key(&tool.id)
+    }
+
+    /// The tenant's external confirmation server, if it has one.
+    pub fn confirmation_server(&self, tenant: &str) -> Option<ConfirmationServer> {
+        self.cheq.servers.get(tenant).map(|s| s.clone())
+    }
+
+    /// Sets (or with `None` removes) the tenant's external confirmation
+    /// server.
+    pub fn set_confirmation_server(
+        &self,
+        actor: &Principal,
+        tenant: &str,
+        server: Option<ConfirmationServer>,
+    ) -> Result<(), ChangeError> {
+        match server {
+            Some(server) => {
+                for (what, url) in [("uri", &server.uri), ("jwks_url", &server.jwks_url)] {
+                    if !(url.starts_with("https://") || url.starts_with("http://")) {
+                        return Err(ChangeError::Invalid(format!("`{what}` must be an http(s) URL")));
+                    }
+                }
+                let value = serde_json::to_string(&server).unwrap_or_default();
+                let audit = AuditEntry::new(actor, Some(tenant), "cheq.server.put", tenant)
+                    .detail(json!({ "uri": server.uri, "jwks_url": server.jwks_url }));
+                self.store.put_setting(&(tenant.to_string(), SERVER_SETTING.into(), value), &audit)?;
+                self.cheq.servers.insert(tenant.to_string(), server);
+            }
+            None => {
+                let audit = AuditEntry::new(actor, Some(tenant), "cheq.server.delete", tenant);
+                if !self.store.delete_setting(tenant, SERVER_SETTING, &audit)? {
+                    return Err(ChangeError::NotFound("the tenant has no external confirmation server".into()));
+                }
+                self.cheq.servers.remove(tenant);
+            }
+        }
+        Ok(())
+    }
+
+    /// The tenant's override of a tool's confirmation policy, if any.
+    pub fn confirmation_override(&self, tool_id: Uuid) -> Option<ConfirmationPolicy> {
+        self.cheq.overrides.get(&tool_id).map(|entry| entry.0.clone())
+    }
+
+    /// Sets (or with `None` removes) a tenant's override of a tool's
+    /// confirmation policy, whatever the tool declared. A condition must
+    /// compile and name inputs of the tool's newest version.
+    pub fn set_confirmation_override(
+        &self,
+        actor: &Principal,
+        tenant: &str,
+        tool_id: &str,
+        policy: Option<ConfirmationPolicy>,
+    ) -> Result<(), ChangeError> {
+        let tool =
+            self.tool(tenant, tool_id).ok_or_else(|| ChangeError::NotFound(format!("there is no tool {tool_id}")))?;
+        let key = override_setting(tool.id);
+        match policy {
+            Some(policy) => {
+                let newest = tool.version(tool.newest_number());
+                let inputs: Vec<&str> = newest
+                    .as_ref()
+                    .map(|v| v.signature.inputs.iter().map(|p| p.name.as_str()).collect())
+                    .unwrap_or_default();
+                policy.check(&inputs).map_err(ChangeError::Invalid)?;
+                let value = serde_json::to_string(&policy).unwrap_or_default();
+                let audit = AuditEntry::new(actor, Some(tenant), "cheq.policy.put", tool.id.to_string())
+                    .detail(serde_json::to_value(&policy).unwrap_or_default());
+                self.store.put_setting(&(tenant.to_string(), key, value), &audit)?;
+                let compiled = Arc::new(policy.compile());
+                self.cheq.overrides.insert(tool.id, (policy, compiled));
+            }
+            None => {
+                let audit = AuditEntry::new(actor, Some(tenant), "cheq.policy.delete", tool.id.to_string());
+                if !self.store.delete_setting(tenant, &key, &audit)? {
+                    return Err(ChangeError::NotFound(format!("{tool_id} has no confirmation override")));
+                }
+                self.cheq.overrides.remove(&tool.id);
+            }
+        }
+        Ok(())
+    }
+
+    /// A transaction of any tenant (for the operator's evidence).
+    pub fn confirmation_any(&self, id: &str) -> Result<Option<StoredConfirmation>, StoreError> {
+        self.store.confirmation(id)
+    }
+
+    /// The built-in confirmation server's acceptance: `end_user`, logged in
+    /// on its page, accepted the transaction. Countersigns the stored CHEQ
+    /// and accepts it exactly as a signed CHEQ from outside is accepted.
+    pub fn accept_as_end_user(
+        &self,
+        tenant: &str,
+        id: &str,
+        end_user: &str,
+    ) -> Result<(StoredConfirmation, Confirmed), DecideError> {
+        let c = self.confirmation(tenant, id)?.ok_or_else(|| DecideError::Unknown(id.into()))?;
+        let mut signed: Value = serde_json::from_str(&c.cheq).map_err(|_| VerifyError::Malformed("stored CHEQ"))?;
+        let mut claims = Map::new();
+        claims.insert("sub".into(), end_user.into());
+        claims.insert("decision".into(), "accept".into());
+        claims.insert("iat".into(), unix_now().into());
+        cheq::countersign(&mut signed, &self.cheq.confirmation, claims)?;
+        self.accept_confirmation(tenant, id, &signed, &[])
+    }
+
+    /// Accepts a transaction with `signed`: the CHEQ this server issued,
+    /// with its signature and a confirmation server's (this server's
+    /// built-in one, or one whose keys are in `trusted`) naming the
+    /// transaction's end user and the decision `accept`. Every signature
+    /// must verify, the payload must be byte for byte the issued one, and
+    /// the transaction pending and unexpired; it is accepted at most once.
+    pub fn accept_confirmation(
+        &self,
+        tenant: &str,
+        id: &str,
+        signed: &Value,
+        trusted: &[Value],
+    ) -> Result<(StoredConfirmation, Confirmed), DecideError> {
+        let c = self.decidable(tenant, id)?;
+        let mut sets = vec![self.cheq_jwks()];
+        sets.extend_from_slice(trusted);
+        let (payload, signatures) = cheq::verify(signed, &sets)?;
+        let issued: Value = serde_json::from_str(&c.cheq).map_err(|_| VerifyError::Malformed("stored CHEQ"))?;
+        let issued = issued["payload"].as_str().and_then(|p| B64.decode(p).ok()).unwrap_or_default();
+        if payload != issued {
+            return Err(DecideError::Altered);
+        }
+        if !signatures.iter().any(|s| s.kid == self.cheq.resource.kid()) {
+            return Err(DecideError::NotConfirmed("the CHEQ does not carry this server's signature".into()));
+        }
+        let confirmation = signatures.iter().find(|s| s.kid != self.cheq.resource.kid()).ok_or_else(|| {
+            DecideError::NotConfirmed("the CHEQ carries no confirmation server's signature: nobody confirmed it".into())
+        })?;
+        let sub = confirmation.header.get("sub").and_then(Value::as_str);
+        if sub != Some(c.end_user.as_str()) {
+            return Err(DecideError::NotConfirmed(format!(
+                "the confirmation was signed for {}, not for the end user this call was made for",
+                sub.map_or("nobody".to_string(), |s| format!("`{s}`"))
+            )));
+        }
+        if confirmation.header.get("decision").and_then(Value::as_str) != Some("accept") {
+            return Err(DecideError::NotConfirmed("the confirmation server's signature does not say `accept`".into()));
+        }
+        let object: Value = serde_json::from_slice(&payload).unwrap_or_default();
+        let has_private =
+            object["inputs"]["parameters"].as_array().is_some_and(|ps| ps.iter().any(|p| p["private"] == true));
+        if has_private && confirmation.kid != self.cheq.confirmation.kid() {
+            return Err(DecideError::NotConfirmed(
+                "this call has private inputs, which only this server's confirmation page collects: confirm it there"
+                    .into(),
+            ));
+        }
+        let audit = self.decision_audit(&c, "cheq.accept", &confirmation.kid);
+        self.decide(&c, "accepted", &signed.to_string(), &audit)?;
+        tracing::info!(transaction = id, "the end user accepted the call");
+        Ok((c, Confirmed(())))
+    }
+
+    /// Rejects a pending transaction: its tool never runs. `evidence` says
+    /// who rejected it (the end user on the built-in page, or the resource
+    /// URI's `?reject`).
+    pub fn reject_confirmation(&self, tenant: &str, id: &str, evidence: Value) -> Result<(), DecideError> {
+        let c = self.decidable(tenant, id)?;
+        let actor = evidence["by"].as_str().unwrap_or("resource-uri").to_string();
+        let audit = self.decision_audit(&c, "cheq.reject", &actor);
+        self.decide(&c, "rejected", &evidence.to_string(), &audit)?;
+        tracing::info!(transaction = id, "the call was rejected");
+        Ok(())
+    }
+
+    /// Runs an accepted transaction's call: its pinned version, with the
+    /// stored inputs and the `private` ones the end user entered.
+    pub async fn run_confirmed(
+        self: &Arc<Self>,
+        c: &StoredConfirmation,
+        confirmed: Confirmed,
+        private: &Map<String, Value>,
+    ) -> Result<(Arc<ToolVersion>, Result<ToolResult, InvokeError>), InvokeError> {
+        let (tool, version, input) = self.confirmed_input(c, private)?;
+        let call = Call {
+            input,
+            call_id: c.call_id.clone(),
+            secrets: Default::default(),
+            end_user: Some(c.end_user.clone()),
+            front_door: FrontDoor::parse(&c.front_door).unwrap_or(FrontDoor::A2t),
+            confirmed: Some(confirmed),
+            redact: private.values().filter_map(Value::as_str).filter(|v| !v.is_empty()).map(str::to_string).collect(),
+        };
+        let outcome = self.invoke(tool, version.clone(), call).await;
+        Ok((version, outcome))
+    }
+
+    /// The input record a confirmed call runs with: the stored inputs and
+    /// the `private` ones the end user entered (checked like any input).
+    pub fn confirmed_input(
+        &self,
+        c: &StoredConfirmation,
+        private: &Map<String, Value>,
+    ) -> Result<(Arc<Tool>, Arc<ToolVersion>, wasmtime::component::Val), InvokeError> {
+        let tool = self
+            .tool(&c.tenant, &c.tool_id.to_string())
+            .ok_or_else(|| InvokeError::UnknownTool(c.tool_id.to_string()))?;
+        let version =
+            tool.version(c.version).ok_or(InvokeError::UnknownVersion { tool_id: tool.id, version: c.version })?;
+        let mut inputs: Map<String, Value> = serde_json::from_str(&c.inputs).unwrap_or_default();
+        // Private inputs come from the end user only, never the stored record...
+        let is_private = |name: &str| version.signature.input(name).is_some_and(|p| p.private);
+        inputs.retain(|name, _| !is_private(name));
+        // ...and only private ones: the end user cannot change what they confirm.
+        inputs.extend(private.iter().filter(|(name, _)| is_private(name)).map(|(k, v)| (k.clone(), v.clone())));
+        let arguments: Vec<(&str, &Value)> = inputs.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        let input = invocation::input_record_from(&version.signature, &arguments, invocation::Supplier::EndUser)
+            .map_err(|mut errors| InvokeError::Input(errors.swap_remove(0)))?;
+        Ok((tool, version, input))
+    }
+
+    /// Sets an end user's password: who may log in to the built-in
+    /// confirmation page and confirm the calls made for them. Only an
+    /// Argon2id hash is stored.
+    pub fn put_end_user(&self, actor: &Principal, tenant: &str, name: &str, password: &str) -> Result<(), ChangeError> {
+        if password.chars().count() < MIN_PASSWORD_CHARS {
+            return Err(ChangeError::Invalid(format!(
+                "an end user's password must be at least {MIN_PASSWORD_CHARS} characters"
+            )));
+        }
+        let mut salt = [0u8; 16];
+        getrandom::fill(&mut salt).map_err(|e| ChangeError::Invalid(e.to_string()))?;
+        let salt = SaltString::encode_b64(&salt).map_err(|e| ChangeError::Invalid(e.to_string()))?;
+        let hash = Argon2::default()
+            .hash_password(password.as_bytes(), &salt)
+            .map_err(|e| ChangeError::Invalid(e.to_string()))?
+            .to_string();
+        let audit = AuditEntry::new(actor, Some(tenant), "end_user.put", name);
+        self.store.put_end_user(tenant, name, &hash, &audit)?;
+        tracing::info!(tenant, end_user = name, "end user set");
+        Ok(())
+    }
+
+    /// Removes an end user: they can no longer log in to confirm.
+    pub fn delete_end_user(&self, actor: &Principal, tenant: &str, name: &str) -> Result<(), ChangeError> {
+        let audit = AuditEntry::new(actor, Some(tenant), "end_user.delete", name);
+        if !self.store.delete_end_user(tenant, name, &audit)? {
+            return Err(ChangeError::NotFound(format!("there is no end user `{name}`")));
+        }
+        Ok(())
+    }
+
+    /// Whether `password` is `name`'s (slow on purpose: run it off the
+    /// async threads). An unknown name costs the same as a wrong password.
+    pub fn check_end_user(&self, tenant: &str, name: &str, password: &str) -> Result<bool, StoreError> {
+        let stored = self.store.end_user(tenant, name)?;
+        let hash = stored.as_deref().unwrap_or(UNKNOWN_USER_HASH);
+        let matches = PasswordHash::new(hash)
+            .is_ok_and(|hash| Argon2::default().verify_password(password.as_bytes(), &hash).is_ok());
+        Ok(matches && stored.is_some())
+    }
+
+    /// Keeps the answer of an accepted transaction's call for the agent.
+    pub fn finish_confirmation(&self, id: &str, status: u16, body: &str) -> Result<(), StoreError> {
+        self.store.finish_confirmation(id, status, body)
+    }
+
+    /// Marks transactions that were running when the server stopped.
+    pub(super) fn interrupt_confirmations(&self) -> Result<(), StoreError> {
+        let interrupted = self.store.interrupt_confirmations()?;
+        if interrupted > 0 {
+            tracing::warn!(
+                interrupted,
+                "confirmed calls were running when the server stopped; their outcome is unknown"
+            );
+        }
+        Ok(())
+    }
+
+    fn decidable(&self, tenant: &str, id: &str) -> Result<StoredConfirmation, DecideError> {
+        let c = self.confirmation(tenant, id)?.ok_or_else(|| DecideError::Unknown(id.into()))?;
+        match State::of(&c, unix_now()) {
+            State::Pending => Ok(c),
+            State::Expired => Err(DecideError::Expired),
+            decided => Err(DecideError::AlreadyDecided(decided.as_str())),
+        }
+    }
+
+    fn decision_audit(&self, c: &StoredConfirmation, action: &str, actor: &str) -> AuditEntry {
+        AuditEntry {
+            seq: 0,
+            at: unix_now(),
+            actor: actor.to_string(),
+            tenant: Some(c.tenant.clone()),
+            action: action.into(),
+            target: c.id.clone(),
+            sha256: None,
+            detail: json!({ "tool_id": c.tool_id, "version": c.version, "end_user": c.end_user }),
+        }
+    }
+
+    /// Takes the decision, once: of two racing decisions one wins, the
+    /// other is told what happened.
+    fn decide(
+        &self,
+        c: &StoredConfirmation,
+        state: &str,
+        evidence: &str,
+        audit: &AuditEntry,
+    ) -> Result<(), DecideError> {
+        if self.store.decide_confirmation(&c.id, state, Some(evidence), audit)? {
+            return Ok(());
+        }
+        let now = self.store.confirmation(&c.id)?.ok_or_else(|| DecideError::Unknown(c.id.clone()))?;
+        match State::of(&now, unix_now()) {
+            State::Expired | State::Pending => Err(DecideError::Expired),
+            decided => Err(DecideError::AlreadyDecided(decided.as_str())),
+        }
+    }
+}
+
+/// The parameters of the CHEQ object (figure 4): each input's name,
+/// description and value; a `private` input says so and has no value yet
+/// (the end user enters it on the confirmation page).
+fn parameters(signature: &Signature, inputs: &Map<String, Value>) -> Vec<Value> {
+    signature
+        .inputs
+        .iter()
+        .map(|p| {
+            let mut parameter = json!({
+                "parameter name": p.name,
+                "parameter description": p.description,
+            });
+            if p.private {
+                parameter["private"] = true.into();
+            } else {
+                parameter["parameter value"] = inputs.get(&p.name).cloned().unwrap_or(Value::Null);
+            }
+            parameter
+        })
+        .collect()
+}
+
+/// `book_flight` → `Book flight`.
+fn operation_name(tool: &str) -> String {
+    let words = tool.replace('_', " ");
+    let mut chars = words.chars();
+    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
+/// Unix seconds as RFC 3339 (UTC).
+pub fn rfc3339(unix: i64) -> String {
+    chrono::DateTime::from_timestamp(unix, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_default()
+}
+
+/// 128 random bits, base64url: unguessable, so a transaction's URIs are its
+/// capability.
+fn random_id() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)?;
+    Ok(B64.encode(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_names_read_as_words() {
+        assert_eq!(operation_name("book_flight"), "Book flight");
+        assert_eq!(operation_name(""), "");
+    }
+
+    #[test]
+    fn an_unanswered_transaction_expires() {
+        let c = StoredConfirmation {
+            id: "x".into(),
+            tenant: "default".into(),
+            tool_id: uuid::Uuid::nil(),
+            version: 1,
+            end_user: "alice".into(),
+            front_door: "a2t".into(),
+            call_id: "c".into(),
+            inputs: "{}".into(),
+            cheq: "{}".into(),
+            state: "pending".into(),
+            created_at: 0,
+            expires_at: 100,
+            decided_at: None,
+            decision: None,
+            result_status: None,
+            result_body: None,
+        };
+        assert_eq!(State::of(&c, 99), State::Pending);
+        assert_eq!(State::of(&c, 100), State::Expired);
+    }
+}
