@@ -9,7 +9,7 @@ mod confirmations;
 
 pub use confirmations::{
     ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor, PendingConfirmation, State,
-    rfc3339,
+    as_words, rfc3339,
 };
 
 use crate::idempotency::{CallLedger, Claim, Ticket};

@@ -16,7 +16,7 @@
 //! | `GET`/`POST cheq/confirm` | the end user's browser | login, then the confirmation page |
 
 use super::{ApiError, ApiOptions, AppState, Caller};
-use crate::host::{DecideError, FrontDoor, InvokeError, PendingConfirmation, State as TxState, rfc3339};
+use crate::host::{DecideError, FrontDoor, InvokeError, PendingConfirmation, State as TxState, as_words, rfc3339};
 use crate::store::StoredConfirmation;
 use crate::tenancy::unix_now;
 use axum::Extension;
@@ -146,7 +146,7 @@ pub(super) async fn get_transaction(
 ) -> Result<Response, ApiError> {
     let c = transaction(&host, &caller.tenant, &id)?;
     if query.as_deref() == Some("raw") {
-        return Ok(axum::Json(cheq_object(&c)).into_response());
+        return Ok(axum::Json(c.cheq_object()).into_response());
     }
     let signed: Value = serde_json::from_str(&c.cheq).unwrap_or_default();
     Ok(axum::Json(signed).into_response())
@@ -200,11 +200,17 @@ async fn fetch_jwks(url: &str) -> Result<Value, ApiError> {
             "the confirmation server's keys could not be fetched; nothing was decided, try again",
         )
     };
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| unavailable(e.to_string()))?;
+    // One client for the process: its connection pool and TLS roots are
+    // built once, not per accept.
+    static CLIENT: std::sync::OnceLock<Option<reqwest::Client>> = std::sync::OnceLock::new();
+    let client = CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .ok()
+    });
+    let client = client.as_ref().ok_or_else(|| unavailable("no HTTP client".into()))?;
     let response = client.get(url).send().await.map_err(|e| unavailable(e.to_string()))?;
     if !response.status().is_success() {
         return Err(unavailable(format!("status {}", response.status())));
@@ -299,7 +305,7 @@ async fn complete(
     let host = host.clone();
     let run = tokio::spawn(async move {
         let started = Instant::now();
-        let door = FrontDoor::parse(&c.front_door).unwrap_or(FrontDoor::A2t);
+        let door = c.door();
         let (version, has_outputs, outcome) = match host.run_confirmed(&c, confirmed, &private).await {
             Ok((version, outcome)) => (version.number, !version.signature.outputs.is_empty(), outcome),
             Err(e) => (c.version, false, Err(e)),
@@ -331,7 +337,7 @@ pub(super) async fn get_result(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let c = transaction(&host, &caller.tenant, &id)?;
-    let door = FrontDoor::parse(&c.front_door).unwrap_or(FrontDoor::A2t);
+    let door = c.door();
     let waiting = |state: &str, retry: u64| {
         let mut response = (
             StatusCode::ACCEPTED,
@@ -690,18 +696,8 @@ fn decision_refused(e: DecideError) -> Response {
     page(status, "Not confirmed", &format!("<p id=\"problem\">{}</p>", text(&message)))
 }
 
-/// The CHEQ object of a transaction.
-fn cheq_object(c: &StoredConfirmation) -> Value {
-    let signed: Value = serde_json::from_str(&c.cheq).unwrap_or_default();
-    signed["payload"]
-        .as_str()
-        .and_then(|p| B64.decode(p).ok())
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-        .unwrap_or_default()
-}
-
 fn operation(c: &StoredConfirmation) -> String {
-    cheq_object(c)["operation name"].as_str().unwrap_or("the call").to_string()
+    c.cheq_object()["operation name"].as_str().unwrap_or("the call").to_string()
 }
 
 fn other_user_page(session: &Session) -> Response {
@@ -723,7 +719,7 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
     if c.end_user != session.user {
         return other_user_page(session);
     }
-    let object = cheq_object(&c);
+    let object = c.cheq_object();
     let name = object["operation name"].as_str().unwrap_or("");
     match TxState::of(&c, unix_now()) {
         TxState::Pending => {}
@@ -752,7 +748,7 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
                 "<p><label for=\"private-{0}\">{1}</label><br><small>{2}</small><br>\
                  <input id=\"private-{0}\" name=\"private.{0}\" type=\"text\" autocomplete=\"off\" required></p>",
                 attr(pname),
-                text(&label(pname)),
+                text(&as_words(pname)),
                 text(description)
             ));
             continue;
@@ -765,7 +761,7 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
         rows.push_str(&format!(
             "<tr data-parameter=\"{}\"><th>{}</th><td class=\"value\">{}</td><td><small>{}</small></td></tr>",
             attr(pname),
-            text(&label(pname)),
+            text(&as_words(pname)),
             text(&value),
             text(description)
         ));
@@ -806,13 +802,6 @@ fn login_page(options: &ApiOptions, tenant: &str, resource_uri: &str, problem: O
     );
     let status = if problem.is_empty() { StatusCode::OK } else { StatusCode::UNAUTHORIZED };
     page(status, "Log in to confirm", &body)
-}
-
-/// `flight_number` → `Flight number`.
-fn label(name: &str) -> String {
-    let words = name.replace('_', " ");
-    let mut chars = words.chars();
-    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
 }
 
 /// A page of the confirmation server. Never cached, never framed (no

@@ -237,7 +237,7 @@ impl ToolHost {
         let object = json!({
             "version": 1.0,
             "operation": format!("plinth:{}/{}@{}", tool.tenant, tool.name, version.number),
-            "operation name": operation_name(&tool.name),
+            "operation name": as_words(&tool.name),
             "operation description": version.signature.description,
             "inputs": { "parameters": parameters(&version.signature, inputs) },
             "date": rfc3339(now),
@@ -442,9 +442,7 @@ impl ToolHost {
         let mut sets = vec![self.cheq_jwks()];
         sets.extend_from_slice(trusted);
         let (payload, signatures) = cheq::verify(signed, &sets)?;
-        let issued: Value = serde_json::from_str(&c.cheq).map_err(|_| VerifyError::Malformed("stored CHEQ"))?;
-        let issued = issued["payload"].as_str().and_then(|p| B64.decode(p).ok()).unwrap_or_default();
-        if payload != issued {
+        if payload != c.issued_payload() {
             return Err(DecideError::Altered);
         }
         if !signatures.iter().any(|s| s.kid == self.cheq.resource.kid()) {
@@ -504,7 +502,7 @@ impl ToolHost {
             call_id: c.call_id.clone(),
             secrets: Default::default(),
             end_user: Some(c.end_user.clone()),
-            front_door: FrontDoor::parse(&c.front_door).unwrap_or(FrontDoor::A2t),
+            front_door: c.door(),
             confirmed: Some(confirmed),
             redact: private.values().filter_map(Value::as_str).filter(|v| !v.is_empty()).map(str::to_string).collect(),
         };
@@ -658,9 +656,27 @@ fn parameters(signature: &Signature, inputs: &Map<String, Value>) -> Vec<Value> 
         .collect()
 }
 
-/// `book_flight` → `Book flight`.
-fn operation_name(tool: &str) -> String {
-    let words = tool.replace('_', " ");
+impl StoredConfirmation {
+    /// The front door the call came through.
+    pub fn door(&self) -> FrontDoor {
+        FrontDoor::parse(&self.front_door).unwrap_or(FrontDoor::A2t)
+    }
+
+    /// The bytes this server signed: the canonical CHEQ object.
+    pub fn issued_payload(&self) -> Vec<u8> {
+        let signed: Value = serde_json::from_str(&self.cheq).unwrap_or_default();
+        signed["payload"].as_str().and_then(|p| B64.decode(p).ok()).unwrap_or_default()
+    }
+
+    /// The CHEQ object this server signed.
+    pub fn cheq_object(&self) -> Value {
+        serde_json::from_slice(&self.issued_payload()).unwrap_or_default()
+    }
+}
+
+/// A name as words for people: `book_flight` → `Book flight`.
+pub fn as_words(name: &str) -> String {
+    let words = name.replace('_', " ");
     let mut chars = words.chars();
     chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
 }
@@ -686,8 +702,8 @@ mod tests {
 
     #[test]
     fn operation_names_read_as_words() {
-        assert_eq!(operation_name("book_flight"), "Book flight");
-        assert_eq!(operation_name(""), "");
+        assert_eq!(as_words("book_flight"), "Book flight");
+        assert_eq!(as_words(""), "");
     }
 
     #[test]
