@@ -31,7 +31,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the tools over HTTP.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Build a tool crate (or take a built component) and embed its docs and
     /// plinth.toml, producing the one .wasm file that is deployed.
     Pack(PackArgs),
@@ -357,7 +357,7 @@ struct PackArgs {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Pack(args) => pack(args),
         Command::Inspect { file } => inspect(&file),
         Command::Diff { old, new } => match client::diff(&old, &new) {
