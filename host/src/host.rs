@@ -509,8 +509,10 @@ impl ToolHost {
     /// (fsynced), then the registry row committed, then it becomes current:
     /// a crash at any point leaves no version without its blob.
     ///
-    /// The tool lands in `tenant`, within its quotas; `actor` is recorded in
-    /// the audit log.
+    /// The tool lands in `tenant`, within its quotas (`maxTools`,
+    /// `maxVersionsPerTool`, `maxComponentBytes`); `actor` is recorded in
+    /// the audit log. At most `--max-concurrent-deploys` deploys compile at
+    /// once; another is refused at once ([`DeployError::Busy`]).
     pub fn deploy(
         &self,
         actor: &Principal,
@@ -531,6 +533,9 @@ impl ToolHost {
         // hold every waiting request's component in memory.
         let _compiling = self.deploys.try_acquire().map_err(|_| DeployError::Busy)?;
         let package = ToolPackage::read(bytes)?;
+        // Checked again under the lock; this spares a refused deploy the
+        // compilation.
+        self.check_version_quota(tenant, &quotas, &package)?;
         let component = self.runtime.load(bytes, &package.sha256)?;
 
         let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
@@ -553,15 +558,7 @@ impl ToolHost {
             });
         }
         let number = existing.as_ref().map_or(1, |t| t.newest_number() + 1);
-        if let Some(tool) = &existing
-            && tool.version_count() >= quotas.max_versions_per_tool as usize
-        {
-            return Err(DeployError::TooManyVersions {
-                tenant: tenant.to_string(),
-                tool: tool.name.clone(),
-                max: quotas.max_versions_per_tool,
-            });
-        }
+        self.check_version_quota(tenant, &quotas, &package)?;
         let adds_live_tool = existing.as_ref().is_none_or(|t| t.current().is_none());
         if adds_live_tool && self.registry.live_tools(tenant) >= quotas.max_tools as usize {
             return Err(DeployError::TooManyTools { tenant: tenant.to_string(), max: quotas.max_tools });
@@ -609,6 +606,23 @@ impl ToolHost {
         };
         self.registry.insert(tool_id, tenant, &deployed.name, ToolVersion::from_stored(stored, Some(component)));
         Ok(deployed)
+    }
+
+    /// Refuses a new version of a tool that already has as many versions as
+    /// its tenant's `maxVersionsPerTool` (retired ones count: they keep
+    /// their rows and blobs). Bytes that are already a version pass.
+    fn check_version_quota(&self, tenant: &str, quotas: &Quotas, package: &ToolPackage) -> Result<(), DeployError> {
+        let Some(tool) = self.registry.by_name(tenant, &package.signature.name) else { return Ok(()) };
+        if tool.version_count() >= quotas.max_versions_per_tool as usize
+            && tool.version_with_sha256(&package.sha256).is_none()
+        {
+            return Err(DeployError::TooManyVersions {
+                tenant: tenant.to_string(),
+                tool: tool.name.clone(),
+                max: quotas.max_versions_per_tool,
+            });
+        }
+        Ok(())
     }
 
     /// Retires a version: it can no longer be invoked (callers get `410`),
