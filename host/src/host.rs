@@ -6,6 +6,9 @@
 //! storage happen here, so every protocol gets them the same way.
 
 mod confirmations;
+mod retention;
+#[cfg(test)]
+mod tests;
 
 pub use confirmations::{
     ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor, PendingConfirmation, State,
@@ -19,7 +22,7 @@ use crate::registry::{Registry, Tool, ToolVersion};
 use crate::runtime::outbound::{OutboundLimits, OutboundPolicy};
 use crate::runtime::{self, CallError, CallSetup, LoadError, LogBudget, LogLabels, Redactor, Runtime, RuntimeConfig};
 use crate::signature::SignatureDiff;
-use crate::store::{BlobStore, CallKey, RegistryStore, SqliteStore, StoreError, StoredVersion};
+use crate::store::{BlobStore, CallKey, RegistryStore, SecretsCipher, SqliteStore, StoreError, StoredVersion};
 use crate::tenancy::{
     self, AuditEntry, AuditQuery, KeyRecord, NewKey, Principal, Quotas, Role, TenantRecord, unix_now,
 };
@@ -55,7 +58,22 @@ pub struct HostOptions {
     pub call_retention: Duration,
     /// How long a call waits for its end user's confirmation.
     pub confirmation_ttl: Duration,
+    /// How long a decided or expired CHEQ transaction (and its evidence) is
+    /// kept before it is deleted.
+    pub confirmation_retention: Duration,
+    /// Deploys that may compile at once; more are refused with `503`.
+    pub max_concurrent_deploys: usize,
+    /// The key stored secrets are encrypted with (base64 of 32 bytes); when
+    /// `None`, `DATA/secrets.key` (created at first start).
+    pub secrets_key: Option<String>,
 }
+
+/// How long decided CHEQ transactions are kept unless the operator says
+/// otherwise.
+pub const DEFAULT_CONFIRMATION_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Deploys compiling at once unless the operator says otherwise.
+pub const DEFAULT_MAX_CONCURRENT_DEPLOYS: usize = 2;
 
 /// How long call ids are remembered unless the operator says otherwise.
 pub const DEFAULT_CALL_RETENTION: Duration = Duration::from_secs(24 * 3600);
@@ -112,6 +130,23 @@ pub enum DeployError {
         /// The tenant's quota.
         max: u64,
     },
+    /// The tool already has as many versions (retired ones included) as its
+    /// tenant allows.
+    #[error(
+        "`{tool}` already has {max} versions (retired ones count: they keep their rows and bytes), the quota of tenant `{tenant}`; deploy it under a new name or ask the operator for more"
+    )]
+    TooManyVersions {
+        /// The tenant.
+        tenant: String,
+        /// The tool's name.
+        tool: String,
+        /// The tenant's quota.
+        max: u32,
+    },
+    /// As many deploys as the server allows are compiling; nothing was
+    /// deployed.
+    #[error("the server is compiling as many deploys as it may; nothing was deployed, retry shortly")]
+    Busy,
     /// The tenant already has as many live tools as it may.
     #[error("tenant `{tenant}` already has {max} live tools, its quota; retire one or ask the operator for more")]
     TooManyTools {
@@ -336,7 +371,7 @@ impl Tenant {
 pub struct ToolHost {
     registry: Registry,
     runtime: Runtime,
-    store: Box<dyn RegistryStore>,
+    store: Arc<dyn RegistryStore>,
     blobs: BlobStore,
     /// Config from the operator's command line (wins over `stored_config`).
     tool_config: ToolConfig,
@@ -367,14 +402,20 @@ pub struct ToolHost {
     /// version numbers are assigned without races. Compilation happens
     /// before it is taken.
     changes: std::sync::Mutex<()>,
+    /// Deploys compiling now: compilation takes seconds of CPU and much
+    /// memory, so their number is bounded and the excess refused at once.
+    deploys: tokio::sync::Semaphore,
 }
 
 impl ToolHost {
     /// Opens the data dir, loads every stored version and sweeps blobs no
     /// version refers to.
     pub fn open(options: HostOptions) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(&options.data_dir)?;
-        let store = SqliteStore::open(&options.data_dir)?;
+        // Private: the data dir holds secrets, key hashes and evidence.
+        crate::store::private_dir(&options.data_dir)?;
+        crate::store::private_dir(&options.data_dir.join("compiled"))?;
+        let cipher = SecretsCipher::resolve(&options.data_dir, options.secrets_key.as_deref())?;
+        let store = SqliteStore::open(&options.data_dir, cipher)?;
         let blobs = BlobStore::open(&options.data_dir)?;
         let slots = Arc::new(tokio::sync::Semaphore::new(options.runtime.max_instances as usize));
         let mut runtime_config = options.runtime;
@@ -383,7 +424,7 @@ impl ToolHost {
         let host = ToolHost {
             registry: Registry::default(),
             runtime,
-            store: Box::new(store),
+            store: Arc::new(store),
             blobs,
             tool_config: options.tool_config,
             stored_config: dashmap::DashMap::new(),
@@ -405,8 +446,10 @@ impl ToolHost {
             calls: CallLedger::new(options.call_retention),
             cheq: CheqState::new(&options.data_dir, options.confirmation_ttl)?,
             changes: std::sync::Mutex::new(()),
+            deploys: tokio::sync::Semaphore::new(options.max_concurrent_deploys.max(1)),
         };
         host.interrupt_confirmations()?;
+        retention::start_confirmation_sweep(&host, options.confirmation_retention)?;
         host.load_cheq_settings()?;
         for record in host.store.tenants()? {
             host.tenants.insert(record.name.clone(), Arc::new(Tenant::new(record)));
@@ -426,22 +469,34 @@ impl ToolHost {
         if swept > 0 {
             tracing::info!(files = swept, "removed blobs of deploys that never committed");
         }
+        let (mut loaded, mut retired) = (0usize, 0usize);
         for version in stored {
             // One bad version must not keep the others from being served.
             let (tenant, name, number) = (version.tenant.clone(), version.name.clone(), version.version);
-            if let Err(e) = host.load_stored(version) {
-                tracing::error!(tenant, tool = name, version = number, error = %e, "stored version could not be loaded; it is not served");
+            match host.load_stored(version) {
+                Ok(true) => loaded += 1,
+                Ok(false) => retired += 1,
+                Err(e) => {
+                    tracing::error!(tenant, tool = name, version = number, error = %e, "stored version could not be loaded; it is not served")
+                }
             }
         }
+        tracing::info!(loaded, retired, "stored versions loaded (retired versions are listed, not compiled)");
         Ok(host)
     }
 
-    fn load_stored(&self, stored: StoredVersion) -> Result<(), DeployError> {
-        let bytes = self.blobs.get(&stored.sha256)?;
-        let component = self.runtime.load(&bytes, &stored.sha256)?;
+    /// Registers a stored version; compiles it only if it is live (a retired
+    /// version answers `410` from its metadata alone). Returns whether it
+    /// was compiled.
+    fn load_stored(&self, stored: StoredVersion) -> Result<bool, DeployError> {
+        let component = match stored.retired_at {
+            Some(_) => None,
+            None => Some(self.runtime.load(&self.blobs.get(&stored.sha256)?, &stored.sha256)?),
+        };
+        let compiled = component.is_some();
         let (tenant, name) = (stored.tenant.clone(), stored.name.clone());
         self.registry.insert(stored.tool_id, &tenant, &name, ToolVersion::from_stored(stored, component));
-        Ok(())
+        Ok(compiled)
     }
 
     /// Deploys a packed component.
@@ -454,8 +509,10 @@ impl ToolHost {
     /// (fsynced), then the registry row committed, then it becomes current:
     /// a crash at any point leaves no version without its blob.
     ///
-    /// The tool lands in `tenant`, within its quotas; `actor` is recorded in
-    /// the audit log.
+    /// The tool lands in `tenant`, within its quotas (`maxTools`,
+    /// `maxVersionsPerTool`, `maxComponentBytes`); `actor` is recorded in
+    /// the audit log. At most `--max-concurrent-deploys` deploys compile at
+    /// once; another is refused at once ([`DeployError::Busy`]).
     pub fn deploy(
         &self,
         actor: &Principal,
@@ -472,7 +529,13 @@ impl ToolHost {
                 max: quotas.max_component_bytes,
             });
         }
+        // Refused at once rather than queued: a queue of compilations would
+        // hold every waiting request's component in memory.
+        let _compiling = self.deploys.try_acquire().map_err(|_| DeployError::Busy)?;
         let package = ToolPackage::read(bytes)?;
+        // Checked again under the lock; this spares a refused deploy the
+        // compilation.
+        self.check_version_quota(tenant, &quotas, &package)?;
         let component = self.runtime.load(bytes, &package.sha256)?;
 
         let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
@@ -495,6 +558,7 @@ impl ToolHost {
             });
         }
         let number = existing.as_ref().map_or(1, |t| t.newest_number() + 1);
+        self.check_version_quota(tenant, &quotas, &package)?;
         let adds_live_tool = existing.as_ref().is_none_or(|t| t.current().is_none());
         if adds_live_tool && self.registry.live_tools(tenant) >= quotas.max_tools as usize {
             return Err(DeployError::TooManyTools { tenant: tenant.to_string(), max: quotas.max_tools });
@@ -540,8 +604,25 @@ impl ToolHost {
             previous_version,
             created: true,
         };
-        self.registry.insert(tool_id, tenant, &deployed.name, ToolVersion::from_stored(stored, component));
+        self.registry.insert(tool_id, tenant, &deployed.name, ToolVersion::from_stored(stored, Some(component)));
         Ok(deployed)
+    }
+
+    /// Refuses a new version of a tool that already has as many versions as
+    /// its tenant's `maxVersionsPerTool` (retired ones count: they keep
+    /// their rows and blobs). Bytes that are already a version pass.
+    fn check_version_quota(&self, tenant: &str, quotas: &Quotas, package: &ToolPackage) -> Result<(), DeployError> {
+        let Some(tool) = self.registry.by_name(tenant, &package.signature.name) else { return Ok(()) };
+        if tool.version_count() >= quotas.max_versions_per_tool as usize
+            && tool.version_with_sha256(&package.sha256).is_none()
+        {
+            return Err(DeployError::TooManyVersions {
+                tenant: tenant.to_string(),
+                tool: tool.name.clone(),
+                max: quotas.max_versions_per_tool,
+            });
+        }
+        Ok(())
     }
 
     /// Retires a version: it can no longer be invoked (callers get `410`),
@@ -563,8 +644,12 @@ impl ToolHost {
             .sha256(&target.sha256)
             .detail(serde_json::json!({ "toolId": tool.id, "version": version }));
         self.store.retire_version(tool.id, version, at, &audit)?;
-        target.retired_at.store(at, std::sync::atomic::Ordering::Release);
+        // Its compiled code goes with it; calls already running keep theirs.
+        let unloaded = target.retire(at);
         tracing::info!(tenant, tool = tool.name, version, "version retired");
+        if unloaded {
+            tracing::info!(tenant, tool = tool.name, version, "unloaded compiled code of the retired version");
+        }
         Ok(())
     }
 
@@ -745,6 +830,21 @@ impl ToolHost {
         role: Role,
         label: Option<String>,
     ) -> Result<NewKey, ChangeError> {
+        self.create_key_with(actor, tenant, role, label, |_| Ok(()))
+    }
+
+    /// Creates an API key, handing it to `keep` before it is stored: the key
+    /// becomes live only once `keep` has it (the first operator key is
+    /// written to its file first, so a crash never leaves a live key nobody
+    /// holds). When `keep` fails, nothing is stored.
+    pub fn create_key_with(
+        &self,
+        actor: &Principal,
+        tenant: Option<&str>,
+        role: Role,
+        label: Option<String>,
+        keep: impl FnOnce(&NewKey) -> std::io::Result<()>,
+    ) -> Result<NewKey, ChangeError> {
         match (role, tenant) {
             (Role::Operator, Some(_)) => {
                 return Err(ChangeError::Invalid("an operator key belongs to no tenant; leave out `tenant`".into()));
@@ -759,6 +859,7 @@ impl ToolHost {
         }
         let new = NewKey::generate(tenant.map(str::to_string), role, label, unix_now())
             .map_err(|e| ChangeError::Store(StoreError::Io(e)))?;
+        keep(&new).map_err(|e| ChangeError::Store(StoreError::Io(e)))?;
         let audit = AuditEntry::new(actor, tenant, "key.create", &new.record.id)
             .detail(serde_json::json!({ "role": role.as_str(), "label": new.record.label }));
         self.store.insert_key(&new.record, &audit)?;
@@ -997,7 +1098,11 @@ impl ToolHost {
         };
         let redactor = Redactor::new(setup.secrets.values().chain(&setup.redact).cloned());
         let started = std::time::Instant::now();
-        let result = self.runtime.call(&version.component, call.input, setup).await;
+        // Retired since it was resolved: its code is gone, and so is the call.
+        let component = version
+            .component()
+            .ok_or_else(|| InvokeError::Retired(format!("version {} of `{}` is retired", version.number, tool.name)))?;
+        let result = self.runtime.call(&component, call.input, setup).await;
         let elapsed_us = started.elapsed().as_micros() as u64;
         match &result {
             Ok(_) => tracing::debug!(elapsed_us, "tool returned"),

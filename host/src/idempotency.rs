@@ -175,7 +175,8 @@ mod tests {
     /// A store in a temporary data dir and a ledger over it.
     fn ledger() -> (tempfile::TempDir, Arc<dyn RegistryStore>, Arc<CallLedger>) {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn RegistryStore> = Arc::new(SqliteStore::open(dir.path()).unwrap());
+        let store: Arc<dyn RegistryStore> =
+            Arc::new(SqliteStore::open(dir.path(), crate::store::SecretsCipher::new(&[0; 32])).unwrap());
         (dir, store, Arc::new(CallLedger::new(Duration::from_secs(60))))
     }
 

@@ -31,7 +31,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the tools over HTTP.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Build a tool crate (or take a built component) and embed its docs and
     /// plinth.toml, producing the one .wasm file that is deployed.
     Pack(PackArgs),
@@ -307,6 +307,22 @@ struct ServeArgs {
     /// Log format.
     #[arg(long, env = "PLINTH_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// How long a decided or expired CHEQ transaction, with its evidence,
+    /// is kept, in days; then it is deleted and its result URI answers 404.
+    #[arg(long, env = "PLINTH_CONFIRMATION_RETENTION_DAYS", default_value_t = 30)]
+    confirmation_retention_days: u64,
+    /// The same in seconds, overriding the days (for tests).
+    #[arg(long, env = "PLINTH_CONFIRMATION_RETENTION_SECS", hide = true)]
+    confirmation_retention_secs: Option<u64>,
+    /// Deploys that may compile at once; more answer 503 with Retry-After.
+    #[arg(long, env = "PLINTH_MAX_CONCURRENT_DEPLOYS", default_value_t = 2)]
+    max_concurrent_deploys: usize,
+    /// The key stored secrets are encrypted with: the base64 of 32 random
+    /// bytes (`head -c32 /dev/urandom | base64`); prefer the environment
+    /// variable to the flag. Without it, DATA/secrets.key is used (created
+    /// at first start), and a copy of the whole data dir can decrypt them.
+    #[arg(long, env = "PLINTH_SECRETS_KEY", hide_env_values = true)]
+    secrets_key: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -341,7 +357,7 @@ struct PackArgs {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Pack(args) => pack(args),
         Command::Inspect { file } => inspect(&file),
         Command::Diff { old, new } => match client::diff(&old, &new) {
@@ -435,6 +451,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get() * 2).max(4)),
         call_retention: Duration::from_secs(args.call_retention_hours.max(1).saturating_mul(3600)),
         confirmation_ttl: Duration::from_secs(args.confirmation_ttl_secs.max(1)),
+        confirmation_retention: Duration::from_secs(
+            args.confirmation_retention_secs
+                .unwrap_or_else(|| args.confirmation_retention_days.saturating_mul(24 * 3600))
+                .max(1),
+        ),
+        max_concurrent_deploys: args.max_concurrent_deploys.max(1),
+        secrets_key: args.secrets_key.clone().filter(|k| !k.is_empty()),
         limits: HostLimits {
             max_concurrency_per_tool: args.max_concurrency_per_tool.max(1),
             outbound: Arc::new(OutboundLimits {
@@ -499,14 +522,20 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// Creates the first operator key, writes it to `DATA/operator.key` (readable
-/// by the owner only) and prints it once.
+/// by the owner only) and prints it once. The file is written (atomically)
+/// before the key is stored: a crash in between leaves a key file that does
+/// not work, never a live key that nobody holds.
 fn create_operator_key(host: &ToolHost, data: &Path) -> anyhow::Result<()> {
-    let new = host
-        .create_key(&Principal::server("first start"), None, Role::Operator, Some("created at first start".into()))
-        .context("creating the first operator key")?;
     let path = data.join("operator.key");
-    plinth::tenancy::write_private_file(&path, &format!("{}\n", new.key))
-        .with_context(|| format!("writing {}", path.display()))?;
+    let new = host
+        .create_key_with(
+            &Principal::server("first start"),
+            None,
+            Role::Operator,
+            Some("created at first start".into()),
+            |new| plinth::tenancy::write_private_file(&path, &format!("{}\n", new.key)),
+        )
+        .with_context(|| format!("creating the first operator key in {}", path.display()))?;
     println!("operator key (saved to {}; shown only now): {}", path.display(), new.key);
     Ok(())
 }

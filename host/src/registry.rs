@@ -4,6 +4,10 @@
 //! Reads never wait on compilation: a version is inserted only once it is
 //! compiled and ready, and a reader holds an `Arc` to the version it started
 //! with, so a version added mid-request never changes that request.
+//!
+//! A retired version keeps its metadata (it is still listed and answers
+//! `410`) but not its compiled code: retiring unloads it, and a version
+//! already retired at start is never compiled.
 
 use crate::manifest::{HostPattern, ToolManifest};
 use crate::runtime::LoadedComponent;
@@ -29,8 +33,9 @@ pub struct ToolVersion {
     pub manifest: Arc<ToolManifest>,
     /// The manifest's `allowed-hosts`, parsed once.
     pub host_patterns: Vec<HostPattern>,
-    /// The compiled component.
-    pub component: LoadedComponent,
+    /// The compiled component; `None` once the version is retired (a call
+    /// that began before keeps its own `Arc` until it ends).
+    component: RwLock<Option<Arc<LoadedComponent>>>,
     /// When it was deployed (Unix seconds).
     pub created_at: i64,
     /// When it was retired (Unix seconds), 0 while it is live.
@@ -48,9 +53,10 @@ pub struct ToolVersion {
 }
 
 impl ToolVersion {
-    /// A version from its registry row and its compiled component. The
-    /// signature stored with the version is the locked one.
-    pub fn from_stored(stored: StoredVersion, component: LoadedComponent) -> Self {
+    /// A version from its registry row and its compiled component (`None`
+    /// for a retired version, which is never compiled). The signature stored
+    /// with the version is the locked one.
+    pub fn from_stored(stored: StoredVersion, component: Option<LoadedComponent>) -> Self {
         // The end user enters private inputs when confirming: a tool with
         // one needs confirmation on every call.
         let confirmation = if stored.signature.inputs.iter().any(|p| p.private) {
@@ -66,7 +72,7 @@ impl ToolVersion {
             host_patterns: stored.manifest.host_patterns(),
             confirmation,
             manifest: Arc::new(stored.manifest),
-            component,
+            component: RwLock::new(component.map(Arc::new)),
             created_at: stored.created_at,
             retired_at: AtomicI64::new(stored.retired_at.unwrap_or(0)),
             a2t_view: Default::default(),
@@ -77,6 +83,19 @@ impl ToolVersion {
     /// When it was retired, if it was.
     pub fn retired_at(&self) -> Option<i64> {
         Some(self.retired_at.load(Ordering::Acquire)).filter(|t| *t != 0)
+    }
+
+    /// The compiled component to run, while the version is live.
+    pub fn component(&self) -> Option<Arc<LoadedComponent>> {
+        self.component.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Marks the version retired at `at` and drops its compiled code. Calls
+    /// already running keep their `Arc` until they end. Returns whether code
+    /// was unloaded.
+    pub fn retire(&self, at: i64) -> bool {
+        self.retired_at.store(at, Ordering::Release);
+        self.component.write().unwrap_or_else(|p| p.into_inner()).take().is_some()
     }
 }
 
@@ -115,6 +134,17 @@ impl Tool {
         let versions = self.versions.read().unwrap_or_else(|p| p.into_inner());
         let upper = before.unwrap_or(u32::MAX);
         versions.range(..upper).rev().take(limit).map(|(_, v)| v.clone()).collect()
+    }
+
+    /// How many versions the tool has, retired ones included (what the
+    /// `maxVersionsPerTool` quota counts).
+    pub fn version_count(&self) -> usize {
+        self.versions.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// How many of its versions hold compiled code (the live ones).
+    pub fn loaded_versions(&self) -> usize {
+        self.versions.read().unwrap_or_else(|p| p.into_inner()).values().filter(|v| v.component().is_some()).count()
     }
 
     /// The version whose bytes have this hash.

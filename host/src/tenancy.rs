@@ -106,6 +106,9 @@ pub struct Quotas {
     pub max_memory_mib: u64,
     /// Ceiling on one invocation's wall-clock time, in milliseconds.
     pub max_deadline_ms: u64,
+    /// Versions one tool may have, retired ones included (they keep their
+    /// rows and blobs).
+    pub max_versions_per_tool: u32,
 }
 
 impl Default for Quotas {
@@ -118,6 +121,7 @@ impl Default for Quotas {
             max_concurrent_invocations: 32,
             max_memory_mib: 64,
             max_deadline_ms: 5_000,
+            max_versions_per_tool: 100,
         }
     }
 }
@@ -142,6 +146,7 @@ impl Quotas {
             ("maxConcurrentInvocations", u64::from(quotas.max_concurrent_invocations)),
             ("maxMemoryMib", quotas.max_memory_mib),
             ("maxDeadlineMs", quotas.max_deadline_ms),
+            ("maxVersionsPerTool", u64::from(quotas.max_versions_per_tool)),
         ]
         .into_iter()
         .find(|(_, v)| *v == 0);
@@ -299,19 +304,24 @@ pub fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
-/// Writes `text` to a new file at `path` readable and writable by its owner
-/// only (keys and other secrets), and syncs it to disk.
+/// Writes `text` to `path`, readable and writable by its owner only (keys
+/// and other secrets), atomically: a temporary file (0600) in the same
+/// directory is written and fsynced, renamed over `path`, and the directory
+/// fsynced. A crash leaves either no file or the whole one, never a part.
 pub fn write_private_file(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => std::path::Path::new("."),
+    };
+    // tempfile creates its files 0600 on unix.
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(path)?;
-    // The mode above applies only to a file it creates.
-    #[cfg(unix)]
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    std::io::Write::write_all(&mut file, text.as_bytes())?;
-    file.sync_all()
+    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    std::io::Write::write_all(&mut tmp, text.as_bytes())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    // The rename is durable only once the directory entry is.
+    std::fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]
@@ -350,6 +360,9 @@ mod tests {
         let patched = quotas.patched(&serde_json::json!({ "maxTools": 3 })).unwrap();
         assert_eq!(patched.max_tools, 3);
         assert_eq!(patched.invocation_burst, quotas.invocation_burst);
+        assert_eq!(quotas.patched(&serde_json::json!({ "maxVersionsPerTool": 2 })).unwrap().max_versions_per_tool, 2);
+        let err = quotas.patched(&serde_json::json!({ "maxVersionsPerTool": 0 })).unwrap_err();
+        assert!(err.contains("maxVersionsPerTool must be at least 1"), "{err}");
         let err = quotas.patched(&serde_json::json!({ "maxTool": 3 })).unwrap_err();
         assert!(err.contains("maxTool"), "{err}");
         let err = quotas.patched(&serde_json::json!({ "maxTools": 0 })).unwrap_err();

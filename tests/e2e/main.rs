@@ -10,6 +10,7 @@ mod deploy;
 mod otc;
 mod sandbox;
 mod soak;
+mod storage;
 mod support;
 mod tenancy;
 mod versions;

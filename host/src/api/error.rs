@@ -148,6 +148,10 @@ impl From<DeployError> for ApiError {
             DeployError::TooManyTools { max, .. } => {
                 ApiError::new(StatusCode::CONFLICT, "quota_exceeded", e.to_string()).with("maxTools", *max)
             }
+            DeployError::TooManyVersions { max, .. } => {
+                ApiError::new(StatusCode::CONFLICT, "quota_exceeded", e.to_string()).with("maxVersionsPerTool", *max)
+            }
+            DeployError::Busy => ApiError::busy(e.to_string()),
             DeployError::Breaking { current, diff, .. } => {
                 let breaking: Vec<&crate::signature::Change> = diff.breaking().collect();
                 ApiError::new(StatusCode::CONFLICT, "breaking_change", e.to_string())

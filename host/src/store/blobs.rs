@@ -14,8 +14,9 @@ pub struct BlobStore {
 impl BlobStore {
     /// Opens (creating) the blob folder under `data_dir`.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        super::private_dir(&data_dir.join("blobs"))?;
         let dir = data_dir.join("blobs").join("sha256");
-        std::fs::create_dir_all(&dir)?;
+        super::private_dir(&dir)?;
         Ok(BlobStore { dir })
     }
 
@@ -32,6 +33,7 @@ impl BlobStore {
         if path.exists() {
             return Ok(sha256);
         }
+        // tempfile creates its files 0600.
         let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)?;
         tmp.write_all(bytes)?;
         tmp.as_file().sync_all()?;

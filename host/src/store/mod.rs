@@ -8,9 +8,11 @@
 //! fleets plugs in behind the same trait.
 
 mod blobs;
+mod sealed;
 mod sqlite;
 
 pub use blobs::BlobStore;
+pub use sealed::{KEY_FILE as SECRETS_KEY_FILE, SecretsCipher};
 pub use sqlite::SqliteStore;
 
 use crate::manifest::ToolManifest;
@@ -36,6 +38,54 @@ pub enum StoreError {
     /// A stored row could not be decoded.
     #[error("registry row for {0} is unreadable: {1}")]
     Decode(String, serde_json::Error),
+    /// The secrets key is malformed.
+    #[error("{0}")]
+    SecretsKey(String),
+    /// The stored secrets were sealed with another key.
+    #[error(
+        "the stored secrets cannot be decrypted with the key given (it is not the one they were stored with, or the database was altered): start the server with the key they were stored with (PLINTH_SECRETS_KEY, or the file secrets.key in the data dir). If that key is lost, the stored secrets are too: see docs/deploying.md, \"The data dir\""
+    )]
+    WrongSecretsKey,
+}
+
+/// Creates `dir` (and its parents) readable by its owner only, and tightens
+/// an existing one that others could read, saying so: the data dir holds
+/// secrets, key hashes and evidence.
+pub fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        let mode = std::fs::metadata(dir)?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(dir = %dir.display(), mode = format!("{mode:o}"), "others could read this directory of the data dir; it is now 0700");
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    std::fs::create_dir_all(dir)
+}
+
+/// Makes an existing file readable and writable by its owner only.
+pub(crate) fn private_file(path: &std::path::Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        match std::fs::metadata(path) {
+            Ok(meta) if meta.permissions().mode() & 0o077 != 0 => {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            }
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        Ok(())
+    }
 }
 
 /// One version of one tool, as persisted.
@@ -216,6 +266,12 @@ pub trait RegistryStore: Send + Sync {
     /// Marks every transaction still `accepted` as `interrupted`: run at
     /// start, when none can still be running.
     fn interrupt_confirmations(&self) -> Result<usize, StoreError>;
+    /// Deletes the transactions settled before `before` (Unix seconds): a
+    /// decided one (`done`, `rejected`, `expired`, `interrupted`) by when it
+    /// was decided, an unanswered one by when it expired. A pending
+    /// transaction is never deleted before it expires, nor a running
+    /// (`accepted`) one at all. Returns how many were deleted.
+    fn sweep_confirmations(&self, before: i64) -> Result<usize, StoreError>;
 
     /// Every tenant setting.
     fn settings(&self) -> Result<Vec<StoredSetting>, StoreError>;

@@ -1,8 +1,8 @@
 //! The embedded registry: SQLite in the data dir.
 
 use super::{
-    CallKey, Claimed, RegistryStore, StoreError, StoredConfig, StoredConfirmation, StoredSecret, StoredSetting,
-    StoredVersion,
+    CallKey, Claimed, RegistryStore, SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredSecret,
+    StoredSetting, StoredVersion,
 };
 use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -163,17 +163,54 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (tenant, name)
     );
 ",
+    // CHEQ retention: settled transactions are deleted by age.
+    "
+    CREATE INDEX confirmations_by_settled_at ON confirmations (COALESCE(decided_at, expires_at));
+",
+    // Secrets at rest: values are sealed with the secrets key (`sealed` =
+    // 1). Rows from before are sealed in place when the store opens; the
+    // key check lets a wrong key fail at start even with no secrets stored.
+    "
+    ALTER TABLE secrets ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE store_meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+",
 ];
+
+/// The database file in the data dir.
+const DB_FILE: &str = "registry.sqlite3";
+
+/// The `store_meta` row that proves the secrets key is the one the stored
+/// secrets were sealed with.
+const KEY_CHECK: &str = "secrets-key-check";
 
 /// The registry in `DATA/registry.sqlite3`.
 pub struct SqliteStore {
     conn: Mutex<Connection>,
+    /// Seals secret values at rest.
+    cipher: SecretsCipher,
 }
 
 impl SqliteStore {
-    /// Opens (creating and migrating) the database under `data_dir`.
-    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
-        let conn = Connection::open(data_dir.join("registry.sqlite3"))?;
+    /// Opens (creating and migrating) the database under `data_dir`, its
+    /// secrets sealed with `cipher`. The database and its `-wal`/`-shm`
+    /// files are readable by their owner only.
+    pub fn open(data_dir: &Path, cipher: SecretsCipher) -> Result<Self, StoreError> {
+        let path = data_dir.join(DB_FILE);
+        // Created 0600 before SQLite opens it: SQLite gives its -wal and
+        // -shm files the mode of the database file.
+        let mut create = std::fs::OpenOptions::new();
+        create.write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut create, 0o600);
+        create.open(&path)?;
+        super::private_file(&path)?;
+        let conn = Connection::open(&path)?;
+        // Deleted rows (secrets, evidence) are overwritten, not left in
+        // free pages.
+        conn.pragma_update(None, "secure_delete", "ON")?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         // Migrations rebuild tables that others reference, which SQLite
@@ -191,7 +228,50 @@ impl SqliteStore {
         if let Some(table) = broken {
             return Err(StoreError::Inconsistent(format!("table {table} refers to rows that do not exist")));
         }
-        Ok(SqliteStore { conn: Mutex::new(conn) })
+        for suffix in ["-wal", "-shm"] {
+            super::private_file(&data_dir.join(format!("{DB_FILE}{suffix}")))?;
+        }
+        let store = SqliteStore { conn: Mutex::new(conn), cipher };
+        store.seal_secrets()?;
+        Ok(store)
+    }
+
+    /// Checks the secrets key against the stored key check (writing one on
+    /// first use), then seals secrets stored in plaintext before this
+    /// version, in one transaction.
+    fn seal_secrets(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let check: Option<String> =
+            tx.query_row("SELECT value FROM store_meta WHERE key = ?1", [KEY_CHECK], |r| r.get(0)).optional()?;
+        match check {
+            Some(sealed) => {
+                self.cipher.open("", KEY_CHECK, &sealed)?;
+            }
+            None => {
+                let sealed = self.cipher.seal("", KEY_CHECK, KEY_CHECK)?;
+                tx.execute("INSERT INTO store_meta (key, value) VALUES (?1, ?2)", [KEY_CHECK, &sealed])?;
+            }
+        }
+        let plain: Vec<(String, String, String)> = {
+            let mut stmt = tx.prepare("SELECT tenant, id, value FROM secrets WHERE sealed = 0")?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        for (tenant, id, value) in &plain {
+            let sealed = self.cipher.seal(tenant, id, value)?;
+            tx.execute(
+                "UPDATE secrets SET value = ?3, sealed = 1 WHERE tenant = ?1 AND id = ?2",
+                params![tenant, id, sealed],
+            )?;
+        }
+        tx.commit()?;
+        if !plain.is_empty() {
+            // Old page images with the plaintext leave the WAL file.
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+            tracing::info!(secrets = plain.len(), "encrypted secrets stored in plaintext by an older version");
+        }
+        Ok(())
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -309,16 +389,25 @@ impl RegistryStore for SqliteStore {
     fn secrets(&self) -> Result<Vec<StoredSecret>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare("SELECT tenant, id, value FROM secrets ORDER BY tenant, id")?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows =
+            stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (tenant, id, sealed) = row?;
+            let value = self.cipher.open(&tenant, &id, &sealed)?;
+            out.push((tenant, id, value));
+        }
+        Ok(out)
     }
 
     fn put_secret(&self, tenant: &str, id: &str, value: &str, audit: &AuditEntry) -> Result<(), StoreError> {
+        let sealed = self.cipher.seal(tenant, id, value)?;
         self.audited(audit, |tx| {
             tx.execute(
-                "INSERT INTO secrets (tenant, id, value, updated_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (tenant, id) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-                params![tenant, id, value, audit.at],
+                "INSERT INTO secrets (tenant, id, value, updated_at, sealed) VALUES (?1, ?2, ?3, ?4, 1)
+                 ON CONFLICT (tenant, id) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at,
+                     sealed = 1",
+                params![tenant, id, sealed, audit.at],
             )
         })?;
         Ok(())
@@ -562,6 +651,17 @@ impl RegistryStore for SqliteStore {
         Ok(self.conn().execute("UPDATE confirmations SET state = 'interrupted' WHERE state = 'accepted'", [])?)
     }
 
+    fn sweep_confirmations(&self, before: i64) -> Result<usize, StoreError> {
+        // `COALESCE(decided_at, expires_at)` is when a transaction settled
+        // (the indexed expression); a pending one settles when it expires.
+        Ok(self.conn().execute(
+            "DELETE FROM confirmations
+             WHERE state <> 'accepted' AND COALESCE(decided_at, expires_at) < ?1
+               AND (state <> 'pending' OR expires_at < ?1)",
+            [before],
+        )?)
+    }
+
     fn settings(&self) -> Result<Vec<StoredSetting>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare("SELECT tenant, key, value FROM tenant_settings ORDER BY tenant, key")?;
@@ -679,6 +779,10 @@ mod tests {
         }
     }
 
+    fn cipher() -> SecretsCipher {
+        SecretsCipher::new(&[42; 32])
+    }
+
     fn audit(action: &str) -> AuditEntry {
         AuditEntry::new(&Principal::server("test"), Some("default"), action, "t")
     }
@@ -688,14 +792,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let id = Uuid::new_v4();
         {
-            let store = SqliteStore::open(dir.path()).unwrap();
+            let store = SqliteStore::open(dir.path(), cipher()).unwrap();
             store.insert_version(&version(id, 1), &audit("tool.deploy")).unwrap();
             store.insert_version(&version(id, 2), &audit("tool.deploy")).unwrap();
             let mut changed = version(id, 1);
             changed.sha256 = "f".repeat(64);
             assert!(store.insert_version(&changed, &audit("tool.deploy")).is_err());
         }
-        let reopened = SqliteStore::open(dir.path()).unwrap();
+        let reopened = SqliteStore::open(dir.path(), cipher()).unwrap();
         let versions = reopened.versions().unwrap();
         assert_eq!(versions, vec![version(id, 1), version(id, 2)]);
 
@@ -716,7 +820,7 @@ mod tests {
     #[test]
     fn the_same_tool_name_lives_in_two_tenants_but_not_twice_in_one() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path()).unwrap();
+        let store = SqliteStore::open(dir.path(), cipher()).unwrap();
         let acme =
             TenantRecord { name: "acme".into(), public_enumeration: false, quotas: Quotas::default(), created_at: 1 };
         store.put_tenant(&acme, &audit("tenant.create")).unwrap();
@@ -736,7 +840,7 @@ mod tests {
     #[test]
     fn a_failed_change_leaves_no_audit_entry_and_the_log_cannot_be_rewritten() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path()).unwrap();
+        let store = SqliteStore::open(dir.path(), cipher()).unwrap();
         let id = Uuid::new_v4();
         store.insert_version(&version(id, 1), &audit("tool.deploy")).unwrap();
         assert!(store.insert_version(&version(id, 1), &audit("tool.deploy")).is_err());
@@ -752,7 +856,7 @@ mod tests {
     #[test]
     fn audit_pages_newest_first_and_filters_by_tenant() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path()).unwrap();
+        let store = SqliteStore::open(dir.path(), cipher()).unwrap();
         let acme =
             TenantRecord { name: "acme".into(), public_enumeration: false, quotas: Quotas::default(), created_at: 1 };
         store.put_tenant(&acme, &audit("tenant.create")).unwrap();
@@ -772,7 +876,7 @@ mod tests {
     #[test]
     fn a_call_id_is_claimed_once_until_it_expires() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path()).unwrap();
+        let store = SqliteStore::open(dir.path(), cipher()).unwrap();
         let key = CallKey { tenant: "default".into(), caller: "k1".into(), call_id: "c1".into() };
         assert_eq!(store.claim_call(&key, "h1", 100, 0).unwrap(), Claimed::Fresh);
         let pending = Claimed::Existing { request_sha256: "h1".into(), response: None };
@@ -788,6 +892,59 @@ mod tests {
         assert_eq!(store.claim_call(&other, "h1", 103, 0).unwrap(), Claimed::Fresh);
         // Past the retention window the record is gone.
         assert_eq!(store.claim_call(&key, "h9", 200, 150).unwrap(), Claimed::Fresh);
+    }
+
+    fn pending(id: &str, expires_at: i64) -> StoredConfirmation {
+        StoredConfirmation {
+            id: id.into(),
+            tenant: "default".into(),
+            tool_id: Uuid::new_v4(),
+            version: 1,
+            end_user: "ann".into(),
+            front_door: "a2t".into(),
+            call_id: "c".into(),
+            inputs: "{}".into(),
+            cheq: "{}".into(),
+            state: "pending".into(),
+            created_at: 0,
+            expires_at,
+            decided_at: None,
+            decision: None,
+            result_status: None,
+            result_body: None,
+        }
+    }
+
+    #[test]
+    fn settled_transactions_are_swept_by_age_and_open_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path(), cipher()).unwrap();
+        let decide = |id: &str, state: &str, at: i64| {
+            store.insert_confirmation(&pending(id, 1_000)).unwrap();
+            let audit = AuditEntry { at, ..audit("cheq.decide") };
+            assert!(store.decide_confirmation(id, state, Some("{}"), &audit).unwrap());
+        };
+        decide("interrupted-old", "accepted", 100);
+        assert_eq!(store.interrupt_confirmations().unwrap(), 1);
+        decide("done-old", "accepted", 100);
+        store.finish_confirmation("done-old", 200, "{}").unwrap();
+        decide("rejected-old", "rejected", 100);
+        decide("done-new", "accepted", 600);
+        store.finish_confirmation("done-new", 200, "{}").unwrap();
+        decide("running", "accepted", 100);
+        store.insert_confirmation(&pending("expired-long-ago", 400)).unwrap();
+        store.insert_confirmation(&pending("expired-lately", 600)).unwrap();
+        store.insert_confirmation(&pending("pending", 10_000)).unwrap();
+
+        assert_eq!(store.sweep_confirmations(500).unwrap(), 4);
+        let kept = |id: &str| store.confirmation(id).unwrap().is_some();
+        for gone in ["done-old", "rejected-old", "interrupted-old", "expired-long-ago"] {
+            assert!(!kept(gone), "{gone}");
+        }
+        for id in ["done-new", "expired-lately", "pending", "running"] {
+            assert!(kept(id), "{id}");
+        }
+        assert_eq!(store.sweep_confirmations(500).unwrap(), 0);
     }
 
     #[test]
@@ -808,9 +965,64 @@ mod tests {
             .unwrap();
             conn.execute("INSERT INTO secrets VALUES ('api-key', 'v', 1)", []).unwrap();
         }
-        let store = SqliteStore::open(dir.path()).unwrap();
+        let store = SqliteStore::open(dir.path(), cipher()).unwrap();
         let versions = store.versions().unwrap();
         assert_eq!((versions[0].tenant.as_str(), versions[0].name.as_str()), ("default", "echo"));
         assert_eq!(store.secrets().unwrap(), [("default".into(), "api-key".into(), "v".into())]);
+        let raw: String = store.conn().query_row("SELECT value FROM secrets", [], |r| r.get(0)).unwrap();
+        assert!(raw.starts_with("xc1:"), "the plaintext secret was sealed in place: {raw}");
+    }
+
+    /// The `value` column of the secret `(tenant, id)`, read from the file
+    /// by a connection of its own.
+    fn raw_secret(dir: &Path, tenant: &str, id: &str) -> String {
+        let conn = Connection::open(dir.join(DB_FILE)).unwrap();
+        conn.query_row("SELECT value FROM secrets WHERE tenant = ?1 AND id = ?2", [tenant, id], |r| r.get(0)).unwrap()
+    }
+
+    #[test]
+    fn secrets_are_stored_as_ciphertext_bound_to_their_row_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = SqliteStore::open(dir.path(), cipher()).unwrap();
+            store.put_secret("default", "api-key", "sk-live-7f3a9c2e", &audit("secret.put")).unwrap();
+            store.put_secret("default", "other", "other-value-5d1b", &audit("secret.put")).unwrap();
+        }
+        let raw = raw_secret(dir.path(), "default", "api-key");
+        assert!(!raw.contains("sk-live-7f3a9c2e") && raw.starts_with("xc1:"), "{raw}");
+        assert_eq!(cipher().open("default", "api-key", &raw).unwrap(), "sk-live-7f3a9c2e");
+        let file = std::fs::read(dir.path().join(DB_FILE)).unwrap();
+        assert!(!file.windows(16).any(|w| w == b"sk-live-7f3a9c2e"), "no plaintext in the database file");
+
+        // A wrong key fails at open, with what to do.
+        let err = SqliteStore::open(dir.path(), SecretsCipher::new(&[1; 32])).err().unwrap();
+        assert!(matches!(err, StoreError::WrongSecretsKey), "{err}");
+        assert!(err.to_string().contains("start the server with the key they were stored with"), "{err}");
+
+        // A value moved to another row does not open there.
+        let other = raw_secret(dir.path(), "default", "other");
+        {
+            let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+            conn.execute("UPDATE secrets SET value = ?1 WHERE id = 'api-key'", [&other]).unwrap();
+        }
+        let store = SqliteStore::open(dir.path(), cipher()).unwrap();
+        assert!(matches!(store.secrets(), Err(StoreError::WrongSecretsKey)));
+        store.put_secret("default", "api-key", "sk-live-7f3a9c2e", &audit("secret.put")).unwrap();
+        assert_eq!(store.secrets().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_database_and_its_journal_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(DB_FILE);
+        std::fs::write(&path, b"").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let store = SqliteStore::open(dir.path(), cipher()).unwrap();
+        store.put_secret("default", "a", "b", &audit("secret.put")).unwrap();
+        for file in [DB_FILE, "registry.sqlite3-wal", "registry.sqlite3-shm"] {
+            let mode = std::fs::metadata(dir.path().join(file)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{file}");
+        }
     }
 }

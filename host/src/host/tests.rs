@@ -1,0 +1,95 @@
+//! Unit tests of the core's storage rules: version quotas, unloading
+//! retired code, deploy concurrency.
+
+use super::*;
+use crate::package::tests::{ECHOISH, build};
+use crate::tenancy::DEFAULT_TENANT;
+
+fn options(data_dir: &std::path::Path) -> HostOptions {
+    HostOptions {
+        data_dir: data_dir.to_path_buf(),
+        runtime: RuntimeConfig { pooling: false, ..Default::default() },
+        tool_config: ToolConfig::new(),
+        operator_key: None,
+        limits: HostLimits::default(),
+        tool_threads: 1,
+        call_retention: DEFAULT_CALL_RETENTION,
+        confirmation_ttl: DEFAULT_CONFIRMATION_TTL,
+        confirmation_retention: DEFAULT_CONFIRMATION_RETENTION,
+        max_concurrent_deploys: DEFAULT_MAX_CONCURRENT_DEPLOYS,
+        secrets_key: None,
+    }
+}
+
+/// A packed tool; `label` makes other bytes with the same signature.
+fn packed(label: &str) -> Vec<u8> {
+    let (component, resolve, world) = build(ECHOISH);
+    let (mut bytes, _) = crate::package::pack(&component, &resolve, world, Default::default()).unwrap();
+    // A custom section: id 0, size, name, payload.
+    let name = b"build-label";
+    bytes.extend_from_slice(&[0, (1 + name.len() + label.len()) as u8, name.len() as u8]);
+    bytes.extend_from_slice(name);
+    bytes.extend_from_slice(label.as_bytes());
+    bytes
+}
+
+#[test]
+fn a_retired_version_drops_its_code_and_is_not_compiled_again_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let actor = Principal::server("test");
+    let tool_id = {
+        let host = ToolHost::open(options(dir.path())).unwrap();
+        let one = host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap();
+        host.deploy(&actor, DEFAULT_TENANT, &packed("2"), None).unwrap();
+        let tool = host.registry().get(&one.tool_id).unwrap();
+        let running = tool.version(1).unwrap().component();
+        assert!(running.is_some(), "a live version holds its code");
+        assert_eq!(tool.loaded_versions(), 2);
+
+        host.retire(&actor, DEFAULT_TENANT, &one.tool_id.to_string(), 1).unwrap();
+        let v1 = tool.version(1).unwrap();
+        assert!(v1.retired_at().is_some());
+        assert!(v1.component().is_none(), "retiring unloads the compiled code");
+        assert!(tool.version(2).unwrap().component().is_some());
+        assert_eq!(tool.loaded_versions(), 1);
+        assert_eq!(tool.version_count(), 2, "the retired version stays listed");
+        // A call that began before keeps its own Arc of the code.
+        assert!(running.is_some());
+        // Invoking it answers `retired`.
+        let err = host.resolve(DEFAULT_TENANT, &one.tool_id.to_string(), Some(1)).err().unwrap();
+        assert!(matches!(err, InvokeError::Retired(_)), "{err}");
+        one.tool_id
+    };
+    let host = ToolHost::open(options(dir.path())).unwrap();
+    let tool = host.registry().get(&tool_id).unwrap();
+    assert!(tool.version(1).unwrap().component().is_none(), "a retired version is not compiled at start");
+    assert!(tool.version(1).unwrap().retired_at().is_some());
+    assert!(tool.version(2).unwrap().component().is_some());
+}
+
+#[test]
+fn a_tool_may_have_as_many_versions_as_its_quota_retired_ones_included() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = ToolHost::open(options(dir.path())).unwrap();
+    let actor = Principal::server("test");
+    host.update_tenant(&actor, DEFAULT_TENANT, None, &serde_json::json!({ "maxVersionsPerTool": 2 })).unwrap();
+    let one = host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap();
+    host.deploy(&actor, DEFAULT_TENANT, &packed("2"), None).unwrap();
+    host.retire(&actor, DEFAULT_TENANT, &one.tool_id.to_string(), 1).unwrap();
+    let err = host.deploy(&actor, DEFAULT_TENANT, &packed("3"), None).unwrap_err();
+    assert!(matches!(err, DeployError::TooManyVersions { max: 2, .. }), "{err}");
+    // The same bytes again change nothing, so they are no new version.
+    assert!(!host.deploy(&actor, DEFAULT_TENANT, &packed("2"), None).unwrap().created);
+}
+
+#[test]
+fn deploys_beyond_the_bound_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = ToolHost::open(HostOptions { max_concurrent_deploys: 1, ..options(dir.path()) }).unwrap();
+    let actor = Principal::server("test");
+    let compiling = host.deploys.try_acquire().unwrap();
+    let err = host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap_err();
+    assert!(matches!(err, DeployError::Busy), "{err}");
+    drop(compiling);
+    assert!(host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap().created);
+}
