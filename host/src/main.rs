@@ -31,7 +31,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the tools over HTTP.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Build a tool crate (or take a built component) and embed its docs and
     /// plinth.toml, producing the one .wasm file that is deployed.
     Pack(PackArgs),
@@ -301,6 +301,23 @@ struct ServeArgs {
     /// when the server is behind a proxy or listens on 0.0.0.0.
     #[arg(long, env = "PLINTH_PUBLIC_URL")]
     public_url: Option<String>,
+    /// Connections open at once (keep it below the process's open-file
+    /// limit). At the cap the server stops accepting: further clients wait
+    /// in the kernel's listen backlog until a connection closes.
+    #[arg(long, env = "PLINTH_MAX_CONNECTIONS", default_value_t = 1024)]
+    max_connections: usize,
+    /// Seconds a request head may take to arrive, from its first byte; then
+    /// the connection is closed.
+    #[arg(long, env = "PLINTH_HEADER_READ_TIMEOUT_SECS", default_value_t = 10)]
+    header_read_timeout_secs: u64,
+    /// Seconds a request body may take to arrive after its head; later
+    /// answers 408 and closes the connection.
+    #[arg(long, env = "PLINTH_REQUEST_BODY_TIMEOUT_SECS", default_value_t = 30)]
+    request_body_timeout_secs: u64,
+    /// Seconds a connection serving no request may stay without a byte
+    /// read or written (an idle keep-alive connection) before it is closed.
+    #[arg(long, env = "PLINTH_IDLE_TIMEOUT_SECS", default_value_t = 60)]
+    idle_timeout_secs: u64,
     /// How instance memory is allocated.
     #[arg(long, env = "PLINTH_ALLOCATOR", value_enum, default_value_t = Allocator::Pooling)]
     allocator: Allocator,
@@ -341,7 +358,7 @@ struct PackArgs {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Pack(args) => pack(args),
         Command::Inspect { file } => inspect(&file),
         Command::Diff { old, new } => match client::diff(&old, &new) {
@@ -490,9 +507,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let options = api::ApiOptions {
             max_request_bytes: args.max_request_kib.saturating_mul(1024),
             public_url: public_url.trim_end_matches('/').to_string(),
+            request_body_timeout: Duration::from_secs(args.request_body_timeout_secs.max(1)),
         };
         let app = api::router(host, options);
-        axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+        let limits = api::serve::ConnectionLimits {
+            max_connections: args.max_connections.max(1),
+            header_read_timeout: Duration::from_secs(args.header_read_timeout_secs.max(1)),
+            idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
+        };
+        api::serve::serve(listener, app, limits, shutdown_signal()).await?;
         tracing::info!("stopped");
         Ok(())
     })
