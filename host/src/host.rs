@@ -7,6 +7,7 @@
 
 mod confirmations;
 
+pub use confirmations::{CheqOptions, LoginError, LoginOptions};
 pub use confirmations::{
     ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor, PendingConfirmation, State,
     as_words, rfc3339,
@@ -55,6 +56,8 @@ pub struct HostOptions {
     pub call_retention: Duration,
     /// How long a call waits for its end user's confirmation.
     pub confirmation_ttl: Duration,
+    /// End users' logins to the built-in confirmation page.
+    pub cheq: CheqOptions,
 }
 
 /// How long call ids are remembered unless the operator says otherwise.
@@ -380,6 +383,7 @@ impl ToolHost {
         let mut runtime_config = options.runtime;
         runtime_config.cache_dir.get_or_insert_with(|| options.data_dir.join("compiled"));
         let runtime = Runtime::new(runtime_config)?;
+        let cheq = CheqState::new(&options.data_dir, options.confirmation_ttl, &options.cheq)?;
         let host = ToolHost {
             registry: Registry::default(),
             runtime,
@@ -403,7 +407,7 @@ impl ToolHost {
                     .build()?,
             ),
             calls: CallLedger::new(options.call_retention),
-            cheq: CheqState::new(&options.data_dir, options.confirmation_ttl)?,
+            cheq,
             changes: std::sync::Mutex::new(()),
         };
         host.interrupt_confirmations()?;

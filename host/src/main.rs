@@ -3,7 +3,7 @@
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use plinth::api;
-use plinth::host::{HostLimits, HostOptions, ToolConfig, ToolHost};
+use plinth::host::{CheqOptions, HostLimits, HostOptions, LoginOptions, ToolConfig, ToolHost};
 use plinth::invocation::OutputLimits;
 use plinth::manifest::ToolManifest;
 use plinth::package::{self, ToolPackage};
@@ -296,6 +296,26 @@ struct ServeArgs {
     /// for it, in seconds; unanswered, it expires and the tool never runs.
     #[arg(long, env = "PLINTH_CONFIRMATION_TTL_SECS", default_value_t = 900)]
     confirmation_ttl_secs: u64,
+    /// Password hashes (end-user logins to the confirmation page, password
+    /// changes) computed at once; a login beyond that answers 503 at once
+    /// (default: one per core). Each costs 19 MiB while it runs.
+    #[arg(long, env = "PLINTH_MAX_PASSWORD_CHECKS")]
+    max_password_checks: Option<usize>,
+    /// Failed confirmation-page logins of one user name (per tenant) before
+    /// it is locked out; each further failure doubles the lockout.
+    #[arg(long, env = "PLINTH_LOGIN_LOCKOUT_AFTER", default_value_t = 5)]
+    login_lockout_after: u32,
+    /// Failed confirmation-page logins from one client address (the TCP
+    /// peer: behind a proxy, the proxy's) before it is locked out.
+    #[arg(long, env = "PLINTH_LOGIN_ADDRESS_LOCKOUT_AFTER", default_value_t = 20)]
+    login_address_lockout_after: u32,
+    /// The first lockout after too many failed logins, in seconds; it
+    /// doubles with each further failure.
+    #[arg(long, env = "PLINTH_LOGIN_LOCKOUT_SECS", default_value_t = 1)]
+    login_lockout_secs: u64,
+    /// The longest lockout, in seconds.
+    #[arg(long, env = "PLINTH_LOGIN_LOCKOUT_MAX_SECS", default_value_t = 900)]
+    login_lockout_max_secs: u64,
     /// The URL clients reach this server at, for the absolute URIs of a
     /// CHEQ URI pack (default: `http://` and the listening address). Set it
     /// when the server is behind a proxy or listens on 0.0.0.0.
@@ -452,6 +472,19 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get() * 2).max(4)),
         call_retention: Duration::from_secs(args.call_retention_hours.max(1).saturating_mul(3600)),
         confirmation_ttl: Duration::from_secs(args.confirmation_ttl_secs.max(1)),
+        cheq: CheqOptions {
+            login: LoginOptions {
+                max_concurrent_hashes: args
+                    .max_password_checks
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+                    .max(1),
+                user_failures: args.login_lockout_after.max(1),
+                address_failures: args.login_address_lockout_after.max(1),
+                lockout_base: Duration::from_secs(args.login_lockout_secs.max(1)),
+                lockout_max: Duration::from_secs(args.login_lockout_max_secs.max(args.login_lockout_secs).max(1)),
+                ..LoginOptions::default()
+            },
+        },
         limits: HostLimits {
             max_concurrency_per_tool: args.max_concurrency_per_tool.max(1),
             outbound: Arc::new(OutboundLimits {

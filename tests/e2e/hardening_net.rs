@@ -1,13 +1,162 @@
-//! Attacks from the network, replayed against the real server: connections
-//! that never finish their request (or never send one).
+//! Attacks from the network, replayed against the real server: a flood of
+//! anonymous logins, password guessing, connections that never finish
+//! their request (or never send one).
 
-use crate::support::Server;
+use crate::cheq::confirming_server;
+use crate::support::{Server, invocation};
+use serde_json::json;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
 /// A hang guard, never a measure: every wait below ends far sooner.
 const GUARD: Duration = Duration::from_secs(60);
+
+/// A /proc/PID/status field, in KiB.
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field} in {status}"));
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// `POST {base}{path}` with a form body, from a client without a key and
+/// without redirects → (status, headers, body).
+async fn post_form(
+    client: &reqwest::Client,
+    url: &str,
+    form: &[(&str, &str)],
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let response = client.post(url).form(form).send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, response.text().await.unwrap_or_default())
+}
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}
+
+fn header<'a>(headers: &'a reqwest::header::HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).map(|v| v.to_str().unwrap())
+}
+
+/// The peak resident memory allowed while 400 anonymous logins hit the
+/// server at once (docs/cheq.md). Each Argon2id check holds 19 MiB; before
+/// hashing was bounded, 400 ran at once and the server grew by gigabytes.
+const LOGIN_FLOOD_PEAK_MIB: u64 = 512;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_of_anonymous_logins_is_bounded_and_others_keep_working() {
+    let server = Server::start(&["--max-password-checks", "2"]);
+    let echo = server.tool_id("echo").await;
+    let login = format!("{}/t/nosuch/cheq/login", server.base);
+    let flood_client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    let flood: Vec<_> = (0..400)
+        .map(|i| {
+            let (client, login) = (flood_client.clone(), login.clone());
+            tokio::spawn(async move {
+                let user = format!("user{i}");
+                let form = [("user", user.as_str()), ("password", "guess-guess"), ("resource_uri", "")];
+                tokio::time::timeout(GUARD, post_form(&client, &login, &form)).await.expect("a login hung")
+            })
+        })
+        .collect();
+
+    // Other callers are answered while the flood runs...
+    let (status, body) = server.get("/health").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) =
+        server.post(&format!("/tools/{echo}:invoke"), &invocation("echo", &[("text", json!("hi"))])).await;
+    assert_eq!(status, 200, "{body}");
+
+    let mut counts = std::collections::BTreeMap::new();
+    for answer in flood {
+        let (status, headers, page) = answer.await.unwrap();
+        *counts.entry(status).or_insert(0) += 1;
+        let code = header(&headers, "plinth-error-code");
+        match status {
+            401 => assert_eq!(code, Some("login_failed"), "{page}"),
+            429 => {
+                assert_eq!(code, Some("login_locked"), "{page}");
+                assert!(header(&headers, "retry-after").is_some());
+            }
+            503 => {
+                assert_eq!(code, Some("login_busy"), "{page}");
+                assert_eq!(header(&headers, "retry-after"), Some("1"));
+            }
+            other => panic!("a login was answered {other}: {page}"),
+        }
+        assert!(page.contains("id=\"problem\""), "{page}");
+    }
+    assert_eq!(counts.values().sum::<usize>(), 400);
+    assert!(counts.contains_key(&503) || counts.contains_key(&429), "nothing was turned away: {counts:?}");
+
+    // ...and after it.
+    let (status, body) =
+        server.post(&format!("/tools/{echo}:invoke"), &invocation("echo", &[("text", json!("hi"))])).await;
+    assert_eq!(status, 200, "{body}");
+    let peak_mib = proc_status_kib(server.pid(), "VmHWM:") / 1024;
+    assert!(peak_mib < LOGIN_FLOOD_PEAK_MIB, "the server peaked at {peak_mib} MiB during the flood ({counts:?})");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn repeated_wrong_passwords_lock_the_user_out_until_the_lockout_ends() {
+    let (server, _plugins) = confirming_server(&[
+        "--login-lockout-after",
+        "3",
+        "--login-lockout-secs",
+        "2",
+        "--login-address-lockout-after",
+        "8",
+    ])
+    .await;
+    let client = no_redirects();
+    let login = format!("{}/cheq/login", server.base);
+    let attempt = |user: &'static str, password: &'static str, url: String| {
+        let client = client.clone();
+        async move { post_form(&client, &url, &[("user", user), ("password", password), ("resource_uri", "")]).await }
+    };
+
+    // Three wrong passwords: each is a plain refusal.
+    for _ in 0..3 {
+        let (status, headers, page) = attempt("alice", "wrong-password", login.clone()).await;
+        assert_eq!((status, header(&headers, "plinth-error-code")), (401, Some("login_failed")), "{page}");
+        assert!(page.contains("Wrong user name or password"), "{page}");
+    }
+    // Now alice is locked out: even her password is refused, at once.
+    let (status, headers, page) = attempt("alice", "alice-password", login.clone()).await;
+    assert_eq!((status, header(&headers, "plinth-error-code")), (429, Some("login_locked")), "{page}");
+    let wait: u64 = header(&headers, "retry-after").unwrap().parse().unwrap();
+    assert_eq!(wait, 2, "the first lockout is the configured base");
+    // Another user from the same address is not.
+    let (status, headers, _) = attempt("bob", "bob-password", login.clone()).await;
+    assert_eq!(status, 303, "{headers:?}");
+
+    // Once the lockout is over, the right password works.
+    tokio::time::sleep(Duration::from_secs(wait)).await;
+    let (status, headers, page) = attempt("alice", "alice-password", login.clone()).await;
+    assert_eq!(status, 303, "{page}");
+    assert!(header(&headers, "set-cookie").unwrap().starts_with("plinth_cheq_session="));
+
+    // A tenant that does not exist and a user who does not exist are
+    // answered and locked out exactly alike: nothing tells them apart.
+    let nosuch = format!("{}/t/nosuch/cheq/login", server.base);
+    for _ in 0..3 {
+        let (status, headers, _) = attempt("nobody", "wrong-password", nosuch.clone()).await;
+        assert_eq!((status, header(&headers, "plinth-error-code")), (401, Some("login_failed")));
+    }
+    let (status, headers, _) = attempt("nobody", "wrong-password", nosuch.clone()).await;
+    assert_eq!((status, header(&headers, "plinth-error-code")), (429, Some("login_locked")));
+
+    // The address is locked out too once it failed eight times in all
+    // (alice 3, nobody 3, now carol 2): then even bob is refused from it.
+    for _ in 0..2 {
+        let (status, _, _) = attempt("carol", "wrong-password", login.clone()).await;
+        assert_eq!(status, 401);
+    }
+    let (status, headers, page) = attempt("bob", "bob-password", login.clone()).await;
+    assert_eq!((status, header(&headers, "plinth-error-code")), (429, Some("login_locked")), "{page}");
+}
 
 /// A raw connection to the server, with a hang guard on reads.
 fn connect(server: &Server) -> TcpStream {

@@ -7,6 +7,10 @@
 //! Transport-free: the HTTP side (URI pack, resource and result URIs, the
 //! built-in confirmation page) is `api::cheq`.
 
+mod login;
+
+pub use login::{LoginError, LoginOptions};
+
 use super::{Call, ChangeError, InvokeError, ToolHost};
 use crate::cheq::{self, Confirmation, ConfirmationPolicy, SigningKey, VerifyError};
 use crate::invocation::{self, ToolResult};
@@ -85,6 +89,14 @@ pub struct PendingConfirmation {
     pub confirmation_uri: Option<String>,
 }
 
+/// The operator's settings for the confirmation servers: the built-in
+/// one's logins, external ones' keys.
+#[derive(Debug, Clone, Default)]
+pub struct CheqOptions {
+    /// End users' logins to the built-in confirmation page.
+    pub login: LoginOptions,
+}
+
 /// The keys of both CHEQ roles this server plays, how long a confirmation
 /// stays open, and the tenants' CHEQ settings.
 pub(super) struct CheqState {
@@ -97,10 +109,12 @@ pub(super) struct CheqState {
     pub servers: dashmap::DashMap<String, ConfirmationServer>,
     /// Publishers' overrides of tools' confirmation policies, by tool.
     pub overrides: dashmap::DashMap<Uuid, (ConfirmationPolicy, Arc<Confirmation>)>,
+    /// Password hashing slots and the failed-login throttle.
+    login: login::LoginGuard,
 }
 
 impl CheqState {
-    pub fn new(data_dir: &std::path::Path, ttl: Duration) -> anyhow::Result<CheqState> {
+    pub fn new(data_dir: &std::path::Path, ttl: Duration, options: &CheqOptions) -> anyhow::Result<CheqState> {
         let key = |file| {
             SigningKey::load_or_create(data_dir, file)
                 .map_err(|e| anyhow::anyhow!("the CHEQ key {file} in {}: {e}", data_dir.display()))
@@ -111,6 +125,7 @@ impl CheqState {
             ttl,
             servers: Default::default(),
             overrides: Default::default(),
+            login: login::LoginGuard::new(&options.login),
         })
     }
 }
@@ -536,13 +551,33 @@ impl ToolHost {
 
     /// Sets an end user's password: who may log in to the built-in
     /// confirmation page and confirm the calls made for them. Only an
-    /// Argon2id hash is stored.
-    pub fn put_end_user(&self, actor: &Principal, tenant: &str, name: &str, password: &str) -> Result<(), ChangeError> {
+    /// Argon2id hash is stored. The hash waits for one of the hashing slots
+    /// logins use, and is computed off the async threads.
+    pub async fn put_end_user(
+        self: &Arc<Self>,
+        actor: &Principal,
+        tenant: &str,
+        name: &str,
+        password: &str,
+    ) -> Result<(), ChangeError> {
         if password.chars().count() < MIN_PASSWORD_CHARS {
             return Err(ChangeError::Invalid(format!(
                 "an end user's password must be at least {MIN_PASSWORD_CHARS} characters"
             )));
         }
+        let slot = self.cheq.login.hashing.clone().acquire_owned().await;
+        let host = self.clone();
+        let (actor, tenant, name, password) =
+            (actor.clone(), tenant.to_string(), name.to_string(), password.to_string());
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            host.store_end_user(&actor, &tenant, &name, &password)
+        })
+        .await
+        .map_err(|_| ChangeError::Invalid("the password could not be hashed".into()))?
+    }
+
+    fn store_end_user(&self, actor: &Principal, tenant: &str, name: &str, password: &str) -> Result<(), ChangeError> {
         let mut salt = [0u8; 16];
         getrandom::fill(&mut salt).map_err(|e| ChangeError::Invalid(e.to_string()))?;
         let salt = SaltString::encode_b64(&salt).map_err(|e| ChangeError::Invalid(e.to_string()))?;
@@ -565,9 +600,43 @@ impl ToolHost {
         Ok(())
     }
 
+    /// Logs an end user in to the built-in confirmation page, from the
+    /// client at `address` (the TCP peer). Refused at once, before any
+    /// hashing, while the user name or the address is locked out by failed
+    /// logins, or when every hashing slot is taken; otherwise the password
+    /// is checked off the async threads. An unknown tenant or user name is
+    /// answered, throttled and timed like a wrong password.
+    pub async fn log_in_end_user(
+        self: &Arc<Self>,
+        tenant: &str,
+        name: &str,
+        password: &str,
+        address: std::net::IpAddr,
+    ) -> Result<(), LoginError> {
+        let guard = &self.cheq.login;
+        guard.check(tenant, name, address)?;
+        let slot = guard.hashing.clone().try_acquire_owned().map_err(|_| LoginError::Busy)?;
+        let host = self.clone();
+        let (t, n, p) = (tenant.to_string(), name.to_string(), password.to_string());
+        let valid = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            host.check_end_user(&t, &n, &p)
+        })
+        .await
+        .unwrap_or(Ok(false))?;
+        if valid {
+            guard.succeeded(tenant, name);
+            Ok(())
+        } else {
+            guard.failed(tenant, name, address);
+            Err(LoginError::Invalid)
+        }
+    }
+
     /// Whether `password` is `name`'s (slow on purpose: run it off the
-    /// async threads). An unknown name costs the same as a wrong password.
-    pub fn check_end_user(&self, tenant: &str, name: &str, password: &str) -> Result<bool, StoreError> {
+    /// async threads, in a hashing slot). An unknown name costs the same as
+    /// a wrong password.
+    fn check_end_user(&self, tenant: &str, name: &str, password: &str) -> Result<bool, StoreError> {
         let stored = self.store.end_user(tenant, name)?;
         let hash = stored.as_deref().unwrap_or(UNKNOWN_USER_HASH);
         let matches = PasswordHash::new(hash)
