@@ -7,7 +7,7 @@
 
 mod confirmations;
 
-pub use confirmations::{CheqOptions, LoginError, LoginOptions};
+pub use confirmations::{CheqOptions, JwksError, JwksOptions, LoginError, LoginOptions};
 pub use confirmations::{
     ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor, PendingConfirmation, State,
     as_words, rfc3339,
@@ -56,7 +56,7 @@ pub struct HostOptions {
     pub call_retention: Duration,
     /// How long a call waits for its end user's confirmation.
     pub confirmation_ttl: Duration,
-    /// End users' logins to the built-in confirmation page.
+    /// End users' logins and external confirmation servers' keys.
     pub cheq: CheqOptions,
 }
 
@@ -383,7 +383,12 @@ impl ToolHost {
         let mut runtime_config = options.runtime;
         runtime_config.cache_dir.get_or_insert_with(|| options.data_dir.join("compiled"));
         let runtime = Runtime::new(runtime_config)?;
-        let cheq = CheqState::new(&options.data_dir, options.confirmation_ttl, &options.cheq)?;
+        let cheq = CheqState::new(
+            &options.data_dir,
+            options.confirmation_ttl,
+            &options.cheq,
+            options.limits.outbound.allowed_private.clone(),
+        )?;
         let host = ToolHost {
             registry: Registry::default(),
             runtime,

@@ -3,7 +3,7 @@
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use plinth::api;
-use plinth::host::{CheqOptions, HostLimits, HostOptions, LoginOptions, ToolConfig, ToolHost};
+use plinth::host::{CheqOptions, HostLimits, HostOptions, JwksOptions, LoginOptions, ToolConfig, ToolHost};
 use plinth::invocation::OutputLimits;
 use plinth::manifest::ToolManifest;
 use plinth::package::{self, ToolPackage};
@@ -316,6 +316,18 @@ struct ServeArgs {
     /// The longest lockout, in seconds.
     #[arg(long, env = "PLINTH_LOGIN_LOCKOUT_MAX_SECS", default_value_t = 900)]
     login_lockout_max_secs: u64,
+    /// Accept `http://` JWKS URLs for external confirmation servers (for
+    /// tests and closed networks only: the keys decide what runs).
+    #[arg(long, env = "PLINTH_CHEQ_ALLOW_HTTP_JWKS")]
+    cheq_allow_http_jwks: bool,
+    /// Largest JWKS of an external confirmation server, in KiB.
+    #[arg(long, env = "PLINTH_CHEQ_JWKS_MAX_KIB", default_value_t = 64)]
+    cheq_jwks_max_kib: usize,
+    /// How long an external confirmation server's keys are trusted before
+    /// they are fetched again, in seconds (a key it revokes is trusted that
+    /// long at most).
+    #[arg(long, env = "PLINTH_CHEQ_JWKS_CACHE_SECS", default_value_t = 300)]
+    cheq_jwks_cache_secs: u64,
     /// The URL clients reach this server at, for the absolute URIs of a
     /// CHEQ URI pack (default: `http://` and the listening address). Set it
     /// when the server is behind a proxy or listens on 0.0.0.0.
@@ -483,6 +495,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 lockout_base: Duration::from_secs(args.login_lockout_secs.max(1)),
                 lockout_max: Duration::from_secs(args.login_lockout_max_secs.max(args.login_lockout_secs).max(1)),
                 ..LoginOptions::default()
+            },
+            jwks: JwksOptions {
+                allow_http: args.cheq_allow_http_jwks,
+                max_bytes: args.cheq_jwks_max_kib.max(1).saturating_mul(1024),
+                cache_ttl: Duration::from_secs(args.cheq_jwks_cache_secs),
             },
         },
         limits: HostLimits {

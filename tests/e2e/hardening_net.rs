@@ -1,12 +1,16 @@
 //! Attacks from the network, replayed against the real server: a flood of
 //! anonymous logins, password guessing, connections that never finish
-//! their request (or never send one).
+//! their request (or never send one), and external confirmation servers'
+//! keys fetched where they must not be.
 
-use crate::cheq::confirming_server;
-use crate::support::{Server, invocation};
-use serde_json::json;
+use crate::cheq::{booking, call_for, confirming_server, fetch};
+use crate::support::{Server, TOKEN, invocation};
+use reqwest::Method;
+use serde_json::{Value, json};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// A hang guard, never a measure: every wait below ends far sooner.
@@ -273,4 +277,145 @@ fn at_the_connection_cap_new_clients_wait_until_slow_ones_are_cut_off() {
         read_until_closed(stream);
     }
     assert!(raw_health(&mut connect(&server)).starts_with("HTTP/1.1 200"));
+}
+
+/// A stand-in external confirmation server that counts the requests for
+/// its keys: `/jwks.json` is its key set, `/big.json` one padded past
+/// 64 KiB.
+struct CountingConfirmationServer {
+    key: plinth::cheq::SigningKey,
+    base: String,
+    requests: Arc<AtomicUsize>,
+    _serving: tokio::task::JoinHandle<()>,
+}
+
+impl CountingConfirmationServer {
+    async fn start() -> CountingConfirmationServer {
+        let key = plinth::cheq::SigningKey::generate().unwrap();
+        let jwks = plinth::cheq::jwks(&[&key]);
+        let mut big = jwks.clone();
+        big["padding"] = "x".repeat(100 * 1024).into();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (small_count, big_count) = (requests.clone(), requests.clone());
+        let app = axum::Router::new()
+            .route(
+                "/jwks.json",
+                axum::routing::get(move || async move {
+                    small_count.fetch_add(1, Ordering::SeqCst);
+                    axum::Json(jwks)
+                }),
+            )
+            .route(
+                "/big.json",
+                axum::routing::get(move || async move {
+                    big_count.fetch_add(1, Ordering::SeqCst);
+                    axum::Json(big)
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let serving = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        CountingConfirmationServer { key, base, requests, _serving: serving }
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    fn accept(&self, signed: &Value, user: &str) -> Value {
+        let mut signed = signed.clone();
+        let claims = json!({ "sub": user, "decision": "accept" }).as_object().unwrap().clone();
+        plinth::cheq::countersign(&mut signed, &self.key, claims).unwrap();
+        signed
+    }
+}
+
+async fn set_confirmation_server(server: &Server, jwks_url: &str) -> (u16, Value) {
+    let setting = json!({ "uri": "https://confirm.example/", "jwks_url": jwks_url });
+    server.call_as(Some(TOKEN), Method::PUT, "/admin/confirmation-server", Some(&setting)).await
+}
+
+/// A booking that waits for alice, and its CHEQ signed by the server →
+/// (resource URI, signed CHEQ).
+async fn pending_booking(server: &Server) -> (String, Value) {
+    let (status, _, pack) = call_for(server, Some("alice"), "book_flight", &booking("FIRST", 1)).await;
+    assert_eq!(status, 202, "{pack}");
+    let resource = pack["resource uri"].as_str().unwrap().to_string();
+    let (_, _, signed) = fetch(&resource).await;
+    (resource, signed)
+}
+
+async fn accept(resource_uri: &str, body: &Value) -> (u16, Value) {
+    let response = reqwest::Client::new().post(format!("{resource_uri}?accept")).json(body).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plain_http_jwks_url_is_refused_unless_the_operator_allows_it() {
+    let external = CountingConfirmationServer::start().await;
+    let (server, _plugins) = confirming_server(&["--allow-private-cidr", "127.0.0.0/8"]).await;
+    let (status, body) = set_confirmation_server(&server, &format!("{}/jwks.json", external.base)).await;
+    assert_eq!((status, &body["error"]["code"]), (400, &json!("invalid_request")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("https://"), "{body}");
+    let (status, body) = server.get("/admin/confirmation-server").await;
+    assert_eq!((status, &body["confirmation_server"]), (200, &Value::Null));
+    assert_eq!(external.requests(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_jwks_url_on_the_servers_own_network_is_refused() {
+    let external = CountingConfirmationServer::start().await;
+    let (server, _plugins) = confirming_server(&["--cheq-allow-http-jwks"]).await;
+    // An address in the URL is refused when it is set...
+    let (status, body) = set_confirmation_server(&server, &format!("{}/jwks.json", external.base)).await;
+    assert_eq!((status, &body["error"]["code"]), (400, &json!("invalid_request")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("private network"), "{body}");
+    // ...a name that resolves to one when it would be fetched, before any
+    // connection is made.
+    let port = external.base.rsplit(':').next().unwrap();
+    let (status, body) = set_confirmation_server(&server, &format!("http://localhost:{port}/jwks.json")).await;
+    assert_eq!(status, 204, "{body}");
+    let (resource, signed) = pending_booking(&server).await;
+    let (status, body) = accept(&resource, &external.accept(&signed, "alice")).await;
+    assert_eq!((status, &body["error"]["code"]), (502, &json!("jwks_internal_address")), "{body}");
+    assert_eq!(external.requests(), 0, "nothing reached the internal address");
+    let (_, _, result) = fetch(&resource.replace("/transactions/", "/results/")).await;
+    assert_eq!(result["state"], "pending", "nothing was decided");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn jwks_are_fetched_only_for_real_transactions_capped_and_cached() {
+    let external = CountingConfirmationServer::start().await;
+    let (server, _plugins) =
+        confirming_server(&["--cheq-allow-http-jwks", "--allow-private-cidr", "127.0.0.0/8"]).await;
+    let (status, body) = set_confirmation_server(&server, &format!("{}/jwks.json", external.base)).await;
+    assert_eq!(status, 204, "{body}");
+
+    // An unknown transaction sets off no fetch.
+    let (_, signed) = pending_booking(&server).await;
+    let unknown = format!("{}/cheq/transactions/no-such-transaction", server.base);
+    let (status, body) = accept(&unknown, &external.accept(&signed, "alice")).await;
+    assert_eq!((status, &body["error"]["code"]), (404, &json!("unknown_transaction")), "{body}");
+    assert_eq!(external.requests(), 0, "an unknown transaction must not fetch anything");
+
+    // A real one fetches the keys once; the next accept uses the cached set.
+    let (resource, signed) = pending_booking(&server).await;
+    let (status, body) = accept(&resource, &external.accept(&signed, "alice")).await;
+    assert_eq!((status, &body["state"]), (200, &json!("accepted")), "{body}");
+    assert_eq!(external.requests(), 1);
+    let (resource, signed) = pending_booking(&server).await;
+    let (status, body) = accept(&resource, &external.accept(&signed, "alice")).await;
+    assert_eq!((status, &body["state"]), (200, &json!("accepted")), "{body}");
+    assert_eq!(external.requests(), 1, "the second accept used the cached keys");
+
+    // A key set past the cap is refused, and nothing is decided.
+    let (status, body) = set_confirmation_server(&server, &format!("{}/big.json", external.base)).await;
+    assert_eq!(status, 204, "{body}");
+    let (resource, signed) = pending_booking(&server).await;
+    let (status, body) = accept(&resource, &external.accept(&signed, "alice")).await;
+    assert_eq!((status, &body["error"]["code"]), (502, &json!("jwks_too_large")), "{body}");
+    assert_eq!(external.requests(), 2);
+    let (_, _, result) = fetch(&resource.replace("/transactions/", "/results/")).await;
+    assert_eq!(result["state"], "pending", "nothing was decided");
 }

@@ -17,7 +17,8 @@
 
 use super::{ApiError, ApiOptions, AppState, Caller};
 use crate::host::{
-    DecideError, FrontDoor, InvokeError, LoginError, PendingConfirmation, State as TxState, as_words, rfc3339,
+    DecideError, FrontDoor, InvokeError, JwksError, LoginError, PendingConfirmation, State as TxState, as_words,
+    rfc3339,
 };
 use crate::store::StoredConfirmation;
 use crate::tenancy::unix_now;
@@ -121,6 +122,16 @@ impl From<DecideError> for ApiError {
             DecideError::Signature(_) => (StatusCode::FORBIDDEN, "invalid_signature"),
             DecideError::Altered => (StatusCode::CONFLICT, "cheq_altered"),
             DecideError::NotConfirmed(_) => (StatusCode::FORBIDDEN, "not_confirmed"),
+            DecideError::Jwks(e) => (
+                StatusCode::BAD_GATEWAY,
+                match e {
+                    JwksError::Insecure => "jwks_insecure_url",
+                    JwksError::InternalAddress => "jwks_internal_address",
+                    JwksError::TooLarge(_) => "jwks_too_large",
+                    JwksError::Invalid => "jwks_invalid",
+                    JwksError::Unavailable => "jwks_unavailable",
+                },
+            ),
             DecideError::Store(e) => {
                 tracing::error!(error = %e, "a confirmation could not be read or written");
                 return ApiError::storage_failed("the confirmation could not be recorded (is the data disk full?)");
@@ -171,13 +182,7 @@ pub(super) async fn decide_transaction(
             let signed: Value = serde_json::from_slice(&body).map_err(|e| {
                 ApiError::bad_request("invalid_json", format!("the body must be the signed CHEQ (a JWS in JSON): {e}"))
             })?;
-            // The tenant's external confirmation server's keys, fetched now:
-            // a key it revoked is not trusted a moment longer.
-            let trusted = match host.confirmation_server(&caller.tenant) {
-                Some(server) => vec![fetch_jwks(&server.jwks_url).await?],
-                None => Vec::new(),
-            };
-            let (c, confirmed) = host.accept_confirmation(&caller.tenant, &id, &signed, &trusted)?;
+            let (c, confirmed) = host.accept_signed(&caller.tenant, &id, &signed).await?;
             let status = complete(&host, c, confirmed, Map::new()).await;
             Ok(axum::Json(json!({ "transaction": id, "state": "accepted", "result_status": status })).into_response())
         }
@@ -191,34 +196,6 @@ pub(super) async fn decide_transaction(
             "post to the resource URI with `?accept` (and the countersigned CHEQ) or `?reject`",
         )),
     }
-}
-
-/// The JWKS at `url`.
-async fn fetch_jwks(url: &str) -> Result<Value, ApiError> {
-    let unavailable = |why: String| {
-        tracing::warn!(url, why, "the confirmation server's JWKS could not be fetched");
-        ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "jwks_unavailable",
-            "the confirmation server's keys could not be fetched; nothing was decided, try again",
-        )
-    };
-    // One client for the process: its connection pool and TLS roots are
-    // built once, not per accept.
-    static CLIENT: std::sync::OnceLock<Option<reqwest::Client>> = std::sync::OnceLock::new();
-    let client = CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .ok()
-    });
-    let client = client.as_ref().ok_or_else(|| unavailable("no HTTP client".into()))?;
-    let response = client.get(url).send().await.map_err(|e| unavailable(e.to_string()))?;
-    if !response.status().is_success() {
-        return Err(unavailable(format!("status {}", response.status())));
-    }
-    response.json().await.map_err(|e| unavailable(e.to_string()))
 }
 
 /// `GET /admin/confirmation-server`: the tenant's external confirmation

@@ -7,8 +7,10 @@
 //! Transport-free: the HTTP side (URI pack, resource and result URIs, the
 //! built-in confirmation page) is `api::cheq`.
 
+mod jwks;
 mod login;
 
+pub use jwks::{JwksError, JwksOptions};
 pub use login::{LoginError, LoginOptions};
 
 use super::{Call, ChangeError, InvokeError, ToolHost};
@@ -95,6 +97,8 @@ pub struct PendingConfirmation {
 pub struct CheqOptions {
     /// End users' logins to the built-in confirmation page.
     pub login: LoginOptions,
+    /// Fetching external confirmation servers' keys.
+    pub jwks: JwksOptions,
 }
 
 /// The keys of both CHEQ roles this server plays, how long a confirmation
@@ -111,10 +115,19 @@ pub(super) struct CheqState {
     pub overrides: dashmap::DashMap<Uuid, (ConfirmationPolicy, Arc<Confirmation>)>,
     /// Password hashing slots and the failed-login throttle.
     login: login::LoginGuard,
+    /// External confirmation servers' keys, fetched and cached.
+    jwks: jwks::JwksFetcher,
 }
 
 impl CheqState {
-    pub fn new(data_dir: &std::path::Path, ttl: Duration, options: &CheqOptions) -> anyhow::Result<CheqState> {
+    /// `allowed_private`: the networks the operator lets outbound requests
+    /// reach (tools' and these key fetches alike).
+    pub fn new(
+        data_dir: &std::path::Path,
+        ttl: Duration,
+        options: &CheqOptions,
+        allowed_private: Vec<ipnet::IpNet>,
+    ) -> anyhow::Result<CheqState> {
         let key = |file| {
             SigningKey::load_or_create(data_dir, file)
                 .map_err(|e| anyhow::anyhow!("the CHEQ key {file} in {}: {e}", data_dir.display()))
@@ -126,6 +139,7 @@ impl CheqState {
             servers: Default::default(),
             overrides: Default::default(),
             login: login::LoginGuard::new(&options.login),
+            jwks: jwks::JwksFetcher::new(options.jwks.clone(), allowed_private),
         })
     }
 }
@@ -219,6 +233,9 @@ pub enum DecideError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The tenant's confirmation server's keys could not be used.
+    #[error(transparent)]
+    Jwks(#[from] JwksError),
 }
 
 impl ToolHost {
@@ -350,23 +367,29 @@ impl ToolHost {
     ) -> Result<(), ChangeError> {
         match server {
             Some(server) => {
-                for (what, url) in [("uri", &server.uri), ("jwks_url", &server.jwks_url)] {
-                    if !(url.starts_with("https://") || url.starts_with("http://")) {
-                        return Err(ChangeError::Invalid(format!("`{what}` must be an http(s) URL")));
-                    }
+                if !(server.uri.starts_with("https://") || server.uri.starts_with("http://")) {
+                    return Err(ChangeError::Invalid("`uri` must be an http(s) URL".into()));
                 }
+                self.cheq
+                    .jwks
+                    .check_url(&server.jwks_url)
+                    .map_err(|e| ChangeError::Invalid(format!("`jwks_url`: {e}")))?;
                 let value = serde_json::to_string(&server).unwrap_or_default();
                 let audit = AuditEntry::new(actor, Some(tenant), "cheq.server.put", tenant)
                     .detail(json!({ "uri": server.uri, "jwks_url": server.jwks_url }));
                 self.store.put_setting(&(tenant.to_string(), SERVER_SETTING.into(), value), &audit)?;
-                self.cheq.servers.insert(tenant.to_string(), server);
+                if let Some(old) = self.cheq.servers.insert(tenant.to_string(), server) {
+                    self.cheq.jwks.forget(&old.jwks_url);
+                }
             }
             None => {
                 let audit = AuditEntry::new(actor, Some(tenant), "cheq.server.delete", tenant);
                 if !self.store.delete_setting(tenant, SERVER_SETTING, &audit)? {
                     return Err(ChangeError::NotFound("the tenant has no external confirmation server".into()));
                 }
-                self.cheq.servers.remove(tenant);
+                if let Some((_, old)) = self.cheq.servers.remove(tenant) {
+                    self.cheq.jwks.forget(&old.jwks_url);
+                }
             }
         }
         Ok(())
@@ -438,6 +461,25 @@ impl ToolHost {
         claims.insert("iat".into(), unix_now().into());
         cheq::countersign(&mut signed, &self.cheq.confirmation, claims)?;
         self.accept_confirmation(tenant, id, &signed, &[])
+    }
+
+    /// Accepts a transaction with `signed`, as posted to its resource URI:
+    /// checked against the tenant's external confirmation server's keys
+    /// (fetched, or cached for a while) as well as this server's own. The
+    /// transaction is looked up first: an unknown, expired or decided one
+    /// never sets off a fetch.
+    pub async fn accept_signed(
+        &self,
+        tenant: &str,
+        id: &str,
+        signed: &Value,
+    ) -> Result<(StoredConfirmation, Confirmed), DecideError> {
+        self.decidable(tenant, id)?;
+        let trusted = match self.confirmation_server(tenant) {
+            Some(server) => vec![Value::clone(&*self.cheq.jwks.get(&server.jwks_url).await?)],
+            None => Vec::new(),
+        };
+        self.accept_confirmation(tenant, id, signed, &trusted)
     }
 
     /// Accepts a transaction with `signed`: the CHEQ this server issued,
