@@ -13,8 +13,10 @@
 //!   out attempt is refused before any hashing, even with the right
 //!   password;
 //! - the tables hold at most [`LoginOptions::max_tracked`] keys each; when
-//!   full, the key whose last failure is oldest is forgotten, so the tables
-//!   cannot be grown to exhaust memory.
+//!   full, the key whose last failure is oldest is forgotten. A user key is
+//!   the sha256 of (tenant, name), fixed-size however long the names an
+//!   anonymous caller makes up, so the tables cannot be grown to exhaust
+//!   memory.
 //!
 //! Unknown tenants and user names are counted like known ones: the answers
 //! (and their timing) say nothing about who exists.
@@ -90,7 +92,7 @@ impl LoginError {
 /// The hashing slots and both throttle tables.
 pub(crate) struct LoginGuard {
     pub(crate) hashing: std::sync::Arc<tokio::sync::Semaphore>,
-    users: Throttle<(String, String)>,
+    users: Throttle<[u8; 32]>,
     addresses: Throttle<IpAddr>,
 }
 
@@ -107,8 +109,8 @@ impl LoginGuard {
     /// Refuses a login that is locked out, by user or by address.
     pub(crate) fn check(&self, tenant: &str, user: &str, address: IpAddr) -> Result<(), LoginError> {
         let now = Instant::now();
-        let user = self.users.locked(&(tenant.to_string(), user.to_string()), now);
-        let address = self.addresses.locked(&address, now);
+        let user = self.users.locked(&user_key(tenant, user), now);
+        let address = self.addresses.locked(&address_key(address), now);
         match user.max(address) {
             Some(retry_after) => Err(LoginError::Locked { retry_after }),
             None => Ok(()),
@@ -118,15 +120,38 @@ impl LoginGuard {
     /// Counts a failed login against the user name and the address.
     pub(crate) fn failed(&self, tenant: &str, user: &str, address: IpAddr) {
         let now = Instant::now();
-        self.users.fail((tenant.to_string(), user.to_string()), now);
-        self.addresses.fail(address, now);
+        self.users.fail(user_key(tenant, user), now);
+        self.addresses.fail(address_key(address), now);
     }
 
     /// A successful login clears its user name's count (not its
     /// address's: one good account must not reset a guesser's address).
     pub(crate) fn succeeded(&self, tenant: &str, user: &str) {
-        self.users.clear(&(tenant.to_string(), user.to_string()));
+        self.users.clear(&user_key(tenant, user));
     }
+}
+
+/// An address's throttle key: an IPv6 client is counted by its /64 (one
+/// host usually holds a whole /64, so counting single addresses would let it
+/// rotate past the lockout); an IPv4-mapped address as the IPv4 address.
+fn address_key(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+        v4 => v4,
+    }
+}
+
+/// A user name's throttle key: fixed-size, and no name kept in memory.
+fn user_key(tenant: &str, user: &str) -> [u8; 32] {
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    hash.update(tenant.as_bytes());
+    hash.update([0]);
+    hash.update(user.as_bytes());
+    hash.finalize().into()
 }
 
 /// How long a lockout lasts.
@@ -281,6 +306,18 @@ mod tests {
         }
         assert!(matches!(guard.check("nosuch", "nobody", address), Err(LoginError::Locked { .. })));
         assert!(guard.check("nosuch", "somebody", address).is_ok());
+    }
+
+    #[test]
+    fn an_ipv6_client_is_counted_by_its_64() {
+        let guard = LoginGuard::new(&LoginOptions { user_failures: 100, address_failures: 2, ..Default::default() });
+        guard.failed("t", "a", "2001:db8:1:2::1".parse().unwrap());
+        guard.failed("t", "b", "2001:db8:1:2:ffff::9".parse().unwrap());
+        assert!(matches!(guard.check("t", "c", "2001:db8:1:2::77".parse().unwrap()), Err(LoginError::Locked { .. })));
+        assert!(guard.check("t", "c", "2001:db8:1:3::1".parse().unwrap()).is_ok());
+        guard.failed("t", "a", "::ffff:192.0.2.1".parse().unwrap());
+        guard.failed("t", "b", "192.0.2.1".parse().unwrap());
+        assert!(matches!(guard.check("t", "c", "192.0.2.1".parse().unwrap()), Err(LoginError::Locked { .. })));
     }
 
     #[test]
