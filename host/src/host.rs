@@ -10,6 +10,7 @@ mod retention;
 #[cfg(test)]
 mod tests;
 
+pub use confirmations::{CheqOptions, JwksError, JwksOptions, LoginError, LoginOptions};
 pub use confirmations::{
     ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor, PendingConfirmation, State,
     as_words, rfc3339,
@@ -66,6 +67,8 @@ pub struct HostOptions {
     /// The key stored secrets are encrypted with (base64 of 32 bytes); when
     /// `None`, `DATA/secrets.key` (created at first start).
     pub secrets_key: Option<String>,
+    /// End users' logins and external confirmation servers' keys.
+    pub cheq: CheqOptions,
 }
 
 /// How long decided CHEQ transactions are kept unless the operator says
@@ -421,6 +424,12 @@ impl ToolHost {
         let mut runtime_config = options.runtime;
         runtime_config.cache_dir.get_or_insert_with(|| options.data_dir.join("compiled"));
         let runtime = Runtime::new(runtime_config)?;
+        let cheq = CheqState::new(
+            &options.data_dir,
+            options.confirmation_ttl,
+            &options.cheq,
+            options.limits.outbound.allowed_private.clone(),
+        )?;
         let host = ToolHost {
             registry: Registry::default(),
             runtime,
@@ -444,7 +453,7 @@ impl ToolHost {
                     .build()?,
             ),
             calls: CallLedger::new(options.call_retention),
-            cheq: CheqState::new(&options.data_dir, options.confirmation_ttl)?,
+            cheq,
             changes: std::sync::Mutex::new(()),
             deploys: tokio::sync::Semaphore::new(options.max_concurrent_deploys.max(1)),
         };

@@ -3,7 +3,7 @@
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use plinth::api;
-use plinth::host::{HostLimits, HostOptions, ToolConfig, ToolHost};
+use plinth::host::{CheqOptions, HostLimits, HostOptions, JwksOptions, LoginOptions, ToolConfig, ToolHost};
 use plinth::invocation::OutputLimits;
 use plinth::manifest::ToolManifest;
 use plinth::package::{self, ToolPackage};
@@ -296,11 +296,60 @@ struct ServeArgs {
     /// for it, in seconds; unanswered, it expires and the tool never runs.
     #[arg(long, env = "PLINTH_CONFIRMATION_TTL_SECS", default_value_t = 900)]
     confirmation_ttl_secs: u64,
+    /// Password hashes (end-user logins to the confirmation page, password
+    /// changes) computed at once; a login beyond that answers 503 at once
+    /// (default: one per core). Each costs 19 MiB while it runs.
+    #[arg(long, env = "PLINTH_MAX_PASSWORD_CHECKS")]
+    max_password_checks: Option<usize>,
+    /// Failed confirmation-page logins of one user name (per tenant) before
+    /// it is locked out; each further failure doubles the lockout.
+    #[arg(long, env = "PLINTH_LOGIN_LOCKOUT_AFTER", default_value_t = 5)]
+    login_lockout_after: u32,
+    /// Failed confirmation-page logins from one client address (the TCP
+    /// peer: behind a proxy, the proxy's) before it is locked out.
+    #[arg(long, env = "PLINTH_LOGIN_ADDRESS_LOCKOUT_AFTER", default_value_t = 20)]
+    login_address_lockout_after: u32,
+    /// The first lockout after too many failed logins, in seconds; it
+    /// doubles with each further failure.
+    #[arg(long, env = "PLINTH_LOGIN_LOCKOUT_SECS", default_value_t = 1)]
+    login_lockout_secs: u64,
+    /// The longest lockout, in seconds.
+    #[arg(long, env = "PLINTH_LOGIN_LOCKOUT_MAX_SECS", default_value_t = 900)]
+    login_lockout_max_secs: u64,
+    /// Accept `http://` JWKS URLs for external confirmation servers (for
+    /// tests and closed networks only: the keys decide what runs).
+    #[arg(long, env = "PLINTH_CHEQ_ALLOW_HTTP_JWKS")]
+    cheq_allow_http_jwks: bool,
+    /// Largest JWKS of an external confirmation server, in KiB.
+    #[arg(long, env = "PLINTH_CHEQ_JWKS_MAX_KIB", default_value_t = 64)]
+    cheq_jwks_max_kib: usize,
+    /// How long an external confirmation server's keys are trusted before
+    /// they are fetched again, in seconds (a key it revokes is trusted that
+    /// long at most).
+    #[arg(long, env = "PLINTH_CHEQ_JWKS_CACHE_SECS", default_value_t = 300)]
+    cheq_jwks_cache_secs: u64,
     /// The URL clients reach this server at, for the absolute URIs of a
     /// CHEQ URI pack (default: `http://` and the listening address). Set it
     /// when the server is behind a proxy or listens on 0.0.0.0.
     #[arg(long, env = "PLINTH_PUBLIC_URL")]
     public_url: Option<String>,
+    /// Connections open at once (keep it below the process's open-file
+    /// limit). At the cap the server stops accepting: further clients wait
+    /// in the kernel's listen backlog until a connection closes.
+    #[arg(long, env = "PLINTH_MAX_CONNECTIONS", default_value_t = 1024)]
+    max_connections: usize,
+    /// Seconds a request head may take to arrive, from its first byte; then
+    /// the connection is closed.
+    #[arg(long, env = "PLINTH_HEADER_READ_TIMEOUT_SECS", default_value_t = 10)]
+    header_read_timeout_secs: u64,
+    /// Seconds a request body may take to arrive after its head; later
+    /// answers 408 and closes the connection.
+    #[arg(long, env = "PLINTH_REQUEST_BODY_TIMEOUT_SECS", default_value_t = 30)]
+    request_body_timeout_secs: u64,
+    /// Seconds a connection serving no request may stay without a byte
+    /// read or written (an idle keep-alive connection) before it is closed.
+    #[arg(long, env = "PLINTH_IDLE_TIMEOUT_SECS", default_value_t = 60)]
+    idle_timeout_secs: u64,
     /// How instance memory is allocated.
     #[arg(long, env = "PLINTH_ALLOCATOR", value_enum, default_value_t = Allocator::Pooling)]
     allocator: Allocator,
@@ -458,6 +507,24 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ),
         max_concurrent_deploys: args.max_concurrent_deploys.max(1),
         secrets_key: args.secrets_key.clone().filter(|k| !k.is_empty()),
+        cheq: CheqOptions {
+            login: LoginOptions {
+                max_concurrent_hashes: args
+                    .max_password_checks
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+                    .max(1),
+                user_failures: args.login_lockout_after.max(1),
+                address_failures: args.login_address_lockout_after.max(1),
+                lockout_base: Duration::from_secs(args.login_lockout_secs.max(1)),
+                lockout_max: Duration::from_secs(args.login_lockout_max_secs.max(args.login_lockout_secs).max(1)),
+                ..LoginOptions::default()
+            },
+            jwks: JwksOptions {
+                allow_http: args.cheq_allow_http_jwks,
+                max_bytes: args.cheq_jwks_max_kib.max(1).saturating_mul(1024),
+                cache_ttl: Duration::from_secs(args.cheq_jwks_cache_secs),
+            },
+        },
         limits: HostLimits {
             max_concurrency_per_tool: args.max_concurrency_per_tool.max(1),
             outbound: Arc::new(OutboundLimits {
@@ -513,9 +580,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let options = api::ApiOptions {
             max_request_bytes: args.max_request_kib.saturating_mul(1024),
             public_url: public_url.trim_end_matches('/').to_string(),
+            request_body_timeout: Duration::from_secs(args.request_body_timeout_secs.max(1)),
         };
         let app = api::router(host, options);
-        axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+        let limits = api::serve::ConnectionLimits {
+            max_connections: args.max_connections.max(1),
+            header_read_timeout: Duration::from_secs(args.header_read_timeout_secs.max(1)),
+            idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
+        };
+        api::serve::serve(listener, app, limits, shutdown_signal()).await?;
         tracing::info!("stopped");
         Ok(())
     })

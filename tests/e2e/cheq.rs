@@ -146,8 +146,12 @@ fn payload(signed: &Value) -> Value {
     serde_json::from_slice(&bytes).unwrap()
 }
 
+/// What a server needs to fetch the stand-in confirmation server's keys:
+/// plain HTTP, on 127.0.0.1.
+pub const LOCAL_JWKS: [&str; 3] = ["--cheq-allow-http-jwks", "--allow-private-cidr", "127.0.0.0/8"];
+
 /// A stand-in external confirmation server: its own Ed25519 key, its JWKS
-/// served on 127.0.0.1.
+/// served on 127.0.0.1 (a server fetches it with [`LOCAL_JWKS`]).
 struct ConfirmationServer {
     key: plinth::cheq::SigningKey,
     jwks_url: String,
@@ -256,7 +260,7 @@ async fn a_call_that_needs_confirmation_answers_with_the_uri_pack() {
 #[tokio::test(flavor = "multi_thread")]
 async fn only_the_right_users_signed_acceptance_runs_the_call_once() {
     let external = ConfirmationServer::start().await;
-    let (server, _plugins) = confirming_server(&[]).await;
+    let (server, _plugins) = confirming_server(&LOCAL_JWKS).await;
     let setting = json!({ "uri": "https://confirm.example/", "jwks_url": external.jwks_url });
     let (status, body) = server.call_as(Some(TOKEN), Method::PUT, "/admin/confirmation-server", Some(&setting)).await;
     assert_eq!(status, 204, "{body}");
@@ -298,7 +302,9 @@ async fn only_the_right_users_signed_acceptance_runs_the_call_once() {
     assert_eq!(status, 202, "{body}");
 
     // Pending transactions survive a restart.
-    let server = Server::start_in(server.stop(), &["--plugins", _plugins.path().to_str().unwrap()]);
+    let mut args = vec!["--plugins", _plugins.path().to_str().unwrap()];
+    args.extend(LOCAL_JWKS);
+    let server = Server::start_in(server.stop(), &args);
     let resource = resource.replace(&resource[..resource.find("/cheq/").unwrap()], &server.base);
     let result = pack["result uri"].as_str().unwrap();
     let result = result.replace(&result[..result.find("/cheq/").unwrap()], &server.base);
@@ -347,7 +353,9 @@ async fn only_the_right_users_signed_acceptance_runs_the_call_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unanswered_confirmation_expires() {
     let external = ConfirmationServer::start().await;
-    let (server, _plugins) = confirming_server(&["--confirmation-ttl-secs", "1"]).await;
+    let mut args = vec!["--confirmation-ttl-secs", "1"];
+    args.extend(LOCAL_JWKS);
+    let (server, _plugins) = confirming_server(&args).await;
     let setting = json!({ "uri": "https://confirm.example/", "jwks_url": external.jwks_url });
     server.call_as(Some(TOKEN), Method::PUT, "/admin/confirmation-server", Some(&setting)).await;
     let (_, _, pack) = call_for(&server, Some("alice"), "book_flight", &booking("BUSINESS", 1)).await;

@@ -7,6 +7,7 @@ mod cheq;
 mod cheq_browser;
 mod cli;
 mod deploy;
+mod hardening_net;
 mod otc;
 mod sandbox;
 mod soak;

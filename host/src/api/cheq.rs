@@ -16,18 +16,22 @@
 //! | `GET`/`POST cheq/confirm` | the end user's browser | login, then the confirmation page |
 
 use super::{ApiError, ApiOptions, AppState, Caller};
-use crate::host::{DecideError, FrontDoor, InvokeError, PendingConfirmation, State as TxState, as_words, rfc3339};
+use crate::host::{
+    DecideError, FrontDoor, InvokeError, JwksError, LoginError, PendingConfirmation, State as TxState, as_words,
+    rfc3339,
+};
 use crate::store::StoredConfirmation;
 use crate::tenancy::unix_now;
 use axum::Extension;
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use html_escape::{encode_double_quoted_attribute as attr, encode_text as text};
 use serde_json::{Map, Value, json};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -118,6 +122,16 @@ impl From<DecideError> for ApiError {
             DecideError::Signature(_) => (StatusCode::FORBIDDEN, "invalid_signature"),
             DecideError::Altered => (StatusCode::CONFLICT, "cheq_altered"),
             DecideError::NotConfirmed(_) => (StatusCode::FORBIDDEN, "not_confirmed"),
+            DecideError::Jwks(e) => (
+                StatusCode::BAD_GATEWAY,
+                match e {
+                    JwksError::Insecure => "jwks_insecure_url",
+                    JwksError::InternalAddress => "jwks_internal_address",
+                    JwksError::TooLarge(_) => "jwks_too_large",
+                    JwksError::Invalid => "jwks_invalid",
+                    JwksError::Unavailable => "jwks_unavailable",
+                },
+            ),
             DecideError::Store(e) => {
                 tracing::error!(error = %e, "a confirmation could not be read or written");
                 return ApiError::storage_failed("the confirmation could not be recorded (is the data disk full?)");
@@ -168,13 +182,7 @@ pub(super) async fn decide_transaction(
             let signed: Value = serde_json::from_slice(&body).map_err(|e| {
                 ApiError::bad_request("invalid_json", format!("the body must be the signed CHEQ (a JWS in JSON): {e}"))
             })?;
-            // The tenant's external confirmation server's keys, fetched now:
-            // a key it revoked is not trusted a moment longer.
-            let trusted = match host.confirmation_server(&caller.tenant) {
-                Some(server) => vec![fetch_jwks(&server.jwks_url).await?],
-                None => Vec::new(),
-            };
-            let (c, confirmed) = host.accept_confirmation(&caller.tenant, &id, &signed, &trusted)?;
+            let (c, confirmed) = host.accept_signed(&caller.tenant, &id, &signed).await?;
             let status = complete(&host, c, confirmed, Map::new()).await;
             Ok(axum::Json(json!({ "transaction": id, "state": "accepted", "result_status": status })).into_response())
         }
@@ -188,34 +196,6 @@ pub(super) async fn decide_transaction(
             "post to the resource URI with `?accept` (and the countersigned CHEQ) or `?reject`",
         )),
     }
-}
-
-/// The JWKS at `url`.
-async fn fetch_jwks(url: &str) -> Result<Value, ApiError> {
-    let unavailable = |why: String| {
-        tracing::warn!(url, why, "the confirmation server's JWKS could not be fetched");
-        ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "jwks_unavailable",
-            "the confirmation server's keys could not be fetched; nothing was decided, try again",
-        )
-    };
-    // One client for the process: its connection pool and TLS roots are
-    // built once, not per accept.
-    static CLIENT: std::sync::OnceLock<Option<reqwest::Client>> = std::sync::OnceLock::new();
-    let client = CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .ok()
-    });
-    let client = client.as_ref().ok_or_else(|| unavailable("no HTTP client".into()))?;
-    let response = client.get(url).send().await.map_err(|e| unavailable(e.to_string()))?;
-    if !response.status().is_success() {
-        return Err(unavailable(format!("status {}", response.status())));
-    }
-    response.json().await.map_err(|e| unavailable(e.to_string()))
 }
 
 /// `GET /admin/confirmation-server`: the tenant's external confirmation
@@ -433,11 +413,7 @@ pub(super) async fn put_end_user(
     }
     let body: Body = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request("invalid_json", format!("the body must be {{\"password\": \"…\"}}: {e}")))?;
-    let principal = caller.principal()?.clone();
-    let tenant = caller.tenant.clone();
-    tokio::task::spawn_blocking(move || host.put_end_user(&principal, &tenant, &name, &body.password))
-        .await
-        .map_err(|_| ApiError::storage_failed("the end user could not be stored"))??;
+    host.put_end_user(caller.principal()?, &caller.tenant, &name, &body.password).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -553,28 +529,45 @@ pub(super) async fn confirm_page(
 }
 
 /// `POST cheq/login`: checks the end user's password and opens a session.
+/// The core throttles failed logins by user name and by client address (the
+/// TCP peer) and bounds the hashing; a refusal is the login page again, with
+/// its status (`401`, `429`, `503`), `Retry-After` when waiting helps, and
+/// the error code in `Plinth-Error-Code`.
 pub(super) async fn login(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     Extension(options): Extension<Arc<ApiOptions>>,
     Extension(sessions): Extension<Arc<Sessions>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: Bytes,
 ) -> Response {
     let fields = form(&body);
-    let user = field(&fields, "user").unwrap_or("").to_string();
-    let password = field(&fields, "password").unwrap_or("").to_string();
-    let resource_uri = field(&fields, "resource_uri").unwrap_or("").to_string();
-    let tenant = caller.tenant.clone();
-    let checker = host.clone();
-    let valid = check_end_user(&user).is_ok()
-        && tokio::task::spawn_blocking(move || checker.check_end_user(&tenant, &user, &password))
-            .await
-            .is_ok_and(|r| r.unwrap_or(false));
-    if !valid {
-        tracing::info!(tenant = caller.tenant, "a confirmation-page login failed");
-        return login_page(&options, &caller.tenant, &resource_uri, Some("Wrong user name or password."));
-    }
     let user = field(&fields, "user").unwrap_or("");
+    let password = field(&fields, "password").unwrap_or("");
+    let resource_uri = field(&fields, "resource_uri").unwrap_or("").to_string();
+    let outcome = match check_end_user(user) {
+        Ok(()) => host.log_in_end_user(&caller.tenant, user, password, peer.ip()).await,
+        Err(_) => Err(LoginError::Invalid),
+    };
+    if let Err(e) = outcome {
+        tracing::info!(tenant = caller.tenant, client = %peer.ip(), error = %e, "a confirmation-page login failed");
+        let problem = match &e {
+            LoginError::Invalid => "Wrong user name or password.".to_string(),
+            LoginError::Locked { .. } => format!("Too many failed logins: {e}."),
+            LoginError::Busy | LoginError::Store(_) => {
+                "The login could not be checked now; try again in a moment.".into()
+            }
+        };
+        let error = ApiError::from(e);
+        let mut response = login_page(&options, &caller.tenant, &resource_uri, Some(&problem));
+        *response.status_mut() = error.status();
+        let headers = response.headers_mut();
+        headers.insert("plinth-error-code", HeaderValue::from_static(error.code()));
+        if let Some(secs) = error.retry_after_secs() {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        return response;
+    }
     let Some((token, _)) = sessions.create(&caller.tenant, user) else {
         return page(StatusCode::INTERNAL_SERVER_ERROR, "Try again", "<p>The session could not be opened.</p>");
     };

@@ -4,7 +4,7 @@
 //! plus fields a caller can act on (`parameter`, the tool-error fields).
 //! Messages never carry host internals.
 
-use crate::host::{ChangeError, DeployError, InvokeError};
+use crate::host::{ChangeError, DeployError, InvokeError, LoginError};
 use crate::invocation::{InputError, OutputError, ToolError};
 use crate::runtime::CallError;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -58,6 +58,35 @@ impl ApiError {
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         self.status
+    }
+
+    /// The error code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// Seconds to wait before a retry, when waiting helps.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after_secs
+    }
+}
+
+impl From<LoginError> for ApiError {
+    /// `401 login_failed` (which of name and password is wrong is not
+    /// said), `429 login_locked` or `503 login_busy` with `Retry-After`.
+    fn from(e: LoginError) -> Self {
+        let (status, code) = match &e {
+            LoginError::Invalid => (StatusCode::UNAUTHORIZED, "login_failed"),
+            LoginError::Locked { .. } => (StatusCode::TOO_MANY_REQUESTS, "login_locked"),
+            LoginError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "login_busy"),
+            LoginError::Store(_) => {
+                tracing::error!(error = %e, "an end user could not be read");
+                return ApiError::storage_failed("the login could not be checked; try again");
+            }
+        };
+        let mut error = ApiError::new(status, code, e.to_string());
+        error.retry_after_secs = e.retry_after_secs();
+        error
     }
 }
 

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod cheq;
 pub mod error;
 pub mod otc;
+pub mod serve;
 
 use crate::host::ToolHost;
 use axum::Router;
@@ -20,6 +21,7 @@ use axum::http::Method;
 use axum::middleware::{self, Next};
 use axum::routing::{MethodRouter, delete, get, post, put};
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use auth::{Access, Caller, Scope};
 pub use error::ApiError;
@@ -35,11 +37,18 @@ pub struct ApiOptions {
     /// The URL clients reach the server at, without a trailing `/` (the
     /// absolute URIs of CHEQ URI packs start with it).
     pub public_url: String,
+    /// Time a request's body may take to arrive, from when its head did;
+    /// later answers `408 request_timeout`.
+    pub request_body_timeout: Duration,
 }
 
 impl Default for ApiOptions {
     fn default() -> Self {
-        ApiOptions { max_request_bytes: 1 << 20, public_url: "http://127.0.0.1:8080".into() }
+        ApiOptions {
+            max_request_bytes: 1 << 20,
+            public_url: "http://127.0.0.1:8080".into(),
+            request_body_timeout: Duration::from_secs(30),
+        }
     }
 }
 
@@ -146,14 +155,74 @@ fn routes(options: &ApiOptions) -> Routes {
 /// before routing, so it is not a bare `Router`).
 pub fn router(host: AppState, options: ApiOptions) -> axum::Router {
     let app = routes(&options).router.fallback(not_found).with_state(host.clone());
+    let body_timeout = options.request_body_timeout;
     let service = tower::ServiceBuilder::new()
         .layer(axum::Extension(host))
         .layer(axum::Extension(Arc::new(options)))
         .layer(axum::Extension(Arc::new(cheq::Sessions::default())))
         .map_request(auth::strip_tenant_root)
         .layer(middleware::from_fn(otc::uniform_errors))
+        .layer(middleware::from_fn(move |request: Request, next: Next| body_deadline(body_timeout, request, next)))
         .service(app);
     Router::new().fallback_service(service)
+}
+
+/// Gives a request's body `timeout` to arrive: a client that sends its
+/// head and then trickles (or withholds) the body is answered `408` and the
+/// connection closed, whatever the handler made of the failed read.
+async fn body_deadline(timeout: Duration, request: Request, next: Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let expired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (parts, body) = request.into_parts();
+    let body = DeadlineBody { inner: body, deadline: Box::pin(tokio::time::sleep(timeout)), expired: expired.clone() };
+    let response = next.run(Request::from_parts(parts, axum::body::Body::new(body))).await;
+    if !expired.load(std::sync::atomic::Ordering::Relaxed) {
+        return response;
+    }
+    let mut response = ApiError::new(
+        axum::http::StatusCode::REQUEST_TIMEOUT,
+        "request_timeout",
+        format!("the request body did not arrive within {} seconds; send it whole, then retry", timeout.as_secs()),
+    )
+    .into_response();
+    response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+    response
+}
+
+/// A request body that fails once its deadline passes.
+struct DeadlineBody {
+    inner: axum::body::Body,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    expired: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl http_body::Body for DeadlineBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        use std::future::Future;
+        use std::task::Poll;
+        if let Poll::Ready(frame) = std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            self.expired.store(true, std::sync::atomic::Ordering::Relaxed);
+            return Poll::Ready(Some(Err(axum::Error::new("the request body did not arrive in time"))));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Every endpoint the router serves, with its access decision (what the

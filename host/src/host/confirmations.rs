@@ -7,6 +7,12 @@
 //! Transport-free: the HTTP side (URI pack, resource and result URIs, the
 //! built-in confirmation page) is `api::cheq`.
 
+mod jwks;
+mod login;
+
+pub use jwks::{JwksError, JwksOptions};
+pub use login::{LoginError, LoginOptions};
+
 use super::{Call, ChangeError, InvokeError, ToolHost};
 use crate::cheq::{self, Confirmation, ConfirmationPolicy, SigningKey, VerifyError};
 use crate::invocation::{self, ToolResult};
@@ -85,6 +91,16 @@ pub struct PendingConfirmation {
     pub confirmation_uri: Option<String>,
 }
 
+/// The operator's settings for the confirmation servers: the built-in
+/// one's logins, external ones' keys.
+#[derive(Debug, Clone, Default)]
+pub struct CheqOptions {
+    /// End users' logins to the built-in confirmation page.
+    pub login: LoginOptions,
+    /// Fetching external confirmation servers' keys.
+    pub jwks: JwksOptions,
+}
+
 /// The keys of both CHEQ roles this server plays, how long a confirmation
 /// stays open, and the tenants' CHEQ settings.
 pub(super) struct CheqState {
@@ -97,10 +113,21 @@ pub(super) struct CheqState {
     pub servers: dashmap::DashMap<String, ConfirmationServer>,
     /// Publishers' overrides of tools' confirmation policies, by tool.
     pub overrides: dashmap::DashMap<Uuid, (ConfirmationPolicy, Arc<Confirmation>)>,
+    /// Password hashing slots and the failed-login throttle.
+    login: login::LoginGuard,
+    /// External confirmation servers' keys, fetched and cached.
+    jwks: jwks::JwksFetcher,
 }
 
 impl CheqState {
-    pub fn new(data_dir: &std::path::Path, ttl: Duration) -> anyhow::Result<CheqState> {
+    /// `allowed_private`: the networks the operator lets outbound requests
+    /// reach (tools' and these key fetches alike).
+    pub fn new(
+        data_dir: &std::path::Path,
+        ttl: Duration,
+        options: &CheqOptions,
+        allowed_private: Vec<ipnet::IpNet>,
+    ) -> anyhow::Result<CheqState> {
         let key = |file| {
             SigningKey::load_or_create(data_dir, file)
                 .map_err(|e| anyhow::anyhow!("the CHEQ key {file} in {}: {e}", data_dir.display()))
@@ -111,6 +138,8 @@ impl CheqState {
             ttl,
             servers: Default::default(),
             overrides: Default::default(),
+            login: login::LoginGuard::new(&options.login),
+            jwks: jwks::JwksFetcher::new(options.jwks.clone(), allowed_private),
         })
     }
 }
@@ -204,6 +233,9 @@ pub enum DecideError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The tenant's confirmation server's keys could not be used.
+    #[error(transparent)]
+    Jwks(#[from] JwksError),
 }
 
 impl ToolHost {
@@ -335,23 +367,29 @@ impl ToolHost {
     ) -> Result<(), ChangeError> {
         match server {
             Some(server) => {
-                for (what, url) in [("uri", &server.uri), ("jwks_url", &server.jwks_url)] {
-                    if !(url.starts_with("https://") || url.starts_with("http://")) {
-                        return Err(ChangeError::Invalid(format!("`{what}` must be an http(s) URL")));
-                    }
+                if !(server.uri.starts_with("https://") || server.uri.starts_with("http://")) {
+                    return Err(ChangeError::Invalid("`uri` must be an http(s) URL".into()));
                 }
+                self.cheq
+                    .jwks
+                    .check_url(&server.jwks_url)
+                    .map_err(|e| ChangeError::Invalid(format!("`jwks_url`: {e}")))?;
                 let value = serde_json::to_string(&server).unwrap_or_default();
                 let audit = AuditEntry::new(actor, Some(tenant), "cheq.server.put", tenant)
                     .detail(json!({ "uri": server.uri, "jwks_url": server.jwks_url }));
                 self.store.put_setting(&(tenant.to_string(), SERVER_SETTING.into(), value), &audit)?;
-                self.cheq.servers.insert(tenant.to_string(), server);
+                if let Some(old) = self.cheq.servers.insert(tenant.to_string(), server) {
+                    self.cheq.jwks.forget(&old.jwks_url);
+                }
             }
             None => {
                 let audit = AuditEntry::new(actor, Some(tenant), "cheq.server.delete", tenant);
                 if !self.store.delete_setting(tenant, SERVER_SETTING, &audit)? {
                     return Err(ChangeError::NotFound("the tenant has no external confirmation server".into()));
                 }
-                self.cheq.servers.remove(tenant);
+                if let Some((_, old)) = self.cheq.servers.remove(tenant) {
+                    self.cheq.jwks.forget(&old.jwks_url);
+                }
             }
         }
         Ok(())
@@ -423,6 +461,25 @@ impl ToolHost {
         claims.insert("iat".into(), unix_now().into());
         cheq::countersign(&mut signed, &self.cheq.confirmation, claims)?;
         self.accept_confirmation(tenant, id, &signed, &[])
+    }
+
+    /// Accepts a transaction with `signed`, as posted to its resource URI:
+    /// checked against the tenant's external confirmation server's keys
+    /// (fetched, or cached for a while) as well as this server's own. The
+    /// transaction is looked up first: an unknown, expired or decided one
+    /// never sets off a fetch.
+    pub async fn accept_signed(
+        &self,
+        tenant: &str,
+        id: &str,
+        signed: &Value,
+    ) -> Result<(StoredConfirmation, Confirmed), DecideError> {
+        self.decidable(tenant, id)?;
+        let trusted = match self.confirmation_server(tenant) {
+            Some(server) => vec![Value::clone(&*self.cheq.jwks.get(&server.jwks_url).await?)],
+            None => Vec::new(),
+        };
+        self.accept_confirmation(tenant, id, signed, &trusted)
     }
 
     /// Accepts a transaction with `signed`: the CHEQ this server issued,
@@ -536,13 +593,33 @@ impl ToolHost {
 
     /// Sets an end user's password: who may log in to the built-in
     /// confirmation page and confirm the calls made for them. Only an
-    /// Argon2id hash is stored.
-    pub fn put_end_user(&self, actor: &Principal, tenant: &str, name: &str, password: &str) -> Result<(), ChangeError> {
+    /// Argon2id hash is stored. The hash waits for one of the hashing slots
+    /// logins use, and is computed off the async threads.
+    pub async fn put_end_user(
+        self: &Arc<Self>,
+        actor: &Principal,
+        tenant: &str,
+        name: &str,
+        password: &str,
+    ) -> Result<(), ChangeError> {
         if password.chars().count() < MIN_PASSWORD_CHARS {
             return Err(ChangeError::Invalid(format!(
                 "an end user's password must be at least {MIN_PASSWORD_CHARS} characters"
             )));
         }
+        let slot = self.cheq.login.hashing.clone().acquire_owned().await;
+        let host = self.clone();
+        let (actor, tenant, name, password) =
+            (actor.clone(), tenant.to_string(), name.to_string(), password.to_string());
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            host.store_end_user(&actor, &tenant, &name, &password)
+        })
+        .await
+        .map_err(|_| ChangeError::Invalid("the password could not be hashed".into()))?
+    }
+
+    fn store_end_user(&self, actor: &Principal, tenant: &str, name: &str, password: &str) -> Result<(), ChangeError> {
         let mut salt = [0u8; 16];
         getrandom::fill(&mut salt).map_err(|e| ChangeError::Invalid(e.to_string()))?;
         let salt = SaltString::encode_b64(&salt).map_err(|e| ChangeError::Invalid(e.to_string()))?;
@@ -565,9 +642,43 @@ impl ToolHost {
         Ok(())
     }
 
+    /// Logs an end user in to the built-in confirmation page, from the
+    /// client at `address` (the TCP peer). Refused at once, before any
+    /// hashing, while the user name or the address is locked out by failed
+    /// logins, or when every hashing slot is taken; otherwise the password
+    /// is checked off the async threads. An unknown tenant or user name is
+    /// answered, throttled and timed like a wrong password.
+    pub async fn log_in_end_user(
+        self: &Arc<Self>,
+        tenant: &str,
+        name: &str,
+        password: &str,
+        address: std::net::IpAddr,
+    ) -> Result<(), LoginError> {
+        let guard = &self.cheq.login;
+        guard.check(tenant, name, address)?;
+        let slot = guard.hashing.clone().try_acquire_owned().map_err(|_| LoginError::Busy)?;
+        let host = self.clone();
+        let (t, n, p) = (tenant.to_string(), name.to_string(), password.to_string());
+        let valid = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            host.check_end_user(&t, &n, &p)
+        })
+        .await
+        .unwrap_or(Ok(false))?;
+        if valid {
+            guard.succeeded(tenant, name);
+            Ok(())
+        } else {
+            guard.failed(tenant, name, address);
+            Err(LoginError::Invalid)
+        }
+    }
+
     /// Whether `password` is `name`'s (slow on purpose: run it off the
-    /// async threads). An unknown name costs the same as a wrong password.
-    pub fn check_end_user(&self, tenant: &str, name: &str, password: &str) -> Result<bool, StoreError> {
+    /// async threads, in a hashing slot). An unknown name costs the same as
+    /// a wrong password.
+    fn check_end_user(&self, tenant: &str, name: &str, password: &str) -> Result<bool, StoreError> {
         let stored = self.store.end_user(tenant, name)?;
         let hash = stored.as_deref().unwrap_or(UNKNOWN_USER_HASH);
         let matches = PasswordHash::new(hash)

@@ -1,0 +1,262 @@
+//! The keys of tenants' external confirmation servers, fetched from their
+//! JWKS URLs under the same rules as a tool's outbound requests.
+//!
+//! The URL is a publisher's, and the fetch is set off by whoever posts an
+//! accept to a resource URI, so:
+//! - only `https://` (plain `http://` only when the operator allows it);
+//! - the name is resolved and every address must be public, unless a
+//!   network the operator allows for tools (`--allow-private-cidr`) holds
+//!   it; the connection goes to exactly the addresses checked (the client's
+//!   resolver is the check), so a DNS answer that changes in between cannot
+//!   redirect it; no proxy, no redirects;
+//! - the body is capped;
+//! - a key set is cached for a while (a bounded cache), so accepts do not
+//!   each cost a fetch: a key the confirmation server revokes is trusted
+//!   until its cached set expires.
+
+use crate::runtime::outbound::is_internal;
+use ipnet::IpNet;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Key sets cached at most (one per tenant that has a confirmation server).
+const MAX_CACHED: usize = 1024;
+/// Time a whole fetch may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The operator's settings for fetching confirmation servers' keys.
+#[derive(Debug, Clone)]
+pub struct JwksOptions {
+    /// Allow `http://` JWKS URLs (for tests and closed networks).
+    pub allow_http: bool,
+    /// Largest JWKS body read.
+    pub max_bytes: usize,
+    /// How long a fetched key set is trusted before it is fetched again.
+    pub cache_ttl: Duration,
+}
+
+impl Default for JwksOptions {
+    fn default() -> Self {
+        JwksOptions { allow_http: false, max_bytes: 64 * 1024, cache_ttl: Duration::from_secs(300) }
+    }
+}
+
+/// Why a confirmation server's keys were not used.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum JwksError {
+    /// Not `https://` (or not a URL at all).
+    #[error(
+        "the confirmation server's JWKS URL must be an https:// URL (this server accepts http:// only when its operator allows it)"
+    )]
+    Insecure,
+    /// An address on the host's own or a private network.
+    #[error(
+        "the confirmation server's JWKS URL leads to an address on this server's own or a private network, which its operator does not allow"
+    )]
+    InternalAddress,
+    /// Larger than the cap.
+    #[error("the confirmation server's JWKS is larger than {0} bytes")]
+    TooLarge(usize),
+    /// Not a JSON object with a `keys` array.
+    #[error("the confirmation server's JWKS is not a JSON key set")]
+    Invalid,
+    /// Unreachable, or not answering `200`.
+    #[error("the confirmation server's keys could not be fetched; nothing was decided, try again")]
+    Unavailable,
+}
+
+impl JwksError {
+    /// Whether the operator's or this server's rules refused the URL (as
+    /// opposed to the confirmation server failing to answer).
+    pub fn is_refusal(&self) -> bool {
+        !matches!(self, JwksError::Unavailable)
+    }
+}
+
+/// Fetches and caches key sets.
+pub(crate) struct JwksFetcher {
+    options: JwksOptions,
+    allowed_private: Arc<Vec<IpNet>>,
+    /// Built once (its TLS roots and pool); `None` if it could not be.
+    client: Option<reqwest::Client>,
+    cache: Mutex<HashMap<String, (Instant, Arc<Value>)>>,
+}
+
+impl JwksFetcher {
+    pub(crate) fn new(options: JwksOptions, allowed_private: Vec<IpNet>) -> JwksFetcher {
+        let allowed_private = Arc::new(allowed_private);
+        let client = reqwest::Client::builder()
+            .timeout(FETCH_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .dns_resolver(Arc::new(CheckedResolver { allowed_private: allowed_private.clone() }))
+            .build()
+            .inspect_err(|e| tracing::error!(error = %e, "no HTTP client for confirmation servers' keys"))
+            .ok();
+        JwksFetcher { options, allowed_private, client, cache: Mutex::new(HashMap::new()) }
+    }
+
+    /// Whether `url` may be a JWKS URL at all (checked when a publisher
+    /// sets it, and again at every fetch).
+    pub(crate) fn check_url(&self, url: &str) -> Result<reqwest::Url, JwksError> {
+        let url = reqwest::Url::parse(url).map_err(|_| JwksError::Insecure)?;
+        match url.scheme() {
+            "https" => {}
+            "http" if self.options.allow_http => {}
+            _ => return Err(JwksError::Insecure),
+        }
+        // The resolver checks names; an address in the URL is never resolved.
+        let host = url.host_str().filter(|h| !h.is_empty()).ok_or(JwksError::Insecure)?;
+        let literal = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().ok();
+        if literal.is_some_and(|ip| refused(ip, &self.allowed_private)) {
+            return Err(JwksError::InternalAddress);
+        }
+        Ok(url)
+    }
+
+    /// The key set at `url`, from the cache while it is fresh.
+    pub(crate) async fn get(&self, url: &str) -> Result<Arc<Value>, JwksError> {
+        let now = Instant::now();
+        if let Some((fetched, keys)) = self.cache().get(url)
+            && now.duration_since(*fetched) < self.options.cache_ttl
+        {
+            return Ok(keys.clone());
+        }
+        let keys = Arc::new(self.fetch(url).await.inspect_err(|e| {
+            tracing::warn!(url, error = %e, "a confirmation server's JWKS was not used");
+        })?);
+        let mut cache = self.cache();
+        if cache.len() >= MAX_CACHED && !cache.contains_key(url) {
+            let ttl = self.options.cache_ttl;
+            cache.retain(|_, (fetched, _)| now.duration_since(*fetched) < ttl);
+            if cache.len() >= MAX_CACHED
+                && let Some(oldest) = cache.iter().min_by_key(|(_, (fetched, _))| *fetched).map(|(k, _)| k.clone())
+            {
+                cache.remove(&oldest);
+            }
+        }
+        cache.insert(url.to_string(), (Instant::now(), keys.clone()));
+        Ok(keys)
+    }
+
+    /// Forgets the cached key set of `url` (its tenant changed servers).
+    pub(crate) fn forget(&self, url: &str) {
+        self.cache().remove(url);
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Arc<Value>)>> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn fetch(&self, url: &str) -> Result<Value, JwksError> {
+        let url = self.check_url(url)?;
+        let client = self.client.as_ref().ok_or(JwksError::Unavailable)?;
+        let mut response = client.get(url).send().await.map_err(|e| {
+            if caused_by_refusal(&e) {
+                JwksError::InternalAddress
+            } else {
+                tracing::debug!(error = %e, "fetching a JWKS failed");
+                JwksError::Unavailable
+            }
+        })?;
+        if !response.status().is_success() {
+            return Err(JwksError::Unavailable);
+        }
+        let max = self.options.max_bytes;
+        if response.content_length().is_some_and(|n| n > max as u64) {
+            return Err(JwksError::TooLarge(max));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|_| JwksError::Unavailable)? {
+            if body.len() + chunk.len() > max {
+                return Err(JwksError::TooLarge(max));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let keys: Value = serde_json::from_slice(&body).map_err(|_| JwksError::Invalid)?;
+        if !keys["keys"].is_array() {
+            return Err(JwksError::Invalid);
+        }
+        Ok(keys)
+    }
+}
+
+/// Whether the outbound policy refuses `ip`: internal, and in no network
+/// the operator allows.
+fn refused(ip: IpAddr, allowed_private: &[IpNet]) -> bool {
+    is_internal(ip) && !allowed_private.iter().any(|net| net.contains(&ip))
+}
+
+/// The client's resolver: resolves, and refuses the name unless every
+/// address passes the outbound policy. The client connects only to what it
+/// returns.
+struct CheckedResolver {
+    allowed_private: Arc<Vec<IpNet>>,
+}
+
+/// The resolver's refusal, found again in the client's error.
+#[derive(Debug, thiserror::Error)]
+#[error("the name resolves to an address the outbound policy refuses")]
+struct RefusedAddress;
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let allowed_private = self.allowed_private.clone();
+        Box::pin(async move {
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            if found.is_empty() || found.iter().any(|a| refused(a.ip(), &allowed_private)) {
+                return Err(Box::new(RefusedAddress) as Box<dyn std::error::Error + Send + Sync>);
+            }
+            Ok(Box::new(found.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+fn caused_by_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(e) = source {
+        if e.is::<RefusedAddress>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fetcher(allow_http: bool, allowed: &[&str]) -> JwksFetcher {
+        let allowed = allowed.iter().map(|n| n.parse().unwrap()).collect();
+        JwksFetcher::new(JwksOptions { allow_http, ..Default::default() }, allowed)
+    }
+
+    #[test]
+    fn only_https_unless_the_operator_allows_http() {
+        let strict = fetcher(false, &[]);
+        assert!(strict.check_url("https://confirm.example/jwks.json").is_ok());
+        for bad in ["http://confirm.example/jwks.json", "file:///etc/passwd", "ftp://x/", "not a url", "https://"] {
+            assert!(matches!(strict.check_url(bad), Err(JwksError::Insecure)), "{bad}");
+        }
+        assert!(fetcher(true, &[]).check_url("http://confirm.example/jwks.json").is_ok());
+    }
+
+    #[test]
+    fn internal_addresses_in_the_url_are_refused() {
+        let strict = fetcher(true, &[]);
+        for internal in ["http://127.0.0.1:9/", "https://169.254.169.254/", "https://[::1]/", "https://10.0.0.1/"] {
+            assert!(matches!(strict.check_url(internal), Err(JwksError::InternalAddress)), "{internal}");
+        }
+        assert!(fetcher(true, &["127.0.0.0/8"]).check_url("http://127.0.0.1:9/").is_ok());
+    }
+
+    #[tokio::test]
+    async fn names_that_resolve_to_internal_addresses_are_refused_before_connecting() {
+        let strict = fetcher(true, &[]);
+        assert!(matches!(strict.get("http://localhost:9/jwks.json").await, Err(JwksError::InternalAddress)));
+    }
+}

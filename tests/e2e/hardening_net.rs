@@ -1,0 +1,421 @@
+//! Attacks from the network, replayed against the real server: a flood of
+//! anonymous logins, password guessing, connections that never finish
+//! their request (or never send one), and external confirmation servers'
+//! keys fetched where they must not be.
+
+use crate::cheq::{booking, call_for, confirming_server, fetch};
+use crate::support::{Server, TOKEN, invocation};
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// A hang guard, never a measure: every wait below ends far sooner.
+const GUARD: Duration = Duration::from_secs(60);
+
+/// A /proc/PID/status field, in KiB.
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field} in {status}"));
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// `POST {base}{path}` with a form body, from a client without a key and
+/// without redirects → (status, headers, body).
+async fn post_form(
+    client: &reqwest::Client,
+    url: &str,
+    form: &[(&str, &str)],
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let response = client.post(url).form(form).send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, response.text().await.unwrap_or_default())
+}
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}
+
+fn header<'a>(headers: &'a reqwest::header::HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).map(|v| v.to_str().unwrap())
+}
+
+/// The peak resident memory allowed while 400 anonymous logins hit the
+/// server at once (docs/cheq.md). Each Argon2id check holds 19 MiB; before
+/// hashing was bounded, 400 ran at once and the server grew by gigabytes.
+const LOGIN_FLOOD_PEAK_MIB: u64 = 512;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_of_anonymous_logins_is_bounded_and_others_keep_working() {
+    let server = Server::start(&["--max-password-checks", "2"]);
+    let echo = server.tool_id("echo").await;
+    let login = format!("{}/t/nosuch/cheq/login", server.base);
+    let flood_client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    let flood: Vec<_> = (0..400)
+        .map(|i| {
+            let (client, login) = (flood_client.clone(), login.clone());
+            tokio::spawn(async move {
+                let user = format!("user{i}");
+                let form = [("user", user.as_str()), ("password", "guess-guess"), ("resource_uri", "")];
+                tokio::time::timeout(GUARD, post_form(&client, &login, &form)).await.expect("a login hung")
+            })
+        })
+        .collect();
+
+    // Other callers are answered while the flood runs...
+    let (status, body) = server.get("/health").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) =
+        server.post(&format!("/tools/{echo}:invoke"), &invocation("echo", &[("text", json!("hi"))])).await;
+    assert_eq!(status, 200, "{body}");
+
+    let mut counts = std::collections::BTreeMap::new();
+    for answer in flood {
+        let (status, headers, page) = answer.await.unwrap();
+        *counts.entry(status).or_insert(0) += 1;
+        let code = header(&headers, "plinth-error-code");
+        match status {
+            401 => assert_eq!(code, Some("login_failed"), "{page}"),
+            429 => {
+                assert_eq!(code, Some("login_locked"), "{page}");
+                assert!(header(&headers, "retry-after").is_some());
+            }
+            503 => {
+                assert_eq!(code, Some("login_busy"), "{page}");
+                assert_eq!(header(&headers, "retry-after"), Some("1"));
+            }
+            other => panic!("a login was answered {other}: {page}"),
+        }
+        assert!(page.contains("id=\"problem\""), "{page}");
+    }
+    assert_eq!(counts.values().sum::<usize>(), 400);
+    assert!(counts.contains_key(&503) || counts.contains_key(&429), "nothing was turned away: {counts:?}");
+
+    // ...and after it.
+    let (status, body) =
+        server.post(&format!("/tools/{echo}:invoke"), &invocation("echo", &[("text", json!("hi"))])).await;
+    assert_eq!(status, 200, "{body}");
+    let peak_mib = proc_status_kib(server.pid(), "VmHWM:") / 1024;
+    assert!(peak_mib < LOGIN_FLOOD_PEAK_MIB, "the server peaked at {peak_mib} MiB during the flood ({counts:?})");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn repeated_wrong_passwords_lock_the_user_out_until_the_lockout_ends() {
+    let (server, _plugins) = confirming_server(&[
+        "--login-lockout-after",
+        "3",
+        "--login-lockout-secs",
+        "2",
+        "--login-address-lockout-after",
+        "8",
+    ])
+    .await;
+    let client = no_redirects();
+    let login = format!("{}/cheq/login", server.base);
+    let attempt = |user: &'static str, password: &'static str, url: String| {
+        let client = client.clone();
+        async move { post_form(&client, &url, &[("user", user), ("password", password), ("resource_uri", "")]).await }
+    };
+
+    // Three wrong passwords: each is a plain refusal.
+    for _ in 0..3 {
+        let (status, headers, page) = attempt("alice", "wrong-password", login.clone()).await;
+        assert_eq!((status, header(&headers, "plinth-error-code")), (401, Some("login_failed")), "{page}");
+        assert!(page.contains("Wrong user name or password"), "{page}");
+    }
+    // Now alice is locked out: even her password is refused, at once.
+    let (status, headers, page) = attempt("alice", "alice-password", login.clone()).await;
+    assert_eq!((status, header(&headers, "plinth-error-code")), (429, Some("login_locked")), "{page}");
+    let wait: u64 = header(&headers, "retry-after").unwrap().parse().unwrap();
+    assert_eq!(wait, 2, "the first lockout is the configured base");
+    // Another user from the same address is not.
+    let (status, headers, _) = attempt("bob", "bob-password", login.clone()).await;
+    assert_eq!(status, 303, "{headers:?}");
+
+    // Once the lockout is over, the right password works.
+    tokio::time::sleep(Duration::from_secs(wait)).await;
+    let (status, headers, page) = attempt("alice", "alice-password", login.clone()).await;
+    assert_eq!(status, 303, "{page}");
+    assert!(header(&headers, "set-cookie").unwrap().starts_with("plinth_cheq_session="));
+
+    // A tenant that does not exist and a user who does not exist are
+    // answered and locked out exactly alike: nothing tells them apart.
+    let nosuch = format!("{}/t/nosuch/cheq/login", server.base);
+    for _ in 0..3 {
+        let (status, headers, _) = attempt("nobody", "wrong-password", nosuch.clone()).await;
+        assert_eq!((status, header(&headers, "plinth-error-code")), (401, Some("login_failed")));
+    }
+    let (status, headers, _) = attempt("nobody", "wrong-password", nosuch.clone()).await;
+    assert_eq!((status, header(&headers, "plinth-error-code")), (429, Some("login_locked")));
+
+    // The address is locked out too once it failed eight times in all
+    // (alice 3, nobody 3, now carol 2): then even bob is refused from it.
+    for _ in 0..2 {
+        let (status, _, _) = attempt("carol", "wrong-password", login.clone()).await;
+        assert_eq!(status, 401);
+    }
+    let (status, headers, page) = attempt("bob", "bob-password", login.clone()).await;
+    assert_eq!((status, header(&headers, "plinth-error-code")), (429, Some("login_locked")), "{page}");
+}
+
+/// A raw connection to the server, with a hang guard on reads.
+fn connect(server: &Server) -> TcpStream {
+    let stream = TcpStream::connect(server.base.trim_start_matches("http://")).unwrap();
+    stream.set_read_timeout(Some(GUARD)).unwrap();
+    stream
+}
+
+/// Reads until the server closes the connection; returns what it sent.
+/// Fails if it is still open when the hang guard runs out.
+fn read_until_closed(stream: &mut TcpStream) -> String {
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return String::from_utf8_lossy(&received).into_owned(),
+            Ok(n) => received.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return String::from_utf8_lossy(&received).into_owned(),
+            Err(e) => panic!("the server kept the connection open ({e}); received so far: {received:?}"),
+        }
+    }
+}
+
+/// Whether the server has closed `stream` by now (without waiting).
+fn closed_now(mut stream: &TcpStream) -> bool {
+    stream.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 1024];
+    let closed = loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break false,
+            Err(_) => break true,
+        }
+    };
+    stream.set_nonblocking(false).unwrap();
+    closed
+}
+
+/// A whole `GET /health` on a raw connection → the response head and body.
+fn raw_health(stream: &mut TcpStream) -> String {
+    stream.write_all(b"GET /health HTTP/1.1\r\nHost: plinth\r\n\r\n").unwrap();
+    let mut received = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&received).contains("\"ok\"}") {
+        let n = stream.read(&mut buf).expect("no answer to /health");
+        assert!(n > 0, "the connection closed before /health was answered: {received:?}");
+        received.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&received).into_owned()
+}
+
+#[test]
+fn half_sent_request_heads_are_cut_off_after_the_header_timeout() {
+    let server = Server::start(&["--header-read-timeout-secs", "2", "--idle-timeout-secs", "600"]);
+    let mut slow: Vec<TcpStream> = (0..200)
+        .map(|_| {
+            let mut stream = connect(&server);
+            stream.write_all(b"GET /health HTTP/1.1\r\nHost: plinth\r\nX-Slow: ").unwrap();
+            stream
+        })
+        .collect();
+    for stream in &mut slow {
+        let answer = read_until_closed(stream);
+        assert!(!answer.contains("200 OK"), "{answer}");
+    }
+    assert!(raw_health(&mut connect(&server)).starts_with("HTTP/1.1 200"));
+}
+
+#[test]
+fn idle_connections_are_closed_after_the_idle_timeout() {
+    let server = Server::start(&["--idle-timeout-secs", "2", "--header-read-timeout-secs", "600"]);
+    // One that never sends anything.
+    let mut silent = connect(&server);
+    // One kept alive after a request.
+    let mut kept = connect(&server);
+    let answer = raw_health(&mut kept);
+    assert!(answer.starts_with("HTTP/1.1 200") && !answer.to_ascii_lowercase().contains("connection: close"));
+    assert_eq!(read_until_closed(&mut silent), "");
+    assert_eq!(read_until_closed(&mut kept), "");
+}
+
+#[test]
+fn a_request_body_that_never_arrives_is_answered_408() {
+    let server = Server::start(&["--request-body-timeout-secs", "2"]);
+    let mut stream = connect(&server);
+    stream
+        .write_all(
+            b"POST /cheq/transactions/abc?accept HTTP/1.1\r\nHost: plinth\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"pay",
+        )
+        .unwrap();
+    let answer = read_until_closed(&mut stream);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"code\":\"request_timeout\""), "{answer}");
+}
+
+#[test]
+fn at_the_connection_cap_new_clients_wait_until_slow_ones_are_cut_off() {
+    let server = Server::start(&["--max-connections", "8", "--header-read-timeout-secs", "3"]);
+    let mut slow: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut stream = connect(&server);
+            stream.write_all(b"GET /health HTTP/1.1\r\nHost: plinth\r\n").unwrap();
+            stream
+        })
+        .collect();
+    // The ninth waits in the backlog: it is answered only once a slow one
+    // has been cut off, and then it is.
+    let answer = raw_health(&mut connect(&server));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let cut_off = slow.iter().filter(|s| closed_now(s)).count();
+    assert!(cut_off >= 1, "/health was served while all 8 slow connections were still open");
+    for stream in &mut slow {
+        read_until_closed(stream);
+    }
+    assert!(raw_health(&mut connect(&server)).starts_with("HTTP/1.1 200"));
+}
+
+/// A stand-in external confirmation server that counts the requests for
+/// its keys: `/jwks.json` is its key set, `/big.json` one padded past
+/// 64 KiB.
+struct CountingConfirmationServer {
+    key: plinth::cheq::SigningKey,
+    base: String,
+    requests: Arc<AtomicUsize>,
+    _serving: tokio::task::JoinHandle<()>,
+}
+
+impl CountingConfirmationServer {
+    async fn start() -> CountingConfirmationServer {
+        let key = plinth::cheq::SigningKey::generate().unwrap();
+        let jwks = plinth::cheq::jwks(&[&key]);
+        let mut big = jwks.clone();
+        big["padding"] = "x".repeat(100 * 1024).into();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (small_count, big_count) = (requests.clone(), requests.clone());
+        let app = axum::Router::new()
+            .route(
+                "/jwks.json",
+                axum::routing::get(move || async move {
+                    small_count.fetch_add(1, Ordering::SeqCst);
+                    axum::Json(jwks)
+                }),
+            )
+            .route(
+                "/big.json",
+                axum::routing::get(move || async move {
+                    big_count.fetch_add(1, Ordering::SeqCst);
+                    axum::Json(big)
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let serving = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        CountingConfirmationServer { key, base, requests, _serving: serving }
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    fn accept(&self, signed: &Value, user: &str) -> Value {
+        let mut signed = signed.clone();
+        let claims = json!({ "sub": user, "decision": "accept" }).as_object().unwrap().clone();
+        plinth::cheq::countersign(&mut signed, &self.key, claims).unwrap();
+        signed
+    }
+}
+
+async fn set_confirmation_server(server: &Server, jwks_url: &str) -> (u16, Value) {
+    let setting = json!({ "uri": "https://confirm.example/", "jwks_url": jwks_url });
+    server.call_as(Some(TOKEN), Method::PUT, "/admin/confirmation-server", Some(&setting)).await
+}
+
+/// A booking that waits for alice, and its CHEQ signed by the server →
+/// (resource URI, signed CHEQ).
+async fn pending_booking(server: &Server) -> (String, Value) {
+    let (status, _, pack) = call_for(server, Some("alice"), "book_flight", &booking("FIRST", 1)).await;
+    assert_eq!(status, 202, "{pack}");
+    let resource = pack["resource uri"].as_str().unwrap().to_string();
+    let (_, _, signed) = fetch(&resource).await;
+    (resource, signed)
+}
+
+async fn accept(resource_uri: &str, body: &Value) -> (u16, Value) {
+    let response = reqwest::Client::new().post(format!("{resource_uri}?accept")).json(body).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plain_http_jwks_url_is_refused_unless_the_operator_allows_it() {
+    let external = CountingConfirmationServer::start().await;
+    let (server, _plugins) = confirming_server(&["--allow-private-cidr", "127.0.0.0/8"]).await;
+    let (status, body) = set_confirmation_server(&server, &format!("{}/jwks.json", external.base)).await;
+    assert_eq!((status, &body["error"]["code"]), (400, &json!("invalid_request")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("https://"), "{body}");
+    let (status, body) = server.get("/admin/confirmation-server").await;
+    assert_eq!((status, &body["confirmation_server"]), (200, &Value::Null));
+    assert_eq!(external.requests(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_jwks_url_on_the_servers_own_network_is_refused() {
+    let external = CountingConfirmationServer::start().await;
+    let (server, _plugins) = confirming_server(&["--cheq-allow-http-jwks"]).await;
+    // An address in the URL is refused when it is set...
+    let (status, body) = set_confirmation_server(&server, &format!("{}/jwks.json", external.base)).await;
+    assert_eq!((status, &body["error"]["code"]), (400, &json!("invalid_request")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("private network"), "{body}");
+    // ...a name that resolves to one when it would be fetched, before any
+    // connection is made.
+    let port = external.base.rsplit(':').next().unwrap();
+    let (status, body) = set_confirmation_server(&server, &format!("http://localhost:{port}/jwks.json")).await;
+    assert_eq!(status, 204, "{body}");
+    let (resource, signed) = pending_booking(&server).await;
+    let (status, body) = accept(&resource, &external.accept(&signed, "alice")).await;
+    assert_eq!((status, &body["error"]["code"]), (502, &json!("jwks_internal_address")), "{body}");
+    assert_eq!(external.requests(), 0, "nothing reached the internal address");
+    let (_, _, result) = fetch(&resource.replace("/transactions/", "/results/")).await;
+    assert_eq!(result["state"], "pending", "nothing was decided");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn jwks_are_fetched_only_for_real_transactions_capped_and_cached() {
+    let external = CountingConfirmationServer::start().await;
+    let (server, _plugins) =
+        confirming_server(&["--cheq-allow-http-jwks", "--allow-private-cidr", "127.0.0.0/8"]).await;
+    let (status, body) = set_confirmation_server(&server, &format!("{}/jwks.json", external.base)).await;
+    assert_eq!(status, 204, "{body}");
+
+    // An unknown transaction sets off no fetch.
+    let (_, signed) = pending_booking(&server).await;
+    let unknown = format!("{}/cheq/transactions/no-such-transaction", server.base);
+    let (status, body) = accept(&unknown, &external.accept(&signed, "alice")).await;
+    assert_eq!((status, &body["error"]["code"]), (404, &json!("unknown_transaction")), "{body}");
+    assert_eq!(external.requests(), 0, "an unknown transaction must not fetch anything");
+
+    // A real one fetches the keys once; the next accept uses the cached set.
+    let (resource, signed) = pending_booking(&server).await;
+    let (status, body) = accept(&resource, &external.accept(&signed, "alice")).await;
+    assert_eq!((status, &body["state"]), (200, &json!("accepted")), "{body}");
+    assert_eq!(external.requests(), 1);
+    let (resource, signed) = pending_booking(&server).await;
+    let (status, body) = accept(&resource, &external.accept(&signed, "alice")).await;
+    assert_eq!((status, &body["state"]), (200, &json!("accepted")), "{body}");
+    assert_eq!(external.requests(), 1, "the second accept used the cached keys");
+
+    // A key set past the cap is refused, and nothing is decided.
+    let (status, body) = set_confirmation_server(&server, &format!("{}/big.json", external.base)).await;
+    assert_eq!(status, 204, "{body}");
+    let (resource, signed) = pending_booking(&server).await;
+    let (status, body) = accept(&resource, &external.accept(&signed, "alice")).await;
+    assert_eq!((status, &body["error"]["code"]), (502, &json!("jwks_too_large")), "{body}");
+    assert_eq!(external.requests(), 2);
+    let (_, _, result) = fetch(&resource.replace("/transactions/", "/results/")).await;
+    assert_eq!(result["state"], "pending", "nothing was decided");
+}
