@@ -18,6 +18,7 @@ fn options(data_dir: &std::path::Path) -> HostOptions {
         confirmation_retention: DEFAULT_CONFIRMATION_RETENTION,
         max_concurrent_deploys: DEFAULT_MAX_CONCURRENT_DEPLOYS,
         secrets_key: None,
+        cheq: Default::default(),
     }
 }
 
