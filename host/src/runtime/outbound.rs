@@ -226,7 +226,7 @@ impl WasiHttpHooks for OutboundPolicy {
         let (limits, denials) = (self.limits.clone(), self.denials.clone());
         Box::new(async move {
             let address = check_addresses(&uri, &limits, &denials).await?;
-            let (response, io) = send_to(request, address, &options).await?;
+            let (response, io) = send_to(request, address, &options, TLS.as_ref()).await?;
             let max = limits.max_response_bytes;
             let response = response.map(move |body| {
                 http_body_util::Limited::new(body, max as usize)
@@ -258,11 +258,13 @@ static TLS: LazyLock<Option<tokio_rustls::TlsConnector>> = LazyLock::new(|| {
 /// whatever its name resolves to by now (so DNS rebinding cannot redirect
 /// it). HTTPS presents the request's host name for SNI and verifies the
 /// certificate against it. Connection failures all read the same to the
-/// tool, whatever the cause, so that errors do not map a network.
+/// tool, whatever the cause, so that errors do not map a network. `tls` is
+/// [`TLS`] but in tests (none: HTTPS cannot be set up).
 async fn send_to(
     mut request: http::Request<WasiBody>,
     address: SocketAddr,
     options: &RequestOptions,
+    tls: Option<&tokio_rustls::TlsConnector>,
 ) -> Result<(http::Response<WasiBody>, impl Future<Output = Result<(), HttpError>> + Send + use<>), HttpError> {
     let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
     let first_byte_timeout = options.first_byte_timeout.unwrap_or(FIRST_BYTE_TIMEOUT);
@@ -281,7 +283,7 @@ async fn send_to(
         Err(_) => return Err(HttpError::ConnectionTimeout),
     };
     let stream: Box<dyn Stream> = if https {
-        let connector = TLS.as_ref().ok_or(HttpError::ConfigurationError)?;
+        let connector = tls.ok_or(HttpError::ConfigurationError)?;
         let name = ServerName::try_from(host).map_err(|_| HttpError::HttpRequestUriInvalid)?;
         match tokio::time::timeout(connect_timeout, connector.connect(name, tcp)).await {
             Ok(Ok(tls)) => Box::new(tls),
@@ -575,12 +577,96 @@ mod tests {
         let request = http::Request::get("https://pinned.invalid/path")
             .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
             .unwrap();
-        let answer = send_to(request, address, &RequestOptions::default()).await;
+        let answer = send_to(request, address, &RequestOptions::default(), TLS.as_ref()).await;
         assert!(answer.is_err(), "the listener closes without a handshake");
         let (peer, hello) = server.await.unwrap();
         assert!(peer.ip().is_loopback());
         assert_eq!(hello[0], 0x16, "a TLS handshake record");
         assert!(hello.windows(b"pinned.invalid".len()).any(|w| w == b"pinned.invalid"), "SNI names the host");
+    }
+
+    #[tokio::test]
+    async fn https_works_end_to_end_against_the_checked_address() {
+        // A server at 127.0.0.1 with a certificate for `pinned.test`, a name
+        // that resolves nowhere: the request reaches it only through the
+        // pinned address, and the handshake succeeds only if the name is
+        // what TLS presents and verifies.
+        let rcgen::CertifiedKey { cert, signing_key } =
+            rcgen::generate_simple_self_signed(vec!["pinned.test".to_string()]).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(signing_key.serialize_der().into());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server_config = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(tcp).await.unwrap();
+            let sni = tls.get_ref().1.server_name().map(str::to_string);
+            let mut head = Vec::new();
+            let mut buf = [0; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = tokio::io::AsyncReadExt::read(&mut tls, &mut buf).await.unwrap();
+                assert!(n > 0, "the request head ended early");
+                head.extend_from_slice(&buf[..n]);
+            }
+            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello";
+            tokio::io::AsyncWriteExt::write_all(&mut tls, answer).await.unwrap();
+            tokio::io::AsyncWriteExt::shutdown(&mut tls).await.unwrap();
+            (sni, String::from_utf8_lossy(&head).into_owned())
+        });
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.der().clone()).unwrap();
+        let client_config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(client_config));
+        let request = http::Request::get("https://pinned.test/path?q=1")
+            .header(http::header::HOST, "pinned.test")
+            .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
+            .unwrap();
+        let (response, io) = send_to(request, address, &RequestOptions::default(), Some(&tls)).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"hello");
+        io.await.unwrap();
+        let (sni, head) = server.await.unwrap();
+        assert_eq!(sni.as_deref(), Some("pinned.test"));
+        assert!(head.starts_with("GET /path?q=1 HTTP/1.1\r\n"), "origin form on the wire: {head}");
+        assert!(head.to_ascii_lowercase().contains("host: pinned.test\r\n"), "{head}");
+
+        // The same server, asked for another name: the certificate does not
+        // prove it, and the tool gets a certificate error.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let other = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(
+                rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                    .with_safe_default_protocol_versions()
+                    .unwrap()
+                    .with_no_client_auth()
+                    .with_single_cert(
+                        vec![cert.der().clone()],
+                        rustls::pki_types::PrivateKeyDer::Pkcs8(signing_key.serialize_der().into()),
+                    )
+                    .unwrap(),
+            ));
+            let _ = acceptor.accept(tcp).await;
+        });
+        let request = http::Request::get("https://internal.test/")
+            .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
+            .unwrap();
+        let answer = send_to(request, other, &RequestOptions::default(), Some(&tls)).await;
+        assert!(matches!(answer, Err(HttpError::TlsCertificateError)), "{:?}", answer.err());
     }
 
     #[tokio::test]
@@ -590,10 +676,8 @@ mod tests {
         let request = http::Request::get("http://api.example.com/")
             .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
             .unwrap();
-        assert!(matches!(
-            send_to(request, closed, &RequestOptions::default()).await,
-            Err(HttpError::ConnectionRefused)
-        ));
+        let answer = send_to(request, closed, &RequestOptions::default(), TLS.as_ref()).await;
+        assert!(matches!(answer, Err(HttpError::ConnectionRefused)));
     }
 
     #[tokio::test]
