@@ -4,20 +4,21 @@
 //! Every `wasi:http/outgoing-handler` request of a tool passes through
 //! [`OutboundPolicy::send_request`], the one place the policy is enforced
 //! (the shape Spin uses for `allowed_outbound_hosts`):
-//! 1. the authority must match an `allowed-hosts` entry of the manifest;
-//! 2. the invocation must not have used up its request budget;
+//! 1. the invocation must not have used up its request budget, which every
+//!    attempt spends, refused or not;
+//! 2. the authority must match an `allowed-hosts` entry of the manifest;
 //! 3. the name is resolved and **every** address must be public — loopback,
-//!    private, link-local (cloud metadata), CGNAT, multicast and reserved
-//!    ranges are refused unless an operator CIDR allows them;
-//! 4. plain HTTP then connects to the address that was checked (the URI is
-//!    rewritten to it, the `Host` header keeps the name), so a DNS answer that
-//!    changes between check and connect cannot redirect the request. HTTPS
-//!    connects by name, and certificate verification refuses a rebound
-//!    internal server, which cannot prove it is that name;
+//!    private, link-local (cloud metadata), CGNAT, multicast, reserved and
+//!    IPv4-embedding ranges are refused unless an operator CIDR allows them;
+//! 4. the request connects to the address that was checked (`send_to`),
+//!    so a DNS answer that changes between check and connect cannot
+//!    redirect it; HTTPS presents the host name for SNI and verifies the
+//!    certificate against it, and the `Host` header keeps the name;
 //! 5. the response body is capped.
 //!
-//! Each refusal is logged and recorded, so the host can tell the caller that
-//! the tool tried to reach what it may not.
+//! Refusals are counted in [`Denials`] (the first reason kept), so the host
+//! can tell the caller that the tool tried to reach what it may not, and log
+//! one line per call rather than one per refusal.
 
 use crate::manifest::{HostPattern, split_host_port};
 use http_body_util::BodyExt;
