@@ -1124,7 +1124,7 @@ impl ToolHost {
         });
         // A tool that failed after a refused request failed because of it:
         // say so, rather than pass on its own account of the failure.
-        match (outcome, denials.first()) {
+        match (outcome, denials.reason()) {
             (Ok(ToolResult::Failed(_)) | Err(InvokeError::Call(CallError::Trapped(_))), Some(why)) => {
                 // The refused address is the tool's to choose: it may carry
                 // a secret in it.

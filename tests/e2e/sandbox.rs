@@ -114,7 +114,8 @@ async fn undeclared_hosts_and_loopback_are_out_of_reach() {
         assert_eq!((status, error_code(&body)), (502, "outbound_denied"), "{url}: {body}");
         assert!(body["error"]["message"].as_str().unwrap().contains("private network"), "{body}");
     }
-    assert!(server.logs().matches("outbound request refused").count() >= 3);
+    // One summary line per call.
+    assert_eq!(server.logs().matches("1 outbound requests refused (first: ").count(), 3, "{}", server.logs());
 
     // With the operator's allowance the declared loopback call goes through.
     let (allowed, _dir) = sandbox(&["--allow-private-cidr", "127.0.0.0/8"]);
@@ -265,7 +266,14 @@ async fn a_chatty_tool_cannot_flood_the_log() {
     let logs = server.logs();
     let lines = logs.matches("chatty line").count();
     assert!(lines < 1000, "{lines} of 20000 lines were logged");
-    assert!(logs.contains("the tool logs faster than it may; lines were dropped"), "{logs}");
+    let summary: Vec<&str> = logs.lines().filter(|l| l.contains("the tool logs more than it may: ")).collect();
+    assert_eq!(summary.len(), 1, "one summary line: {summary:#?}");
+    // Every line not logged is counted, all of them for the rate limit (the
+    // tool stays within a call's bytes).
+    let counts = summary[0].split("the tool logs more than it may: ").nth(1).unwrap();
+    let dropped: usize = counts.split(' ').next().unwrap().parse().unwrap();
+    assert!(dropped + lines >= 20000, "{}", summary[0]);
+    assert!(counts.contains(&format!("({dropped} over the rate limit, 0 over")), "{}", summary[0]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -308,4 +316,202 @@ async fn each_invocation_has_an_outbound_budget_and_a_response_cap() {
     let (status, body) = server.invoke("call_loopback", &[("url", json!(listing))]).await;
     assert_eq!((status, error_code(&body)), (503, "tool_error"), "{body}");
     assert!(body["error"]["developerMessage"].as_str().unwrap().contains("reading the response failed"), "{body}");
+}
+
+/// A server with these fixtures (packed file names, in the default tenant)
+/// and echo in a second tenant, `bystander`. Returns the server, its plugins
+/// dir, and the path that invokes the bystander's echo.
+async fn with_bystander(fixtures: &[&str], extra: &[&str]) -> (Server, tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    for name in fixtures {
+        std::fs::write(dir.path().join(name), fixture(name)).unwrap();
+    }
+    let mut args = vec!["--plugins", dir.path().to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let server = Server::start_in(tempfile::tempdir().unwrap(), &args);
+    server.create_tenant("bystander", json!({})).await;
+    let (status, deployed) =
+        server.deploy_as(TOKEN, "bystander", std::fs::read(plugins_dir().join("echo.wasm")).unwrap()).await;
+    assert_eq!(status, 201, "{deployed}");
+    let id = deployed["toolId"].as_str().unwrap_or_else(|| panic!("no toolId in {deployed}"));
+    (server, dir, format!("/t/bystander/tools/{id}:invoke"))
+}
+
+/// Invokes `tool` in the default tenant while the bystander tenant's echo is
+/// called: returns the tool's answer once echo has answered correctly.
+async fn alongside_bystander(server: &Server, echo: &str, tool: &str, params: &[(&str, Value)]) -> (u16, Value) {
+    let id = server.tool_id(tool).await;
+    let (path, call) = (format!("/tools/{id}:invoke"), invocation(tool, params));
+    let echo_call = invocation("echo", &[("text", json!("unaffected"))]);
+    let bad = server.post(&path, &call);
+    let good = server.post(echo, &echo_call);
+    let (bad, (status, body)) = tokio::join!(bad, good);
+    assert_eq!(status, 200, "the other tenant's echo while {tool} ran: {body}");
+    assert_eq!(outputs(&body)["text"], "unaffected");
+    bad
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_requests_spend_the_budget_and_are_logged_once() {
+    let (server, _dir, echo) = with_bystander(&["outbound_flood.wasm"], &["--outbound-max-requests", "20"]).await;
+    // The tool declares api.example.com only; it aims 5000 requests at the
+    // server itself and ignores every refusal.
+    let target = format!("{}/health", server.base);
+    let authority = target.trim_start_matches("http://").trim_end_matches("/health").to_string();
+    let (status, body) =
+        alongside_bystander(&server, &echo, "outbound_flood", &[("url", json!(target)), ("times", json!(5000))]).await;
+    assert_eq!((status, error_code(&body)), (502, "outbound_denied"), "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "the tool tried to reach what it may not: more than 20 outbound requests in one invocation"
+    );
+
+    // One line for all 5000, naming the first refusal.
+    let logs = server.logs();
+    let about: Vec<&str> = logs.lines().filter(|l| l.contains("outbound request")).collect();
+    assert_eq!(about.len(), 1, "{about:#?}");
+    assert!(
+        about[0].contains(&format!(
+            "5000 outbound requests refused (first: `{authority}` is not among the hosts the tool declares)"
+        )),
+        "{}",
+        about[0]
+    );
+    assert!(logs.lines().count() < 50, "{logs}");
+
+    // The budget is per invocation: the next call starts afresh.
+    let (status, body) = server.invoke("outbound_flood", &[("url", json!(target)), ("times", json!(3))]).await;
+    assert_eq!((status, error_code(&body)), (502, "outbound_denied"), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("is not among the hosts the tool declares"), "{body}");
+    assert_eq!(server.logs().matches("3 outbound requests refused").count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flooding_logger_is_cut_short_and_summed_up() {
+    let (server, _dir, echo) = with_bystander(&["log_flood.wasm"], &[]).await;
+    let before = server.logs().len();
+    let params = [("line_bytes", json!(4_000_000)), ("lines", json!(5000)), ("stdout_lines", json!(2000))];
+    let (status, body) = alongside_bystander(&server, &echo, "log_flood", &params).await;
+    assert_eq!(status, 200, "{body}");
+    let logs = server.logs();
+    let call = &logs[before..];
+
+    // The 4 MB line is cut at 4 KiB, with a marker saying how much is gone.
+    let huge: Vec<&str> = call.lines().filter(|l| l.contains("huge line ")).collect();
+    assert_eq!(huge.len(), 1);
+    let kept = "huge line ".len() + huge[0].split("huge line ").nth(1).unwrap().matches('x').count();
+    assert_eq!(kept, 4096, "{}", &huge[0][..200]);
+    assert!(huge[0].contains(&format!("… [truncated: {} more bytes]", 4_000_010 - 4096)), "{}", &huge[0][4000..]);
+
+    // The call's log is bounded (64 KiB of tool text, plus labels), whatever
+    // the tool wrote (over 9 MB), and what was dropped is counted in one line.
+    assert!(call.len() < 128 * 1024, "{} bytes logged", call.len());
+    let flood = call.lines().filter(|l| l.contains("flood line ")).count();
+    assert!((50..70).contains(&flood), "{flood} lines of 1 KB");
+    let summary: Vec<&str> = call.lines().filter(|l| l.contains("the tool logs more than it may")).collect();
+    assert_eq!(summary.len(), 1, "{summary:#?}");
+    // Every line the tool wrote was either logged or counted as dropped.
+    let dropped = summary[0].split("the tool logs more than it may: ").nth(1).unwrap();
+    let dropped: usize = dropped.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap();
+    let stdout = call.lines().filter(|l| l.contains("[stdout] stdout flood")).count();
+    // stdout keeps its first 16 KiB: 76 lines of 214 bytes and a piece.
+    assert_eq!(1 + flood + stdout + dropped, 1 + 5000 + 77, "{}", summary[0]);
+    assert!(summary[0].contains("0 over the rate limit"), "{}", summary[0]);
+}
+
+/// Builds and packs `tests/wat/two-memories` (a core module with two linear
+/// memories, which no Rust toolchain emits): the `.wat` source, the tool's
+/// WIT world embedded, made a component, then `plinth pack`ed.
+fn two_memories(out: &std::path::Path) {
+    let crate_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/wat/two-memories");
+    let mut module = wat::parse_file(crate_dir.join("two_memories.wat")).unwrap();
+    let mut resolve = wit_parser::Resolve::default();
+    let (package, _) = resolve.push_path(crate_dir.join("wit")).unwrap();
+    let world = resolve.select_world(&[package], None).unwrap();
+    wit_component::embed_component_metadata(&mut module, &resolve, world, wit_component::StringEncoding::UTF8).unwrap();
+    let component =
+        wit_component::ComponentEncoder::default().module(&module).unwrap().validate(true).encode().unwrap();
+    let built = out.with_extension("component.wasm");
+    std::fs::write(&built, component).unwrap();
+    let packed = std::process::Command::new(crate::support::plinth_bin())
+        .arg("pack")
+        .arg(&crate_dir)
+        .arg("--wasm")
+        .arg(&built)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(packed.status.success(), "{}", String::from_utf8_lossy(&packed.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_memory_limit_holds_for_the_instance_not_each_memory() {
+    let plugins = tempfile::tempdir().unwrap();
+    two_memories(&plugins.path().join("two_memories.wasm"));
+    std::fs::copy(plugins_dir().join("echo.wasm"), plugins.path().join("echo.wasm")).unwrap();
+    for allocator in ["pooling", "on-demand"] {
+        let args = ["--plugins", plugins.path().to_str().unwrap(), "--max-memory-mib", "32", "--allocator", allocator];
+        let server = Server::start_in(tempfile::tempdir().unwrap(), &args);
+        // 2 × 12.6 MiB: within the 32 MiB, together.
+        let (status, body) = server.invoke("two_memories", &[("pages", json!(200))]).await;
+        assert_eq!(status, 200, "{allocator}: {body}");
+        // 2 × 25 MiB: each memory is under 32 MiB, the instance is not.
+        let (status, body) = alongside_echo(&server, "two_memories", "pages", json!(400)).await;
+        assert_eq!((status, error_code(&body)), (500, "tool_resource_exhausted"), "{allocator}: {body}");
+        assert_eq!(body["error"]["message"], "the tool ran out of memory", "{allocator}");
+    }
+}
+
+/// A TCP listener on 127.0.0.1 that keeps the first bytes of every
+/// connection it accepts (a TLS ClientHello, for HTTPS).
+fn recording_listener() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+            let mut first = vec![0; 4096];
+            let n = std::io::Read::read(&mut stream, &mut first).unwrap_or(0);
+            first.truncate(n);
+            record.lock().unwrap().push(first);
+            // Closing the connection fails the handshake.
+        }
+    });
+    (port, seen)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn https_to_a_name_that_resolves_internal_is_refused_before_connecting() {
+    let (port, seen) = recording_listener();
+    // call_loopback declares `localhost`; the operator does not allow
+    // loopback, so the name is refused once resolved, before any connection.
+    let (server, _dir) = sandbox(&[]);
+    for url in [format!("https://localhost:{port}/"), format!("http://localhost:{port}/")] {
+        let (status, body) = alongside_echo(&server, "call_loopback", "url", json!(url)).await;
+        assert_eq!((status, error_code(&body)), (502, "outbound_denied"), "{url}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert_eq!(
+            message,
+            format!(
+                "the tool tried to reach what it may not: `localhost:{port}` resolves to an address on the host's own or a private network, \
+                 which the operator does not allow"
+            ),
+            "the address itself is not told"
+        );
+    }
+    assert!(seen.lock().unwrap().is_empty(), "something connected to the listener");
+
+    // Where the operator allows loopback, the same request connects — to
+    // the address that was checked — and presents the name for TLS.
+    let (allowed, _dir) = sandbox(&["--allow-private-cidr", "127.0.0.0/8"]);
+    let (status, body) = allowed.invoke("call_loopback", &[("url", json!(format!("https://localhost:{port}/")))]).await;
+    assert_eq!((status, error_code(&body)), (503, "tool_error"), "the handshake fails: {body}");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0][0], 0x16, "a TLS handshake record");
+    assert!(seen[0].windows(b"localhost".len()).any(|w| w == b"localhost"), "SNI names the host");
 }

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, ResourceTable, Val};
+use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, ResourceTable, Val, WasmStr};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap, UpdateDeadline,
 };
@@ -34,6 +34,18 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 const EPOCH_TICK: Duration = Duration::from_millis(2);
 /// How much of a tool's stdout/stderr is kept for the logs, per call.
 const CAPTURED_OUTPUT_BYTES: usize = 16 * 1024;
+/// Bytes of one log line a tool may write; the rest is cut off, with a
+/// marker saying how much.
+const LOG_LINE_BYTES: usize = 4 * 1024;
+/// Bytes of log one invocation may write (stdout and stderr included);
+/// later lines are dropped and counted.
+const LOG_CALL_BYTES: usize = 64 * 1024;
+/// Table elements one instance may have, over all its tables.
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+/// Memories one component (and one core module) may define: enough for
+/// toolchains that give each core instance its own, while the limiter keeps
+/// their sum within the instance's quota.
+const MAX_MEMORIES_PER_COMPONENT: u32 = 4;
 
 /// Limits applied to every invocation.
 #[derive(Debug, Clone)]
@@ -200,6 +212,36 @@ impl Redactor {
         Redactor(values)
     }
 
+    /// The length of the longest secret value (0 when there is none).
+    fn longest(&self) -> usize {
+        self.0.first().map_or(0, String::len)
+    }
+
+    /// Where to cut `text` to keep at most `limit` bytes: at a character
+    /// boundary, and never inside a secret value, so that redacting the kept
+    /// part cannot leave a secret's beginning behind. `text` must extend at
+    /// least [`Redactor::longest`] bytes past `limit` where it is longer.
+    fn cut(&self, text: &str, limit: usize) -> usize {
+        if text.len() <= limit {
+            return text.len();
+        }
+        let mut cut = text.floor_char_boundary(limit);
+        // Moving the cut back to a secret's start may land it inside another
+        // one: repeat until no value straddles it.
+        while let Some(start) = self
+            .0
+            .iter()
+            .filter_map(|value| {
+                let from = cut.saturating_sub(value.len() - 1);
+                (from..cut).find(|&i| text.is_char_boundary(i) && text[i..].starts_with(value.as_str()))
+            })
+            .min()
+        {
+            cut = start;
+        }
+        cut
+    }
+
     /// The text with every secret value replaced.
     pub fn text(&self, text: &str) -> String {
         self.0.iter().fold(text.to_string(), |acc, v| acc.replace(v.as_str(), "[redacted]"))
@@ -242,21 +284,69 @@ pub struct ToolState {
     secrets: BTreeMap<String, String>,
 }
 
-/// Where a tool's log lines go: labelled, redacted and rate-limited.
+/// Where a tool's log lines go: labelled, redacted, rate-limited and
+/// bounded in bytes (per line and per call).
+///
+/// What a tool may not write is counted, not logged: one line at the end of
+/// the call sums it up ([`ToolLog::finish`]).
 struct ToolLog {
     labels: LogLabels,
     redactor: Redactor,
     budget: Arc<LogBudget>,
-    dropped: u64,
+    /// Bytes of tool text logged so far in this call.
+    written: usize,
+    /// Lines dropped by the rate limit.
+    dropped_rate: u64,
+    /// Lines dropped because the call's byte allowance was spent.
+    dropped_size: u64,
+    /// Lines cut short (at [`LOG_LINE_BYTES`] or at the call's allowance).
+    truncated: u64,
+    /// Bytes not logged: dropped lines and the cut-off ends of long ones.
+    dropped_bytes: u64,
 }
 
 impl ToolLog {
-    fn write(&mut self, level: LogLevel, message: &str) {
-        if !self.budget.take() {
-            self.dropped += 1;
+    fn new(labels: LogLabels, redactor: Redactor, budget: Arc<LogBudget>) -> Self {
+        ToolLog {
+            labels,
+            redactor,
+            budget,
+            written: 0,
+            dropped_rate: 0,
+            dropped_size: 0,
+            truncated: 0,
+            dropped_bytes: 0,
+        }
+    }
+
+    /// How much of a line [`ToolLog::write`] needs to see: a line's first
+    /// [`LOG_LINE_BYTES`], and enough beyond to tell whether a secret
+    /// straddles the cut.
+    fn needed(&self) -> usize {
+        LOG_LINE_BYTES + self.redactor.longest()
+    }
+
+    /// Logs a line of `total` bytes, of which `text` holds (at least) the
+    /// first [`ToolLog::needed`] bytes.
+    fn write(&mut self, level: LogLevel, text: &str, total: usize) {
+        if self.written >= LOG_CALL_BYTES {
+            self.dropped_size += 1;
+            self.dropped_bytes += total as u64;
             return;
         }
-        let message = self.redactor.text(message);
+        if !self.budget.take() {
+            self.dropped_rate += 1;
+            self.dropped_bytes += total as u64;
+            return;
+        }
+        let cut = self.redactor.cut(text, LOG_LINE_BYTES.min(LOG_CALL_BYTES - self.written));
+        self.written += cut;
+        let mut message = self.redactor.text(&text[..cut]);
+        if cut < total {
+            self.truncated += 1;
+            self.dropped_bytes += (total - cut) as u64;
+            message.push_str(&format!(" … [truncated: {} more bytes]", total - cut));
+        }
         let (tool, version, call_id) = (&self.labels.tool, self.labels.version, &self.labels.call_id);
         match level {
             LogLevel::Trace => tracing::trace!(target: "plinth::tool", tool, version, call_id, "{message}"),
@@ -267,19 +357,34 @@ impl ToolLog {
         }
     }
 
-    /// Logs what the tool wrote to stdout/stderr, one event per line.
+    /// Logs what the tool wrote to stdout/stderr, one event per line. The
+    /// pipes keep at most [`CAPTURED_OUTPUT_BYTES`] each; the lines then pass
+    /// the same limits as `plinth:tool/log`.
     fn captured(&mut self, stream: &str, pipe: &MemoryOutputPipe) {
         let bytes = pipe.contents();
         for line in String::from_utf8_lossy(&bytes).lines().filter(|l| !l.trim().is_empty()) {
-            self.write(LogLevel::Info, &format!("[{stream}] {line}"));
+            let line = format!("[{stream}] {line}");
+            self.write(LogLevel::Info, &line, line.len());
         }
     }
 
-    fn finish(&self) {
-        if self.dropped > 0 {
-            let labels = &self.labels;
-            tracing::warn!(target: "plinth::tool", tool = labels.tool, version = labels.version, call_id = labels.call_id,
-                dropped = self.dropped, "the tool logs faster than it may; lines were dropped");
+    /// One line for what the call was not allowed to log, and one for the
+    /// outbound requests it was refused: a summary instead of a line each.
+    fn finish(&self, denials: &outbound::Denials) {
+        let labels = &self.labels;
+        let (tool, version, call_id) = (&labels.tool, labels.version, &labels.call_id);
+        let dropped = self.dropped_rate + self.dropped_size;
+        if dropped > 0 || self.truncated > 0 {
+            tracing::warn!(target: "plinth::tool", tool, version, call_id, dropped_lines = dropped,
+                truncated_lines = self.truncated, dropped_bytes = self.dropped_bytes,
+                "the tool logs more than it may: {dropped} log lines dropped ({} over the rate limit, {} over the \
+                 {LOG_CALL_BYTES} bytes a call may log), {} cut short; {} bytes not logged",
+                self.dropped_rate, self.dropped_size, self.truncated, self.dropped_bytes);
+        }
+        if let Some((count, first)) = denials.summary() {
+            let first = self.redactor.text(&first);
+            tracing::warn!(target: "plinth::outbound", tool, version, call_id, refused = count,
+                "{count} outbound requests refused (first: {first})");
         }
     }
 }
@@ -296,23 +401,49 @@ impl WasiHttpView for ToolState {
     }
 }
 
-/// Caps linear memory and tables, and remembers whether it refused growth so
-/// that the resulting trap is reported as exhaustion, not as a bug.
+/// Caps the instance's linear memory and tables, and remembers whether it
+/// refused growth so that the resulting trap is reported as exhaustion, not
+/// as a bug.
+///
+/// The limits are totals over the whole store: a component may define
+/// several memories (multi-memory, or one per core instance), and each of
+/// them is created and grown through this limiter, so their sizes are summed
+/// rather than each compared with the quota. A growth that was allowed here
+/// but then failed inside wasmtime stays counted: wasmtime does not say
+/// which growth failed, and over-counting only errs on the safe side.
 struct MemoryLimiter {
     max_memory_bytes: usize,
     max_table_elements: usize,
+    memory_bytes: usize,
+    table_elements: usize,
     refused: bool,
 }
 
+impl MemoryLimiter {
+    fn new(max_memory_bytes: usize, max_table_elements: usize) -> Self {
+        MemoryLimiter { max_memory_bytes, max_table_elements, memory_bytes: 0, table_elements: 0, refused: false }
+    }
+
+    /// Adds `desired - current` to `total` if the sum stays within `max`.
+    fn grow(total: &mut usize, max: usize, current: usize, desired: usize) -> bool {
+        let after = total.saturating_add(desired.saturating_sub(current));
+        let allowed = after <= max;
+        if allowed {
+            *total = after;
+        }
+        allowed
+    }
+}
+
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        let allowed = desired <= self.max_memory_bytes;
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let allowed = Self::grow(&mut self.memory_bytes, self.max_memory_bytes, current, desired);
         self.refused |= !allowed;
         Ok(allowed)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        let allowed = desired <= self.max_table_elements;
+    fn table_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let allowed = Self::grow(&mut self.table_elements, self.max_table_elements, current, desired);
         self.refused |= !allowed;
         Ok(allowed)
     }
@@ -367,7 +498,8 @@ impl Runtime {
                 .total_tables(config.max_instances * 4)
                 .total_stacks(config.max_instances)
                 .max_memory_size(config.max_memory_bytes)
-                .max_memories_per_component(4)
+                .max_memories_per_component(MAX_MEMORIES_PER_COMPONENT)
+                .max_memories_per_module(MAX_MEMORIES_PER_COMPONENT)
                 .max_core_instances_per_component(16)
                 .max_tables_per_component(8);
             wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
@@ -383,8 +515,14 @@ impl Runtime {
         linker.instance("plinth:tool/types@0.1.0")?;
         linker.instance("plinth:tool/log@0.1.0")?.func_wrap(
             "write",
-            |mut store: wasmtime::StoreContextMut<'_, ToolState>, (level, message): (LogLevel, String)| {
-                store.data_mut().log.write(level, &message);
+            |mut store: wasmtime::StoreContextMut<'_, ToolState>, (level, message): (LogLevel, WasmStr)| {
+                // Copy only what can be logged, not a multi-megabyte line.
+                let (head, total) = {
+                    let text = message.to_str(&store)?;
+                    let end = text.floor_char_boundary(store.data().log.needed());
+                    (text[..end].to_string(), text.len())
+                };
+                store.data_mut().log.write(level, &head, total);
                 Ok(())
             },
         )?;
@@ -504,17 +642,12 @@ impl Runtime {
             table: ResourceTable::new(),
             outbound: setup.outbound,
             config: setup.config.into_iter().collect(),
-            limits: MemoryLimiter {
-                max_memory_bytes: setup.max_memory_bytes.min(self.config.max_memory_bytes),
-                max_table_elements: 100_000,
-                refused: false,
-            },
-            log: ToolLog {
-                labels: setup.log,
-                redactor: Redactor::new(setup.secrets.values().chain(&setup.redact).cloned()),
-                budget: setup.log_budget,
-                dropped: 0,
-            },
+            limits: MemoryLimiter::new(setup.max_memory_bytes.min(self.config.max_memory_bytes), MAX_TABLE_ELEMENTS),
+            log: ToolLog::new(
+                setup.log,
+                Redactor::new(setup.secrets.values().chain(&setup.redact).cloned()),
+                setup.log_budget,
+            ),
             secrets: setup.secrets,
         };
         let deadline = setup.deadline.min(self.config.deadline);
@@ -550,7 +683,8 @@ impl Runtime {
         let log = &mut store.data_mut().log;
         log.captured("stdout", &stdout);
         log.captured("stderr", &stderr);
-        log.finish();
+        let denials = store.data().outbound.denials();
+        store.data().log.finish(&denials);
         match outcome {
             Err(_elapsed) => Err(CallError::Timeout(deadline)),
             Ok(Ok(value)) => Ok(value),
@@ -611,6 +745,64 @@ mod tests {
     fn runtime(cache: &std::path::Path) -> Runtime {
         Runtime::new(RuntimeConfig { cache_dir: Some(cache.to_path_buf()), pooling: false, ..Default::default() })
             .unwrap()
+    }
+
+    #[test]
+    fn the_memory_limit_is_the_sum_over_every_memory() {
+        const MIB: usize = 1 << 20;
+        let mut limiter = MemoryLimiter::new(32 * MIB, 10);
+        // Two memories created, then each grown to just under the limit.
+        assert!(limiter.memory_growing(0, MIB, None).unwrap());
+        assert!(limiter.memory_growing(0, MIB, None).unwrap());
+        assert!(limiter.memory_growing(MIB, 20 * MIB, None).unwrap());
+        assert!(!limiter.refused);
+        assert!(!limiter.memory_growing(MIB, 20 * MIB, None).unwrap(), "21 + 20 MiB is over 32");
+        assert!(limiter.refused);
+        // What is left can still be used.
+        assert!(limiter.memory_growing(MIB, 12 * MIB, None).unwrap());
+        assert_eq!(limiter.memory_bytes, 32 * MIB);
+        assert!(!limiter.memory_growing(20 * MIB, 20 * MIB + 65536, None).unwrap());
+        // Tables likewise.
+        assert!(limiter.table_growing(0, 6, None).unwrap());
+        assert!(!limiter.table_growing(0, 6, None).unwrap());
+        assert!(limiter.table_growing(0, 4, None).unwrap());
+    }
+
+    #[test]
+    fn a_cut_never_leaves_part_of_a_secret() {
+        let redactor = Redactor::new(["sk-secret".to_string(), "abc".to_string()]);
+        assert_eq!(redactor.longest(), 9);
+        let text = "0123sk-secret tail";
+        // Cutting at 8 would keep "sk-s": the cut moves to the secret's start.
+        assert_eq!(redactor.cut(text, 8), 4);
+        assert_eq!(redactor.cut(text, 13), 13, "the whole secret fits");
+        assert_eq!(redactor.cut(text, 100), text.len());
+        assert_eq!(redactor.text(&text[..redactor.cut(text, 13)]), "0123[redacted]");
+        // Character boundaries: never inside "é".
+        let accented = "aé";
+        assert_eq!(Redactor::default().cut(accented, 2), 1);
+        // A secret that starts inside another one's span.
+        let nested = Redactor::new(["xxab".to_string(), "abyy".to_string()]);
+        assert_eq!(nested.cut("..xxabyy..", 6), 2);
+    }
+
+    #[test]
+    fn a_long_line_is_cut_and_the_call_is_bounded() {
+        let mut log = ToolLog::new(
+            LogLabels { tool: "t".into(), version: 1, call_id: "c".into() },
+            Redactor::default(),
+            Arc::new(LogBudget::new()),
+        );
+        let huge = "y".repeat(LOG_LINE_BYTES * 3);
+        log.write(LogLevel::Info, &huge, huge.len());
+        assert_eq!((log.written, log.truncated), (LOG_LINE_BYTES, 1));
+        assert_eq!(log.dropped_bytes, 2 * LOG_LINE_BYTES as u64);
+        for _ in 0..100 {
+            log.write(LogLevel::Info, &huge[..1000], 1000);
+        }
+        assert_eq!(log.written, LOG_CALL_BYTES, "never more than a call's allowance");
+        assert!(log.dropped_size > 0 && log.dropped_rate == 0);
+        assert_eq!(log.truncated, 2, "the line that reached the allowance was cut");
     }
 
     #[test]

@@ -4,27 +4,29 @@
 //! Every `wasi:http/outgoing-handler` request of a tool passes through
 //! [`OutboundPolicy::send_request`], the one place the policy is enforced
 //! (the shape Spin uses for `allowed_outbound_hosts`):
-//! 1. the authority must match an `allowed-hosts` entry of the manifest;
-//! 2. the invocation must not have used up its request budget;
+//! 1. the invocation must not have used up its request budget, which every
+//!    attempt spends, refused or not;
+//! 2. the authority must match an `allowed-hosts` entry of the manifest;
 //! 3. the name is resolved and **every** address must be public — loopback,
-//!    private, link-local (cloud metadata), CGNAT, multicast and reserved
-//!    ranges are refused unless an operator CIDR allows them;
-//! 4. plain HTTP then connects to the address that was checked (the URI is
-//!    rewritten to it, the `Host` header keeps the name), so a DNS answer that
-//!    changes between check and connect cannot redirect the request. HTTPS
-//!    connects by name, and certificate verification refuses a rebound
-//!    internal server, which cannot prove it is that name;
+//!    private, link-local (cloud metadata), CGNAT, multicast, reserved and
+//!    IPv4-embedding ranges are refused unless an operator CIDR allows them;
+//! 4. the request connects to the address that was checked (`send_to`),
+//!    so a DNS answer that changes between check and connect cannot
+//!    redirect it; HTTPS presents the host name for SNI and verifies the
+//!    certificate against it, and the `Host` header keeps the name;
 //! 5. the response body is capped.
 //!
-//! Each refusal is logged and recorded, so the host can tell the caller that
-//! the tool tried to reach what it may not.
+//! Refusals are counted in [`Denials`] (the first reason kept), so the host
+//! can tell the caller that the tool tried to reach what it may not, and log
+//! one line per call rather than one per refusal.
 
 use crate::manifest::{HostPattern, split_host_port};
 use http_body_util::BodyExt;
 use ipnet::IpNet;
+use rustls::pki_types::ServerName;
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::{Arc, Mutex};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
@@ -60,19 +62,54 @@ impl Default for OutboundLimits {
     }
 }
 
-/// Refused outbound requests of one invocation, for the caller's answer.
+/// Refused outbound requests of one invocation, for the caller's answer and
+/// the call's log summary. Refusals are counted, and only the first (and the
+/// exhausted budget's) reason is kept: a tool that loops on refused requests
+/// costs a counter, not memory or a log line each.
 #[derive(Debug, Clone, Default)]
-pub struct Denials(Arc<Mutex<Vec<String>>>);
+pub struct Denials(Arc<Mutex<Refusals>>);
+
+#[derive(Debug, Default)]
+struct Refusals {
+    count: u64,
+    first: Option<String>,
+    over_budget: Option<String>,
+}
 
 impl Denials {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Refusals> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn record(&self, why: String) {
-        tracing::warn!(target: "plinth::outbound", reason = %why, "outbound request refused");
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(why);
+        let mut refusals = self.lock();
+        refusals.count += 1;
+        refusals.first.get_or_insert(why);
+    }
+
+    fn record_over_budget(&self, why: String) {
+        let mut refusals = self.lock();
+        refusals.count += 1;
+        refusals.over_budget.get_or_insert_with(|| why.clone());
+        refusals.first.get_or_insert(why);
     }
 
     /// The first refusal, if any.
     pub fn first(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).first().cloned()
+        self.lock().first.clone()
+    }
+
+    /// What the caller is told: that the request budget ran out, if it did
+    /// (the refusals before it count in it), else the first refusal.
+    pub fn reason(&self) -> Option<String> {
+        let refusals = self.lock();
+        refusals.over_budget.clone().or_else(|| refusals.first.clone())
+    }
+
+    /// How many requests were refused, and the first reason, if any were.
+    pub fn summary(&self) -> Option<(u64, String)> {
+        let refusals = self.lock();
+        Some((refusals.count, refusals.first.clone()?))
     }
 }
 
@@ -163,19 +200,23 @@ impl WasiHttpHooks for OutboundPolicy {
             || "(no host)".to_string(),
             |a| a.port().map_or_else(|| a.host().to_string(), |port| format!("{}:{port}", a.host())),
         );
-        let deny = |denials: &Denials, why: String| -> Box<dyn Future<Output = _> + Send> {
-            denials.record(why);
+        let deny = |why: String| -> Box<dyn Future<Output = _> + Send> {
+            self.denials.record(why);
             Box::new(async { Err(HttpError::HttpRequestDenied) })
         };
-        if !uri.authority().is_some_and(|a| self.allows(uri.scheme_str(), a.as_str())) {
-            return deny(&self.denials, format!("`{target}` is not among the hosts the tool declares"));
-        }
-        self.sent += 1;
+        // Every attempt spends the budget, refused or not, so that a tool
+        // cannot make requests without end by aiming them at what it may not
+        // reach.
+        self.sent = self.sent.saturating_add(1);
         if self.sent > self.limits.max_requests {
-            return deny(
-                &self.denials,
-                format!("more than {} outbound requests in one invocation", self.limits.max_requests),
-            );
+            self.denials.record_over_budget(format!(
+                "more than {} outbound requests in one invocation",
+                self.limits.max_requests
+            ));
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        }
+        if !uri.authority().is_some_and(|a| self.allows(uri.scheme_str(), a.as_str())) {
+            return deny(format!("`{target}` is not among the hosts the tool declares"));
         }
         let options = options.unwrap_or_default();
         let options = RequestOptions {
@@ -185,15 +226,8 @@ impl WasiHttpHooks for OutboundPolicy {
         };
         let (limits, denials) = (self.limits.clone(), self.denials.clone());
         Box::new(async move {
-            let mut request = request;
-            let pinned = check_addresses(&uri, &limits, &denials).await?;
-            if uri.scheme_str() == Some("http") {
-                // Connect to exactly the address that was checked.
-                let path = uri.path_and_query().map_or("/", |p| p.as_str());
-                *request.uri_mut() =
-                    format!("http://{pinned}{path}").parse().map_err(|_| HttpError::HttpRequestUriInvalid)?;
-            }
-            let (response, io) = wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
+            let address = check_addresses(&uri, &limits, &denials).await?;
+            let (response, io) = send_to(request, address, &options, TLS.as_ref()).await?;
             let max = limits.max_response_bytes;
             let response = response.map(move |body| {
                 http_body_util::Limited::new(body, max as usize)
@@ -205,6 +239,137 @@ impl WasiHttpHooks for OutboundPolicy {
             });
             Ok((response, Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>))
         })
+    }
+}
+
+/// The TLS client settings: the web's public roots (webpki-roots), so that a
+/// server must prove it is the name the tool asked for.
+static TLS: LazyLock<Option<tokio_rustls::TlsConnector>> = LazyLock::new(|| {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tracing::error!(error = %e, "outbound TLS cannot be set up"))
+        .ok()?
+        .with_root_certificates(rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() })
+        .with_no_client_auth();
+    Some(tokio_rustls::TlsConnector::from(Arc::new(config)))
+});
+
+/// Sends `request` to `address`, the address that was checked, never to
+/// whatever its name resolves to by now (so DNS rebinding cannot redirect
+/// it). HTTPS presents the request's host name for SNI and verifies the
+/// certificate against it. Connection failures all read the same to the
+/// tool, whatever the cause, so that errors do not map a network. `tls` is
+/// [`TLS`] but in tests (none: HTTPS cannot be set up).
+async fn send_to(
+    mut request: http::Request<WasiBody>,
+    address: SocketAddr,
+    options: &RequestOptions,
+    tls: Option<&tokio_rustls::TlsConnector>,
+) -> Result<(http::Response<WasiBody>, impl Future<Output = Result<(), HttpError>> + Send + use<>), HttpError> {
+    let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
+    let first_byte_timeout = options.first_byte_timeout.unwrap_or(FIRST_BYTE_TIMEOUT);
+    let between_bytes_timeout =
+        options.between_bytes_timeout.unwrap_or(BETWEEN_BYTES_TIMEOUT).max(Duration::from_millis(1));
+    let https = request.uri().scheme_str() == Some("https");
+    let host = request
+        .uri()
+        .host()
+        .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
+        .ok_or(HttpError::HttpRequestUriInvalid)?;
+
+    let tcp = match tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(address)).await {
+        Ok(Ok(tcp)) => tcp,
+        Ok(Err(_)) => return Err(HttpError::ConnectionRefused),
+        Err(_) => return Err(HttpError::ConnectionTimeout),
+    };
+    let stream: Box<dyn Stream> = if https {
+        let connector = tls.ok_or(HttpError::ConfigurationError)?;
+        let name = ServerName::try_from(host).map_err(|_| HttpError::HttpRequestUriInvalid)?;
+        match tokio::time::timeout(connect_timeout, connector.connect(name, tcp)).await {
+            Ok(Ok(tls)) => Box::new(tls),
+            Ok(Err(e)) => {
+                let certificate = e
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                    .is_some_and(|e| matches!(e, rustls::Error::InvalidCertificate(_)));
+                return Err(if certificate { HttpError::TlsCertificateError } else { HttpError::TlsProtocolError });
+            }
+            Err(_) => return Err(HttpError::ConnectionTimeout),
+        }
+    } else {
+        Box::new(tcp)
+    };
+    let (mut sender, connection) = match tokio::time::timeout(
+        connect_timeout,
+        hyper::client::conn::http1::handshake(wasmtime_wasi_http::io::TokioIo::new(stream)),
+    )
+    .await
+    {
+        Ok(Ok(handshake)) => handshake,
+        Ok(Err(_)) => return Err(HttpError::HttpProtocolError),
+        Err(_) => return Err(HttpError::ConnectionTimeout),
+    };
+    // The connection runs beside the request; dropping the handle (the
+    // invocation ended) stops it.
+    let connection = wasmtime_wasi::runtime::spawn(connection);
+
+    // Origin form on the wire: the host travels in the `Host` header.
+    let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
+    *request.uri_mut() = path.parse().map_err(|_| HttpError::HttpRequestUriInvalid)?;
+    let response = match tokio::time::timeout(first_byte_timeout, sender.send_request(request)).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => return Err(HttpError::from(e)),
+        Err(_) => return Err(HttpError::ConnectionReadTimeout),
+    };
+    let response = response.map(|incoming| {
+        PacedBody { incoming, pause: between_bytes_timeout, timer: Box::pin(tokio::time::sleep(between_bytes_timeout)) }
+            .boxed_unsync()
+    });
+    Ok((response, async move { connection.await.map_err(HttpError::from) }))
+}
+
+/// What a connection can be: plain TCP or TLS over it.
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Stream for T {}
+
+/// A response body that fails when the server pauses longer than `pause`
+/// between frames.
+struct PacedBody {
+    incoming: hyper::body::Incoming,
+    pause: Duration,
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl hyper::body::Body for PacedBody {
+    type Data = hyper::body::Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        match std::pin::Pin::new(&mut this.incoming).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let next = tokio::time::Instant::now() + this.pause;
+                this.timer.as_mut().reset(next);
+                Poll::Ready(frame.map(|frame| frame.map_err(HttpError::from)))
+            }
+            Poll::Pending => match this.timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.incoming.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.incoming.size_hint()
     }
 }
 
@@ -228,17 +393,24 @@ async fn check_addresses(
     for address in &addresses {
         let ip = address.ip();
         if is_internal(ip) && !limits.allowed_private.iter().any(|net| net.contains(&ip)) {
+            // The address stays in the host's log: the caller learns only
+            // that the name is off limits, not what the network behind it is.
+            tracing::debug!(target: "plinth::outbound", %authority, %ip, "outbound request to an internal address refused");
             denials.record(format!(
-                "`{authority}` resolves to {ip}, an address on the host's own or a private network, which the operator does not allow"
+                "`{authority}` resolves to an address on the host's own or a private network, which the operator does not allow"
             ));
-            return Err(HttpError::DestinationIpProhibited);
+            // The same answer as any other refusal.
+            return Err(HttpError::HttpRequestDenied);
         }
     }
     Ok(first)
 }
 
 /// Addresses a tool must not reach by default: everything that is not the
-/// public internet.
+/// public internet. IPv6 forms that carry an IPv4 address, or that a router
+/// may translate to one, count as internal when the IPv4 address is, or
+/// always where it cannot be told (6to4, Teredo, local-use NAT64, the
+/// deprecated IPv4-compatible form).
 pub fn is_internal(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_internal_v4(v4),
@@ -247,15 +419,25 @@ pub fn is_internal(ip: IpAddr) -> bool {
                 return is_internal_v4(v4);
             }
             let segments = v6.segments();
-            // NAT64 (64:ff9b::/96) embeds an IPv4 address.
-            if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+            let embedded = || {
                 let [a, b] = segments[6].to_be_bytes();
                 let [c, d] = segments[7].to_be_bytes();
-                return is_internal_v4(Ipv4Addr::new(a, b, c, d));
+                Ipv4Addr::new(a, b, c, d)
+            };
+            // NAT64 (64:ff9b::/96) and IPv4-translated (::ffff:0:0:0/96)
+            // embed an IPv4 address.
+            if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] || segments[..6] == [0, 0, 0, 0, 0xffff, 0] {
+                return is_internal_v4(embedded());
             }
             v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
+                || segments[..6] == [0; 6] // IPv4-compatible ::/96 (deprecated; routed as IPv4 by some stacks)
+                || segments[..3] == [0x64, 0xff9b, 1] // local-use NAT64 64:ff9b:1::/48
+                || segments[0] == 0x2002 // 6to4 2002::/16: relays reach the embedded IPv4 address
+                || segments[..2] == [0x2001, 0] // Teredo 2001::/32: tunnels to an IPv4 address
+                || segments[..2] == [0x2001, 0xdb8] // documentation 2001:db8::/32
+                || segments[..4] == [0x100, 0, 0, 0] // discard-only 100::/64
                 || (segments[0] & 0xfe00) == 0xfc00 // unique local fc00::/7
                 || (segments[0] & 0xffc0) == 0xfe80 // link-local fe80::/10
                 || (segments[0] & 0xffc0) == 0xfec0 // site-local fec0::/10
@@ -311,12 +493,192 @@ mod tests {
             "::ffff:10.0.0.1",
             "64:ff9b::a9fe:a9fe",
             "ff02::1",
+            // 6to4, whatever IPv4 address it embeds.
+            "2002:7f00:1::1",
+            "2002:a00:1::1",
+            "2002:808:808::1",
+            // Local-use NAT64.
+            "64:ff9b:1::a00:1",
+            "64:ff9b:1::808:808",
+            // IPv4-compatible.
+            "::127.0.0.1",
+            "::10.0.0.1",
+            "::8.8.8.8",
+            // IPv4-translated and NAT64 with an internal IPv4 address.
+            "::ffff:0:127.0.0.1",
+            "64:ff9b::127.0.0.1",
+            "64:ff9b::10.1.2.3",
+            // Teredo.
+            "2001::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001:db8::1",
+            "100::1",
         ] {
             assert!(is_internal(internal.parse().unwrap()), "{internal}");
         }
-        for public in ["93.184.216.34", "8.8.8.8", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
+        for public in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "1.1.1.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "::ffff:0:8.8.8.8",
+            "2001:4860:4860::8888",
+            "2003::1",
+        ] {
             assert!(!is_internal(public.parse().unwrap()), "{public}");
         }
+    }
+
+    #[test]
+    fn refusals_are_counted_not_kept() {
+        let denials = Denials::default();
+        assert_eq!(denials.summary(), None);
+        for i in 0..100_000 {
+            denials.record(format!("refusal {i}"));
+        }
+        denials.record_over_budget("over budget".into());
+        denials.record_over_budget("over budget again".into());
+        assert_eq!(denials.summary(), Some((100_002, "refusal 0".to_string())));
+        assert_eq!(denials.reason().as_deref(), Some("over budget"), "the caller hears of the budget");
+        assert_eq!(denials.first().as_deref(), Some("refusal 0"));
+    }
+
+    #[tokio::test]
+    async fn refused_requests_spend_the_budget() {
+        let limits = OutboundLimits { max_requests: 3, ..Default::default() };
+        let mut policy = policy(&["api.example.com"], &[]);
+        policy.limits = Arc::new(limits);
+        for _ in 0..5 {
+            let request = http::Request::get("http://undeclared.example/")
+                .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
+                .unwrap();
+            let answer = Box::into_pin(policy.send_request(request, None, Box::new(async { Ok(()) }))).await;
+            assert!(matches!(answer, Err(HttpError::HttpRequestDenied)));
+        }
+        let denials = policy.denials();
+        assert_eq!(denials.summary().unwrap().0, 5);
+        assert_eq!(denials.reason().as_deref(), Some("more than 3 outbound requests in one invocation"));
+    }
+
+    #[tokio::test]
+    async fn https_connects_to_the_checked_address_and_presents_the_name() {
+        // `pinned.invalid` resolves nowhere: only the checked address can
+        // be where the connection goes.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut stream, peer) = listener.accept().await.unwrap();
+            let mut hello = vec![0; 4096];
+            let n = tokio::io::AsyncReadExt::read(&mut stream, &mut hello).await.unwrap();
+            hello.truncate(n);
+            (peer, hello)
+        });
+        let request = http::Request::get("https://pinned.invalid/path")
+            .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
+            .unwrap();
+        let answer = send_to(request, address, &RequestOptions::default(), TLS.as_ref()).await;
+        assert!(answer.is_err(), "the listener closes without a handshake");
+        let (peer, hello) = server.await.unwrap();
+        assert!(peer.ip().is_loopback());
+        assert_eq!(hello[0], 0x16, "a TLS handshake record");
+        assert!(hello.windows(b"pinned.invalid".len()).any(|w| w == b"pinned.invalid"), "SNI names the host");
+    }
+
+    #[tokio::test]
+    async fn https_works_end_to_end_against_the_checked_address() {
+        // A server at 127.0.0.1 with a certificate for `pinned.test`, a name
+        // that resolves nowhere: the request reaches it only through the
+        // pinned address, and the handshake succeeds only if the name is
+        // what TLS presents and verifies.
+        let rcgen::CertifiedKey { cert, signing_key } =
+            rcgen::generate_simple_self_signed(vec!["pinned.test".to_string()]).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(signing_key.serialize_der().into());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server_config = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(tcp).await.unwrap();
+            let sni = tls.get_ref().1.server_name().map(str::to_string);
+            let mut head = Vec::new();
+            let mut buf = [0; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = tokio::io::AsyncReadExt::read(&mut tls, &mut buf).await.unwrap();
+                assert!(n > 0, "the request head ended early");
+                head.extend_from_slice(&buf[..n]);
+            }
+            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello";
+            tokio::io::AsyncWriteExt::write_all(&mut tls, answer).await.unwrap();
+            tokio::io::AsyncWriteExt::shutdown(&mut tls).await.unwrap();
+            (sni, String::from_utf8_lossy(&head).into_owned())
+        });
+
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.der().clone()).unwrap();
+        let client_config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(client_config));
+        let request = http::Request::get("https://pinned.test/path?q=1")
+            .header(http::header::HOST, "pinned.test")
+            .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
+            .unwrap();
+        let (response, io) = send_to(request, address, &RequestOptions::default(), Some(&tls)).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"hello");
+        io.await.unwrap();
+        let (sni, head) = server.await.unwrap();
+        assert_eq!(sni.as_deref(), Some("pinned.test"));
+        assert!(head.starts_with("GET /path?q=1 HTTP/1.1\r\n"), "origin form on the wire: {head}");
+        assert!(head.to_ascii_lowercase().contains("host: pinned.test\r\n"), "{head}");
+
+        // The same server, asked for another name: the certificate does not
+        // prove it, and the tool gets a certificate error.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let other = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(
+                rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                    .with_safe_default_protocol_versions()
+                    .unwrap()
+                    .with_no_client_auth()
+                    .with_single_cert(
+                        vec![cert.der().clone()],
+                        rustls::pki_types::PrivateKeyDer::Pkcs8(signing_key.serialize_der().into()),
+                    )
+                    .unwrap(),
+            ));
+            let _ = acceptor.accept(tcp).await;
+        });
+        let request = http::Request::get("https://internal.test/")
+            .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
+            .unwrap();
+        let answer = send_to(request, other, &RequestOptions::default(), Some(&tls)).await;
+        assert!(matches!(answer, Err(HttpError::TlsCertificateError)), "{:?}", answer.err());
+    }
+
+    #[tokio::test]
+    async fn a_failed_connection_reads_the_same_whatever_the_cause() {
+        // A closed port: refused. The tool hears no more than that.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let request = http::Request::get("http://api.example.com/")
+            .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
+            .unwrap();
+        let answer = send_to(request, closed, &RequestOptions::default(), TLS.as_ref()).await;
+        assert!(matches!(answer, Err(HttpError::ConnectionRefused)));
     }
 
     #[tokio::test]
@@ -324,7 +686,7 @@ mod tests {
         let uri: http::Uri = "http://127.0.0.1:9/".parse().unwrap();
         let denials = Denials::default();
         let closed = OutboundLimits::default();
-        assert!(matches!(check_addresses(&uri, &closed, &denials).await, Err(HttpError::DestinationIpProhibited)));
+        assert!(matches!(check_addresses(&uri, &closed, &denials).await, Err(HttpError::HttpRequestDenied)));
         assert!(denials.first().unwrap().contains("127.0.0.1"));
         let open = OutboundLimits { allowed_private: vec!["127.0.0.0/8".parse().unwrap()], ..Default::default() };
         assert_eq!(check_addresses(&uri, &open, &Denials::default()).await.unwrap(), "127.0.0.1:9".parse().unwrap());
