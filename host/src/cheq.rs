@@ -323,6 +323,9 @@ fn find_key(sets: &[Value], kid: &str) -> Option<ed25519_dalek::VerifyingKey> {
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
