@@ -119,7 +119,18 @@ impl Confirmation {
     }
 }
 
+/// Longest `when` condition, in bytes: far more than any real condition
+/// needs, and it keeps the CEL parser's error rendering in bounds (it pads
+/// to the error's column and panics past column 65 535).
+pub const MAX_CONDITION_BYTES: usize = 4096;
+
 fn compile(expression: &str) -> Result<cel::Program, String> {
+    if expression.len() > MAX_CONDITION_BYTES {
+        return Err(format!(
+            "the `when` condition is {} bytes long; at most {MAX_CONDITION_BYTES} are allowed",
+            expression.len()
+        ));
+    }
     cel::Program::compile(expression).map_err(|e| format!("the `when` condition is not valid CEL: {e}"))
 }
 

@@ -12,5 +12,6 @@ mod sandbox;
 mod soak;
 mod support;
 mod tenancy;
+mod untrusted_input;
 mod versions;
 mod weather;

@@ -295,3 +295,13 @@ proptest! {
         }
     }
 }
+
+/// A condition with a syntax error past column 65 535 made the CEL parser
+/// panic while rendering its error; such a condition is refused (by its
+/// length, before it is parsed) with a message, not a panic.
+#[test]
+fn a_condition_too_long_to_parse_is_refused() {
+    let policy = ConfirmationPolicy { required: false, when: Some(format!("{})", "d".repeat(70_000))) };
+    let err = policy.check(&[]).unwrap_err().to_string();
+    assert!(err.contains("70001") && err.contains("at most"), "{err}");
+}
