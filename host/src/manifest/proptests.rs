@@ -124,6 +124,42 @@ proptest! {
         }
     }
 
+    /// A `${config.KEY}` entry takes its host from whatever URL is
+    /// configured: any text is handled, and a URL allows exactly its own
+    /// host and port.
+    #[test]
+    fn a_configured_url_allows_exactly_its_authority(
+        value in prop_oneof![any::<String>(), "[a-zA-Z]{0,6}://[a-z0-9.:@\\[\\]-]{0,20}(/.{0,8})?"],
+        scheme in prop::sample::select(vec!["http", "https", "HTTPS"]),
+        host in "[a-z0-9-]{1,10}(\\.[a-z0-9-]{1,10}){0,2}",
+        port in prop::option::of(1u16..),
+        other in "[a-z0-9.-]{1,20}",
+    ) {
+        let pattern = HostPattern::parse("${config.backend}").map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let limits = Arc::new(OutboundLimits::default());
+        // Any configured text: no panic.
+        let policy = OutboundPolicy::new(&[pattern.clone()], &BTreeMap::from([("backend".into(), value.clone())]), limits.clone());
+        policy.allows(Some("https"), &value);
+        // A URL: its authority, and nothing else.
+        let authority = match port {
+            Some(p) => format!("{host}:{p}"),
+            None => host.clone(),
+        };
+        let url = format!("{scheme}://user@{authority}/path?q#f");
+        let policy = OutboundPolicy::new(&[pattern], &BTreeMap::from([("backend".into(), url.clone())]), limits);
+        let http = scheme == "http";
+        let effective = port.unwrap_or(if http { 80 } else { 443 });
+        let wire = if http { "http" } else { "https" };
+        let exact = format!("{host}:{effective}");
+        prop_assert!(policy.allows(Some(wire), &exact), "{} refused for {}", exact, url);
+        if other != host {
+            let elsewhere = format!("{other}:{effective}");
+            prop_assert!(!policy.allows(Some(wire), &elsewhere), "{} allowed for {}", elsewhere, url);
+        }
+        let wrong_port = format!("{host}:{}", effective.wrapping_add(1).max(1));
+        prop_assert!(!policy.allows(Some(wire), &wrong_port), "{} allowed for {}", wrong_port, url);
+    }
+
     /// `*.suffix` reaches the subdomains of `suffix` and nothing else: not
     /// the suffix itself, not a name that merely ends with the same letters.
     #[test]
