@@ -241,7 +241,9 @@ proptest! {
     ) {
         let signatures: Vec<Value> = entries
             .into_iter()
-            .map(|(protected, signature, header)| json!({"protected": protected, "signature": signature, "header": header}))
+            .map(|(protected, signature, header)| {
+                json!({"protected": protected, "signature": signature, "header": header})
+            })
             .collect();
         let refused = verify(&json!({"payload": payload, "signatures": signatures}), &trusted());
         prop_assert!(refused.is_err());

@@ -138,7 +138,8 @@ proptest! {
         let pattern = HostPattern::parse("${config.backend}").map_err(|e| TestCaseError::fail(e.to_string()))?;
         let limits = Arc::new(OutboundLimits::default());
         // Any configured text: no panic.
-        let policy = OutboundPolicy::new(&[pattern.clone()], &BTreeMap::from([("backend".into(), value.clone())]), limits.clone());
+        let config = BTreeMap::from([("backend".to_string(), value.clone())]);
+        let policy = OutboundPolicy::new(std::slice::from_ref(&pattern), &config, limits.clone());
         policy.allows(Some("https"), &value);
         // A URL: its authority, and nothing else.
         let authority = match port {
@@ -146,7 +147,8 @@ proptest! {
             None => host.clone(),
         };
         let url = format!("{scheme}://user@{authority}/path?q#f");
-        let policy = OutboundPolicy::new(&[pattern], &BTreeMap::from([("backend".into(), url.clone())]), limits);
+        let config = BTreeMap::from([("backend".to_string(), url.clone())]);
+        let policy = OutboundPolicy::new(&[pattern], &config, limits);
         let http = scheme == "http";
         let effective = port.unwrap_or(if http { 80 } else { 443 });
         let wire = if http { "http" } else { "https" };

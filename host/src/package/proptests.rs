@@ -33,7 +33,8 @@ fn tools_dir(var: &str, dir: &str, probe: &str, make: &str) -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target").join(dir));
     assert!(
         path.join(probe).exists(),
-        "the packed tools are missing from {} (no {probe}): run `make {make}` (or `make test`) first, or point {var} at them",
+        "the packed tools are missing from {} (no {probe}): run `make {make}` (or `make test`) first, \
+         or point {var} at them",
         path.display()
     );
     path
@@ -523,9 +524,12 @@ proptest! {
     /// strict prefix is always refused; docs and the manifest never change
     /// what a tool accepts.
     #[test]
-    fn a_changed_tool_is_read_or_refused_cleanly(tool in tool_index(), changes in prop::collection::vec(change(), 1..3)) {
-        let original = &packed_tools()[tool].bytes;
-        let before = ToolPackage::read(original).map_err(|e| TestCaseError::fail(format!("{}: {e}", packed_tools()[tool].name)))?;
+    fn a_changed_tool_is_read_or_refused_cleanly(
+        tool in tool_index(),
+        changes in prop::collection::vec(change(), 1..3),
+    ) {
+        let PackedTool { name, bytes: original } = &packed_tools()[tool];
+        let before = ToolPackage::read(original).map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
         let mut bytes = original.clone();
         for change in &changes {
             bytes = apply(&bytes, change);
@@ -535,7 +539,8 @@ proptest! {
             prop_assert!(after.is_none(), "a truncated component was accepted");
         }
         // Custom sections describe a tool; they never change what it accepts.
-        let sections_only = changes.iter().all(|c| matches!(c, Change::Docs(_) | Change::Manifest(_) | Change::Extra { .. }));
+        let sections_only =
+            changes.iter().all(|c| matches!(c, Change::Docs(_) | Change::Manifest(_) | Change::Extra { .. }));
         if let (Some(after), true) = (&after, sections_only) {
             prop_assert_eq!(input_shape(&after.signature), input_shape(&before.signature));
         }
@@ -789,7 +794,8 @@ mod generated {
                             OutputType::Int => INTS.contains(&field.ty.as_str()),
                             OutputType::Enum { .. } => field.ty.starts_with("choice"),
                             OutputType::Json => {
-                                field.ty != "string" && !INTS.contains(&field.ty.as_str()) && !field.ty.starts_with("choice")
+                                let ty = field.ty.as_str();
+                                ty != "string" && !INTS.contains(&ty) && !ty.starts_with("choice")
                             }
                         };
                         prop_assert!(typed, "output {:?} of type `{}`", output, field.ty);
