@@ -285,6 +285,10 @@ pub struct Signed {
     pub header: Map<String, Value>,
 }
 
+/// Most signatures [`verify`] takes: a CHEQ carries the resource server's
+/// and a confirmation server's.
+pub const MAX_SIGNATURES: usize = 8;
+
 /// Verifies every signature of `jws` against the JWK sets in `trusted`:
 /// each must be by a known key and match. Returns the payload (the
 /// canonical CHEQ bytes) and the signatures.
@@ -294,6 +298,11 @@ pub fn verify(jws: &Value, trusted: &[Value]) -> Result<(Vec<u8>, Vec<Signed>), 
     let signatures = jws["signatures"].as_array().ok_or(VerifyError::Malformed("no `signatures`"))?;
     if signatures.is_empty() {
         return Err(VerifyError::Malformed("no signatures"));
+    }
+    // Each signature costs an Ed25519 verification: a body of copies of one
+    // valid signature must not buy that work hundreds of times over.
+    if signatures.len() > MAX_SIGNATURES {
+        return Err(VerifyError::Malformed("more than 8 signatures; a CHEQ carries 2"));
     }
     let mut signed = Vec::new();
     for entry in signatures {

@@ -96,3 +96,30 @@ async fn a_confirmation_condition_too_long_to_parse_is_refused() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(outputs(&body)["text"], "hi");
 }
+
+/// Anyone holding a resource URI may post a CHEQ to it (no key), and each
+/// signature costs an Ed25519 verification: a body of copies of the
+/// server's own signature bought hundreds of them per request. More than 8
+/// signatures are refused before any is verified, and the transaction can
+/// still be confirmed.
+#[tokio::test]
+async fn a_cheq_with_copies_of_a_signature_is_refused() {
+    use crate::cheq::{booking, call_for, confirming_server, fetch};
+    let (server, _plugins) = confirming_server(&[]).await;
+    let (status, _, pack) = call_for(&server, Some("alice"), "book_flight", &booking("FIRST", 2)).await;
+    assert_eq!(status, 202, "{pack}");
+    let resource = pack["resource uri"].as_str().unwrap();
+    let (_, _, mut signed) = fetch(resource).await;
+    let entry = signed["signatures"][0].clone();
+    signed["signatures"] = Value::Array(vec![entry; 300]);
+
+    let response = reqwest::Client::new().post(format!("{resource}?accept")).json(&signed).send().await.unwrap();
+    assert_eq!(response.status(), 403);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_signature", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("more than 8 signatures"), "{body}");
+
+    // Nothing was decided: the transaction is still pending.
+    let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
+    assert_eq!(status, 202, "{body}");
+}

@@ -257,6 +257,24 @@ proptest! {
         let _ = verify(&jws, &sets);
     }
 
+    /// Copies of a valid signature buy no work: past [`MAX_SIGNATURES`]
+    /// the JWS is refused before any signature is verified.
+    #[test]
+    fn copies_of_a_signature_are_refused_past_the_limit(copies in 0..40usize, countersigned in any::<bool>()) {
+        let mut jws = signed(&json!({"version": 1.0}), Map::new(), countersigned.then(Map::new));
+        let entry = jws["signatures"][0].clone();
+        let signatures = jws["signatures"].as_array_mut().expect("signatures");
+        signatures.extend(std::iter::repeat_n(entry, copies));
+        let total = signatures.len();
+        match verify(&jws, &trusted()) {
+            Ok((_, verified)) => prop_assert!(total <= MAX_SIGNATURES && verified.len() == total),
+            Err(e) => {
+                prop_assert!(total > MAX_SIGNATURES, "{} signatures refused: {}", total, e);
+                prop_assert_eq!(e, VerifyError::Malformed("more than 8 signatures; a CHEQ carries 2"));
+            }
+        }
+    }
+
     /// The security property: a signed CHEQ changed in any way verifies only
     /// if the payload and every signed header are exactly what the trusted
     /// keys signed. A changed payload, protected header or signature is
@@ -306,4 +324,22 @@ fn a_condition_too_long_to_parse_is_refused() {
     let policy = ConfirmationPolicy { required: false, when: Some(format!("{})", "d".repeat(70_000))) };
     let err = policy.check(&[]).unwrap_err().to_string();
     assert!(err.contains("70001") && err.contains("at most"), "{err}");
+}
+
+/// Too many signatures are refused before any is verified: nine forged
+/// ones say "too many", not "forged".
+#[test]
+fn too_many_signatures_are_refused_before_verifying() {
+    assert_eq!(MAX_SIGNATURES, 8, "the refusal's message names the limit");
+    let mut jws = signed(&json!({"version": 1.0}), Map::new(), None);
+    let [server, _, _] = keys();
+    let header = B64.encode(json!({"alg": "EdDSA", "kid": server.kid()}).to_string());
+    let forged = json!({"protected": header, "signature": B64.encode([0u8; 64])});
+    jws["signatures"] = Value::Array(vec![forged; MAX_SIGNATURES + 1]);
+    assert_eq!(
+        verify(&jws, &trusted()).unwrap_err(),
+        VerifyError::Malformed("more than 8 signatures; a CHEQ carries 2")
+    );
+    jws["signatures"].as_array_mut().unwrap().pop();
+    assert_eq!(verify(&jws, &trusted()).unwrap_err(), VerifyError::BadSignature(server.kid().into()));
 }
