@@ -401,7 +401,11 @@ fn change() -> impl Strategy<Value = Change> {
     ]
 }
 
-fn edit(bytes: &mut [u8], edits: &[(usize, u8)], within: &[Range<usize>]) {
+/// Overwrites bytes at the `edits` positions, counted within the `within`
+/// ranges laid end to end (`None`: the whole of `bytes`).
+fn edit(bytes: &mut [u8], edits: &[(usize, u8)], within: Option<&[Range<usize>]>) {
+    let whole = [Range { start: 0, end: bytes.len() }];
+    let within = within.unwrap_or(&whole);
     let total: usize = within.iter().map(|r| r.len()).sum();
     if total == 0 {
         return;
@@ -424,8 +428,7 @@ fn new_section_data(original: Option<&[u8]>, data: &SectionData) -> Vec<u8> {
         SectionData::Random(bytes) => bytes.clone(),
         SectionData::Edited(edits) => {
             let mut bytes = original.to_vec();
-            let whole = std::slice::from_ref(&(0..bytes.len())).to_vec();
-            edit(&mut bytes, edits, &whole);
+            edit(&mut bytes, edits, None);
             bytes
         }
         SectionData::Truncated(keep) => original[..keep % (original.len() + 1)].to_vec(),
@@ -438,12 +441,9 @@ fn apply(original: &[u8], change: &Change) -> Vec<u8> {
     match change {
         Change::Bytes { outer, edits } => {
             let mut bytes = original.to_vec();
-            let within: Vec<Range<usize>> = if *outer {
-                sections(original).into_iter().filter(|s| s.id != 1).map(|s| s.whole).collect()
-            } else {
-                std::slice::from_ref(&(0..original.len())).to_vec()
-            };
-            edit(&mut bytes, edits, &within);
+            let outer_sections: Vec<Range<usize>> =
+                sections(original).into_iter().filter(|s| s.id != 1).map(|s| s.whole).collect();
+            edit(&mut bytes, edits, outer.then_some(outer_sections.as_slice()));
             bytes
         }
         Change::Insert { at, bytes } => {
