@@ -119,7 +119,18 @@ impl Confirmation {
     }
 }
 
+/// Longest `when` condition, in bytes: far more than any real condition
+/// needs, and it keeps the CEL parser's error rendering in bounds (it pads
+/// to the error's column and panics past column 65 535).
+pub const MAX_CONDITION_BYTES: usize = 4096;
+
 fn compile(expression: &str) -> Result<cel::Program, String> {
+    if expression.len() > MAX_CONDITION_BYTES {
+        return Err(format!(
+            "the `when` condition is {} bytes long; at most {MAX_CONDITION_BYTES} are allowed",
+            expression.len()
+        ));
+    }
     cel::Program::compile(expression).map_err(|e| format!("the `when` condition is not valid CEL: {e}"))
 }
 
@@ -274,6 +285,10 @@ pub struct Signed {
     pub header: Map<String, Value>,
 }
 
+/// Most signatures [`verify`] takes: a CHEQ carries the resource server's
+/// and a confirmation server's.
+pub const MAX_SIGNATURES: usize = 8;
+
 /// Verifies every signature of `jws` against the JWK sets in `trusted`:
 /// each must be by a known key and match. Returns the payload (the
 /// canonical CHEQ bytes) and the signatures.
@@ -283,6 +298,11 @@ pub fn verify(jws: &Value, trusted: &[Value]) -> Result<(Vec<u8>, Vec<Signed>), 
     let signatures = jws["signatures"].as_array().ok_or(VerifyError::Malformed("no `signatures`"))?;
     if signatures.is_empty() {
         return Err(VerifyError::Malformed("no signatures"));
+    }
+    // Each signature costs an Ed25519 verification: a body of copies of one
+    // valid signature must not buy that work hundreds of times over.
+    if signatures.len() > MAX_SIGNATURES {
+        return Err(VerifyError::Malformed("more than 8 signatures; a CHEQ carries 2"));
     }
     let mut signed = Vec::new();
     for entry in signatures {
@@ -321,6 +341,9 @@ fn find_key(sets: &[Value], kid: &str) -> Option<ed25519_dalek::VerifyingKey> {
     let x = B64.decode(jwk["x"].as_str()?).ok()?;
     ed25519_dalek::VerifyingKey::from_bytes(&<[u8; 32]>::try_from(x).ok()?).ok()
 }
+
+#[cfg(test)]
+mod proptests;
 
 #[cfg(test)]
 mod tests {

@@ -501,6 +501,9 @@ fn tool_error(val: Val) -> Result<ToolError, OutputError> {
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::signature::{InputParam, IntKind, OutputParam};

@@ -265,6 +265,9 @@ fn parse_port(port: &str) -> Option<u16> {
 }
 
 #[cfg(test)]
+mod proptests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

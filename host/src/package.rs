@@ -249,6 +249,9 @@ fn leb128(out: &mut Vec<u8>, mut value: usize) {
 }
 
 #[cfg(test)]
+pub(crate) mod proptests;
+
+#[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use wit_component::{ComponentEncoder, StringEncoding, dummy_module, embed_component_metadata};

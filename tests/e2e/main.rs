@@ -14,5 +14,6 @@ mod soak;
 mod storage;
 mod support;
 mod tenancy;
+mod untrusted_input;
 mod versions;
 mod weather;

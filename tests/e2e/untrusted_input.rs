@@ -1,0 +1,125 @@
+//! Malformed input that once broke a parser, replayed against the real
+//! server: each is refused with a clean error, and the server keeps serving.
+//! (The parsers themselves are property-tested beside their code, in
+//! `host/src/*/proptests.rs`.)
+
+use crate::support::{Server, invocation, outputs, plugins_dir};
+use serde_json::{Value, json};
+
+/// Reads an unsigned LEB128 at `at`, moving past it.
+fn leb128(bytes: &[u8], at: &mut usize) -> usize {
+    let (mut value, mut shift) = (0, 0);
+    loop {
+        let byte = bytes[*at];
+        *at += 1;
+        value |= usize::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return value;
+        }
+        shift += 7;
+    }
+}
+
+fn push_leb128(out: &mut Vec<u8>, mut value: usize) {
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// A packed tool with its embedded manifest (the `plinth-manifest` custom
+/// section) changed by `edit`.
+fn with_manifest(packed: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
+    let mut out = packed[..8].to_vec();
+    let mut manifest = None;
+    let mut at = 8;
+    while at < packed.len() {
+        let start = at;
+        let id = packed[at];
+        at += 1;
+        let size = leb128(packed, &mut at);
+        let end = at + size;
+        let name_len = leb128(packed, &mut at);
+        if id == 0 && &packed[at..at + name_len] == b"plinth-manifest" {
+            manifest = Some(serde_json::from_slice::<Value>(&packed[at + name_len..end]).unwrap());
+        } else {
+            out.extend_from_slice(&packed[start..end]);
+        }
+        at = end;
+    }
+    let mut manifest = manifest.expect("a packed tool has a manifest section");
+    edit(&mut manifest);
+    let data = serde_json::to_vec(&manifest).unwrap();
+    let name = b"plinth-manifest";
+    let mut section = Vec::new();
+    push_leb128(&mut section, name.len());
+    section.extend_from_slice(name);
+    section.extend_from_slice(&data);
+    out.push(0);
+    push_leb128(&mut out, section.len());
+    out.extend_from_slice(&section);
+    out
+}
+
+/// A `when` condition with a syntax error past column 65 535 made the CEL
+/// parser panic while rendering its error, so the deploy never answered.
+/// It is refused, and the server goes on serving.
+#[tokio::test]
+async fn a_confirmation_condition_too_long_to_parse_is_refused() {
+    let server = Server::start(&[]);
+    let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
+    let hostile = with_manifest(&echo, |m| {
+        m["world"] = json!("echo-too");
+        m["confirmation"] = json!({ "when": format!("{})", "d".repeat(70_000)) });
+    });
+    let (status, body) = server.deploy(hostile, "").await;
+    assert_eq!((status, body["error"]["code"].clone()), (400, json!("invalid_component")), "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("[confirmation]") && message.contains("70001"), "{message}");
+
+    // A condition of a normal size in the same place deploys.
+    let fine = with_manifest(&echo, |m| {
+        m["world"] = json!("echo-too");
+        m["confirmation"] = json!({ "when": "text == 'launch'" });
+    });
+    let (status, body) = server.deploy(fine, "").await;
+    assert_eq!(status, 201, "{body}");
+
+    let id = server.tool_id("echo").await;
+    let (status, body) =
+        server.post(&format!("/tools/{id}:invoke"), &invocation("echo", &[("text", json!("hi"))])).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(outputs(&body)["text"], "hi");
+}
+
+/// Anyone holding a resource URI may post a CHEQ to it (no key), and each
+/// signature costs an Ed25519 verification: a body of copies of the
+/// server's own signature bought hundreds of them per request. More than 8
+/// signatures are refused before any is verified, and the transaction can
+/// still be confirmed.
+#[tokio::test]
+async fn a_cheq_with_copies_of_a_signature_is_refused() {
+    use crate::cheq::{booking, call_for, confirming_server, fetch};
+    let (server, _plugins) = confirming_server(&[]).await;
+    let (status, _, pack) = call_for(&server, Some("alice"), "book_flight", &booking("FIRST", 2)).await;
+    assert_eq!(status, 202, "{pack}");
+    let resource = pack["resource uri"].as_str().unwrap();
+    let (_, _, mut signed) = fetch(resource).await;
+    let entry = signed["signatures"][0].clone();
+    signed["signatures"] = Value::Array(vec![entry; 300]);
+
+    let response = reqwest::Client::new().post(format!("{resource}?accept")).json(&signed).send().await.unwrap();
+    assert_eq!(response.status(), 403);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_signature", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("more than 8 signatures"), "{body}");
+
+    // Nothing was decided: the transaction is still pending.
+    let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
+    assert_eq!(status, 202, "{body}");
+}
