@@ -359,3 +359,119 @@ async fn an_unanswered_confirmation_expires() {
     let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
     assert_eq!((status, &body["error"]["code"]), (410, &json!("confirmation_expired")), "{body}");
 }
+
+/// `[0,1,…,n-1]`.
+fn numbers(n: usize) -> String {
+    format!("[{}]", (0..n).map(|i| i.to_string()).collect::<Vec<_>>().join(","))
+}
+
+/// The packed `echo` with `condition` as its `[confirmation] when`, put in
+/// by hand where `plinth pack` would have refused it: a same-length
+/// condition packed, then its bytes swapped.
+fn echo_with_condition(condition: &str, dir: &Path) -> Vec<u8> {
+    let harmless = format!("text == '{}'", "z".repeat(condition.len() - 10));
+    assert_eq!(harmless.len(), condition.len());
+    let packed = pack_with_confirmation("echo", &format!("when = \"{harmless}\""), dir).unwrap();
+    let bytes = std::fs::read(packed).unwrap();
+    let at = bytes.windows(harmless.len()).position(|w| w == harmless.as_bytes()).unwrap();
+    let mut swapped = bytes.clone();
+    swapped[at..at + condition.len()].copy_from_slice(condition.as_bytes());
+    swapped
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_condition_over_its_budget_is_refused_at_pack_deploy_and_override() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let echo = server.tool_id("echo").await;
+    let path = format!("/admin/tools/{echo}/confirmation");
+    // The reported attack, and shorter forms of it, each refused by the limit it breaks.
+    let list = numbers(300);
+    let attack = format!("{list}.all(a,{list}.all(b,{list}.all(c,true)))");
+    let short = numbers(10);
+    let cases = [
+        (attack.clone(), "max_chars"),
+        (format!("{short}.all(a,{short}.all(b,{short}.all(c,true)))"), "max_comprehension_depth"),
+        (format!("{}.exists(a, a == 7)", numbers(65)), "max_literal_entries"),
+        ("text.matches(text)".to_string(), "allowed_functions"),
+        (vec!["text"; 150].join("+") + " == 'x'", "max_nodes"),
+    ];
+    for (condition, limit) in &cases {
+        let (status, body) = server.call_as(Some(TOKEN), Method::PUT, &path, Some(&json!({ "when": condition }))).await;
+        assert_eq!(
+            (status, &body["error"]["code"], &body["error"]["limit"]),
+            (400, &json!("condition_too_costly"), &json!(limit)),
+            "{body}"
+        );
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&format!("(limit `{limit}`)")), "{message}");
+    }
+    let (status, body) = server.call_as(Some(TOKEN), Method::GET, &path, None).await;
+    assert_eq!((status, &body["override"]), (200, &Value::Null), "nothing was stored: {body}");
+
+    // In a packed plinth.toml: `plinth pack` refuses it...
+    let dir = tempfile::tempdir().unwrap();
+    let refused = pack_with_confirmation("echo", &format!("when = \"{attack}\""), dir.path()).unwrap_err();
+    assert!(
+        refused.contains("could cost more than a condition may") && refused.contains("(limit `max_chars`)"),
+        "{refused}"
+    );
+    // ...and a component packed around that check is refused at deploy.
+    let deep = format!("{short}.all(a,{short}.all(b,{short}.all(c,text == 'x')))");
+    let (status, body) = server.deploy(echo_with_condition(&deep, dir.path()), "").await;
+    assert_eq!(
+        (status, &body["error"]["code"], &body["error"]["limit"]),
+        (400, &json!("condition_too_costly"), &json!("max_comprehension_depth")),
+        "{body}"
+    );
+    assert!(body["error"]["message"].as_str().unwrap().contains("[confirmation]"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_costliest_accepted_condition_leaves_the_server_answering() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let echo = server.tool_id("echo").await;
+    // Another tenant, with its own echo.
+    server.create_tenant("other", json!({})).await;
+    let (_, other) = server.create_key(Some("other"), "publisher").await;
+    let (status, body) =
+        server.deploy_as(&other, "other", std::fs::read(plugins_dir().join("echo.wasm")).unwrap()).await;
+    assert_eq!(status, 201, "{body}");
+    let other_echo = body["toolId"].as_str().unwrap().to_string();
+
+    // As heavy as the budget allows: two nested comprehensions over 64-entry literals.
+    let list = numbers(64);
+    let heaviest = format!("{list}.all(a, {list}.all(b, a + b != 1000 && a * b != 5000)) && text == 'confirm'");
+    let path = format!("/admin/tools/{echo}/confirmation");
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, &path, Some(&json!({ "when": heaviest }))).await;
+    assert_eq!(status, 204, "{body}");
+
+    // Sixteen calls at once evaluate it; health and the other tenant answer meanwhile.
+    let calls: Vec<_> = (0..16)
+        .map(|i| {
+            let text = if i % 2 == 0 { "confirm" } else { "go" };
+            let request =
+                server.request(Method::POST, &format!("/tools/{echo}:invoke")).header("plinth-end-user", "alice");
+            tokio::spawn(request.json(&invocation("echo", &[("text", json!(text))])).send())
+        })
+        .collect();
+    let others = async {
+        for _ in 0..4 {
+            assert_eq!(server.get("/health").await.0, 200);
+            let response = server
+                .request_as(Some(&other), Method::POST, &format!("/t/other/tools/{other_echo}:invoke"))
+                .json(&invocation("echo", &[("text", json!("mine"))]))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(outputs(&body)["text"], "mine");
+        }
+    };
+    // A generous guard against a hang, not a speed test.
+    tokio::time::timeout(std::time::Duration::from_secs(60), others).await.unwrap();
+    for (i, call) in calls.into_iter().enumerate() {
+        let status = call.await.unwrap().unwrap().status().as_u16();
+        assert_eq!(status, if i % 2 == 0 { 202 } else { 200 }, "call {i}: the condition decided");
+    }
+}

@@ -382,7 +382,7 @@ impl ToolHost {
                     .as_ref()
                     .map(|v| v.signature.inputs.iter().map(|p| p.name.as_str()).collect())
                     .unwrap_or_default();
-                policy.check(&inputs).map_err(ChangeError::Invalid)?;
+                policy.check(&inputs)?;
                 let value = serde_json::to_string(&policy).unwrap_or_default();
                 let audit = AuditEntry::new(actor, Some(tenant), "cheq.policy.put", tool.id.to_string())
                     .detail(serde_json::to_value(&policy).unwrap_or_default());
