@@ -552,6 +552,93 @@ fn evaluate(program: &cel::Program, variables: &[String], inputs: &Map<String, V
     }
 }
 
+/// Whether `c` would be invisible on a confirmation page, or would change
+/// how the text around it reads: format characters (Unicode category Cf:
+/// bidirectional overrides, embeddings and isolates, zero-width spaces and
+/// joiners, the BOM, the Arabic letter mark, tags), controls, line and
+/// paragraph separators, spaces other than U+0020, variation selectors,
+/// fillers that draw nothing, and unassigned, private-use or surrogate code
+/// points. An end user must see exactly what the tool gets, so each is shown
+/// as a visible marker instead (see [`marked`]).
+pub fn is_hidden(c: char) -> bool {
+    use unicode_general_category::{GeneralCategory as G, get_general_category};
+    matches!(
+        get_general_category(c),
+        G::Format
+            | G::Control
+            | G::LineSeparator
+            | G::ParagraphSeparator
+            | G::Unassigned
+            | G::PrivateUse
+            | G::Surrogate
+    ) || (c.is_whitespace() && c != ' ')
+        || matches!(
+            c,
+            '\u{034F}'
+                | '\u{115F}'
+                | '\u{1160}'
+                | '\u{17B4}'
+                | '\u{17B5}'
+                | '\u{180B}'..='\u{180F}'
+                | '\u{2800}'
+                | '\u{3164}'
+                | '\u{FE00}'..='\u{FE0F}'
+                | '\u{FFA0}'
+                | '\u{E0100}'..='\u{E01EF}'
+        )
+}
+
+/// The marker a hidden character is shown as: `<U+202E>`.
+pub fn marker(c: char) -> String {
+    format!("<U+{:04X}>", u32::from(c))
+}
+
+/// A piece of text as an end user must see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shown<'a> {
+    /// Text shown as it is.
+    Text(&'a str),
+    /// A character shown as its [`marker`].
+    Hidden(char),
+}
+
+/// `text` split into what can be shown as it is and the characters that
+/// must be shown as markers ([`is_hidden`]).
+pub fn shown(text: &str) -> Vec<Shown<'_>> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for (at, c) in text.char_indices() {
+        if is_hidden(c) {
+            if start < at {
+                pieces.push(Shown::Text(&text[start..at]));
+            }
+            pieces.push(Shown::Hidden(c));
+            start = at + c.len_utf8();
+        }
+    }
+    if start < text.len() {
+        pieces.push(Shown::Text(&text[start..]));
+    }
+    pieces
+}
+
+/// `text` with every hidden character replaced by its marker, or `None`
+/// when it has none.
+pub fn marked(text: &str) -> Option<String> {
+    if !text.chars().any(is_hidden) {
+        return None;
+    }
+    Some(
+        shown(text)
+            .into_iter()
+            .map(|piece| match piece {
+                Shown::Text(t) => t.to_string(),
+                Shown::Hidden(c) => marker(c),
+            })
+            .collect(),
+    )
+}
+
 /// An Ed25519 key that signs CHEQ objects, with its JWKS key id.
 pub struct SigningKey {
     key: ed25519_dalek::SigningKey,
@@ -986,6 +1073,59 @@ mod tests {
             let _ = when(&calls).check(&["a"]);
         });
         worker.unwrap().join().unwrap();
+    }
+
+    #[test]
+    fn hidden_characters_are_shown_as_markers() {
+        // An IBAN whose tail is reversed on screen by RIGHT-TO-LEFT OVERRIDE.
+        let spoofed = "DE89 3704 0044 \u{202E}3210 5130 02";
+        assert_eq!(marked(spoofed).as_deref(), Some("DE89 3704 0044 <U+202E>3210 5130 02"));
+        assert_eq!(
+            shown(spoofed),
+            [Shown::Text("DE89 3704 0044 "), Shown::Hidden('\u{202E}'), Shown::Text("3210 5130 02")]
+        );
+        for c in [
+            '\u{200B}',
+            '\u{200C}',
+            '\u{200D}',
+            '\u{200E}',
+            '\u{200F}',
+            '\u{202A}',
+            '\u{202B}',
+            '\u{202C}',
+            '\u{202D}',
+            '\u{2066}',
+            '\u{2067}',
+            '\u{2068}',
+            '\u{2069}',
+            '\u{061C}',
+            '\u{FEFF}',
+            '\u{00AD}',
+            '\u{2060}',
+            '\u{2061}',
+            '\u{180E}',
+            '\u{E0041}',
+            '\u{2028}',
+            '\u{2029}',
+            '\u{00A0}',
+            '\u{3000}',
+            '\u{0000}',
+            '\n',
+            '\t',
+            '\u{0085}',
+            '\u{FE0F}',
+            '\u{3164}',
+            '\u{F8FF}',
+        ] {
+            assert!(is_hidden(c), "U+{:04X}", u32::from(c));
+            assert_eq!(marked(&format!("a{c}b")), Some(format!("a{}b", marker(c))));
+        }
+        for c in ['a', ' ', 'é', 'ß', 'א', 'ب', '中', '€', '😀', '0'] {
+            assert!(!is_hidden(c), "{c}");
+        }
+        assert_eq!(marked("DE89 3704 0044 0532 0130 00"), None);
+        assert_eq!(shown(""), []);
+        assert_eq!(shown("\u{202E}"), [Shown::Hidden('\u{202E}')]);
     }
 
     #[test]

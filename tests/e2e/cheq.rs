@@ -360,6 +360,63 @@ async fn an_unanswered_confirmation_expires() {
     assert_eq!((status, &body["error"]["code"]), (410, &json!("confirmation_expired")), "{body}");
 }
 
+/// An end user's session on the built-in confirmation page, over plain
+/// HTTP (what a browser does, without one).
+struct PageSession {
+    client: reqwest::Client,
+    cookie: String,
+    root: String,
+}
+
+impl PageSession {
+    /// Logs `user` in through the login form.
+    async fn log_in(pack: &Value, user: &str) -> PageSession {
+        let confirm = pack["confirmation uri"].as_str().unwrap();
+        let root = confirm.strip_suffix("/cheq/confirm").unwrap().to_string();
+        let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        let form = [
+            ("user", user.to_string()),
+            ("password", format!("{user}-password")),
+            ("resource_uri", pack["resource uri"].as_str().unwrap().to_string()),
+        ];
+        let response = client.post(format!("{root}/cheq/login")).form(&form).send().await.unwrap();
+        assert_eq!(response.status(), 303, "{user} logs in");
+        let cookie = response.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+        PageSession { client, cookie, root }
+    }
+
+    /// The confirmation page of `pack`'s transaction → (status, HTML).
+    async fn page(&self, pack: &Value) -> (u16, String) {
+        let response = self
+            .client
+            .get(pack["confirmation uri"].as_str().unwrap())
+            .query(&[("resource_uri", pack["resource uri"].as_str().unwrap())])
+            .header("cookie", &self.cookie)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    /// Accepts or rejects on the page, with its form token → (status, HTML).
+    async fn decide(&self, pack: &Value, decision: &str) -> (u16, String) {
+        let (status, html) = self.page(pack).await;
+        assert_eq!(status, 200, "{html}");
+        let token = html.split("name=\"form_token\" value=\"").nth(1).unwrap().split('"').next().unwrap();
+        let transaction = pack["resource uri"].as_str().unwrap().rsplit('/').next().unwrap();
+        let form = [("transaction", transaction), ("form_token", token), ("decision", decision)];
+        let response = self
+            .client
+            .post(format!("{}/cheq/decide", self.root))
+            .header("cookie", &self.cookie)
+            .form(&form)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+}
+
 /// `[0,1,…,n-1]`.
 fn numbers(n: usize) -> String {
     format!("[{}]", (0..n).map(|i| i.to_string()).collect::<Vec<_>>().join(","))
@@ -474,4 +531,54 @@ async fn the_costliest_accepted_condition_leaves_the_server_answering() {
         let status = call.await.unwrap().unwrap().status().as_u16();
         assert_eq!(status, if i % 2 == 0 { 202 } else { 200 }, "call {i}: the condition decided");
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hidden_characters_are_shown_as_markers_and_reach_the_tool_unchanged() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let echo = server.tool_id("echo").await;
+    let path = format!("/admin/tools/{echo}/confirmation");
+    server.call_as(Some(TOKEN), Method::PUT, &path, Some(&json!({ "required": true }))).await;
+    // An IBAN whose tail a RIGHT-TO-LEFT OVERRIDE reverses on screen, and invisible characters.
+    let hidden = [
+        '\u{202E}', '\u{200B}', '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}', '\u{061C}', '\u{FEFF}', '\u{00AD}',
+        '\u{2060}',
+    ];
+    let spoofed = format!("DE89 3704 0044 {}3210 5130 02{}", hidden[0], hidden[1..].iter().collect::<String>());
+    let (status, _, pack) = call_for(&server, Some("alice"), "echo", &[("text", json!(spoofed))]).await;
+    assert_eq!(status, 202, "{pack}");
+
+    // The signed CHEQ: the raw value, and beside it the display form.
+    let (_, _, object) = fetch(&format!("{}?raw", pack["resource uri"].as_str().unwrap())).await;
+    let parameter = &object["inputs"]["parameters"][0];
+    assert_eq!(parameter["parameter value"], json!(spoofed));
+    let markers: String = hidden[1..].iter().map(|c| format!("<U+{:04X}>", u32::from(*c))).collect();
+    assert_eq!(parameter["parameter display value"], json!(format!("DE89 3704 0044 <U+202E>3210 5130 02{markers}")));
+
+    // The page shows each as a styled marker, never the character itself, and warns.
+    let session = PageSession::log_in(&pack, "alice").await;
+    let (status, html) = session.page(&pack).await;
+    assert_eq!(status, 200, "{html}");
+    for c in hidden {
+        assert!(!html.contains(c), "U+{:04X} is on the page as itself", u32::from(c));
+        let marker =
+            format!("<span class=\"hidden-char\" title=\"invisible character\">&lt;U+{:04X}&gt;</span>", u32::from(c));
+        assert!(html.contains(&marker), "no marker for U+{:04X}:\n{html}", u32::from(c));
+    }
+    assert!(html.contains("DE89 3704 0044 <span class=\"hidden-char\""), "{html}");
+    assert!(html.contains("id=\"hidden-warning\""), "{html}");
+
+    // Accepted, the tool gets exactly what was sent.
+    let (status, html) = session.decide(&pack, "accept").await;
+    assert_eq!(status, 200, "{html}");
+    let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, &outputs(&body)["text"]), (200, &json!(spoofed)), "{body}");
+
+    // A value without such characters has no display form and no warning.
+    let (_, _, pack) =
+        call_for(&server, Some("alice"), "echo", &[("text", json!("DE89 3704 0044 0532 0130 00"))]).await;
+    let (_, _, object) = fetch(&format!("{}?raw", pack["resource uri"].as_str().unwrap())).await;
+    assert!(object["inputs"]["parameters"][0].get("parameter display value").is_none(), "{object}");
+    let (_, html) = session.page(&pack).await;
+    assert!(!html.contains("hidden-warning") && html.contains("DE89 3704 0044 0532 0130 00"), "{html}");
 }

@@ -740,6 +740,7 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
     }
     let mut rows = String::new();
     let mut private = String::new();
+    let mut any_hidden = false;
     for parameter in object["inputs"]["parameters"].as_array().into_iter().flatten() {
         let pname = parameter["parameter name"].as_str().unwrap_or("");
         let description = parameter["parameter description"].as_str().unwrap_or("");
@@ -749,7 +750,7 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
                  <input id=\"private-{0}\" name=\"private.{0}\" type=\"text\" autocomplete=\"off\" required></p>",
                 attr(pname),
                 text(&as_words(pname)),
-                text(description)
+                revealed(description)
             ));
             continue;
         }
@@ -758,18 +759,19 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
             Value::Null => "(not given)".to_string(),
             other => other.to_string(),
         };
+        any_hidden |= value.chars().any(crate::cheq::is_hidden);
         rows.push_str(&format!(
-            "<tr data-parameter=\"{}\"><th>{}</th><td class=\"value\">{}</td><td><small>{}</small></td></tr>",
+            "<tr data-parameter=\"{}\"><th>{}</th><td class=\"value\" dir=\"ltr\">{}</td><td><small>{}</small></td></tr>",
             attr(pname),
             text(&as_words(pname)),
-            text(&value),
-            text(description)
+            revealed(&value),
+            revealed(description)
         ));
     }
     let body = format!(
         "<p>An AI agent asks to <strong id=\"operation\">{name}</strong> on behalf of <strong id=\"end-user\">{user}</strong>.</p>\
          <p><small>{description}</small></p>\
-         <table id=\"parameters\">{rows}</table>\
+         <table id=\"parameters\">{rows}</table>{warning}\
          <form method=\"post\" action=\"{action}\">\
          <input type=\"hidden\" name=\"transaction\" value=\"{id}\">\
          <input type=\"hidden\" name=\"form_token\" value=\"{form_token}\">\
@@ -779,13 +781,36 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
          <p><small>Open until {expires}. Nothing happens unless you accept.</small></p>",
         name = text(name),
         user = text(&session.user),
-        description = text(object["operation description"].as_str().unwrap_or("")),
+        description = revealed(object["operation description"].as_str().unwrap_or("")),
+        warning = if any_hidden { HIDDEN_WARNING } else { "" },
         action = attr(&format!("{}/cheq/decide", root(options, tenant))),
         id = attr(id),
         form_token = attr(&session.form_token),
         expires = text(&rfc3339(c.expires_at)),
     );
     page(StatusCode::OK, &format!("Confirm: {name}"), &body)
+}
+
+/// Shown under the parameters when a value holds characters shown as markers.
+const HIDDEN_WARNING: &str = "<p id=\"hidden-warning\" class=\"warning\">A value above contains invisible or \
+     direction-changing characters, shown as <span class=\"hidden-char\">&lt;U+…&gt;</span> markers. The tool gets them \
+     exactly as sent: reject unless you expected them.</p>";
+
+/// Text for the page, escaped, with every character a screen would not show
+/// as it is (`cheq::is_hidden`: bidirectional overrides, zero-width and
+/// other format characters) as a visible, distinctly styled `<U+XXXX>`
+/// marker: the end user sees exactly what the tool gets.
+fn revealed(value: &str) -> String {
+    crate::cheq::shown(value)
+        .into_iter()
+        .map(|piece| match piece {
+            crate::cheq::Shown::Text(t) => text(t).into_owned(),
+            crate::cheq::Shown::Hidden(c) => format!(
+                "<span class=\"hidden-char\" title=\"invisible character\">{}</span>",
+                text(&crate::cheq::marker(c))
+            ),
+        })
+        .collect()
 }
 
 fn login_page(options: &ApiOptions, tenant: &str, resource_uri: &str, problem: Option<&str>) -> Response {
@@ -811,7 +836,10 @@ fn page(status: StatusCode, title: &str, body: &str) -> Response {
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{title}</title>\
          <style>body{{font-family:system-ui,sans-serif;max-width:40rem;margin:2rem auto;padding:0 1rem}}\
-         th,td{{text-align:left;padding:.3rem .6rem;vertical-align:top}}button{{font-size:1rem;padding:.4rem 1.2rem}}</style>\
+         th,td{{text-align:left;padding:.3rem .6rem;vertical-align:top}}button{{font-size:1rem;padding:.4rem 1.2rem}}\
+         .value{{unicode-bidi:isolate;white-space:pre-wrap}}\
+         .hidden-char{{font-family:monospace;font-size:.85em;color:#7a2e00;background:#ffe08a;border:1px solid #c77700;border-radius:3px;padding:0 .15em}}\
+         .warning{{color:#7a2e00}}</style>\
          </head><body><h1>{title}</h1>{body}</body></html>",
         title = text(title),
     );

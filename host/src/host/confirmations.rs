@@ -636,7 +636,12 @@ impl ToolHost {
 
 /// The parameters of the CHEQ object (figure 4): each input's name,
 /// description and value; a `private` input says so and has no value yet
-/// (the end user enters it on the confirmation page).
+/// (the end user enters it on the confirmation page). A value with
+/// characters a screen would not show as they are (`cheq::is_hidden`:
+/// bidirectional overrides, zero-width and other format characters) also
+/// gets a `parameter display value`, with each such character as a visible
+/// `<U+XXXX>` marker, for confirmation servers to show; the `parameter
+/// value`, what the tool gets, is unchanged.
 fn parameters(signature: &Signature, inputs: &Map<String, Value>) -> Vec<Value> {
     signature
         .inputs
@@ -649,11 +654,24 @@ fn parameters(signature: &Signature, inputs: &Map<String, Value>) -> Vec<Value> 
             if p.private {
                 parameter["private"] = true.into();
             } else {
-                parameter["parameter value"] = inputs.get(&p.name).cloned().unwrap_or(Value::Null);
+                let value = inputs.get(&p.name).cloned().unwrap_or(Value::Null);
+                if let Some(display) = display_value(&value) {
+                    parameter["parameter display value"] = display.into();
+                }
+                parameter["parameter value"] = value;
             }
             parameter
         })
         .collect()
+}
+
+/// A value as an end user must see it, when that differs from its text:
+/// a string, or any other value as JSON, with its hidden characters marked.
+pub fn display_value(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => cheq::marked(text),
+        other => cheq::marked(&other.to_string()),
+    }
 }
 
 impl StoredConfirmation {
