@@ -582,3 +582,50 @@ async fn hidden_characters_are_shown_as_markers_and_reach_the_tool_unchanged() {
     let (_, html) = session.page(&pack).await;
     assert!(!html.contains("hidden-warning") && html.contains("DE89 3704 0044 0532 0130 00"), "{html}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acceptance_after_its_version_was_retired_ends_the_transaction() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let book = server.tool_id("book_flight").await;
+    // One call through A2T, one through OTC; both wait for alice.
+    let (status, _, a2t) = call_for(&server, Some("alice"), "book_flight", &booking("FIRST", 1)).await;
+    assert_eq!(status, 202, "{a2t}");
+    let otc_call = json!({ "request": {
+        "call_id": "retired-1",
+        "tool_id": "Travel.BookFlight@1.0.0",
+        "input": { "flight_number": "UA123", "date": "2026-12-24", "passengers": 1, "cabin_class": "FIRST" },
+        "context": { "user_id": "alice" },
+    } });
+    let response = server.request(Method::POST, "/otc/tools/call").json(&otc_call).send().await.unwrap();
+    assert_eq!(response.status(), 202);
+    let otc: Value = response.json().await.unwrap();
+
+    // The publisher retires the version both calls were made to.
+    let (status, body) = server.delete(&format!("/admin/tools/{book}/versions/1")).await;
+    assert_eq!(status, 200, "{body}");
+
+    // Accepted on the page: refused, 410, and the transaction is over.
+    let session = PageSession::log_in(&a2t, "alice").await;
+    let (status, html) = session.decide(&a2t, "accept").await;
+    assert_eq!(status, 410, "{html}");
+    assert!(html.contains("was retired") && html.contains("the tool did not run"), "{html}");
+    let (status, _, body) = fetch(a2t["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, &body["error"]["code"]), (410, &json!("version_retired")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("did not run"), "{body}");
+    let (status, html) = session.page(&a2t).await;
+    assert_eq!(status, 409, "decided once: {html}");
+    let transaction = a2t["resource uri"].as_str().unwrap().rsplit('/').next().unwrap();
+    let (status, evidence) = server.get(&format!("/admin/cheq/{transaction}")).await;
+    assert_eq!((status, &evidence["state"], &evidence["result_status"]), (200, &json!("retired"), &Value::Null));
+    assert!(evidence["decision"]["signatures"].as_array().unwrap().len() == 2, "the acceptance is kept: {evidence}");
+
+    // The same through OTC: its result URI answers in OTC's error shape.
+    let (status, html) = session.decide(&otc, "accept").await;
+    assert_eq!(status, 410, "{html}");
+    let (status, _, body) = fetch(otc["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, &body["code"]), (410, &json!("version_retired")), "{body}");
+    assert!(body["$schema"].is_string(), "an OTC ServerErrorResponse: {body}");
+    let (_, audit) = server.get("/admin/audit").await;
+    let refused = audit["items"].as_array().unwrap().iter().filter(|e| e["action"] == "cheq.accept.retired").count();
+    assert_eq!(refused, 2, "both refusals are audited: {audit}");
+}

@@ -118,6 +118,7 @@ impl From<DecideError> for ApiError {
             DecideError::Signature(_) => (StatusCode::FORBIDDEN, "invalid_signature"),
             DecideError::Altered => (StatusCode::CONFLICT, "cheq_altered"),
             DecideError::NotConfirmed(_) => (StatusCode::FORBIDDEN, "not_confirmed"),
+            DecideError::Retired => (StatusCode::GONE, "version_retired"),
             DecideError::Store(e) => {
                 tracing::error!(error = %e, "a confirmation could not be read or written");
                 return ApiError::storage_failed("the confirmation could not be recorded (is the data disk full?)");
@@ -329,8 +330,9 @@ async fn complete(
 
 /// `GET {result uri}`: `202` while the end user has not decided (or the
 /// tool runs); the call's answer once it ran; `403 confirmation_rejected`,
-/// `410 confirmation_expired` or `500 call_outcome_unknown` otherwise. In
-/// the shape of the front door the call came through.
+/// `410 confirmation_expired`, `410 version_retired` or
+/// `500 call_outcome_unknown` otherwise. In the shape of the front door the
+/// call came through.
 pub(super) async fn get_result(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -370,6 +372,7 @@ pub(super) async fn get_result(
             "confirmation_expired",
             "the end user did not confirm the call in time; the tool did not run. Make the call again for a new confirmation",
         ),
+        TxState::Retired => ApiError::from(DecideError::Retired),
         TxState::Interrupted => ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "call_outcome_unknown",
@@ -643,11 +646,8 @@ pub(super) async fn decide(
                 .collect();
             // A private value that does not fit is asked again, before the
             // transaction is spent.
-            if let Err(e) = host.confirmed_input(&c, &private) {
-                let message = match e {
-                    InvokeError::Input(e) => e.to_string(),
-                    other => other.to_string(),
-                };
+            if let Err(InvokeError::Input(e)) = host.confirmed_input(&c, &private) {
+                let message = e.to_string();
                 return page(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "Check what you entered",

@@ -127,6 +127,9 @@ pub struct ConfirmationServer {
     pub jwks_url: String,
 }
 
+/// Why an accepted call of a retired version did not run.
+pub const RETIRED_MESSAGE: &str = "the version this call was made to was retired before the end user's acceptance could run it; the tool did not run and this confirmation has ended. Make the call again to use the current version";
+
 /// The tenant setting that holds its confirmation server.
 const SERVER_SETTING: &str = "confirmation-server";
 
@@ -151,6 +154,9 @@ pub enum State {
     /// The server stopped while the tool ran: it may or may not have taken
     /// effect.
     Interrupted,
+    /// Accepted after its pinned version was retired: the tool did not run,
+    /// and never will.
+    Retired,
 }
 
 impl State {
@@ -163,6 +169,7 @@ impl State {
             "done" => State::Done,
             "rejected" => State::Rejected,
             "expired" => State::Expired,
+            "retired" => State::Retired,
             _ => State::Interrupted,
         }
     }
@@ -176,6 +183,7 @@ impl State {
             State::Rejected => "rejected",
             State::Expired => "expired",
             State::Interrupted => "interrupted",
+            State::Retired => "retired",
         }
     }
 }
@@ -201,6 +209,10 @@ pub enum DecideError {
     /// The signatures do not show the right end user accepting.
     #[error("{0}")]
     NotConfirmed(String),
+    /// The version the call was made to was retired before it was accepted:
+    /// the transaction ended without running the tool.
+    #[error("{RETIRED_MESSAGE}")]
+    Retired,
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -470,10 +482,25 @@ impl ToolHost {
                     .into(),
             ));
         }
+        // Retired means gone: an acceptance cannot bring a version back. The
+        // transaction ends here, its evidence kept, the tool never run.
+        if self.pinned_version_retired(&c) {
+            let audit = self.decision_audit(&c, "cheq.accept.retired", &confirmation.kid);
+            self.decide(&c, "retired", &signed.to_string(), &audit)?;
+            tracing::info!(transaction = id, "an acceptance came after the call's version was retired; it ended unrun");
+            return Err(DecideError::Retired);
+        }
         let audit = self.decision_audit(&c, "cheq.accept", &confirmation.kid);
         self.decide(&c, "accepted", &signed.to_string(), &audit)?;
         tracing::info!(transaction = id, "the end user accepted the call");
         Ok((c, Confirmed(())))
+    }
+
+    /// Whether the version a transaction pinned is retired (or gone).
+    fn pinned_version_retired(&self, c: &StoredConfirmation) -> bool {
+        self.tool(&c.tenant, &c.tool_id.to_string())
+            .and_then(|tool| tool.version(c.version))
+            .is_none_or(|version| version.retired_at().is_some())
     }
 
     /// Rejects a pending transaction: its tool never runs. `evidence` says
@@ -497,6 +524,10 @@ impl ToolHost {
         private: &Map<String, Value>,
     ) -> Result<(Arc<ToolVersion>, Result<ToolResult, InvokeError>), InvokeError> {
         let (tool, version, input) = self.confirmed_input(c, private)?;
+        // Retired between the acceptance and this run: it does not run either.
+        if version.retired_at().is_some() {
+            return Err(InvokeError::Retired(RETIRED_MESSAGE.into()));
+        }
         let call = Call {
             input,
             call_id: c.call_id.clone(),
