@@ -154,12 +154,14 @@ impl Limit {
 /// from its text and its compiled form alone. See `docs/cheq.md`.
 ///
 /// The estimate counts steps: one per node evaluated, each node inside a
-/// comprehension counted once per element it may iterate over, an
-/// operation that walks collections (`==`, `!=`, `in`, `+`) one more step
-/// per 8 elements of its arguments, and one that scans strings (comparison,
-/// `size`, the string functions, indexing) one more per 64. A collection the condition did not write itself comes from
-/// the inputs, whose size at evaluation is bounded by [`MAX_INPUT_BYTES`]:
-/// a larger call asks for confirmation without evaluating the condition.
+/// comprehension counted once per element it may iterate over (plus the
+/// cost of binding its variables), an operation that walks collections
+/// (`==`, `!=`, `in`, `+`) one more step per 8 elements of its arguments,
+/// and one that scans strings (comparison, `size`, the string functions,
+/// indexing) one more per 64. A collection the condition did not write
+/// itself comes from the inputs, whose size at evaluation is bounded by
+/// `MAX_INPUT_BYTES`: a larger call asks for confirmation without
+/// evaluating the condition.
 pub mod budget {
     use cel::common::ast::{EntryExpr, Expr, LiteralValue, operators};
 
