@@ -1089,7 +1089,10 @@ mod tests {
             for depth in [32usize, 33, 200, 499] {
                 for (open, close) in [("(", ")"), ("[", "]"), ("{1:", "}"), ("!(", ")"), ("a[", "]")] {
                     let text = format!("{}1{}", open.repeat(depth), close.repeat(depth));
-                    let _ = when(&text).check(&["a"]);
+                    let checked = when(&text).check(&["a"]);
+                    if depth > budget::MAX_NESTING && text.chars().count() <= budget::MAX_CHARS {
+                        assert_eq!(checked, Err(ConditionError::TooCostly(Limit::Nesting(depth))), "{text}");
+                    }
                 }
             }
             let ternary = vec!["a ? 1"; 120].join(" : ") + " : 2";
