@@ -46,41 +46,463 @@ impl ConfirmationPolicy {
     }
 
     /// Checks the policy against the tool's input names: the condition
-    /// compiles and names only inputs.
-    pub fn check(&self, inputs: &[&str]) -> Result<(), String> {
+    /// compiles, stays within the budget (see [`budget`]) and names only
+    /// inputs.
+    pub fn check(&self, inputs: &[&str]) -> Result<(), ConditionError> {
         let Some(when) = &self.when else { return Ok(()) };
         if self.required {
-            return Err("give `required = true` or a `when` condition, not both".into());
+            return Err(ConditionError::Both);
         }
-        let program = compile(when)?;
-        let references = program.references();
-        let unknown: Vec<&str> = references.variables().into_iter().filter(|v| !inputs.contains(v)).collect();
+        let (_, variables) = compile(when)?;
+        let unknown: Vec<&str> = variables.iter().map(String::as_str).filter(|v| !inputs.contains(v)).collect();
         if !unknown.is_empty() {
-            return Err(format!(
+            return Err(ConditionError::UnknownInput(format!(
                 "the `when` condition names {}, which {} not an input; the inputs are: {}",
                 unknown.join(", "),
                 if unknown.len() == 1 { "is" } else { "are" },
                 inputs.join(", ")
-            ));
+            )));
         }
         Ok(())
     }
 
     /// The policy ready to evaluate, its condition compiled once (when a
-    /// version is loaded). A condition that no longer compiles — it was
-    /// checked at deploy — asks for confirmation on every call.
+    /// version is loaded). A condition that no longer compiles or no longer
+    /// fits the budget — it was checked at deploy, but the budget may have
+    /// been tightened since — asks for confirmation on every call.
     pub fn compile(&self) -> Confirmation {
         match &self.when {
             _ if self.required => Confirmation::Always,
             None => Confirmation::Never,
             Some(when) => match compile(when) {
-                Ok(program) => Confirmation::When { expression: when.clone(), program },
+                Ok((program, variables)) => Confirmation::When { expression: when.clone(), program, variables },
                 Err(why) => {
-                    tracing::warn!(condition = when, why, "a stored confirmation condition does not compile");
+                    tracing::warn!(condition = when, %why, "a stored confirmation condition does not compile");
                     Confirmation::Always
                 }
             },
         }
+    }
+}
+
+/// Why a `[confirmation]` policy was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConditionError {
+    /// `required = true` and a `when` condition together.
+    #[error("give `required = true` or a `when` condition, not both")]
+    Both,
+    /// The condition does not parse.
+    #[error("the `when` condition is not valid CEL: {0}")]
+    NotCel(String),
+    /// The condition names something that is not an input.
+    #[error("{0}")]
+    UnknownInput(String),
+    /// The condition exceeds a limit of the budget.
+    #[error("the `when` condition could cost more than a condition may: {0}")]
+    TooCostly(Limit),
+}
+
+/// The limit of the condition budget a condition exceeded, with what it
+/// measured.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Limit {
+    /// Too long.
+    #[error("it is {0} characters long; at most {max} are allowed (limit `max_chars`)", max = budget::MAX_CHARS)]
+    Chars(usize),
+    /// Brackets or parentheses nested too deep.
+    #[error("it nests brackets or parentheses {0} deep; at most {max} are allowed (limit `max_nesting`)", max = budget::MAX_NESTING)]
+    Nesting(usize),
+    /// Too many nodes once compiled.
+    #[error("it compiles to more than {max} nodes, macros expanded (limit `max_nodes`)", max = budget::MAX_NODES)]
+    Nodes,
+    /// A list or map literal with too many entries.
+    #[error("a list or map literal has {0} entries; at most {max} are allowed (limit `max_literal_entries`)", max = budget::MAX_LITERAL_ENTRIES)]
+    LiteralEntries(usize),
+    /// A string or bytes literal too long.
+    #[error("a string literal is {0} characters long; at most {max} are allowed (limit `max_string_literal_chars`)", max = budget::MAX_STRING_LITERAL_CHARS)]
+    StringLiteral(usize),
+    /// Comprehension macros nested too deep.
+    #[error("it nests comprehension macros (all, exists, exists_one, map, filter) {0} deep; at most {max} are allowed (limit `max_comprehension_depth`)", max = budget::MAX_COMPREHENSION_DEPTH)]
+    ComprehensionDepth(usize),
+    /// A `matches` pattern whose compiled form is too large.
+    #[error("its `matches` pattern compiles to more than {max} bytes (limit `max_regex_bytes`)", max = budget::MAX_REGEX_BYTES)]
+    Regex,
+    /// A function or operator whose cost is not bounded (or not known).
+    #[error("it calls `{0}`, which a condition may not use; it may use {allowed} (limit `allowed_functions`)", allowed = budget::allowed_functions())]
+    Function(String),
+    /// Within every other limit, but its estimated worst case is too high.
+    #[error("its worst case is estimated at {0} steps over inputs of {input} bytes; at most {max} are allowed (limit `max_cost`)", input = budget::MAX_INPUT_BYTES, max = budget::MAX_COST)]
+    Cost(u64),
+}
+
+impl Limit {
+    /// The limit's name, as the error answer carries it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Limit::Chars(_) => "max_chars",
+            Limit::Nesting(_) => "max_nesting",
+            Limit::Nodes => "max_nodes",
+            Limit::LiteralEntries(_) => "max_literal_entries",
+            Limit::StringLiteral(_) => "max_string_literal_chars",
+            Limit::ComprehensionDepth(_) => "max_comprehension_depth",
+            Limit::Regex => "max_regex_bytes",
+            Limit::Function(_) => "allowed_functions",
+            Limit::Cost(_) => "max_cost",
+        }
+    }
+}
+
+/// The budget of a confirmation condition: a publisher's condition runs on
+/// every call of its tool, on the server all tenants share, so what it may
+/// cost is bounded before it is accepted (at pack, deploy and override),
+/// from its text and its compiled form alone. See `docs/cheq.md`.
+///
+/// The estimate counts steps: one per node evaluated, each node inside a
+/// comprehension counted once per element it may iterate over (plus the
+/// cost of binding its variables), an operation that walks collections
+/// (`==`, `!=`, `in`, `+`) one more step per 8 elements of its arguments,
+/// and one that scans strings (comparison, `size`, the string functions,
+/// indexing) one more per 64. A collection the condition did not write
+/// itself comes from the inputs, whose size at evaluation is bounded by
+/// `MAX_INPUT_BYTES`: a larger call asks for confirmation without
+/// evaluating the condition.
+pub mod budget {
+    use cel::common::ast::{EntryExpr, Expr, LiteralValue, operators};
+
+    /// The longest condition, in characters.
+    pub const MAX_CHARS: usize = 1_000;
+    /// The deepest nesting of brackets and parentheses (checked before the
+    /// parser, which recurses, sees the text).
+    pub const MAX_NESTING: usize = 32;
+    /// The most nodes of the compiled condition, macros expanded.
+    pub const MAX_NODES: usize = 256;
+    /// The most entries of one list or map literal.
+    pub const MAX_LITERAL_ENTRIES: usize = 64;
+    /// The longest string or bytes literal.
+    pub const MAX_STRING_LITERAL_CHARS: usize = 256;
+    /// The deepest nesting of comprehension macros, one in the body of
+    /// another.
+    pub const MAX_COMPREHENSION_DEPTH: usize = 2;
+    /// The most bytes (as JSON) of the inputs a condition reads at a call;
+    /// a call with more asks for confirmation without evaluating it.
+    pub const MAX_INPUT_BYTES: usize = 4_096;
+    /// The most steps a condition's worst case may be estimated at.
+    pub const MAX_COST: u64 = 400_000;
+    /// The largest compiled form of a `matches` pattern (cel compiles it at
+    /// every call: this bounds that compilation). Unicode classes such as
+    /// `\w` compile larger: ASCII ones (`[A-Za-z0-9_]`, `(?-u:\w)`) fit.
+    pub const MAX_REGEX_BYTES: usize = 16 * 1024;
+    /// What compiling a `matches` pattern costs, in steps (measured: 20 to
+    /// 70 microseconds for patterns near [`MAX_REGEX_BYTES`]).
+    const REGEX_COMPILE_STEPS: u64 = 10_000;
+
+    /// The most elements of a collection in inputs of [`MAX_INPUT_BYTES`]
+    /// (an element takes at least two bytes of JSON).
+    const INPUT_ELEMENTS: u64 = (MAX_INPUT_BYTES / 2) as u64;
+    /// Elements an operation that walks collections element by element
+    /// (`==`, `!=`, `in`, `+`) visits per step charged.
+    const ELEMENTS_PER_WALK_STEP: u64 = 8;
+    /// Elements (bytes) an operation that scans a string visits per step.
+    const ELEMENTS_PER_SCAN_STEP: u64 = 64;
+    /// What one iteration of a comprehension costs beyond its body (binding
+    /// the element and the accumulator), in steps: measured, an iteration
+    /// over inputs costs as much as some 30 nodes.
+    const ITERATION_STEPS: u64 = 30;
+
+    /// Operators and functions of constant cost.
+    const CONSTANT: &[&str] = &[
+        operators::LOGICAL_AND,
+        operators::LOGICAL_OR,
+        operators::LOGICAL_NOT,
+        operators::CONDITIONAL,
+        operators::NEGATE,
+        operators::SUBSTRACT,
+        operators::MULTIPLY,
+        operators::DIVIDE,
+        operators::MODULO,
+        operators::NOT_STRICTLY_FALSE,
+        "int",
+        "uint",
+        "double",
+        "bool",
+        "type",
+        "dyn",
+    ];
+    /// Operators linear in the size of their arguments, walking collections
+    /// element by element.
+    const WALKING: &[&str] = &[operators::EQUALS, operators::NOT_EQUALS, operators::IN, operators::ADD];
+    /// Operators and functions linear in the size of their arguments,
+    /// scanning strings (or constant on collections).
+    const LINEAR: &[&str] = &[
+        operators::EQUALS,
+        operators::NOT_EQUALS,
+        operators::LESS,
+        operators::LESS_EQUALS,
+        operators::GREATER,
+        operators::GREATER_EQUALS,
+        operators::IN,
+        operators::ADD,
+        operators::INDEX,
+        "size",
+        "contains",
+        "startsWith",
+        "endsWith",
+        "matches",
+        "string",
+    ];
+
+    /// The functions a condition may call, for messages.
+    pub fn allowed_functions() -> String {
+        let named = CONSTANT.iter().chain(LINEAR).filter(|f| f.chars().all(|c| c.is_ascii_alphabetic()));
+        let named: Vec<&str> = named.copied().collect();
+        format!("the operators, the macros and {}", named.join(", "))
+    }
+
+    /// Checks the text before it is parsed: its length and how deep its
+    /// brackets nest.
+    pub(super) fn check_text(text: &str) -> Result<(), super::Limit> {
+        let chars = text.chars().count();
+        if chars > MAX_CHARS {
+            return Err(super::Limit::Chars(chars));
+        }
+        let (mut depth, mut deepest) = (0usize, 0usize);
+        for c in text.chars() {
+            match c {
+                '(' | '[' | '{' => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                ')' | ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        if deepest > MAX_NESTING {
+            return Err(super::Limit::Nesting(deepest));
+        }
+        Ok(())
+    }
+
+    /// What the walk knows of an expression: the most elements its value
+    /// may hold, and what evaluating it may cost.
+    #[derive(Clone, Copy)]
+    struct Bound {
+        elements: u64,
+        cost: u64,
+    }
+
+    /// A condition that passed the budget.
+    pub(super) struct Checked {
+        /// Its estimated worst-case cost, in steps.
+        #[cfg_attr(not(test), allow(dead_code))]
+        pub cost: u64,
+        /// The inputs it reads: its free identifiers, in order of first use
+        /// (a comprehension's own variables are not inputs).
+        pub inputs: Vec<String>,
+    }
+
+    struct Walk {
+        nodes: usize,
+        inputs: Vec<String>,
+        /// Comprehension variables in scope: name, element bound, and
+        /// whether it is an accumulator.
+        scope: Vec<(String, u64, bool)>,
+        /// Comprehensions whose body the walk is in.
+        depth: usize,
+    }
+
+    /// Checks the compiled condition against every limit, and returns its
+    /// estimated worst-case cost in steps.
+    pub(super) fn check_program(program: &cel::Program) -> Result<Checked, super::Limit> {
+        let mut walk = Walk { nodes: 0, inputs: Vec::new(), scope: Vec::new(), depth: 0 };
+        let bound = walk.expr(program.expression())?;
+        if bound.cost > MAX_COST {
+            return Err(super::Limit::Cost(bound.cost));
+        }
+        Ok(Checked { cost: bound.cost, inputs: walk.inputs })
+    }
+
+    impl Walk {
+        fn expr(&mut self, e: &cel::IdedExpr) -> Result<Bound, super::Limit> {
+            use super::Limit;
+            self.nodes += 1;
+            if self.nodes > MAX_NODES {
+                return Err(Limit::Nodes);
+            }
+            let one = Bound { elements: 1, cost: 1 };
+            Ok(match &e.expr {
+                Expr::Literal(literal) => {
+                    let chars = match literal {
+                        LiteralValue::String(s) => s.inner().chars().count(),
+                        LiteralValue::Bytes(b) => b.inner().len(),
+                        _ => 0,
+                    };
+                    if chars > MAX_STRING_LITERAL_CHARS {
+                        return Err(Limit::StringLiteral(chars));
+                    }
+                    one
+                }
+                Expr::Ident(name) => {
+                    // A comprehension's variable, or an input.
+                    let elements = match self.scope.iter().rev().find(|(n, _, _)| n == name) {
+                        Some((_, bound, _)) => *bound,
+                        None => {
+                            if !self.inputs.contains(name) {
+                                self.inputs.push(name.clone());
+                            }
+                            INPUT_ELEMENTS
+                        }
+                    };
+                    Bound { elements, cost: 1 }
+                }
+                Expr::Select(select) => {
+                    let operand = self.expr(&select.operand)?;
+                    let elements = if select.test { 1 } else { operand.elements };
+                    Bound { elements, cost: operand.cost.saturating_add(1) }
+                }
+                Expr::List(list) => {
+                    if list.elements.len() > MAX_LITERAL_ENTRIES {
+                        return Err(Limit::LiteralEntries(list.elements.len()));
+                    }
+                    let mut bound = one;
+                    for element in &list.elements {
+                        bound = sum(bound, self.expr(element)?);
+                    }
+                    bound
+                }
+                Expr::Map(map) => {
+                    if map.entries.len() > MAX_LITERAL_ENTRIES {
+                        return Err(Limit::LiteralEntries(map.entries.len()));
+                    }
+                    let mut bound = one;
+                    for entry in &map.entries {
+                        match &entry.expr {
+                            EntryExpr::MapEntry(entry) => {
+                                bound = sum(bound, self.expr(&entry.key)?);
+                                bound = sum(bound, self.expr(&entry.value)?);
+                            }
+                            EntryExpr::StructField(_) => return Err(Limit::Function("a struct literal".into())),
+                        }
+                    }
+                    bound
+                }
+                Expr::Call(call) => {
+                    let name = call.func_name.as_str();
+                    // `map` and `filter` append to their accumulator in place
+                    // (cel's `AppendStep`): no copy to charge for.
+                    let appends = name == operators::ADD
+                        && call.target.is_none()
+                        && call.args.first().is_some_and(|a| self.is_accumulator(a));
+                    let linear = LINEAR.contains(&name) && !appends;
+                    if !LINEAR.contains(&name) && !CONSTANT.contains(&name) {
+                        return Err(Limit::Function(name.to_string()));
+                    }
+                    // Only a literal pattern: compiling a regex an input
+                    // supplies is not bounded by anything the publisher wrote.
+                    let compiles = name == "matches";
+                    if compiles {
+                        let pattern = match call.args.last().map(|a| &a.expr) {
+                            Some(Expr::Literal(LiteralValue::String(pattern))) => pattern.inner(),
+                            _ => {
+                                return Err(Limit::Function(
+                                    "matches with a pattern that is not a string literal".into(),
+                                ));
+                            }
+                        };
+                        // A pattern that does not compile fails the call (closed); one too large is refused.
+                        if let Err(regex::Error::CompiledTooBig(_)) =
+                            regex::RegexBuilder::new(pattern).size_limit(MAX_REGEX_BYTES).build()
+                        {
+                            return Err(Limit::Regex);
+                        }
+                    }
+                    let mut args = Vec::with_capacity(call.args.len() + 1);
+                    if let Some(target) = &call.target {
+                        args.push(self.expr(target)?);
+                    }
+                    for arg in &call.args {
+                        args.push(self.expr(arg)?);
+                    }
+                    let walked: u64 = args.iter().fold(0, |n, a| n.saturating_add(a.elements));
+                    let cost = args.iter().fold(1u64, |n, a| n.saturating_add(a.cost));
+                    let per_step =
+                        if WALKING.contains(&name) { ELEMENTS_PER_WALK_STEP } else { ELEMENTS_PER_SCAN_STEP };
+                    let cost = if linear { cost.saturating_add(walked / per_step) } else { cost };
+                    let cost = if compiles { cost.saturating_add(REGEX_COMPILE_STEPS) } else { cost };
+                    let elements = match name {
+                        operators::ADD => walked,
+                        operators::INDEX => args.first().map_or(1, |a| a.elements),
+                        operators::CONDITIONAL => args.iter().skip(1).map(|a| a.elements).max().unwrap_or(1),
+                        _ => 1,
+                    };
+                    Bound { elements, cost }
+                }
+                Expr::Comprehension(c) => {
+                    let range = self.expr(&c.iter_range)?;
+                    let init = self.expr(&c.accu_init)?;
+                    let iterations = range.elements;
+                    self.depth += 1;
+                    if self.depth > MAX_COMPREHENSION_DEPTH {
+                        return Err(Limit::ComprehensionDepth(self.depth));
+                    }
+                    let scoped = self.scope.len();
+                    // The elements of a collection together hold no more than
+                    // it does: over all iterations, work linear in the
+                    // element's size adds up to the collection's, so one
+                    // element counts as 1 per iteration. Not when a
+                    // comprehension nests in the body (it may iterate over
+                    // the element, in a body using it): then an element
+                    // counts as the whole collection. The accumulator is
+                    // only ever appended to or folded.
+                    let nested = has_comprehension(&c.loop_step) || has_comprehension(&c.loop_cond);
+                    let element = if nested { iterations } else { 1 };
+                    self.scope.push((c.iter_var.clone(), element, false));
+                    if let Some(second) = &c.iter_var2 {
+                        self.scope.push((second.clone(), element, false));
+                    }
+                    self.scope.push((c.accu_var.clone(), 1, true));
+                    let body = sum(self.expr(&c.loop_cond)?, self.expr(&c.loop_step)?);
+                    self.depth -= 1;
+                    let result = self.expr(&c.result)?;
+                    self.scope.truncate(scoped);
+                    let cost = range
+                        .cost
+                        .saturating_add(init.cost)
+                        .saturating_add(iterations.saturating_mul(body.cost.saturating_add(ITERATION_STEPS)))
+                        .saturating_add(result.cost);
+                    Bound { elements: iterations.saturating_mul(body.elements).max(1), cost }
+                }
+                Expr::Struct(_) => return Err(Limit::Function("a struct literal".into())),
+                Expr::Unspecified => return Err(Limit::Function("an unspecified expression".into())),
+            })
+        }
+    }
+
+    impl Walk {
+        fn is_accumulator(&self, e: &cel::IdedExpr) -> bool {
+            let Expr::Ident(name) = &e.expr else { return false };
+            self.scope.iter().rev().find(|(n, _, _)| n == name).is_some_and(|(_, _, accu)| *accu)
+        }
+    }
+
+    /// Whether `e` holds a comprehension.
+    fn has_comprehension(e: &cel::IdedExpr) -> bool {
+        match &e.expr {
+            Expr::Comprehension(_) => true,
+            Expr::Call(call) => {
+                call.target.as_deref().is_some_and(has_comprehension) || call.args.iter().any(has_comprehension)
+            }
+            Expr::Select(select) => has_comprehension(&select.operand),
+            Expr::List(list) => list.elements.iter().any(has_comprehension),
+            Expr::Map(map) => map.entries.iter().any(|entry| match &entry.expr {
+                EntryExpr::MapEntry(entry) => has_comprehension(&entry.key) || has_comprehension(&entry.value),
+                EntryExpr::StructField(field) => has_comprehension(&field.value),
+            }),
+            Expr::Struct(_) | Expr::Literal(_) | Expr::Ident(_) | Expr::Unspecified => false,
+        }
+    }
+
+    fn sum(a: Bound, b: Bound) -> Bound {
+        Bound { elements: a.elements.saturating_add(b.elements), cost: a.cost.saturating_add(b.cost) }
     }
 }
 
@@ -97,19 +519,22 @@ pub enum Confirmation {
         expression: String,
         /// The condition, compiled.
         program: cel::Program,
+        /// The inputs it reads.
+        variables: Vec<String>,
     },
 }
 
 impl Confirmation {
     /// Whether a call with `inputs` (the input record as JSON, by parameter
-    /// name) needs confirmation.
+    /// name) needs confirmation. Bounded by the condition budget, but not
+    /// free: call it where tools run, not on the threads serving HTTP.
     pub fn applies_to(&self, inputs: &Map<String, Value>) -> bool {
-        let (expression, program) = match self {
+        let (expression, program, variables) = match self {
             Confirmation::Never => return false,
             Confirmation::Always => return true,
-            Confirmation::When { expression, program } => (expression, program),
+            Confirmation::When { expression, program, variables } => (expression, program, variables),
         };
-        match evaluate(program, inputs) {
+        match evaluate(program, variables, inputs) {
             Ok(holds) => holds,
             Err(why) => {
                 tracing::warn!(condition = expression, why, "a confirmation condition failed; asking for confirmation");
@@ -119,31 +544,129 @@ impl Confirmation {
     }
 }
 
-/// Longest `when` condition, in bytes: far more than any real condition
-/// needs, and it keeps the CEL parser's error rendering in bounds (it pads
-/// to the error's column and panics past column 65 535).
-pub const MAX_CONDITION_BYTES: usize = 4096;
-
-fn compile(expression: &str) -> Result<cel::Program, String> {
-    if expression.len() > MAX_CONDITION_BYTES {
-        return Err(format!(
-            "the `when` condition is {} bytes long; at most {MAX_CONDITION_BYTES} are allowed",
-            expression.len()
-        ));
-    }
-    cel::Program::compile(expression).map_err(|e| format!("the `when` condition is not valid CEL: {e}"))
+/// Parses `expression` and checks it against the budget. The parser is a
+/// third party's, fed a publisher's text: a panic in it is a refusal, not a
+/// crash.
+/// Returns the program and the inputs it reads.
+fn compile(expression: &str) -> Result<(cel::Program, Vec<String>), ConditionError> {
+    budget::check_text(expression).map_err(ConditionError::TooCostly)?;
+    // Rendering the parser's error can panic too (past column 65 535), so
+    // it happens inside the guard.
+    let parsed = std::panic::catch_unwind(|| cel::Program::compile(expression).map_err(|e| e.to_string()))
+        .map_err(|_| ConditionError::NotCel("the parser could not read it".into()))?;
+    let program = parsed.map_err(ConditionError::NotCel)?;
+    let checked = budget::check_program(&program).map_err(ConditionError::TooCostly)?;
+    Ok((program, checked.inputs))
 }
 
-fn evaluate(program: &cel::Program, inputs: &Map<String, Value>) -> Result<bool, String> {
+fn evaluate(program: &cel::Program, variables: &[String], inputs: &Map<String, Value>) -> Result<bool, String> {
     let mut context = cel::Context::default();
-    for (name, value) in inputs {
-        context.add_variable(name.as_str(), value.clone()).map_err(|e| e.to_string())?;
+    let mut read = 0usize;
+    for name in variables {
+        let value = inputs.get(name).cloned().unwrap_or(Value::Null);
+        read = read.saturating_add(serde_json::to_string(&value).map_or(usize::MAX, |json| json.len()));
+        if read > budget::MAX_INPUT_BYTES {
+            return Err(format!(
+                "the inputs it reads are larger than {} bytes, more than a condition may read",
+                budget::MAX_INPUT_BYTES
+            ));
+        }
+        context.add_variable(name.as_str(), value).map_err(|e| e.to_string())?;
     }
-    match program.execute(&context) {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| program.execute(&context)))
+        .map_err(|_| "the evaluator panicked".to_string())?;
+    match outcome {
         Ok(cel::Value::Bool(holds)) => Ok(holds),
         Ok(other) => Err(format!("the condition gave {other:?}, not a boolean")),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// Whether `c` would be invisible on a confirmation page, or would change
+/// how the text around it reads: format characters (Unicode category Cf:
+/// bidirectional overrides, embeddings and isolates, zero-width spaces and
+/// joiners, the BOM, the Arabic letter mark, tags), controls, line and
+/// paragraph separators, spaces other than U+0020, variation selectors,
+/// fillers that draw nothing, and unassigned, private-use or surrogate code
+/// points. An end user must see exactly what the tool gets, so each is shown
+/// as a visible marker instead (see [`marked`]).
+pub fn is_hidden(c: char) -> bool {
+    use unicode_general_category::{GeneralCategory as G, get_general_category};
+    matches!(
+        get_general_category(c),
+        G::Format
+            | G::Control
+            | G::LineSeparator
+            | G::ParagraphSeparator
+            | G::Unassigned
+            | G::PrivateUse
+            | G::Surrogate
+    ) || (c.is_whitespace() && c != ' ')
+        || matches!(
+            c,
+            '\u{034F}'
+                | '\u{115F}'
+                | '\u{1160}'
+                | '\u{17B4}'
+                | '\u{17B5}'
+                | '\u{180B}'..='\u{180F}'
+                | '\u{2800}'
+                | '\u{3164}'
+                | '\u{FE00}'..='\u{FE0F}'
+                | '\u{FFA0}'
+                | '\u{E0100}'..='\u{E01EF}'
+        )
+}
+
+/// The marker a hidden character is shown as: `<U+202E>`.
+pub fn marker(c: char) -> String {
+    format!("<U+{:04X}>", u32::from(c))
+}
+
+/// A piece of text as an end user must see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shown<'a> {
+    /// Text shown as it is.
+    Text(&'a str),
+    /// A character shown as its [`marker`].
+    Hidden(char),
+}
+
+/// `text` split into what can be shown as it is and the characters that
+/// must be shown as markers ([`is_hidden`]).
+pub fn shown(text: &str) -> Vec<Shown<'_>> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for (at, c) in text.char_indices() {
+        if is_hidden(c) {
+            if start < at {
+                pieces.push(Shown::Text(&text[start..at]));
+            }
+            pieces.push(Shown::Hidden(c));
+            start = at + c.len_utf8();
+        }
+    }
+    if start < text.len() {
+        pieces.push(Shown::Text(&text[start..]));
+    }
+    pieces
+}
+
+/// `text` with every hidden character replaced by its marker, or `None`
+/// when it has none.
+pub fn marked(text: &str) -> Option<String> {
+    if !text.chars().any(is_hidden) {
+        return None;
+    }
+    Some(
+        shown(text)
+            .into_iter()
+            .map(|piece| match piece {
+                Shown::Text(t) => t.to_string(),
+                Shown::Hidden(c) => marker(c),
+            })
+            .collect(),
+    )
 }
 
 /// An Ed25519 key that signs CHEQ objects, with its JWKS key id.
@@ -366,14 +889,291 @@ mod tests {
         // A type error cannot be settled: ask.
         assert!(policy.compile().applies_to(&inputs(json!({"cabin_class": "ECONOMY", "passengers": "many"}))));
 
-        let unknown = policy.check(&["cabin_class"]).unwrap_err();
+        let unknown = policy.check(&["cabin_class"]).unwrap_err().to_string();
         assert!(unknown.contains("names passengers, which is not an input"), "{unknown}");
         let broken = ConfirmationPolicy { when: Some("passengers >".into()), ..Default::default() };
-        assert!(broken.check(&["passengers"]).unwrap_err().contains("not valid CEL"));
+        assert!(broken.check(&["passengers"]).unwrap_err().to_string().contains("not valid CEL"));
         let both = ConfirmationPolicy { required: true, when: Some("true".into()) };
         assert!(both.check(&[]).is_err());
         assert!(ConfirmationPolicy { required: true, when: None }.compile().applies_to(&Map::new()));
         assert!(!ConfirmationPolicy::default().compile().applies_to(&Map::new()));
+    }
+
+    fn when(condition: &str) -> ConfirmationPolicy {
+        ConfirmationPolicy { when: Some(condition.into()), ..Default::default() }
+    }
+
+    fn limit_of(condition: &str, inputs: &[&str]) -> Option<&'static str> {
+        match when(condition).check(inputs) {
+            Err(ConditionError::TooCostly(limit)) => Some(limit.name()),
+            Err(other) => panic!("{condition}: refused for another reason: {other}"),
+            Ok(()) => None,
+        }
+    }
+
+    fn numbers(n: usize) -> String {
+        format!("[{}]", (0..n).map(|i| i.to_string()).collect::<Vec<_>>().join(","))
+    }
+
+    #[test]
+    fn a_condition_over_the_budget_is_refused_naming_the_limit() {
+        // The reported attack: three nested comprehensions over 300-element literals.
+        let list = numbers(300);
+        let attack = format!("{list}.all(a,{list}.all(b,{list}.all(c,true)))");
+        assert_eq!(limit_of(&attack, &[]), Some("max_chars"));
+        let message = when(&attack).check(&[]).unwrap_err().to_string();
+        assert!(message.contains("limit `max_chars`") && message.contains("at most 1000"), "{message}");
+        // The same, short enough to be read.
+        let list = numbers(10);
+        assert_eq!(
+            limit_of(&format!("{list}.all(a,{list}.all(b,{list}.all(c,true)))"), &[]),
+            Some("max_comprehension_depth")
+        );
+        assert_eq!(limit_of(&numbers(65), &[]), Some("max_literal_entries"));
+        assert_eq!(limit_of(&format!("'{}' == 'a'", "x".repeat(300)), &[]), Some("max_string_literal_chars"));
+        assert_eq!(limit_of(&format!("{}1{}", "(".repeat(33), ")".repeat(33)), &[]), Some("max_nesting"));
+        assert_eq!(limit_of(&vec!["a"; 300].join("+"), &["a"]), Some("max_nodes"));
+        assert_eq!(limit_of("a.matches(b)", &["a", "b"]), Some("allowed_functions"));
+        assert_eq!(limit_of("a.matches('\\\\w')", &["a"]), Some("max_regex_bytes"));
+        assert_eq!(limit_of("l.all(i, i.matches('^[A-Z]{2}'))", &["l"]), Some("max_cost"));
+        assert_eq!(limit_of("a.lowerAscii() == 'x'", &["a"]), Some("allowed_functions"));
+        assert_eq!(limit_of("optional.of(a).hasValue()", &["a"]), Some("allowed_functions"));
+        // Quadratic in the inputs: each comprehension over an input may run 2048 times.
+        assert_eq!(limit_of("l.all(a, l.all(b, a == b))", &["l"]), Some("max_cost"));
+        assert_eq!(limit_of("l.exists(a, a in l)", &["l"]), Some("max_cost"));
+        assert_eq!(limit_of("l.all(a, a.all(b, a == b))", &["l"]), Some("max_cost"));
+        assert_eq!(limit_of("l.map(a, l + l).size() > 2", &["l"]), Some("max_cost"));
+        // What conditions are for stays well within it.
+        for fine in [
+            "cabin_class in ['BUSINESS', 'FIRST'] || passengers > 4",
+            "items.exists(i, i.amount > 1000)",
+            "size(items) > 10 || iban.startsWith('DE') || iban.matches('^[A-Z]{2}[0-9]{2}')",
+            "items.filter(i, i.amount > 100).size() > 2",
+        ] {
+            assert_eq!(limit_of(fine, &["cabin_class", "passengers", "items", "iban"]), None, "{fine}");
+        }
+        let list = numbers(64);
+        assert_eq!(limit_of(&format!("{list}.all(a, {list}.exists(b, a + b == 126))"), &[]), None);
+    }
+
+    #[test]
+    fn inputs_larger_than_a_condition_may_read_ask_for_confirmation() {
+        let policy = when("size(items) > 100");
+        policy.check(&["items"]).unwrap();
+        let compiled = policy.compile();
+        assert!(!compiled.applies_to(&inputs(json!({"items": [1, 2, 3]}))));
+        let big: Vec<u32> = (0..2000).collect();
+        assert!(compiled.applies_to(&inputs(json!({"items": big}))), "too big to read: fails closed");
+        // Inputs it does not read do not count.
+        let policy = when("amount > 1000");
+        assert!(!policy.compile().applies_to(&inputs(json!({"amount": 5, "memo": "x".repeat(100_000)}))));
+    }
+
+    #[test]
+    fn a_stored_condition_over_the_budget_asks_every_time() {
+        let list = numbers(10);
+        let stored = when(&format!("{list}.all(a,{list}.all(b,{list}.all(c,false)))"));
+        assert!(matches!(stored.compile(), Confirmation::Always));
+    }
+
+    /// The heaviest conditions the budget accepts, evaluated over the
+    /// largest inputs it lets them read: they finish (how fast is the
+    /// benchmark's business; `docs/cheq.md` gives the figure measured).
+    #[test]
+    fn the_heaviest_accepted_conditions_finish() {
+        let list = numbers(64);
+        let items: Vec<Value> = (0..1000).map(|i| json!({"amount": i})).collect();
+        let longest: Vec<u32> = (0..1000).collect();
+        for (condition, value) in [
+            (format!("{list}.all(a, {list}.all(b, a + b != 1000 && a * b != 5000))"), json!(null)),
+            (
+                format!("{list}.all(a, {list}.all(b, a + b != 1000 && a * b != 5000)) || {list}.exists(x, x == 64)"),
+                json!(null),
+            ),
+            ("items.all(i, i.amount >= 0)".to_string(), json!(&items[..290])),
+            ("items.all(i, i >= 0)".to_string(), json!(longest)),
+            ("items.all(i, i != 'x') || items.exists(i, i == 'y')".to_string(), json!(vec!["ab"; 800])),
+            (
+                "items.all(i, i != 'x' && i != 'y' && i != 'z') || items.exists(i, i == 'w')".to_string(),
+                json!(vec!["a"; 1360]),
+            ),
+            ("items.exists(i, i == 'q') || string(size(items)).matches('^[a-z0-9]{8}[0-9a-f]{60}(x|y|z)+$') || 'x'.matches('[a-zA-Z0-9_.+-]+@[a-z0-9-]+(\\\\.[a-z0-9-]+)+')".to_string(), json!(vec!["a"; 1360])),
+        ] {
+            let policy = when(&condition);
+            policy.check(&["items"]).unwrap_or_else(|e| panic!("{condition}: {e}"));
+            let (_, cost) = compile(&condition)
+                .map(|(p, _)| (p, budget::check_program(&compile(&condition).unwrap().0).unwrap().cost))
+                .unwrap();
+            let compiled = policy.compile();
+            let inputs = inputs(json!({ "items": value }));
+            let fastest = (0..5)
+                .map(|_| {
+                    let started = std::time::Instant::now();
+                    compiled.applies_to(&inputs);
+                    started.elapsed()
+                })
+                .min();
+            println!("{cost} steps, {fastest:?}: {condition}");
+        }
+    }
+
+    mod never_panics {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Nested expressions in CEL's syntax, macros and literals included.
+        fn expression() -> impl Strategy<Value = String> {
+            let leaf = prop_oneof![
+                Just("a".to_string()),
+                Just("b".to_string()),
+                any::<i64>().prop_map(|n| n.to_string()),
+                "[a-z]{0,8}".prop_map(|s| format!("'{s}'")),
+                Just("true".to_string()),
+                Just("null".to_string()),
+                Just("1.5e3".to_string()),
+                Just("b'\\xff'".to_string()),
+            ];
+            leaf.prop_recursive(6, 64, 4, |inner| {
+                let operators = prop_oneof![
+                    (inner.clone(), inner.clone()).prop_map(|(x, y)| format!("{x} + {y}")),
+                    (inner.clone(), inner.clone()).prop_map(|(x, y)| format!("({x} == {y})")),
+                    (inner.clone(), inner.clone(), inner.clone()).prop_map(|(c, x, y)| format!("{c} ? {x} : {y}")),
+                    (inner.clone(), inner.clone()).prop_map(|(x, y)| format!("{x} in {y}")),
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(", "))),
+                    (inner.clone(), inner.clone()).prop_map(|(k, v)| format!("{{{k}: {v}}}")),
+                ];
+                let macros = prop_oneof![
+                    (inner.clone(), inner.clone()).prop_map(|(l, p)| format!("{l}.all(x, {p})")),
+                    (inner.clone(), inner.clone()).prop_map(|(l, p)| format!("{l}.exists_one(x, {p})")),
+                    (inner.clone(), inner.clone()).prop_map(|(l, p)| format!("{l}.map(x, {p})")),
+                ];
+                let unary = prop_oneof![
+                    inner.clone().prop_map(|x| format!("!{x}")),
+                    inner.clone().prop_map(|x| format!("-({x})")),
+                    inner.clone().prop_map(|x| format!("size({x})")),
+                    inner.clone().prop_map(|x| format!("{x}.f")),
+                    inner.clone().prop_map(|x| format!("has({x}.f)")),
+                    (inner.clone(), inner).prop_map(|(x, i)| format!("{x}[{i}]")),
+                ];
+                prop_oneof![operators, macros, unary]
+            })
+        }
+
+        fn checked(text: &str) {
+            let policy = when(text);
+            // Either answer is fine; a panic or a hang is not.
+            let _ = policy.check(&["a", "b"]);
+            let compiled = policy.compile();
+            let _ = compiled.applies_to(&inputs(json!({"a": [1, "x", {"f": 2}], "b": {"f": [true]}})));
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+            #[test]
+            fn on_arbitrary_text(text in "\\PC{0,200}") {
+                checked(&text);
+            }
+
+            #[test]
+            fn on_arbitrary_bytes_as_text(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
+                checked(&String::from_utf8_lossy(&bytes));
+            }
+
+            #[test]
+            fn on_text_of_cel_tokens(tokens in prop::collection::vec(
+                prop::sample::select(vec!["(", ")", "[", "]", "{", "}", "a", ".", ",", ":", "?", "!", "-", "+",
+                    "==", "in", "all", "x", "1", "'s'", "\"", "\\", "||", "&&", " ", "has", "size", "u", "b'", "0x", "e"]),
+                0..400,
+            )) {
+                checked(&tokens.concat());
+            }
+
+            #[test]
+            fn on_nested_expressions(text in expression()) {
+                checked(&text);
+            }
+        }
+    }
+
+    #[test]
+    fn deep_text_is_refused_before_the_parser_recurses() {
+        // On a thread with the stack of an HTTP worker (2 MiB).
+        let worker = std::thread::Builder::new().stack_size(2 << 20).spawn(|| {
+            for depth in [32usize, 33, 200, 499] {
+                for (open, close) in [("(", ")"), ("[", "]"), ("{1:", "}"), ("!(", ")"), ("a[", "]")] {
+                    let text = format!("{}1{}", open.repeat(depth), close.repeat(depth));
+                    let checked = when(&text).check(&["a"]);
+                    if depth > budget::MAX_NESTING && text.chars().count() <= budget::MAX_CHARS {
+                        assert_eq!(checked, Err(ConditionError::TooCostly(Limit::Nesting(depth))), "{text}");
+                    }
+                }
+            }
+            let ternary = vec!["a ? 1"; 120].join(" : ") + " : 2";
+            let _ = when(&ternary).check(&["a"]);
+            let unary = format!("{}a", "!".repeat(990));
+            let _ = when(&unary).check(&["a"]);
+            let unary = format!("{}a", "-".repeat(990));
+            let _ = when(&unary).check(&["a"]);
+            let members = format!("a{}", ".b".repeat(490));
+            let _ = when(&members).check(&["a"]);
+            let calls = format!("a{}", ".size()".repeat(120));
+            let _ = when(&calls).check(&["a"]);
+        });
+        worker.unwrap().join().unwrap();
+    }
+
+    #[test]
+    fn hidden_characters_are_shown_as_markers() {
+        // An IBAN whose tail is reversed on screen by RIGHT-TO-LEFT OVERRIDE.
+        let spoofed = "DE89 3704 0044 \u{202E}3210 5130 02";
+        assert_eq!(marked(spoofed).as_deref(), Some("DE89 3704 0044 <U+202E>3210 5130 02"));
+        assert_eq!(
+            shown(spoofed),
+            [Shown::Text("DE89 3704 0044 "), Shown::Hidden('\u{202E}'), Shown::Text("3210 5130 02")]
+        );
+        for c in [
+            '\u{200B}',
+            '\u{200C}',
+            '\u{200D}',
+            '\u{200E}',
+            '\u{200F}',
+            '\u{202A}',
+            '\u{202B}',
+            '\u{202C}',
+            '\u{202D}',
+            '\u{2066}',
+            '\u{2067}',
+            '\u{2068}',
+            '\u{2069}',
+            '\u{061C}',
+            '\u{FEFF}',
+            '\u{00AD}',
+            '\u{2060}',
+            '\u{2061}',
+            '\u{180E}',
+            '\u{E0041}',
+            '\u{2028}',
+            '\u{2029}',
+            '\u{00A0}',
+            '\u{3000}',
+            '\u{0000}',
+            '\n',
+            '\t',
+            '\u{0085}',
+            '\u{FE0F}',
+            '\u{3164}',
+            '\u{F8FF}',
+        ] {
+            assert!(is_hidden(c), "U+{:04X}", u32::from(c));
+            assert_eq!(marked(&format!("a{c}b")), Some(format!("a{}b", marker(c))));
+        }
+        for c in ['a', ' ', 'é', 'ß', 'א', 'ب', '中', '€', '😀', '0'] {
+            assert!(!is_hidden(c), "{c}");
+        }
+        assert_eq!(marked("DE89 3704 0044 0532 0130 00"), None);
+        assert_eq!(shown(""), []);
+        assert_eq!(shown("\u{202E}"), [Shown::Hidden('\u{202E}')]);
     }
 
     #[test]

@@ -193,6 +193,9 @@ pub enum ChangeError {
     /// It conflicts with what exists.
     #[error("{0}")]
     Conflict(String),
+    /// A confirmation condition was refused.
+    #[error(transparent)]
+    Condition(#[from] crate::cheq::ConditionError),
     /// Persisting failed; nothing changed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -982,7 +985,20 @@ impl ToolHost {
                 serde_json::Value::Object(inputs) => inputs,
                 _ => serde_json::Map::new(),
             };
-            if self.needs_confirmation(&tool, &version, &inputs) {
+            // A publisher's condition is bounded (`cheq::budget`), yet it is
+            // evaluated where tools run, never on the threads serving HTTP.
+            let (this, checked_tool, checked_version) = (self.clone(), tool.clone(), version.clone());
+            let check = async move {
+                let needs = this.needs_confirmation(&checked_tool, &checked_version, &inputs);
+                (needs, inputs)
+            };
+            let (needs, inputs) = match &self.executor {
+                Some(executor) => executor.spawn(check).await.map_err(|_| {
+                    InvokeError::Call(CallError::Trapped("the confirmation check was interrupted".into()))
+                })?,
+                None => check.await,
+            };
+            if needs {
                 let end_user = call.end_user.clone().ok_or_else(|| InvokeError::EndUserRequired(tool.name.clone()))?;
                 if !call.secrets.is_empty() {
                     return Err(InvokeError::CannotWait(format!(

@@ -110,7 +110,7 @@ impl Default for OutputLimits {
 }
 
 /// The size of a value's JSON, without building the text.
-fn json_size(value: &Value) -> usize {
+fn json_size<T: Serialize + ?Sized>(value: &T) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -379,7 +379,11 @@ pub fn read_result(signature: &Signature, result: Val, limits: OutputLimits) -> 
             }
             Ok(ToolResult::Outputs(outputs))
         }
-        Val::Result(Err(Some(error))) => tool_error(*error).map(ToolResult::Failed),
+        Val::Result(Err(Some(error))) => {
+            let error = tool_error(*error)?;
+            check_error_size(&error, limits)?;
+            Ok(ToolResult::Failed(error))
+        }
         _ => Err(invalid("`call` did not return result<output, tool-error>".into())),
     }
 }
@@ -459,6 +463,37 @@ pub fn to_json(val: Val) -> Value {
         // Refused at load time (see signature::derive); never reached.
         _ => Value::Null,
     }
+}
+
+/// A tool-error's text is output like any other: it is answered, logged and
+/// kept under an OTC `call_id`, so it gets the same caps, and an oversize
+/// one is refused like an oversize output (never passed on truncated: a cut
+/// message could say something the tool did not).
+fn check_error_size(error: &ToolError, limits: OutputLimits) -> Result<(), OutputError> {
+    let fields = [
+        ("message", Some(&error.message)),
+        ("developer-message", error.developer_message.as_ref()),
+        ("additional-prompt-content", error.additional_prompt_content.as_ref()),
+    ];
+    let mut total = 0usize;
+    for (name, text) in fields {
+        let Some(text) = text else { continue };
+        let size = json_size(text.as_str());
+        if size > limits.max_value_bytes {
+            return Err(OutputError::TooLarge(format!(
+                "the tool-error's `{name}` is {size} bytes; at most {} are passed on",
+                limits.max_value_bytes
+            )));
+        }
+        total = total.saturating_add(size);
+    }
+    if total > limits.max_total_bytes {
+        return Err(OutputError::TooLarge(format!(
+            "the tool-error's fields are {total} bytes together; at most {} are passed on",
+            limits.max_total_bytes
+        )));
+    }
+    Ok(())
 }
 
 fn tool_error(val: Val) -> Result<ToolError, OutputError> {
@@ -749,6 +784,33 @@ mod tests {
         let tight_total = OutputLimits { max_value_bytes: 1000, max_total_bytes: 100 };
         assert!(matches!(read_result(&signature(), big(), tight_total), Err(OutputError::TooLarge(_))));
         assert!(read_result(&signature(), big(), OutputLimits::default()).is_ok());
+    }
+
+    #[test]
+    fn a_tool_error_gets_the_output_caps() {
+        let error = |message: &str, developer: Option<&str>| {
+            let text = |t: Option<&str>| Val::Option(t.map(|t| Box::new(Val::String(t.into()))));
+            Val::Result(Err(Some(Box::new(Val::Record(vec![
+                ("message".into(), Val::String(message.into())),
+                ("developer-message".into(), text(developer)),
+                ("can-retry".into(), Val::Bool(false)),
+                ("retry-after-ms".into(), Val::Option(None)),
+                ("additional-prompt-content".into(), text(None)),
+            ])))))
+        };
+        let limits = OutputLimits { max_value_bytes: 50, max_total_bytes: 80 };
+        let long = "x".repeat(100);
+        let err = read_result(&signature(), error(&long, None), limits).unwrap_err();
+        assert_eq!(
+            err,
+            OutputError::TooLarge("the tool-error's `message` is 102 bytes; at most 50 are passed on".into())
+        );
+        let err = read_result(&signature(), error("no", Some(&long)), limits).unwrap_err();
+        assert!(matches!(&err, OutputError::TooLarge(m) if m.contains("`developer-message` is 102 bytes")), "{err}");
+        let forty = "y".repeat(40);
+        let err = read_result(&signature(), error(&forty, Some(&forty)), limits).unwrap_err();
+        assert!(matches!(&err, OutputError::TooLarge(m) if m.contains("84 bytes together; at most 80")), "{err}");
+        assert!(matches!(read_result(&signature(), error(&forty, None), limits), Ok(ToolResult::Failed(_))));
     }
 
     #[test]

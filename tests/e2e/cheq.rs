@@ -367,3 +367,273 @@ async fn an_unanswered_confirmation_expires() {
     let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
     assert_eq!((status, &body["error"]["code"]), (410, &json!("confirmation_expired")), "{body}");
 }
+
+/// An end user's session on the built-in confirmation page, over plain
+/// HTTP (what a browser does, without one).
+struct PageSession {
+    client: reqwest::Client,
+    cookie: String,
+    root: String,
+}
+
+impl PageSession {
+    /// Logs `user` in through the login form.
+    async fn log_in(pack: &Value, user: &str) -> PageSession {
+        let confirm = pack["confirmation uri"].as_str().unwrap();
+        let root = confirm.strip_suffix("/cheq/confirm").unwrap().to_string();
+        let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        let form = [
+            ("user", user.to_string()),
+            ("password", format!("{user}-password")),
+            ("resource_uri", pack["resource uri"].as_str().unwrap().to_string()),
+        ];
+        let response = client.post(format!("{root}/cheq/login")).form(&form).send().await.unwrap();
+        assert_eq!(response.status(), 303, "{user} logs in");
+        let cookie = response.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+        PageSession { client, cookie, root }
+    }
+
+    /// The confirmation page of `pack`'s transaction → (status, HTML).
+    async fn page(&self, pack: &Value) -> (u16, String) {
+        let response = self
+            .client
+            .get(pack["confirmation uri"].as_str().unwrap())
+            .query(&[("resource_uri", pack["resource uri"].as_str().unwrap())])
+            .header("cookie", &self.cookie)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    /// Accepts or rejects on the page, with its form token → (status, HTML).
+    async fn decide(&self, pack: &Value, decision: &str) -> (u16, String) {
+        let (status, html) = self.page(pack).await;
+        assert_eq!(status, 200, "{html}");
+        let token = html.split("name=\"form_token\" value=\"").nth(1).unwrap().split('"').next().unwrap();
+        let transaction = pack["resource uri"].as_str().unwrap().rsplit('/').next().unwrap();
+        let form = [("transaction", transaction), ("form_token", token), ("decision", decision)];
+        let response = self
+            .client
+            .post(format!("{}/cheq/decide", self.root))
+            .header("cookie", &self.cookie)
+            .form(&form)
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+}
+
+/// `[0,1,…,n-1]`.
+fn numbers(n: usize) -> String {
+    format!("[{}]", (0..n).map(|i| i.to_string()).collect::<Vec<_>>().join(","))
+}
+
+/// The packed `echo` with `condition` as its `[confirmation] when`, put in
+/// by hand where `plinth pack` would have refused it: a same-length
+/// condition packed, then its bytes swapped.
+fn echo_with_condition(condition: &str, dir: &Path) -> Vec<u8> {
+    let harmless = format!("text == '{}'", "z".repeat(condition.len() - 10));
+    assert_eq!(harmless.len(), condition.len());
+    let packed = pack_with_confirmation("echo", &format!("when = \"{harmless}\""), dir).unwrap();
+    let bytes = std::fs::read(packed).unwrap();
+    let at = bytes.windows(harmless.len()).position(|w| w == harmless.as_bytes()).unwrap();
+    let mut swapped = bytes.clone();
+    swapped[at..at + condition.len()].copy_from_slice(condition.as_bytes());
+    swapped
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_condition_over_its_budget_is_refused_at_pack_deploy_and_override() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let echo = server.tool_id("echo").await;
+    let path = format!("/admin/tools/{echo}/confirmation");
+    // The reported attack, and shorter forms of it, each refused by the limit it breaks.
+    let list = numbers(300);
+    let attack = format!("{list}.all(a,{list}.all(b,{list}.all(c,true)))");
+    let short = numbers(10);
+    let cases = [
+        (attack.clone(), "max_chars"),
+        (format!("{short}.all(a,{short}.all(b,{short}.all(c,true)))"), "max_comprehension_depth"),
+        (format!("{}.exists(a, a == 7)", numbers(65)), "max_literal_entries"),
+        ("text.matches(text)".to_string(), "allowed_functions"),
+        (vec!["text"; 150].join("+") + " == 'x'", "max_nodes"),
+    ];
+    for (condition, limit) in &cases {
+        let (status, body) = server.call_as(Some(TOKEN), Method::PUT, &path, Some(&json!({ "when": condition }))).await;
+        assert_eq!(
+            (status, &body["error"]["code"], &body["error"]["limit"]),
+            (400, &json!("condition_too_costly"), &json!(limit)),
+            "{body}"
+        );
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&format!("(limit `{limit}`)")), "{message}");
+    }
+    let (status, body) = server.call_as(Some(TOKEN), Method::GET, &path, None).await;
+    assert_eq!((status, &body["override"]), (200, &Value::Null), "nothing was stored: {body}");
+
+    // In a packed plinth.toml: `plinth pack` refuses it...
+    let dir = tempfile::tempdir().unwrap();
+    let refused = pack_with_confirmation("echo", &format!("when = \"{attack}\""), dir.path()).unwrap_err();
+    assert!(
+        refused.contains("could cost more than a condition may") && refused.contains("(limit `max_chars`)"),
+        "{refused}"
+    );
+    // ...and a component packed around that check is refused at deploy.
+    let deep = format!("{short}.all(a,{short}.all(b,{short}.all(c,text == 'x')))");
+    let (status, body) = server.deploy(echo_with_condition(&deep, dir.path()), "").await;
+    assert_eq!(
+        (status, &body["error"]["code"], &body["error"]["limit"]),
+        (400, &json!("condition_too_costly"), &json!("max_comprehension_depth")),
+        "{body}"
+    );
+    assert!(body["error"]["message"].as_str().unwrap().contains("[confirmation]"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_costliest_accepted_condition_leaves_the_server_answering() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let echo = server.tool_id("echo").await;
+    // Another tenant, with its own echo.
+    server.create_tenant("other", json!({})).await;
+    let (_, other) = server.create_key(Some("other"), "publisher").await;
+    let (status, body) =
+        server.deploy_as(&other, "other", std::fs::read(plugins_dir().join("echo.wasm")).unwrap()).await;
+    assert_eq!(status, 201, "{body}");
+    let other_echo = body["toolId"].as_str().unwrap().to_string();
+
+    // As heavy as the budget allows: two nested comprehensions over 64-entry literals.
+    let list = numbers(64);
+    let heaviest = format!("{list}.all(a, {list}.all(b, a + b != 1000 && a * b != 5000)) && text == 'confirm'");
+    let path = format!("/admin/tools/{echo}/confirmation");
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, &path, Some(&json!({ "when": heaviest }))).await;
+    assert_eq!(status, 204, "{body}");
+
+    // Sixteen calls at once evaluate it; health and the other tenant answer meanwhile.
+    let calls: Vec<_> = (0..16)
+        .map(|i| {
+            let text = if i % 2 == 0 { "confirm" } else { "go" };
+            let request =
+                server.request(Method::POST, &format!("/tools/{echo}:invoke")).header("plinth-end-user", "alice");
+            tokio::spawn(request.json(&invocation("echo", &[("text", json!(text))])).send())
+        })
+        .collect();
+    let others = async {
+        for _ in 0..4 {
+            assert_eq!(server.get("/health").await.0, 200);
+            let response = server
+                .request_as(Some(&other), Method::POST, &format!("/t/other/tools/{other_echo}:invoke"))
+                .json(&invocation("echo", &[("text", json!("mine"))]))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(outputs(&body)["text"], "mine");
+        }
+    };
+    // A generous guard against a hang, not a speed test.
+    tokio::time::timeout(std::time::Duration::from_secs(60), others).await.unwrap();
+    for (i, call) in calls.into_iter().enumerate() {
+        let status = call.await.unwrap().unwrap().status().as_u16();
+        assert_eq!(status, if i % 2 == 0 { 202 } else { 200 }, "call {i}: the condition decided");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hidden_characters_are_shown_as_markers_and_reach_the_tool_unchanged() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let echo = server.tool_id("echo").await;
+    let path = format!("/admin/tools/{echo}/confirmation");
+    server.call_as(Some(TOKEN), Method::PUT, &path, Some(&json!({ "required": true }))).await;
+    // An IBAN whose tail a RIGHT-TO-LEFT OVERRIDE reverses on screen, and invisible characters.
+    let hidden = [
+        '\u{202E}', '\u{200B}', '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}', '\u{061C}', '\u{FEFF}', '\u{00AD}',
+        '\u{2060}',
+    ];
+    let spoofed = format!("DE89 3704 0044 {}3210 5130 02{}", hidden[0], hidden[1..].iter().collect::<String>());
+    let (status, _, pack) = call_for(&server, Some("alice"), "echo", &[("text", json!(spoofed))]).await;
+    assert_eq!(status, 202, "{pack}");
+
+    // The signed CHEQ: the raw value, and beside it the display form.
+    let (_, _, object) = fetch(&format!("{}?raw", pack["resource uri"].as_str().unwrap())).await;
+    let parameter = &object["inputs"]["parameters"][0];
+    assert_eq!(parameter["parameter value"], json!(spoofed));
+    let markers: String = hidden[1..].iter().map(|c| format!("<U+{:04X}>", u32::from(*c))).collect();
+    assert_eq!(parameter["parameter display value"], json!(format!("DE89 3704 0044 <U+202E>3210 5130 02{markers}")));
+
+    // The page shows each as a styled marker, never the character itself, and warns.
+    let session = PageSession::log_in(&pack, "alice").await;
+    let (status, html) = session.page(&pack).await;
+    assert_eq!(status, 200, "{html}");
+    for c in hidden {
+        assert!(!html.contains(c), "U+{:04X} is on the page as itself", u32::from(c));
+        let marker =
+            format!("<span class=\"hidden-char\" title=\"invisible character\">&lt;U+{:04X}&gt;</span>", u32::from(c));
+        assert!(html.contains(&marker), "no marker for U+{:04X}:\n{html}", u32::from(c));
+    }
+    assert!(html.contains("DE89 3704 0044 <span class=\"hidden-char\""), "{html}");
+    assert!(html.contains("id=\"hidden-warning\""), "{html}");
+
+    // Accepted, the tool gets exactly what was sent.
+    let (status, html) = session.decide(&pack, "accept").await;
+    assert_eq!(status, 200, "{html}");
+    let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, &outputs(&body)["text"]), (200, &json!(spoofed)), "{body}");
+
+    // A value without such characters has no display form and no warning.
+    let (_, _, pack) =
+        call_for(&server, Some("alice"), "echo", &[("text", json!("DE89 3704 0044 0532 0130 00"))]).await;
+    let (_, _, object) = fetch(&format!("{}?raw", pack["resource uri"].as_str().unwrap())).await;
+    assert!(object["inputs"]["parameters"][0].get("parameter display value").is_none(), "{object}");
+    let (_, html) = session.page(&pack).await;
+    assert!(!html.contains("hidden-warning") && html.contains("DE89 3704 0044 0532 0130 00"), "{html}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acceptance_after_its_version_was_retired_ends_the_transaction() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let book = server.tool_id("book_flight").await;
+    // One call through A2T, one through OTC; both wait for alice.
+    let (status, _, a2t) = call_for(&server, Some("alice"), "book_flight", &booking("FIRST", 1)).await;
+    assert_eq!(status, 202, "{a2t}");
+    let otc_call = json!({ "request": {
+        "call_id": "retired-1",
+        "tool_id": "Travel.BookFlight@1.0.0",
+        "input": { "flight_number": "UA123", "date": "2026-12-24", "passengers": 1, "cabin_class": "FIRST" },
+        "context": { "user_id": "alice" },
+    } });
+    let response = server.request(Method::POST, "/otc/tools/call").json(&otc_call).send().await.unwrap();
+    assert_eq!(response.status(), 202);
+    let otc: Value = response.json().await.unwrap();
+
+    // The publisher retires the version both calls were made to.
+    let (status, body) = server.delete(&format!("/admin/tools/{book}/versions/1")).await;
+    assert_eq!(status, 200, "{body}");
+
+    // Accepted on the page: refused, 410, and the transaction is over.
+    let session = PageSession::log_in(&a2t, "alice").await;
+    let (status, html) = session.decide(&a2t, "accept").await;
+    assert_eq!(status, 410, "{html}");
+    assert!(html.contains("was retired") && html.contains("the tool did not run"), "{html}");
+    let (status, _, body) = fetch(a2t["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, &body["error"]["code"]), (410, &json!("version_retired")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("did not run"), "{body}");
+    let (status, html) = session.page(&a2t).await;
+    assert_eq!(status, 409, "decided once: {html}");
+    let transaction = a2t["resource uri"].as_str().unwrap().rsplit('/').next().unwrap();
+    let (status, evidence) = server.get(&format!("/admin/cheq/{transaction}")).await;
+    assert_eq!((status, &evidence["state"], &evidence["result_status"]), (200, &json!("retired"), &Value::Null));
+    assert!(evidence["decision"]["signatures"].as_array().unwrap().len() == 2, "the acceptance is kept: {evidence}");
+
+    // The same through OTC: its result URI answers in OTC's error shape.
+    let (status, html) = session.decide(&otc, "accept").await;
+    assert_eq!(status, 410, "{html}");
+    let (status, _, body) = fetch(otc["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, &body["code"]), (410, &json!("version_retired")), "{body}");
+    assert!(body["$schema"].is_string(), "an OTC ServerErrorResponse: {body}");
+    let (_, audit) = server.get("/admin/audit").await;
+    let refused = audit["items"].as_array().unwrap().iter().filter(|e| e["action"] == "cheq.accept.retired").count();
+    assert_eq!(refused, 2, "both refusals are audited: {audit}");
+}

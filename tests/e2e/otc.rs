@@ -435,3 +435,57 @@ async fn a_retried_call_id_runs_the_tool_once() {
     let after = call(&server, "/otc/tools/call", &omaha("trip-1")).await;
     assert_eq!((after.body, after.replayed, backend_calls.get()), (first.body, true, 10));
 }
+
+/// The bytes under `dir`, every file counted.
+fn stored_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() { stored_bytes(&entry.path()) } else { meta.len() }
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversize_tool_error_is_refused_like_an_oversize_output_and_never_kept() {
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::write(plugins.path().join("huge_error.wasm"), fixture("huge_error.wasm")).unwrap();
+    let args = ["--plugins", plugins.path().to_str().unwrap(), "--max-output-kib", "1"];
+    let server = Server::start_in(tempfile::tempdir().unwrap(), &args);
+    let huge = |field: &str, kib: u32| json!({ "kibibytes": kib, "field": field });
+
+    // A2T: each text field of the tool-error is capped like an output.
+    for field in ["message", "developer-message", "additional-prompt-content"] {
+        let (status, body) = server.invoke("huge_error", &[("kibibytes", json!(4096)), ("field", json!(field))]).await;
+        assert_eq!((status, &body["error"]["code"]), (502, &json!("output_too_large")), "{field}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&format!("the tool-error's `{field}` is 4194306 bytes; at most 1024")), "{message}");
+    }
+    // Under the cap, the tool's own error is answered as ever.
+    let (status, body) =
+        server.invoke("huge_error", &[("kibibytes", json!(0)), ("field", json!("developer-message"))]).await;
+    assert_eq!(
+        (status, &body["error"]["code"], &body["error"]["message"]),
+        (422, &json!("tool_error"), &json!("failed"))
+    );
+
+    // OTC with a call id: the refusal is what is kept, not the 4 MiB.
+    let before = stored_bytes(server.data.path());
+    let body =
+        json!({ "request": { "call_id": "huge-1", "tool_id": "Default.HugeError", "input": huge("message", 4096) } });
+    let first = call(&server, "/otc/tools/call", &body).await;
+    let result = &first.body["result"];
+    assert_eq!(
+        (first.status, &result["success"], &result["error"]["developer_message"]),
+        (200, &json!(false), &json!("output_too_large")),
+        "{}",
+        first.body
+    );
+    assert!(result["error"]["message"].as_str().unwrap().contains("the tool-error's `message` is 4194306 bytes"));
+    let retry = call(&server, "/otc/tools/call", &body).await;
+    assert_eq!((retry.status, &retry.body, retry.replayed), (200, &first.body, true));
+    let grown = stored_bytes(server.data.path()) - before;
+    assert!(grown < 1 << 20, "the data dir grew by {grown} bytes");
+}

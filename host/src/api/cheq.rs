@@ -132,6 +132,7 @@ impl From<DecideError> for ApiError {
                     JwksError::Unavailable => "jwks_unavailable",
                 },
             ),
+            DecideError::Retired => (StatusCode::GONE, "version_retired"),
             DecideError::Store(e) => {
                 tracing::error!(error = %e, "a confirmation could not be read or written");
                 return ApiError::storage_failed("the confirmation could not be recorded (is the data disk full?)");
@@ -309,8 +310,9 @@ async fn complete(
 
 /// `GET {result uri}`: `202` while the end user has not decided (or the
 /// tool runs); the call's answer once it ran; `403 confirmation_rejected`,
-/// `410 confirmation_expired` or `500 call_outcome_unknown` otherwise. In
-/// the shape of the front door the call came through.
+/// `410 confirmation_expired`, `410 version_retired` or
+/// `500 call_outcome_unknown` otherwise. In the shape of the front door the
+/// call came through.
 pub(super) async fn get_result(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -350,6 +352,7 @@ pub(super) async fn get_result(
             "confirmation_expired",
             "the end user did not confirm the call in time; the tool did not run. Make the call again for a new confirmation",
         ),
+        TxState::Retired => ApiError::from(DecideError::Retired),
         TxState::Interrupted => ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "call_outcome_unknown",
@@ -636,11 +639,8 @@ pub(super) async fn decide(
                 .collect();
             // A private value that does not fit is asked again, before the
             // transaction is spent.
-            if let Err(e) = host.confirmed_input(&c, &private) {
-                let message = match e {
-                    InvokeError::Input(e) => e.to_string(),
-                    other => other.to_string(),
-                };
+            if let Err(InvokeError::Input(e)) = host.confirmed_input(&c, &private) {
+                let message = e.to_string();
                 return page(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "Check what you entered",
@@ -733,6 +733,7 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
     }
     let mut rows = String::new();
     let mut private = String::new();
+    let mut any_hidden = false;
     for parameter in object["inputs"]["parameters"].as_array().into_iter().flatten() {
         let pname = parameter["parameter name"].as_str().unwrap_or("");
         let description = parameter["parameter description"].as_str().unwrap_or("");
@@ -742,7 +743,7 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
                  <input id=\"private-{0}\" name=\"private.{0}\" type=\"text\" autocomplete=\"off\" required></p>",
                 attr(pname),
                 text(&as_words(pname)),
-                text(description)
+                revealed(description)
             ));
             continue;
         }
@@ -751,18 +752,19 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
             Value::Null => "(not given)".to_string(),
             other => other.to_string(),
         };
+        any_hidden |= value.chars().any(crate::cheq::is_hidden);
         rows.push_str(&format!(
-            "<tr data-parameter=\"{}\"><th>{}</th><td class=\"value\">{}</td><td><small>{}</small></td></tr>",
+            "<tr data-parameter=\"{}\"><th>{}</th><td class=\"value\" dir=\"ltr\">{}</td><td><small>{}</small></td></tr>",
             attr(pname),
             text(&as_words(pname)),
-            text(&value),
-            text(description)
+            revealed(&value),
+            revealed(description)
         ));
     }
     let body = format!(
         "<p>An AI agent asks to <strong id=\"operation\">{name}</strong> on behalf of <strong id=\"end-user\">{user}</strong>.</p>\
          <p><small>{description}</small></p>\
-         <table id=\"parameters\">{rows}</table>\
+         <table id=\"parameters\">{rows}</table>{warning}\
          <form method=\"post\" action=\"{action}\">\
          <input type=\"hidden\" name=\"transaction\" value=\"{id}\">\
          <input type=\"hidden\" name=\"form_token\" value=\"{form_token}\">\
@@ -772,13 +774,36 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
          <p><small>Open until {expires}. Nothing happens unless you accept.</small></p>",
         name = text(name),
         user = text(&session.user),
-        description = text(object["operation description"].as_str().unwrap_or("")),
+        description = revealed(object["operation description"].as_str().unwrap_or("")),
+        warning = if any_hidden { HIDDEN_WARNING } else { "" },
         action = attr(&format!("{}/cheq/decide", root(options, tenant))),
         id = attr(id),
         form_token = attr(&session.form_token),
         expires = text(&rfc3339(c.expires_at)),
     );
     page(StatusCode::OK, &format!("Confirm: {name}"), &body)
+}
+
+/// Shown under the parameters when a value holds characters shown as markers.
+const HIDDEN_WARNING: &str = "<p id=\"hidden-warning\" class=\"warning\">A value above contains invisible or \
+     direction-changing characters, shown as <span class=\"hidden-char\">&lt;U+…&gt;</span> markers. The tool gets them \
+     exactly as sent: reject unless you expected them.</p>";
+
+/// Text for the page, escaped, with every character a screen would not show
+/// as it is (`cheq::is_hidden`: bidirectional overrides, zero-width and
+/// other format characters) as a visible, distinctly styled `<U+XXXX>`
+/// marker: the end user sees exactly what the tool gets.
+fn revealed(value: &str) -> String {
+    crate::cheq::shown(value)
+        .into_iter()
+        .map(|piece| match piece {
+            crate::cheq::Shown::Text(t) => text(t).into_owned(),
+            crate::cheq::Shown::Hidden(c) => format!(
+                "<span class=\"hidden-char\" title=\"invisible character\">{}</span>",
+                text(&crate::cheq::marker(c))
+            ),
+        })
+        .collect()
 }
 
 fn login_page(options: &ApiOptions, tenant: &str, resource_uri: &str, problem: Option<&str>) -> Response {
@@ -804,7 +829,10 @@ fn page(status: StatusCode, title: &str, body: &str) -> Response {
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{title}</title>\
          <style>body{{font-family:system-ui,sans-serif;max-width:40rem;margin:2rem auto;padding:0 1rem}}\
-         th,td{{text-align:left;padding:.3rem .6rem;vertical-align:top}}button{{font-size:1rem;padding:.4rem 1.2rem}}</style>\
+         th,td{{text-align:left;padding:.3rem .6rem;vertical-align:top}}button{{font-size:1rem;padding:.4rem 1.2rem}}\
+         .value{{unicode-bidi:isolate;white-space:pre-wrap}}\
+         .hidden-char{{font-family:monospace;font-size:.85em;color:#7a2e00;background:#ffe08a;border:1px solid #c77700;border-radius:3px;padding:0 .15em}}\
+         .warning{{color:#7a2e00}}</style>\
          </head><body><h1>{title}</h1>{body}</body></html>",
         title = text(title),
     );

@@ -4,9 +4,12 @@
 //! plus fields a caller can act on (`parameter`, the tool-error fields).
 //! Messages never carry host internals.
 
+use crate::cheq::ConditionError;
 use crate::host::{ChangeError, DeployError, InvokeError, LoginError};
 use crate::invocation::{InputError, OutputError, ToolError};
+use crate::package::PackageError;
 use crate::runtime::CallError;
+use crate::signature::DeriveError;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
@@ -169,6 +172,9 @@ impl From<DeployError> for ApiError {
                 tracing::error!(error = %e, "deploy failed in the store");
                 ApiError::storage_failed("the tool could not be stored (is the data disk full?); nothing was deployed")
             }
+            DeployError::Package(PackageError::Signature(DeriveError::Confirmation(ConditionError::TooCostly(
+                limit,
+            )))) => ApiError::bad_request("condition_too_costly", e.to_string()).with("limit", limit.name()),
             DeployError::Package(_) | DeployError::Load(_) => ApiError::bad_request("invalid_component", e.to_string()),
             DeployError::UnknownTenant(_) => ApiError::not_found(e.to_string()),
             DeployError::TooLarge { .. } => {
@@ -196,12 +202,26 @@ impl From<DeployError> for ApiError {
     }
 }
 
+impl From<ConditionError> for ApiError {
+    /// `400 condition_too_costly` (with the `limit` exceeded) or
+    /// `400 invalid_condition`.
+    fn from(e: ConditionError) -> Self {
+        match &e {
+            ConditionError::TooCostly(limit) => {
+                ApiError::bad_request("condition_too_costly", e.to_string()).with("limit", limit.name())
+            }
+            _ => ApiError::bad_request("invalid_condition", e.to_string()),
+        }
+    }
+}
+
 impl From<ChangeError> for ApiError {
     fn from(e: ChangeError) -> Self {
         match e {
             ChangeError::NotFound(message) => ApiError::not_found(message),
             ChangeError::Invalid(message) => ApiError::bad_request("invalid_request", message),
             ChangeError::Conflict(message) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
+            ChangeError::Condition(e) => e.into(),
             ChangeError::Store(_) => {
                 tracing::error!(error = %e, "a change failed in the store");
                 ApiError::storage_failed("the change could not be stored (is the data disk full?); nothing changed")

@@ -14,7 +14,7 @@
 use super::{ApiError, ApiOptions, AppState, Caller};
 use crate::host::{Call, FrontDoor, InvokeError};
 use crate::idempotency::Claim;
-use crate::invocation::{self, InputError, ToolError, ToolResult};
+use crate::invocation::{self, InputError, OutputError, ToolError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::runtime::CallError;
 use crate::signature::{EnumValue, InputType, OutputType, Signature};
@@ -640,6 +640,7 @@ fn sandbox_error(e: &InvokeError) -> Value {
         InvokeError::Call(CallError::Timeout(_)) => ("tool_timeout", true),
         InvokeError::Call(CallError::ResourceExhausted) => ("tool_resource_exhausted", false),
         InvokeError::Call(_) => ("tool_trapped", false),
+        InvokeError::Output(OutputError::TooLarge(_)) => ("output_too_large", false),
         InvokeError::Output(_) => ("invalid_tool_output", false),
         InvokeError::OutboundDenied(_) => ("outbound_denied", false),
         _ => ("tool_failed", false),

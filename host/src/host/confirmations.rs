@@ -156,6 +156,9 @@ pub struct ConfirmationServer {
     pub jwks_url: String,
 }
 
+/// Why an accepted call of a retired version did not run.
+pub const RETIRED_MESSAGE: &str = "the version this call was made to was retired before the end user's acceptance could run it; the tool did not run and this confirmation has ended. Make the call again to use the current version";
+
 /// The tenant setting that holds its confirmation server.
 const SERVER_SETTING: &str = "confirmation-server";
 
@@ -180,6 +183,9 @@ pub enum State {
     /// The server stopped while the tool ran: it may or may not have taken
     /// effect.
     Interrupted,
+    /// Accepted after its pinned version was retired: the tool did not run,
+    /// and never will.
+    Retired,
 }
 
 impl State {
@@ -192,6 +198,7 @@ impl State {
             "done" => State::Done,
             "rejected" => State::Rejected,
             "expired" => State::Expired,
+            "retired" => State::Retired,
             _ => State::Interrupted,
         }
     }
@@ -205,6 +212,7 @@ impl State {
             State::Rejected => "rejected",
             State::Expired => "expired",
             State::Interrupted => "interrupted",
+            State::Retired => "retired",
         }
     }
 }
@@ -230,6 +238,10 @@ pub enum DecideError {
     /// The signatures do not show the right end user accepting.
     #[error("{0}")]
     NotConfirmed(String),
+    /// The version the call was made to was retired before it was accepted:
+    /// the transaction ended without running the tool.
+    #[error("{RETIRED_MESSAGE}")]
+    Retired,
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -420,7 +432,7 @@ impl ToolHost {
                     .as_ref()
                     .map(|v| v.signature.inputs.iter().map(|p| p.name.as_str()).collect())
                     .unwrap_or_default();
-                policy.check(&inputs).map_err(ChangeError::Invalid)?;
+                policy.check(&inputs)?;
                 let value = serde_json::to_string(&policy).unwrap_or_default();
                 let audit = AuditEntry::new(actor, Some(tenant), "cheq.policy.put", tool.id.to_string())
                     .detail(serde_json::to_value(&policy).unwrap_or_default());
@@ -527,10 +539,25 @@ impl ToolHost {
                     .into(),
             ));
         }
+        // Retired means gone: an acceptance cannot bring a version back. The
+        // transaction ends here, its evidence kept, the tool never run.
+        if self.pinned_version_retired(&c) {
+            let audit = self.decision_audit(&c, "cheq.accept.retired", &confirmation.kid);
+            self.decide(&c, "retired", &signed.to_string(), &audit)?;
+            tracing::info!(transaction = id, "an acceptance came after the call's version was retired; it ended unrun");
+            return Err(DecideError::Retired);
+        }
         let audit = self.decision_audit(&c, "cheq.accept", &confirmation.kid);
         self.decide(&c, "accepted", &signed.to_string(), &audit)?;
         tracing::info!(transaction = id, "the end user accepted the call");
         Ok((c, Confirmed(())))
+    }
+
+    /// Whether the version a transaction pinned is retired (or gone).
+    fn pinned_version_retired(&self, c: &StoredConfirmation) -> bool {
+        self.tool(&c.tenant, &c.tool_id.to_string())
+            .and_then(|tool| tool.version(c.version))
+            .is_none_or(|version| version.retired_at().is_some())
     }
 
     /// Rejects a pending transaction: its tool never runs. `evidence` says
@@ -554,6 +581,10 @@ impl ToolHost {
         private: &Map<String, Value>,
     ) -> Result<(Arc<ToolVersion>, Result<ToolResult, InvokeError>), InvokeError> {
         let (tool, version, input) = self.confirmed_input(c, private)?;
+        // Retired between the acceptance and this run: it does not run either.
+        if version.retired_at().is_some() {
+            return Err(InvokeError::Retired(RETIRED_MESSAGE.into()));
+        }
         let call = Call {
             input,
             call_id: c.call_id.clone(),
@@ -747,7 +778,12 @@ impl ToolHost {
 
 /// The parameters of the CHEQ object (figure 4): each input's name,
 /// description and value; a `private` input says so and has no value yet
-/// (the end user enters it on the confirmation page).
+/// (the end user enters it on the confirmation page). A value with
+/// characters a screen would not show as they are (`cheq::is_hidden`:
+/// bidirectional overrides, zero-width and other format characters) also
+/// gets a `parameter display value`, with each such character as a visible
+/// `<U+XXXX>` marker, for confirmation servers to show; the `parameter
+/// value`, what the tool gets, is unchanged.
 fn parameters(signature: &Signature, inputs: &Map<String, Value>) -> Vec<Value> {
     signature
         .inputs
@@ -760,11 +796,24 @@ fn parameters(signature: &Signature, inputs: &Map<String, Value>) -> Vec<Value> 
             if p.private {
                 parameter["private"] = true.into();
             } else {
-                parameter["parameter value"] = inputs.get(&p.name).cloned().unwrap_or(Value::Null);
+                let value = inputs.get(&p.name).cloned().unwrap_or(Value::Null);
+                if let Some(display) = display_value(&value) {
+                    parameter["parameter display value"] = display.into();
+                }
+                parameter["parameter value"] = value;
             }
             parameter
         })
         .collect()
+}
+
+/// A value as an end user must see it, when that differs from its text:
+/// a string, or any other value as JSON, with its hidden characters marked.
+pub fn display_value(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => cheq::marked(text),
+        other => cheq::marked(&other.to_string()),
+    }
 }
 
 impl StoredConfirmation {

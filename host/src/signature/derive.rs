@@ -41,7 +41,7 @@ pub enum DeriveError {
     Rule(#[from] RuleViolation),
     /// `[confirmation]` in plinth.toml is not valid for these inputs.
     #[error("plinth.toml, [confirmation]: {0}")]
-    Confirmation(String),
+    Confirmation(#[from] crate::cheq::ConditionError),
 }
 
 /// Derives the signature of the tool defined by `world`, with the extra
@@ -102,7 +102,7 @@ pub fn derive(
         })
         .collect::<Result<Vec<_>, DeriveError>>()?;
     let names: Vec<&str> = inputs.iter().map(|p: &InputParam| p.name.as_str()).collect();
-    manifest.confirmation.check(&names).map_err(DeriveError::Confirmation)?;
+    manifest.confirmation.check(&names)?;
 
     let outputs = output_fields
         .iter()
