@@ -78,7 +78,8 @@ async fn a_confirmation_condition_too_long_to_parse_is_refused() {
         m["confirmation"] = json!({ "when": format!("{})", "d".repeat(70_000)) });
     });
     let (status, body) = server.deploy(hostile, "").await;
-    assert_eq!((status, body["error"]["code"].clone()), (400, json!("invalid_component")), "{body}");
+    assert_eq!((status, body["error"]["code"].clone()), (400, json!("condition_too_costly")), "{body}");
+    assert_eq!(body["error"]["limit"], "max_chars", "{body}");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("[confirmation]") && message.contains("70001"), "{message}");
 
