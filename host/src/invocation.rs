@@ -10,7 +10,7 @@
 use crate::signature::{EnumValue, InputType, OutputType, Signature, capitalized_snake, snake};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use wasmtime::component::Val;
 
 /// Why an invocation was refused before the tool ran. The message is written
@@ -226,10 +226,15 @@ pub fn input_record_from(
     supplier: Supplier,
 ) -> Result<Val, Vec<InputError>> {
     let mut errors = Vec::new();
+    // Indexed once, so a request's cost grows with its size, not with the
+    // product of its arguments and the tool's inputs.
+    let inputs: HashSet<&str> = signature.inputs.iter().map(|p| p.name.as_str()).collect();
+    let mut given: HashMap<&str, &Value> = HashMap::with_capacity(arguments.len());
     let mut unknown = HashSet::new();
-    for (name, _) in arguments {
+    for &(name, value) in arguments {
+        given.entry(name).or_insert(value);
         // A handful names the mistake; thousands would only make the answer huge.
-        if signature.input(name).is_none() && unknown.len() < MAX_UNKNOWN_REPORTED && unknown.insert(*name) {
+        if !inputs.contains(name) && unknown.len() < MAX_UNKNOWN_REPORTED && unknown.insert(name) {
             let known: Vec<&str> = signature.inputs.iter().map(|p| p.name.as_str()).collect();
             errors.push(refuse(
                 "unknown_parameter",
@@ -240,7 +245,7 @@ pub fn input_record_from(
     }
     let mut fields = Vec::with_capacity(signature.inputs.len());
     for param in &signature.inputs {
-        let value = arguments.iter().find(|(n, _)| *n == param.name).map(|(_, v)| *v).filter(|v| !v.is_null());
+        let value = given.get(param.name.as_str()).copied().filter(|v| !v.is_null());
         if param.private && supplier == Supplier::Agent {
             match value {
                 Some(_) => errors.push(refuse(
