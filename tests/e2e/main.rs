@@ -10,6 +10,7 @@ mod deploy;
 mod hardening_net;
 mod otc;
 mod sandbox;
+mod security_doc;
 mod soak;
 mod storage;
 mod support;
