@@ -97,3 +97,59 @@ fn pack_builds_the_crate_when_no_component_is_given() {
     let signature: Value = serde_json::from_slice(&inspected.stdout).unwrap();
     assert_eq!(signature["name"], "echo");
 }
+
+/// One option of `plinth serve --help`: its flag, environment variable and
+/// default, as clap prints them.
+struct ServeOption {
+    flag: String,
+    env: Option<String>,
+    default: Option<String>,
+}
+
+fn serve_options() -> Vec<ServeOption> {
+    let out = Command::new(plinth_bin()).args(["serve", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let mut options: Vec<ServeOption> = Vec::new();
+    for line in help.lines().map(str::trim) {
+        if let Some(flag) = line.strip_prefix("--").and_then(|rest| rest.split([' ', '<']).next()) {
+            options.push(ServeOption { flag: format!("--{flag}"), env: None, default: None });
+        } else if let Some(option) = options.last_mut() {
+            let value = |prefix: &str| line.strip_prefix(prefix).and_then(|rest| rest.strip_suffix(']'));
+            if let Some(env) = value("[env: ") {
+                option.env = Some(env.trim_end_matches('=').to_string());
+            } else if let Some(default) = value("[default: ") {
+                option.default = Some(default.to_string());
+            }
+        }
+    }
+    options.retain(|o| o.flag != "--help");
+    options
+}
+
+/// The README's flag table is what operators read: every option of `plinth
+/// serve` is in it, with its environment variable and, where clap has one,
+/// its default.
+#[test]
+fn every_serve_flag_is_in_the_readme_with_its_variable_and_default() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let options = serve_options();
+    assert!(options.len() >= 30, "the help lost its options: {}", options.len());
+    for option in options {
+        let row = readme
+            .lines()
+            .find(|line| line.starts_with(&format!("| `{}` |", option.flag)))
+            .unwrap_or_else(|| panic!("{} is missing from the README's flag table", option.flag));
+        let cells: Vec<&str> = row.trim_matches('|').split(" | ").map(str::trim).collect();
+        let env = option.env.unwrap_or_else(|| panic!("{} has no PLINTH_* variable", option.flag));
+        assert!(cells[1].contains(&format!("`{env}`")), "{}: the README names another variable: {row}", option.flag);
+        if let Some(default) = option.default {
+            assert!(
+                cells[2].trim_matches('`') == default,
+                "{}: the default is {default}, the README says {}",
+                option.flag,
+                cells[2]
+            );
+        }
+    }
+}
