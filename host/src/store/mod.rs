@@ -267,9 +267,9 @@ pub trait RegistryStore: Send + Sync {
     /// start, when none can still be running.
     fn interrupt_confirmations(&self) -> Result<usize, StoreError>;
     /// Deletes the transactions settled before `before` (Unix seconds): a
-    /// decided one (`done`, `rejected`, `expired`, `interrupted`) by when it
-    /// was decided, an unanswered one by when it expired. A pending
-    /// transaction is never deleted before it expires, nor a running
+    /// decided one (`done`, `rejected`, `expired`, `interrupted`, `retired`)
+    /// by when it was decided, an unanswered one by when it expired. A
+    /// pending transaction is never deleted before it expires, nor a running
     /// (`accepted`) one at all. Returns how many were deleted.
     fn sweep_confirmations(&self, before: i64) -> Result<usize, StoreError>;
 
