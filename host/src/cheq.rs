@@ -797,6 +797,12 @@ pub enum VerifyError {
     /// An algorithm other than EdDSA.
     #[error("the signature by key `{0}` uses `{1}`; only EdDSA is accepted")]
     Algorithm(String, String),
+    /// More than [`MAX_SIGNATURES`] signatures (how many there were).
+    #[error(
+        "not a signed CHEQ: it has {0} signatures, more than {max} signatures are refused; a CHEQ carries 2",
+        max = MAX_SIGNATURES
+    )]
+    TooManySignatures(usize),
 }
 
 /// One verified signature: who signed, and its protected header.
@@ -825,7 +831,7 @@ pub fn verify(jws: &Value, trusted: &[Value]) -> Result<(Vec<u8>, Vec<Signed>), 
     // Each signature costs an Ed25519 verification: a body of copies of one
     // valid signature must not buy that work hundreds of times over.
     if signatures.len() > MAX_SIGNATURES {
-        return Err(VerifyError::Malformed("more than 8 signatures; a CHEQ carries 2"));
+        return Err(VerifyError::TooManySignatures(signatures.len()));
     }
     let mut signed = Vec::new();
     for entry in signatures {
