@@ -573,7 +573,9 @@ impl ToolHost {
     }
 
     /// Runs an accepted transaction's call: its pinned version, with the
-    /// stored inputs and the `private` ones the end user entered.
+    /// stored inputs and the `private` ones the end user entered. A version
+    /// retired since the acceptance does not run: the transaction ends
+    /// `retired`, as when it was retired before (`Err(Retired)`).
     pub async fn run_confirmed(
         self: &Arc<Self>,
         c: &StoredConfirmation,
@@ -581,20 +583,32 @@ impl ToolHost {
         private: &Map<String, Value>,
     ) -> Result<(Arc<ToolVersion>, Result<ToolResult, InvokeError>), InvokeError> {
         let (tool, version, input) = self.confirmed_input(c, private)?;
-        // Retired between the acceptance and this run: it does not run either.
-        if version.retired_at().is_some() {
+        let outcome = if version.retired_at().is_some() {
+            Err(InvokeError::Retired(RETIRED_MESSAGE.into()))
+        } else {
+            let call = Call {
+                input,
+                call_id: c.call_id.clone(),
+                secrets: Default::default(),
+                end_user: Some(c.end_user.clone()),
+                front_door: c.door(),
+                confirmed: Some(confirmed),
+                redact: private
+                    .values()
+                    .filter_map(Value::as_str)
+                    .filter(|v| !v.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            };
+            // `invoke` too refuses a version retired after this check.
+            self.invoke(tool, version.clone(), call).await
+        };
+        if let Err(InvokeError::Retired(_)) = outcome {
+            let audit = self.decision_audit(c, "cheq.run.retired", "server");
+            self.store.retire_confirmation(&c.id, &audit).map_err(|e| InvokeError::Storage(e.to_string()))?;
+            tracing::info!(transaction = c.id, "the call's version was retired after the acceptance; it ended unrun");
             return Err(InvokeError::Retired(RETIRED_MESSAGE.into()));
         }
-        let call = Call {
-            input,
-            call_id: c.call_id.clone(),
-            secrets: Default::default(),
-            end_user: Some(c.end_user.clone()),
-            front_door: c.door(),
-            confirmed: Some(confirmed),
-            redact: private.values().filter_map(Value::as_str).filter(|v| !v.is_empty()).map(str::to_string).collect(),
-        };
-        let outcome = self.invoke(tool, version.clone(), call).await;
         Ok((version, outcome))
     }
 

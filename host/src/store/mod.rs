@@ -261,8 +261,13 @@ pub trait RegistryStore: Send + Sync {
         decision: Option<&str>,
         audit: &AuditEntry,
     ) -> Result<bool, StoreError>;
-    /// Records the answer of an accepted transaction's call (`done`).
+    /// Records the answer of an accepted transaction's call (`done`). One
+    /// no longer `accepted` (it ended `retired`) is left as it is.
     fn finish_confirmation(&self, id: &str, status: u16, body: &str) -> Result<(), StoreError>;
+    /// Ends an accepted transaction whose version was retired before its
+    /// call could run (`retired`), appending `audit`. Returns whether it was
+    /// `accepted`.
+    fn retire_confirmation(&self, id: &str, audit: &AuditEntry) -> Result<bool, StoreError>;
     /// Marks every transaction still `accepted` as `interrupted`: run at
     /// start, when none can still be running.
     fn interrupt_confirmations(&self) -> Result<usize, StoreError>;

@@ -664,10 +664,23 @@ impl RegistryStore for SqliteStore {
 
     fn finish_confirmation(&self, id: &str, status: u16, body: &str) -> Result<(), StoreError> {
         self.conn().execute(
-            "UPDATE confirmations SET state = 'done', result_status = ?2, result_body = ?3 WHERE id = ?1",
+            "UPDATE confirmations SET state = 'done', result_status = ?2, result_body = ?3
+             WHERE id = ?1 AND state = 'accepted'",
             params![id, status, body],
         )?;
         Ok(())
+    }
+
+    fn retire_confirmation(&self, id: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let changed =
+            tx.execute("UPDATE confirmations SET state = 'retired' WHERE id = ?1 AND state = 'accepted'", [id])?;
+        if changed == 1 {
+            insert_audit(&tx, audit)?;
+        }
+        tx.commit()?;
+        Ok(changed == 1)
     }
 
     fn interrupt_confirmations(&self) -> Result<usize, StoreError> {
