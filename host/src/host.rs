@@ -992,12 +992,10 @@ impl ToolHost {
                 let needs = this.needs_confirmation(&checked_tool, &checked_version, &inputs);
                 (needs, inputs)
             };
-            let (needs, inputs) = match &self.executor {
-                Some(executor) => executor.spawn(check).await.map_err(|_| {
-                    InvokeError::Call(CallError::Trapped("the confirmation check was interrupted".into()))
-                })?,
-                None => check.await,
-            };
+            // No executor (the host is shutting down): no evaluation here either.
+            let interrupted = || InvokeError::Call(CallError::Trapped("the confirmation check was interrupted".into()));
+            let executor = self.executor.as_ref().ok_or_else(interrupted)?;
+            let (needs, inputs) = executor.spawn(check).await.map_err(|_| interrupted())?;
             if needs {
                 let end_user = call.end_user.clone().ok_or_else(|| InvokeError::EndUserRequired(tool.name.clone()))?;
                 if !call.secrets.is_empty() {

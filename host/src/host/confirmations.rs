@@ -349,6 +349,8 @@ impl ToolHost {
     /// confirmation: always with a private input; else by the tenant's
     /// override of the tool's policy, if it set one, or the tool's own.
     pub(super) fn needs_confirmation(&self, tool: &Tool, version: &ToolVersion, inputs: &Map<String, Value>) -> bool {
+        #[cfg(test)]
+        evaluated_on::record(tool.id);
         if version.signature.inputs.iter().any(|p| p.private) {
             return true;
         }
@@ -902,5 +904,28 @@ mod tests {
         };
         assert_eq!(State::of(&c, 99), State::Pending);
         assert_eq!(State::of(&c, 100), State::Expired);
+    }
+}
+
+/// Which threads evaluated which tool's confirmation policy: the evidence for
+/// the test that conditions are never evaluated on the caller's (HTTP)
+/// threads.
+#[cfg(test)]
+pub(super) mod evaluated_on {
+    use std::sync::Mutex;
+    use uuid::Uuid;
+
+    static THREADS: Mutex<Vec<(Uuid, Option<String>)>> = Mutex::new(Vec::new());
+
+    /// Notes that the current thread evaluates `tool`'s policy.
+    pub fn record(tool: Uuid) {
+        let thread = std::thread::current().name().map(str::to_string);
+        THREADS.lock().unwrap_or_else(|p| p.into_inner()).push((tool, thread));
+    }
+
+    /// The names of the threads that evaluated `tool`'s policy.
+    pub fn threads(tool: Uuid) -> Vec<Option<String>> {
+        let threads = THREADS.lock().unwrap_or_else(|p| p.into_inner());
+        threads.iter().filter(|(t, _)| *t == tool).map(|(_, name)| name.clone()).collect()
     }
 }

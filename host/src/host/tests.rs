@@ -147,3 +147,20 @@ async fn a_version_retired_after_the_acceptance_ends_the_transaction_retired() {
     let audit = host.store.audit(&query).unwrap();
     assert!(audit.iter().any(|a| a.action == "cheq.run.retired" && a.target == pending.id), "{audit:?}");
 }
+
+/// A condition is evaluated on the tool executor's threads, never on the
+/// thread that made the call (in the server, a thread serving HTTP): the
+/// heaviest condition the budget accepts takes milliseconds of a core.
+#[tokio::test]
+async fn confirmation_conditions_are_evaluated_on_the_tool_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let when = crate::cheq::ConfirmationPolicy { required: false, when: Some("text == 'confirm'".into()) };
+    let (host, tool_id) = confirming(dir.path(), when);
+    let caller = std::thread::current().name().map(str::to_string);
+    assert_ne!(caller.as_deref(), Some("plinth-tool"));
+
+    let outcome = call(&host, &tool_id, 1, "confirm").await;
+    assert!(matches!(outcome, Err(InvokeError::ConfirmationPending(_))), "the condition decided");
+    let threads = confirmations::evaluated_on::threads(tool_id.parse().unwrap());
+    assert_eq!(threads, [Some("plinth-tool".to_string())]);
+}
