@@ -618,6 +618,49 @@ pub fn is_hidden(c: char) -> bool {
         )
 }
 
+/// Whether `c` is a combining mark that draws over or around the character
+/// before it (Unicode categories Mn and Me).
+pub fn is_combining_mark(c: char) -> bool {
+    use unicode_general_category::{GeneralCategory as G, get_general_category};
+    matches!(get_general_category(c), G::NonspacingMark | G::EnclosingMark)
+}
+
+/// Whether the combining mark `mark`, drawn over `base` (the character
+/// shown before it; `None` at the start of a value), would make text read
+/// as other text: a stroke, slash or circle over a digit, a Latin letter,
+/// punctuation or a symbol (U+0336 over the digits of an IBAN), any
+/// enclosing mark, and a mark with nothing to combine with. Marks on the
+/// letters of scripts written with them (Devanagari, Arabic, Hebrew, Thai…)
+/// are how those scripts are written, and stay as they are.
+fn mark_misleads(mark: char, base: Option<char>) -> bool {
+    use unicode_general_category::{GeneralCategory as G, get_general_category};
+    if get_general_category(mark) == G::EnclosingMark {
+        return true;
+    }
+    let Some(base) = base else { return true };
+    // Basic Latin up to Latin Extended-B: precomposed forms cover the
+    // languages written with it.
+    base < '\u{0250}'
+        || matches!(
+            get_general_category(base),
+            G::DecimalNumber
+                | G::LetterNumber
+                | G::OtherNumber
+                | G::ConnectorPunctuation
+                | G::DashPunctuation
+                | G::OpenPunctuation
+                | G::ClosePunctuation
+                | G::InitialPunctuation
+                | G::FinalPunctuation
+                | G::OtherPunctuation
+                | G::MathSymbol
+                | G::CurrencySymbol
+                | G::ModifierSymbol
+                | G::OtherSymbol
+                | G::SpaceSeparator
+        )
+}
+
 /// The marker a hidden character is shown as: `<U+202E>`.
 pub fn marker(c: char) -> String {
     format!("<U+{:04X}>", u32::from(c))
@@ -633,17 +676,26 @@ pub enum Shown<'a> {
 }
 
 /// `text` split into what can be shown as it is and the characters that
-/// must be shown as markers ([`is_hidden`]).
+/// must be shown as markers: the [`is_hidden`] ones, and combining marks
+/// that would draw over what is shown before them to make it read as
+/// something else (a strike through a digit; see [`is_combining_mark`]).
 pub fn shown(text: &str) -> Vec<Shown<'_>> {
     let mut pieces = Vec::new();
     let mut start = 0;
+    // What a combining mark would draw over: the last character shown as
+    // itself that is not a mark, or the `>` of the last marker.
+    let mut base = None;
     for (at, c) in text.char_indices() {
-        if is_hidden(c) {
+        let combining = is_combining_mark(c);
+        if is_hidden(c) || (combining && mark_misleads(c, base)) {
             if start < at {
                 pieces.push(Shown::Text(&text[start..at]));
             }
             pieces.push(Shown::Hidden(c));
             start = at + c.len_utf8();
+            base = Some('>');
+        } else if !combining {
+            base = Some(c);
         }
     }
     if start < text.len() {
@@ -652,10 +704,15 @@ pub fn shown(text: &str) -> Vec<Shown<'_>> {
     pieces
 }
 
-/// `text` with every hidden character replaced by its marker, or `None`
-/// when it has none.
+/// Whether `text` has characters [`shown`] as markers.
+pub fn has_hidden(text: &str) -> bool {
+    shown(text).iter().any(|piece| matches!(piece, Shown::Hidden(_)))
+}
+
+/// `text` with every hidden character (and misleading combining mark)
+/// replaced by its marker, or `None` when it has none.
 pub fn marked(text: &str) -> Option<String> {
-    if !text.chars().any(is_hidden) {
+    if !has_hidden(text) {
         return None;
     }
     Some(
@@ -1194,6 +1251,39 @@ mod tests {
         assert_eq!(marked("DE89 3704 0044 0532 0130 00"), None);
         assert_eq!(shown(""), []);
         assert_eq!(shown("\u{202E}"), [Shown::Hidden('\u{202E}')]);
+    }
+
+    #[test]
+    fn combining_marks_over_digits_and_latin_are_shown_as_markers() {
+        // U+0336 (long stroke overlay) through two digits of an IBAN: on screen
+        // `0532` reads as two struck-out digits the user may skip over.
+        let struck = "DE89 3704 0044 05\u{0336}3\u{0336}2 0130 00";
+        assert_eq!(marked(struck).as_deref(), Some("DE89 3704 0044 05<U+0336>3<U+0336>2 0130 00"));
+        assert_eq!(
+            shown(struck),
+            [
+                Shown::Text("DE89 3704 0044 05"),
+                Shown::Hidden('\u{0336}'),
+                Shown::Text("3"),
+                Shown::Hidden('\u{0336}'),
+                Shown::Text("2 0130 00"),
+            ]
+        );
+        assert!(has_hidden(struck));
+        // Slashes and circles over ASCII, stacked marks, marks after a marker
+        // or with nothing before them, and every enclosing mark.
+        assert_eq!(marked("1\u{0338}0").as_deref(), Some("1<U+0338>0"));
+        assert_eq!(marked("7\u{20E5}").as_deref(), Some("7<U+20E5>"));
+        assert_eq!(marked("9\u{0336}\u{0336}").as_deref(), Some("9<U+0336><U+0336>"));
+        assert_eq!(marked("a\u{200B}\u{0301}").as_deref(), Some("a<U+200B><U+0301>"));
+        assert_eq!(marked("\u{0301}x").as_deref(), Some("<U+0301>x"));
+        assert_eq!(marked("\u{0410}\u{20DD}").as_deref(), Some("\u{0410}<U+20DD>"));
+        assert_eq!(marked("e\u{0301} €\u{0338}").as_deref(), Some("e<U+0301> €<U+0338>"));
+        assert!(is_combining_mark('\u{0336}') && is_combining_mark('\u{20DD}') && !is_combining_mark('0'));
+        // Scripts written with combining marks read as they are.
+        for text in ["हिन्दी", "עִבְרִית", "مَرْحَبًا", "ภาษาไทย", "Café"] {
+            assert_eq!(marked(text), None, "{text}");
+        }
     }
 
     #[test]

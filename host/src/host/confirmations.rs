@@ -795,8 +795,9 @@ impl ToolHost {
 /// The parameters of the CHEQ object (figure 4): each input's name,
 /// description and value; a `private` input says so and has no value yet
 /// (the end user enters it on the confirmation page). A value with
-/// characters a screen would not show as they are (`cheq::is_hidden`:
-/// bidirectional overrides, zero-width and other format characters) also
+/// characters a screen would not show as they are (`cheq::shown`:
+/// bidirectional overrides, zero-width and other format characters,
+/// combining marks struck through digits or Latin text) also
 /// gets a `parameter display value`, with each such character as a visible
 /// `<U+XXXX>` marker, for confirmation servers to show; the `parameter
 /// value`, what the tool gets, is unchanged.
