@@ -88,11 +88,13 @@ fn deploys_beyond_the_bound_are_refused_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let host = ToolHost::open(HostOptions { max_concurrent_deploys: 1, ..options(dir.path()) }).unwrap();
     let actor = Principal::server("test");
-    let compiling = host.deploys.try_acquire().unwrap();
+    let receiving = host.deploy_slot().unwrap();
     let err = host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap_err();
     assert!(matches!(err, DeployError::Busy), "{err}");
-    drop(compiling);
-    assert!(host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap().created);
+    assert!(matches!(host.deploy_slot(), Err(DeployError::Busy)));
+    // The slot is held through the deploy made in it, and freed after.
+    assert!(host.deploy_in(receiving, &actor, DEFAULT_TENANT, &packed("1"), None).unwrap().created);
+    assert!(host.deploy(&actor, DEFAULT_TENANT, &packed("2"), None).unwrap().created);
 }
 
 /// A host (in `dir`) with the echoish tool, whose calls need their end
