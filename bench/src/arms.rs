@@ -267,6 +267,48 @@ pub async fn in_process(opts: &Opts, report: &mut Report) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// What evaluating a confirmation condition costs: the heaviest the budget
+/// accepts (two nested comprehensions over 64-entry literals, negated) and
+/// two comprehensions over the largest inputs a condition may read. The unit tests check that they
+/// are accepted and evaluate; how long they take is measured here.
+pub async fn conditions(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
+    use plinth::cheq::{ConfirmationPolicy, budget};
+    let iterations = if opts.smoke { 20 } else { 500 };
+    let list = format!("[{}]", (0..64).map(|i| i.to_string()).collect::<Vec<_>>().join(","));
+    let mut items = Vec::new();
+    while serde_json::to_string(&items)?.len() + 4 <= budget::MAX_INPUT_BYTES {
+        items.push(json!("a"));
+    }
+    let cases = [
+        (
+            "2 condition, nested comprehensions over literals",
+            format!("!{list}.all(a, {list}.all(b, a + b != 1000 && a * b != 5000))"),
+            json!({}),
+        ),
+        (
+            "2 condition, comprehensions over the largest inputs",
+            "items.all(i, i != 'x' && i != 'y' && i != 'z') && items.exists(i, i == 'w')".to_string(),
+            json!({ "items": items }),
+        ),
+    ];
+    for (arm, condition, inputs) in cases {
+        let policy = ConfirmationPolicy { required: false, when: Some(condition) };
+        policy.check(&["items"]).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let compiled = policy.compile();
+        let inputs = inputs.as_object().cloned().unwrap_or_default();
+        // Both evaluate to false: `true` would also be the fail-closed answer
+        // of a condition that could not be evaluated.
+        anyhow::ensure!(!compiled.applies_to(&inputs), "{arm}: not evaluated");
+        let summary = time_each(iterations, || async {
+            std::hint::black_box(compiled.applies_to(&inputs));
+            Ok(())
+        })
+        .await?;
+        report.row(arm, "evaluation p50 · p99", format!("{} · {}", fmt(summary.p50), fmt(summary.p99)), "", None);
+    }
+    Ok(())
+}
+
 /// A generated tool: a real, distinct signature (and a component that traps
 /// if called, which enumeration never does).
 fn generated_tool(i: usize, wit: &std::path::Path) -> anyhow::Result<Vec<u8>> {

@@ -67,6 +67,7 @@ async fn main() -> anyhow::Result<()> {
     let mut report = measure::Report::new(&opts);
     arms::http_overhead(&opts, &mut report).await?;
     arms::in_process(&opts, &mut report).await?;
+    arms::conditions(&opts, &mut report).await?;
     arms::enumeration_and_start(&opts, &mut report).await?;
     arms::deploy(&opts, &mut report).await?;
     arms::under_faults(&opts, &mut report).await?;

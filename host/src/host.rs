@@ -62,7 +62,8 @@ pub struct HostOptions {
     /// How long a decided or expired CHEQ transaction (and its evidence) is
     /// kept before it is deleted.
     pub confirmation_retention: Duration,
-    /// Deploys that may compile at once; more are refused with `503`.
+    /// Deploys that may be received and compiled at once; more are refused
+    /// with `503`.
     pub max_concurrent_deploys: usize,
     /// The key stored secrets are encrypted with (base64 of 32 bytes); when
     /// `None`, `DATA/secrets.key` (created at first start).
@@ -146,9 +147,9 @@ pub enum DeployError {
         /// The tenant's quota.
         max: u32,
     },
-    /// As many deploys as the server allows are compiling; nothing was
-    /// deployed.
-    #[error("the server is compiling as many deploys as it may; nothing was deployed, retry shortly")]
+    /// As many deploys as the server allows are being received or
+    /// compiling; nothing was deployed.
+    #[error("the server is receiving and compiling as many deploys as it may; nothing was deployed, retry shortly")]
     Busy,
     /// The tenant already has as many live tools as it may.
     #[error("tenant `{tenant}` already has {max} live tools, its quota; retire one or ask the operator for more")]
@@ -199,6 +200,16 @@ pub enum ChangeError {
     /// Persisting failed; nothing changed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// One of the `--max-concurrent-deploys` deploy slots
+/// ([`ToolHost::deploy_slot`]), held from before the component's bytes are
+/// read until the deploy is done: an upload is up to 32 MiB in memory, so
+/// the bound must cover receiving it, not only compiling it.
+#[derive(Debug)]
+pub struct DeploySlot {
+    /// Released when dropped.
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// What a deploy did.
@@ -408,9 +419,10 @@ pub struct ToolHost {
     /// version numbers are assigned without races. Compilation happens
     /// before it is taken.
     changes: std::sync::Mutex<()>,
-    /// Deploys compiling now: compilation takes seconds of CPU and much
-    /// memory, so their number is bounded and the excess refused at once.
-    deploys: tokio::sync::Semaphore,
+    /// Deploys being received or compiling now: an upload holds up to
+    /// 32 MiB and compilation takes seconds of CPU and much memory, so their
+    /// number is bounded and the excess refused at once.
+    deploys: Arc<tokio::sync::Semaphore>,
 }
 
 impl ToolHost {
@@ -458,7 +470,7 @@ impl ToolHost {
             calls: CallLedger::new(options.call_retention),
             cheq,
             changes: std::sync::Mutex::new(()),
-            deploys: tokio::sync::Semaphore::new(options.max_concurrent_deploys.max(1)),
+            deploys: Arc::new(tokio::sync::Semaphore::new(options.max_concurrent_deploys.max(1))),
         };
         host.interrupt_confirmations()?;
         retention::start_confirmation_sweep(&host, options.confirmation_retention)?;
@@ -523,8 +535,8 @@ impl ToolHost {
     ///
     /// The tool lands in `tenant`, within its quotas (`maxTools`,
     /// `maxVersionsPerTool`, `maxComponentBytes`); `actor` is recorded in
-    /// the audit log. At most `--max-concurrent-deploys` deploys compile at
-    /// once; another is refused at once ([`DeployError::Busy`]).
+    /// the audit log. It takes one of the deploy slots
+    /// ([`ToolHost::deploy_slot`]); with none free it is refused at once.
     pub fn deploy(
         &self,
         actor: &Principal,
@@ -532,6 +544,30 @@ impl ToolHost {
         bytes: &[u8],
         expect_version: Option<u32>,
     ) -> Result<Deployed, DeployError> {
+        self.deploy_in(self.deploy_slot()?, actor, tenant, bytes, expect_version)
+    }
+
+    /// One of the `--max-concurrent-deploys` deploy slots, or
+    /// [`DeployError::Busy`] at once when all are taken: refused rather
+    /// than queued, since a queue of uploads and compilations would hold
+    /// every waiting component in memory. A front door receiving a
+    /// component takes it before reading the bytes.
+    pub fn deploy_slot(&self) -> Result<DeploySlot, DeployError> {
+        let permit = self.deploys.clone().try_acquire_owned().map_err(|_| DeployError::Busy)?;
+        Ok(DeploySlot { _permit: permit })
+    }
+
+    /// [`ToolHost::deploy`] in a deploy slot already taken; the slot is
+    /// released when the deploy is done.
+    pub fn deploy_in(
+        &self,
+        slot: DeploySlot,
+        actor: &Principal,
+        tenant: &str,
+        bytes: &[u8],
+        expect_version: Option<u32>,
+    ) -> Result<Deployed, DeployError> {
+        let _slot = slot;
         let quotas =
             self.tenant(tenant).ok_or_else(|| DeployError::UnknownTenant(tenant.to_string()))?.record.quotas.clone();
         if bytes.len() as u64 > quotas.max_component_bytes {
@@ -541,9 +577,6 @@ impl ToolHost {
                 max: quotas.max_component_bytes,
             });
         }
-        // Refused at once rather than queued: a queue of compilations would
-        // hold every waiting request's component in memory.
-        let _compiling = self.deploys.try_acquire().map_err(|_| DeployError::Busy)?;
         let package = ToolPackage::read(bytes)?;
         // Checked again under the lock; this spares a refused deploy the
         // compilation.
@@ -992,12 +1025,10 @@ impl ToolHost {
                 let needs = this.needs_confirmation(&checked_tool, &checked_version, &inputs);
                 (needs, inputs)
             };
-            let (needs, inputs) = match &self.executor {
-                Some(executor) => executor.spawn(check).await.map_err(|_| {
-                    InvokeError::Call(CallError::Trapped("the confirmation check was interrupted".into()))
-                })?,
-                None => check.await,
-            };
+            // No executor (the host is shutting down): no evaluation here either.
+            let interrupted = || InvokeError::Call(CallError::Trapped("the confirmation check was interrupted".into()));
+            let executor = self.executor.as_ref().ok_or_else(interrupted)?;
+            let (needs, inputs) = executor.spawn(check).await.map_err(|_| interrupted())?;
             if needs {
                 let end_user = call.end_user.clone().ok_or_else(|| InvokeError::EndUserRequired(tool.name.clone()))?;
                 if !call.secrets.is_empty() {

@@ -363,7 +363,8 @@ struct ServeArgs {
     /// The same in seconds, overriding the days (for tests).
     #[arg(long, env = "PLINTH_CONFIRMATION_RETENTION_SECS", hide = true)]
     confirmation_retention_secs: Option<u64>,
-    /// Deploys that may compile at once; more answer 503 with Retry-After.
+    /// Deploys that may be received and compiled at once (an upload takes its
+    /// slot before its body is read); more answer 503 with Retry-After.
     #[arg(long, env = "PLINTH_MAX_CONCURRENT_DEPLOYS", default_value_t = 2)]
     max_concurrent_deploys: usize,
     /// The key stored secrets are encrypted with: the base64 of 32 random

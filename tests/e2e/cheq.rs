@@ -591,6 +591,53 @@ async fn hidden_characters_are_shown_as_markers_and_reach_the_tool_unchanged() {
     assert!(!html.contains("hidden-warning") && html.contains("DE89 3704 0044 0532 0130 00"), "{html}");
 }
 
+/// A LONG STROKE OVERLAY (U+0336) after two digits of an IBAN makes them
+/// read as struck out, a slash (U+0338) or an enclosing circle (U+20DD)
+/// changes a digit: each is a marker in the CHEQ's display form and on the
+/// page, and the tool gets the value unchanged.
+#[tokio::test(flavor = "multi_thread")]
+async fn combining_marks_over_digits_are_shown_as_markers_and_reach_the_tool_unchanged() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let echo = server.tool_id("echo").await;
+    let path = format!("/admin/tools/{echo}/confirmation");
+    server.call_as(Some(TOKEN), Method::PUT, &path, Some(&json!({ "required": true }))).await;
+    let struck = "DE89 3704 0044 05\u{0336}3\u{0336}2 0130 0\u{0338}0\u{20DD}";
+    let (status, _, pack) = call_for(&server, Some("alice"), "echo", &[("text", json!(struck))]).await;
+    assert_eq!(status, 202, "{pack}");
+
+    let (_, _, object) = fetch(&format!("{}?raw", pack["resource uri"].as_str().unwrap())).await;
+    let parameter = &object["inputs"]["parameters"][0];
+    assert_eq!(parameter["parameter value"], json!(struck));
+    assert_eq!(
+        parameter["parameter display value"],
+        json!("DE89 3704 0044 05<U+0336>3<U+0336>2 0130 0<U+0338>0<U+20DD>")
+    );
+
+    let session = PageSession::log_in(&pack, "alice").await;
+    let (status, html) = session.page(&pack).await;
+    assert_eq!(status, 200, "{html}");
+    for c in ['\u{0336}', '\u{0338}', '\u{20DD}'] {
+        assert!(!html.contains(c), "U+{:04X} is on the page as itself", u32::from(c));
+        let marker =
+            format!("<span class=\"hidden-char\" title=\"combining mark\">&lt;U+{:04X}&gt;</span>", u32::from(c));
+        assert!(html.contains(&marker), "no marker for U+{:04X}:\n{html}", u32::from(c));
+    }
+    assert!(html.contains("DE89 3704 0044 05<span class=\"hidden-char\""), "{html}");
+    assert!(html.contains("id=\"hidden-warning\""), "{html}");
+
+    let (status, html) = session.decide(&pack, "accept").await;
+    assert_eq!(status, 200, "{html}");
+    let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, &outputs(&body)["text"]), (200, &json!(struck)), "{body}");
+
+    // Text written with combining marks reads as it is: no markers, no warning.
+    let (_, _, pack) = call_for(&server, Some("alice"), "echo", &[("text", json!("नमस्ते"))]).await;
+    let (_, _, object) = fetch(&format!("{}?raw", pack["resource uri"].as_str().unwrap())).await;
+    assert!(object["inputs"]["parameters"][0].get("parameter display value").is_none(), "{object}");
+    let (_, html) = session.page(&pack).await;
+    assert!(!html.contains("hidden-warning") && html.contains("नमस्ते"), "{html}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_acceptance_after_its_version_was_retired_ends_the_transaction() {
     let (server, _plugins) = confirming_server(&[]).await;

@@ -261,6 +261,54 @@ async fn deploys_beyond_the_bound_are_answered_503_at_once() {
     assert_eq!(server.deploy(relabeled(&echo(), "after"), "").await.0, 201);
 }
 
+/// The deploy slot is taken before the upload is read: an upload still
+/// arriving holds one of `--max-concurrent-deploys`, so that many uploads
+/// (up to 32 MiB each) are all the server holds, and a deploy beyond is
+/// refused `503 busy` at once, before its body is read.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upload_still_arriving_holds_a_deploy_slot() {
+    use std::io::{Read, Write};
+    let server = Server::start(&["--max-concurrent-deploys", "1"]);
+    let held = relabeled(&echo(), "held");
+    let mut upload = std::net::TcpStream::connect(server.base.trim_start_matches("http://")).unwrap();
+    upload.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let head = format!(
+        "POST /admin/tools HTTP/1.1\r\nhost: plinth\r\nauthorization: Bearer {TOKEN}\r\n\
+         content-type: application/wasm\r\ncontent-length: {}\r\n\r\n",
+        held.len()
+    );
+    upload.write_all(head.as_bytes()).unwrap();
+    upload.write_all(&held[..1024]).unwrap();
+
+    // Until the server has read that head, another deploy finds the slot
+    // free (and deploys); from then on it is refused. A server that took the
+    // slot only once the body was in never refuses: the guard fails the test.
+    let started = Instant::now();
+    let (status, body) = loop {
+        let (status, body) = server.deploy(relabeled(&echo(), "other"), "").await;
+        if status != 201 && status != 200 {
+            break (status, body);
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "a deploy was never refused while an upload arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("busy")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("nothing was deployed"), "{body}");
+
+    // The held upload completes and deploys; then the slot is free again.
+    upload.write_all(&held[1024..]).unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = upload.read(&mut buf).unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&answer));
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
+    assert_eq!(server.deploy(relabeled(&echo(), "after"), "").await.0, 201);
+}
+
 /// Every file under `dir` (but the test's own server log), recursively.
 fn files_under(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {

@@ -100,9 +100,9 @@ async fn a_confirmation_condition_too_long_to_parse_is_refused() {
 
 /// Anyone holding a resource URI may post a CHEQ to it (no key), and each
 /// signature costs an Ed25519 verification: a body of copies of the
-/// server's own signature bought hundreds of them per request. More than 8
-/// signatures are refused before any is verified, and the transaction can
-/// still be confirmed.
+/// server's own signature bought hundreds of them per request. More than
+/// `MAX_SIGNATURES` signatures are refused before any is verified, and the
+/// transaction can still be confirmed.
 #[tokio::test]
 async fn a_cheq_with_copies_of_a_signature_is_refused() {
     use crate::cheq::{booking, call_for, confirming_server, fetch};
@@ -118,7 +118,8 @@ async fn a_cheq_with_copies_of_a_signature_is_refused() {
     assert_eq!(response.status(), 403);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "invalid_signature", "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("more than 8 signatures"), "{body}");
+    let limit = format!("more than {} signatures are refused", plinth::cheq::MAX_SIGNATURES);
+    assert!(body["error"]["message"].as_str().unwrap().contains(&limit), "{body}");
 
     // Nothing was decided: the transaction is still pending.
     let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;

@@ -105,13 +105,16 @@ async fn deploy(
     if declared.is_some_and(|n| n > MAX_COMPONENT_BYTES as u64) {
         return Err(too_large());
     }
-    let body = read_within(request.into_body(), limit).await?.ok_or_else(too_large)?;
     let principal = caller.principal()?.clone();
+    // The slot bounds the uploads held in memory as well as the compilations.
+    let slot = host.deploy_slot()?;
+    let body = read_within(request.into_body(), limit).await?.ok_or_else(too_large)?;
     let tenant = caller.tenant.clone();
     // Compiling is CPU-bound: keep it off the request threads.
-    let deployed = tokio::task::spawn_blocking(move || host.deploy(&principal, &tenant, &body, expect_version))
-        .await
-        .map_err(|_| {
+    let deployed =
+        tokio::task::spawn_blocking(move || host.deploy_in(slot, &principal, &tenant, &body, expect_version))
+            .await
+            .map_err(|_| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "deploy_failed",

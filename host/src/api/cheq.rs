@@ -752,7 +752,7 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
             Value::Null => "(not given)".to_string(),
             other => other.to_string(),
         };
-        any_hidden |= value.chars().any(crate::cheq::is_hidden);
+        any_hidden |= crate::cheq::has_hidden(&value);
         rows.push_str(&format!(
             "<tr data-parameter=\"{}\"><th>{}</th><td class=\"value\" dir=\"ltr\">{}</td><td><small>{}</small></td></tr>",
             attr(pname),
@@ -785,21 +785,23 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
 }
 
 /// Shown under the parameters when a value holds characters shown as markers.
-const HIDDEN_WARNING: &str = "<p id=\"hidden-warning\" class=\"warning\">A value above contains invisible or \
-     direction-changing characters, shown as <span class=\"hidden-char\">&lt;U+…&gt;</span> markers. The tool gets them \
+const HIDDEN_WARNING: &str = "<p id=\"hidden-warning\" class=\"warning\">A value above contains invisible, \
+     direction-changing or overlaid characters, shown as <span class=\"hidden-char\">&lt;U+…&gt;</span> markers. The tool gets them \
      exactly as sent: reject unless you expected them.</p>";
 
 /// Text for the page, escaped, with every character a screen would not show
-/// as it is (`cheq::is_hidden`: bidirectional overrides, zero-width and
-/// other format characters) as a visible, distinctly styled `<U+XXXX>`
-/// marker: the end user sees exactly what the tool gets.
+/// as it is (`cheq::shown`: bidirectional overrides, zero-width and other
+/// format characters, combining marks struck through digits or Latin text)
+/// as a visible, distinctly styled `<U+XXXX>` marker: the end user sees
+/// exactly what the tool gets.
 fn revealed(value: &str) -> String {
     crate::cheq::shown(value)
         .into_iter()
         .map(|piece| match piece {
             crate::cheq::Shown::Text(t) => text(t).into_owned(),
             crate::cheq::Shown::Hidden(c) => format!(
-                "<span class=\"hidden-char\" title=\"invisible character\">{}</span>",
+                "<span class=\"hidden-char\" title=\"{}\">{}</span>",
+                if crate::cheq::is_combining_mark(c) { "combining mark" } else { "invisible character" },
                 text(&crate::cheq::marker(c))
             ),
         })

@@ -349,6 +349,8 @@ impl ToolHost {
     /// confirmation: always with a private input; else by the tenant's
     /// override of the tool's policy, if it set one, or the tool's own.
     pub(super) fn needs_confirmation(&self, tool: &Tool, version: &ToolVersion, inputs: &Map<String, Value>) -> bool {
+        #[cfg(test)]
+        evaluated_on::record(tool.id);
         if version.signature.inputs.iter().any(|p| p.private) {
             return true;
         }
@@ -573,7 +575,9 @@ impl ToolHost {
     }
 
     /// Runs an accepted transaction's call: its pinned version, with the
-    /// stored inputs and the `private` ones the end user entered.
+    /// stored inputs and the `private` ones the end user entered. A version
+    /// retired since the acceptance does not run: the transaction ends
+    /// `retired`, as when it was retired before (`Err(Retired)`).
     pub async fn run_confirmed(
         self: &Arc<Self>,
         c: &StoredConfirmation,
@@ -581,20 +585,32 @@ impl ToolHost {
         private: &Map<String, Value>,
     ) -> Result<(Arc<ToolVersion>, Result<ToolResult, InvokeError>), InvokeError> {
         let (tool, version, input) = self.confirmed_input(c, private)?;
-        // Retired between the acceptance and this run: it does not run either.
-        if version.retired_at().is_some() {
+        let outcome = if version.retired_at().is_some() {
+            Err(InvokeError::Retired(RETIRED_MESSAGE.into()))
+        } else {
+            let call = Call {
+                input,
+                call_id: c.call_id.clone(),
+                secrets: Default::default(),
+                end_user: Some(c.end_user.clone()),
+                front_door: c.door(),
+                confirmed: Some(confirmed),
+                redact: private
+                    .values()
+                    .filter_map(Value::as_str)
+                    .filter(|v| !v.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            };
+            // `invoke` too refuses a version retired after this check.
+            self.invoke(tool, version.clone(), call).await
+        };
+        if let Err(InvokeError::Retired(_)) = outcome {
+            let audit = self.decision_audit(c, "cheq.run.retired", "server");
+            self.store.retire_confirmation(&c.id, &audit).map_err(|e| InvokeError::Storage(e.to_string()))?;
+            tracing::info!(transaction = c.id, "the call's version was retired after the acceptance; it ended unrun");
             return Err(InvokeError::Retired(RETIRED_MESSAGE.into()));
         }
-        let call = Call {
-            input,
-            call_id: c.call_id.clone(),
-            secrets: Default::default(),
-            end_user: Some(c.end_user.clone()),
-            front_door: c.door(),
-            confirmed: Some(confirmed),
-            redact: private.values().filter_map(Value::as_str).filter(|v| !v.is_empty()).map(str::to_string).collect(),
-        };
-        let outcome = self.invoke(tool, version.clone(), call).await;
         Ok((version, outcome))
     }
 
@@ -779,8 +795,9 @@ impl ToolHost {
 /// The parameters of the CHEQ object (figure 4): each input's name,
 /// description and value; a `private` input says so and has no value yet
 /// (the end user enters it on the confirmation page). A value with
-/// characters a screen would not show as they are (`cheq::is_hidden`:
-/// bidirectional overrides, zero-width and other format characters) also
+/// characters a screen would not show as they are (`cheq::shown`:
+/// bidirectional overrides, zero-width and other format characters,
+/// combining marks struck through digits or Latin text) also
 /// gets a `parameter display value`, with each such character as a visible
 /// `<U+XXXX>` marker, for confirmation servers to show; the `parameter
 /// value`, what the tool gets, is unchanged.
@@ -888,5 +905,28 @@ mod tests {
         };
         assert_eq!(State::of(&c, 99), State::Pending);
         assert_eq!(State::of(&c, 100), State::Expired);
+    }
+}
+
+/// Which threads evaluated which tool's confirmation policy: the evidence for
+/// the test that conditions are never evaluated on the caller's (HTTP)
+/// threads.
+#[cfg(test)]
+pub(super) mod evaluated_on {
+    use std::sync::Mutex;
+    use uuid::Uuid;
+
+    static THREADS: Mutex<Vec<(Uuid, Option<String>)>> = Mutex::new(Vec::new());
+
+    /// Notes that the current thread evaluates `tool`'s policy.
+    pub fn record(tool: Uuid) {
+        let thread = std::thread::current().name().map(str::to_string);
+        THREADS.lock().unwrap_or_else(|p| p.into_inner()).push((tool, thread));
+    }
+
+    /// The names of the threads that evaluated `tool`'s policy.
+    pub fn threads(tool: Uuid) -> Vec<Option<String>> {
+        let threads = THREADS.lock().unwrap_or_else(|p| p.into_inner());
+        threads.iter().filter(|(t, _)| *t == tool).map(|(_, name)| name.clone()).collect()
     }
 }

@@ -1,5 +1,5 @@
 //! Unit tests of the core's storage rules: version quotas, unloading
-//! retired code, deploy concurrency.
+//! retired code, deploy concurrency; and of confirmed calls.
 
 use super::*;
 use crate::package::tests::{ECHOISH, build};
@@ -88,9 +88,81 @@ fn deploys_beyond_the_bound_are_refused_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let host = ToolHost::open(HostOptions { max_concurrent_deploys: 1, ..options(dir.path()) }).unwrap();
     let actor = Principal::server("test");
-    let compiling = host.deploys.try_acquire().unwrap();
+    let receiving = host.deploy_slot().unwrap();
     let err = host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap_err();
     assert!(matches!(err, DeployError::Busy), "{err}");
-    drop(compiling);
-    assert!(host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap().created);
+    assert!(matches!(host.deploy_slot(), Err(DeployError::Busy)));
+    // The slot is held through the deploy made in it, and freed after.
+    assert!(host.deploy_in(receiving, &actor, DEFAULT_TENANT, &packed("1"), None).unwrap().created);
+    assert!(host.deploy(&actor, DEFAULT_TENANT, &packed("2"), None).unwrap().created);
+}
+
+/// A host (in `dir`) with the echoish tool, whose calls need their end
+/// user's confirmation under `policy`; its id.
+fn confirming(dir: &std::path::Path, policy: crate::cheq::ConfirmationPolicy) -> (Arc<ToolHost>, String) {
+    let host = Arc::new(ToolHost::open(options(dir)).unwrap());
+    let actor = Principal::server("test");
+    let tool_id = host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap().tool_id.to_string();
+    host.set_confirmation_override(&actor, DEFAULT_TENANT, &tool_id, Some(policy)).unwrap();
+    (host, tool_id)
+}
+
+/// Calls version `version` of the tool for end user `ann` with `text`.
+async fn call(host: &Arc<ToolHost>, tool_id: &str, version: u32, text: &str) -> Result<ToolResult, InvokeError> {
+    let (tool, version) = host.resolve(DEFAULT_TENANT, tool_id, Some(version)).unwrap();
+    let text = serde_json::json!(text);
+    let input = invocation::input_record(&version.signature, &[("text", &text)]).unwrap();
+    let call = Call { end_user: Some("ann".into()), ..Call::new(input, FrontDoor::A2t) };
+    host.invoke(tool, version, call).await
+}
+
+/// Retired between the acceptance and the run: the tool does not run and
+/// the transaction ends `retired`, exactly as when the version was retired
+/// before the acceptance; recording the refusal's answer afterwards does
+/// not turn it into `done`.
+#[tokio::test]
+async fn a_version_retired_after_the_acceptance_ends_the_transaction_retired() {
+    let dir = tempfile::tempdir().unwrap();
+    let always = crate::cheq::ConfirmationPolicy { required: true, when: None };
+    let (host, tool_id) = confirming(dir.path(), always);
+    let actor = Principal::server("test");
+    host.deploy(&actor, DEFAULT_TENANT, &packed("2"), None).unwrap();
+    let Err(InvokeError::ConfirmationPending(pending)) = call(&host, &tool_id, 1, "hi").await else {
+        panic!("the call should wait for its confirmation")
+    };
+    let (c, confirmed) = host.accept_as_end_user(DEFAULT_TENANT, &pending.id, "ann").unwrap();
+    host.retire(&actor, DEFAULT_TENANT, &tool_id, 1).unwrap();
+
+    let Err(err) = host.run_confirmed(&c, confirmed, &Default::default()).await else {
+        panic!("a retired version ran")
+    };
+    assert!(matches!(&err, InvokeError::Retired(m) if m == confirmations::RETIRED_MESSAGE), "{err}");
+    let stored = host.confirmation(DEFAULT_TENANT, &pending.id).unwrap().unwrap();
+    assert_eq!(stored.state, "retired");
+    assert_eq!(State::of(&stored, crate::tenancy::unix_now()), State::Retired);
+    assert_eq!(stored.result_status, None);
+    // The front door records the refusal it rendered: the state stays.
+    host.finish_confirmation(&pending.id, 410, "{}").unwrap();
+    let stored = host.confirmation(DEFAULT_TENANT, &pending.id).unwrap().unwrap();
+    assert_eq!((stored.state.as_str(), stored.result_status), ("retired", None));
+    let query = crate::tenancy::AuditQuery { tenant: None, before: None, limit: 100 };
+    let audit = host.store.audit(&query).unwrap();
+    assert!(audit.iter().any(|a| a.action == "cheq.run.retired" && a.target == pending.id), "{audit:?}");
+}
+
+/// A condition is evaluated on the tool executor's threads, never on the
+/// thread that made the call (in the server, a thread serving HTTP): the
+/// heaviest condition the budget accepts takes milliseconds of a core.
+#[tokio::test]
+async fn confirmation_conditions_are_evaluated_on_the_tool_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let when = crate::cheq::ConfirmationPolicy { required: false, when: Some("text == 'confirm'".into()) };
+    let (host, tool_id) = confirming(dir.path(), when);
+    let caller = std::thread::current().name().map(str::to_string);
+    assert_ne!(caller.as_deref(), Some("plinth-tool"));
+
+    let outcome = call(&host, &tool_id, 1, "confirm").await;
+    assert!(matches!(outcome, Err(InvokeError::ConfirmationPending(_))), "the condition decided");
+    let threads = confirmations::evaluated_on::threads(tool_id.parse().unwrap());
+    assert_eq!(threads, [Some("plinth-tool".to_string())]);
 }

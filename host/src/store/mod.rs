@@ -261,15 +261,20 @@ pub trait RegistryStore: Send + Sync {
         decision: Option<&str>,
         audit: &AuditEntry,
     ) -> Result<bool, StoreError>;
-    /// Records the answer of an accepted transaction's call (`done`).
+    /// Records the answer of an accepted transaction's call (`done`). One
+    /// no longer `accepted` (it ended `retired`) is left as it is.
     fn finish_confirmation(&self, id: &str, status: u16, body: &str) -> Result<(), StoreError>;
+    /// Ends an accepted transaction whose version was retired before its
+    /// call could run (`retired`), appending `audit`. Returns whether it was
+    /// `accepted`.
+    fn retire_confirmation(&self, id: &str, audit: &AuditEntry) -> Result<bool, StoreError>;
     /// Marks every transaction still `accepted` as `interrupted`: run at
     /// start, when none can still be running.
     fn interrupt_confirmations(&self) -> Result<usize, StoreError>;
     /// Deletes the transactions settled before `before` (Unix seconds): a
-    /// decided one (`done`, `rejected`, `expired`, `interrupted`) by when it
-    /// was decided, an unanswered one by when it expired. A pending
-    /// transaction is never deleted before it expires, nor a running
+    /// decided one (`done`, `rejected`, `expired`, `interrupted`, `retired`)
+    /// by when it was decided, an unanswered one by when it expired. A
+    /// pending transaction is never deleted before it expires, nor a running
     /// (`accepted`) one at all. Returns how many were deleted.
     fn sweep_confirmations(&self, before: i64) -> Result<usize, StoreError>;
 

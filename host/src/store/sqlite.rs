@@ -186,6 +186,13 @@ const DB_FILE: &str = "registry.sqlite3";
 /// secrets were sealed with.
 const KEY_CHECK: &str = "secrets-key-check";
 
+/// Most transactions one statement of the retention sweep deletes. With
+/// `secure_delete` on, a delete overwrites what it frees: one statement over
+/// a backlog would hold the store's one connection, and every request
+/// waiting on it, for as long as that takes. Between batches the lock is
+/// released.
+const SWEEP_BATCH: usize = 500;
+
 /// The registry in `DATA/registry.sqlite3`.
 pub struct SqliteStore {
     conn: Mutex<Connection>,
@@ -278,6 +285,22 @@ impl SqliteStore {
         // A panic while holding the lock cannot leave SQLite inconsistent
         // (transactions roll back), so a poisoned lock is still usable.
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Deletes at most `limit` of the transactions
+    /// [`RegistryStore::sweep_confirmations`] deletes, under one hold of the
+    /// lock. Returns how many it deleted.
+    fn sweep_confirmation_batch(&self, before: i64, limit: usize) -> Result<usize, StoreError> {
+        // `COALESCE(decided_at, expires_at)` is when a transaction settled
+        // (the indexed expression); a pending one settles when it expires.
+        Ok(self.conn().execute(
+            "DELETE FROM confirmations WHERE rowid IN (
+                 SELECT rowid FROM confirmations
+                 WHERE state <> 'accepted' AND COALESCE(decided_at, expires_at) < ?1
+                   AND (state <> 'pending' OR expires_at < ?1)
+                 LIMIT ?2)",
+            params![before, i64::try_from(limit).unwrap_or(i64::MAX)],
+        )?)
     }
 
     /// Runs `change` and appends `audit` in one transaction.
@@ -641,10 +664,23 @@ impl RegistryStore for SqliteStore {
 
     fn finish_confirmation(&self, id: &str, status: u16, body: &str) -> Result<(), StoreError> {
         self.conn().execute(
-            "UPDATE confirmations SET state = 'done', result_status = ?2, result_body = ?3 WHERE id = ?1",
+            "UPDATE confirmations SET state = 'done', result_status = ?2, result_body = ?3
+             WHERE id = ?1 AND state = 'accepted'",
             params![id, status, body],
         )?;
         Ok(())
+    }
+
+    fn retire_confirmation(&self, id: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let changed =
+            tx.execute("UPDATE confirmations SET state = 'retired' WHERE id = ?1 AND state = 'accepted'", [id])?;
+        if changed == 1 {
+            insert_audit(&tx, audit)?;
+        }
+        tx.commit()?;
+        Ok(changed == 1)
     }
 
     fn interrupt_confirmations(&self) -> Result<usize, StoreError> {
@@ -652,14 +688,14 @@ impl RegistryStore for SqliteStore {
     }
 
     fn sweep_confirmations(&self, before: i64) -> Result<usize, StoreError> {
-        // `COALESCE(decided_at, expires_at)` is when a transaction settled
-        // (the indexed expression); a pending one settles when it expires.
-        Ok(self.conn().execute(
-            "DELETE FROM confirmations
-             WHERE state <> 'accepted' AND COALESCE(decided_at, expires_at) < ?1
-               AND (state <> 'pending' OR expires_at < ?1)",
-            [before],
-        )?)
+        let mut deleted = 0;
+        loop {
+            let batch = self.sweep_confirmation_batch(before, SWEEP_BATCH)?;
+            deleted += batch;
+            if batch < SWEEP_BATCH {
+                return Ok(deleted);
+            }
+        }
     }
 
     fn settings(&self) -> Result<Vec<StoredSetting>, StoreError> {
@@ -944,6 +980,36 @@ mod tests {
         for id in ["done-new", "expired-lately", "pending", "running"] {
             assert!(kept(id), "{id}");
         }
+        assert_eq!(store.sweep_confirmations(500).unwrap(), 0);
+    }
+
+    /// A backlog is deleted a batch per statement (the lock released between
+    /// them), and all of it by one sweep; what is not due stays.
+    #[test]
+    fn a_backlog_is_swept_in_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path(), cipher()).unwrap();
+        let backlog = 2 * SWEEP_BATCH + 7;
+        {
+            let mut conn = store.conn();
+            let tx = conn.transaction().unwrap();
+            for n in 0..backlog {
+                let c = pending(&format!("expired-{n}"), 100);
+                tx.execute(
+                    "INSERT INTO confirmations (id, tenant, tool_id, version, end_user, front_door, call_id, inputs,
+                         cheq, state, created_at, expires_at)
+                     VALUES (?1, ?2, ?3, 1, 'ann', 'a2t', 'c', '{}', '{}', 'pending', 0, ?4)",
+                    params![c.id, c.tenant, c.tool_id.to_string(), c.expires_at],
+                )
+                .unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        store.insert_confirmation(&pending("pending", 10_000)).unwrap();
+        assert_eq!(store.sweep_confirmation_batch(500, 3).unwrap(), 3, "one statement deletes one batch");
+        assert_eq!(store.sweep_confirmations(500).unwrap(), backlog - 3);
+        assert!(store.confirmation("pending").unwrap().is_some());
+        assert!(store.confirmation("expired-0").unwrap().is_none());
         assert_eq!(store.sweep_confirmations(500).unwrap(), 0);
     }
 
