@@ -14,7 +14,7 @@
 //!   each cost a fetch: a key the confirmation server revokes is trusted
 //!   until its cached set expires.
 
-use crate::runtime::outbound::is_internal;
+use crate::runtime::outbound::refuses_address;
 use ipnet::IpNet;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -111,7 +111,7 @@ impl JwksFetcher {
         // The resolver checks names; an address in the URL is never resolved.
         let host = url.host_str().filter(|h| !h.is_empty()).ok_or(JwksError::Insecure)?;
         let literal = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().ok();
-        if literal.is_some_and(|ip| refused(ip, &self.allowed_private)) {
+        if literal.is_some_and(|ip| refuses_address(ip, &self.allowed_private)) {
             return Err(JwksError::InternalAddress);
         }
         Ok(url)
@@ -184,12 +184,6 @@ impl JwksFetcher {
     }
 }
 
-/// Whether the outbound policy refuses `ip`: internal, and in no network
-/// the operator allows.
-fn refused(ip: IpAddr, allowed_private: &[IpNet]) -> bool {
-    is_internal(ip) && !allowed_private.iter().any(|net| net.contains(&ip))
-}
-
 /// The client's resolver: resolves, and refuses the name unless every
 /// address passes the outbound policy. The client connects only to what it
 /// returns.
@@ -207,7 +201,7 @@ impl reqwest::dns::Resolve for CheckedResolver {
         let allowed_private = self.allowed_private.clone();
         Box::pin(async move {
             let found: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
-            if found.is_empty() || found.iter().any(|a| refused(a.ip(), &allowed_private)) {
+            if found.is_empty() || found.iter().any(|a| refuses_address(a.ip(), &allowed_private)) {
                 return Err(Box::new(RefusedAddress) as Box<dyn std::error::Error + Send + Sync>);
             }
             Ok(Box::new(found.into_iter()) as reqwest::dns::Addrs)
