@@ -338,7 +338,13 @@ struct ServeArgs {
     /// in the kernel's listen backlog until a connection closes.
     #[arg(long, env = "PLINTH_MAX_CONNECTIONS", default_value_t = 1024)]
     max_connections: usize,
-    /// Seconds a request head may take to arrive, from its first byte; then
+    /// Connections open at once from one client address (the TCP peer; an
+    /// IPv6 client counted by its /64). Beyond it a new connection from that
+    /// address is closed at once; other clients are still served.
+    #[arg(long, env = "PLINTH_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = 64)]
+    max_connections_per_address: usize,
+    /// Seconds a request head may take to arrive: a new connection's first
+    /// from its accept, a kept-alive one's next from its first byte; then
     /// the connection is closed.
     #[arg(long, env = "PLINTH_HEADER_READ_TIMEOUT_SECS", default_value_t = 10)]
     header_read_timeout_secs: u64,
@@ -585,6 +591,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let app = api::router(host, options);
         let limits = api::serve::ConnectionLimits {
             max_connections: args.max_connections.max(1),
+            max_per_address: args.max_connections_per_address.max(1),
             header_read_timeout: Duration::from_secs(args.header_read_timeout_secs.max(1)),
             idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
         };

@@ -281,6 +281,77 @@ fn at_the_connection_cap_new_clients_wait_until_slow_ones_are_cut_off() {
     assert!(raw_health(&mut connect(&server)).starts_with("HTTP/1.1 200"));
 }
 
+#[test]
+fn a_connection_that_sends_nothing_is_cut_off_at_the_header_timeout_of_its_accept() {
+    // Idle timeout 600 s: only the header timeout (2 s, from the accept)
+    // can close it before the hang guard.
+    let server = Server::start(&["--header-read-timeout-secs", "2", "--idle-timeout-secs", "600"]);
+    let mut silent: Vec<TcpStream> = (0..20).map(|_| connect(&server)).collect();
+    for stream in &mut silent {
+        assert_eq!(read_until_closed(stream), "");
+    }
+    assert!(raw_health(&mut connect(&server)).starts_with("HTTP/1.1 200"));
+}
+
+/// A connection from `source` (any 127.0.0.0/8 address: a second client
+/// on this host) to the server.
+async fn connect_from(server: &Server, source: &str) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    let address = server.base.trim_start_matches("http://").parse().unwrap();
+    let stream = socket.connect(address).await.unwrap().into_std().unwrap();
+    stream.set_nonblocking(false).unwrap();
+    stream.set_read_timeout(Some(GUARD)).unwrap();
+    stream
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_address_gets_its_share_of_connections_and_others_keep_being_served() {
+    let server = Server::start(&[
+        "--max-connections",
+        "16",
+        "--max-connections-per-address",
+        "4",
+        "--header-read-timeout-secs",
+        "600",
+        "--idle-timeout-secs",
+        "600",
+    ]);
+    // 127.0.0.1 holds its four connections, silent...
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(connect_from(&server, "127.0.0.1").await);
+    }
+    // ...and a fifth is closed without an answer, however complete its request.
+    let mut fifth = connect_from(&server, "127.0.0.1").await;
+    let _ = fifth.write_all(b"GET /health HTTP/1.1\r\nHost: plinth\r\n\r\n");
+    let answer = read_until_closed(&mut fifth);
+    assert_eq!(answer, "", "a connection over the address's share was served");
+    // Another client is served all the while.
+    for _ in 0..3 {
+        assert!(raw_health(&mut connect_from(&server, "127.0.0.2").await).starts_with("HTTP/1.1 200"));
+    }
+    // The held ones are still open, and one of them is served.
+    assert!(held.iter().all(|s| !closed_now(s)));
+    assert!(raw_health(&mut held[0]).starts_with("HTTP/1.1 200"));
+    // Once one closes, the address gets its slot back (as soon as the server
+    // has seen the close: retried, under the hang guard).
+    drop(held.pop());
+    let served = tokio::time::timeout(GUARD, async {
+        loop {
+            let mut stream = connect_from(&server, "127.0.0.1").await;
+            if stream.write_all(b"GET /health HTTP/1.1\r\nHost: plinth\r\nConnection: close\r\n\r\n").is_ok()
+                && read_until_closed(&mut stream).starts_with("HTTP/1.1 200")
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(served.is_ok(), "127.0.0.1 never got a connection back");
+}
+
 /// A stand-in external confirmation server that counts the requests for
 /// its keys: `/jwks.json` is its key set, `/big.json` one padded past
 /// 64 KiB.
