@@ -316,6 +316,17 @@ struct ServeArgs {
     /// The longest lockout, in seconds.
     #[arg(long, env = "PLINTH_LOGIN_LOCKOUT_MAX_SECS", default_value_t = 900)]
     login_lockout_max_secs: u64,
+    /// Failed confirmation-page logins per minute for the whole server
+    /// (that many at once at most, refilled evenly); beyond it every login
+    /// is refused before hashing (`429 login_locked`) until one is earned.
+    #[arg(long, env = "PLINTH_MAX_FAILED_LOGINS_PER_MINUTE", default_value_t = 600)]
+    max_failed_logins_per_minute: u32,
+    /// Keys each failed-login throttle table (users, (user, address) pairs,
+    /// addresses) and the table of addresses users logged in from keep at
+    /// most. A locked key is never forgotten; a table full of locks refuses
+    /// the logins it could not count (`503 login_busy`).
+    #[arg(long, env = "PLINTH_LOGIN_THROTTLE_MAX_KEYS", default_value_t = 10_000)]
+    login_throttle_max_keys: usize,
     /// Accept `http://` JWKS URLs for external confirmation servers (for
     /// tests and closed networks only: the keys decide what runs).
     #[arg(long, env = "PLINTH_CHEQ_ALLOW_HTTP_JWKS")]
@@ -523,7 +534,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 address_failures: args.login_address_lockout_after.max(1),
                 lockout_base: Duration::from_secs(args.login_lockout_secs.max(1)),
                 lockout_max: Duration::from_secs(args.login_lockout_max_secs.max(args.login_lockout_secs).max(1)),
-                ..LoginOptions::default()
+                max_failures_per_minute: args.max_failed_logins_per_minute.max(1),
+                max_tracked: args.login_throttle_max_keys.max(1),
             },
             jwks: JwksOptions {
                 allow_http: args.cheq_allow_http_jwks,

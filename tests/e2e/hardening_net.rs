@@ -166,6 +166,119 @@ async fn repeated_wrong_passwords_lock_the_user_out_until_the_lockout_ends() {
     assert_eq!((status, header(&headers, "plinth-error-code")), (429, Some("login_locked")), "{page}");
 }
 
+/// A client without a key or redirects that connects from `source` (any
+/// 127.0.0.0/8 address: another client on this host).
+fn client_from(source: &str) -> reqwest::Client {
+    let source: std::net::IpAddr = source.parse().unwrap();
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).local_address(source).build().unwrap()
+}
+
+/// A login to the default tenant's confirmation page → (status, error code, Retry-After).
+async fn log_in(
+    server: &Server,
+    client: &reqwest::Client,
+    user: &str,
+    password: &str,
+) -> (u16, Option<String>, Option<u64>) {
+    let url = format!("{}/cheq/login", server.base);
+    let (status, headers, page) =
+        post_form(client, &url, &[("user", user), ("password", password), ("resource_uri", "")]).await;
+    if status == 303 {
+        assert!(header(&headers, "set-cookie").unwrap().starts_with("plinth_cheq_session="), "{headers:?}");
+    }
+    let code = header(&headers, "plinth-error-code").map(str::to_string);
+    let wait = header(&headers, "retry-after").map(|w| w.parse().unwrap());
+    assert!(status == 303 || page.contains("id=\"problem\""), "{page}");
+    (status, code, wait)
+}
+
+const LOCKED: Option<&str> = Some("login_locked");
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stranger_failing_as_a_user_cannot_lock_them_out_where_they_log_in() {
+    let (server, _plugins) = confirming_server(&["--login-lockout-after", "3", "--login-lockout-secs", "600"]).await;
+    let (home, stranger, elsewhere) = (client_from("127.0.0.1"), client_from("127.0.0.2"), client_from("127.0.0.3"));
+    assert_eq!(log_in(&server, &home, "alice", "alice-password").await.0, 303);
+
+    // A stranger fails as alice until alice is locked out (for ten minutes).
+    for _ in 0..3 {
+        let (status, code, _) = log_in(&server, &stranger, "alice", "wrong-password").await;
+        assert_eq!((status, code.as_deref()), (401, Some("login_failed")));
+    }
+    let (status, code, _) = log_in(&server, &stranger, "alice", "alice-password").await;
+    assert_eq!(
+        (status, code.as_deref()),
+        (429, LOCKED),
+        "the stranger's address is locked out, even with the password"
+    );
+    // From an address alice never logged in from, the lock holds too:
+    // guessing spread over many addresses must stop.
+    let (status, code, _) = log_in(&server, &elsewhere, "alice", "alice-password").await;
+    assert_eq!((status, code.as_deref()), (429, LOCKED));
+
+    // But alice still logs in where she did before, again and again.
+    for _ in 0..2 {
+        assert_eq!(log_in(&server, &home, "alice", "alice-password").await.0, 303);
+    }
+    // And others are unaffected, even at the stranger's address.
+    assert_eq!(log_in(&server, &stranger, "bob", "bob-password").await.0, 303);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn past_the_servers_failed_login_budget_logins_are_refused_and_tools_keep_working() {
+    let (server, _plugins) = confirming_server(&[
+        "--max-failed-logins-per-minute",
+        "1",
+        "--login-lockout-after",
+        "100",
+        "--login-address-lockout-after",
+        "100",
+    ])
+    .await;
+    let (status, code, _) = log_in(&server, &client_from("127.0.0.2"), "nobody", "wrong-password").await;
+    assert_eq!((status, code.as_deref()), (401, Some("login_failed")));
+    // The budget (one a minute) is spent: every login is refused before
+    // hashing, whoever and wherever, until the next is earned.
+    let (status, code, wait) = log_in(&server, &client_from("127.0.0.3"), "alice", "alice-password").await;
+    assert_eq!((status, code.as_deref()), (429, LOCKED));
+    assert!(wait.is_some_and(|w| (1..=60).contains(&w)), "Retry-After {wait:?}");
+    // Calls are served as before.
+    let (status, _, pack) = call_for(&server, Some("alice"), "book_flight", &booking("FIRST", 1)).await;
+    assert_eq!(status, 202, "{pack}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn flooding_the_login_throttle_with_made_up_names_does_not_erase_a_lock() {
+    let (server, _plugins) = confirming_server(&[
+        "--login-throttle-max-keys",
+        "3",
+        "--login-lockout-after",
+        "1",
+        "--login-lockout-secs",
+        "600",
+    ])
+    .await;
+    let (stranger, elsewhere, bobs) = (client_from("127.0.0.2"), client_from("127.0.0.3"), client_from("127.0.0.4"));
+    assert_eq!(log_in(&server, &bobs, "bob", "bob-password").await.0, 303);
+    // The stranger locks alice out, then floods the tables with made-up
+    // names to push her lock out of them.
+    let (status, _, _) = log_in(&server, &stranger, "alice", "wrong-password").await;
+    assert_eq!(status, 401);
+    let mut answers = Vec::new();
+    for i in 0..10 {
+        let (status, code, _) = log_in(&server, &stranger, &format!("made-up-{i}"), "wrong-password").await;
+        answers.push((status, code));
+    }
+    // Once the tables are full of locks, the made-up names are turned away
+    // uncounted...
+    assert_eq!(answers[9], (503, Some("login_busy".to_string())), "{answers:?}");
+    // ...and alice's lock holds.
+    let (status, code, _) = log_in(&server, &elsewhere, "alice", "alice-password").await;
+    assert_eq!((status, code.as_deref()), (429, LOCKED));
+    // Bob logs in where he did before.
+    assert_eq!(log_in(&server, &bobs, "bob", "bob-password").await.0, 303);
+}
+
 /// A raw connection to the server, with a hang guard on reads.
 fn connect(server: &Server) -> TcpStream {
     let stream = TcpStream::connect(server.base.trim_start_matches("http://")).unwrap();
