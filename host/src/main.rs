@@ -339,6 +339,10 @@ struct ServeArgs {
     /// long at most).
     #[arg(long, env = "PLINTH_CHEQ_JWKS_CACHE_SECS", default_value_t = 300)]
     cheq_jwks_cache_secs: u64,
+    /// How long a failed fetch of an external confirmation server's keys is
+    /// answered from the cache (`502`) before it is tried again, in seconds.
+    #[arg(long, env = "PLINTH_CHEQ_JWKS_FAILURE_CACHE_SECS", default_value_t = 5)]
+    cheq_jwks_failure_cache_secs: u64,
     /// The URL clients reach this server at, for the absolute URIs of a
     /// CHEQ URI pack (default: `http://` and the listening address). Set it
     /// when the server is behind a proxy or listens on 0.0.0.0.
@@ -541,6 +545,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 allow_http: args.cheq_allow_http_jwks,
                 max_bytes: args.cheq_jwks_max_kib.max(1).saturating_mul(1024),
                 cache_ttl: Duration::from_secs(args.cheq_jwks_cache_secs),
+                failure_ttl: Duration::from_secs(args.cheq_jwks_failure_cache_secs),
             },
         },
         limits: HostLimits {

@@ -469,7 +469,7 @@ async fn one_address_gets_its_share_of_connections_and_others_keep_being_served(
 
 /// A stand-in external confirmation server that counts the requests for
 /// its keys: `/jwks.json` is its key set, `/big.json` one padded past
-/// 64 KiB.
+/// 64 KiB, `/down.json` a failure (`503`, after half a second).
 struct CountingConfirmationServer {
     key: plinth::cheq::SigningKey,
     base: String,
@@ -484,7 +484,7 @@ impl CountingConfirmationServer {
         let mut big = jwks.clone();
         big["padding"] = "x".repeat(100 * 1024).into();
         let requests = Arc::new(AtomicUsize::new(0));
-        let (small_count, big_count) = (requests.clone(), requests.clone());
+        let (small_count, big_count, down_count) = (requests.clone(), requests.clone(), requests.clone());
         let app = axum::Router::new()
             .route(
                 "/jwks.json",
@@ -498,6 +498,15 @@ impl CountingConfirmationServer {
                 axum::routing::get(move || async move {
                     big_count.fetch_add(1, Ordering::SeqCst);
                     axum::Json(big)
+                }),
+            )
+            .route(
+                "/down.json",
+                axum::routing::get(move || async move {
+                    down_count.fetch_add(1, Ordering::SeqCst);
+                    // Slow, so that accepts posted at once overlap its fetch.
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE
                 }),
             );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -606,4 +615,59 @@ async fn jwks_are_fetched_only_for_real_transactions_capped_and_cached() {
     assert_eq!(external.requests(), 2);
     let (_, _, result) = fetch(&resource.replace("/transactions/", "/results/")).await;
     assert_eq!(result["state"], "pending", "nothing was decided");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_confirmation_server_is_asked_once_however_many_accepts_arrive() {
+    let external = CountingConfirmationServer::start().await;
+    let (server, _plugins) = confirming_server(&[
+        "--cheq-allow-http-jwks",
+        "--allow-private-cidr",
+        "127.0.0.0/8",
+        "--cheq-jwks-failure-cache-secs",
+        "600",
+    ])
+    .await;
+    let (status, body) =
+        set_confirmation_server(&server, &format!("{}/down.json?token=s3cret-token", external.base)).await;
+    assert_eq!(status, 204, "{body}");
+    let (resource, signed) = pending_booking(&server).await;
+    let countersigned = external.accept(&signed, "alice");
+
+    // Twenty accepts at once: one fetch, whose failure answers them all.
+    let accepts: Vec<_> = (0..20)
+        .map(|_| {
+            let (resource, countersigned) = (resource.clone(), countersigned.clone());
+            tokio::spawn(async move { tokio::time::timeout(GUARD, accept(&resource, &countersigned)).await.unwrap() })
+        })
+        .collect();
+    for answer in accepts {
+        let (status, body) = answer.await.unwrap();
+        assert_eq!((status, &body["error"]["code"]), (502, &json!("jwks_unavailable")), "{body}");
+    }
+    assert_eq!(external.requests(), 1, "the accepts waited for one fetch");
+    // Later accepts get the cached failure.
+    let (status, body) = accept(&resource, &countersigned).await;
+    assert_eq!((status, &body["error"]["code"]), (502, &json!("jwks_unavailable")), "{body}");
+    assert_eq!(external.requests(), 1);
+    let (_, _, result) = fetch(&resource.replace("/transactions/", "/results/")).await;
+    assert_eq!(result["state"], "pending", "nothing was decided");
+    let logs = server.logs();
+    assert!(logs.contains("a confirmation server's JWKS was not used"), "{logs}");
+    assert!(!logs.contains("s3cret-token"), "the URL's query was logged: {logs}");
+
+    // A URL carrying credentials is refused when it is set, without
+    // echoing them, and the setting stays as it was.
+    let (status, body) =
+        set_confirmation_server(&server, "https://user:s3cret-password@confirm.example/jwks.json").await;
+    assert_eq!((status, &body["error"]["code"]), (400, &json!("invalid_request")), "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("user name or password") && !message.contains("s3cret"), "{body}");
+    let (status, body) = server.get("/admin/confirmation-server").await;
+    assert_eq!(status, 200);
+    assert!(
+        body["confirmation_server"]["jwks_url"].as_str().unwrap().ends_with("/down.json?token=s3cret-token"),
+        "{body}"
+    );
+    assert!(!server.logs().contains("s3cret-password"));
 }
