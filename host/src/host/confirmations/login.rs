@@ -178,11 +178,13 @@ impl LoginGuard {
         if let Some(retry_after) = locked.into_iter().flatten().max() {
             return Err(LoginError::Locked { retry_after });
         }
-        // A known pair is exempt from the user lock, so its user's and its
-        // own counts need no room: a user keeps logging in where they do
-        // while a flood fills the tables.
-        let room = self.addresses.has_room(&keys.site, now)
-            && (known || (self.user_addresses.has_room(&keys.pair, now) && self.users.has_room(&keys.user, now)));
+        // A known pair needs no room: a user keeps logging in where they do
+        // while a flood fills the tables (its failures are counted where
+        // there is room).
+        let room = known
+            || (self.addresses.has_room(&keys.site, now)
+                && self.user_addresses.has_room(&keys.pair, now)
+                && self.users.has_room(&keys.user, now));
         if room { Ok(()) } else { Err(LoginError::Busy) }
     }
 
@@ -505,6 +507,20 @@ mod tests {
         // A user at an address they logged in from still may.
         let home: IpAddr = "192.0.2.77".parse().unwrap();
         guard.succeeded("t", "e", home);
+        assert!(guard.check("t", "e", home).is_ok());
+
+        // The same when the address table is full of locks.
+        let guard = LoginGuard::new(&LoginOptions {
+            user_failures: 1000,
+            address_failures: 1,
+            max_tracked: 2,
+            ..Default::default()
+        });
+        guard.succeeded("t", "e", home);
+        for address in ["198.51.100.1", "198.51.100.2"] {
+            guard.failed("t", "x", address.parse().unwrap());
+        }
+        assert!(matches!(guard.check("t", "x", "198.51.100.3".parse().unwrap()), Err(LoginError::Busy)));
         assert!(guard.check("t", "e", home).is_ok());
     }
 
