@@ -332,7 +332,16 @@ fn raw_health(stream: &mut TcpStream) -> String {
 
 #[test]
 fn half_sent_request_heads_are_cut_off_after_the_header_timeout() {
-    let server = Server::start(&["--header-read-timeout-secs", "2", "--idle-timeout-secs", "600"]);
+    // 200 slow clients, all from 127.0.0.1 here: its connection share is
+    // lifted so that the header timeout alone cuts them off.
+    let server = Server::start(&[
+        "--header-read-timeout-secs",
+        "2",
+        "--idle-timeout-secs",
+        "600",
+        "--max-connections-per-address",
+        "1024",
+    ]);
     let mut slow: Vec<TcpStream> = (0..200)
         .map(|_| {
             let mut stream = connect(&server);
