@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod cheq;
+pub mod client_address;
 pub mod host;
 pub mod idempotency;
 pub mod invocation;

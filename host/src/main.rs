@@ -316,6 +316,17 @@ struct ServeArgs {
     /// The longest lockout, in seconds.
     #[arg(long, env = "PLINTH_LOGIN_LOCKOUT_MAX_SECS", default_value_t = 900)]
     login_lockout_max_secs: u64,
+    /// Failed confirmation-page logins per minute for the whole server
+    /// (that many at once at most, refilled evenly); beyond it every login
+    /// is refused before hashing (`429 login_locked`) until one is earned.
+    #[arg(long, env = "PLINTH_MAX_FAILED_LOGINS_PER_MINUTE", default_value_t = 600)]
+    max_failed_logins_per_minute: u32,
+    /// Keys each failed-login throttle table (users, (user, address) pairs,
+    /// addresses) and the table of addresses users logged in from keep at
+    /// most. A locked key is never forgotten; a table full of locks refuses
+    /// the logins it could not count (`503 login_busy`).
+    #[arg(long, env = "PLINTH_LOGIN_THROTTLE_MAX_KEYS", default_value_t = 10_000)]
+    login_throttle_max_keys: usize,
     /// Accept `http://` JWKS URLs for external confirmation servers (for
     /// tests and closed networks only: the keys decide what runs).
     #[arg(long, env = "PLINTH_CHEQ_ALLOW_HTTP_JWKS")]
@@ -328,6 +339,10 @@ struct ServeArgs {
     /// long at most).
     #[arg(long, env = "PLINTH_CHEQ_JWKS_CACHE_SECS", default_value_t = 300)]
     cheq_jwks_cache_secs: u64,
+    /// How long a failed fetch of an external confirmation server's keys is
+    /// answered from the cache (`502`) before it is tried again, in seconds.
+    #[arg(long, env = "PLINTH_CHEQ_JWKS_FAILURE_CACHE_SECS", default_value_t = 5)]
+    cheq_jwks_failure_cache_secs: u64,
     /// The URL clients reach this server at, for the absolute URIs of a
     /// CHEQ URI pack (default: `http://` and the listening address). Set it
     /// when the server is behind a proxy or listens on 0.0.0.0.
@@ -338,7 +353,13 @@ struct ServeArgs {
     /// in the kernel's listen backlog until a connection closes.
     #[arg(long, env = "PLINTH_MAX_CONNECTIONS", default_value_t = 1024)]
     max_connections: usize,
-    /// Seconds a request head may take to arrive, from its first byte; then
+    /// Connections open at once from one client address (the TCP peer; an
+    /// IPv6 client counted by its /64). Beyond it a new connection from that
+    /// address is closed at once; other clients are still served.
+    #[arg(long, env = "PLINTH_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = 64)]
+    max_connections_per_address: usize,
+    /// Seconds a request head may take to arrive: a new connection's first
+    /// from its accept, a kept-alive one's next from its first byte; then
     /// the connection is closed.
     #[arg(long, env = "PLINTH_HEADER_READ_TIMEOUT_SECS", default_value_t = 10)]
     header_read_timeout_secs: u64,
@@ -518,12 +539,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 address_failures: args.login_address_lockout_after.max(1),
                 lockout_base: Duration::from_secs(args.login_lockout_secs.max(1)),
                 lockout_max: Duration::from_secs(args.login_lockout_max_secs.max(args.login_lockout_secs).max(1)),
-                ..LoginOptions::default()
+                max_failures_per_minute: args.max_failed_logins_per_minute.max(1),
+                max_tracked: args.login_throttle_max_keys.max(1),
             },
             jwks: JwksOptions {
                 allow_http: args.cheq_allow_http_jwks,
                 max_bytes: args.cheq_jwks_max_kib.max(1).saturating_mul(1024),
                 cache_ttl: Duration::from_secs(args.cheq_jwks_cache_secs),
+                failure_ttl: Duration::from_secs(args.cheq_jwks_failure_cache_secs),
             },
         },
         limits: HostLimits {
@@ -586,6 +609,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let app = api::router(host, options);
         let limits = api::serve::ConnectionLimits {
             max_connections: args.max_connections.max(1),
+            max_per_address: args.max_connections_per_address.max(1),
             header_read_timeout: Duration::from_secs(args.header_read_timeout_secs.max(1)),
             idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
         };

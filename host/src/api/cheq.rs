@@ -126,6 +126,7 @@ impl From<DecideError> for ApiError {
                 StatusCode::BAD_GATEWAY,
                 match e {
                     JwksError::Insecure => "jwks_insecure_url",
+                    JwksError::Credentials => "jwks_url_credentials",
                     JwksError::InternalAddress => "jwks_internal_address",
                     JwksError::TooLarge(_) => "jwks_too_large",
                     JwksError::Invalid => "jwks_invalid",

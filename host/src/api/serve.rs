@@ -8,12 +8,19 @@
 //!   cap the server stops accepting until one closes, so further clients wait
 //!   in the kernel's listen backlog (and are served as slots free) instead of
 //!   being accepted and dropped;
-//! - a request head must be complete within the header-read timeout of its
-//!   first byte, or the connection is dropped;
-//! - a connection on which nothing was read or written for the idle timeout,
-//!   and that is serving no request (a new one that sends nothing, a kept-alive
-//!   one between requests), is closed; one that is still idle that long after
-//!   being asked to close (a client that does not read its answer) is dropped;
+//! - at most [`ConnectionLimits::max_per_address`] of them come from one
+//!   client address (an IPv6 client counted by its /64); a further
+//!   connection from it is accepted and closed at once, so one host cannot
+//!   take every slot while the others are still served;
+//! - a new connection's first request head must be complete within the
+//!   header-read timeout of its accept (a connection that sends nothing is
+//!   dropped then, not after the idle timeout), and a kept-alive
+//!   connection's next head within that timeout of its first byte; else the
+//!   connection is dropped;
+//! - a kept-alive connection on which nothing was read or written for the
+//!   idle timeout between requests is closed; one that is still idle that
+//!   long after being asked to close (a client that does not read its
+//!   answer) is dropped;
 //! - a request body must arrive within its own timeout (`api::body_deadline`,
 //!   answered `408`).
 //!
@@ -24,10 +31,13 @@
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -41,11 +51,15 @@ use tower::ServiceExt;
 pub struct ConnectionLimits {
     /// Connections open at once; at the cap the server stops accepting.
     pub max_connections: usize,
-    /// Time to receive a whole request head, from the connection's start or
-    /// the end of its previous response.
+    /// Connections open at once from one client address (an IPv6 client by
+    /// its /64); beyond it a new one is closed at once.
+    pub max_per_address: usize,
+    /// Time to receive a whole request head: the first from the
+    /// connection's accept, a kept-alive connection's next from its first
+    /// byte.
     pub header_read_timeout: Duration,
-    /// Time a connection serving no request may go without a byte read or
-    /// written before it is closed.
+    /// Time a kept-alive connection serving no request may go without a
+    /// byte read or written before it is closed.
     pub idle_timeout: Duration,
 }
 
@@ -53,6 +67,7 @@ impl Default for ConnectionLimits {
     fn default() -> Self {
         ConnectionLimits {
             max_connections: 1024,
+            max_per_address: 64,
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
         }
@@ -77,6 +92,7 @@ pub async fn serve(
     // header timeout; `Connection::run` keeps both instead.
     http.header_read_timeout(None).keep_alive(true);
     let http = Arc::new(http);
+    let per_address = Arc::new(PerAddress::new(limits.max_per_address));
     tokio::pin!(shutdown);
     loop {
         // A slot first, then accept: at the cap nothing is accepted, and the
@@ -101,11 +117,17 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // Over its address's share: closed now, its slot free again.
+        let Some(share) = per_address.clone().admit(peer.ip()) else {
+            tracing::debug!(%peer, "closing a connection over its address's share");
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let connection =
             Connection { app: app.clone(), http: http.clone(), limits: limits.clone(), stopping: stopping.clone() };
         tokio::spawn(async move {
             connection.run(stream, peer).await;
+            drop(share);
             drop(slot);
         });
     }
@@ -114,6 +136,57 @@ pub async fn serve(
     // Each open connection holds a slot until it closes.
     let _ = slots.acquire_many(max as u32).await;
     Ok(())
+}
+
+/// The open connections of each client address; an address is in the map
+/// only while it has one open, so the map is never larger than the
+/// connection cap.
+struct PerAddress {
+    max: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl PerAddress {
+    fn new(max: usize) -> PerAddress {
+        PerAddress { max: max.max(1), open: Mutex::new(HashMap::new()) }
+    }
+
+    fn open(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a new connection from `ip`, unless its address already has
+    /// its share open.
+    fn admit(self: Arc<Self>, ip: IpAddr) -> Option<AddressShare> {
+        let key = crate::client_address::prefix(ip, 64);
+        {
+            let mut open = self.open();
+            let count = open.entry(key).or_insert(0);
+            if *count >= self.max {
+                return None;
+            }
+            *count += 1;
+        }
+        Some(AddressShare { of: self, key })
+    }
+}
+
+/// One connection counted against its address, until it drops.
+struct AddressShare {
+    of: Arc<PerAddress>,
+    key: IpAddr,
+}
+
+impl Drop for AddressShare {
+    fn drop(&mut self) {
+        let mut open = self.of.open();
+        if let Some(count) = open.get_mut(&self.key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
 }
 
 /// Errors of one connection that says nothing about the listener.
@@ -188,7 +261,8 @@ impl Connection {
 /// Which timeout a connection overran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Overdue {
-    /// A request head started arriving and is still not complete.
+    /// The first request head is not complete in time since the accept, or
+    /// a later one since its first byte.
     Head,
     /// Nothing moved, and no request is being served.
     Idle,
@@ -203,8 +277,9 @@ struct Activity {
     start: Instant,
     /// Milliseconds after `start` of the last byte read or written.
     last: AtomicU64,
-    /// Milliseconds after `start` of the first byte of the request head
-    /// being read, or [`NO_HEAD`].
+    /// Milliseconds after `start` from which the request head being read is
+    /// timed (the accept for the first, its first byte for a later one), or
+    /// [`NO_HEAD`].
     head: AtomicU64,
     in_flight: AtomicUsize,
 }
@@ -214,7 +289,9 @@ impl Activity {
         Activity {
             start: Instant::now(),
             last: AtomicU64::new(0),
-            head: AtomicU64::new(NO_HEAD),
+            // The first head is timed from the accept: a connection that
+            // sends nothing holds its slot no longer than one sending slowly.
+            head: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
         }
     }
@@ -320,5 +397,49 @@ impl AsyncWrite for Tracked {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_gets_its_share_of_connections_and_no_more() {
+        let per_address = Arc::new(PerAddress::new(2));
+        let a: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let same_64: IpAddr = "2001:db8:1:2::ffff".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        let first = per_address.clone().admit(a).unwrap();
+        let _second = per_address.clone().admit(same_64).unwrap();
+        assert!(per_address.clone().admit(a).is_none(), "the /64 has its share");
+        assert!(per_address.clone().admit(other).is_some(), "another /64 is not affected");
+        drop(first);
+        assert!(per_address.clone().admit(a).is_some(), "a closed connection frees its share");
+    }
+
+    #[test]
+    fn closed_connections_leave_no_entry_behind() {
+        let per_address = Arc::new(PerAddress::new(4));
+        for i in 0..100u8 {
+            let share = per_address.clone().admit(IpAddr::from([192, 0, 2, i]));
+            drop(share);
+        }
+        assert!(per_address.open().is_empty());
+    }
+
+    #[test]
+    fn the_first_head_is_timed_from_the_accept_and_later_ones_from_their_first_byte() {
+        let long = Duration::from_secs(3600);
+        let activity = Arc::new(Activity::new());
+        // Nothing read yet: already timed (a zero timeout is overrun at once).
+        assert_eq!(activity.overdue(Duration::ZERO, long), Some(Overdue::Head));
+        assert_eq!(activity.overdue(long, long), None);
+        // A request served: between requests no head is timed...
+        drop(activity.begin());
+        assert_eq!(activity.overdue(Duration::ZERO, long), None);
+        // ...until the next one's first byte.
+        activity.read();
+        assert_eq!(activity.overdue(Duration::ZERO, long), Some(Overdue::Head));
     }
 }

@@ -691,10 +691,12 @@ impl ToolHost {
 
     /// Logs an end user in to the built-in confirmation page, from the
     /// client at `address` (the TCP peer). Refused at once, before any
-    /// hashing, while the user name or the address is locked out by failed
-    /// logins, or when every hashing slot is taken; otherwise the password
-    /// is checked off the async threads. An unknown tenant or user name is
-    /// answered, throttled and timed like a wrong password.
+    /// hashing, while the server's failed-login budget is spent or the
+    /// address, the (user, address) or the user (but at an address it
+    /// logged in from before) is locked out by failed logins, or when every
+    /// hashing slot is taken (counted against the address); otherwise the
+    /// password is checked off the async threads. An unknown tenant or user
+    /// name is answered, throttled and timed like a wrong password.
     pub async fn log_in_end_user(
         self: &Arc<Self>,
         tenant: &str,
@@ -704,7 +706,10 @@ impl ToolHost {
     ) -> Result<(), LoginError> {
         let guard = &self.cheq.login;
         guard.check(tenant, name, address)?;
-        let slot = guard.hashing.clone().try_acquire_owned().map_err(|_| LoginError::Busy)?;
+        let Ok(slot) = guard.hashing.clone().try_acquire_owned() else {
+            guard.busy(address);
+            return Err(LoginError::Busy);
+        };
         let host = self.clone();
         let (t, n, p) = (tenant.to_string(), name.to_string(), password.to_string());
         let valid = tokio::task::spawn_blocking(move || {
@@ -714,7 +719,7 @@ impl ToolHost {
         .await
         .unwrap_or(Ok(false))?;
         if valid {
-            guard.succeeded(tenant, name);
+            guard.succeeded(tenant, name, address);
             Ok(())
         } else {
             guard.failed(tenant, name, address);

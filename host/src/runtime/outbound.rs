@@ -56,6 +56,21 @@ pub struct OutboundLimits {
     pub max_response_bytes: u64,
 }
 
+impl OutboundLimits {
+    /// Whether the address policy refuses `ip`: see [`refuses_address`].
+    pub fn refuses(&self, ip: IpAddr) -> bool {
+        refuses_address(ip, &self.allowed_private)
+    }
+}
+
+/// The one address policy for every outbound connection the host makes for
+/// others (a tool's requests, a confirmation server's keys): `ip` is refused
+/// when it is internal ([`is_internal`]) and in no network the operator
+/// allows (`allowed_private`, from `--allow-private-cidr`).
+pub fn refuses_address(ip: IpAddr, allowed_private: &[IpNet]) -> bool {
+    is_internal(ip) && !allowed_private.iter().any(|net| net.contains(&ip))
+}
+
 impl Default for OutboundLimits {
     fn default() -> Self {
         OutboundLimits { allowed_private: Vec::new(), max_requests: 20, max_response_bytes: 10 << 20 }
@@ -258,9 +273,12 @@ static TLS: LazyLock<Option<tokio_rustls::TlsConnector>> = LazyLock::new(|| {
 /// Sends `request` to `address`, the address that was checked, never to
 /// whatever its name resolves to by now (so DNS rebinding cannot redirect
 /// it). HTTPS presents the request's host name for SNI and verifies the
-/// certificate against it. Connection failures all read the same to the
-/// tool, whatever the cause, so that errors do not map a network. `tls` is
-/// [`TLS`] but in tests (none: HTTPS cannot be set up).
+/// certificate against it. A failure after this allowed connection attempt
+/// keeps its kind (refused, timed out, TLS certificate or protocol) but
+/// carries no system detail (no OS error, no address); refusals by the
+/// policy, before any connection, all read the same
+/// ([`HttpError::HttpRequestDenied`]). `tls` is [`TLS`] but in tests (none:
+/// HTTPS cannot be set up).
 async fn send_to(
     mut request: http::Request<WasiBody>,
     address: SocketAddr,
@@ -392,7 +410,7 @@ async fn check_addresses(
     };
     for address in &addresses {
         let ip = address.ip();
-        if is_internal(ip) && !limits.allowed_private.iter().any(|net| net.contains(&ip)) {
+        if limits.refuses(ip) {
             // The address stays in the host's log: the caller learns only
             // that the name is off limits, not what the network behind it is.
             tracing::debug!(target: "plinth::outbound", %authority, %ip, "outbound request to an internal address refused");
@@ -671,8 +689,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failed_connection_reads_the_same_whatever_the_cause() {
-        // A closed port: refused. The tool hears no more than that.
+    async fn a_failed_connection_keeps_its_kind_and_no_detail() {
+        // A closed port: refused, a variant with no OS error or address in
+        // it. The tool hears no more than that.
         let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
         let request = http::Request::get("http://api.example.com/")
             .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
@@ -695,6 +714,18 @@ mod tests {
             check_addresses(&localhost, &closed, &Denials::default()).await.is_err(),
             "names are checked after resolution"
         );
+    }
+
+    #[test]
+    fn one_address_policy_refuses_internal_addresses_outside_the_allowed_networks() {
+        let closed = OutboundLimits::default();
+        let open = OutboundLimits { allowed_private: vec!["127.0.0.0/8".parse().unwrap()], ..Default::default() };
+        let loopback: IpAddr = "127.0.0.1".parse().unwrap();
+        let private: IpAddr = "10.0.0.1".parse().unwrap();
+        let public: IpAddr = "93.184.216.34".parse().unwrap();
+        assert!(closed.refuses(loopback) && closed.refuses(private) && !closed.refuses(public));
+        assert!(!open.refuses(loopback) && open.refuses(private) && !open.refuses(public));
+        assert_eq!(refuses_address(loopback, &open.allowed_private), open.refuses(loopback));
     }
 
     #[test]

@@ -9,12 +9,17 @@
 //!   it; the connection goes to exactly the addresses checked (the client's
 //!   resolver is the check), so a DNS answer that changes in between cannot
 //!   redirect it; no proxy, no redirects;
+//! - no user name or password in the URL (it would travel to the server
+//!   and into logs); the log names only the URL's host;
 //! - the body is capped;
 //! - a key set is cached for a while (a bounded cache), so accepts do not
 //!   each cost a fetch: a key the confirmation server revokes is trusted
-//!   until its cached set expires.
+//!   until its cached set expires. A failed fetch is cached too, for a
+//!   shorter while, and one fetch per URL runs at a time (the others wait
+//!   for its result), so accepts posted while a confirmation server fails
+//!   cost it, and this server, one fetch per failure period, not one each.
 
-use crate::runtime::outbound::is_internal;
+use crate::runtime::outbound::refuses_address;
 use ipnet::IpNet;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -36,11 +41,19 @@ pub struct JwksOptions {
     pub max_bytes: usize,
     /// How long a fetched key set is trusted before it is fetched again.
     pub cache_ttl: Duration,
+    /// How long a failed fetch is answered from the cache before it is
+    /// tried again.
+    pub failure_ttl: Duration,
 }
 
 impl Default for JwksOptions {
     fn default() -> Self {
-        JwksOptions { allow_http: false, max_bytes: 64 * 1024, cache_ttl: Duration::from_secs(300) }
+        JwksOptions {
+            allow_http: false,
+            max_bytes: 64 * 1024,
+            cache_ttl: Duration::from_secs(300),
+            failure_ttl: Duration::from_secs(5),
+        }
     }
 }
 
@@ -52,6 +65,11 @@ pub enum JwksError {
         "the confirmation server's JWKS URL must be an https:// URL (this server accepts http:// only when its operator allows it)"
     )]
     Insecure,
+    /// A user name or password in the URL.
+    #[error(
+        "the confirmation server's JWKS URL must not contain a user name or password; serve the key set without credentials"
+    )]
+    Credentials,
     /// An address on the host's own or a private network.
     #[error(
         "the confirmation server's JWKS URL leads to an address on this server's own or a private network, which its operator does not allow"
@@ -76,13 +94,19 @@ impl JwksError {
     }
 }
 
+/// A fetch's outcome, as cached.
+type Fetched = Result<Arc<Value>, JwksError>;
+
 /// Fetches and caches key sets.
 pub(crate) struct JwksFetcher {
     options: JwksOptions,
     allowed_private: Arc<Vec<IpNet>>,
     /// Built once (its TLS roots and pool); `None` if it could not be.
     client: Option<reqwest::Client>,
-    cache: Mutex<HashMap<String, (Instant, Arc<Value>)>>,
+    /// By URL: when it was fetched, and the key set or the failure.
+    cache: Mutex<HashMap<String, (Instant, Fetched)>>,
+    /// By URL, while a fetch of it runs: whoever holds the lock fetches.
+    flights: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl JwksFetcher {
@@ -96,13 +120,22 @@ impl JwksFetcher {
             .build()
             .inspect_err(|e| tracing::error!(error = %e, "no HTTP client for confirmation servers' keys"))
             .ok();
-        JwksFetcher { options, allowed_private, client, cache: Mutex::new(HashMap::new()) }
+        JwksFetcher {
+            options,
+            allowed_private,
+            client,
+            cache: Mutex::new(HashMap::new()),
+            flights: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Whether `url` may be a JWKS URL at all (checked when a publisher
     /// sets it, and again at every fetch).
     pub(crate) fn check_url(&self, url: &str) -> Result<reqwest::Url, JwksError> {
         let url = reqwest::Url::parse(url).map_err(|_| JwksError::Insecure)?;
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(JwksError::Credentials);
+        }
         match url.scheme() {
             "https" => {}
             "http" if self.options.allow_http => {}
@@ -111,35 +144,56 @@ impl JwksFetcher {
         // The resolver checks names; an address in the URL is never resolved.
         let host = url.host_str().filter(|h| !h.is_empty()).ok_or(JwksError::Insecure)?;
         let literal = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().ok();
-        if literal.is_some_and(|ip| refused(ip, &self.allowed_private)) {
+        if literal.is_some_and(|ip| refuses_address(ip, &self.allowed_private)) {
             return Err(JwksError::InternalAddress);
         }
         Ok(url)
     }
 
-    /// The key set at `url`, from the cache while it is fresh.
-    pub(crate) async fn get(&self, url: &str) -> Result<Arc<Value>, JwksError> {
-        let now = Instant::now();
-        if let Some((fetched, keys)) = self.cache().get(url)
-            && now.duration_since(*fetched) < self.options.cache_ttl
-        {
-            return Ok(keys.clone());
+    /// The key set at `url`, from the cache while it is fresh (a failure
+    /// for [`JwksOptions::failure_ttl`]); at most one fetch of a URL at a
+    /// time.
+    pub(crate) async fn get(&self, url: &str) -> Fetched {
+        if let Some(cached) = self.cached(url) {
+            return cached;
         }
-        let keys = Arc::new(self.fetch(url).await.inspect_err(|e| {
-            tracing::warn!(url, error = %e, "a confirmation server's JWKS was not used");
-        })?);
+        let flight = self.flights().entry(url.to_string()).or_default().clone();
+        let _fetching = flight.lock().await;
+        // Whoever held the lock before may have fetched it meanwhile.
+        if let Some(cached) = self.cached(url) {
+            return cached;
+        }
+        let fetched = self.fetch(url).await.map(Arc::new).inspect_err(|e| {
+            tracing::warn!(host = %host_of(url), error = %e, "a confirmation server's JWKS was not used");
+        });
+        self.remember(url, fetched.clone());
+        // Later callers find the result in the cache.
+        self.flights().remove(url);
+        fetched
+    }
+
+    /// The cached outcome for `url` while it is fresh.
+    fn cached(&self, url: &str) -> Option<Fetched> {
+        let (fetched, outcome) = self.cache().get(url)?.clone();
+        let ttl = if outcome.is_ok() { self.options.cache_ttl } else { self.options.failure_ttl };
+        (fetched.elapsed() < ttl).then_some(outcome)
+    }
+
+    fn remember(&self, url: &str, outcome: Fetched) {
+        let now = Instant::now();
+        let (ttl, failure_ttl) = (self.options.cache_ttl, self.options.failure_ttl);
         let mut cache = self.cache();
         if cache.len() >= MAX_CACHED && !cache.contains_key(url) {
-            let ttl = self.options.cache_ttl;
-            cache.retain(|_, (fetched, _)| now.duration_since(*fetched) < ttl);
+            cache.retain(|_, (fetched, outcome)| {
+                now.duration_since(*fetched) < if outcome.is_ok() { ttl } else { failure_ttl }
+            });
             if cache.len() >= MAX_CACHED
                 && let Some(oldest) = cache.iter().min_by_key(|(_, (fetched, _))| *fetched).map(|(k, _)| k.clone())
             {
                 cache.remove(&oldest);
             }
         }
-        cache.insert(url.to_string(), (Instant::now(), keys.clone()));
-        Ok(keys)
+        cache.insert(url.to_string(), (now, outcome));
     }
 
     /// Forgets the cached key set of `url` (its tenant changed servers).
@@ -147,8 +201,12 @@ impl JwksFetcher {
         self.cache().remove(url);
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Arc<Value>)>> {
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Fetched)>> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
+        self.flights.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     async fn fetch(&self, url: &str) -> Result<Value, JwksError> {
@@ -184,10 +242,10 @@ impl JwksFetcher {
     }
 }
 
-/// Whether the outbound policy refuses `ip`: internal, and in no network
-/// the operator allows.
-fn refused(ip: IpAddr, allowed_private: &[IpNet]) -> bool {
-    is_internal(ip) && !allowed_private.iter().any(|net| net.contains(&ip))
+/// What the log may say of a JWKS URL: its host, never a user name,
+/// password, path or query.
+fn host_of(url: &str) -> String {
+    reqwest::Url::parse(url).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_else(|| "?".into())
 }
 
 /// The client's resolver: resolves, and refuses the name unless every
@@ -207,7 +265,7 @@ impl reqwest::dns::Resolve for CheckedResolver {
         let allowed_private = self.allowed_private.clone();
         Box::pin(async move {
             let found: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
-            if found.is_empty() || found.iter().any(|a| refused(a.ip(), &allowed_private)) {
+            if found.is_empty() || found.iter().any(|a| refuses_address(a.ip(), &allowed_private)) {
                 return Err(Box::new(RefusedAddress) as Box<dyn std::error::Error + Send + Sync>);
             }
             Ok(Box::new(found.into_iter()) as reqwest::dns::Addrs)
@@ -243,6 +301,40 @@ mod tests {
             assert!(matches!(strict.check_url(bad), Err(JwksError::Insecure)), "{bad}");
         }
         assert!(fetcher(true, &[]).check_url("http://confirm.example/jwks.json").is_ok());
+    }
+
+    #[test]
+    fn credentials_in_the_url_are_refused_and_never_logged() {
+        let f = fetcher(false, &[]);
+        for with in [
+            "https://user:s3cret@confirm.example/jwks.json",
+            "https://user@confirm.example/",
+            "https://:s3cret@confirm.example/",
+        ] {
+            assert!(matches!(f.check_url(with), Err(JwksError::Credentials)), "{with}");
+        }
+        assert!(!JwksError::Credentials.to_string().contains("s3cret"));
+        assert_eq!(host_of("https://user:s3cret@confirm.example/jwks.json?token=t"), "confirm.example");
+    }
+
+    #[tokio::test]
+    async fn a_failure_is_cached_for_its_own_while() {
+        let failing = JwksFetcher::new(
+            JwksOptions { allow_http: true, failure_ttl: Duration::from_secs(3600), ..Default::default() },
+            vec![],
+        );
+        let url = "http://localhost:9/jwks.json";
+        assert!(matches!(failing.get(url).await, Err(JwksError::InternalAddress)));
+        assert!(matches!(failing.cached(url), Some(Err(JwksError::InternalAddress))), "the failure is kept");
+        failing.forget(url);
+        assert!(failing.cached(url).is_none());
+        let retrying = JwksFetcher::new(
+            JwksOptions { allow_http: true, failure_ttl: Duration::ZERO, ..Default::default() },
+            vec![],
+        );
+        assert!(retrying.get(url).await.is_err());
+        assert!(retrying.cached(url).is_none(), "a zero failure time caches nothing");
+        assert!(retrying.flights().is_empty(), "no fetch is left in flight");
     }
 
     #[test]

@@ -1,39 +1,61 @@
 //! What guards end users' passwords on the built-in confirmation page: a
-//! bound on password hashing, and the throttle on failed logins.
+//! bound on password hashing, and the throttles on failed logins.
 //!
 //! An Argon2id check costs 19 MiB and tens of milliseconds of a core, and
 //! the login form is open to anyone. So:
 //! - at most [`LoginOptions::max_concurrent_hashes`] hashes run at once
 //!   (default: one per core); a login beyond that is refused at once
 //!   ([`LoginError::Busy`]), never queued, so a flood costs the server a
-//!   fixed amount of memory and CPU whatever its size;
-//! - failed logins are counted per (tenant, user name) and per client
-//!   address; past a threshold each further failure locks that key out for
-//!   a time that doubles, up to a maximum ([`LoginError::Locked`]). A locked
-//!   out attempt is refused before any hashing, even with the right
-//!   password;
-//! - the tables hold at most [`LoginOptions::max_tracked`] keys each; when
-//!   full, the key whose last failure is oldest is forgotten. A user key is
-//!   the sha256 of (tenant, name), fixed-size however long the names an
-//!   anonymous caller makes up, so the tables cannot be grown to exhaust
-//!   memory.
+//!   fixed amount of memory and CPU whatever its size. Such a refusal counts
+//!   as a failure of its address;
+//! - at most [`LoginOptions::max_failures_per_minute`] failed logins for the
+//!   whole server (a token bucket: that many at once, refilled evenly over a
+//!   minute); beyond it every login is refused before hashing
+//!   ([`LoginError::Locked`]), which bounds how fast anyone, from however
+//!   many addresses, can guess or fill the tables below;
+//! - failed logins are counted per client address (IPv4, or an IPv6 /48: a
+//!   site), per (user, client address) (IPv6 by /64) and per user across
+//!   addresses (a user is a (tenant, name)). Past a threshold each further
+//!   failure locks that key out for a time that doubles, up to a maximum
+//!   ([`LoginError::Locked`]), refused before any hashing even with the
+//!   right password. The address and (user, address) locks always hold. The
+//!   per-user lock (which stops guessing spread over many addresses) does
+//!   not hold at an address that logged in as that user before (a bounded
+//!   set of known (user, address) pairs): a stranger who keeps failing as
+//!   a user cannot lock that user out of the places they log in from;
+//! - each table holds at most [`LoginOptions::max_tracked`] keys. A locked
+//!   key is never forgotten to make room (flooding the tables with made-up
+//!   names or addresses cannot erase a lock); an unlocked one may be, the
+//!   stale first, then the one whose last failure is oldest. When a table is
+//!   full of locked keys, a login whose failure it could not count is
+//!   refused ([`LoginError::Busy`]). A user key is the sha256 of (tenant,
+//!   name), fixed-size however long the names an anonymous caller makes up,
+//!   so the tables cannot be grown to exhaust memory.
 //!
 //! Unknown tenants and user names are counted like known ones: the answers
 //! (and their timing) say nothing about who exists.
 
+use crate::client_address::prefix;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// An IPv6 client's prefix for its (user, address) key and known
+/// addresses: one host.
+const HOST_PREFIX: u8 = 64;
+/// An IPv6 client's prefix for the address throttle: one site, so that a
+/// client cannot rotate through the /64s it holds.
+const SITE_PREFIX: u8 = 48;
+
 /// The operator's settings for end-user logins.
 #[derive(Debug, Clone)]
 pub struct LoginOptions {
     /// Password hashes computed at once (logins and password changes).
     pub max_concurrent_hashes: usize,
-    /// Failed logins of one user name (in one tenant) before it is locked
-    /// out.
+    /// Failed logins of one user name (in one tenant), from one address or
+    /// from all, before it is locked out.
     pub user_failures: u32,
     /// Failed logins from one client address before it is locked out.
     pub address_failures: u32,
@@ -43,6 +65,9 @@ pub struct LoginOptions {
     pub lockout_max: Duration,
     /// Keys each throttle table remembers at most.
     pub max_tracked: usize,
+    /// Failed logins per minute for the whole server (at most that many at
+    /// once).
+    pub max_failures_per_minute: u32,
 }
 
 impl Default for LoginOptions {
@@ -54,6 +79,7 @@ impl Default for LoginOptions {
             lockout_base: Duration::from_secs(1),
             lockout_max: Duration::from_secs(15 * 60),
             max_tracked: 10_000,
+            max_failures_per_minute: 600,
         }
     }
 }
@@ -64,13 +90,15 @@ pub enum LoginError {
     /// The user name or the password is wrong (which one is not said).
     #[error("wrong user name or password")]
     Invalid,
-    /// Too many failed logins for this user name or from this address.
+    /// Too many failed logins for this user name, from this address, or on
+    /// the whole server.
     #[error("too many failed logins; try again in {} seconds", .retry_after.as_secs().max(1))]
     Locked {
         /// When a login may be tried again.
         retry_after: Duration,
     },
-    /// Every password-hashing slot is taken.
+    /// Every password-hashing slot is taken, or the throttle cannot count
+    /// one more failure.
     #[error("too many logins at once; try again in a moment")]
     Busy,
     /// The store failed.
@@ -89,58 +117,102 @@ impl LoginError {
     }
 }
 
-/// The hashing slots and both throttle tables.
+/// The hashing slots, the throttle tables and the server-wide budget.
 pub(crate) struct LoginGuard {
     pub(crate) hashing: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Per user, across addresses; not held at the user's known addresses.
     users: Throttle<[u8; 32]>,
+    /// Per (user, address).
+    user_addresses: Throttle<[u8; 32]>,
+    /// Per address (an IPv6 site).
     addresses: Throttle<IpAddr>,
+    /// (user, address) pairs that logged in, with their last success.
+    known: Known,
+    /// Failed logins the whole server may still take.
+    budget: Budget,
+}
+
+/// One login attempt's keys.
+struct Keys {
+    user: [u8; 32],
+    pair: [u8; 32],
+    site: IpAddr,
+}
+
+impl Keys {
+    fn new(tenant: &str, user: &str, address: IpAddr) -> Keys {
+        let host = prefix(address, HOST_PREFIX);
+        Keys { user: user_key(tenant, user), pair: pair_key(tenant, user, host), site: prefix(address, SITE_PREFIX) }
+    }
 }
 
 impl LoginGuard {
     pub(crate) fn new(options: &LoginOptions) -> LoginGuard {
         let backoff = Backoff { base: options.lockout_base, max: options.lockout_max.max(options.lockout_base) };
+        let max = options.max_tracked.max(1);
         LoginGuard {
             hashing: std::sync::Arc::new(tokio::sync::Semaphore::new(options.max_concurrent_hashes.max(1))),
-            users: Throttle::new(options.user_failures.max(1), backoff, options.max_tracked.max(1)),
-            addresses: Throttle::new(options.address_failures.max(1), backoff, options.max_tracked.max(1)),
+            users: Throttle::new(options.user_failures.max(1), backoff, max),
+            user_addresses: Throttle::new(options.user_failures.max(1), backoff, max),
+            addresses: Throttle::new(options.address_failures.max(1), backoff, max),
+            known: Known::new(max),
+            budget: Budget::new(options.max_failures_per_minute.max(1), Instant::now()),
         }
     }
 
-    /// Refuses a login that is locked out, by user or by address.
+    /// Refuses a login that is locked out (by the server's budget, its
+    /// address, its (user, address), or its user unless the address is one
+    /// the user logged in from), or whose failure could not be counted.
     pub(crate) fn check(&self, tenant: &str, user: &str, address: IpAddr) -> Result<(), LoginError> {
         let now = Instant::now();
-        let user = self.users.locked(&user_key(tenant, user), now);
-        let address = self.addresses.locked(&address_key(address), now);
-        match user.max(address) {
-            Some(retry_after) => Err(LoginError::Locked { retry_after }),
-            None => Ok(()),
+        if let Some(retry_after) = self.budget.empty(now) {
+            return Err(LoginError::Locked { retry_after });
         }
+        let keys = Keys::new(tenant, user, address);
+        let known = self.known.contains(&keys.pair);
+        let locked = [
+            self.addresses.locked(&keys.site, now),
+            self.user_addresses.locked(&keys.pair, now),
+            if known { None } else { self.users.locked(&keys.user, now) },
+        ];
+        if let Some(retry_after) = locked.into_iter().flatten().max() {
+            return Err(LoginError::Locked { retry_after });
+        }
+        // A known pair needs no room: a user keeps logging in where they do
+        // while a flood fills the tables (its failures are counted where
+        // there is room).
+        let room = known
+            || (self.addresses.has_room(&keys.site, now)
+                && self.user_addresses.has_room(&keys.pair, now)
+                && self.users.has_room(&keys.user, now));
+        if room { Ok(()) } else { Err(LoginError::Busy) }
     }
 
-    /// Counts a failed login against the user name and the address.
+    /// Counts a failed login against the server, the address, the (user,
+    /// address) and the user.
     pub(crate) fn failed(&self, tenant: &str, user: &str, address: IpAddr) {
         let now = Instant::now();
-        self.users.fail(user_key(tenant, user), now);
-        self.addresses.fail(address_key(address), now);
+        let keys = Keys::new(tenant, user, address);
+        self.budget.spend(now);
+        self.addresses.fail(keys.site, now);
+        self.user_addresses.fail(keys.pair, now);
+        self.users.fail(keys.user, now);
     }
 
-    /// A successful login clears its user name's count (not its
-    /// address's: one good account must not reset a guesser's address).
-    pub(crate) fn succeeded(&self, tenant: &str, user: &str) {
-        self.users.clear(&user_key(tenant, user));
+    /// A login refused for want of a hashing slot counts against its
+    /// address: a flood from one address locks that address out.
+    pub(crate) fn busy(&self, address: IpAddr) {
+        self.addresses.fail(prefix(address, SITE_PREFIX), Instant::now());
     }
-}
 
-/// An address's throttle key: an IPv6 client is counted by its /64 (one
-/// host usually holds a whole /64, so counting single addresses would let it
-/// rotate past the lockout); an IPv4-mapped address as the IPv4 address.
-fn address_key(address: IpAddr) -> IpAddr {
-    match address {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
-        },
-        v4 => v4,
+    /// A successful login clears its (user, address) count and makes the
+    /// address one the user logs in from. Neither the user's count across
+    /// addresses nor the address's is cleared: one good login must not
+    /// reset a guesser's budget.
+    pub(crate) fn succeeded(&self, tenant: &str, user: &str, address: IpAddr) {
+        let keys = Keys::new(tenant, user, address);
+        self.user_addresses.clear(&keys.pair);
+        self.known.insert(keys.pair, Instant::now());
     }
 }
 
@@ -152,6 +224,81 @@ fn user_key(tenant: &str, user: &str) -> [u8; 32] {
     hash.update([0]);
     hash.update(user.as_bytes());
     hash.finalize().into()
+}
+
+/// A (user, address) key.
+fn pair_key(tenant: &str, user: &str, address: IpAddr) -> [u8; 32] {
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    hash.update(user_key(tenant, user));
+    hash.update(address.to_string().as_bytes());
+    hash.finalize().into()
+}
+
+/// The (user, address) pairs that logged in, at most `max`: when full, the
+/// one whose last success is oldest is forgotten.
+struct Known {
+    max: usize,
+    pairs: Mutex<HashMap<[u8; 32], Instant>>,
+}
+
+impl Known {
+    fn new(max: usize) -> Known {
+        Known { max, pairs: Mutex::new(HashMap::new()) }
+    }
+
+    fn pairs(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Instant>> {
+        self.pairs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn contains(&self, pair: &[u8; 32]) -> bool {
+        self.pairs().contains_key(pair)
+    }
+
+    fn insert(&self, pair: [u8; 32], now: Instant) {
+        let mut pairs = self.pairs();
+        if !pairs.contains_key(&pair)
+            && pairs.len() >= self.max
+            && let Some(oldest) = pairs.iter().min_by_key(|(_, at)| **at).map(|(k, _)| *k)
+        {
+            pairs.remove(&oldest);
+        }
+        pairs.insert(pair, now);
+    }
+}
+
+/// The server's failed-login budget: a token bucket of `per_minute` tokens,
+/// refilled evenly over a minute.
+struct Budget {
+    per_minute: u32,
+    state: Mutex<(f64, Instant)>,
+}
+
+impl Budget {
+    fn new(per_minute: u32, now: Instant) -> Budget {
+        Budget { per_minute, state: Mutex::new((f64::from(per_minute), now)) }
+    }
+
+    /// The tokens by `now`, refilled since the last look.
+    fn refill(&self, now: Instant) -> std::sync::MutexGuard<'_, (f64, Instant)> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let rate = f64::from(self.per_minute) / 60.0;
+        let earned = now.saturating_duration_since(state.1).as_secs_f64() * rate;
+        state.0 = (state.0 + earned).min(f64::from(self.per_minute));
+        state.1 = state.1.max(now);
+        state
+    }
+
+    /// How long until the next failure may be spent, if none may now.
+    fn empty(&self, now: Instant) -> Option<Duration> {
+        let state = self.refill(now);
+        (state.0 < 1.0).then(|| Duration::from_secs_f64((1.0 - state.0) * 60.0 / f64::from(self.per_minute)))
+    }
+
+    fn spend(&self, now: Instant) {
+        let mut state = self.refill(now);
+        state.0 = (state.0 - 1.0).max(0.0);
+    }
 }
 
 /// How long a lockout lasts.
@@ -178,6 +325,12 @@ struct Failures {
     locked_until: Option<Instant>,
 }
 
+impl Failures {
+    fn locked_at(&self, now: Instant) -> bool {
+        self.locked_until.is_some_and(|until| until > now)
+    }
+}
+
 /// Failed attempts by key, with lockouts; at most `max` keys.
 struct Throttle<K> {
     threshold: u32,
@@ -201,27 +354,46 @@ impl<K: Eq + Hash + Clone> Throttle<K> {
         (until > now).then(|| until - now)
     }
 
+    /// Whether a failure of `key` can be counted: it is known, or there is
+    /// room for it (after forgetting what may be forgotten).
+    fn has_room(&self, key: &K, now: Instant) -> bool {
+        let mut entries = self.entries();
+        entries.contains_key(key) || self.make_room(&mut entries, now)
+    }
+
+    /// Frees a place if the table is full: the stale entries (no lockout
+    /// left, no failure for the longest lockout) go first, then the
+    /// unlocked one whose last failure is oldest; a locked entry never.
+    /// Whether there is room now.
+    fn make_room(&self, entries: &mut HashMap<K, Failures>, now: Instant) -> bool {
+        if entries.len() < self.max {
+            return true;
+        }
+        let forget_after = self.backoff.max;
+        entries.retain(|_, f| f.locked_at(now) || now.duration_since(f.last) < forget_after);
+        if entries.len() < self.max {
+            return true;
+        }
+        let oldest = entries.iter().filter(|(_, f)| !f.locked_at(now)).min_by_key(|(_, f)| f.last);
+        match oldest.map(|(k, _)| k.clone()) {
+            Some(oldest) => {
+                entries.remove(&oldest);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Counts a failure of `key`; not counted if the table is full of
+    /// locked keys (the next [`Throttle::has_room`] refuses then).
     fn fail(&self, key: K, now: Instant) {
         let mut entries = self.entries();
-        if !entries.contains_key(&key) && entries.len() >= self.max {
-            // Forget what no longer matters (no lockout left, no failure
-            // for the longest lockout), and if that frees nothing, the key
-            // whose last failure is oldest.
-            let forget_after = self.backoff.max;
-            entries.retain(|_, f| {
-                f.locked_until.is_some_and(|until| until > now) || now.duration_since(f.last) < forget_after
-            });
-            if entries.len() >= self.max
-                && let Some(oldest) = entries.iter().min_by_key(|(_, f)| f.last).map(|(k, _)| k.clone())
-            {
-                entries.remove(&oldest);
-            }
+        if !entries.contains_key(&key) && !self.make_room(&mut entries, now) {
+            return;
         }
         let failures = entries.entry(key).or_insert(Failures { count: 0, last: now, locked_until: None });
         // A key whose failures are long past starts again.
-        if failures.locked_until.is_none_or(|until| until <= now)
-            && now.duration_since(failures.last) >= self.backoff.max
-        {
+        if !failures.locked_at(now) && now.duration_since(failures.last) >= self.backoff.max {
             failures.count = 0;
         }
         failures.count = failures.count.saturating_add(1);
@@ -286,15 +458,137 @@ mod tests {
 
     #[test]
     fn the_table_never_outgrows_its_bound() {
-        let throttle = Throttle::new(1, backoff(), 10);
+        // Threshold 2: every key has one failure, none is locked, so the
+        // oldest make room for the newest.
+        let throttle = Throttle::new(2, backoff(), 10);
         let t0 = Instant::now();
         for i in 0..1000u32 {
             throttle.fail(i, t0 + Duration::from_millis(u64::from(i)));
         }
         assert_eq!(throttle.len(), 10);
-        // The newest keys are the ones kept.
-        assert!(throttle.locked(&999, t0 + Duration::from_millis(999)).is_some());
-        assert!(throttle.locked(&0, t0 + Duration::from_millis(999)).is_none());
+        let end = t0 + Duration::from_millis(999);
+        assert!(throttle.has_room(&5000, end), "an unlocked key can be forgotten");
+        throttle.fail(999, end);
+        assert!(throttle.locked(&999, end).is_some(), "the newest keys are kept");
+    }
+
+    #[test]
+    fn a_locked_key_is_never_forgotten_to_make_room() {
+        let throttle = Throttle::new(1, backoff(), 10);
+        let t0 = Instant::now();
+        // The victim's lock, then a flood of made-up keys.
+        throttle.fail(u32::MAX, t0);
+        for i in 0..1000u32 {
+            throttle.fail(i, t0 + Duration::from_millis(u64::from(i)));
+        }
+        let end = t0 + Duration::from_millis(999);
+        assert_eq!(throttle.len(), 10);
+        assert!(throttle.locked(&u32::MAX, end).is_some(), "the flood erased a lock");
+        assert!(!throttle.has_room(&5000, end), "a full table of locks has no room for a new key");
+        assert!(throttle.has_room(&u32::MAX, end), "a known key is still counted");
+        // Once the locks end, their keys may make room again.
+        assert!(throttle.has_room(&5000, t0 + Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn a_full_table_of_locks_refuses_the_logins_it_could_not_count() {
+        let guard = LoginGuard::new(&LoginOptions {
+            user_failures: 1,
+            address_failures: 1000,
+            max_tracked: 3,
+            ..Default::default()
+        });
+        let address: IpAddr = "192.0.2.1".parse().unwrap();
+        for user in ["a", "b", "c"] {
+            guard.failed("t", user, address);
+        }
+        assert!(matches!(guard.check("t", "a", address), Err(LoginError::Locked { .. })), "still locked");
+        assert!(matches!(guard.check("t", "d", address), Err(LoginError::Busy)));
+        // A user at an address they logged in from still may.
+        let home: IpAddr = "192.0.2.77".parse().unwrap();
+        guard.succeeded("t", "e", home);
+        assert!(guard.check("t", "e", home).is_ok());
+
+        // The same when the address table is full of locks.
+        let guard = LoginGuard::new(&LoginOptions {
+            user_failures: 1000,
+            address_failures: 1,
+            max_tracked: 2,
+            ..Default::default()
+        });
+        guard.succeeded("t", "e", home);
+        for address in ["198.51.100.1", "198.51.100.2"] {
+            guard.failed("t", "x", address.parse().unwrap());
+        }
+        assert!(matches!(guard.check("t", "x", "198.51.100.3".parse().unwrap()), Err(LoginError::Busy)));
+        assert!(guard.check("t", "e", home).is_ok());
+    }
+
+    #[test]
+    fn the_server_wide_budget_refills_evenly_over_a_minute() {
+        let t0 = Instant::now();
+        let budget = Budget::new(3, t0);
+        for _ in 0..3 {
+            assert_eq!(budget.empty(t0), None);
+            budget.spend(t0);
+        }
+        assert_eq!(budget.empty(t0), Some(Duration::from_secs(20)), "one token per 20 s");
+        assert_eq!(budget.empty(t0 + Duration::from_secs(5)), Some(Duration::from_secs(15)));
+        assert_eq!(budget.empty(t0 + Duration::from_secs(20)), None);
+        assert_eq!(budget.empty(t0 + Duration::from_secs(3600)), None);
+        for _ in 0..3 {
+            budget.spend(t0 + Duration::from_secs(3600));
+        }
+        assert!(budget.empty(t0 + Duration::from_secs(3600)).is_some(), "never more than the cap at once");
+    }
+
+    #[test]
+    fn past_the_server_wide_budget_every_login_is_refused() {
+        let guard = LoginGuard::new(&LoginOptions {
+            user_failures: 100,
+            address_failures: 100,
+            max_failures_per_minute: 2,
+            ..Default::default()
+        });
+        guard.failed("t", "a", "192.0.2.1".parse().unwrap());
+        guard.failed("u", "b", "198.51.100.1".parse().unwrap());
+        let elsewhere: IpAddr = "203.0.113.9".parse().unwrap();
+        assert!(matches!(guard.check("v", "c", elsewhere), Err(LoginError::Locked { .. })));
+    }
+
+    #[test]
+    fn a_stranger_cannot_lock_a_user_out_of_an_address_they_logged_in_from() {
+        let guard = LoginGuard::new(&LoginOptions { user_failures: 3, address_failures: 100, ..Default::default() });
+        let home: IpAddr = "2001:db8:1:2::10".parse().unwrap();
+        let stranger: IpAddr = "203.0.113.9".parse().unwrap();
+        let elsewhere: IpAddr = "198.51.100.7".parse().unwrap();
+        assert!(guard.check("t", "alice", home).is_ok());
+        guard.succeeded("t", "alice", home);
+        for _ in 0..3 {
+            guard.failed("t", "alice", stranger);
+        }
+        // The stranger is locked out, and so is alice from a new address
+        // (guessing spread over addresses must still stop)...
+        assert!(matches!(guard.check("t", "alice", stranger), Err(LoginError::Locked { .. })));
+        assert!(matches!(guard.check("t", "alice", elsewhere), Err(LoginError::Locked { .. })));
+        // ...but not from her own host (another address of the same /64).
+        assert!(guard.check("t", "alice", "2001:db8:1:2::99".parse().unwrap()).is_ok());
+        // Failures from her own host lock it out like any other.
+        for _ in 0..3 {
+            guard.failed("t", "alice", home);
+        }
+        assert!(matches!(guard.check("t", "alice", home), Err(LoginError::Locked { .. })));
+    }
+
+    #[test]
+    fn busy_refusals_count_against_the_address() {
+        let guard = LoginGuard::new(&LoginOptions { user_failures: 100, address_failures: 3, ..Default::default() });
+        let address: IpAddr = "192.0.2.1".parse().unwrap();
+        for _ in 0..3 {
+            guard.busy(address);
+        }
+        assert!(matches!(guard.check("t", "a", address), Err(LoginError::Locked { .. })));
+        assert!(guard.check("t", "a", "192.0.2.2".parse().unwrap()).is_ok());
     }
 
     #[test]
@@ -309,12 +603,12 @@ mod tests {
     }
 
     #[test]
-    fn an_ipv6_client_is_counted_by_its_64() {
+    fn an_ipv6_client_is_counted_by_its_48() {
         let guard = LoginGuard::new(&LoginOptions { user_failures: 100, address_failures: 2, ..Default::default() });
         guard.failed("t", "a", "2001:db8:1:2::1".parse().unwrap());
-        guard.failed("t", "b", "2001:db8:1:2:ffff::9".parse().unwrap());
-        assert!(matches!(guard.check("t", "c", "2001:db8:1:2::77".parse().unwrap()), Err(LoginError::Locked { .. })));
-        assert!(guard.check("t", "c", "2001:db8:1:3::1".parse().unwrap()).is_ok());
+        guard.failed("t", "b", "2001:db8:1:ffff::9".parse().unwrap());
+        assert!(matches!(guard.check("t", "c", "2001:db8:1:77::1".parse().unwrap()), Err(LoginError::Locked { .. })));
+        assert!(guard.check("t", "c", "2001:db8:2::1".parse().unwrap()).is_ok());
         guard.failed("t", "a", "::ffff:192.0.2.1".parse().unwrap());
         guard.failed("t", "b", "192.0.2.1".parse().unwrap());
         assert!(matches!(guard.check("t", "c", "192.0.2.1".parse().unwrap()), Err(LoginError::Locked { .. })));
@@ -329,7 +623,7 @@ mod tests {
         }
         assert!(matches!(guard.check("t", "d", address), Err(LoginError::Locked { .. })));
         assert!(guard.check("t", "d", "192.0.2.2".parse().unwrap()).is_ok());
-        guard.succeeded("t", "a");
+        guard.succeeded("t", "a", address);
         assert!(
             matches!(guard.check("t", "a", address), Err(LoginError::Locked { .. })),
             "a success does not clear the address"
