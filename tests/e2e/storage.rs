@@ -270,24 +270,38 @@ async fn an_upload_still_arriving_holds_a_deploy_slot() {
     use std::io::{Read, Write};
     let server = Server::start(&["--max-concurrent-deploys", "1"]);
     let held = relabeled(&echo(), "held");
-    let mut upload = std::net::TcpStream::connect(server.base.trim_start_matches("http://")).unwrap();
-    upload.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    let head = format!(
-        "POST /admin/tools HTTP/1.1\r\nhost: plinth\r\nauthorization: Bearer {TOKEN}\r\n\
-         content-type: application/wasm\r\ncontent-length: {}\r\n\r\n",
-        held.len()
-    );
-    upload.write_all(head.as_bytes()).unwrap();
-    upload.write_all(&held[..1024]).unwrap();
+    let address = server.base.trim_start_matches("http://").to_string();
+    // Sends the upload's head and its first KiB, and no more.
+    let start_upload = || {
+        let mut upload = std::net::TcpStream::connect(&address).unwrap();
+        upload.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        let head = format!(
+            "POST /admin/tools HTTP/1.1\r\nhost: plinth\r\nauthorization: Bearer {TOKEN}\r\n\
+             content-type: application/wasm\r\ncontent-length: {}\r\n\r\n",
+            held.len()
+        );
+        upload.write_all(head.as_bytes()).unwrap();
+        upload.write_all(&held[..1024]).unwrap();
+        upload
+    };
+    let mut upload = start_upload();
 
     // Until the server has read that head, another deploy finds the slot
-    // free (and deploys); from then on it is refused. A server that took the
-    // slot only once the body was in never refuses: the guard fails the test.
+    // free (and deploys); from then on it is refused. If the held upload's
+    // head arrived while another deploy had the slot, the upload itself was
+    // refused: it is started again. A server that took the slot only once the
+    // body was in never refuses: the guard fails the test.
     let started = Instant::now();
     let (status, body) = loop {
         let (status, body) = server.deploy(relabeled(&echo(), "other"), "").await;
         if status != 201 && status != 200 {
             break (status, body);
+        }
+        upload.set_nonblocking(true).unwrap();
+        let answered = upload.peek(&mut [0u8; 1]).is_ok();
+        upload.set_nonblocking(false).unwrap();
+        if answered {
+            upload = start_upload();
         }
         assert!(started.elapsed() < Duration::from_secs(60), "a deploy was never refused while an upload arrived");
         tokio::time::sleep(Duration::from_millis(20)).await;
