@@ -1012,48 +1012,51 @@ impl ToolHost {
                 not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
             return Err(InvokeError::RateLimited { tenant, retry_after });
         }
-        // Fail closed: a call its tool wants confirmed never runs unconfirmed.
-        if call.confirmed.is_none() && self.may_need_confirmation(&tool, &version) {
-            let inputs = match invocation::to_json(call.input.clone()) {
-                serde_json::Value::Object(inputs) => inputs,
-                _ => serde_json::Map::new(),
-            };
-            // A publisher's condition is bounded (`cheq::budget`), yet it is
-            // evaluated where tools run, never on the threads serving HTTP.
-            let (this, checked_tool, checked_version) = (self.clone(), tool.clone(), version.clone());
-            let check = async move {
-                let needs = this.needs_confirmation(&checked_tool, &checked_version, &inputs);
-                (needs, inputs)
-            };
-            // No executor (the host is shutting down): no evaluation here either.
-            let interrupted = || InvokeError::Call(CallError::Trapped("the confirmation check was interrupted".into()));
-            let executor = self.executor.as_ref().ok_or_else(interrupted)?;
-            let (needs, inputs) = executor.spawn(check).await.map_err(|_| interrupted())?;
-            if needs {
-                let end_user = call.end_user.clone().ok_or_else(|| InvokeError::EndUserRequired(tool.name.clone()))?;
-                if !call.secrets.is_empty() {
-                    return Err(InvokeError::CannotWait(format!(
-                        "`{}` runs only once its end user confirms the call, and secrets supplied with a call are never stored: store them for the tenant (PUT /admin/secrets/{{id}}) instead; the tool did not run",
-                        tool.name
-                    )));
-                }
-                let pending = self.begin_confirmation(&tool, &version, &inputs, &call, &end_user)?;
-                return Err(InvokeError::ConfirmationPending(pending));
-            }
-        }
         let span =
             tracing::info_span!("invoke", tenant, tool = %tool.name, version = version.number, call_id = call.call_id);
         let this = self.clone();
-        let task = async move { this.run(&quota, &tool, &version, call).instrument(span).await };
         // Tools run on their own threads, never on the ones serving HTTP: a
         // tool burning CPU can slow other tools, but not the host's answers.
-        match &self.executor {
-            Some(executor) => executor
-                .spawn(task)
-                .await
-                .map_err(|_| InvokeError::Call(CallError::Trapped("the invocation was interrupted".into())))?,
-            None => task.await,
+        // A publisher's confirmation condition is bounded (`cheq::budget`),
+        // yet it is evaluated there too, in the same hand-off.
+        let task = async move {
+            // Fail closed: a call its tool wants confirmed never runs unconfirmed.
+            if call.confirmed.is_none() && this.may_need_confirmation(&tool, &version) {
+                this.confirm_first(&tool, &version, &call)?;
+            }
+            this.run(&quota, &tool, &version, call).instrument(span).await
+        };
+        // The executor is gone only while the host is dropped.
+        let executor = self
+            .executor
+            .as_ref()
+            .ok_or_else(|| InvokeError::Call(CallError::Trapped("the invocation was interrupted".into())))?;
+        executor
+            .spawn(task)
+            .await
+            .map_err(|_| InvokeError::Call(CallError::Trapped("the invocation was interrupted".into())))?
+    }
+
+    /// Evaluates the confirmation policy on the call's input; a call that
+    /// needs its end user's confirmation becomes a pending transaction
+    /// (`InvokeError::ConfirmationPending`) and does not run.
+    fn confirm_first(&self, tool: &Tool, version: &ToolVersion, call: &Call) -> Result<(), InvokeError> {
+        let inputs = match invocation::to_json(call.input.clone()) {
+            serde_json::Value::Object(inputs) => inputs,
+            _ => serde_json::Map::new(),
+        };
+        if !self.needs_confirmation(tool, version, &inputs) {
+            return Ok(());
         }
+        let end_user = call.end_user.clone().ok_or_else(|| InvokeError::EndUserRequired(tool.name.clone()))?;
+        if !call.secrets.is_empty() {
+            return Err(InvokeError::CannotWait(format!(
+                "`{}` runs only once its end user confirms the call, and secrets supplied with a call are never stored: store them for the tenant (PUT /admin/secrets/{{id}}) instead; the tool did not run",
+                tool.name
+            )));
+        }
+        let pending = self.begin_confirmation(tool, version, &inputs, call, &end_user)?;
+        Err(InvokeError::ConfirmationPending(pending))
     }
 
     /// Secrets `version` declares that neither the caller supplied nor its

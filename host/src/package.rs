@@ -226,7 +226,7 @@ fn world_docs_as_root(
 }
 
 /// Appends a custom section (id 0) to a component or module.
-fn append_custom_section(bytes: &mut Vec<u8>, name: &str, data: &[u8]) {
+pub fn append_custom_section(bytes: &mut Vec<u8>, name: &str, data: &[u8]) {
     let mut name_and_data = Vec::new();
     leb128(&mut name_and_data, name.len());
     name_and_data.extend_from_slice(name.as_bytes());

@@ -4,6 +4,7 @@
 //! `host/src/*/proptests.rs`.)
 
 use crate::support::{Server, invocation, outputs, plugins_dir};
+use plinth::manifest::SECTION_NAME;
 use serde_json::{Value, json};
 
 /// Reads an unsigned LEB128 at `at`, moving past it.
@@ -20,18 +21,6 @@ fn leb128(bytes: &[u8], at: &mut usize) -> usize {
     }
 }
 
-fn push_leb128(out: &mut Vec<u8>, mut value: usize) {
-    loop {
-        let byte = (value & 0x7f) as u8;
-        value >>= 7;
-        if value == 0 {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
-    }
-}
-
 /// A packed tool with its embedded manifest (the `plinth-manifest` custom
 /// section) changed by `edit`.
 fn with_manifest(packed: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
@@ -45,7 +34,7 @@ fn with_manifest(packed: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
         let size = leb128(packed, &mut at);
         let end = at + size;
         let name_len = leb128(packed, &mut at);
-        if id == 0 && &packed[at..at + name_len] == b"plinth-manifest" {
+        if id == 0 && &packed[at..at + name_len] == SECTION_NAME.as_bytes() {
             manifest = Some(serde_json::from_slice::<Value>(&packed[at + name_len..end]).unwrap());
         } else {
             out.extend_from_slice(&packed[start..end]);
@@ -54,15 +43,7 @@ fn with_manifest(packed: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
     }
     let mut manifest = manifest.expect("a packed tool has a manifest section");
     edit(&mut manifest);
-    let data = serde_json::to_vec(&manifest).unwrap();
-    let name = b"plinth-manifest";
-    let mut section = Vec::new();
-    push_leb128(&mut section, name.len());
-    section.extend_from_slice(name);
-    section.extend_from_slice(&data);
-    out.push(0);
-    push_leb128(&mut out, section.len());
-    out.extend_from_slice(&section);
+    plinth::package::append_custom_section(&mut out, SECTION_NAME, &serde_json::to_vec(&manifest).unwrap());
     out
 }
 

@@ -890,24 +890,7 @@ mod tests {
 
     #[test]
     fn an_unanswered_transaction_expires() {
-        let c = StoredConfirmation {
-            id: "x".into(),
-            tenant: "default".into(),
-            tool_id: uuid::Uuid::nil(),
-            version: 1,
-            end_user: "alice".into(),
-            front_door: "a2t".into(),
-            call_id: "c".into(),
-            inputs: "{}".into(),
-            cheq: "{}".into(),
-            state: "pending".into(),
-            created_at: 0,
-            expires_at: 100,
-            decided_at: None,
-            decision: None,
-            result_status: None,
-            result_body: None,
-        };
+        let c = StoredConfirmation::pending_for_test("x", 100);
         assert_eq!(State::of(&c, 99), State::Pending);
         assert_eq!(State::of(&c, 100), State::Expired);
     }

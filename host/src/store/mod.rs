@@ -190,6 +190,31 @@ pub struct StoredConfirmation {
     pub result_body: Option<String>,
 }
 
+#[cfg(test)]
+impl StoredConfirmation {
+    /// A pending transaction of the `default` tenant, for the unit tests.
+    pub fn pending_for_test(id: &str, expires_at: i64) -> StoredConfirmation {
+        StoredConfirmation {
+            id: id.into(),
+            tenant: "default".into(),
+            tool_id: Uuid::nil(),
+            version: 1,
+            end_user: "ann".into(),
+            front_door: "a2t".into(),
+            call_id: "c".into(),
+            inputs: "{}".into(),
+            cheq: "{}".into(),
+            state: "pending".into(),
+            created_at: 0,
+            expires_at,
+            decided_at: None,
+            decision: None,
+            result_status: None,
+            result_body: None,
+        }
+    }
+}
+
 /// The host's persistent rows: the registry of versions, tenants, keys, the
 /// secrets and config publishers store for tools, and the audit log.
 ///

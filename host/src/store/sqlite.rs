@@ -930,33 +930,12 @@ mod tests {
         assert_eq!(store.claim_call(&key, "h9", 200, 150).unwrap(), Claimed::Fresh);
     }
 
-    fn pending(id: &str, expires_at: i64) -> StoredConfirmation {
-        StoredConfirmation {
-            id: id.into(),
-            tenant: "default".into(),
-            tool_id: Uuid::new_v4(),
-            version: 1,
-            end_user: "ann".into(),
-            front_door: "a2t".into(),
-            call_id: "c".into(),
-            inputs: "{}".into(),
-            cheq: "{}".into(),
-            state: "pending".into(),
-            created_at: 0,
-            expires_at,
-            decided_at: None,
-            decision: None,
-            result_status: None,
-            result_body: None,
-        }
-    }
-
     #[test]
     fn settled_transactions_are_swept_by_age_and_open_ones_kept() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path(), cipher()).unwrap();
         let decide = |id: &str, state: &str, at: i64| {
-            store.insert_confirmation(&pending(id, 1_000)).unwrap();
+            store.insert_confirmation(&StoredConfirmation::pending_for_test(id, 1_000)).unwrap();
             let audit = AuditEntry { at, ..audit("cheq.decide") };
             assert!(store.decide_confirmation(id, state, Some("{}"), &audit).unwrap());
         };
@@ -968,9 +947,9 @@ mod tests {
         decide("done-new", "accepted", 600);
         store.finish_confirmation("done-new", 200, "{}").unwrap();
         decide("running", "accepted", 100);
-        store.insert_confirmation(&pending("expired-long-ago", 400)).unwrap();
-        store.insert_confirmation(&pending("expired-lately", 600)).unwrap();
-        store.insert_confirmation(&pending("pending", 10_000)).unwrap();
+        store.insert_confirmation(&StoredConfirmation::pending_for_test("expired-long-ago", 400)).unwrap();
+        store.insert_confirmation(&StoredConfirmation::pending_for_test("expired-lately", 600)).unwrap();
+        store.insert_confirmation(&StoredConfirmation::pending_for_test("pending", 10_000)).unwrap();
 
         assert_eq!(store.sweep_confirmations(500).unwrap(), 4);
         let kept = |id: &str| store.confirmation(id).unwrap().is_some();
@@ -994,7 +973,7 @@ mod tests {
             let mut conn = store.conn();
             let tx = conn.transaction().unwrap();
             for n in 0..backlog {
-                let c = pending(&format!("expired-{n}"), 100);
+                let c = StoredConfirmation::pending_for_test(&format!("expired-{n}"), 100);
                 tx.execute(
                     "INSERT INTO confirmations (id, tenant, tool_id, version, end_user, front_door, call_id, inputs,
                          cheq, state, created_at, expires_at)
@@ -1005,7 +984,7 @@ mod tests {
             }
             tx.commit().unwrap();
         }
-        store.insert_confirmation(&pending("pending", 10_000)).unwrap();
+        store.insert_confirmation(&StoredConfirmation::pending_for_test("pending", 10_000)).unwrap();
         assert_eq!(store.sweep_confirmation_batch(500, 3).unwrap(), 3, "one statement deletes one batch");
         assert_eq!(store.sweep_confirmations(500).unwrap(), backlog - 3);
         assert!(store.confirmation("pending").unwrap().is_some());
