@@ -712,11 +712,12 @@ pub fn has_hidden(text: &str) -> bool {
 /// `text` with every hidden character (and misleading combining mark)
 /// replaced by its marker, or `None` when it has none.
 pub fn marked(text: &str) -> Option<String> {
-    if !has_hidden(text) {
+    let pieces = shown(text);
+    if !pieces.iter().any(|piece| matches!(piece, Shown::Hidden(_))) {
         return None;
     }
     Some(
-        shown(text)
+        pieces
             .into_iter()
             .map(|piece| match piece {
                 Shown::Text(t) => t.to_string(),
@@ -768,20 +769,15 @@ impl SigningKey {
     /// first use.
     pub fn load_or_create(dir: &Path, file: &str) -> std::io::Result<SigningKey> {
         let path = dir.join(file);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => {
+        match crate::tenancy::read_or_create_key(&path, |secret| hex::encode(secret))? {
+            crate::tenancy::KeyFile::Read(text) => {
                 let bytes = hex::decode(text.trim()).ok().and_then(|b| <[u8; 32]>::try_from(b).ok());
                 let secret = bytes.ok_or_else(|| {
                     std::io::Error::other(format!("{} is not a CHEQ signing key (64 hex digits)", path.display()))
                 })?;
                 Ok(SigningKey::from_bytes(&secret))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let key = SigningKey::generate()?;
-                crate::tenancy::write_private_file(&path, &hex::encode(key.key.to_bytes()))?;
-                Ok(key)
-            }
-            Err(e) => Err(e),
+            crate::tenancy::KeyFile::Created(secret) => Ok(SigningKey::from_bytes(&secret)),
         }
     }
 

@@ -7,6 +7,14 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
+/// The IPv6 prefix of one host: a client's connections, and its (user,
+/// address) login failures and known addresses, are counted by it.
+pub const HOST_PREFIX: u8 = 64;
+
+/// The IPv6 prefix of one site: the address login throttle counts by it, so
+/// that a client cannot rotate through the /64s it holds.
+pub const SITE_PREFIX: u8 = 48;
+
 /// `address` as the network it is counted by: an IPv4 address itself (also
 /// when IPv4-mapped), an IPv6 address as its first `v6_prefix` bits (at
 /// most 128).

@@ -12,8 +12,8 @@ mod tests;
 
 pub use confirmations::{CheqOptions, JwksError, JwksOptions, LoginError, LoginOptions};
 pub use confirmations::{
-    ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor, PendingConfirmation, State,
-    as_words, rfc3339,
+    ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor, MAX_END_USER_CHARS,
+    PendingConfirmation, State, as_words, is_end_user_name, rfc3339,
 };
 
 use crate::idempotency::{CallLedger, Claim, Ticket};
@@ -431,7 +431,6 @@ impl ToolHost {
     pub fn open(options: HostOptions) -> anyhow::Result<Self> {
         // Private: the data dir holds secrets, key hashes and evidence.
         crate::store::private_dir(&options.data_dir)?;
-        crate::store::private_dir(&options.data_dir.join("compiled"))?;
         let cipher = SecretsCipher::resolve(&options.data_dir, options.secrets_key.as_deref())?;
         let store = SqliteStore::open(&options.data_dir, cipher)?;
         let blobs = BlobStore::open(&options.data_dir)?;
@@ -443,7 +442,7 @@ impl ToolHost {
             &options.data_dir,
             options.confirmation_ttl,
             &options.cheq,
-            options.limits.outbound.allowed_private.clone(),
+            options.limits.outbound.clone(),
         )?;
         let host = ToolHost {
             registry: Registry::default(),

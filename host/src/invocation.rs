@@ -365,23 +365,8 @@ pub fn read_result(signature: &Signature, result: Val, limits: OutputLimits) -> 
                 Some(_) => return Err(invalid("the ok value is not a record".into())),
             };
             let outputs = outputs(signature, fields)?;
-            let mut total = 0;
-            for output in &outputs {
-                let size = json_size(&output.value);
-                if size > limits.max_value_bytes {
-                    return Err(OutputError::TooLarge(format!(
-                        "output `{}` is {size} bytes; at most {} are passed on",
-                        output.name, limits.max_value_bytes
-                    )));
-                }
-                total += size;
-            }
-            if total > limits.max_total_bytes {
-                return Err(OutputError::TooLarge(format!(
-                    "the outputs are {total} bytes together; at most {} are passed on",
-                    limits.max_total_bytes
-                )));
-            }
+            let sizes = outputs.iter().map(|output| (output.name.as_str(), json_size(&output.value)));
+            check_sizes(sizes, limits, |name| format!("output `{name}`"), "the outputs are")?;
             Ok(ToolResult::Outputs(outputs))
         }
         Val::Result(Err(Some(error))) => {
@@ -480,13 +465,25 @@ fn check_error_size(error: &ToolError, limits: OutputLimits) -> Result<(), Outpu
         ("developer-message", error.developer_message.as_ref()),
         ("additional-prompt-content", error.additional_prompt_content.as_ref()),
     ];
+    let sizes = fields.into_iter().filter_map(|(name, text)| Some((name, json_size(text?.as_str()))));
+    check_sizes(sizes, limits, |name| format!("the tool-error's `{name}`"), "the tool-error's fields are")
+}
+
+/// The output caps, for outputs and tool-error text alike: each value, then
+/// all of them together. `named` says what one value is; `together` what
+/// they all are.
+fn check_sizes<'a>(
+    sizes: impl IntoIterator<Item = (&'a str, usize)>,
+    limits: OutputLimits,
+    named: impl Fn(&str) -> String,
+    together: &str,
+) -> Result<(), OutputError> {
     let mut total = 0usize;
-    for (name, text) in fields {
-        let Some(text) = text else { continue };
-        let size = json_size(text.as_str());
+    for (name, size) in sizes {
         if size > limits.max_value_bytes {
             return Err(OutputError::TooLarge(format!(
-                "the tool-error's `{name}` is {size} bytes; at most {} are passed on",
+                "{} is {size} bytes; at most {} are passed on",
+                named(name),
                 limits.max_value_bytes
             )));
         }
@@ -494,7 +491,7 @@ fn check_error_size(error: &ToolError, limits: OutputLimits) -> Result<(), Outpu
     }
     if total > limits.max_total_bytes {
         return Err(OutputError::TooLarge(format!(
-            "the tool-error's fields are {total} bytes together; at most {} are passed on",
+            "{together} {total} bytes together; at most {} are passed on",
             limits.max_total_bytes
         )));
     }

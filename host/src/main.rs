@@ -386,7 +386,7 @@ struct ServeArgs {
     confirmation_retention_secs: Option<u64>,
     /// Deploys that may be received and compiled at once (an upload takes its
     /// slot before its body is read); more answer 503 with Retry-After.
-    #[arg(long, env = "PLINTH_MAX_CONCURRENT_DEPLOYS", default_value_t = 2)]
+    #[arg(long, env = "PLINTH_MAX_CONCURRENT_DEPLOYS", default_value_t = plinth::host::DEFAULT_MAX_CONCURRENT_DEPLOYS)]
     max_concurrent_deploys: usize,
     /// The key stored secrets are encrypted with: the base64 of 32 random
     /// bytes (`head -c32 /dev/urandom | base64`); prefer the environment
@@ -533,7 +533,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             login: LoginOptions {
                 max_concurrent_hashes: args
                     .max_password_checks
-                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+                    .unwrap_or_else(|| LoginOptions::default().max_concurrent_hashes)
                     .max(1),
                 user_failures: args.login_lockout_after.max(1),
                 address_failures: args.login_address_lockout_after.max(1),

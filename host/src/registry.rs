@@ -143,6 +143,7 @@ impl Tool {
     }
 
     /// How many of its versions hold compiled code (the live ones).
+    #[cfg(test)]
     pub fn loaded_versions(&self) -> usize {
         self.versions.read().unwrap_or_else(|p| p.into_inner()).values().filter(|v| v.component().is_some()).count()
     }

@@ -304,6 +304,33 @@ pub fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
+/// A 32-byte key kept in a file of its own.
+#[derive(Debug)]
+pub enum KeyFile {
+    /// The file's text, for its owner to decode.
+    Read(String),
+    /// There was no file: a new random key, now written to it.
+    Created([u8; 32]),
+}
+
+/// Reads the key in `path`, or, when there is none, makes a random one and
+/// writes it there as `encode` spells it (see [`write_private_file`]).
+pub fn read_or_create_key(
+    path: &std::path::Path,
+    encode: impl FnOnce(&[u8; 32]) -> String,
+) -> std::io::Result<KeyFile> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(KeyFile::Read(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut key = [0u8; 32];
+            getrandom::fill(&mut key).map_err(std::io::Error::other)?;
+            write_private_file(path, &encode(&key))?;
+            Ok(KeyFile::Created(key))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Writes `text` to `path`, readable and writable by its owner only (keys
 /// and other secrets), atomically: a temporary file (0600) in the same
 /// directory is written and fsynced, renamed over `path`, and the directory

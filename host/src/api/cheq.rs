@@ -17,8 +17,8 @@
 
 use super::{ApiError, ApiOptions, AppState, Caller};
 use crate::host::{
-    DecideError, FrontDoor, InvokeError, JwksError, LoginError, PendingConfirmation, State as TxState, as_words,
-    rfc3339,
+    DecideError, FrontDoor, InvokeError, LoginError, MAX_END_USER_CHARS, PendingConfirmation, State as TxState,
+    as_words, is_end_user_name, rfc3339,
 };
 use crate::store::StoredConfirmation;
 use crate::tenancy::unix_now;
@@ -48,8 +48,6 @@ const POLL_AFTER_SECS: u64 = 2;
 const SESSION_TTL: Duration = Duration::from_secs(30 * 60);
 /// The session cookie.
 const SESSION_COOKIE: &str = "plinth_cheq_session";
-/// Longest end-user name.
-const MAX_END_USER_CHARS: usize = 128;
 
 /// The A2T header that names the end user a call acts for.
 pub const END_USER_HEADER: &str = "plinth-end-user";
@@ -64,8 +62,7 @@ pub fn end_user_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> 
 
 /// An end user's name: 1 to 128 printable characters.
 pub fn check_end_user(user: &str) -> Result<(), ApiError> {
-    let length = user.chars().count();
-    if length == 0 || length > MAX_END_USER_CHARS || user.chars().any(char::is_control) {
+    if !is_end_user_name(user) {
         return Err(bad_end_user());
     }
     Ok(())
@@ -111,36 +108,6 @@ pub fn pack_response(pack: Value) -> Response {
         response.headers_mut().insert(header::LOCATION, location);
     }
     response
-}
-
-impl From<DecideError> for ApiError {
-    fn from(e: DecideError) -> Self {
-        let (status, code) = match &e {
-            DecideError::Unknown(_) => (StatusCode::NOT_FOUND, "unknown_transaction"),
-            DecideError::Expired => (StatusCode::GONE, "confirmation_expired"),
-            DecideError::AlreadyDecided(_) => (StatusCode::CONFLICT, "already_decided"),
-            DecideError::Signature(_) => (StatusCode::FORBIDDEN, "invalid_signature"),
-            DecideError::Altered => (StatusCode::CONFLICT, "cheq_altered"),
-            DecideError::NotConfirmed(_) => (StatusCode::FORBIDDEN, "not_confirmed"),
-            DecideError::Jwks(e) => (
-                StatusCode::BAD_GATEWAY,
-                match e {
-                    JwksError::Insecure => "jwks_insecure_url",
-                    JwksError::Credentials => "jwks_url_credentials",
-                    JwksError::InternalAddress => "jwks_internal_address",
-                    JwksError::TooLarge(_) => "jwks_too_large",
-                    JwksError::Invalid => "jwks_invalid",
-                    JwksError::Unavailable => "jwks_unavailable",
-                },
-            ),
-            DecideError::Retired => (StatusCode::GONE, "version_retired"),
-            DecideError::Store(e) => {
-                tracing::error!(error = %e, "a confirmation could not be read or written");
-                return ApiError::storage_failed("the confirmation could not be recorded (is the data disk full?)");
-            }
-        };
-        ApiError::new(status, code, e.to_string())
-    }
 }
 
 fn storage(e: crate::store::StoreError) -> ApiError {
@@ -549,28 +516,16 @@ pub(super) async fn login(
     let user = field(&fields, "user").unwrap_or("");
     let password = field(&fields, "password").unwrap_or("");
     let resource_uri = field(&fields, "resource_uri").unwrap_or("").to_string();
-    let outcome = match check_end_user(user) {
-        Ok(()) => host.log_in_end_user(&caller.tenant, user, password, peer.ip()).await,
-        Err(_) => Err(LoginError::Invalid),
-    };
-    if let Err(e) = outcome {
+    if let Err(e) = host.log_in_end_user(&caller.tenant, user, password, peer.ip()).await {
         tracing::info!(tenant = caller.tenant, client = %peer.ip(), error = %e, "a confirmation-page login failed");
         let problem = match &e {
             LoginError::Invalid => "Wrong user name or password.".to_string(),
-            LoginError::Locked { .. } => format!("Too many failed logins: {e}."),
+            LoginError::Locked { .. } => format!("{}.", as_words(&e.to_string())),
             LoginError::Busy | LoginError::Store(_) => {
                 "The login could not be checked now; try again in a moment.".into()
             }
         };
-        let error = ApiError::from(e);
-        let mut response = login_page(&options, &caller.tenant, &resource_uri, Some(&problem));
-        *response.status_mut() = error.status();
-        let headers = response.headers_mut();
-        headers.insert("plinth-error-code", HeaderValue::from_static(error.code()));
-        if let Some(secs) = error.retry_after_secs() {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        return response;
+        return ApiError::from(e).onto(login_page(&options, &caller.tenant, &resource_uri, Some(&problem)));
     }
     let Some((token, _)) = sessions.create(&caller.tenant, user) else {
         return page(StatusCode::INTERNAL_SERVER_ERROR, "Try again", "<p>The session could not be opened.</p>");

@@ -5,7 +5,7 @@
 //! Messages never carry host internals.
 
 use crate::cheq::ConditionError;
-use crate::host::{ChangeError, DeployError, InvokeError, LoginError};
+use crate::host::{ChangeError, DecideError, DeployError, InvokeError, JwksError, LoginError};
 use crate::invocation::{InputError, OutputError, ToolError};
 use crate::package::PackageError;
 use crate::runtime::CallError;
@@ -63,14 +63,19 @@ impl ApiError {
         self.status
     }
 
-    /// The error code.
-    pub fn code(&self) -> &'static str {
-        self.code
+    /// This error's status and headers (`Retry-After`, `Plinth-Error-Code`)
+    /// on another body: a page for people rather than JSON.
+    pub fn onto(self, mut response: Response) -> Response {
+        *response.status_mut() = self.status;
+        response.headers_mut().insert("plinth-error-code", HeaderValue::from_static(self.code));
+        add_retry_after(&mut response, self.retry_after_secs);
+        response
     }
+}
 
-    /// Seconds to wait before a retry, when waiting helps.
-    pub fn retry_after_secs(&self) -> Option<u64> {
-        self.retry_after_secs
+fn add_retry_after(response: &mut Response, secs: Option<u64>) {
+    if let Some(secs) = secs {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
 }
 
@@ -172,9 +177,9 @@ impl From<DeployError> for ApiError {
                 tracing::error!(error = %e, "deploy failed in the store");
                 ApiError::storage_failed("the tool could not be stored (is the data disk full?); nothing was deployed")
             }
-            DeployError::Package(PackageError::Signature(DeriveError::Confirmation(ConditionError::TooCostly(
-                limit,
-            )))) => ApiError::bad_request("condition_too_costly", e.to_string()).with("limit", limit.name()),
+            DeployError::Package(PackageError::Signature(DeriveError::Confirmation(
+                condition @ ConditionError::TooCostly(_),
+            ))) => ApiError { message: e.to_string(), ..condition.clone().into() },
             DeployError::Package(_) | DeployError::Load(_) => ApiError::bad_request("invalid_component", e.to_string()),
             DeployError::UnknownTenant(_) => ApiError::not_found(e.to_string()),
             DeployError::TooLarge { .. } => {
@@ -199,6 +204,42 @@ impl From<DeployError> for ApiError {
                     .with("actualVersion", *actual)
             }
         }
+    }
+}
+
+impl From<DecideError> for ApiError {
+    fn from(e: DecideError) -> Self {
+        let (status, code) = match &e {
+            DecideError::Unknown(_) => (StatusCode::NOT_FOUND, "unknown_transaction"),
+            DecideError::Expired => (StatusCode::GONE, "confirmation_expired"),
+            DecideError::AlreadyDecided(_) => (StatusCode::CONFLICT, "already_decided"),
+            DecideError::Signature(_) => (StatusCode::FORBIDDEN, "invalid_signature"),
+            DecideError::Altered => (StatusCode::CONFLICT, "cheq_altered"),
+            DecideError::NotConfirmed(_) => (StatusCode::FORBIDDEN, "not_confirmed"),
+            DecideError::Jwks(e) => return e.clone().into(),
+            DecideError::Retired => (StatusCode::GONE, "version_retired"),
+            DecideError::Store(e) => {
+                tracing::error!(error = %e, "a confirmation could not be read or written");
+                return ApiError::storage_failed("the confirmation could not be recorded (is the data disk full?)");
+            }
+        };
+        ApiError::new(status, code, e.to_string())
+    }
+}
+
+impl From<JwksError> for ApiError {
+    /// `502`: the external confirmation server's keys could not be had, or
+    /// the operator's rules refused its URL.
+    fn from(e: JwksError) -> Self {
+        let code = match e {
+            JwksError::Insecure => "jwks_insecure_url",
+            JwksError::Credentials => "jwks_url_credentials",
+            JwksError::InternalAddress => "jwks_internal_address",
+            JwksError::TooLarge(_) => "jwks_too_large",
+            JwksError::Invalid => "jwks_invalid",
+            JwksError::Unavailable => "jwks_unavailable",
+        };
+        ApiError::new(StatusCode::BAD_GATEWAY, code, e.to_string())
     }
 }
 
@@ -237,9 +278,7 @@ impl IntoResponse for ApiError {
         error.insert("message".into(), self.message.into());
         error.extend(self.fields);
         let mut response = (self.status, axum::Json(json!({ "error": error }))).into_response();
-        if let Some(secs) = self.retry_after_secs {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
+        add_retry_after(&mut response, self.retry_after_secs);
         response
     }
 }

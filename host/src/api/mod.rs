@@ -172,6 +172,11 @@ pub fn router(host: AppState, options: ApiOptions) -> axum::Router {
 /// connection closed, whatever the handler made of the failed read.
 async fn body_deadline(timeout: Duration, request: Request, next: Next) -> axum::response::Response {
     use axum::response::IntoResponse;
+    use http_body::Body as _;
+    // Nothing to wait for (a GET, say): no timer on the per-request path.
+    if request.body().is_end_stream() {
+        return next.run(request).await;
+    }
     let expired = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (parts, body) = request.into_parts();
     let body = DeadlineBody { inner: body, deadline: Box::pin(tokio::time::sleep(timeout)), expired: expired.clone() };

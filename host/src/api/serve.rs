@@ -158,7 +158,7 @@ impl PerAddress {
     /// Counts a new connection from `ip`, unless its address already has
     /// its share open.
     fn admit(self: Arc<Self>, ip: IpAddr) -> Option<AddressShare> {
-        let key = crate::client_address::prefix(ip, 64);
+        let key = crate::client_address::prefix(ip, crate::client_address::HOST_PREFIX);
         {
             let mut open = self.open();
             let count = open.entry(key).or_insert(0);

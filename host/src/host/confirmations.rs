@@ -120,13 +120,13 @@ pub(super) struct CheqState {
 }
 
 impl CheqState {
-    /// `allowed_private`: the networks the operator lets outbound requests
-    /// reach (tools' and these key fetches alike).
+    /// `outbound`: the address policy key fetches follow, the one tools'
+    /// outbound requests follow.
     pub fn new(
         data_dir: &std::path::Path,
         ttl: Duration,
         options: &CheqOptions,
-        allowed_private: Vec<ipnet::IpNet>,
+        outbound: Arc<crate::runtime::outbound::OutboundLimits>,
     ) -> anyhow::Result<CheqState> {
         let key = |file| {
             SigningKey::load_or_create(data_dir, file)
@@ -139,7 +139,7 @@ impl CheqState {
             servers: Default::default(),
             overrides: Default::default(),
             login: login::LoginGuard::new(&options.login),
-            jwks: jwks::JwksFetcher::new(options.jwks.clone(), allowed_private),
+            jwks: jwks::JwksFetcher::new(options.jwks.clone(), outbound),
         })
     }
 }
@@ -488,12 +488,13 @@ impl ToolHost {
         id: &str,
         signed: &Value,
     ) -> Result<(StoredConfirmation, Confirmed), DecideError> {
-        self.decidable(tenant, id)?;
+        // Looked up first: an unknown or settled transaction fetches nothing.
+        let c = self.decidable(tenant, id)?;
         let trusted = match self.confirmation_server(tenant) {
             Some(server) => vec![Value::clone(&*self.cheq.jwks.get(&server.jwks_url).await?)],
             None => Vec::new(),
         };
-        self.accept_confirmation(tenant, id, signed, &trusted)
+        self.accept_decidable(c, signed, &trusted)
     }
 
     /// Accepts a transaction with `signed`: the CHEQ this server issued,
@@ -509,7 +510,17 @@ impl ToolHost {
         signed: &Value,
         trusted: &[Value],
     ) -> Result<(StoredConfirmation, Confirmed), DecideError> {
-        let c = self.decidable(tenant, id)?;
+        self.accept_decidable(self.decidable(tenant, id)?, signed, trusted)
+    }
+
+    /// [`ToolHost::accept_confirmation`] of a transaction already read (and
+    /// found pending); the decision itself is still made once, in the store.
+    fn accept_decidable(
+        &self,
+        c: StoredConfirmation,
+        signed: &Value,
+        trusted: &[Value],
+    ) -> Result<(StoredConfirmation, Confirmed), DecideError> {
         let mut sets = vec![self.cheq_jwks()];
         sets.extend_from_slice(trusted);
         let (payload, signatures) = cheq::verify(signed, &sets)?;
@@ -546,18 +557,22 @@ impl ToolHost {
         if self.pinned_version_retired(&c) {
             let audit = self.decision_audit(&c, "cheq.accept.retired", &confirmation.kid);
             self.decide(&c, "retired", &signed.to_string(), &audit)?;
-            tracing::info!(transaction = id, "an acceptance came after the call's version was retired; it ended unrun");
+            tracing::info!(
+                transaction = c.id,
+                "an acceptance came after the call's version was retired; it ended unrun"
+            );
             return Err(DecideError::Retired);
         }
         let audit = self.decision_audit(&c, "cheq.accept", &confirmation.kid);
         self.decide(&c, "accepted", &signed.to_string(), &audit)?;
-        tracing::info!(transaction = id, "the end user accepted the call");
+        tracing::info!(transaction = c.id, "the end user accepted the call");
         Ok((c, Confirmed(())))
     }
 
     /// Whether the version a transaction pinned is retired (or gone).
     fn pinned_version_retired(&self, c: &StoredConfirmation) -> bool {
-        self.tool(&c.tenant, &c.tool_id.to_string())
+        self.registry
+            .get_in(&c.tenant, &c.tool_id)
             .and_then(|tool| tool.version(c.version))
             .is_none_or(|version| version.retired_at().is_some())
     }
@@ -704,6 +719,9 @@ impl ToolHost {
         password: &str,
         address: std::net::IpAddr,
     ) -> Result<(), LoginError> {
+        if !is_end_user_name(name) {
+            return Err(LoginError::Invalid);
+        }
         let guard = &self.cheq.login;
         guard.check(tenant, name, address)?;
         let Ok(slot) = guard.hashing.clone().try_acquire_owned() else {
@@ -831,7 +849,7 @@ fn parameters(signature: &Signature, inputs: &Map<String, Value>) -> Vec<Value> 
 
 /// A value as an end user must see it, when that differs from its text:
 /// a string, or any other value as JSON, with its hidden characters marked.
-pub fn display_value(value: &Value) -> Option<String> {
+fn display_value(value: &Value) -> Option<String> {
     match value {
         Value::String(text) => cheq::marked(text),
         other => cheq::marked(&other.to_string()),
@@ -854,6 +872,16 @@ impl StoredConfirmation {
     pub fn cheq_object(&self) -> Value {
         serde_json::from_slice(&self.issued_payload()).unwrap_or_default()
     }
+}
+
+/// Longest end-user name.
+pub const MAX_END_USER_CHARS: usize = 128;
+
+/// Whether `name` can name an end user: 1 to [`MAX_END_USER_CHARS`]
+/// printable characters.
+pub fn is_end_user_name(name: &str) -> bool {
+    let length = name.chars().count();
+    (1..=MAX_END_USER_CHARS).contains(&length) && !name.chars().any(char::is_control)
 }
 
 /// A name as words for people: `book_flight` → `Book flight`.

@@ -16,6 +16,7 @@ use crate::manifest::ToolManifest;
 use outbound::OutboundPolicy;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -305,6 +306,15 @@ struct ToolLog {
     dropped_bytes: u64,
 }
 
+/// Why a log line was dropped.
+#[derive(Debug, Clone, Copy)]
+enum DroppedLine {
+    /// The call's byte allowance is spent.
+    OverSize,
+    /// The tool's lines-per-second rate is spent.
+    OverRate,
+}
+
 impl ToolLog {
     fn new(labels: LogLabels, redactor: Redactor, budget: Arc<LogBudget>) -> Self {
         ToolLog {
@@ -329,23 +339,43 @@ impl ToolLog {
     /// Logs a line of `total` bytes, of which `text` holds (at least) the
     /// first [`ToolLog::needed`] bytes.
     fn write(&mut self, level: LogLevel, text: &str, total: usize) {
+        match self.admit() {
+            Ok(()) => self.write_admitted(level, text, total),
+            Err(dropped) => self.drop_line(dropped, total),
+        }
+    }
+
+    /// Whether the call may log one more line: its byte allowance and the
+    /// tool's rate allow it. Asked before a line is copied out of the tool's
+    /// memory, so a tool logging past its allowance costs no copies.
+    fn admit(&self) -> Result<(), DroppedLine> {
         if self.written >= LOG_CALL_BYTES {
-            self.dropped_size += 1;
-            self.dropped_bytes += total as u64;
-            return;
+            return Err(DroppedLine::OverSize);
         }
         if !self.budget.take() {
-            self.dropped_rate += 1;
-            self.dropped_bytes += total as u64;
-            return;
+            return Err(DroppedLine::OverRate);
         }
+        Ok(())
+    }
+
+    /// Counts a line [`ToolLog::admit`] refused, of `total` bytes.
+    fn drop_line(&mut self, why: DroppedLine, total: usize) {
+        match why {
+            DroppedLine::OverSize => self.dropped_size += 1,
+            DroppedLine::OverRate => self.dropped_rate += 1,
+        }
+        self.dropped_bytes += total as u64;
+    }
+
+    /// Logs an admitted line (see [`ToolLog::write`]).
+    fn write_admitted(&mut self, level: LogLevel, text: &str, total: usize) {
         let cut = self.redactor.cut(text, LOG_LINE_BYTES.min(LOG_CALL_BYTES - self.written));
         self.written += cut;
         let mut message = self.redactor.text(&text[..cut]);
         if cut < total {
             self.truncated += 1;
             self.dropped_bytes += (total - cut) as u64;
-            message.push_str(&format!(" … [truncated: {} more bytes]", total - cut));
+            let _ = write!(message, " … [truncated: {} more bytes]", total - cut);
         }
         let (tool, version, call_id) = (&self.labels.tool, self.labels.version, &self.labels.call_id);
         match level {
@@ -516,13 +546,19 @@ impl Runtime {
         linker.instance("plinth:tool/log@0.1.0")?.func_wrap(
             "write",
             |mut store: wasmtime::StoreContextMut<'_, ToolState>, (level, message): (LogLevel, WasmStr)| {
-                // Copy only what can be logged, not a multi-megabyte line.
+                // Copy only what can be logged, and only when it will be:
+                // not a multi-megabyte line, nor a line past the allowance.
                 let (head, total) = {
                     let text = message.to_str(&store)?;
-                    let end = text.floor_char_boundary(store.data().log.needed());
-                    (text[..end].to_string(), text.len())
+                    let log = &store.data().log;
+                    let head = log.admit().map(|()| text[..text.floor_char_boundary(log.needed())].to_string());
+                    (head, text.len())
                 };
-                store.data_mut().log.write(level, &head, total);
+                let log = &mut store.data_mut().log;
+                match head {
+                    Ok(head) => log.write_admitted(level, &head, total),
+                    Err(dropped) => log.drop_line(dropped, total),
+                }
                 Ok(())
             },
         )?;
@@ -550,7 +586,8 @@ impl Runtime {
             format!("{:016x}", hasher.finish())
         };
         if let Some(dir) = &config.cache_dir {
-            std::fs::create_dir_all(dir)?;
+            // Compiled code of private components: the owner's only.
+            crate::store::private_dir(dir)?;
         }
         Ok(Runtime { engine, linker, config, engine_key, stop_ticker })
     }

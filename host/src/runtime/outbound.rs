@@ -67,7 +67,7 @@ impl OutboundLimits {
 /// others (a tool's requests, a confirmation server's keys): `ip` is refused
 /// when it is internal ([`is_internal`]) and in no network the operator
 /// allows (`allowed_private`, from `--allow-private-cidr`).
-pub fn refuses_address(ip: IpAddr, allowed_private: &[IpNet]) -> bool {
+fn refuses_address(ip: IpAddr, allowed_private: &[IpNet]) -> bool {
     is_internal(ip) && !allowed_private.iter().any(|net| net.contains(&ip))
 }
 
@@ -110,7 +110,8 @@ impl Denials {
     }
 
     /// The first refusal, if any.
-    pub fn first(&self) -> Option<String> {
+    #[cfg(test)]
+    fn first(&self) -> Option<String> {
         self.lock().first.clone()
     }
 

@@ -45,16 +45,12 @@ impl SecretsCipher {
             return Self::from_base64(text, "PLINTH_SECRETS_KEY");
         }
         let path = data_dir.join(KEY_FILE);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Self::from_base64(&text, &path.display().to_string()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let mut key = [0u8; 32];
-                getrandom::fill(&mut key).map_err(std::io::Error::other)?;
-                crate::tenancy::write_private_file(&path, &format!("{}\n", STANDARD.encode(key)))?;
+        match crate::tenancy::read_or_create_key(&path, |key| format!("{}\n", STANDARD.encode(key)))? {
+            crate::tenancy::KeyFile::Read(text) => Self::from_base64(&text, &path.display().to_string()),
+            crate::tenancy::KeyFile::Created(key) => {
                 tracing::info!(path = %path.display(), "created the key that encrypts stored secrets");
                 Ok(Self::new(&key))
             }
-            Err(e) => Err(e.into()),
         }
     }
 

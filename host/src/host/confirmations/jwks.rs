@@ -19,8 +19,7 @@
 //!   for its result), so accepts posted while a confirmation server fails
 //!   cost it, and this server, one fetch per failure period, not one each.
 
-use crate::runtime::outbound::refuses_address;
-use ipnet::IpNet;
+use crate::runtime::outbound::OutboundLimits;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -86,21 +85,14 @@ pub enum JwksError {
     Unavailable,
 }
 
-impl JwksError {
-    /// Whether the operator's or this server's rules refused the URL (as
-    /// opposed to the confirmation server failing to answer).
-    pub fn is_refusal(&self) -> bool {
-        !matches!(self, JwksError::Unavailable)
-    }
-}
-
 /// A fetch's outcome, as cached.
 type Fetched = Result<Arc<Value>, JwksError>;
 
 /// Fetches and caches key sets.
 pub(crate) struct JwksFetcher {
     options: JwksOptions,
-    allowed_private: Arc<Vec<IpNet>>,
+    /// The outbound address policy tools' requests follow too.
+    limits: Arc<OutboundLimits>,
     /// Built once (its TLS roots and pool); `None` if it could not be.
     client: Option<reqwest::Client>,
     /// By URL: when it was fetched, and the key set or the failure.
@@ -110,23 +102,16 @@ pub(crate) struct JwksFetcher {
 }
 
 impl JwksFetcher {
-    pub(crate) fn new(options: JwksOptions, allowed_private: Vec<IpNet>) -> JwksFetcher {
-        let allowed_private = Arc::new(allowed_private);
+    pub(crate) fn new(options: JwksOptions, limits: Arc<OutboundLimits>) -> JwksFetcher {
         let client = reqwest::Client::builder()
             .timeout(FETCH_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
-            .dns_resolver(Arc::new(CheckedResolver { allowed_private: allowed_private.clone() }))
+            .dns_resolver(Arc::new(CheckedResolver { limits: limits.clone() }))
             .build()
             .inspect_err(|e| tracing::error!(error = %e, "no HTTP client for confirmation servers' keys"))
             .ok();
-        JwksFetcher {
-            options,
-            allowed_private,
-            client,
-            cache: Mutex::new(HashMap::new()),
-            flights: Mutex::new(HashMap::new()),
-        }
+        JwksFetcher { options, limits, client, cache: Mutex::new(HashMap::new()), flights: Mutex::new(HashMap::new()) }
     }
 
     /// Whether `url` may be a JWKS URL at all (checked when a publisher
@@ -144,7 +129,7 @@ impl JwksFetcher {
         // The resolver checks names; an address in the URL is never resolved.
         let host = url.host_str().filter(|h| !h.is_empty()).ok_or(JwksError::Insecure)?;
         let literal = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().ok();
-        if literal.is_some_and(|ip| refuses_address(ip, &self.allowed_private)) {
+        if literal.is_some_and(|ip| self.limits.refuses(ip)) {
             return Err(JwksError::InternalAddress);
         }
         Ok(url)
@@ -252,7 +237,7 @@ fn host_of(url: &str) -> String {
 /// address passes the outbound policy. The client connects only to what it
 /// returns.
 struct CheckedResolver {
-    allowed_private: Arc<Vec<IpNet>>,
+    limits: Arc<OutboundLimits>,
 }
 
 /// The resolver's refusal, found again in the client's error.
@@ -262,10 +247,10 @@ struct RefusedAddress;
 
 impl reqwest::dns::Resolve for CheckedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let allowed_private = self.allowed_private.clone();
+        let limits = self.limits.clone();
         Box::pin(async move {
             let found: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
-            if found.is_empty() || found.iter().any(|a| refuses_address(a.ip(), &allowed_private)) {
+            if found.is_empty() || found.iter().any(|a| limits.refuses(a.ip())) {
                 return Err(Box::new(RefusedAddress) as Box<dyn std::error::Error + Send + Sync>);
             }
             Ok(Box::new(found.into_iter()) as reqwest::dns::Addrs)
@@ -289,8 +274,11 @@ mod tests {
     use super::*;
 
     fn fetcher(allow_http: bool, allowed: &[&str]) -> JwksFetcher {
-        let allowed = allowed.iter().map(|n| n.parse().unwrap()).collect();
-        JwksFetcher::new(JwksOptions { allow_http, ..Default::default() }, allowed)
+        let allowed_private = allowed.iter().map(|n| n.parse().unwrap()).collect();
+        JwksFetcher::new(
+            JwksOptions { allow_http, ..Default::default() },
+            Arc::new(OutboundLimits { allowed_private, ..Default::default() }),
+        )
     }
 
     #[test]
@@ -321,7 +309,7 @@ mod tests {
     async fn a_failure_is_cached_for_its_own_while() {
         let failing = JwksFetcher::new(
             JwksOptions { allow_http: true, failure_ttl: Duration::from_secs(3600), ..Default::default() },
-            vec![],
+            Arc::default(),
         );
         let url = "http://localhost:9/jwks.json";
         assert!(matches!(failing.get(url).await, Err(JwksError::InternalAddress)));
@@ -330,7 +318,7 @@ mod tests {
         assert!(failing.cached(url).is_none());
         let retrying = JwksFetcher::new(
             JwksOptions { allow_http: true, failure_ttl: Duration::ZERO, ..Default::default() },
-            vec![],
+            Arc::default(),
         );
         assert!(retrying.get(url).await.is_err());
         assert!(retrying.cached(url).is_none(), "a zero failure time caches nothing");

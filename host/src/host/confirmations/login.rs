@@ -35,19 +35,12 @@
 //! Unknown tenants and user names are counted like known ones: the answers
 //! (and their timing) say nothing about who exists.
 
-use crate::client_address::prefix;
+use crate::client_address::{HOST_PREFIX, SITE_PREFIX, prefix};
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// An IPv6 client's prefix for its (user, address) key and known
-/// addresses: one host.
-const HOST_PREFIX: u8 = 64;
-/// An IPv6 client's prefix for the address throttle: one site, so that a
-/// client cannot rotate through the /64s it holds.
-const SITE_PREFIX: u8 = 48;
 
 /// The operator's settings for end-user logins.
 #[derive(Debug, Clone)]
