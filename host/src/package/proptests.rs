@@ -324,29 +324,25 @@ fn json_leaf() -> impl Strategy<Value = serde_json::Value> {
     ]
 }
 
+/// A manifest's top-level keys, and one it does not have.
+const MANIFEST_KEYS: [&str; 11] = [
+    "world",
+    "tags",
+    "toolkit",
+    "img",
+    "allowed-hosts",
+    "inputs",
+    "config",
+    "secrets",
+    "limits",
+    "confirmation",
+    "bogus",
+];
+
 /// JSON shaped like an embedded manifest, with values of any type.
 fn manifest_json() -> impl Strategy<Value = serde_json::Value> {
-    let key = prop::sample::select(vec![
-        "world",
-        "tags",
-        "toolkit",
-        "img",
-        "allowed-hosts",
-        "inputs",
-        "config",
-        "secrets",
-        "limits",
-        "confirmation",
-        "max-length",
-        "min",
-        "max",
-        "private",
-        "required",
-        "when",
-        "text",
-        "mood",
-        "bogus",
-    ]);
+    let nested = ["max-length", "min", "max", "private", "required", "when", "text", "mood"];
+    let key = prop::sample::select([MANIFEST_KEYS.as_slice(), nested.as_slice()].concat());
     let leaf = prop_oneof![
         Just(serde_json::Value::Null),
         any::<bool>().prop_map(serde_json::Value::from),
@@ -364,19 +360,7 @@ fn manifest_json() -> impl Strategy<Value = serde_json::Value> {
             }),
         ]
     });
-    let key = prop::sample::select(vec![
-        "world",
-        "tags",
-        "toolkit",
-        "img",
-        "allowed-hosts",
-        "inputs",
-        "config",
-        "secrets",
-        "limits",
-        "confirmation",
-        "bogus",
-    ]);
+    let key = prop::sample::select(MANIFEST_KEYS.to_vec());
     prop::collection::vec((key, value), 0..6)
         .prop_map(|kv| serde_json::Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect()))
 }
