@@ -1,0 +1,37 @@
+"""Calls one tool once.
+
+    python call_tool.py URL NAME ARGUMENTS_JSON [--meta JSON] [--mode auto|legacy|2026-07-28]
+
+Prints {"protocolVersion": …} and then {"result": …} (a CallToolResult, tool
+errors included), or {"error": …, "refusals": […]} for a JSON-RPC error.
+"""
+
+import argparse
+import json
+
+import anyio
+from mcp import MCPError
+
+from plinth_mcp import Refusals, connect, dump, emit, error
+
+
+async def main(url: str, name: str, arguments: dict, meta: dict | None, mode: str) -> None:
+    refusals = Refusals()
+    try:
+        async with connect(url, mode, refusals) as client:
+            emit(protocolVersion=client.protocol_version)
+            result = await client.call_tool(name, arguments, meta=meta)
+            emit(result=dump(result))
+    except* MCPError as e:
+        emit(error=error(e), refusals=refusals.seen)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("name")
+    parser.add_argument("arguments", type=json.loads)
+    parser.add_argument("--meta", type=json.loads)
+    parser.add_argument("--mode", default="auto")
+    args = parser.parse_args()
+    anyio.run(main, args.url, args.name, args.arguments, args.meta, args.mode)
