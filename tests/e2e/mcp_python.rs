@@ -99,15 +99,20 @@ impl Script {
         }))
     }
 
-    /// The next object, which must have `field`; returns that field.
-    async fn expect(&mut self, field: &str) -> Value {
+    /// The next object, which must have `field`.
+    async fn expect_line(&mut self, field: &str) -> Value {
         match self.next().await {
-            Some(mut line) if line.get(field).is_some() => line[field].take(),
+            Some(line) if line.get(field).is_some() => line,
             Some(line) => {
                 panic!("`{}` printed {line}, expected a {field:?}; its stderr:\n{}", self.name, self.stderr())
             }
             None => panic!("`{}` ended before a {field:?}; its stderr:\n{}", self.name, self.stderr()),
         }
+    }
+
+    /// The next object's `field`, which it must have.
+    async fn expect(&mut self, field: &str) -> Value {
+        self.expect_line(field).await[field].take()
     }
 
     /// Writes `line` on the script's stdin.
@@ -402,26 +407,31 @@ fn confirmation_url(server: &Server, elicitation: &Value) -> String {
     url.to_string()
 }
 
+/// A 2026-07-28 agent's call for `user`: (the script, the confirmation page).
+async fn modern_call(server: &Server, key: &str, passengers: u32, user: &str) -> (Script, String) {
+    let url = format!("{}/mcp", server.base);
+    let meta = json!({"endUser": user}).to_string();
+    let args = [url.as_str(), "book_flight", &booking(passengers), "--meta", &meta, "--mode", "2026-07-28"];
+    let mut agent = Script::start("confirm_call.py", &args, Some(key));
+    assert_eq!(agent.expect("protocolVersion").await, "2026-07-28");
+    let asked = agent.expect_line("elicitation").await;
+    assert_eq!(asked["key"], "confirmation", "the input request's key: {asked}");
+    let page = confirmation_url(server, &asked["elicitation"]);
+
+    // The client says yes before the end user decided: still waiting, asked again.
+    agent.send("accept");
+    let again = agent.expect("elicitation").await;
+    assert_eq!(confirmation_url(server, &again), page, "the same confirmation");
+    (agent, page)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_2026_client_books_once_the_end_user_accepts_in_a_browser() {
     let (server, key) = confirming_server().await;
-    let url = format!("{}/mcp", server.base);
-    let (_, tools) = list(&url, "2026-07-28", Some(&key)).await;
+    let (_, tools) = list(&format!("{}/mcp", server.base), "2026-07-28", Some(&key)).await;
     assert_eq!(find(&tools, "book_flight")["_meta"]["confirmation"], "required");
 
-    let mut agent = Script::start(
-        "confirm_call.py",
-        &[&url, "book_flight", &booking(2), "--meta", r#"{"endUser": "alice"}"#, "--mode", "2026-07-28"],
-        Some(&key),
-    );
-    assert_eq!(agent.expect("protocolVersion").await, "2026-07-28");
-    let page = confirmation_url(&server, &agent.expect("elicitation").await);
-
-    // The client says yes before alice did: still waiting, asked again.
-    agent.send("accept");
-    let again = agent.expect("elicitation").await;
-    assert_eq!(confirmation_url(&server, &again), page, "the same confirmation");
-
+    let (mut agent, page) = modern_call(&server, &key, 2, "alice").await;
     let browser = browser::start().await;
     log_in(&browser, &page, "alice").await;
     browser.click("#accept").await;
@@ -434,6 +444,19 @@ async fn a_2026_client_books_once_the_end_user_accepts_in_a_browser() {
     let booked = structured(&outcome);
     assert_eq!((&booked["cabin_class"], &booked["total_price_usd"]), (&json!("ECONOMY"), &json!(360)), "{booked}");
     assert_eq!(booked["confirmation_code"].as_str().map(str::len), Some(6), "{booked}");
+    assert_eq!(agent.finish().await, Vec::<Value>::new());
+
+    // bob rejects: the retry ends with a tool result that says so.
+    let (mut agent, page) = modern_call(&server, &key, 3, "bob").await;
+    let browser = browser::start().await;
+    log_in(&browser, &page, "bob").await;
+    browser.click("#reject").await;
+    browser.wait_for_text("You rejected", WAIT).await;
+    browser.close().await;
+    agent.send("accept");
+    let rejected = agent.expect("result").await;
+    assert_eq!(rejected["isError"], true, "{rejected}");
+    assert_eq!(rejected["_meta"]["code"], "confirmation_rejected", "{rejected}");
     assert_eq!(agent.finish().await, Vec::<Value>::new());
 }
 

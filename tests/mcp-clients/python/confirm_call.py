@@ -4,7 +4,7 @@ with a person (the test) in the loop on stdin.
     python confirm_call.py URL NAME ARGUMENTS_JSON --meta JSON --mode 2026-07-28|legacy
 
 2026-07-28: the server answers input_required with a URL-mode elicitation.
-The elicitation callback prints {"elicitation": …} and returns the action the
+The elicitation callback prints {"elicitation": …, "key": …} and returns the action the
 test writes on stdin ("accept", "decline" or "cancel"); the SDK then retries
 the call itself, and the script prints {"result": …} or {"error": …}.
 
@@ -24,7 +24,8 @@ from plinth_mcp import connect, dump, emit, error, read_line
 
 
 async def on_elicit(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
-    emit(elicitation=dump(params))
+    # The SDK hands the input request's key in inputRequests over as the request id.
+    emit(elicitation=dump(params), key=context.request_id)
     return types.ElicitResult(action=await read_line())
 
 
