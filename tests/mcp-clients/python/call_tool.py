@@ -3,7 +3,9 @@
     python call_tool.py URL NAME ARGUMENTS_JSON [--meta JSON] [--mode auto|legacy|2026-07-28]
 
 Prints {"protocolVersion": …} and then {"result": …} (a CallToolResult, tool
-errors included), or {"error": …, "refusals": […]} for a JSON-RPC error.
+errors included), {"error": …, "refusals": […]} for a JSON-RPC error, or
+{"clientError": …} when the SDK itself refuses the result (a structuredContent
+that does not match the tool's listed outputSchema).
 """
 
 import argparse
@@ -12,7 +14,7 @@ import json
 import anyio
 from mcp import MCPError
 
-from plinth_mcp import Refusals, connect, dump, emit, error
+from plinth_mcp import Refusals, connect, dump, emit, error, first
 
 
 async def main(url: str, name: str, arguments: dict, meta: dict | None, mode: str) -> None:
@@ -24,6 +26,8 @@ async def main(url: str, name: str, arguments: dict, meta: dict | None, mode: st
             emit(result=dump(result))
     except* MCPError as e:
         emit(error=error(e), refusals=refusals.seen)
+    except* RuntimeError as e:
+        emit(clientError=str(first(e)))
 
 
 if __name__ == "__main__":

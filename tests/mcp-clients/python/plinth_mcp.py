@@ -67,10 +67,16 @@ def dump(model: Any) -> Any:
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def error(e: BaseException) -> dict[str, Any]:
-    """A JSON-RPC error the SDK raised: the MCPError itself, or the first in
-    the exception group its task groups wrapped it in."""
+def first(e: BaseException) -> BaseException:
+    """The exception itself, or the first in the groups the SDK's task groups
+    wrapped it in."""
     while isinstance(e, BaseExceptionGroup):
         e = e.exceptions[0]
+    return e
+
+
+def error(e: BaseException) -> dict[str, Any]:
+    """A JSON-RPC error the SDK raised (an MCPError, perhaps in a group)."""
+    e = first(e)
     assert isinstance(e, MCPError), e
     return {"code": e.code, "message": e.message, "data": e.data}
