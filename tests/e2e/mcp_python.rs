@@ -321,6 +321,31 @@ async fn a_call_pinned_to_replaced_bytes_is_refused() {
     assert_eq!(structured(&outcome), &json!({"text": "hi"}));
 }
 
+/// An agent lists its tools when it starts and keeps the listing (the SDK
+/// checks each result against the outputSchema it listed). A compatible
+/// deploy (v2 adds an output) must not break its next call.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_compatible_deploy_does_not_break_an_agent_that_listed_before_it() {
+    let server = Server::start(&[]);
+    let key = consumer(&server).await;
+    let url = format!("{}/mcp", server.base);
+    for mode in ["2026-07-28", "legacy"] {
+        let mut agent = Script::start(
+            "call_tool.py",
+            &[&url, "echo", r#"{"text": "hi"}"#, "--mode", mode, "--list-first"],
+            Some(&key),
+        );
+        agent.expect("protocolVersion").await;
+        assert_eq!(agent.expect("listed").await, json!(["book_flight", "echo", "lookup_weather_by_city"]));
+        let (status, deployed) = server.deploy(fixture("echo_v2.wasm"), "").await;
+        assert!(status == 201 || status == 200, "{deployed}");
+        agent.send("go");
+        let outcome = json!({"result": agent.expect("result").await});
+        assert_eq!(structured(&outcome), &json!({"text": "hi", "length": 2}), "{mode}");
+        assert_eq!(agent.finish().await, Vec::<Value>::new());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tenants_key_reaches_only_its_tenants_tools() {
     let server = Server::start(&[]);
