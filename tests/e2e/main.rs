@@ -8,6 +8,7 @@ mod cheq_browser;
 mod cli;
 mod deploy;
 mod hardening_net;
+mod mcp;
 mod otc;
 mod sandbox;
 mod security_doc;
