@@ -76,5 +76,7 @@ pub fn output_schema(signature: &Signature) -> Option<Value> {
         properties.insert(param.name.clone(), schema);
     }
     let required: Vec<&str> = signature.outputs.iter().map(|p| p.name.as_str()).collect();
-    Some(json!({ "type": "object", "properties": properties, "required": required, "additionalProperties": false }))
+    // Open to more properties: a compatible new version may add outputs,
+    // and a client holding this schema must still accept its answers.
+    Some(json!({ "type": "object", "properties": properties, "required": required }))
 }
