@@ -610,6 +610,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             public_url,
             request_body_timeout: Duration::from_secs(args.request_body_timeout_secs.max(1)),
         };
+        let stopping = options.mcp.stopping.clone();
         let app = api::router(host, options);
         let limits = api::serve::ConnectionLimits {
             max_connections: args.max_connections.max(1),
@@ -617,7 +618,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             header_read_timeout: Duration::from_secs(args.header_read_timeout_secs.max(1)),
             idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
         };
-        api::serve::serve(listener, app, limits, shutdown_signal()).await?;
+        let shutdown = async move {
+            shutdown_signal().await;
+            stopping.send_replace(true);
+        };
+        api::serve::serve(listener, app, limits, shutdown).await?;
         tracing::info!("stopped");
         Ok(())
     })

@@ -314,6 +314,24 @@ async fn a_deploy_reaches_clients_listening_for_list_changes() {
     while !seen.contains("notifications/tools/list_changed") {
         seen.push_str(&next().await);
     }
+
+    // Stopping the server ends the stream, so the server does stop.
+    let stopped = std::process::Command::new("kill").args(["-TERM", &server.pid().to_string()]).status().unwrap();
+    assert!(stopped.success());
+    let rest = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Ok(Some(chunk)) = stream.chunk().await {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    assert!(rest.is_ok(), "the stream ended when the server stopped: {seen}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::path::Path::new(&format!("/proc/{}/stat", server.pid())).exists()
+        && !std::fs::read_to_string(format!("/proc/{}/stat", server.pid())).unwrap_or_default().contains(") Z")
+    {
+        assert!(std::time::Instant::now() < deadline, "the server stopped with a listener connected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -104,6 +104,10 @@ pub struct McpOptions {
     pub allowed_origins: Vec<String>,
     /// Seals `requestState` (HMAC) so that it cannot be forged.
     pub state_key: [u8; 32],
+    /// Set to `true` when the server stops: `subscriptions/listen` streams
+    /// end then (they never would by themselves, and the server waits for
+    /// its open requests).
+    pub stopping: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl std::fmt::Debug for McpOptions {
@@ -136,7 +140,12 @@ impl McpOptions {
         }
         allowed_hosts.dedup();
         allowed_origins.dedup();
-        McpOptions { allowed_hosts, allowed_origins, state_key }
+        McpOptions {
+            allowed_hosts,
+            allowed_origins,
+            state_key,
+            stopping: Arc::new(tokio::sync::watch::channel(false).0),
+        }
     }
 
     /// The key that seals `requestState`, kept in the data dir (created on
@@ -317,9 +326,15 @@ impl ServerHandler for McpDoor {
         let (host, caller) = scope(context.request_context())?;
         let tenant = caller.tenant;
         let mut changes = host.registry().changes();
+        let mut stopping = self.options.mcp.stopping.subscribe();
+        if *stopping.borrow_and_update() {
+            return Ok(());
+        }
         loop {
             tokio::select! {
                 _ = context.cancelled() => return Ok(()),
+                // Ends the stream gracefully: the client reconnects elsewhere.
+                _ = stopping.changed() => return Ok(()),
                 change = changes.recv() => match change {
                     Ok(changed) if changed != tenant => continue,
                     // A lag lost changes, some perhaps this tenant's.
