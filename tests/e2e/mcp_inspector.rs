@@ -19,10 +19,18 @@ impl Run {
         format!("exit {:?}\n--- stdout\n{}\n--- stderr\n{}", self.code, self.stdout, self.stderr)
     }
 
-    /// The JSON result on stdout (exit 0 required).
+    /// The result the Inspector printed (`{"result": …}` on stdout).
+    fn result(&self) -> Value {
+        let printed: Value =
+            serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.report()));
+        assert!(printed["result"].is_object(), "{}", self.report());
+        printed["result"].clone()
+    }
+
+    /// The result of a run that succeeded.
     fn json(&self) -> Value {
         assert_eq!(self.code, Some(0), "{}", self.report());
-        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.report()))
+        self.result()
     }
 }
 
@@ -125,14 +133,12 @@ async fn the_inspector_lists_and_calls_every_example_tool() {
         assert_eq!(weather["conditions"], "partly cloudy", "{}", context(&run));
         assert_eq!(weather["coordinates"], json!({"latitude": 41.26, "longitude": -95.94}), "{}", context(&run));
 
-        // The tool's own error: isError with its message, which the
-        // Inspector reports with its exit code 5.
+        // The tool's own error: isError with its message (the Inspector
+        // exits 5 on it).
         let run = call(home, &url, &key, era, "lookup_weather_by_city", json!({"city": "Atlantis"})).await;
         assert_eq!(run.code, Some(5), "{}", context(&run));
-        assert!(
-            format!("{}{}", run.stdout, run.stderr).contains("no city called `Atlantis` is known"),
-            "{}",
-            context(&run)
-        );
+        let failed = run.result();
+        assert_eq!(failed["isError"], true, "{}", context(&run));
+        assert_eq!(text(&failed), "no city called `Atlantis` is known", "{}", context(&run));
     }
 }
