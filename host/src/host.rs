@@ -12,8 +12,8 @@ mod tests;
 
 pub use confirmations::{CheqOptions, JwksError, JwksOptions, LoginError, LoginOptions};
 pub use confirmations::{
-    ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor, MAX_END_USER_CHARS,
-    PendingConfirmation, State, as_words, is_end_user_name, rfc3339,
+    ConfirmationNeed, ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor,
+    MAX_END_USER_CHARS, PendingConfirmation, State, as_words, is_end_user_name, rfc3339,
 };
 
 use crate::idempotency::{CallLedger, Claim, Ticket};
@@ -690,6 +690,7 @@ impl ToolHost {
         self.store.retire_version(tool.id, version, at, &audit)?;
         // Its compiled code goes with it; calls already running keep theirs.
         let unloaded = target.retire(at);
+        self.registry.changed(tenant);
         tracing::info!(tenant, tool = tool.name, version, "version retired");
         if unloaded {
             tracing::info!(tenant, tool = tool.name, version, "unloaded compiled code of the retired version");

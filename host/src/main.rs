@@ -601,9 +601,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             None => None,
         };
         let public_url = args.public_url.clone().unwrap_or_else(|| format!("http://{addr}"));
+        let public_url = public_url.trim_end_matches('/').to_string();
+        let state_key = api::mcp::McpOptions::load_state_key(&args.data)
+            .with_context(|| format!("reading the MCP request-state key in {}", args.data.display()))?;
         let options = api::ApiOptions {
             max_request_bytes: args.max_request_kib.saturating_mul(1024),
-            public_url: public_url.trim_end_matches('/').to_string(),
+            mcp: api::mcp::McpOptions::for_server(&public_url, addr, state_key),
+            public_url,
             request_body_timeout: Duration::from_secs(args.request_body_timeout_secs.max(1)),
         };
         let app = api::router(host, options);

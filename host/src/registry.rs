@@ -48,6 +48,9 @@ pub struct ToolVersion {
     /// The OTC `ToolDefinition` of this version, built once by the OTC front
     /// door (its `requirements` are added per answer).
     pub otc_view: std::sync::OnceLock<serde_json::Value>,
+    /// The MCP tool of this version, built once by the MCP front door (its
+    /// confirmation marker is added per answer).
+    pub mcp_view: std::sync::OnceLock<serde_json::Value>,
     /// Its `[confirmation]` policy, compiled once.
     pub confirmation: crate::cheq::Confirmation,
 }
@@ -77,6 +80,7 @@ impl ToolVersion {
             retired_at: AtomicI64::new(stored.retired_at.unwrap_or(0)),
             a2t_view: Default::default(),
             otc_view: Default::default(),
+            mcp_view: Default::default(),
         }
     }
 
@@ -155,12 +159,23 @@ impl Tool {
 }
 
 /// Every tool, by id and, per tenant, in name order.
-#[derive(Default)]
 pub struct Registry {
     by_id: DashMap<Uuid, Arc<Tool>>,
     /// Tenant → name → id. Name order is the enumeration order; a B-tree
     /// makes a page cost O(log n + page), whatever the number of tools.
     by_name: RwLock<HashMap<String, BTreeMap<String, Uuid>>>,
+    /// The tenant of every change to its list of tools (a deploy, a
+    /// retirement), for the clients that listen (MCP's `list_changed`).
+    changes: tokio::sync::broadcast::Sender<String>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        // A listener more than this many changes behind is told that the
+        // list changed (a lag), which is all a change says anyway.
+        let (changes, _) = tokio::sync::broadcast::channel(64);
+        Registry { by_id: DashMap::new(), by_name: RwLock::new(HashMap::new()), changes }
+    }
 }
 
 impl Registry {
@@ -203,6 +218,18 @@ impl Registry {
             .entry(tenant.to_string())
             .or_default()
             .insert(name.to_string(), id);
+        self.changed(tenant);
+    }
+
+    /// Tells the listeners that `tenant`'s list of tools changed.
+    pub fn changed(&self, tenant: &str) {
+        // No receiver (nobody listens) is not an error.
+        let _ = self.changes.send(tenant.to_string());
+    }
+
+    /// The tenants whose list of tools changes, from now on.
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.changes.subscribe()
     }
 
     /// Up to `limit` of the tenant's tools whose name sorts after `after`,

@@ -62,6 +62,14 @@ fn decisions() -> BTreeMap<(&'static str, &'static str), (Access, Scope)> {
         (("GET", "/admin/tools/{tool_id}/confirmation"), (Publish, Tenant)),
         (("PUT", "/admin/tools/{tool_id}/confirmation"), (Publish, Tenant)),
         (("DELETE", "/admin/tools/{tool_id}/confirmation"), (Publish, Tenant)),
+        // MCP: one endpoint, access decided per JSON-RPC method.
+        (("GET", "/mcp"), (Enumerate, Tenant)),
+        (("DELETE", "/mcp"), (Enumerate, Tenant)),
+        (("POST", "/mcp initialize"), (Enumerate, Tenant)),
+        (("POST", "/mcp server/discover"), (Enumerate, Tenant)),
+        (("POST", "/mcp tools/list"), (Enumerate, Tenant)),
+        (("POST", "/mcp tools/call"), (Invoke, Tenant)),
+        (("POST", "/mcp subscriptions/listen"), (Enumerate, Tenant)),
     ])
 }
 
@@ -129,6 +137,11 @@ fn concrete(method: &str, path: &str) -> (String, Option<Vec<u8>>) {
         .replace("{tool}", "probe")
         .replace("{key}", "probe-key")
         .replace("{name}", "no-such-tenant");
+    // `/mcp tools/call`: a JSON-RPC request of that method to /mcp.
+    if let Some(rpc) = path.strip_prefix("/mcp ") {
+        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": rpc, "params": { "name": "probe", "arguments": {} } });
+        return ("/mcp".to_string(), Some(body.to_string().into_bytes()));
+    }
     let body = match (method, path) {
         ("PUT", _) => Some(b"value".to_vec()),
         ("POST", "/admin/tools") => Some(b"not a component".to_vec()),
@@ -143,7 +156,13 @@ async fn every_route_answers_every_caller_as_decided() {
     // The router's own list, against the decisions above.
     let routed: BTreeMap<(String, String), (Access, Scope)> = plinth::api::endpoints()
         .into_iter()
-        .map(|e| ((e.method.to_string(), e.path.to_string()), (e.access, e.scope)))
+        .map(|e| {
+            let path = match e.rpc_method {
+                Some(rpc) => format!("{} {rpc}", e.path),
+                None => e.path.to_string(),
+            };
+            ((e.method.to_string(), path), (e.access, e.scope))
+        })
         .collect();
     let decided: BTreeMap<(String, String), (Access, Scope)> =
         decisions().into_iter().map(|((m, p), d)| ((m.to_string(), p.to_string()), d)).collect();
@@ -192,6 +211,9 @@ async fn every_route_answers_every_caller_as_decided() {
                 if let Some(body) = body {
                     let content_type = if path == "/admin/tools" { "application/wasm" } else { "application/json" };
                     request = request.header("content-type", content_type).body(body);
+                }
+                if path.starts_with("/mcp") {
+                    request = request.header("accept", "application/json, text/event-stream");
                 }
                 let response = request.send().await.unwrap();
                 let status = response.status().as_u16();

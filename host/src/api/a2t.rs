@@ -10,7 +10,7 @@ use super::{ApiError, ApiOptions, AppState, Caller};
 use crate::host::{Call, FrontDoor, InvokeError};
 use crate::invocation::{self, ToolResult};
 use crate::registry::{Tool, ToolVersion};
-use crate::signature::{EnumValue, InputType, OutputType, Signature};
+use crate::signature::{EnumValue, InputType, OutputType, Signature, schema};
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -66,8 +66,8 @@ pub fn signature_json(
             match &p.ty {
                 InputType::String { max_length: Some(max) } => param["maxLength"] = (*max).into(),
                 InputType::Int { min, max, .. } => {
-                    param["min"] = int_value(*min);
-                    param["max"] = int_value(*max);
+                    param["min"] = schema::int_value(*min);
+                    param["max"] = schema::int_value(*max);
                 }
                 InputType::Enum { values } => param["allowed-values"] = allowed_values(values),
                 _ => {}
@@ -94,17 +94,6 @@ pub fn signature_json(
 
 fn allowed_values(values: &[EnumValue]) -> Value {
     values.iter().map(|v| json!({ "name": v.name, "description": v.description })).collect()
-}
-
-/// Integer bounds as exact JSON numbers (u64::MAX and i64::MIN included).
-pub(super) fn int_value(n: i128) -> Value {
-    if let Ok(n) = i64::try_from(n) {
-        n.into()
-    } else if let Ok(n) = u64::try_from(n) {
-        n.into()
-    } else {
-        Value::Null
-    }
 }
 
 /// A version resource: the signature plus what identifies its bytes and

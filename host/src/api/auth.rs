@@ -148,16 +148,31 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
     let principal = presented.as_deref().and_then(|key| host.authenticate(key));
     let decision = decide(&host, access, scope, &tenant, presented.is_some(), principal.as_ref());
     if let Err(error) = decision {
-        let invalid = error.status() == StatusCode::UNAUTHORIZED && presented.is_some();
-        let mut response = error.into_response();
-        if response.status() == StatusCode::UNAUTHORIZED {
-            let challenge = if invalid { "Bearer error=\"invalid_token\"" } else { "Bearer" };
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
-        }
-        return response;
+        return refusal(error, presented.is_some());
     }
     request.extensions_mut().insert(Caller { tenant, principal });
     next.run(request).await
+}
+
+/// The same decision for a caller [`authorize`] already let through with
+/// a lower access (the MCP door decides per JSON-RPC method, once it has
+/// read which). A caller without a principal presented no key: a bad key
+/// is refused before.
+pub fn check(host: &AppState, access: Access, scope: Scope, caller: &Caller) -> Result<(), Response> {
+    let principal = caller.principal.as_ref();
+    decide(host, access, scope, &caller.tenant, principal.is_some(), principal)
+        .map_err(|e| refusal(e, principal.is_some()))
+}
+
+/// A refusal, with the `WWW-Authenticate` challenge a `401` carries.
+fn refusal(error: ApiError, key_presented: bool) -> Response {
+    let invalid = error.status() == StatusCode::UNAUTHORIZED && key_presented;
+    let mut response = error.into_response();
+    if response.status() == StatusCode::UNAUTHORIZED {
+        let challenge = if invalid { "Bearer error=\"invalid_token\"" } else { "Bearer" };
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+    }
+    response
 }
 
 fn decide(

@@ -265,6 +265,10 @@ async fn complete(
                 Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
                 Err(e) => super::otc::otc_error_shape(ApiError::from(e).into_response()).await,
             },
+            FrontDoor::Mcp => {
+                let (status, body) = super::mcp::stored_answer(outcome, has_outputs);
+                (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+            }
         };
         let status = response.status().as_u16();
         let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap_or_default();
@@ -329,7 +333,7 @@ pub(super) async fn get_result(
     };
     let response = error.into_response();
     Ok(match door {
-        FrontDoor::A2t => response,
+        FrontDoor::A2t | FrontDoor::Mcp => response,
         FrontDoor::Otc => super::otc::otc_error_shape(response).await,
     })
 }

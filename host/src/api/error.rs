@@ -63,6 +63,21 @@ impl ApiError {
         self.status
     }
 
+    /// The stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// What went wrong, in words.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// When a retry may work, if waiting helps.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after_secs
+    }
+
     /// This error's status and headers (`Retry-After`, `Plinth-Error-Code`)
     /// on another body: a page for people rather than JSON.
     pub fn onto(self, mut response: Response) -> Response {

@@ -11,6 +11,7 @@ pub mod admin;
 pub mod auth;
 pub mod cheq;
 pub mod error;
+pub mod mcp;
 pub mod otc;
 pub mod serve;
 
@@ -40,6 +41,8 @@ pub struct ApiOptions {
     /// Time a request's body may take to arrive, from when its head did;
     /// later answers `408 request_timeout`.
     pub request_body_timeout: Duration,
+    /// The MCP door's Host/Origin checks and request-state key.
+    pub mcp: mcp::McpOptions,
 }
 
 impl Default for ApiOptions {
@@ -48,6 +51,7 @@ impl Default for ApiOptions {
             max_request_bytes: 1 << 20,
             public_url: "http://127.0.0.1:8080".into(),
             request_body_timeout: Duration::from_secs(30),
+            mcp: mcp::McpOptions::default(),
         }
     }
 }
@@ -63,6 +67,9 @@ pub struct Endpoint {
     pub access: Access,
     /// Whether it is served under every tenant's root or the server's only.
     pub scope: Scope,
+    /// The JSON-RPC method, on the MCP endpoint (which decides access per
+    /// method).
+    pub rpc_method: Option<&'static str>,
 }
 
 /// Builds the router and the list of its endpoints together.
@@ -84,7 +91,38 @@ impl Routes {
             auth::authorize(access, scope, request, next)
         }));
         self.router = self.router.route(path, route);
-        self.endpoints.push(Endpoint { method, path, access, scope });
+        self.endpoints.push(Endpoint { method, path, access, scope, rpc_method: None });
+        self
+    }
+
+    /// The MCP endpoint: every HTTP method goes to rmcp (which answers the
+    /// ones the protocol does not use), access decided per JSON-RPC method.
+    fn add_mcp(mut self, options: &ApiOptions) -> Self {
+        let service = mcp::service(Arc::new(options.clone()));
+        // `layer`, not `route_layer`: every method is the service's fallback.
+        let route =
+            axum::routing::any_service(service).layer(middleware::from_fn(mcp::per_method)).layer(middleware::from_fn(
+                |request: Request, next: Next| auth::authorize(Access::Enumerate, Scope::Tenant, request, next),
+            ));
+        self.router = self.router.route("/mcp", route);
+        for method in [Method::GET, Method::DELETE] {
+            self.endpoints.push(Endpoint {
+                method,
+                path: "/mcp",
+                access: Access::Enumerate,
+                scope: Scope::Tenant,
+                rpc_method: None,
+            });
+        }
+        for rpc in mcp::RPC_METHODS {
+            self.endpoints.push(Endpoint {
+                method: Method::POST,
+                path: "/mcp",
+                access: mcp::access_of(rpc),
+                scope: Scope::Tenant,
+                rpc_method: Some(rpc),
+            });
+        }
         self
     }
 }
@@ -148,7 +186,7 @@ fn routes(options: &ApiOptions) -> Routes {
             put(cheq::put_policy).layer(form_limit),
         )
         .add(Method::DELETE, "/admin/tools/{tool_id}/confirmation", Publish, Tenant, delete(cheq::delete_policy));
-    admin::routes(routes)
+    admin::routes(routes).add_mcp(options)
 }
 
 /// The whole HTTP surface, as a service (the tenant roots are rewritten

@@ -17,7 +17,7 @@ use crate::idempotency::Claim;
 use crate::invocation::{self, InputError, OutputError, ToolError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::runtime::CallError;
-use crate::signature::{EnumValue, InputType, OutputType, Signature};
+use crate::signature::schema;
 use crate::store::CallKey;
 use axum::Extension;
 use axum::body::{Body, Bytes};
@@ -207,68 +207,9 @@ fn build_definition(tool: &Tool, version: &ToolVersion) -> Value {
         "name": otc_name(&toolkit, &name),
         "description": signature.description,
         "version": format!("{}.0.0", version.number),
-        "input_schema": { "parameters": input_schema(signature) },
-        "output_schema": output_schema(signature),
+        "input_schema": { "parameters": schema::input_schema(signature) },
+        "output_schema": schema::output_schema(signature).unwrap_or(Value::Null),
     })
-}
-
-/// An enum as a string with `enum`, each value's description kept in the
-/// property's description (JSON Schema has no place for it on the value).
-fn enum_schema(description: &str, values: &[EnumValue]) -> Value {
-    let mut text = format!("{description}\n\nAllowed values:");
-    for value in values {
-        text.push_str(&format!("\n- {}: {}", value.name, value.description));
-    }
-    let names: Vec<&str> = values.iter().map(|v| v.name.as_str()).collect();
-    json!({ "type": "string", "enum": names, "description": text })
-}
-
-fn input_schema(signature: &Signature) -> Value {
-    let mut properties = Map::new();
-    // Private inputs are the end user's to enter, on the confirmation page:
-    // the agent is not even offered them.
-    let offered = || signature.inputs.iter().filter(|p| !p.private);
-    for param in offered() {
-        let schema = match &param.ty {
-            InputType::String { max_length } => {
-                let mut schema = json!({ "type": "string", "description": param.description });
-                if let Some(max) = max_length {
-                    schema["maxLength"] = (*max).into();
-                }
-                schema
-            }
-            InputType::Int { min, max, .. } => json!({
-                "type": "integer",
-                "minimum": super::a2t::int_value(*min),
-                "maximum": super::a2t::int_value(*max),
-                "description": param.description,
-            }),
-            InputType::Boolean => json!({ "type": "boolean", "description": param.description }),
-            InputType::Enum { values } => enum_schema(&param.description, values),
-        };
-        properties.insert(param.name.clone(), schema);
-    }
-    let required: Vec<&str> = offered().filter(|p| p.required).map(|p| p.name.as_str()).collect();
-    json!({ "type": "object", "properties": properties, "required": required, "additionalProperties": false })
-}
-
-fn output_schema(signature: &Signature) -> Value {
-    if signature.outputs.is_empty() {
-        return Value::Null;
-    }
-    let mut properties = Map::new();
-    for param in &signature.outputs {
-        let schema = match &param.ty {
-            OutputType::String => json!({ "type": "string", "description": param.description }),
-            OutputType::Int => json!({ "type": "integer", "description": param.description }),
-            OutputType::Enum { values } => enum_schema(&param.description, values),
-            // Records, lists, floats…: any JSON value.
-            OutputType::Json => json!({ "description": param.description }),
-        };
-        properties.insert(param.name.clone(), schema);
-    }
-    let required: Vec<&str> = signature.outputs.iter().map(|p| p.name.as_str()).collect();
-    json!({ "type": "object", "properties": properties, "required": required, "additionalProperties": false })
 }
 
 /// `GET /otc/health`: the same answer under every platform root, so that

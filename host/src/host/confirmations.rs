@@ -50,6 +50,8 @@ pub enum FrontDoor {
     A2t,
     /// Open Tool Calling.
     Otc,
+    /// The Model Context Protocol.
+    Mcp,
 }
 
 impl FrontDoor {
@@ -58,6 +60,7 @@ impl FrontDoor {
         match self {
             FrontDoor::A2t => "a2t",
             FrontDoor::Otc => "otc",
+            FrontDoor::Mcp => "mcp",
         }
     }
 
@@ -66,9 +69,21 @@ impl FrontDoor {
         match s {
             "a2t" => Some(FrontDoor::A2t),
             "otc" => Some(FrontDoor::Otc),
+            "mcp" => Some(FrontDoor::Mcp),
             _ => None,
         }
     }
+}
+
+/// Which calls of a version need their end user's confirmation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfirmationNeed {
+    /// None.
+    Never,
+    /// Those whose inputs meet the policy's condition.
+    Sometimes,
+    /// Every call.
+    Always,
 }
 
 /// Proof that a call's end user confirmed it. Only this module makes one,
@@ -360,6 +375,20 @@ impl ToolHost {
         }
     }
 
+    /// Whether calls of `version` need their end user's confirmation: every
+    /// call, some (a condition on the inputs decides), or none.
+    pub fn confirmation_need(&self, tool: &Tool, version: &ToolVersion) -> ConfirmationNeed {
+        if version.signature.inputs.iter().any(|p| p.private) {
+            return ConfirmationNeed::Always;
+        }
+        let policy = self.cheq.overrides.get(&tool.id);
+        match policy.as_ref().map_or(&version.confirmation, |entry| &*entry.1) {
+            Confirmation::Never => ConfirmationNeed::Never,
+            Confirmation::Always => ConfirmationNeed::Always,
+            Confirmation::When { .. } => ConfirmationNeed::Sometimes,
+        }
+    }
+
     /// Whether some call of `version` may need confirmation (so its inputs
     /// must be looked at).
     pub(super) fn may_need_confirmation(&self, tool: &Tool, version: &ToolVersion) -> bool {
@@ -450,6 +479,8 @@ impl ToolHost {
                 self.cheq.overrides.remove(&tool.id);
             }
         }
+        // The listings that say which tools need confirmation changed.
+        self.registry.changed(tenant);
         Ok(())
     }
 

@@ -7,6 +7,7 @@
 
 mod derive;
 mod diff;
+pub mod schema;
 
 pub use derive::{DeriveError, derive};
 pub use diff::{Change, SignatureDiff};

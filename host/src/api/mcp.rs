@@ -1,0 +1,887 @@
+//! The Model Context Protocol front door: the same tools, served to MCP
+//! clients at `/mcp` under every platform root.
+//!
+//! A translation only, like the other doors: rmcp (the official SDK) speaks
+//! JSON-RPC over streamable HTTP and checks the protocol's own rules
+//! (revisions, `Mcp-Method`/`Mcp-Name` headers, Host and Origin); this
+//! module maps `tools/list` and `tools/call` onto the core. It serves the
+//! 2026-07-28 revision and, through rmcp, clients still on 2025-11-25.
+//! Stateless: no session is kept between requests, so any replica of a fleet
+//! can answer any of them.
+//!
+//! - Access is decided per JSON-RPC method ([`access_of`]): `tools/call`
+//!   needs a key that may invoke, everything else one that may enumerate.
+//! - Calls that need their end user's confirmation answer with a URL-mode
+//!   elicitation to the confirmation page: an `input_required` result with a
+//!   sealed `requestState` for 2026-07-28 clients, error -32042 for older
+//!   ones. Only the signed CHEQ decides; the client's own "accept" of the
+//!   elicitation never does.
+//!
+//! The mapping and the choices behind it are in `docs/mcp.md`.
+
+use super::auth::{self, Access, Scope};
+use super::{ApiError, ApiOptions, AppState, Caller};
+use crate::host::{Call, ConfirmationNeed, FrontDoor, InvokeError, PendingConfirmation, State as TxState};
+use crate::invocation::{self, InputError, ToolResult};
+use crate::registry::{Tool, ToolVersion};
+use crate::signature::schema;
+use crate::tenancy::unix_now;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rmcp::ErrorData;
+use rmcp::handler::server::ServerHandler;
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, Implementation,
+    InputRequest, InputRequests, InputRequiredResult, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
+    ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter,
+};
+use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Tools per `tools/list` page.
+const PAGE_SIZE: usize = 100;
+/// The key of the confirmation in an `input_required` result.
+const CONFIRMATION_REQUEST: &str = "confirmation";
+/// JSON-RPC error of 2025-11-25 for a request that needs a URL elicitation.
+const URL_ELICITATION_REQUIRED: i32 = -32042;
+/// JSON-RPC error of 2026-07-28 for a request the client lacks a capability for.
+const MISSING_CAPABILITY: i32 = -32021;
+/// How long a retry waits for an accepted call that is still running.
+const RUNNING_WAIT: Duration = Duration::from_secs(10);
+/// Calls of 2025-11-25 clients waiting for confirmation, remembered so that
+/// their repetition is answered from the transaction (past this many, a
+/// repetition starts a new transaction: safe, if less convenient).
+const MAX_LEGACY_PENDING: usize = 10_000;
+
+/// The `_meta` keys Plinth reads on `tools/call` and writes on tools.
+pub mod meta {
+    /// The tool's id (stable across versions).
+    pub const TOOL_ID: &str = "toolId";
+    /// A version number: on a tool, its current version; on a call, the
+    /// version the call is pinned to.
+    pub const VERSION: &str = "version";
+    /// The sha256 of a version's component bytes: on a call, what the
+    /// version the call resolves to must have.
+    pub const SHA256: &str = "sha256";
+    /// On a call: the end user it is made for (who confirms it).
+    pub const END_USER: &str = "endUser";
+    /// On a tool: `required` or `conditional` when calls may need their end
+    /// user's confirmation.
+    pub const CONFIRMATION: &str = "confirmation";
+}
+
+/// Who may call a JSON-RPC method: invoking needs a key that may invoke;
+/// listing, discovery and the protocol's own methods one that may
+/// enumerate (a public tenant's listing needs none).
+pub fn access_of(rpc_method: &str) -> Access {
+    match rpc_method {
+        "tools/call" => Access::Invoke,
+        _ => Access::Enumerate,
+    }
+}
+
+/// The JSON-RPC methods the authorization matrix walks.
+pub const RPC_METHODS: [&str; 5] =
+    ["initialize", "server/discover", "tools/list", "tools/call", "subscriptions/listen"];
+
+/// How the door checks where requests come from.
+#[derive(Clone)]
+pub struct McpOptions {
+    /// `Host` values accepted (DNS-rebinding protection): `name` for any
+    /// port, `name:port` for one.
+    pub allowed_hosts: Vec<String>,
+    /// `Origin` values accepted from browsers; requests without one pass.
+    pub allowed_origins: Vec<String>,
+    /// Seals `requestState` (HMAC) so that it cannot be forged.
+    pub state_key: [u8; 32],
+}
+
+impl std::fmt::Debug for McpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpOptions")
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("allowed_origins", &self.allowed_origins)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpOptions {
+    /// The Host and Origin values a server reached at `public_url` and
+    /// listening on `listen` accepts: the loopback names (any port: only
+    /// this machine reaches them), the public URL's host, the listening
+    /// address unless it is a wildcard.
+    pub fn for_server(public_url: &str, listen: std::net::SocketAddr, state_key: [u8; 32]) -> McpOptions {
+        let mut allowed_hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).to_vec();
+        let port = listen.port();
+        let mut allowed_origins: Vec<String> =
+            ["localhost", "127.0.0.1", "[::1]"].iter().map(|h| format!("http://{h}:{port}")).collect();
+        if let Ok(url) = public_url.parse::<http::Uri>()
+            && let Some(authority) = url.authority()
+        {
+            allowed_hosts.push(authority.as_str().to_string());
+            allowed_origins.push(format!("{}://{}", url.scheme_str().unwrap_or("http"), authority));
+        }
+        if !listen.ip().is_unspecified() && !listen.ip().is_loopback() {
+            allowed_hosts.push(listen.to_string());
+        }
+        allowed_hosts.dedup();
+        allowed_origins.dedup();
+        McpOptions { allowed_hosts, allowed_origins, state_key }
+    }
+
+    /// The key that seals `requestState`, kept in the data dir (created on
+    /// first use, readable by its owner only), so that a restart does not
+    /// break a client's pending retry.
+    pub fn load_state_key(data_dir: &std::path::Path) -> std::io::Result<[u8; 32]> {
+        let path = data_dir.join("mcp-request-state.key");
+        match crate::tenancy::read_or_create_key(&path, |key| hex::encode(key))? {
+            crate::tenancy::KeyFile::Created(key) => Ok(key),
+            crate::tenancy::KeyFile::Read(text) => hex::decode(text.trim())
+                .ok()
+                .and_then(|b| <[u8; 32]>::try_from(b).ok())
+                .ok_or_else(|| std::io::Error::other(format!("{} is not a key (64 hex digits)", path.display()))),
+        }
+    }
+}
+
+impl Default for McpOptions {
+    fn default() -> Self {
+        let mut state_key = [0u8; 32];
+        // Without randomness a default key would be a known one: refuse
+        // every state rather than accept forged ones.
+        if getrandom::fill(&mut state_key).is_err() {
+            tracing::error!("no randomness for the MCP request-state key");
+        }
+        McpOptions::for_server("http://127.0.0.1:8080", ([127, 0, 0, 1], 8080).into(), state_key)
+    }
+}
+
+/// The tower service that serves `/mcp`.
+pub fn service(options: Arc<ApiOptions>) -> StreamableHttpService<McpDoor, NeverSessionManager> {
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_allowed_hosts(options.mcp.allowed_hosts.clone())
+        .with_allowed_origins(options.mcp.allowed_origins.clone())
+        .with_max_request_body_bytes(options.max_request_bytes);
+    let door = McpDoor {
+        codec: Arc::new(rmcp::model::RequestStateCodec::new_unchecked(options.mcp.state_key.to_vec())),
+        legacy: Arc::new(LegacyPending::default()),
+        options,
+    };
+    StreamableHttpService::new(move || Ok(door.clone()), Arc::new(NeverSessionManager::default()), config)
+}
+
+/// Decides access per JSON-RPC method, behind the access layer's check
+/// of the lowest access any method needs ([`Access::Enumerate`], made
+/// before the body is read, so that a stranger costs no body): reads the
+/// method and checks the access it needs.
+pub(super) async fn per_method(request: Request, next: Next) -> Response {
+    let limit = request.extensions().get::<Arc<ApiOptions>>().map_or(1 << 20, |o| o.max_request_bytes);
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            "the request body is larger than this server accepts, or did not arrive",
+        )
+        .into_response();
+    };
+    let access = rpc_method(&bytes).map_or(Access::Enumerate, |m| access_of(&m));
+    if let (Some(caller), Some(host)) = (parts.extensions.get::<Caller>(), parts.extensions.get::<AppState>())
+        && let Err(refusal) = auth::check(host, access, Scope::Tenant, caller)
+    {
+        return refusal;
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
+}
+
+/// The `method` of a JSON-RPC message, if the body is one.
+fn rpc_method(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Message {
+        method: Option<String>,
+    }
+    serde_json::from_slice::<Message>(body).ok()?.method
+}
+
+/// The MCP server rmcp runs for each request.
+#[derive(Clone)]
+pub struct McpDoor {
+    options: Arc<ApiOptions>,
+    codec: Arc<rmcp::model::RequestStateCodec>,
+    legacy: Arc<LegacyPending>,
+}
+
+/// What a sealed `requestState` holds: the transaction a call waits for,
+/// bound to its tenant, key and tool.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PendingState {
+    transaction: String,
+    tenant: String,
+    tool: String,
+}
+
+impl ServerHandler for McpDoor {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build();
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new("plinth", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Tools hosted by Plinth. Each tool's _meta names its toolId, version and sha256; pin a call with _meta.version or _meta.sha256. Tools marked _meta.confirmation run only once their end user (named by _meta.endUser) confirms the call on the page the elicitation links to.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let (host, caller) = scope(&ctx)?;
+        let after = match request.and_then(|r| r.cursor) {
+            None => None,
+            Some(cursor) => Some(decode_cursor(&cursor).ok_or_else(|| {
+                ErrorData::invalid_params("the cursor is not one this server issued; list again without it", None)
+            })?),
+        };
+        let (tools, more) =
+            host.registry().page(&caller.tenant, after.as_deref(), PAGE_SIZE, |tool| tool.current().is_some());
+        let mut items = Vec::with_capacity(tools.len());
+        for tool in &tools {
+            if let Some(version) = tool.current() {
+                items.push(tool_entry(&host, tool, &version)?);
+            }
+        }
+        let next = if more { tools.last().map(|t| URL_SAFE_NO_PAD.encode(&t.name)) } else { None };
+        let mut page = ListToolsResult::with_all_items(items).with_ttl_ms(0).with_cache_scope(CacheScope::Private);
+        page.next_cursor = next;
+        Ok(page)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let (host, caller) = scope(&ctx)?;
+        if let Some(state) = &request.request_state {
+            return self.resume(&host, &caller, &request, state, &ctx).await;
+        }
+        let meta = request.meta.as_ref().map(|m| &m.0.0);
+        let (tool, version) = resolve(&host, &caller, &request.name, meta)?;
+        let end_user = end_user(meta, &ctx)?;
+        let arguments = request.arguments.clone().unwrap_or_default();
+        let pairs: Vec<(&str, &Value)> = arguments.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        let input = match invocation::input_record(&version.signature, &pairs) {
+            Ok(input) => input,
+            Err(errors) => return Ok(invalid_input(errors).into()),
+        };
+        let may_wait = host.confirmation_need(&tool, &version) != ConfirmationNeed::Never;
+        let legacy_key =
+            (may_wait && !is_stateless(&ctx)).then(|| legacy_fingerprint(&caller, &version, &end_user, &arguments));
+        if let Some(key) = &legacy_key
+            && let Some(transaction) = self.legacy.get(key)
+        {
+            return self.legacy_outcome(&host, &caller, key, &transaction).await;
+        }
+        let mut call = Call::new(input, FrontDoor::Mcp);
+        call.end_user = end_user;
+        let has_outputs = !version.signature.outputs.is_empty();
+        match host.invoke(tool.clone(), version, call).await {
+            Err(InvokeError::ConfirmationPending(pending)) => {
+                self.confirmation_required(&caller, &tool.name, &pending, legacy_key, &ctx)
+            }
+            outcome => call_result(outcome, has_outputs).map(Into::into),
+        }
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        requested
+            .tools_list_changed
+            .filter(|on| *on)
+            .map(|_| SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let (host, caller) = scope(context.request_context())?;
+        let tenant = caller.tenant;
+        let mut changes = host.registry().changes();
+        loop {
+            tokio::select! {
+                _ = context.cancelled() => return Ok(()),
+                change = changes.recv() => match change {
+                    Ok(changed) if changed != tenant => continue,
+                    // A lag lost changes, some perhaps this tenant's.
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        if context.sink().notify_tool_list_changed().await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            }
+        }
+    }
+}
+
+/// A tool as `tools/list` shows it: the version's locked part built once,
+/// the confirmation marker (a publisher may change it) per answer.
+fn tool_entry(host: &AppState, tool: &Tool, version: &ToolVersion) -> Result<rmcp::model::Tool, ErrorData> {
+    let mut view = version.mcp_view.get_or_init(|| tool_view(tool, version)).clone();
+    let marker = match host.confirmation_need(tool, version) {
+        ConfirmationNeed::Never => None,
+        ConfirmationNeed::Sometimes => Some("conditional"),
+        ConfirmationNeed::Always => Some("required"),
+    };
+    if let Some(marker) = marker {
+        view["_meta"][meta::CONFIRMATION] = marker.into();
+    }
+    serde_json::from_value(view)
+        .map_err(|e| ErrorData::internal_error(format!("a tool could not be listed: {e}"), None))
+}
+
+/// The version a call means: the tool's current one, or the one its
+/// `_meta.version` pins; refused when its `_meta.sha256` does not match (the
+/// tool changed under the client).
+fn resolve(
+    host: &AppState,
+    caller: &Caller,
+    name: &str,
+    meta: Option<&JsonObject>,
+) -> Result<(Arc<Tool>, Arc<ToolVersion>), ErrorData> {
+    let tool = host.registry().by_name(&caller.tenant, name).ok_or_else(|| {
+        rpc_error(
+            ErrorCode::INVALID_PARAMS.0,
+            format!("there is no tool `{name}`; tools/list lists them"),
+            "unknown_tool",
+            Map::new(),
+        )
+    })?;
+    let pinned = match meta.and_then(|m| m.get(meta::VERSION)) {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(version_number(v).ok_or_else(|| {
+            rpc_error(
+                ErrorCode::INVALID_PARAMS.0,
+                format!("_meta.{} must be a version number (1, 2, …)", meta::VERSION),
+                "invalid_pin",
+                Map::new(),
+            )
+        })?),
+    };
+    let expected_sha256 = match meta.and_then(|m| m.get(meta::SHA256)) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.to_ascii_lowercase()),
+        Some(_) => {
+            return Err(rpc_error(
+                ErrorCode::INVALID_PARAMS.0,
+                format!("_meta.{} must be the hex sha256 of a version, as tools/list gives it", meta::SHA256),
+                "invalid_pin",
+                Map::new(),
+            ));
+        }
+    };
+    let (tool, version) = host.resolve(&caller.tenant, &tool.id.to_string(), pinned).map_err(|e| {
+        let code = if matches!(e, InvokeError::Retired(_)) { "version_retired" } else { "unknown_version" };
+        rpc_error(ErrorCode::INVALID_PARAMS.0, e.to_string(), code, Map::new())
+    })?;
+    if let Some(expected) = expected_sha256
+        && expected != version.sha256
+    {
+        let mut data = Map::new();
+        data.insert("pinned".into(), json!({ meta::SHA256: expected, meta::VERSION: pinned }));
+        data.insert("current".into(), json!({ meta::SHA256: version.sha256, meta::VERSION: version.number }));
+        return Err(rpc_error(
+            ErrorCode::INVALID_PARAMS.0,
+            format!(
+                "`{name}` version {} is not the one this call is pinned to (sha256 {expected}): the tool changed; list the tools again and review it before calling",
+                version.number
+            ),
+            "pinned_version_mismatch",
+            data,
+        ));
+    }
+    Ok((tool, version))
+}
+
+impl McpDoor {
+    /// The answer to a call now waiting for its end user: a URL elicitation
+    /// to the confirmation page.
+    fn confirmation_required(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        pending: &PendingConfirmation,
+        legacy_key: Option<String>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let url = confirmation_url(&self.options, pending);
+        let message = format!(
+            "`{tool}` runs only once you confirm it: open the link, log in and review the call (it expires at {}).",
+            crate::host::rfc3339(pending.expires_at)
+        );
+        if let Some(key) = legacy_key {
+            self.legacy.insert(key, pending);
+            return Err(url_elicitation_error(&pending.id, &url, &message));
+        }
+        let can_open_urls = ctx.client_capabilities().and_then(|c| c.elicitation).is_some_and(|e| e.url.is_some());
+        if !can_open_urls {
+            return Err(ErrorData::new(
+                ErrorCode(MISSING_CAPABILITY),
+                format!(
+                    "`{tool}` needs its end user's confirmation through a URL elicitation, which this client did not declare"
+                ),
+                Some(json!({ "requiredCapabilities": { "elicitation": { "url": {} } } })),
+            ));
+        }
+        let state = PendingState { transaction: pending.id.clone(), tenant: caller.tenant.clone(), tool: tool.into() };
+        let ttl = Duration::from_secs(u64::try_from(pending.expires_at - unix_now()).unwrap_or(0).max(1));
+        let sealed = self
+            .codec
+            .seal_json_with(
+                &state,
+                &rmcp::model::SealOptions::new().ttl(ttl).associated_data(key_id(caller).as_bytes()),
+            )
+            .map_err(|e| ErrorData::internal_error(format!("the call's state could not be sealed: {e}"), None))?;
+        Ok(InputRequiredResult::new(Some(elicitation(&pending.id, &url, &message)?), Some(sealed)).into())
+    }
+
+    /// A 2026-07-28 client's retry with the `requestState` it was given.
+    async fn resume(
+        &self,
+        host: &AppState,
+        caller: &Caller,
+        request: &CallToolRequestParams,
+        sealed: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let state: PendingState = self
+            .codec
+            .open_json_with(sealed, key_id(caller).as_bytes())
+            .ok()
+            .filter(|s: &PendingState| s.tenant == caller.tenant && s.tool == request.name)
+            .ok_or_else(|| {
+                rpc_error(
+                    ErrorCode::INVALID_PARAMS.0,
+                    "the requestState is not one this server gave this key for this tool, or it expired; make the call again",
+                    "invalid_request_state",
+                    Map::new(),
+                )
+            })?;
+        // The client's "decline" or "cancel" ends the call; its "accept" is
+        // no confirmation (only the signed CHEQ is), so it only means: look.
+        let declined = request
+            .input_responses
+            .as_ref()
+            .and_then(|r| r.get(CONFIRMATION_REQUEST))
+            .and_then(|r| serde_json::to_value(r).ok())
+            .is_some_and(|r| matches!(r["action"].as_str(), Some("decline" | "cancel")));
+        if declined {
+            let evidence = json!({ "by": "mcp-client", "reason": "the client declined the confirmation" });
+            if let Err(e) = host.reject_confirmation(&caller.tenant, &state.transaction, evidence) {
+                tracing::info!(transaction = state.transaction, error = %e, "a declined confirmation could not be rejected");
+            }
+        }
+        match outcome(host, &caller.tenant, &state.transaction).await? {
+            Outcome::Pending(pending) => self.confirmation_required(caller, &request.name, &pending, None, ctx),
+            Outcome::Done(result) => Ok(result.into()),
+        }
+    }
+
+    /// A 2025-11-25 client's repetition of a call that waits (or waited)
+    /// for its end user.
+    async fn legacy_outcome(
+        &self,
+        host: &AppState,
+        caller: &Caller,
+        key: &str,
+        transaction: &str,
+    ) -> Result<CallToolResponse, ErrorData> {
+        match outcome(host, &caller.tenant, transaction).await {
+            Ok(Outcome::Pending(pending)) => {
+                let url = confirmation_url(&self.options, &pending);
+                let message = "The call still waits for its end user's confirmation: open the link to review it.";
+                Err(url_elicitation_error(&pending.id, &url, message))
+            }
+            outcome => {
+                self.legacy.remove(key);
+                outcome.map(|o| match o {
+                    Outcome::Done(result) => result.into(),
+                    Outcome::Pending(_) => unreachable!("handled above"),
+                })
+            }
+        }
+    }
+}
+
+/// Where a transaction stands, as a call's answer. Waits a little for an
+/// accepted call that is still running.
+async fn outcome(host: &AppState, tenant: &str, transaction: &str) -> Result<Outcome, ErrorData> {
+    let deadline = tokio::time::Instant::now() + RUNNING_WAIT;
+    loop {
+        let c = host
+            .confirmation(tenant, transaction)
+            .map_err(|e| ErrorData::internal_error(format!("the confirmation could not be read: {e}"), None))?
+            .ok_or_else(|| {
+                rpc_error(
+                    ErrorCode::INVALID_PARAMS.0,
+                    "there is no such confirmation",
+                    "unknown_confirmation",
+                    Map::new(),
+                )
+            })?;
+        let failed = |code: &str, message: &str| Ok(Outcome::Done(error_result(code, message, Map::new())));
+        return match TxState::of(&c, unix_now()) {
+            TxState::Pending => Ok(Outcome::Pending(PendingConfirmation {
+                id: c.id.clone(),
+                expires_at: c.expires_at,
+                tenant: c.tenant.clone(),
+                confirmation_uri: host.confirmation_server(&c.tenant).map(|s| s.uri),
+            })),
+            TxState::Running if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            TxState::Running => failed(
+                "confirmation_running",
+                "the end user accepted the call and the tool is still running; retry in a moment",
+            ),
+            TxState::Done => {
+                let body = c.result_body.unwrap_or_default();
+                match serde_json::from_str::<CallToolResult>(&body) {
+                    Ok(result) => Ok(Outcome::Done(result)),
+                    Err(_) => Err(serde_json::from_str::<ErrorData>(&body).unwrap_or_else(|_| {
+                        ErrorData::internal_error("the confirmed call's answer could not be read", None)
+                    })),
+                }
+            }
+            TxState::Rejected => {
+                failed("confirmation_rejected", "the end user rejected the call; the tool did not run")
+            }
+            TxState::Expired => failed(
+                "confirmation_expired",
+                "the end user did not confirm the call in time; the tool did not run. Make the call again for a new confirmation",
+            ),
+            TxState::Retired => failed(
+                "version_retired",
+                "the version the call was made to was retired before it could run; the tool did not run",
+            ),
+            TxState::Interrupted => failed(
+                "call_outcome_unknown",
+                "the end user confirmed the call, but the server stopped while the tool ran: it may or may not have taken effect; check before calling again",
+            ),
+        };
+    }
+}
+
+enum Outcome {
+    Pending(PendingConfirmation),
+    Done(CallToolResult),
+}
+
+/// The host and the caller the access layer put on the request.
+fn scope(ctx: &RequestContext<RoleServer>) -> Result<(AppState, Caller), ErrorData> {
+    let parts = ctx.extensions.get::<http::request::Parts>();
+    let host = parts.and_then(|p| p.extensions.get::<AppState>()).cloned();
+    let caller = parts.and_then(|p| p.extensions.get::<Caller>()).cloned();
+    host.zip(caller)
+        .ok_or_else(|| ErrorData::internal_error("the request reached the MCP door without an access decision", None))
+}
+
+/// The key a call is made with (sealed states are bound to it).
+fn key_id(caller: &Caller) -> &str {
+    caller.principal.as_ref().map_or("", |p| p.key_id.as_str())
+}
+
+/// Whether the request is of the stateless revision (2026-07-28 on).
+fn is_stateless(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
+}
+
+/// The end user a call is made for: `_meta.endUser`, else the A2T header.
+fn end_user(meta: Option<&JsonObject>, ctx: &RequestContext<RoleServer>) -> Result<Option<String>, ErrorData> {
+    let invalid =
+        |e: ApiError| rpc_error(ErrorCode::INVALID_PARAMS.0, e.message().to_string(), "invalid_end_user", Map::new());
+    match meta.and_then(|m| m.get(meta::END_USER)) {
+        Some(Value::String(user)) => {
+            super::cheq::check_end_user(user).map_err(invalid)?;
+            Ok(Some(user.clone()))
+        }
+        Some(Value::Null) | None => {
+            let empty = HeaderMap::new();
+            let headers = ctx.extensions.get::<http::request::Parts>().map_or(&empty, |p| &p.headers);
+            super::cheq::end_user_header(headers).map_err(invalid)
+        }
+        Some(_) => Err(rpc_error(
+            ErrorCode::INVALID_PARAMS.0,
+            format!("_meta.{} must be the end user's name", meta::END_USER),
+            "invalid_end_user",
+            Map::new(),
+        )),
+    }
+}
+
+fn version_number(value: &Value) -> Option<u32> {
+    let n = match value {
+        Value::Number(n) => u32::try_from(n.as_u64()?).ok()?,
+        Value::String(s) => s.strip_suffix(".0.0").unwrap_or(s).parse().ok()?,
+        _ => return None,
+    };
+    (n >= 1).then_some(n)
+}
+
+fn decode_cursor(cursor: &str) -> Option<String> {
+    String::from_utf8(URL_SAFE_NO_PAD.decode(cursor).ok()?).ok()
+}
+
+/// A JSON-RPC error with Plinth's code in `data.code`.
+fn rpc_error(code: i32, message: impl Into<String>, plinth_code: &str, mut data: Map<String, Value>) -> ErrorData {
+    data.insert("code".into(), plinth_code.into());
+    ErrorData::new(ErrorCode(code), message.into(), Some(Value::Object(data)))
+}
+
+/// The locked part of a version's MCP tool: name, description, schemas,
+/// what identifies the bytes, and the one annotation Plinth enforces.
+fn tool_view(tool: &Tool, version: &ToolVersion) -> Value {
+    let signature = &version.signature;
+    let mut view = json!({
+        "name": signature.name,
+        "description": signature.description,
+        "inputSchema": schema::input_schema(signature),
+        "_meta": {
+            meta::TOOL_ID: tool.id.to_string(),
+            meta::VERSION: version.number,
+            meta::SHA256: version.sha256,
+        },
+    });
+    if let Some(output) = schema::output_schema(signature) {
+        view["outputSchema"] = output;
+    }
+    // The sandbox lets a tool reach only its declared hosts: with none, it
+    // cannot reach the world, and saying so is a fact, not a hint.
+    if version.manifest.allowed_hosts.is_empty() {
+        view["annotations"] = json!({ "openWorldHint": false });
+    }
+    view
+}
+
+/// `isError` naming each bad parameter: what the model can fix.
+fn invalid_input(errors: Vec<InputError>) -> CallToolResult {
+    let mut parameters = Map::new();
+    let mut lines = Vec::new();
+    // Each message names its parameter already.
+    for error in &errors {
+        if let Some(p) = &error.parameter {
+            parameters.insert(p.clone(), error.message.clone().into());
+        }
+        lines.push(error.message.clone());
+    }
+    let mut extra = Map::new();
+    extra.insert("parameterErrors".into(), parameters.into());
+    error_result("invalid_input", &lines.join("\n"), extra)
+}
+
+/// An `isError` result with `message` and Plinth's code (and `extra`) in
+/// `_meta`.
+fn error_result(code: &str, message: &str, extra: Map<String, Value>) -> CallToolResult {
+    let mut meta = extra;
+    meta.insert("code".into(), code.into());
+    CallToolResult::error(vec![ContentBlock::text(message.to_string())]).with_meta(Some(MetaObject(meta)))
+}
+
+/// A call's answer: the outputs as structured content (and as text), or
+/// what went wrong — as a result the model reads when it can act on it,
+/// as a JSON-RPC error when the request itself cannot be served.
+pub(super) fn call_result(
+    outcome: Result<ToolResult, InvokeError>,
+    has_outputs: bool,
+) -> Result<CallToolResult, ErrorData> {
+    match outcome {
+        Ok(ToolResult::Outputs(outputs)) => {
+            let value: Map<String, Value> = outputs.into_iter().map(|o| (o.name, o.value)).collect();
+            Ok(if has_outputs {
+                CallToolResult::structured(Value::Object(value))
+            } else {
+                CallToolResult::success(vec![ContentBlock::text("done")])
+            })
+        }
+        Ok(ToolResult::Failed(e)) => {
+            let mut content = vec![ContentBlock::text(e.message.clone())];
+            if let Some(more) = &e.additional_prompt_content {
+                content.push(ContentBlock::text(more.clone()));
+            }
+            let mut meta = Map::new();
+            meta.insert("code".into(), "tool_error".into());
+            meta.insert("canRetry".into(), e.can_retry.into());
+            if let Some(ms) = e.retry_after_ms {
+                meta.insert("retryAfterMs".into(), ms.into());
+            }
+            if let Some(text) = &e.developer_message {
+                meta.insert("developerMessage".into(), text.clone().into());
+            }
+            Ok(CallToolResult::error(content).with_meta(Some(MetaObject(meta))))
+        }
+        Err(InvokeError::Input(e)) => Ok(invalid_input(vec![e])),
+        Err(e @ (InvokeError::UnknownTool(_) | InvokeError::UnknownVersion { .. } | InvokeError::Retired(_))) => {
+            let code = if matches!(e, InvokeError::Retired(_)) { "version_retired" } else { "unknown_tool" };
+            Err(rpc_error(ErrorCode::INVALID_PARAMS.0, e.to_string(), code, Map::new()))
+        }
+        Err(e @ InvokeError::EndUserRequired(_)) => Err(rpc_error(
+            ErrorCode::INVALID_PARAMS.0,
+            format!("{e} (MCP: _meta.{} or the Plinth-End-User header)", meta::END_USER),
+            "end_user_required",
+            Map::new(),
+        )),
+        Err(e @ InvokeError::Storage(_)) => {
+            let error = ApiError::from(e);
+            Err(rpc_error(ErrorCode::INTERNAL_ERROR.0, error.message().to_string(), error.code(), Map::new()))
+        }
+        // The sandbox's and the quotas' refusals, classified as A2T does.
+        Err(e) => {
+            let error = ApiError::from(e);
+            let mut extra = Map::new();
+            if let Some(secs) = error.retry_after_secs() {
+                extra.insert("retryAfterMs".into(), (secs * 1000).into());
+            }
+            Ok(error_result(error.code(), error.message(), extra))
+        }
+    }
+}
+
+/// A confirmed call's answer as the result URI keeps it: the
+/// `CallToolResult`, or the JSON-RPC error, as JSON.
+pub(super) fn stored_answer(outcome: Result<ToolResult, InvokeError>, has_outputs: bool) -> (StatusCode, String) {
+    match call_result(outcome, has_outputs) {
+        Ok(result) => (StatusCode::OK, serde_json::to_string(&result).unwrap_or_default()),
+        Err(error) => (StatusCode::UNPROCESSABLE_ENTITY, serde_json::to_string(&error).unwrap_or_default()),
+    }
+}
+
+/// The link the end user opens: the confirmation page with the call's
+/// resource URI (no credential: accepting still needs the end user's login
+/// or their confirmation server's signature).
+fn confirmation_url(options: &ApiOptions, pending: &PendingConfirmation) -> String {
+    let pack = super::cheq::uri_pack_body(options, pending);
+    let page = pack[super::cheq::CONFIRMATION_URI].as_str().unwrap_or_default();
+    let resource = pack[super::cheq::RESOURCE_URI].as_str().unwrap_or_default();
+    let query: String = form_urlencoded::Serializer::new(String::new()).append_pair("resource_uri", resource).finish();
+    let separator = if page.contains('?') { '&' } else { '?' };
+    format!("{page}{separator}{query}")
+}
+
+/// The `inputRequests` of an `input_required` result: one URL elicitation.
+fn elicitation(id: &str, url: &str, message: &str) -> Result<InputRequests, ErrorData> {
+    let request = json!({
+        "method": "elicitation/create",
+        "params": { "mode": "url", "message": message, "url": url, "elicitationId": id },
+    });
+    let request: InputRequest = serde_json::from_value(request)
+        .map_err(|e| ErrorData::internal_error(format!("the elicitation could not be built: {e}"), None))?;
+    Ok(BTreeMap::from([(CONFIRMATION_REQUEST.to_string(), request)]))
+}
+
+/// Error -32042 of 2025-11-25: the client must send its user to `url`.
+fn url_elicitation_error(id: &str, url: &str, message: &str) -> ErrorData {
+    ErrorData::new(
+        ErrorCode(URL_ELICITATION_REQUIRED),
+        message.to_string(),
+        Some(json!({ "elicitations": [{ "mode": "url", "elicitationId": id, "url": url, "message": message }] })),
+    )
+}
+
+/// What makes a 2025-11-25 client's repetition the same call: its tenant,
+/// key, version, end user and arguments.
+fn legacy_fingerprint(
+    caller: &Caller,
+    version: &ToolVersion,
+    end_user: &Option<String>,
+    arguments: &JsonObject,
+) -> String {
+    let arguments: BTreeMap<&String, &Value> = arguments.iter().collect();
+    let call = json!({
+        "tenant": caller.tenant,
+        "key": key_id(caller),
+        "version": version.sha256,
+        "endUser": end_user,
+        "arguments": arguments,
+    });
+    crate::package::sha256_hex(call.to_string().as_bytes())
+}
+
+/// Calls of 2025-11-25 clients that wait for their end user, by
+/// fingerprint, until their outcome is delivered or they expire.
+#[derive(Default)]
+struct LegacyPending {
+    calls: Mutex<HashMap<String, (String, i64)>>,
+}
+
+impl LegacyPending {
+    fn get(&self, key: &str) -> Option<String> {
+        let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        calls.get(key).filter(|(_, expires)| *expires > unix_now()).map(|(id, _)| id.clone())
+    }
+
+    fn insert(&self, key: String, pending: &PendingConfirmation) {
+        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        if calls.len() >= MAX_LEGACY_PENDING {
+            let now = unix_now();
+            calls.retain(|_, (_, expires)| *expires > now);
+        }
+        if calls.len() < MAX_LEGACY_PENDING {
+            calls.insert(key, (pending.id.clone(), pending.expires_at));
+        }
+    }
+
+    fn remove(&self, key: &str) {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_tools_call_needs_a_key_that_may_invoke() {
+        assert_eq!(access_of("tools/call"), Access::Invoke);
+        for method in ["tools/list", "initialize", "server/discover", "subscriptions/listen", "ping", "anything"] {
+            assert_eq!(access_of(method), Access::Enumerate, "{method}");
+        }
+        assert_eq!(
+            rpc_method(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#).as_deref(),
+            Some("tools/call")
+        );
+        assert_eq!(rpc_method(b"not json"), None);
+    }
+
+    #[test]
+    fn versions_pin_as_numbers_or_their_semantic_spelling() {
+        assert_eq!(version_number(&json!(3)), Some(3));
+        assert_eq!(version_number(&json!("3")), Some(3));
+        assert_eq!(version_number(&json!("3.0.0")), Some(3));
+        for bad in [json!(0), json!(-1), json!(1.5), json!("3.1.0"), json!(true)] {
+            assert_eq!(version_number(&bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn allowed_hosts_come_from_the_public_url_and_the_listen_address() {
+        let options = McpOptions::for_server("https://tools.example.com", "10.0.0.5:8080".parse().unwrap(), [0; 32]);
+        for host in ["localhost", "127.0.0.1", "::1", "tools.example.com", "10.0.0.5:8080"] {
+            assert!(options.allowed_hosts.iter().any(|h| h == host), "{host}: {:?}", options.allowed_hosts);
+        }
+        assert!(options.allowed_origins.iter().any(|o| o == "https://tools.example.com"));
+        let wildcard = McpOptions::for_server("http://127.0.0.1:9000", "0.0.0.0:9000".parse().unwrap(), [0; 32]);
+        assert!(!wildcard.allowed_hosts.iter().any(|h| h.starts_with("0.0.0.0")));
+        assert!(!format!("{wildcard:?}").contains("state_key"));
+    }
+}
