@@ -29,6 +29,38 @@ fn plain(output: &[u8]) -> String {
     plain
 }
 
+/// The checks (from `--output-dir`) that failed or warned, of the scenarios
+/// the baseline check named as unexpected failures or stale entries.
+fn failed_checks(stdout: &str, results: &Path) -> String {
+    let named: std::collections::BTreeSet<&str> = stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("  ✗ ").or_else(|| line.strip_prefix("  ✓ ")))
+        .map(|entry| entry.split(':').next().unwrap().trim())
+        .collect();
+    let mut report = String::new();
+    let Ok(dirs) = std::fs::read_dir(results) else { return report };
+    let mut dirs: Vec<_> = dirs.map_while(Result::ok).map(|d| d.path()).collect();
+    dirs.sort();
+    for dir in dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        // server-<scenario>-<ISO timestamp>
+        let Some(scenario) = name.strip_prefix("server-").and_then(|n| n.get(..n.len().saturating_sub(25))) else {
+            continue;
+        };
+        if !named.contains(scenario) {
+            continue;
+        }
+        let checks: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("checks.json")).unwrap_or_default()).unwrap_or_default();
+        for check in checks.as_array().into_iter().flatten() {
+            if check["status"] == "FAILURE" || check["status"] == "WARNING" {
+                report.push_str(&format!("{scenario}: {check}\n"));
+            }
+        }
+    }
+    report
+}
+
 /// `conformance server --requirements REVISION` through the proxy; fails
 /// with the suite's whole report on any unexpected failure or stale
 /// baseline entry.
@@ -37,7 +69,11 @@ async fn conformance(revision: &str) {
     let (_, key) = server.create_key(Some("default"), "consumer").await;
     let proxy = AuthProxy::start(&server.base, &key);
     let work = tempfile::tempdir().unwrap();
-    let results = work.path().join("results");
+    // Each scenario's checks.json; kept where PLINTH_TEST_CONFORMANCE_RESULTS says, if set.
+    let results = match std::env::var_os("PLINTH_TEST_CONFORMANCE_RESULTS") {
+        Some(dir) => Path::new(&dir).join(revision),
+        None => work.path().join("results"),
+    };
     let mut command = node_command(&conformance_cli(), work.path());
     command
         .current_dir(work.path())
@@ -51,8 +87,10 @@ async fn conformance(revision: &str) {
     let stdout = plain(&output.stdout);
     let stderr = plain(&output.stderr);
     let report = format!(
-        "conformance server --requirements {revision}: {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- plinth's log\n{}",
+        "conformance server --requirements {revision}: {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n\
+         --- the checks that failed or warned, of the scenarios named above\n{}\n--- plinth's log\n{}",
         output.status,
+        failed_checks(&stdout, &results),
         server.logs()
     );
     assert!(output.status.success(), "{report}");
