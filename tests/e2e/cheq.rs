@@ -370,7 +370,7 @@ async fn an_unanswered_confirmation_expires() {
 
 /// An end user's session on the built-in confirmation page, over plain
 /// HTTP (what a browser does, without one).
-struct PageSession {
+pub struct PageSession {
     client: reqwest::Client,
     cookie: String,
     root: String,
@@ -378,7 +378,7 @@ struct PageSession {
 
 impl PageSession {
     /// Logs `user` in through the login form.
-    async fn log_in(pack: &Value, user: &str) -> PageSession {
+    pub async fn log_in(pack: &Value, user: &str) -> PageSession {
         let confirm = pack["confirmation uri"].as_str().unwrap();
         let root = confirm.strip_suffix("/cheq/confirm").unwrap().to_string();
         let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
@@ -407,7 +407,7 @@ impl PageSession {
     }
 
     /// Accepts or rejects on the page, with its form token → (status, HTML).
-    async fn decide(&self, pack: &Value, decision: &str) -> (u16, String) {
+    pub async fn decide(&self, pack: &Value, decision: &str) -> (u16, String) {
         let (status, html) = self.page(pack).await;
         assert_eq!(status, 200, "{html}");
         let token = html.split("name=\"form_token\" value=\"").nth(1).unwrap().split('"').next().unwrap();

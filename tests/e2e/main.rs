@@ -8,6 +8,7 @@ mod cheq_browser;
 mod cli;
 mod deploy;
 mod hardening_net;
+mod mcp;
 mod mcp_conformance;
 mod mcp_inspector;
 mod mcp_support;

@@ -277,7 +277,8 @@ impl ServerHandler for McpDoor {
         if let Some(state) = &request.request_state {
             return self.resume(&host, &caller, &request, state, &ctx).await;
         }
-        let meta = request.meta.as_ref().map(|m| &m.0.0);
+        // rmcp moves the request's `_meta` into the context.
+        let meta = Some(&ctx.meta.0.0).filter(|m| !m.is_empty()).or(request.meta.as_ref().map(|m| &m.0.0));
         let (tool, version) = resolve(&host, &caller, &request.name, meta)?;
         let end_user = end_user(meta, &ctx)?;
         let arguments = request.arguments.clone().unwrap_or_default();
