@@ -2,7 +2,7 @@
 //! after itself.
 
 use crate::Opts;
-use crate::measure::{Load, Report, Server, Summary, client, fmt, time_each, unthrottle, wrk};
+use crate::measure::{Load, Report, Server, Summary, client, fmt, time_each, unthrottle, wrk, wrk_with_headers};
 use plinth::invocation::input_value;
 use plinth::manifest::ToolManifest;
 use plinth::package::{self, ToolPackage};
@@ -21,6 +21,53 @@ fn load_duration(opts: &Opts) -> Duration {
 
 fn echo_body(text: &str) -> String {
     json!({"name": "echo", "input_parameters": [{"name": "text", "value": text}]}).to_string()
+}
+
+/// The headers of an MCP 2026-07-28 `tools/call` of echo, besides the key and
+/// `Content-Type`: the revision wants the method and the tool's name in
+/// headers too (rmcp refuses a request without them, HTTP 400).
+const MCP_ECHO_HEADERS: &[(&str, &str)] = &[
+    ("Accept", "application/json, text/event-stream"),
+    ("MCP-Protocol-Version", "2026-07-28"),
+    ("Mcp-Method", "tools/call"),
+    ("Mcp-Name", "echo"),
+];
+
+/// A JSON-RPC `tools/call` of echo, with the per-request `_meta` the
+/// 2026-07-28 revision requires in place of a session.
+fn mcp_echo_body(text: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "echo", "arguments": {"text": text},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string()
+}
+
+/// Sends one MCP echo call and checks that the tool answered `text`. An MCP
+/// failure (a JSON-RPC error, or a result with `isError`) comes back as
+/// HTTP 200, which wrk counts as a success, so the arm checks the answer by
+/// hand.
+async fn check_mcp_echo(url: &str, body: &str, text: &str) -> anyhow::Result<()> {
+    let mut request = client().post(url).header("Content-Type", "application/json").body(body.to_string());
+    for (name, value) in MCP_ECHO_HEADERS {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await?;
+    let status = response.status();
+    let answer = response.text().await?;
+    anyhow::ensure!(status.is_success(), "the MCP echo call answered {status}: {answer}");
+    // A JSON answer, or an SSE stream whose answer is a `data:` line with the id.
+    let message = std::iter::once(answer.as_str())
+        .chain(answer.lines().filter_map(|line| line.strip_prefix("data:")))
+        .filter_map(|json| serde_json::from_str::<Value>(json.trim()).ok())
+        .find(|message| message.get("id").is_some())
+        .ok_or_else(|| anyhow::anyhow!("the MCP echo call answered no JSON-RPC response: {answer}"))?;
+    let result = &message["result"];
+    anyhow::ensure!(
+        result["isError"] != true && result["structuredContent"]["text"] == text,
+        "the MCP echo call answered {message}"
+    );
+    Ok(())
 }
 
 async fn tool_id(base: &str, name: &str) -> anyhow::Result<String> {
@@ -120,6 +167,29 @@ pub async fn http_overhead(opts: &Opts, report: &mut Report) -> anyhow::Result<(
         "1 d/b",
         "OTC ÷ A2T echo throughput · p50 one connection OTC",
         format!("{:.2} · {}", d.rps / b.rps, fmt(d1.latency.p50)),
+        "",
+        None,
+    );
+    // And through the MCP front door (2026-07-28: no session; the revision's
+    // headers and `_meta` on every request). Every request of the load is the
+    // same, so one checked by hand before and after stands for them (wrk
+    // counts HTTP statuses only, and MCP errors are HTTP 200); the load's 8
+    // connections stay under the per-tool concurrency limit (16), so none is
+    // refused busy in between.
+    let mcp_url = format!("{}/mcp", plinth.base);
+    let mcp_body = mcp_echo_body("hello, tools");
+    check_mcp_echo(&mcp_url, &mcp_body, "hello, tools").await?;
+    let e = tokio::task::block_in_place(|| {
+        wrk_with_headers(&mcp_url, Some(&mcp_body), MCP_ECHO_HEADERS, duration, CONNECTIONS)
+    })?;
+    let e1 =
+        tokio::task::block_in_place(|| wrk_with_headers(&mcp_url, Some(&mcp_body), MCP_ECHO_HEADERS, duration, 1))?;
+    check_mcp_echo(&mcp_url, &mcp_body, "hello, tools").await?;
+    load_row(report, "1e Plinth echo via MCP", &e);
+    report.row(
+        "1 e/b",
+        "MCP ÷ A2T echo throughput · p50 one connection MCP",
+        format!("{:.2} · {}", e.rps / b.rps, fmt(e1.latency.p50)),
         "",
         None,
     );

@@ -149,12 +149,31 @@ pub struct Load {
 
 /// Runs `wrk` against `url`, POSTing `body` (JSON) when given.
 pub fn wrk(url: &str, body: Option<&str>, duration: Duration, connections: u32) -> anyhow::Result<Load> {
+    wrk_with_headers(url, body, &[], duration, connections)
+}
+
+/// [`wrk`], sending `headers` (names and values without quotes or
+/// backslashes) with every request as well.
+pub fn wrk_with_headers(
+    url: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+    duration: Duration,
+    connections: u32,
+) -> anyhow::Result<Load> {
     let script = tempfile::Builder::new().suffix(".lua").tempfile()?;
     let mut lua = format!("wrk.headers[\"Authorization\"] = \"Bearer {BENCH_KEY}\"\n");
     if let Some(body) = body {
         lua.push_str(&format!(
             "wrk.method = \"POST\"\nwrk.body = [=[{body}]=]\nwrk.headers[\"Content-Type\"] = \"application/json\"\n"
         ));
+    }
+    for (name, value) in headers {
+        anyhow::ensure!(
+            !format!("{name}{value}").contains(['"', '\\', '\n']),
+            "wrk header {name} cannot be written into the script"
+        );
+        lua.push_str(&format!("wrk.headers[\"{name}\"] = \"{value}\"\n"));
     }
     std::fs::write(script.path(), lua)?;
     let out = Command::new("wrk")

@@ -174,6 +174,12 @@ async fn a_call_pinned_to_bytes_that_changed_is_refused_never_served_by_another_
     // Pinned to what the client reviewed, both ways, it runs.
     let answer = client.call("echo", json!({ "text": "hi" }), json!({ "version": 1, "sha256": old_sha })).await;
     assert_eq!(answer["result"]["isError"], false, "{answer}");
+    // Its answer fits the listed output schema, which requires only what
+    // every live version answers.
+    let v1 = answer["result"]["structuredContent"].as_object().unwrap();
+    let required = after["outputSchema"]["required"].as_array().unwrap();
+    assert!(required.iter().all(|name| v1.contains_key(name.as_str().unwrap())), "{required:?} vs {v1:?}");
+    assert!(after["outputSchema"]["properties"].as_object().unwrap().len() > required.len(), "v2 adds an output");
     let answer = client.call("echo", json!({ "text": "hi" }), json!({ "sha256": after["_meta"]["sha256"] })).await;
     assert_eq!(answer["result"]["isError"], false, "{answer}");
     // A version that does not exist, or a pin that is not one.

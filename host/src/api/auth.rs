@@ -158,10 +158,11 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
 /// a lower access (the MCP door decides per JSON-RPC method, once it has
 /// read which). A caller without a principal presented no key: a bad key
 /// is refused before.
-pub fn check(host: &AppState, access: Access, scope: Scope, caller: &Caller) -> Result<(), Response> {
+pub fn refusal_for(host: &AppState, access: Access, scope: Scope, caller: &Caller) -> Option<Response> {
     let principal = caller.principal.as_ref();
     decide(host, access, scope, &caller.tenant, principal.is_some(), principal)
-        .map_err(|e| refusal(e, principal.is_some()))
+        .err()
+        .map(|e| refusal(e, principal.is_some()))
 }
 
 /// A refusal, with the `WWW-Authenticate` challenge a `401` carries.

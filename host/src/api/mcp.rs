@@ -199,7 +199,7 @@ pub(super) async fn per_method(request: Request, next: Next) -> Response {
     };
     let access = rpc_method(&bytes).map_or(Access::Enumerate, |m| access_of(&m));
     if let (Some(caller), Some(host)) = (parts.extensions.get::<Caller>(), parts.extensions.get::<AppState>())
-        && let Err(refusal) = auth::check(host, access, Scope::Tenant, caller)
+        && let Some(refusal) = auth::refusal_for(host, access, Scope::Tenant, caller)
     {
         return refusal;
     }
@@ -300,7 +300,7 @@ impl ServerHandler for McpDoor {
         let has_outputs = !version.signature.outputs.is_empty();
         match host.invoke(tool.clone(), version, call).await {
             Err(InvokeError::ConfirmationPending(pending)) => {
-                self.confirmation_required(&caller, &tool.name, &pending, legacy_key, &ctx)
+                self.confirmation_required(&host, &caller, &tool.name, &pending, legacy_key, &ctx)
             }
             outcome => call_result(outcome, has_outputs).map(Into::into),
         }
@@ -346,6 +346,18 @@ fn tool_entry(host: &AppState, tool: &Tool, version: &ToolVersion) -> Result<rmc
     };
     if let Some(marker) = marker {
         view["_meta"][meta::CONFIRMATION] = marker.into();
+    }
+    // A call may be pinned to an older live version, whose answer must fit
+    // this schema too: only outputs every live version has are required (a
+    // compatible version may add outputs, never remove one).
+    let live: Vec<Arc<ToolVersion>> =
+        tool.versions_before(None, usize::MAX).into_iter().filter(|v| v.retired_at().is_none()).collect();
+    if live.len() > 1
+        && let Some(required) = view["outputSchema"]["required"].as_array_mut()
+    {
+        required.retain(|name| {
+            live.iter().all(|v| v.signature.outputs.iter().any(|o| Some(o.name.as_str()) == name.as_str()))
+        });
     }
     serde_json::from_value(view)
         .map_err(|e| ErrorData::internal_error(format!("a tool could not be listed: {e}"), None))
@@ -419,6 +431,7 @@ impl McpDoor {
     /// to the confirmation page.
     fn confirmation_required(
         &self,
+        host: &AppState,
         caller: &Caller,
         tool: &str,
         pending: &PendingConfirmation,
@@ -436,6 +449,11 @@ impl McpDoor {
         }
         let can_open_urls = ctx.client_capabilities().and_then(|c| c.elicitation).is_some_and(|e| e.url.is_some());
         if !can_open_urls {
+            // Nobody will be sent to the page: end the transaction now.
+            let evidence = json!({ "by": "mcp-client", "reason": "the client cannot open a confirmation link" });
+            if let Err(e) = host.reject_confirmation(&caller.tenant, &pending.id, evidence) {
+                tracing::info!(transaction = pending.id, error = %e, "an unreachable confirmation could not be ended");
+            }
             return Err(ErrorData::new(
                 ErrorCode(MISSING_CAPABILITY),
                 format!(
@@ -488,12 +506,14 @@ impl McpDoor {
             .is_some_and(|r| matches!(r["action"].as_str(), Some("decline" | "cancel")));
         if declined {
             let evidence = json!({ "by": "mcp-client", "reason": "the client declined the confirmation" });
-            if let Err(e) = host.reject_confirmation(&caller.tenant, &state.transaction, evidence) {
-                tracing::info!(transaction = state.transaction, error = %e, "a declined confirmation could not be rejected");
+            // Already decided (say, accepted on the page): that outcome stands.
+            if host.reject_confirmation(&caller.tenant, &state.transaction, evidence).is_ok() {
+                let message = "the confirmation was declined before the end user decided; the tool did not run";
+                return Ok(error_result("confirmation_declined", message, Map::new()).into());
             }
         }
         match outcome(host, &caller.tenant, &state.transaction).await? {
-            Outcome::Pending(pending) => self.confirmation_required(caller, &request.name, &pending, None, ctx),
+            Outcome::Pending(pending) => self.confirmation_required(host, caller, &request.name, &pending, None, ctx),
             Outcome::Done(result) => Ok(result.into()),
         }
     }
@@ -736,9 +756,12 @@ pub(super) fn call_result(
             let code = if matches!(e, InvokeError::Retired(_)) { "version_retired" } else { "unknown_tool" };
             Err(rpc_error(ErrorCode::INVALID_PARAMS.0, e.to_string(), code, Map::new()))
         }
-        Err(e @ InvokeError::EndUserRequired(_)) => Err(rpc_error(
+        Err(InvokeError::EndUserRequired(tool)) => Err(rpc_error(
             ErrorCode::INVALID_PARAMS.0,
-            format!("{e} (MCP: _meta.{} or the Plinth-End-User header)", meta::END_USER),
+            format!(
+                "`{tool}` needs the confirmation of the end user the call is made for: name them in _meta.{} (or the Plinth-End-User header); the tool did not run",
+                meta::END_USER
+            ),
             "end_user_required",
             Map::new(),
         )),
