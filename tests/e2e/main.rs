@@ -11,6 +11,7 @@ mod hardening_net;
 mod mcp;
 mod mcp_conformance;
 mod mcp_inspector;
+mod mcp_python;
 mod mcp_support;
 mod otc;
 mod sandbox;

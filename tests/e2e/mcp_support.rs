@@ -53,7 +53,6 @@ pub fn inspector_cli() -> PathBuf {
 }
 
 /// The venv's python, with the `mcp` SDK (tests/mcp-clients/requirements.txt).
-#[allow(dead_code)] // for the Python SDK's tests
 pub fn venv_python() -> PathBuf {
     installed("venv/bin/python")
 }
