@@ -12,7 +12,7 @@ LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
 DATA       ?= ./plinth-data
 
-.PHONY: help build wasm-target plugins fixtures browser run test check bench bench-smoke wrk
+.PHONY: help build wasm-target plugins fixtures browser mcp-clients run test check bench bench-smoke wrk
 
 help:
 	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
@@ -55,9 +55,9 @@ fixtures: plugins
 
 # Ends with one summary line over every test binary (cargo prints one
 # result line per binary, the last of which may be a crate without tests).
-test: fixtures browser
+test: fixtures browser mcp-clients
 	@set -o pipefail; PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures \
-		$(CARGO) test --no-fail-fast 2>&1 | tee target/test.log
+		PLINTH_TEST_MCP_CLIENTS=$(CURDIR)/target/mcp-clients $(CARGO) test --no-fail-fast 2>&1 | tee target/test.log
 	@awk '/^test result:/ { passed += $$4; failed += $$6 } END { printf "summary: %d passed, %d failed\n", passed, failed }' target/test.log
 
 # The browser tests (tests/e2e/browser.rs) drive a headless Chromium through
@@ -65,6 +65,12 @@ test: fixtures browser
 browser:
 	@[ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] || \
 		{ apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
+
+# The MCP clients the tests drive (tests/e2e/mcp_*.rs): the conformance
+# suite and the Inspector from npm, the Python SDK in a venv, and Node 22 from
+# npm when the machine's is older. Quick when nothing changed.
+mcp-clients:
+	@./tests/mcp-clients/install $(CURDIR)/target/mcp-clients
 
 # The HTTP arms use wrk as the load generator (a separate process).
 wrk:

@@ -9,12 +9,13 @@
 //! the checks are here, so a failure shows what the SDK saw.
 
 use crate::browser::{self, Browser};
+use crate::mcp_support::venv_python;
 use crate::support::{Server, TOKEN, fixture, plugins_dir};
 use reqwest::Method;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -23,20 +24,6 @@ use tokio::sync::mpsc;
 /// imports the SDK and talks to the server; a hang fails the test).
 const LINE: Duration = Duration::from_secs(120);
 const WAIT: Duration = Duration::from_secs(10);
-
-/// The venv's Python (`make mcp-clients` builds it and passes its folder).
-fn python() -> PathBuf {
-    let dir = std::env::var_os("PLINTH_TEST_MCP_CLIENTS").unwrap_or_else(|| {
-        panic!("PLINTH_TEST_MCP_CLIENTS is not set: run `make mcp-clients` (it builds the MCP client venvs), or `make test`")
-    });
-    let python = Path::new(&dir).join("venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run `make mcp-clients` (it installs the Python MCP SDK into that venv)",
-        python.display()
-    );
-    python
-}
 
 /// A running script of tests/mcp-clients/python/, killed on drop.
 struct Script {
@@ -54,7 +41,7 @@ impl Script {
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp-clients/python");
         let dir = tempfile::tempdir().unwrap();
         let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
-        let mut command = Command::new(python());
+        let mut command = Command::new(venv_python());
         command
             .arg(source.join(script))
             .args(args)

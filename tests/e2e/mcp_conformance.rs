@@ -1,0 +1,110 @@
+//! The official MCP conformance suite (`@modelcontextprotocol/conformance`,
+//! pinned in tests/mcp-clients/package-lock.json) against the real binary
+//! serving the example tools: every scenario a revision requires passes,
+//! but for those tests/mcp-clients/conformance-baseline.yml names (the ones
+//! that need the reference server's own test tools, prompts or resources).
+//!
+//! The suite sends no credentials, so it talks to the door through
+//! [`AuthProxy`], which adds a consumer key and changes nothing else.
+
+use crate::mcp_support::{AuthProxy, conformance_cli, node_command, serve_example_tools};
+use std::path::Path;
+
+fn baseline() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp-clients/conformance-baseline.yml")
+}
+
+/// The suite's output without its colours (it ignores NO_COLOR).
+fn plain(output: &[u8]) -> String {
+    let text = String::from_utf8_lossy(output);
+    let mut plain = String::with_capacity(text.len());
+    let mut rest = text.as_ref();
+    while let Some(start) = rest.find("\x1b[") {
+        plain.push_str(&rest[..start]);
+        rest = &rest[start + 2..];
+        let end = rest.find(|c: char| c.is_ascii_alphabetic()).map_or(rest.len(), |i| i + 1);
+        rest = &rest[end..];
+    }
+    plain.push_str(rest);
+    plain
+}
+
+/// The checks (from `--output-dir`) that failed or warned, of the scenarios
+/// the baseline check named as unexpected failures or stale entries.
+fn failed_checks(stdout: &str, results: &Path) -> String {
+    let named: std::collections::BTreeSet<&str> = stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("  ✗ ").or_else(|| line.strip_prefix("  ✓ ")))
+        .map(|entry| entry.split(':').next().unwrap().trim())
+        .collect();
+    let mut report = String::new();
+    let Ok(dirs) = std::fs::read_dir(results) else { return report };
+    let mut dirs: Vec<_> = dirs.map_while(Result::ok).map(|d| d.path()).collect();
+    dirs.sort();
+    for dir in dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        // server-<scenario>-<ISO timestamp>
+        let Some(scenario) = name.strip_prefix("server-").and_then(|n| n.get(..n.len().saturating_sub(25))) else {
+            continue;
+        };
+        if !named.contains(scenario) {
+            continue;
+        }
+        let checks: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("checks.json")).unwrap_or_default()).unwrap_or_default();
+        for check in checks.as_array().into_iter().flatten() {
+            if check["status"] == "FAILURE" || check["status"] == "WARNING" {
+                report.push_str(&format!("{scenario}: {check}\n"));
+            }
+        }
+    }
+    report
+}
+
+/// `conformance server --requirements REVISION` through the proxy; fails
+/// with the suite's whole report on any unexpected failure or stale
+/// baseline entry.
+async fn conformance(revision: &str) {
+    let (server, _weather) = serve_example_tools().await;
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let proxy = AuthProxy::start(&server.base, &key);
+    let work = tempfile::tempdir().unwrap();
+    // Each scenario's checks.json; kept where PLINTH_TEST_CONFORMANCE_RESULTS says, if set.
+    let results = match std::env::var_os("PLINTH_TEST_CONFORMANCE_RESULTS") {
+        Some(dir) => Path::new(&dir).join(revision),
+        None => work.path().join("results"),
+    };
+    let mut command = node_command(&conformance_cli(), work.path());
+    command
+        .current_dir(work.path())
+        .args(["server", "--url", &format!("{}/mcp", proxy.base), "--requirements", revision])
+        .arg("--expected-failures")
+        .arg(baseline())
+        .arg("--output-dir")
+        .arg(&results);
+    let output =
+        tokio::task::spawn_blocking(move || command.output()).await.unwrap().expect("the conformance CLI runs");
+    let stdout = plain(&output.stdout);
+    let stderr = plain(&output.stderr);
+    let report = format!(
+        "conformance server --requirements {revision}: {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n\
+         --- the checks that failed or warned, of the scenarios named above\n{}\n--- plinth's log\n{}",
+        output.status,
+        failed_checks(&stdout, &results),
+        server.logs()
+    );
+    assert!(output.status.success(), "{report}");
+    assert!(stdout.contains("Baseline check passed"), "{report}");
+    assert!(stdout.contains("tools-list: "), "the suite ran no tools-list scenario: {report}");
+    drop(proxy);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_conformance_suite_passes_at_2026_07_28() {
+    conformance("2026-07-28").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_conformance_suite_passes_at_2025_11_25() {
+    conformance("2025-11-25").await;
+}
