@@ -38,7 +38,7 @@ use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, Implementation,
     InputRequest, InputRequests, InputRequiredResult, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams,
-    ProtocolVersion, ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscriptionFilter,
+    ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -232,6 +232,10 @@ struct PendingState {
 }
 
 impl ServerHandler for McpDoor {
+    // Logging (deprecated by SEP-2577, gone from 2026-07-28) is declared so
+    // that 2025-11-25 clients' logging/setLevel succeeds; the door sends no
+    // log messages.
+    #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
         let capabilities =
             ServerCapabilities::builder().enable_logging().enable_tools().enable_tool_list_changed().build();
@@ -306,9 +310,10 @@ impl ServerHandler for McpDoor {
         }
     }
 
+    #[allow(deprecated)]
     async fn set_level(
         &self,
-        _request: SetLevelRequestParams,
+        _request: rmcp::model::SetLevelRequestParams,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         Ok(())
