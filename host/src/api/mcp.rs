@@ -126,9 +126,8 @@ impl McpOptions {
     /// address unless it is a wildcard.
     pub fn for_server(public_url: &str, listen: std::net::SocketAddr, state_key: [u8; 32]) -> McpOptions {
         let mut allowed_hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).to_vec();
-        let port = listen.port();
         let mut allowed_origins: Vec<String> =
-            ["localhost", "127.0.0.1", "[::1]"].iter().map(|h| format!("http://{h}:{port}")).collect();
+            ["localhost", "127.0.0.1", "[::1]"].iter().map(|h| format!("http://{h}:*")).collect();
         if let Ok(url) = public_url.parse::<http::Uri>()
             && let Some(authority) = url.authority()
         {
@@ -242,8 +241,13 @@ struct PendingState {
 }
 
 impl ServerHandler for McpDoor {
+    // Logging (deprecated by SEP-2577, gone from 2026-07-28) is declared so
+    // that 2025-11-25 clients' logging/setLevel succeeds; the door sends no
+    // log messages.
+    #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
-        let capabilities = ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build();
+        let capabilities =
+            ServerCapabilities::builder().enable_logging().enable_tools().enable_tool_list_changed().build();
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("plinth", env!("CARGO_PKG_VERSION")))
             .with_instructions(
@@ -315,16 +319,26 @@ impl ServerHandler for McpDoor {
         }
     }
 
-    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
-        requested
-            .tools_list_changed
-            .filter(|on| *on)
-            .map(|_| SubscriptionFilter::builder().tools_list_changed().build())
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(&self, _requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let (host, caller) = scope(context.request_context())?;
         let tenant = caller.tenant;
+        if context.accepted().tools_list_changed != Some(true) {
+            context.cancelled().await;
+            return Ok(());
+        }
         let mut changes = host.registry().changes();
         let mut stopping = self.options.mcp.stopping.subscribe();
         if *stopping.borrow_and_update() {
