@@ -474,7 +474,9 @@ fn main() -> std::process::ExitCode {
 
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PLINTH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // rmcp logs every session it serves at info and every JSON-RPC
+        // error (with its data) at warn: per request, and anyone's to trigger.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=error"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -600,6 +602,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Some(dir) => Some(watch(host.clone(), dir)?),
             None => None,
         };
+        if args.public_url.is_none() && addr.ip().is_unspecified() {
+            tracing::warn!(
+                "listening on every address without --public-url: links in CHEQ answers name {addr}, and MCP clients reaching this server by another name are refused (DNS-rebinding protection); set --public-url to the address clients use"
+            );
+        }
         let public_url = args.public_url.clone().unwrap_or_else(|| format!("http://{addr}"));
         let public_url = public_url.trim_end_matches('/').to_string();
         let state_key = api::mcp::McpOptions::load_state_key(&args.data)

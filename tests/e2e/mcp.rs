@@ -154,6 +154,18 @@ async fn calls_answer_structured_content_and_errors_the_model_can_act_on() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_legacy_client_is_not_promised_list_changes_it_cannot_receive() {
+    let server = example_server();
+    let initialize =
+        json!({ "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } });
+    let (status, answer) = Mcp::legacy(&server).request("initialize", initialize, Value::Null).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["result"]["protocolVersion"], LEGACY);
+    assert!(answer["result"]["capabilities"]["tools"].is_object(), "{answer}");
+    assert!(answer["result"]["capabilities"]["tools"].get("listChanged").is_none(), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_call_pinned_to_bytes_that_changed_is_refused_never_served_by_another_version() {
     let server = example_server();
     let client = Mcp::modern(&server);
@@ -234,6 +246,13 @@ async fn a_call_that_needs_confirmation_completes_through_url_elicitation() {
     let other = Mcp { key: other_key, ..Mcp::modern(&server) };
     let params = json!({ "name": "book_flight", "arguments": arguments(&booking("FIRST", 2)), "requestState": state });
     let (_, answer) = other.request("tools/call", params, json!({ "endUser": "alice" })).await;
+    assert_eq!(answer["error"]["data"]["code"], "invalid_request_state", "{answer}");
+    // The state belongs to its call: other arguments, or another end user, are refused.
+    let params = json!({ "name": "book_flight", "arguments": arguments(&booking("FIRST", 3)), "requestState": state });
+    let (_, answer) = client.request("tools/call", params.clone(), json!({ "endUser": "alice" })).await;
+    assert_eq!(answer["error"]["data"]["code"], "invalid_request_state", "{answer}");
+    let params = json!({ "name": "book_flight", "arguments": arguments(&booking("FIRST", 2)), "requestState": state });
+    let (_, answer) = client.request("tools/call", params, json!({ "endUser": "bob" })).await;
     assert_eq!(answer["error"]["data"]["code"], "invalid_request_state", "{answer}");
 
     // Alice accepts on the page; the retry returns the booking.
@@ -354,6 +373,18 @@ async fn hosts_other_than_the_servers_own_are_refused() {
     assert_eq!(send(format!("127.0.0.1:{port}"), None).await, 200);
     assert_eq!(send(format!("localhost:{port}"), None).await, 200);
     assert_eq!(send("attacker.example".into(), None).await, 403, "a rebound name");
+    // Refused in Plinth's error shape, like every refusal.
+    let response = server
+        .request(Method::POST, "/mcp")
+        .bearer_auth(TOKEN)
+        .header("accept", "application/json, text/event-stream")
+        .header("host", "attacker.example")
+        .json(&list)
+        .send()
+        .await
+        .unwrap();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "forbidden", "{body}");
     assert_eq!(send(format!("127.0.0.1:{port}"), Some("http://attacker.example")).await, 403, "a foreign page");
 }
 

@@ -114,7 +114,12 @@ pub fn strip_tenant_root(mut request: Request) -> Request {
 
 /// The bearer token of a request, if it has one.
 fn bearer(request: &Request) -> Option<&str> {
-    let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    bearer_token(request.headers())
+}
+
+/// The bearer token in `headers`, if there is one.
+pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
 }

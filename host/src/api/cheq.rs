@@ -266,7 +266,7 @@ async fn complete(
                 Err(e) => super::otc::otc_error_shape(ApiError::from(e).into_response()).await,
             },
             FrontDoor::Mcp => {
-                let (status, body) = super::mcp::stored_answer(outcome, has_outputs);
+                let (status, body) = super::mcp::stored_answer(outcome);
                 (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
             }
         };

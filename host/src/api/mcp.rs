@@ -54,14 +54,24 @@ const PAGE_SIZE: usize = 100;
 const CONFIRMATION_REQUEST: &str = "confirmation";
 /// JSON-RPC error of 2025-11-25 for a request that needs a URL elicitation.
 const URL_ELICITATION_REQUIRED: i32 = -32042;
-/// JSON-RPC error of 2026-07-28 for a request the client lacks a capability for.
-const MISSING_CAPABILITY: i32 = -32021;
-/// How long a retry waits for an accepted call that is still running.
-const RUNNING_WAIT: Duration = Duration::from_secs(10);
-/// Calls of 2025-11-25 clients waiting for confirmation, remembered so that
-/// their repetition is answered from the transaction (past this many, a
-/// repetition starts a new transaction: safe, if less convenient).
-const MAX_LEGACY_PENDING: usize = 10_000;
+/// How long a retry waits for an accepted call that is still running (a
+/// tool's deadline is shorter).
+const RUNNING_WAIT: Duration = Duration::from_secs(60);
+/// How long after its confirmation window a call's outcome can still be
+/// fetched by the retry (a sealed state's lifetime past the window).
+const OUTCOME_KEPT: Duration = Duration::from_secs(24 * 3600);
+/// Calls of 2025-11-25 clients waiting for confirmation remembered per
+/// tenant, so that their repetition is answered from the transaction (past
+/// this many, a repetition starts a new transaction, which needs its own
+/// confirmation: safe, if less convenient).
+const MAX_LEGACY_PENDING_PER_TENANT: usize = 1_000;
+/// `subscriptions/listen` streams open at once, server-wide.
+const MAX_LISTENERS: usize = 1_024;
+/// How long one `subscriptions/listen` stream lasts; the client opens the
+/// next one (and its key is checked again).
+const LISTEN_LIFETIME: Duration = Duration::from_secs(10 * 60);
+/// How often a listening stream's key is checked (a revoked key ends it).
+const LISTEN_KEY_CHECK: Duration = Duration::from_secs(30);
 
 /// The `_meta` keys Plinth reads on `tools/call` and writes on tools.
 pub mod meta {
@@ -163,13 +173,11 @@ impl McpOptions {
 }
 
 impl Default for McpOptions {
+    /// For routers built without a server (the list of endpoints, tests): a
+    /// random state key, used by nobody else.
     fn default() -> Self {
         let mut state_key = [0u8; 32];
-        // Without randomness a default key would be a known one: refuse
-        // every state rather than accept forged ones.
-        if getrandom::fill(&mut state_key).is_err() {
-            tracing::error!("no randomness for the MCP request-state key");
-        }
+        getrandom::fill(&mut state_key).unwrap_or_else(|e| panic!("no randomness for a key: {e}"));
         McpOptions::for_server("http://127.0.0.1:8080", ([127, 0, 0, 1], 8080).into(), state_key)
     }
 }
@@ -183,8 +191,10 @@ pub fn service(options: Arc<ApiOptions>) -> StreamableHttpService<McpDoor, Never
         .with_allowed_origins(options.mcp.allowed_origins.clone())
         .with_max_request_body_bytes(options.max_request_bytes);
     let door = McpDoor {
+        // 32 bytes: the minimum `try_new` checks for.
         codec: Arc::new(rmcp::model::RequestStateCodec::new_unchecked(options.mcp.state_key.to_vec())),
         legacy: Arc::new(LegacyPending::default()),
+        listeners: Arc::new(tokio::sync::Semaphore::new(MAX_LISTENERS)),
         options,
     };
     StreamableHttpService::new(move || Ok(door.clone()), Arc::new(NeverSessionManager::default()), config)
@@ -206,12 +216,40 @@ pub(super) async fn per_method(request: Request, next: Next) -> Response {
         .into_response();
     };
     let access = rpc_method(&bytes).map_or(Access::Enumerate, |m| access_of(&m));
-    if let (Some(caller), Some(host)) = (parts.extensions.get::<Caller>(), parts.extensions.get::<AppState>())
-        && let Some(refusal) = auth::refusal_for(host, access, Scope::Tenant, caller)
-    {
+    let (Some(caller), Some(host)) = (parts.extensions.get::<Caller>(), parts.extensions.get::<AppState>()) else {
+        return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the server is misconfigured")
+            .into_response();
+    };
+    if let Some(refusal) = auth::refusal_for(host, access, Scope::Tenant, caller) {
         return refusal;
     }
-    next.run(Request::from_parts(parts, Body::from(bytes))).await
+    as_api_error(next.run(Request::from_parts(parts, Body::from(bytes))).await).await
+}
+
+/// rmcp's own HTTP refusals (Host or Origin not allowed, a missing
+/// `Accept`, a body that is not JSON) are plain text: they are given
+/// Plinth's error shape, like every other refusal.
+async fn as_api_error(response: Response) -> Response {
+    // Plain text, or no type at all (the Host and Origin refusals).
+    let plain = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_none_or(|v| v.to_str().is_ok_and(|v| v.starts_with("text/plain")));
+    let status = response.status();
+    if !plain || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let text = axum::body::to_bytes(response.into_body(), 4096).await.unwrap_or_default();
+    let code = match status {
+        StatusCode::FORBIDDEN => "forbidden",
+        StatusCode::NOT_ACCEPTABLE => "not_acceptable",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        _ if status.is_server_error() => "internal",
+        _ => "invalid_request",
+    };
+    ApiError::new(status, code, String::from_utf8_lossy(&text).trim().to_string()).into_response()
 }
 
 /// The `method` of a JSON-RPC message, if the body is one.
@@ -229,15 +267,18 @@ pub struct McpDoor {
     options: Arc<ApiOptions>,
     codec: Arc<rmcp::model::RequestStateCodec>,
     legacy: Arc<LegacyPending>,
+    listeners: Arc<tokio::sync::Semaphore>,
 }
 
 /// What a sealed `requestState` holds: the transaction a call waits for,
-/// bound to its tenant, key and tool.
+/// bound to its tenant, key (sealed with it) and the call itself.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct PendingState {
     transaction: String,
     tenant: String,
     tool: String,
+    /// [`call_fingerprint`] of the call.
+    call: String,
 }
 
 impl ServerHandler for McpDoor {
@@ -300,23 +341,39 @@ impl ServerHandler for McpDoor {
             Ok(input) => input,
             Err(errors) => return Ok(invalid_input(errors).into()),
         };
-        let may_wait = host.confirmation_need(&tool, &version) != ConfirmationNeed::Never;
-        let legacy_key =
-            (may_wait && !is_stateless(&ctx)).then(|| legacy_fingerprint(&caller, &version, &end_user, &arguments));
-        if let Some(key) = &legacy_key
-            && let Some(transaction) = self.legacy.get(key)
-        {
-            return self.legacy_outcome(&host, &caller, key, &transaction).await;
+        let fingerprint = call_fingerprint(&caller, &tool.name, &end_user, &arguments);
+        let stateless = is_stateless(&ctx);
+        if !stateless && let Some(transaction) = self.legacy.get(&caller.tenant, &fingerprint) {
+            return self.legacy_outcome(&host, &caller, &fingerprint, &transaction).await;
+        }
+        // A client that cannot send its user to the page gets no transaction
+        // that nobody would ever see.
+        if stateless && !can_open_urls(&ctx) && host.confirmation_need(&tool, &version) == ConfirmationNeed::Always {
+            return Err(cannot_confirm(&tool.name));
         }
         let mut call = Call::new(input, FrontDoor::Mcp);
         call.end_user = end_user;
-        let has_outputs = !version.signature.outputs.is_empty();
         match host.invoke(tool.clone(), version, call).await {
             Err(InvokeError::ConfirmationPending(pending)) => {
-                self.confirmation_required(&host, &caller, &tool.name, &pending, legacy_key, &ctx)
+                self.confirmation_required(&host, &caller, &tool.name, &pending, &fingerprint, &ctx)
             }
-            outcome => call_result(outcome, has_outputs).map(Into::into),
+            outcome => call_result(outcome).map(Into::into),
         }
+    }
+
+    /// 2025-11-25 clients: the same as `server/discover` says, but for
+    /// `listChanged`, which has no stream to reach them on (no sessions).
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ServerConfig, ErrorData> {
+        ctx.peer.set_peer_info(request.clone());
+        let mut answer = self.negotiate_initialize(&request)?;
+        if let Some(tools) = answer.capabilities.tools.as_mut() {
+            tools.list_changed = None;
+        }
+        Ok(answer)
     }
 
     #[allow(deprecated)]
@@ -332,24 +389,44 @@ impl ServerHandler for McpDoor {
         Some(SubscriptionFilter::builder().tools_list_changed().build())
     }
 
+    /// Each stream holds a connection: their number is capped, each lasts
+    /// [`LISTEN_LIFETIME`] (ended gracefully: the client opens the next
+    /// one), and one whose key was revoked ends at the next check.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let (host, caller) = scope(context.request_context())?;
+        let Ok(_slot) = self.listeners.clone().try_acquire_owned() else {
+            return Err(ErrorData::internal_error("too many clients are listening; list the tools instead", None));
+        };
+        let key = context
+            .request_context()
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| auth::bearer_token(&p.headers))
+            .map(str::to_string);
         let tenant = caller.tenant;
-        if context.accepted().tools_list_changed != Some(true) {
-            context.cancelled().await;
-            return Ok(());
-        }
-        let mut changes = host.registry().changes();
+        let wants_tools = context.accepted().tools_list_changed == Some(true);
+        // A stream that asked for no tool changes only waits to be closed.
+        let mut changes = wants_tools.then(|| host.registry().changes());
         let mut stopping = self.options.mcp.stopping.subscribe();
         if *stopping.borrow_and_update() {
             return Ok(());
         }
+        let ends = tokio::time::sleep(LISTEN_LIFETIME);
+        tokio::pin!(ends);
+        let mut key_check = tokio::time::interval(LISTEN_KEY_CHECK);
+        key_check.tick().await;
         loop {
             tokio::select! {
                 _ = context.cancelled() => return Ok(()),
-                // Ends the stream gracefully: the client reconnects elsewhere.
+                // Ends the stream gracefully: the client opens the next one.
+                () = &mut ends => return Ok(()),
                 _ = stopping.changed() => return Ok(()),
-                change = changes.recv() => match change {
+                _ = key_check.tick() => {
+                    if key.as_deref().is_some_and(|k| host.authenticate(k).is_none()) {
+                        return Ok(());
+                    }
+                }
+                change = next_change(&mut changes) => match change {
                     Ok(changed) if changed != tenant => continue,
                     // A lag lost changes, some perhaps this tenant's.
                     Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
@@ -361,6 +438,16 @@ impl ServerHandler for McpDoor {
                 },
             }
         }
+    }
+}
+
+/// The next tenant whose tools changed; never, without a receiver.
+async fn next_change(
+    changes: &mut Option<tokio::sync::broadcast::Receiver<String>>,
+) -> Result<String, tokio::sync::broadcast::error::RecvError> {
+    match changes {
+        Some(changes) => changes.recv().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -382,7 +469,8 @@ fn tool_entry(host: &AppState, tool: &Tool, version: &ToolVersion) -> Result<rmc
     let live: Vec<Arc<ToolVersion>> =
         tool.versions_before(None, usize::MAX).into_iter().filter(|v| v.retired_at().is_none()).collect();
     if live.len() > 1
-        && let Some(required) = view["outputSchema"]["required"].as_array_mut()
+        && let Some(required) =
+            view.get_mut("outputSchema").and_then(|s| s.get_mut("required")).and_then(Value::as_array_mut)
     {
         required.retain(|name| {
             live.iter().all(|v| v.signature.outputs.iter().any(|o| Some(o.name.as_str()) == name.as_str()))
@@ -433,8 +521,10 @@ fn resolve(
         }
     };
     let (tool, version) = host.resolve(&caller.tenant, &tool.id.to_string(), pinned).map_err(|e| {
-        let code = if matches!(e, InvokeError::Retired(_)) { "version_retired" } else { "unknown_version" };
-        rpc_error(ErrorCode::INVALID_PARAMS.0, e.to_string(), code, Map::new())
+        let error = ApiError::from(e);
+        let code = if error.status().is_server_error() { ErrorCode::INTERNAL_ERROR } else { ErrorCode::INVALID_PARAMS };
+        let plinth_code = if error.code() == "not_found" { "unknown_version" } else { error.code() };
+        rpc_error(code.0, error.message().to_string(), plinth_code, Map::new())
     })?;
     if let Some(expected) = expected_sha256
         && expected != version.sha256
@@ -457,14 +547,15 @@ fn resolve(
 
 impl McpDoor {
     /// The answer to a call now waiting for its end user: a URL elicitation
-    /// to the confirmation page.
+    /// to the confirmation page — an `input_required` result with the sealed
+    /// state for 2026-07-28 clients, error -32042 for older ones.
     fn confirmation_required(
         &self,
         host: &AppState,
         caller: &Caller,
         tool: &str,
         pending: &PendingConfirmation,
-        legacy_key: Option<String>,
+        fingerprint: &str,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let url = confirmation_url(&self.options, pending);
@@ -472,38 +563,38 @@ impl McpDoor {
             "`{tool}` runs only once you confirm it: open the link, log in and review the call (it expires at {}).",
             crate::host::rfc3339(pending.expires_at)
         );
-        if let Some(key) = legacy_key {
-            self.legacy.insert(key, pending);
+        if !is_stateless(ctx) {
+            self.legacy.insert(&caller.tenant, fingerprint, pending);
             return Err(url_elicitation_error(&pending.id, &url, &message));
         }
-        let can_open_urls = ctx.client_capabilities().and_then(|c| c.elicitation).is_some_and(|e| e.url.is_some());
-        if !can_open_urls {
+        if !can_open_urls(ctx) {
             // Nobody will be sent to the page: end the transaction now.
             let evidence = json!({ "by": "mcp-client", "reason": "the client cannot open a confirmation link" });
             if let Err(e) = host.reject_confirmation(&caller.tenant, &pending.id, evidence) {
                 tracing::info!(transaction = pending.id, error = %e, "an unreachable confirmation could not be ended");
             }
-            return Err(ErrorData::new(
-                ErrorCode(MISSING_CAPABILITY),
-                format!(
-                    "`{tool}` needs its end user's confirmation through a URL elicitation, which this client did not declare"
-                ),
-                Some(json!({ "requiredCapabilities": { "elicitation": { "url": {} } } })),
-            ));
+            return Err(cannot_confirm(tool));
         }
-        let state = PendingState { transaction: pending.id.clone(), tenant: caller.tenant.clone(), tool: tool.into() };
-        let ttl = Duration::from_secs(u64::try_from(pending.expires_at - unix_now()).unwrap_or(0).max(1));
-        let sealed = self
-            .codec
-            .seal_json_with(
-                &state,
-                &rmcp::model::SealOptions::new().ttl(ttl).associated_data(key_id(caller).as_bytes()),
-            )
-            .map_err(|e| ErrorData::internal_error(format!("the call's state could not be sealed: {e}"), None))?;
+        let state = PendingState {
+            transaction: pending.id.clone(),
+            tenant: caller.tenant.clone(),
+            tool: tool.into(),
+            call: fingerprint.into(),
+        };
+        // The retry may come late, once the end user decided: it still gets
+        // the outcome for a day after the window.
+        let window = Duration::from_secs(u64::try_from(pending.expires_at - unix_now()).unwrap_or(0));
+        let options =
+            rmcp::model::SealOptions::new().ttl(window + OUTCOME_KEPT).associated_data(key_id(caller).as_bytes());
+        let sealed = self.codec.seal_json_with(&state, &options).map_err(|e| {
+            tracing::error!(error = %e, "a request state could not be sealed");
+            ErrorData::internal_error("the call's state could not be kept", None)
+        })?;
         Ok(InputRequiredResult::new(Some(elicitation(&pending.id, &url, &message)?), Some(sealed)).into())
     }
 
-    /// A 2026-07-28 client's retry with the `requestState` it was given.
+    /// A 2026-07-28 client's retry with the `requestState` it was given: the
+    /// same call (tool, arguments, end user) with the same key.
     async fn resume(
         &self,
         host: &AppState,
@@ -512,19 +603,22 @@ impl McpDoor {
         sealed: &str,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let state: PendingState = self
-            .codec
-            .open_json_with(sealed, key_id(caller).as_bytes())
-            .ok()
-            .filter(|s: &PendingState| s.tenant == caller.tenant && s.tool == request.name)
-            .ok_or_else(|| {
-                rpc_error(
-                    ErrorCode::INVALID_PARAMS.0,
-                    "the requestState is not one this server gave this key for this tool, or it expired; make the call again",
-                    "invalid_request_state",
-                    Map::new(),
-                )
+        let invalid = |message: &str| {
+            rpc_error(ErrorCode::INVALID_PARAMS.0, message.to_string(), "invalid_request_state", Map::new())
+        };
+        let state: PendingState =
+            self.codec.open_json_with(sealed, key_id(caller).as_bytes()).map_err(|e| match e {
+                rmcp::model::RequestStateError::Expired => invalid(
+                    "the requestState is too old for its outcome to be kept: check whether the call took effect before making it again",
+                ),
+                _ => invalid("the requestState is not one this server gave this key"),
             })?;
+        let meta = Some(&ctx.meta.0.0).filter(|m| !m.is_empty()).or(request.meta.as_ref().map(|m| &m.0.0));
+        let arguments = request.arguments.clone().unwrap_or_default();
+        let fingerprint = call_fingerprint(caller, &request.name, &end_user(meta, ctx)?, &arguments);
+        if state.tenant != caller.tenant || state.tool != request.name || state.call != fingerprint {
+            return Err(invalid("the requestState belongs to another call: retry with the call's own arguments"));
+        }
         // The client's "decline" or "cancel" ends the call; its "accept" is
         // no confirmation (only the signed CHEQ is), so it only means: look.
         let declined = request
@@ -542,45 +636,50 @@ impl McpDoor {
             }
         }
         match outcome(host, &caller.tenant, &state.transaction).await? {
-            Outcome::Pending(pending) => self.confirmation_required(host, caller, &request.name, &pending, None, ctx),
-            Outcome::Done(result) => Ok(result.into()),
+            Outcome::Pending(pending) => {
+                self.confirmation_required(host, caller, &request.name, &pending, &fingerprint, ctx)
+            }
+            Outcome::Running => Ok(still_running().into()),
+            Outcome::Done(answer) => answer.map(Into::into),
         }
     }
 
     /// A 2025-11-25 client's repetition of a call that waits (or waited)
-    /// for its end user.
+    /// for its end user. Once the outcome is delivered, the same call again
+    /// is a new call.
     async fn legacy_outcome(
         &self,
         host: &AppState,
         caller: &Caller,
-        key: &str,
+        fingerprint: &str,
         transaction: &str,
     ) -> Result<CallToolResponse, ErrorData> {
-        match outcome(host, &caller.tenant, transaction).await {
-            Ok(Outcome::Pending(pending)) => {
+        match outcome(host, &caller.tenant, transaction).await? {
+            Outcome::Pending(pending) => {
                 let url = confirmation_url(&self.options, &pending);
                 let message = "The call still waits for its end user's confirmation: open the link to review it.";
                 Err(url_elicitation_error(&pending.id, &url, message))
             }
-            outcome => {
-                self.legacy.remove(key);
-                outcome.map(|o| match o {
-                    Outcome::Done(result) => result.into(),
-                    Outcome::Pending(_) => unreachable!("handled above"),
-                })
+            Outcome::Running => Ok(still_running().into()),
+            Outcome::Done(answer) => {
+                self.legacy.remove(&caller.tenant, fingerprint);
+                answer.map(Into::into)
             }
         }
     }
 }
 
-/// Where a transaction stands, as a call's answer. Waits a little for an
+/// Where a transaction stands, as a call's answer. Waits a while for an
 /// accepted call that is still running.
 async fn outcome(host: &AppState, tenant: &str, transaction: &str) -> Result<Outcome, ErrorData> {
     let deadline = tokio::time::Instant::now() + RUNNING_WAIT;
     loop {
         let c = host
             .confirmation(tenant, transaction)
-            .map_err(|e| ErrorData::internal_error(format!("the confirmation could not be read: {e}"), None))?
+            .map_err(|e| {
+                tracing::error!(error = %e, transaction, "a confirmation could not be read");
+                ErrorData::internal_error("the confirmation could not be read; retry", None)
+            })?
             .ok_or_else(|| {
                 rpc_error(
                     ErrorCode::INVALID_PARAMS.0,
@@ -589,7 +688,7 @@ async fn outcome(host: &AppState, tenant: &str, transaction: &str) -> Result<Out
                     Map::new(),
                 )
             })?;
-        let failed = |code: &str, message: &str| Ok(Outcome::Done(error_result(code, message, Map::new())));
+        let failed = |code: &str, message: &str| Ok(Outcome::Done(Ok(error_result(code, message, Map::new()))));
         return match TxState::of(&c, unix_now()) {
             TxState::Pending => Ok(Outcome::Pending(PendingConfirmation {
                 id: c.id.clone(),
@@ -601,18 +700,15 @@ async fn outcome(host: &AppState, tenant: &str, transaction: &str) -> Result<Out
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
-            TxState::Running => failed(
-                "confirmation_running",
-                "the end user accepted the call and the tool is still running; retry in a moment",
-            ),
+            TxState::Running => Ok(Outcome::Running),
             TxState::Done => {
                 let body = c.result_body.unwrap_or_default();
-                match serde_json::from_str::<CallToolResult>(&body) {
-                    Ok(result) => Ok(Outcome::Done(result)),
+                Ok(Outcome::Done(match serde_json::from_str::<CallToolResult>(&body) {
+                    Ok(result) => Ok(result),
                     Err(_) => Err(serde_json::from_str::<ErrorData>(&body).unwrap_or_else(|_| {
                         ErrorData::internal_error("the confirmed call's answer could not be read", None)
                     })),
-                }
+                }))
             }
             TxState::Rejected => {
                 failed("confirmation_rejected", "the end user rejected the call; the tool did not run")
@@ -633,9 +729,39 @@ async fn outcome(host: &AppState, tenant: &str, transaction: &str) -> Result<Out
     }
 }
 
+/// Where a call that waited for its end user stands.
 enum Outcome {
+    /// Still waiting for the end user.
     Pending(PendingConfirmation),
-    Done(CallToolResult),
+    /// Accepted, and the tool still runs (past [`RUNNING_WAIT`]).
+    Running,
+    /// Decided: the tool's answer, or why it did not run.
+    Done(Result<CallToolResult, ErrorData>),
+}
+
+/// The answer to a retry that came while the confirmed tool still runs:
+/// the same retry later gets its result.
+fn still_running() -> CallToolResult {
+    let message = "the end user accepted the call and the tool is still running: send this same retry again in a moment (do not make the call anew)";
+    error_result("confirmation_running", message, Map::new())
+}
+
+/// Whether the client declared URL elicitation (2026-07-28).
+fn can_open_urls(ctx: &RequestContext<RoleServer>) -> bool {
+    ctx.client_capabilities().and_then(|c| c.elicitation).is_some_and(|e| e.url.is_some())
+}
+
+/// Error -32021: the call needs a URL elicitation the client cannot show.
+fn cannot_confirm(tool: &str) -> ErrorData {
+    let mut capabilities = rmcp::model::ClientCapabilities::default();
+    capabilities.elicitation =
+        Some(rmcp::model::ElicitationCapability::new().with_url(rmcp::model::UrlElicitationCapability::default()));
+    let mut error = ErrorData::missing_required_client_capability(capabilities);
+    error.message = format!(
+        "`{tool}` needs its end user's confirmation through a URL elicitation, which this client did not declare"
+    )
+    .into();
+    error
 }
 
 /// The host and the caller the access layer put on the request.
@@ -751,18 +877,13 @@ fn error_result(code: &str, message: &str, extra: Map<String, Value>) -> CallToo
 /// A call's answer: the outputs as structured content (and as text), or
 /// what went wrong — as a result the model reads when it can act on it,
 /// as a JSON-RPC error when the request itself cannot be served.
-pub(super) fn call_result(
-    outcome: Result<ToolResult, InvokeError>,
-    has_outputs: bool,
-) -> Result<CallToolResult, ErrorData> {
+pub(super) fn call_result(outcome: Result<ToolResult, InvokeError>) -> Result<CallToolResult, ErrorData> {
     match outcome {
         Ok(ToolResult::Outputs(outputs)) => {
             let value: Map<String, Value> = outputs.into_iter().map(|o| (o.name, o.value)).collect();
-            Ok(if has_outputs {
-                CallToolResult::structured(Value::Object(value))
-            } else {
-                CallToolResult::success(vec![ContentBlock::text("done")])
-            })
+            // Structured even without outputs (`{}`): a call pinned to such a
+            // version may be listed under a later version's output schema.
+            Ok(CallToolResult::structured(Value::Object(value)))
         }
         Ok(ToolResult::Failed(e)) => {
             let mut content = vec![ContentBlock::text(e.message.clone())];
@@ -812,8 +933,8 @@ pub(super) fn call_result(
 
 /// A confirmed call's answer as the result URI keeps it: the
 /// `CallToolResult`, or the JSON-RPC error, as JSON.
-pub(super) fn stored_answer(outcome: Result<ToolResult, InvokeError>, has_outputs: bool) -> (StatusCode, String) {
-    match call_result(outcome, has_outputs) {
+pub(super) fn stored_answer(outcome: Result<ToolResult, InvokeError>) -> (StatusCode, String) {
+    match call_result(outcome) {
         Ok(result) => (StatusCode::OK, serde_json::to_string(&result).unwrap_or_default()),
         Err(error) => (StatusCode::UNPROCESSABLE_ENTITY, serde_json::to_string(&error).unwrap_or_default()),
     }
@@ -851,51 +972,62 @@ fn url_elicitation_error(id: &str, url: &str, message: &str) -> ErrorData {
     )
 }
 
-/// What makes a 2025-11-25 client's repetition the same call: its tenant,
-/// key, version, end user and arguments.
-fn legacy_fingerprint(
-    caller: &Caller,
-    version: &ToolVersion,
-    end_user: &Option<String>,
-    arguments: &JsonObject,
-) -> String {
+/// What makes a call the same call: its tenant, key, tool, end user and
+/// arguments. A sealed state is bound to it; a 2025-11-25 client's
+/// repetition is recognised by it.
+fn call_fingerprint(caller: &Caller, tool: &str, end_user: &Option<String>, arguments: &JsonObject) -> String {
     let arguments: BTreeMap<&String, &Value> = arguments.iter().collect();
     let call = json!({
         "tenant": caller.tenant,
         "key": key_id(caller),
-        "version": version.sha256,
+        "tool": tool,
         "endUser": end_user,
         "arguments": arguments,
     });
     crate::package::sha256_hex(call.to_string().as_bytes())
 }
 
-/// Calls of 2025-11-25 clients that wait for their end user, by
-/// fingerprint, until their outcome is delivered or they expire.
+/// Calls of 2025-11-25 clients that wait for their end user, per tenant and
+/// by fingerprint, until their outcome is delivered or is no longer kept.
+/// Capped per tenant, so that one tenant's calls never crowd out another's.
 #[derive(Default)]
 struct LegacyPending {
-    calls: Mutex<HashMap<String, (String, i64)>>,
+    tenants: Mutex<HashMap<String, HashMap<String, (String, i64)>>>,
 }
 
 impl LegacyPending {
-    fn get(&self, key: &str) -> Option<String> {
-        let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
-        calls.get(key).filter(|(_, expires)| *expires > unix_now()).map(|(id, _)| id.clone())
+    /// How long an entry is kept: the confirmation window, then as long as
+    /// its outcome is.
+    fn kept_until(pending: &PendingConfirmation) -> i64 {
+        pending.expires_at + OUTCOME_KEPT.as_secs() as i64
     }
 
-    fn insert(&self, key: String, pending: &PendingConfirmation) {
-        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
-        if calls.len() >= MAX_LEGACY_PENDING {
+    fn get(&self, tenant: &str, fingerprint: &str) -> Option<String> {
+        let tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        let (id, until) = tenants.get(tenant)?.get(fingerprint)?;
+        (*until > unix_now()).then(|| id.clone())
+    }
+
+    fn insert(&self, tenant: &str, fingerprint: &str, pending: &PendingConfirmation) {
+        let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        let calls = tenants.entry(tenant.to_string()).or_default();
+        if calls.len() >= MAX_LEGACY_PENDING_PER_TENANT {
             let now = unix_now();
-            calls.retain(|_, (_, expires)| *expires > now);
+            calls.retain(|_, (_, until)| *until > now);
         }
-        if calls.len() < MAX_LEGACY_PENDING {
-            calls.insert(key, (pending.id.clone(), pending.expires_at));
+        if calls.len() < MAX_LEGACY_PENDING_PER_TENANT {
+            calls.insert(fingerprint.to_string(), (pending.id.clone(), Self::kept_until(pending)));
         }
     }
 
-    fn remove(&self, key: &str) {
-        self.calls.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+    fn remove(&self, tenant: &str, fingerprint: &str) {
+        let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(calls) = tenants.get_mut(tenant) {
+            calls.remove(fingerprint);
+            if calls.is_empty() {
+                tenants.remove(tenant);
+            }
+        }
     }
 }
 
