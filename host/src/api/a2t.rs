@@ -292,21 +292,6 @@ fn strip_invoke(segment: &str) -> Result<&str, ApiError> {
     })
 }
 
-/// The body, or `413 request_too_large` past the configured limit.
-pub(super) fn body_within_limit(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request_too_large",
-                "the request body is larger than this server accepts",
-            )
-        } else {
-            ApiError::bad_request("invalid_request", "the request body could not be read")
-        }
-    })
-}
-
 pub(super) async fn invoke_current(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -317,7 +302,7 @@ pub(super) async fn invoke_current(
 ) -> Result<Response, ApiError> {
     let tool_id = strip_invoke(&tool_ref)?;
     let end_user = super::cheq::end_user_header(&headers)?;
-    invoke(&host, &caller, &options, tool_id, None, end_user, &body_within_limit(body)?).await
+    invoke(&host, &caller, &options, tool_id, None, end_user, &super::body_within_limit(body)?).await
 }
 
 pub(super) async fn invoke_version(
@@ -330,7 +315,7 @@ pub(super) async fn invoke_version(
 ) -> Result<Response, ApiError> {
     let version = parse_version(strip_invoke(&version_ref)?)?;
     let end_user = super::cheq::end_user_header(&headers)?;
-    invoke(&host, &caller, &options, &tool_id, Some(version), end_user, &body_within_limit(body)?).await
+    invoke(&host, &caller, &options, &tool_id, Some(version), end_user, &super::body_within_limit(body)?).await
 }
 
 async fn invoke(

@@ -17,8 +17,8 @@
 
 use super::{ApiError, ApiOptions, AppState, Caller};
 use crate::host::{
-    DecideError, FrontDoor, InvokeError, LoginError, MAX_END_USER_CHARS, PendingConfirmation, State as TxState,
-    as_words, is_end_user_name, rfc3339,
+    DecideError, InvokeError, LoginError, MAX_END_USER_CHARS, PendingConfirmation, State as TxState, as_words,
+    is_end_user_name, rfc3339,
 };
 use crate::store::StoredConfirmation;
 use crate::tenancy::unix_now;
@@ -259,17 +259,7 @@ async fn complete(
             Ok((version, outcome)) => (version.number, !version.signature.outputs.is_empty(), outcome),
             Err(e) => (c.version, false, Err(e)),
         };
-        let response = match door {
-            FrontDoor::A2t => super::a2t::answer(outcome, &c.call_id, version),
-            FrontDoor::Otc => match super::otc::result(&c.call_id, started.elapsed(), has_outputs, outcome) {
-                Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-                Err(e) => super::otc::otc_error_shape(ApiError::from(e).into_response()).await,
-            },
-            FrontDoor::Mcp => {
-                let (status, body) = super::mcp::stored_answer(outcome);
-                (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-            }
-        };
+        let response = super::render_outcome(door, &c.call_id, version, has_outputs, started.elapsed(), outcome).await;
         let status = response.status().as_u16();
         let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap_or_default();
         if let Err(e) = host.finish_confirmation(&c.id, status, &String::from_utf8_lossy(&body)) {
@@ -331,11 +321,7 @@ pub(super) async fn get_result(
             "the end user confirmed the call, but the server stopped while the tool ran: it may or may not have taken effect; check before calling again",
         ),
     };
-    let response = error.into_response();
-    Ok(match door {
-        FrontDoor::A2t | FrontDoor::Mcp => response,
-        FrontDoor::Otc => super::otc::otc_error_shape(response).await,
-    })
+    Ok(super::render_error(door, error).await)
 }
 
 /// `GET /admin/cheq/{id}`: the evidence of one transaction — the CHEQ this

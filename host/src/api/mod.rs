@@ -15,7 +15,8 @@ pub mod mcp;
 pub mod otc;
 pub mod serve;
 
-use crate::host::ToolHost;
+use crate::host::{FrontDoor, InvokeError, ToolHost};
+use crate::invocation::ToolResult;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::Method;
@@ -266,6 +267,61 @@ impl http_body::Body for DeadlineBody {
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// A call's answer in the shape of the door it came through, for answers
+/// made away from that door (a confirmed call's result, kept for the result
+/// URI). With [`render_error`], the one place that knows every door's
+/// shape, so that no door calls another.
+pub(crate) async fn render_outcome(
+    door: FrontDoor,
+    call_id: &str,
+    version: u32,
+    has_outputs: bool,
+    duration: Duration,
+    outcome: Result<ToolResult, InvokeError>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let json = |status: axum::http::StatusCode, body: String| {
+        (status, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
+    };
+    match door {
+        FrontDoor::A2t => a2t::answer(outcome, call_id, version),
+        FrontDoor::Otc => match otc::result(call_id, duration, has_outputs, outcome) {
+            Ok(body) => json(axum::http::StatusCode::OK, body),
+            Err(e) => render_error(door, ApiError::from(e)).await,
+        },
+        FrontDoor::Mcp => {
+            let (status, body) = mcp::stored_answer(outcome);
+            json(status, body)
+        }
+    }
+}
+
+/// An error in the shape of `door`'s errors.
+pub(crate) async fn render_error(door: FrontDoor, error: ApiError) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match door {
+        FrontDoor::A2t | FrontDoor::Mcp => error.into_response(),
+        FrontDoor::Otc => otc::otc_error_shape(error.into_response()).await,
+    }
+}
+
+/// The body, or `413 request_too_large` past the configured limit.
+pub(crate) fn body_within_limit(
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<axum::body::Bytes, ApiError> {
+    body.map_err(|rejection| {
+        if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                "the request body is larger than this server accepts",
+            )
+        } else {
+            ApiError::bad_request("invalid_request", "the request body could not be read")
+        }
+    })
 }
 
 /// Every endpoint the router serves, with its access decision (what the

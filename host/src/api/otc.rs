@@ -388,7 +388,7 @@ pub(super) async fn call_tool(
     Extension(options): Extension<Arc<ApiOptions>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let request = CallRequest::parse(&super::a2t::body_within_limit(body)?)?;
+    let request = CallRequest::parse(&super::body_within_limit(body)?)?;
     let (tool, version) = resolve(&host, &caller.tenant, &request.tool_id)?;
     let arguments: Vec<(&str, &Value)> = request.input.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let input = match invocation::input_record(&version.signature, &arguments) {
