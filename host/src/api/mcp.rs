@@ -305,7 +305,12 @@ impl ServerHandler for McpDoor {
         let after = match request.and_then(|r| r.cursor) {
             None => None,
             Some(cursor) => Some(decode_cursor(&cursor).ok_or_else(|| {
-                ErrorData::invalid_params("the cursor is not one this server issued; list again without it", None)
+                rpc_error(
+                    ErrorCode::INVALID_PARAMS.0,
+                    "the cursor is not one this server issued; list again without it",
+                    "invalid_cursor",
+                    Map::new(),
+                )
             })?),
         };
         let (tools, more) =
@@ -992,8 +997,11 @@ fn call_fingerprint(caller: &Caller, tool: &str, end_user: &Option<String>, argu
 /// Capped per tenant, so that one tenant's calls never crowd out another's.
 #[derive(Default)]
 struct LegacyPending {
-    tenants: Mutex<HashMap<String, HashMap<String, (String, i64)>>>,
+    tenants: Mutex<HashMap<String, WaitingCalls>>,
 }
+
+/// A tenant's waiting calls: fingerprint → (transaction, kept until).
+type WaitingCalls = HashMap<String, (String, i64)>;
 
 impl LegacyPending {
     /// How long an entry is kept: the confirmation window, then as long as
