@@ -768,17 +768,8 @@ impl SigningKey {
     /// The key in `dir/file`, created (readable by its owner only) on
     /// first use.
     pub fn load_or_create(dir: &Path, file: &str) -> std::io::Result<SigningKey> {
-        let path = dir.join(file);
-        match crate::tenancy::read_or_create_key(&path, |secret| hex::encode(secret))? {
-            crate::tenancy::KeyFile::Read(text) => {
-                let bytes = hex::decode(text.trim()).ok().and_then(|b| <[u8; 32]>::try_from(b).ok());
-                let secret = bytes.ok_or_else(|| {
-                    std::io::Error::other(format!("{} is not a CHEQ signing key (64 hex digits)", path.display()))
-                })?;
-                Ok(SigningKey::from_bytes(&secret))
-            }
-            crate::tenancy::KeyFile::Created(secret) => Ok(SigningKey::from_bytes(&secret)),
-        }
+        let secret = crate::tenancy::read_or_create_hex_key(&dir.join(file), "a CHEQ signing key")?;
+        Ok(SigningKey::from_bytes(&secret))
     }
 
     /// The key id (`kid`) under which the public key is published.

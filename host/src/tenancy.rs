@@ -331,6 +331,19 @@ pub fn read_or_create_key(
     }
 }
 
+/// A 32-byte key kept in `path` as 64 hex digits, created (readable by its
+/// owner only) on first use. `what` names it in the error for a file that
+/// holds something else.
+pub fn read_or_create_hex_key(path: &std::path::Path, what: &str) -> std::io::Result<[u8; 32]> {
+    match read_or_create_key(path, |key| hex::encode(key))? {
+        KeyFile::Created(key) => Ok(key),
+        KeyFile::Read(text) => hex::decode(text.trim())
+            .ok()
+            .and_then(|b| <[u8; 32]>::try_from(b).ok())
+            .ok_or_else(|| std::io::Error::other(format!("{} is not {what} (64 hex digits)", path.display()))),
+    }
+}
+
 /// Writes `text` to `path`, readable and writable by its owner only (keys
 /// and other secrets), atomically: a temporary file (0600) in the same
 /// directory is written and fsynced, renamed over `path`, and the directory

@@ -54,8 +54,8 @@ const PAGE_SIZE: usize = 100;
 const CONFIRMATION_REQUEST: &str = "confirmation";
 /// JSON-RPC error of 2025-11-25 for a request that needs a URL elicitation.
 const URL_ELICITATION_REQUIRED: i32 = -32042;
-/// How long a retry waits for an accepted call that is still running (a
-/// tool's deadline is shorter).
+/// How long a retry waits for an accepted call that is still running (the
+/// default tool deadline is 5 s; an operator may raise it).
 const RUNNING_WAIT: Duration = Duration::from_secs(60);
 /// How long after its confirmation window a call's outcome can still be
 /// fetched by the retry (a sealed state's lifetime past the window).
@@ -104,7 +104,8 @@ pub fn access_of(rpc_method: &str) -> Access {
 pub const RPC_METHODS: [&str; 5] =
     ["initialize", "server/discover", "tools/list", "tools/call", "subscriptions/listen"];
 
-/// How the door checks where requests come from.
+/// How the MCP door is set up: where requests may come from, the key that
+/// seals request state, and the server's stop signal.
 #[derive(Clone)]
 pub struct McpOptions {
     /// `Host` values accepted (DNS-rebinding protection): `name` for any
@@ -161,14 +162,7 @@ impl McpOptions {
     /// first use, readable by its owner only), so that a restart does not
     /// break a client's pending retry.
     pub fn load_state_key(data_dir: &std::path::Path) -> std::io::Result<[u8; 32]> {
-        let path = data_dir.join("mcp-request-state.key");
-        match crate::tenancy::read_or_create_key(&path, |key| hex::encode(key))? {
-            crate::tenancy::KeyFile::Created(key) => Ok(key),
-            crate::tenancy::KeyFile::Read(text) => hex::decode(text.trim())
-                .ok()
-                .and_then(|b| <[u8; 32]>::try_from(b).ok())
-                .ok_or_else(|| std::io::Error::other(format!("{} is not a key (64 hex digits)", path.display()))),
-        }
+        crate::tenancy::read_or_create_hex_key(&data_dir.join("mcp-request-state.key"), "a request-state key")
     }
 }
 
