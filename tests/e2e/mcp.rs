@@ -199,6 +199,8 @@ async fn a_call_pinned_to_bytes_that_changed_is_refused_never_served_by_another_
     assert_eq!(answer["error"]["data"]["code"], "unknown_version", "{answer}");
     let answer = client.call("echo", json!({ "text": "hi" }), json!({ "version": "latest" })).await;
     assert_eq!(answer["error"]["data"]["code"], "invalid_pin", "{answer}");
+    let answer = client.call("echo", json!({ "text": "hi" }), json!({ "sha256": "<script>" })).await;
+    assert_eq!(answer["error"]["data"]["code"], "invalid_pin", "{answer}");
 }
 
 /// The confirmation pack of an elicitation URL, as the page helpers take it.

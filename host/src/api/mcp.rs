@@ -509,7 +509,9 @@ fn resolve(
     };
     let expected_sha256 = match meta.and_then(|m| m.get(meta::SHA256)) {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.to_ascii_lowercase()),
+        Some(Value::String(s)) if s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Some(s.to_ascii_lowercase())
+        }
         Some(_) => {
             return Err(rpc_error(
                 ErrorCode::INVALID_PARAMS.0,
