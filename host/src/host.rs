@@ -111,12 +111,13 @@ pub enum DeployError {
     /// Persisting failed; nothing was registered.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The new version would break callers of the current one.
+    /// The new version would break callers of an earlier one (any in the
+    /// tool's history, retired ones too).
     #[error("{}", breaking_message(.tool, .current, .diff))]
     Breaking {
         /// The tool's name.
         tool: String,
-        /// The version it was compared with.
+        /// The newest version it would break.
         current: u32,
         /// Every change, breaking or not.
         diff: SignatureDiff,
@@ -610,12 +611,15 @@ impl ToolHost {
         if let Some(expected) = expect_version.filter(|e| *e != number) {
             return Err(DeployError::UnexpectedVersion { expected, actual: number });
         }
-        if let Some(current) = existing.as_ref().and_then(|t| t.current()) {
-            let diff = SignatureDiff::between(&current.signature, &package.signature);
+        // The locked-signature rule holds over the tool's whole history, not
+        // just its current version: a caller may be pinned to any of them,
+        // and a tool whose versions are all retired keeps its toolId.
+        for earlier in existing.iter().flat_map(|t| t.versions_before(None, usize::MAX)) {
+            let diff = SignatureDiff::between(&earlier.signature, &package.signature);
             if !diff.is_compatible() {
                 return Err(DeployError::Breaking {
                     tool: package.signature.name.clone(),
-                    current: current.number,
+                    current: earlier.number,
                     diff,
                 });
             }

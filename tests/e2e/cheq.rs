@@ -684,3 +684,20 @@ async fn an_acceptance_after_its_version_was_retired_ends_the_transaction() {
     let refused = audit["items"].as_array().unwrap().iter().filter(|e| e["action"] == "cheq.accept.retired").count();
     assert_eq!(refused, 2, "both refusals are audited: {audit}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_a2t_signature_marks_private_inputs_and_does_not_require_them_of_the_agent() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let id = server.tool_id("transfer_funds").await;
+    let (status, signature) = server.get(&format!("/tools/{id}")).await;
+    assert_eq!(status, 200, "{signature}");
+    let inputs = signature["input_parameters"].as_array().unwrap();
+    let private: Vec<&Value> = inputs.iter().filter(|p| p["private"] == true).collect();
+    assert!(!private.is_empty(), "{signature}");
+    for input in &private {
+        assert_eq!(input["required"], false, "the agent is not asked for {input}");
+    }
+    // The others are as before, and unmarked.
+    assert!(inputs.iter().filter(|p| p.get("private").is_none()).all(|p| p["required"].is_boolean()));
+    assert!(inputs.iter().any(|p| p.get("private").is_none() && p["required"] == true), "{signature}");
+}

@@ -421,3 +421,28 @@ async fn the_operator_cli_deploys_lists_and_retires() {
     assert_eq!(rows[1][..2], ["1", "current"]);
     assert!(rows[1][2].starts_with("sha256:"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn compatibility_holds_over_the_whole_history_of_a_tool() {
+    let server = with_token();
+    let id = server.tool_id("echo").await;
+    assert_eq!(server.deploy(fixture("echo_v2.wasm"), "").await.0, 201);
+    // v2 added an output. Retired, it is no longer current, but a new version
+    // without that output would still break callers pinned to it.
+    assert_eq!(server.delete(&format!("/admin/tools/{id}/versions/2")).await.0, 200);
+    let (status, body) = server.deploy(relabeled(&echo_v1(), "v3"), "").await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "breaking_change");
+    assert_eq!(body["error"]["currentVersion"], 2, "the retired version it breaks");
+    assert!(codes(&body["error"]["breakingChanges"]).contains(&"output_removed".to_string()), "{body}");
+
+    // Every version retired: the toolId still holds its history.
+    assert_eq!(server.delete(&format!("/admin/tools/{id}/versions/1")).await.0, 200);
+    let (status, body) = server.deploy(fixture("echo_breaking.wasm"), "").await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "breaking_change");
+    // A compatible one is still welcome, under the same toolId.
+    let (status, body) = server.deploy(relabeled(&fixture("echo_v2.wasm"), "v3"), "").await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!((body["toolId"].as_str(), body["version"].as_u64()), (Some(id.as_str()), Some(3)));
+}

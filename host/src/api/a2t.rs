@@ -56,13 +56,19 @@ pub fn signature_json(
         .inputs
         .iter()
         .map(|p| {
+            // A private input is the end user's to type on the confirmation
+            // page, never the agent's: marked, and not required of the agent
+            // (docs/a2t.md, signature extensions).
             let mut param = json!({
                 "id": p.id,
                 "name": p.name,
                 "type": p.ty.a2t_name(),
                 "description": p.description,
-                "required": p.required,
+                "required": p.required && !p.private,
             });
+            if p.private {
+                param["private"] = true.into();
+            }
             match &p.ty {
                 InputType::String { max_length: Some(max) } => param["maxLength"] = (*max).into(),
                 InputType::Int { min, max, .. } => {

@@ -70,6 +70,21 @@ impl SignatureDiff {
                 };
                 push(code, breaking, id, format!("input `{}` became {what}", before.id));
             }
+            // A private input is the end user's to type on the confirmation
+            // page: becoming one takes it from the agent and makes every call
+            // wait for its end user; ceasing to be one asks the agent for it.
+            if before.private != after.private {
+                let (code, breaking, what) = if after.private {
+                    (
+                        "input_now_private",
+                        true,
+                        "private: the agent may no longer send it, and every call needs its end user's confirmation",
+                    )
+                } else {
+                    ("input_no_longer_private", after.required, "no longer private: the agent sends it")
+                };
+                push(code, breaking, id, format!("input `{}` became {what}", before.id));
+            }
             compare_input_types(before, after, &mut push);
             if before.description != after.description {
                 push(
@@ -82,7 +97,14 @@ impl SignatureDiff {
         }
         for added in new.inputs.iter().filter(|p| !old.inputs.iter().any(|o| o.id == p.id)) {
             let id = Some(added.id.as_str());
-            if added.required {
+            if added.private {
+                push(
+                    "private_input_added",
+                    true,
+                    id,
+                    format!("private input `{}` was added: every call now needs its end user's confirmation", added.id),
+                );
+            } else if added.required {
                 push(
                     "required_input_added",
                     true,
@@ -254,6 +276,22 @@ mod tests {
         edit(&mut v2);
         let d = SignatureDiff::between(&v1(), &v2);
         (d.changes.iter().map(|c| c.code).collect(), d.is_compatible())
+    }
+
+    #[test]
+    fn an_input_becoming_private_or_a_private_one_added_is_breaking() {
+        let old = v1();
+        let mut new = v1();
+        new.inputs[0].private = true;
+        let diff = SignatureDiff::between(&old, &new);
+        assert!(diff.breaking().any(|c| c.code == "input_now_private"), "{diff:?}");
+        // Back to public: the agent must now send a required input.
+        let back = SignatureDiff::between(&new, &old);
+        assert_eq!(back.is_compatible(), !old.inputs[0].required, "{back:?}");
+        let mut added = v1();
+        added.inputs.push(InputParam { private: true, ..input("pin", true, InputType::String { max_length: None }) });
+        let diff = SignatureDiff::between(&old, &added);
+        assert!(diff.breaking().any(|c| c.code == "private_input_added"), "{diff:?}");
     }
 
     #[test]
