@@ -701,3 +701,40 @@ async fn the_a2t_signature_marks_private_inputs_and_does_not_require_them_of_the
     assert!(inputs.iter().filter(|p| p.get("private").is_none()).all(|p| p["required"].is_boolean()));
     assert!(inputs.iter().any(|p| p.get("private").is_none() && p["required"] == true), "{signature}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_protocol_says_which_tools_need_their_end_user() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    // A2T: the signature extension.
+    let marker = |name: &'static str| {
+        let server = &server;
+        async move {
+            let id = server.tool_id(name).await;
+            server.get(&format!("/tools/{id}")).await.1["confirmation"].clone()
+        }
+    };
+    assert_eq!(marker("book_flight").await, "conditional");
+    assert_eq!(marker("transfer_funds").await, "required");
+    assert_eq!(marker("echo").await, Value::Null);
+    // OTC: `requirements.user_id`, and nothing for a tool that never asks.
+    let (status, otc) = server.get("/otc/tools").await;
+    assert_eq!(status, 200, "{otc}");
+    let definition = |name: &str| {
+        otc["tools"].as_array().unwrap().iter().find(|d| d["id"].as_str().unwrap().contains(name)).unwrap().clone()
+    };
+    assert_eq!(definition("BookFlight")["requirements"]["user_id"], true);
+    assert_eq!(definition("TransferFunds")["requirements"]["user_id"], true);
+    assert!(definition("Echo").get("requirements").is_none(), "{otc}");
+    // A publisher's override changes what they say, and the A2T ETag with it.
+    let id = server.tool_id("echo").await;
+    let tag = server.request(Method::GET, &format!("/tools/{id}")).send().await.unwrap().headers()["etag"].clone();
+    let always = json!({ "required": true });
+    let path = format!("/admin/tools/{id}/confirmation");
+    assert_eq!(server.call_as(Some(TOKEN), Method::PUT, &path, Some(&always)).await.0, 204);
+    assert_eq!(marker("echo").await, "required");
+    let response = server.request(Method::GET, &format!("/tools/{id}")).header("if-none-match", tag).send().await;
+    assert_eq!(response.unwrap().status(), 200, "a new ETag");
+    let (_, otc) = server.get("/otc/tools").await;
+    let echo = otc["tools"].as_array().unwrap().iter().find(|d| d["id"].as_str().unwrap().contains("Echo")).unwrap();
+    assert_eq!(echo["requirements"]["user_id"], true, "{echo}");
+}

@@ -102,9 +102,11 @@ fn allowed_values(values: &[EnumValue]) -> Value {
     values.iter().map(|v| json!({ "name": v.name, "description": v.description })).collect()
 }
 
-/// A version resource: the signature plus what identifies its bytes and
-/// whether it is retired. The locked part is built once per version.
-fn version_json(tool: &Tool, version: &ToolVersion) -> Value {
+/// A version resource: the signature plus what identifies its bytes,
+/// whether it is retired, and whether its calls need their end user's
+/// confirmation (a publisher may change that). The locked part is built once
+/// per version.
+fn version_json(host: &AppState, tool: &Tool, version: &ToolVersion) -> Value {
     let mut json = version
         .a2t_view
         .get_or_init(|| {
@@ -114,6 +116,10 @@ fn version_json(tool: &Tool, version: &ToolVersion) -> Value {
         })
         .clone();
     json["currentVersion"] = current_number(tool).into();
+    // Extension (docs/a2t.md): the call must name its end user.
+    if let Some(marker) = host.confirmation_need(tool, version).marker() {
+        json["confirmation"] = marker.into();
+    }
     if let Some(at) = version.retired_at() {
         json["retired"] = true.into();
         json["retiredAt"] = at.into();
@@ -127,11 +133,13 @@ fn current_number(tool: &Tool) -> Option<u32> {
 
 /// A version resource with its `ETag`; `304` when `If-None-Match` matches.
 /// The tag covers the signature (locked per version) and what may still
-/// change about the resource: the current version and retirement.
-fn cacheable(tool: &Tool, version: &ToolVersion, headers: &HeaderMap) -> Response {
+/// change about the resource: the current version, retirement and the
+/// confirmation a publisher's override may require.
+fn cacheable(host: &AppState, tool: &Tool, version: &ToolVersion, headers: &HeaderMap) -> Response {
     let current = current_number(tool).map_or("none".to_string(), |n| n.to_string());
     let retired = if version.retired_at().is_some() { "-retired" } else { "" };
-    let etag = format!("\"{}-{current}{retired}\"", version.signature_sha256);
+    let confirmation = host.confirmation_need(tool, version).marker().map_or(String::new(), |m| format!("-{m}"));
+    let etag = format!("\"{}-{current}{retired}{confirmation}\"", version.signature_sha256);
     let matches =
         headers.get_all(header::IF_NONE_MATCH).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(
             |tag| {
@@ -142,7 +150,7 @@ fn cacheable(tool: &Tool, version: &ToolVersion, headers: &HeaderMap) -> Respons
     let mut response = if matches {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
-        axum::Json(version_json(tool, version)).into_response()
+        axum::Json(version_json(host, tool, version)).into_response()
     };
     if let Ok(value) = HeaderValue::from_str(&etag) {
         response.headers_mut().insert(header::ETAG, value);
@@ -222,7 +230,7 @@ pub(super) async fn list_tools(
         tool.current().is_some_and(|current| tags.iter().all(|t| current.signature.tags.contains(t)))
     });
     let next = if more { tools.last().map(|t| cursor(TOOLS_CURSOR, &t.name)) } else { None };
-    let items = tools.iter().filter_map(|t| Some(version_json(t, &*t.current()?))).collect();
+    let items = tools.iter().filter_map(|t| Some(version_json(&host, t, &*t.current()?))).collect();
     Ok(page(items, query.limit, next))
 }
 
@@ -249,7 +257,7 @@ pub(super) async fn get_tool(
     let current = tool.current().ok_or_else(|| {
         ApiError::new(StatusCode::GONE, "tool_retired", format!("every version of `{}` is retired", tool.name))
     })?;
-    Ok(cacheable(&tool, &current, &headers))
+    Ok(cacheable(&host, &tool, &current, &headers))
 }
 
 pub(super) async fn list_versions(
@@ -271,7 +279,7 @@ pub(super) async fn list_versions(
     let more = versions.len() > query.limit;
     versions.truncate(query.limit);
     let next = if more { versions.last().map(|v| cursor(VERSIONS_CURSOR, &v.number.to_string())) } else { None };
-    let items = versions.iter().map(|v| version_json(&tool, v)).collect();
+    let items = versions.iter().map(|v| version_json(&host, &tool, v)).collect();
     Ok(page(items, query.limit, next))
 }
 
@@ -284,7 +292,7 @@ pub(super) async fn get_version(
     let tool = find_tool(&host, &caller, &tool_id)?;
     let n = parse_version(&version)?;
     let version = tool.version(n).ok_or_else(|| ApiError::not_found(format!("tool `{tool_id}` has no version {n}")))?;
-    Ok(cacheable(&tool, &version, &headers))
+    Ok(cacheable(&host, &tool, &version, &headers))
 }
 
 /// `{toolId}:invoke` → `toolId`; anything else is not an A2T route.

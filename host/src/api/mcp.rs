@@ -454,12 +454,7 @@ async fn next_change(
 /// the confirmation marker (a publisher may change it) per answer.
 fn tool_entry(host: &AppState, tool: &Tool, version: &ToolVersion) -> Result<rmcp::model::Tool, ErrorData> {
     let mut view = version.mcp_view.get_or_init(|| tool_view(tool, version)).clone();
-    let marker = match host.confirmation_need(tool, version) {
-        ConfirmationNeed::Never => None,
-        ConfirmationNeed::Sometimes => Some("conditional"),
-        ConfirmationNeed::Always => Some("required"),
-    };
-    if let Some(marker) = marker {
+    if let Some(marker) = host.confirmation_need(tool, version).marker() {
         view["_meta"][meta::CONFIRMATION] = marker.into();
     }
     // A call may be pinned to an older live version, whose answer must fit

@@ -186,14 +186,18 @@ fn resolve(host: &AppState, tenant: &str, tool_id: &str) -> Result<(Arc<Tool>, A
     Ok((tool, version))
 }
 
-/// The `ToolDefinition` of a version (built once), with the secrets the
-/// caller must supply as its `requirements`.
+/// The `ToolDefinition` of a version (built once), with its `requirements`:
+/// the secrets the caller must supply, and `user_id` when a call may need
+/// its end user's confirmation (it names who confirms).
 fn definition(host: &AppState, tool: &Tool, version: &ToolVersion) -> Value {
     let mut definition = version.otc_view.get_or_init(|| build_definition(tool, version)).clone();
     let missing = host.missing_secrets(tool, version, &BTreeMap::new());
     if !missing.is_empty() {
         let secrets: Vec<Value> = missing.iter().map(|id| json!({ "id": id })).collect();
-        definition["requirements"] = json!({ "secrets": secrets });
+        definition["requirements"]["secrets"] = secrets.into();
+    }
+    if host.confirmation_need(tool, version).marker().is_some() {
+        definition["requirements"]["user_id"] = true.into();
     }
     definition
 }

@@ -86,6 +86,18 @@ pub enum ConfirmationNeed {
     Always,
 }
 
+impl ConfirmationNeed {
+    /// How the signatures say it (A2T `confirmation`, MCP
+    /// `_meta.confirmation`): `required`, `conditional`, or nothing.
+    pub fn marker(self) -> Option<&'static str> {
+        match self {
+            ConfirmationNeed::Never => None,
+            ConfirmationNeed::Sometimes => Some("conditional"),
+            ConfirmationNeed::Always => Some("required"),
+        }
+    }
+}
+
 /// Proof that a call's end user confirmed it. Only this module makes one,
 /// and only from an accepted transaction: no front door can skip the check.
 #[derive(Debug)]
