@@ -879,7 +879,7 @@ fn parameters(signature: &Signature, inputs: &Map<String, Value>) -> Vec<Value> 
             if p.private {
                 parameter["private"] = true.into();
             } else {
-                let value = inputs.get(&p.name).cloned().unwrap_or(Value::Null);
+                let value = exact_in_cheq(inputs.get(&p.name).cloned().unwrap_or(Value::Null));
                 if let Some(display) = display_value(&value) {
                     parameter["parameter display value"] = display.into();
                 }
@@ -888,6 +888,21 @@ fn parameters(signature: &Signature, inputs: &Map<String, Value>) -> Vec<Value> 
             parameter
         })
         .collect()
+}
+
+/// Integers JCS cannot write exactly (it writes numbers as IEEE doubles,
+/// exact only within ±2^53) as their decimal string: the signed CHEQ, and
+/// the page, show the very value the tool gets, never a rounded one.
+fn exact_in_cheq(value: Value) -> Value {
+    const EXACT: u64 = 1 << 53;
+    match value {
+        Value::Number(n)
+            if n.as_u64().is_some_and(|u| u > EXACT) || n.as_i64().is_some_and(|i| i.unsigned_abs() > EXACT) =>
+        {
+            Value::String(n.to_string())
+        }
+        other => other,
+    }
 }
 
 /// A value as an end user must see it, when that differs from its text:
@@ -957,6 +972,40 @@ mod tests {
     fn operation_names_read_as_words() {
         assert_eq!(as_words("book_flight"), "Book flight");
         assert_eq!(as_words(""), "");
+    }
+
+    #[test]
+    fn integers_past_2_pow_53_are_signed_exactly() {
+        use crate::signature::{InputParam, InputType, IntKind};
+        let amount = InputParam {
+            id: "amount".into(),
+            name: "amount".into(),
+            field: "amount".into(),
+            description: "The amount.".into(),
+            required: true,
+            ty: InputType::Int { wit: IntKind::U64, min: 0, max: u64::MAX.into() },
+            private: false,
+        };
+        let signature = Signature {
+            name: "pay".into(),
+            description: "Pays.".into(),
+            img: None,
+            tags: Vec::new(),
+            inputs: vec![amount],
+            outputs: Vec::new(),
+        };
+        let exact = (1u64 << 53) + 1;
+        for (value, shown) in [(exact, "9007199254740993"), (u64::MAX, "18446744073709551615"), (1 << 53, "")] {
+            let inputs = serde_json::json!({ "amount": value }).as_object().unwrap().clone();
+            let cheq = Value::Array(parameters(&signature, &inputs));
+            let canonical = String::from_utf8(cheq::canonical(&cheq)).unwrap();
+            if shown.is_empty() {
+                // Within the exact range: a number, as before.
+                assert!(canonical.contains("\"parameter value\":9007199254740992"), "{canonical}");
+            } else {
+                assert!(canonical.contains(&format!("\"parameter value\":\"{shown}\"")), "{canonical}");
+            }
+        }
     }
 
     #[test]
