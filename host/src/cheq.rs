@@ -13,9 +13,10 @@
 //!   resource server's and the confirmation server's signatures sit side by
 //!   side over the same bytes.
 //!
-//! Until the confirmation flow is served (see `docs/cheq.md`), a call that
-//! needs confirmation is refused before the tool runs: it never runs
-//! unconfirmed.
+//! The transactions (a call waiting for its end user, the decision, the
+//! confirmed run) are the core's (`host::confirmations`); each front door
+//! answers a waiting call in its protocol's way (`docs/cheq.md`). A call that
+//! needs confirmation never runs unconfirmed.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;

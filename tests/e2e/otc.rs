@@ -489,3 +489,30 @@ async fn an_oversize_tool_error_is_refused_like_an_oversize_output_and_never_kep
     let grown = stored_bytes(server.data.path()) - before;
     assert!(grown < 1 << 20, "the data dir grew by {grown} bytes");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_waiting_for_its_end_user_is_answered_on_schema_with_the_uri_pack() {
+    let (server, _plugins) = crate::cheq::confirming_server(&[]).await;
+    // The listing says who needs an end user, on schema.
+    let tools = list(&server, TOKEN, "").await;
+    assert_eq!(definition(&tools, "Travel.BookFlight@1.0.0")["requirements"]["user_id"], true);
+
+    let mut body = request(
+        "Travel.BookFlight",
+        json!({ "flight_number": "UA123", "date": "2026-12-24", "passengers": 1, "cabin_class": "FIRST" }),
+    );
+    body["request"]["call_id"] = "pending-1".into();
+    body["request"]["context"] = json!({ "user_id": "alice" });
+    let answer = call(&server, "/otc/tools/call", &body).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let result = &answer.body["result"];
+    assert_eq!((&result["call_id"], &result["success"]), (&json!("pending-1"), &json!(false)), "{}", answer.body);
+    assert_eq!(result["error"]["developer_message"], "confirmation_pending");
+    let result_uri = answer.body["result uri"].as_str().unwrap();
+    assert!(result["error"]["message"].as_str().unwrap().contains(result_uri), "{}", answer.body);
+    assert!(answer.body["resource uri"].is_string() && answer.body["confirmation uri"].is_string());
+    // The retry of the call id: the same answer, replayed.
+    let again = call(&server, "/otc/tools/call", &body).await;
+    assert!(again.replayed);
+    assert_eq!(again.body, answer.body);
+}

@@ -101,7 +101,7 @@ pub fn uri_pack(options: &ApiOptions, pending: &PendingConfirmation) -> Response
 }
 
 /// `202 Accepted` with `pack`.
-pub fn pack_response(pack: Value) -> Response {
+fn pack_response(pack: Value) -> Response {
     let location = pack[RESULT_URI].as_str().and_then(|uri| HeaderValue::from_str(uri).ok());
     let mut response = (StatusCode::ACCEPTED, axum::Json(pack)).into_response();
     if let Some(location) = location {

@@ -469,8 +469,8 @@ async fn run_call(
         // Recorded as the call id's response: a retry gets the same pack,
         // not a second confirmation.
         Err(InvokeError::ConfirmationPending(pending)) => {
-            let pack = super::cheq::uri_pack_body(&options, &pending);
-            (pack.to_string(), super::cheq::uri_pack(&options, &pending))
+            let answer = pending_answer(&call_id, &options, &pending);
+            (answer.to_string(), located(json_response(answer.to_string(), false), &answer))
         }
         outcome => match result(&call_id, started.elapsed(), has_outputs, outcome) {
             Ok(body) => (body.clone(), json_response(body, false)),
@@ -525,17 +525,46 @@ pub(super) fn result(
     Ok(json!({ "$schema": SCHEMA_URI, "result": result }).to_string())
 }
 
-/// A recorded response, replayed: a URI pack (the call waits for its end
-/// user) answers `202` again.
-fn recorded(body: String) -> Response {
-    match serde_json::from_str::<Value>(&body) {
-        Ok(pack) if pack.get(super::cheq::RESULT_URI).is_some() => {
-            let mut response = super::cheq::pack_response(pack);
-            response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
-            response
-        }
-        _ => json_response(body, true),
+/// The answer to a call that waits for its end user's confirmation: a
+/// `CallToolResponse` in its envelope, as the OTC schemas have it (`200`,
+/// `success: false`, the tool has not run), with the CHEQ URI pack beside
+/// `result` (the envelope allows more properties) for a client that knows
+/// CHEQ: the result URI answers the call's `CallToolResponse` once the end
+/// user decided.
+fn pending_answer(call_id: &str, options: &ApiOptions, pending: &crate::host::PendingConfirmation) -> Value {
+    let Value::Object(pack) = super::cheq::uri_pack_body(options, pending) else { return Value::Null };
+    let result_uri = pack[super::cheq::RESULT_URI].as_str().unwrap_or_default().to_string();
+    let error = json!({
+        "message": format!(
+            "the call waits for its end user's confirmation; the tool has not run yet. Its outcome will be at {result_uri}"
+        ),
+        "developer_message": "confirmation_pending",
+        "can_retry": false,
+        "additional_prompt_content": "Tell the user to confirm the call on the page their application shows them; it runs only once they do.",
+    });
+    let mut answer = json!({
+        "$schema": SCHEMA_URI,
+        "result": { "call_id": call_id, "success": false, "error": error },
+    });
+    if let Value::Object(answer) = &mut answer {
+        answer.extend(pack);
     }
+    answer
+}
+
+/// `response` with `Location: {result uri}` when `answer` carries a URI
+/// pack (the call waits for its end user).
+fn located(mut response: Response, answer: &Value) -> Response {
+    if let Some(uri) = answer[super::cheq::RESULT_URI].as_str().and_then(|u| HeaderValue::from_str(u).ok()) {
+        response.headers_mut().insert(header::LOCATION, uri);
+    }
+    response
+}
+
+/// A recorded response, replayed (a pending call's with its `Location`).
+fn recorded(body: String) -> Response {
+    let answer: Value = serde_json::from_str(&body).unwrap_or_default();
+    located(json_response(body, true), &answer)
 }
 
 fn storage_failed(e: crate::store::StoreError) -> ApiError {
