@@ -94,6 +94,40 @@ fn load_row(report: &mut Report, arm: &str, load: &Load) {
     );
 }
 
+/// The echo through another front door, beside the A2T one (`a2t`): its
+/// load row and its ratio row.
+struct Door {
+    arm: &'static str,
+    /// The ratio row's id and the door's name in it.
+    ratio: (&'static str, &'static str),
+    url: String,
+}
+
+impl Door {
+    fn measure(
+        &self,
+        report: &mut Report,
+        body: &str,
+        headers: &[(&str, &str)],
+        duration: Duration,
+        a2t: &Load,
+    ) -> anyhow::Result<()> {
+        let load =
+            tokio::task::block_in_place(|| wrk_with_headers(&self.url, Some(body), headers, duration, CONNECTIONS))?;
+        let one = tokio::task::block_in_place(|| wrk_with_headers(&self.url, Some(body), headers, duration, 1))?;
+        load_row(report, self.arm, &load);
+        let (id, name) = self.ratio;
+        report.row(
+            id,
+            &format!("{name} ÷ A2T echo throughput · p50 one connection {name}"),
+            format!("{:.2} · {}", load.rps / a2t.rps, fmt(one.latency.p50)),
+            "",
+            None,
+        );
+        Ok(())
+    }
+}
+
 fn errors(load: &Load) -> String {
     if load.errors == 0 { String::new() } else { format!(" ({} errors)", load.errors) }
 }
@@ -159,40 +193,20 @@ pub async fn http_overhead(opts: &Opts, report: &mut Report) -> anyhow::Result<(
     load_row(report, "1c Plinth weather (2 backend calls)", &c);
     // The same echo through the OTC front door (no call_id: nothing recorded).
     let otc_body = json!({"request": {"tool_id": "Default.Echo", "input": {"text": "hello, tools"}}}).to_string();
-    let otc_url = format!("{}/otc/tools/call", plinth.base);
-    let d = tokio::task::block_in_place(|| wrk(&otc_url, Some(&otc_body), duration, CONNECTIONS))?;
-    let d1 = tokio::task::block_in_place(|| wrk(&otc_url, Some(&otc_body), duration, 1))?;
-    load_row(report, "1d Plinth echo via OTC", &d);
-    report.row(
-        "1 d/b",
-        "OTC ÷ A2T echo throughput · p50 one connection OTC",
-        format!("{:.2} · {}", d.rps / b.rps, fmt(d1.latency.p50)),
-        "",
-        None,
-    );
+    let otc =
+        Door { arm: "1d Plinth echo via OTC", ratio: ("1 d/b", "OTC"), url: format!("{}/otc/tools/call", plinth.base) };
+    otc.measure(report, &otc_body, &[], duration, &b)?;
     // And through the MCP front door (2026-07-28: no session; the revision's
     // headers and `_meta` on every request). Every request of the load is the
     // same, so one checked by hand before and after stands for them (wrk
     // counts HTTP statuses only, and MCP errors are HTTP 200); the load's 8
     // connections stay under the per-tool concurrency limit (16), so none is
     // refused busy in between.
-    let mcp_url = format!("{}/mcp", plinth.base);
+    let mcp = Door { arm: "1e Plinth echo via MCP", ratio: ("1 e/b", "MCP"), url: format!("{}/mcp", plinth.base) };
     let mcp_body = mcp_echo_body("hello, tools");
-    check_mcp_echo(&mcp_url, &mcp_body, "hello, tools").await?;
-    let e = tokio::task::block_in_place(|| {
-        wrk_with_headers(&mcp_url, Some(&mcp_body), MCP_ECHO_HEADERS, duration, CONNECTIONS)
-    })?;
-    let e1 =
-        tokio::task::block_in_place(|| wrk_with_headers(&mcp_url, Some(&mcp_body), MCP_ECHO_HEADERS, duration, 1))?;
-    check_mcp_echo(&mcp_url, &mcp_body, "hello, tools").await?;
-    load_row(report, "1e Plinth echo via MCP", &e);
-    report.row(
-        "1 e/b",
-        "MCP ÷ A2T echo throughput · p50 one connection MCP",
-        format!("{:.2} · {}", e.rps / b.rps, fmt(e1.latency.p50)),
-        "",
-        None,
-    );
+    check_mcp_echo(&mcp.url, &mcp_body, "hello, tools").await?;
+    mcp.measure(report, &mcp_body, MCP_ECHO_HEADERS, duration, &b)?;
+    check_mcp_echo(&mcp.url, &mcp_body, "hello, tools").await?;
 
     let ratio = b.rps / a.rps;
     report.row("1 b/a", "throughput ratio", format!("{ratio:.2}"), "≥ 0.5", Some(ratio >= 0.5));

@@ -304,22 +304,16 @@ pub(super) async fn get_result(
             }
             return Ok(response);
         }
-        TxState::Rejected => ApiError::new(
-            StatusCode::FORBIDDEN,
-            "confirmation_rejected",
-            "the end user rejected the call; the tool did not run",
-        ),
-        TxState::Expired => ApiError::new(
-            StatusCode::GONE,
-            "confirmation_expired",
-            "the end user did not confirm the call in time; the tool did not run. Make the call again for a new confirmation",
-        ),
-        TxState::Retired => ApiError::from(DecideError::Retired),
-        TxState::Interrupted => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "call_outcome_unknown",
-            "the end user confirmed the call, but the server stopped while the tool ran: it may or may not have taken effect; check before calling again",
-        ),
+        state => {
+            let (code, message) =
+                state.unanswered().unwrap_or(("call_outcome_unknown", "the call's outcome is unknown"));
+            let status = match state {
+                TxState::Rejected => StatusCode::FORBIDDEN,
+                TxState::Expired | TxState::Retired => StatusCode::GONE,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            ApiError::new(status, code, message)
+        }
     };
     Ok(super::render_error(door, error).await)
 }

@@ -684,14 +684,8 @@ async fn outcome(host: &AppState, tenant: &str, transaction: &str) -> Result<Out
                     Map::new(),
                 )
             })?;
-        let failed = |code: &str, message: &str| Ok(Outcome::Done(Ok(error_result(code, message, Map::new()))));
         return match TxState::of(&c, unix_now()) {
-            TxState::Pending => Ok(Outcome::Pending(PendingConfirmation {
-                id: c.id.clone(),
-                expires_at: c.expires_at,
-                tenant: c.tenant.clone(),
-                confirmation_uri: host.confirmation_server(&c.tenant).map(|s| s.uri),
-            })),
+            TxState::Pending => Ok(Outcome::Pending(host.pending(&c))),
             TxState::Running if tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
@@ -706,21 +700,11 @@ async fn outcome(host: &AppState, tenant: &str, transaction: &str) -> Result<Out
                     })),
                 }))
             }
-            TxState::Rejected => {
-                failed("confirmation_rejected", "the end user rejected the call; the tool did not run")
+            state => {
+                let (code, message) =
+                    state.unanswered().unwrap_or(("call_outcome_unknown", "the call's outcome is unknown"));
+                Ok(Outcome::Done(Ok(error_result(code, message, Map::new()))))
             }
-            TxState::Expired => failed(
-                "confirmation_expired",
-                "the end user did not confirm the call in time; the tool did not run. Make the call again for a new confirmation",
-            ),
-            TxState::Retired => failed(
-                "version_retired",
-                "the version the call was made to was retired before it could run; the tool did not run",
-            ),
-            TxState::Interrupted => failed(
-                "call_outcome_unknown",
-                "the end user confirmed the call, but the server stopped while the tool ran: it may or may not have taken effect; check before calling again",
-            ),
         };
     }
 }

@@ -230,6 +230,25 @@ impl State {
         }
     }
 
+    /// Why a transaction in this state gives its caller no answer from the
+    /// tool, and never will: (code, message). `None` while one may still
+    /// come (pending, running) or has come (done).
+    pub fn unanswered(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            State::Pending | State::Running | State::Done => None,
+            State::Rejected => Some(("confirmation_rejected", "the end user rejected the call; the tool did not run")),
+            State::Expired => Some((
+                "confirmation_expired",
+                "the end user did not confirm the call in time; the tool did not run. Make the call again for a new confirmation",
+            )),
+            State::Retired => Some(("version_retired", RETIRED_MESSAGE)),
+            State::Interrupted => Some((
+                "call_outcome_unknown",
+                "the end user confirmed the call, but the server stopped while the tool ran: it may or may not have taken effect; check before calling again",
+            )),
+        }
+    }
+
     /// In words, for messages.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -344,10 +363,32 @@ impl ToolHost {
         };
         self.store.insert_confirmation(&record).map_err(storage)?;
         tracing::info!(transaction = id, end_user, "the call waits for its end user's confirmation");
+        Ok(PendingConfirmation {
+            id,
+            expires_at,
+            tenant: tool.tenant.clone(),
+            confirmation_uri: self.confirmation_uri(&tool.tenant, version),
+        })
+    }
+
+    /// A stored transaction that still waits, as when it was made (its
+    /// link, for a caller that asks again).
+    pub fn pending(&self, c: &StoredConfirmation) -> PendingConfirmation {
+        let version = self.tool(&c.tenant, &c.tool_id.to_string()).and_then(|t| t.version(c.version));
+        PendingConfirmation {
+            id: c.id.clone(),
+            expires_at: c.expires_at,
+            tenant: c.tenant.clone(),
+            confirmation_uri: version.and_then(|v| self.confirmation_uri(&c.tenant, &v)),
+        }
+    }
+
+    /// Where the end user confirms: the tenant's external confirmation
+    /// server, unless the call has private inputs (only this server's page
+    /// collects them) or the tenant has none.
+    fn confirmation_uri(&self, tenant: &str, version: &ToolVersion) -> Option<String> {
         let has_private = version.signature.inputs.iter().any(|p| p.private);
-        let confirmation_uri =
-            self.cheq.servers.get(&tool.tenant).filter(|_| !has_private).map(|server| server.uri.clone());
-        Ok(PendingConfirmation { id, expires_at, tenant: tool.tenant.clone(), confirmation_uri })
+        self.cheq.servers.get(tenant).filter(|_| !has_private).map(|server| server.uri.clone())
     }
 
     /// A transaction of `tenant`.
