@@ -5,7 +5,8 @@ CARGO      ?= cargo
 PLUGINS    := echo book-flight lookup-weather-by-city
 # Extra tools the tests deploy (versions of echo), packed into target/fixtures/.
 FIXTURES   := echo-v2 echo-breaking spin-forever memory-bomb deep-recursion panic-at-once huge-output \
-              call-undeclared-host call-loopback snoop slow-sleep use-secret transfer-funds outbound-flood log-flood huge-error
+              call-undeclared-host call-loopback snoop slow-sleep use-secret transfer-funds outbound-flood log-flood huge-error \
+              describe-hostile
 WASM_OUT   := target/wasm32-wasip2/plugin
 PLUGIN_OUT := target/plugins
 LISTEN     ?= 127.0.0.1:8080

@@ -17,11 +17,13 @@ pub use confirmations::{
 };
 
 use crate::idempotency::{CallLedger, Claim, Ticket};
-use crate::invocation::{self, InputError, OutputError, OutputLimits, ToolResult};
+use crate::invocation::{self, Described, InputError, OutputError, OutputLimits, ToolResult};
 use crate::package::{PackageError, ToolPackage};
 use crate::registry::{Registry, Tool, ToolVersion};
 use crate::runtime::outbound::{OutboundLimits, OutboundPolicy};
-use crate::runtime::{self, CallError, CallSetup, LoadError, LogBudget, LogLabels, Redactor, Runtime, RuntimeConfig};
+use crate::runtime::{
+    self, CallError, CallSetup, Export, LoadError, LogBudget, LogLabels, Redactor, Runtime, RuntimeConfig,
+};
 use crate::signature::SignatureDiff;
 use crate::store::{BlobStore, CallKey, RegistryStore, SecretsCipher, SqliteStore, StoreError, StoredVersion};
 use crate::tenancy::{
@@ -1025,8 +1027,11 @@ impl ToolHost {
         // yet it is evaluated there too, in the same hand-off.
         let task = async move {
             // Fail closed: a call its tool wants confirmed never runs unconfirmed.
-            if call.confirmed.is_none() && this.may_need_confirmation(&tool, &version) {
-                this.confirm_first(&tool, &version, &call)?;
+            if call.confirmed.is_none()
+                && this.may_need_confirmation(&tool, &version)
+                && let Some(refused) = this.confirm_first(&quota, &tool, &version, &call).await?
+            {
+                return Ok(ToolResult::Failed(refused));
             }
             this.run(&quota, &tool, &version, call).instrument(span).await
         };
@@ -1043,14 +1048,22 @@ impl ToolHost {
 
     /// Evaluates the confirmation policy on the call's input; a call that
     /// needs its end user's confirmation becomes a pending transaction
-    /// (`InvokeError::ConfirmationPending`) and does not run.
-    fn confirm_first(&self, tool: &Tool, version: &ToolVersion, call: &Call) -> Result<(), InvokeError> {
+    /// (`InvokeError::ConfirmationPending`) and does not run. A tool that
+    /// exports `describe` says first what the call will do, for the CHEQ —
+    /// or refuses it with its `tool-error` (returned), and no one is asked.
+    async fn confirm_first(
+        &self,
+        tenant: &Tenant,
+        tool: &Tool,
+        version: &ToolVersion,
+        call: &Call,
+    ) -> Result<Option<invocation::ToolError>, InvokeError> {
         let inputs = match invocation::to_json(call.input.clone()) {
             serde_json::Value::Object(inputs) => inputs,
             _ => serde_json::Map::new(),
         };
         if !self.needs_confirmation(tool, version, &inputs) {
-            return Ok(());
+            return Ok(None);
         }
         let end_user = call.end_user.clone().ok_or_else(|| InvokeError::EndUserRequired(tool.name.clone()))?;
         if !call.secrets.is_empty() {
@@ -1059,7 +1072,12 @@ impl ToolHost {
                 tool.name
             )));
         }
-        let pending = self.begin_confirmation(tool, version, &inputs, call, &end_user)?;
+        let description = match self.describe(tenant, tool, version, call).await? {
+            Some(Described::Failed(refused)) => return Ok(Some(refused)),
+            Some(Described::Description(description)) => Some(description),
+            None => None,
+        };
+        let pending = self.begin_confirmation(tool, version, &inputs, call, &end_user, description.as_ref())?;
         Err(InvokeError::ConfirmationPending(pending))
     }
 
@@ -1114,6 +1132,74 @@ impl ToolHost {
         version: &ToolVersion,
         call: Call,
     ) -> Result<ToolResult, InvokeError> {
+        let run = RunOf {
+            export: Export::Call,
+            input: call.input,
+            call_id: call.call_id,
+            secrets: &call.secrets,
+            redact: call.redact,
+        };
+        let Ran { result, redactor, denials } = self.execute(tenant, tool, version, run).await?;
+        let outcome = result.map_err(InvokeError::from).and_then(|value| {
+            let mut result = invocation::read_result(&version.signature, value, self.limits.output)?;
+            result.redact(&redactor);
+            Ok(result)
+        });
+        // A tool that failed after a refused request failed because of it:
+        // say so, rather than pass on its own account of the failure.
+        match (outcome, denials.reason()) {
+            (Ok(ToolResult::Failed(_)) | Err(InvokeError::Call(CallError::Trapped(_))), Some(why)) => {
+                // The refused address is the tool's to choose: it may carry
+                // a secret in it.
+                Err(InvokeError::OutboundDenied(redactor.text(&why)))
+            }
+            (outcome, _) => outcome,
+        }
+    }
+
+    /// Runs the tool's `describe` for a call that needs confirmation, under
+    /// the same slots and limits as the call itself; `None` when the tool
+    /// exports none.
+    async fn describe(
+        &self,
+        tenant: &Tenant,
+        tool: &Tool,
+        version: &ToolVersion,
+        call: &Call,
+    ) -> Result<Option<Described>, InvokeError> {
+        if !version.component().is_some_and(|c| c.describes()) {
+            return Ok(None);
+        }
+        let run = RunOf {
+            export: Export::Describe,
+            input: call.input.clone(),
+            call_id: call.call_id.clone(),
+            secrets: &call.secrets,
+            redact: call.redact.clone(),
+        };
+        let Ran { result, redactor, denials } = self.execute(tenant, tool, version, run).await?;
+        let outcome = result.map_err(InvokeError::from).and_then(|value| {
+            let mut described = invocation::read_description(value, self.limits.output)?;
+            described.redact(&redactor);
+            Ok(described)
+        });
+        match (outcome, denials.reason()) {
+            (Ok(Described::Failed(_)) | Err(InvokeError::Call(CallError::Trapped(_))), Some(why)) => {
+                Err(InvokeError::OutboundDenied(redactor.text(&why)))
+            }
+            (outcome, _) => outcome.map(Some),
+        }
+    }
+
+    /// Runs one export of the tool in a fresh instance, within the tenant's,
+    /// the tool's and the server's slots and the tool's limits.
+    async fn execute(
+        &self,
+        tenant: &Tenant,
+        tool: &Tool,
+        version: &ToolVersion,
+        run: RunOf<'_>,
+    ) -> Result<Ran, InvokeError> {
         // Refuse at once rather than queue: a tool that floods its slots must
         // not make its own callers, or anyone else's, wait without bound.
         let _tenant_slot = tenant.running.clone().try_acquire_owned().map_err(|_| {
@@ -1143,13 +1229,13 @@ impl ToolHost {
             max_memory_bytes: usize::try_from(memory_mib).unwrap_or(usize::MAX).saturating_mul(1 << 20),
             outbound,
             config,
-            log: LogLabels { tool: tool.name.clone(), version: version.number, call_id: call.call_id },
+            log: LogLabels { tool: tool.name.clone(), version: version.number, call_id: run.call_id },
             secrets: version
                 .manifest
                 .secrets
                 .iter()
                 .filter_map(|id| {
-                    let value = match call.secrets.get(id) {
+                    let value = match run.secrets.get(id) {
                         Some(supplied) => supplied.clone(),
                         None => self.secrets.get(&(tool.tenant.clone(), id.clone()))?.clone(),
                     };
@@ -1157,7 +1243,7 @@ impl ToolHost {
                 })
                 .collect(),
             log_budget: self.log_budgets.entry(tool.id).or_default().clone(),
-            redact: call.redact,
+            redact: run.redact,
         };
         let redactor = Redactor::new(setup.secrets.values().chain(&setup.redact).cloned());
         let started = std::time::Instant::now();
@@ -1165,27 +1251,13 @@ impl ToolHost {
         let component = version
             .component()
             .ok_or_else(|| InvokeError::Retired(format!("version {} of `{}` is retired", version.number, tool.name)))?;
-        let result = self.runtime.call(&component, call.input, setup).await;
+        let result = self.runtime.run(&component, run.export, run.input, setup).await;
         let elapsed_us = started.elapsed().as_micros() as u64;
         match &result {
-            Ok(_) => tracing::debug!(elapsed_us, "tool returned"),
-            Err(e) => tracing::info!(elapsed_us, error = %e, "tool did not return"),
+            Ok(_) => tracing::debug!(elapsed_us, export = ?run.export, "tool returned"),
+            Err(e) => tracing::info!(elapsed_us, export = ?run.export, error = %e, "tool did not return"),
         }
-        let outcome = result.map_err(InvokeError::from).and_then(|value| {
-            let mut result = invocation::read_result(&version.signature, value, self.limits.output)?;
-            result.redact(&redactor);
-            Ok(result)
-        });
-        // A tool that failed after a refused request failed because of it:
-        // say so, rather than pass on its own account of the failure.
-        match (outcome, denials.reason()) {
-            (Ok(ToolResult::Failed(_)) | Err(InvokeError::Call(CallError::Trapped(_))), Some(why)) => {
-                // The refused address is the tool's to choose: it may carry
-                // a secret in it.
-                Err(InvokeError::OutboundDenied(redactor.text(&why)))
-            }
-            (outcome, _) => outcome,
-        }
+        Ok(Ran { result, redactor, denials })
     }
 
     /// The semaphore bounding this tool's concurrent invocations: the
@@ -1195,6 +1267,23 @@ impl ToolHost {
         let wanted = version.manifest.limits.max_concurrency.map_or(ceiling, |n| n.clamp(1, ceiling));
         self.per_tool.entry(tool.id).or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(wanted as usize))).clone()
     }
+}
+
+/// One run of a tool's export: what [`ToolHost::execute`] needs of a call.
+struct RunOf<'a> {
+    export: Export,
+    input: wasmtime::component::Val,
+    call_id: String,
+    secrets: &'a BTreeMap<String, String>,
+    redact: Vec<String>,
+}
+
+/// What a run gave: the raw result, the redactor of the call's secrets and
+/// private inputs, and the outbound requests it was refused.
+struct Ran {
+    result: Result<wasmtime::component::Val, CallError>,
+    redactor: Redactor,
+    denials: runtime::outbound::Denials,
 }
 
 impl Drop for ToolHost {

@@ -72,12 +72,17 @@ impl ToolResult {
     pub fn redact(&mut self, redactor: &crate::runtime::Redactor) {
         match self {
             ToolResult::Outputs(outputs) => outputs.iter_mut().for_each(|o| redactor.json(&mut o.value)),
-            ToolResult::Failed(e) => {
-                e.message = redactor.text(&e.message);
-                for text in [&mut e.developer_message, &mut e.additional_prompt_content].into_iter().flatten() {
-                    *text = redactor.text(text);
-                }
-            }
+            ToolResult::Failed(e) => e.redact(redactor),
+        }
+    }
+}
+
+impl ToolError {
+    /// Replaces secret values in its texts.
+    pub fn redact(&mut self, redactor: &crate::runtime::Redactor) {
+        self.message = redactor.text(&self.message);
+        for text in [&mut self.developer_message, &mut self.additional_prompt_content].into_iter().flatten() {
+            *text = redactor.text(text);
         }
     }
 }
@@ -496,6 +501,117 @@ fn check_sizes<'a>(
         )));
     }
     Ok(())
+}
+
+/// What a tool's `describe` said of a call: the CHEQ's explanation and facts.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CallDescription {
+    /// One or two sentences about the call; may be empty.
+    pub summary: String,
+    /// Named facts, in the tool's order.
+    pub facts: Vec<(String, String)>,
+}
+
+/// What `describe` returned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Described {
+    /// `ok(call-description)`.
+    Description(CallDescription),
+    /// `err(tool-error)`: the tool refuses the call before anyone is asked.
+    Failed(ToolError),
+}
+
+impl Described {
+    /// Replaces secret values in everything the end user and the agent will
+    /// see: the CHEQ is readable by anyone holding its resource URI.
+    pub fn redact(&mut self, redactor: &crate::runtime::Redactor) {
+        match self {
+            Described::Description(d) => {
+                d.summary = redactor.text(&d.summary);
+                for (name, value) in &mut d.facts {
+                    *name = redactor.text(name);
+                    *value = redactor.text(value);
+                }
+            }
+            Described::Failed(e) => e.redact(redactor),
+        }
+    }
+}
+
+/// Bounds on a call description, which a human reads before deciding: a
+/// page, not a document.
+pub mod description_limits {
+    /// Longest summary, in characters.
+    pub const SUMMARY_CHARS: usize = 1000;
+    /// Most facts.
+    pub const FACTS: usize = 20;
+    /// Longest fact name, in characters.
+    pub const FACT_NAME_CHARS: usize = 100;
+    /// Longest fact value, in characters.
+    pub const FACT_VALUE_CHARS: usize = 500;
+}
+
+/// Reads the value `describe` returned, within [`description_limits`] (a
+/// tool-error within the output caps).
+pub fn read_description(result: Val, limits: OutputLimits) -> Result<Described, OutputError> {
+    use description_limits::*;
+    let description = match result {
+        Val::Result(Ok(Some(description))) => *description,
+        Val::Result(Err(Some(error))) => {
+            let error = tool_error(*error)?;
+            check_error_size(&error, limits)?;
+            return Ok(Described::Failed(error));
+        }
+        _ => return Err(invalid("`describe` did not return result<call-description, tool-error>".into())),
+    };
+    let Val::Record(fields) = description else { return Err(invalid("the call-description is not a record".into())) };
+    let too_long = |what: &str, text: &str, max: usize| {
+        let chars = text.chars().count();
+        (chars > max).then(|| {
+            OutputError::TooLarge(format!(
+                "`describe` returned {what} of {chars} characters; at most {max} are allowed"
+            ))
+        })
+    };
+    let mut out = CallDescription::default();
+    for (name, value) in fields {
+        match (name.as_str(), value) {
+            ("summary", Val::String(summary)) => out.summary = summary,
+            ("facts", Val::List(facts)) => {
+                if facts.len() > FACTS {
+                    return Err(OutputError::TooLarge(format!(
+                        "`describe` returned {} facts; at most {FACTS} are allowed",
+                        facts.len()
+                    )));
+                }
+                for fact in facts {
+                    let Val::Record(fact) = fact else { return Err(invalid("a fact is not a record".into())) };
+                    let text = |key: &str| {
+                        fact.iter().find(|(k, _)| k == key).and_then(|(_, v)| match v {
+                            Val::String(s) => Some(s.clone()),
+                            _ => None,
+                        })
+                    };
+                    let (Some(name), Some(value)) = (text("name"), text("value")) else {
+                        return Err(invalid("a fact lacks its name or value".into()));
+                    };
+                    out.facts.push((name, value));
+                }
+            }
+            _ => return Err(invalid(format!("the call-description's `{name}` does not have its declared type"))),
+        }
+    }
+    let texts = std::iter::once(("a summary", &out.summary, SUMMARY_CHARS)).chain(
+        out.facts
+            .iter()
+            .flat_map(|(n, v)| [("a fact name", n, FACT_NAME_CHARS), ("a fact value", v, FACT_VALUE_CHARS)]),
+    );
+    for (what, text, max) in texts {
+        if let Some(e) = too_long(what, text, max) {
+            return Err(e);
+        }
+    }
+    Ok(Described::Description(out))
 }
 
 fn tool_error(val: Val) -> Result<ToolError, OutputError> {

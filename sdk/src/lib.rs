@@ -23,6 +23,8 @@
 //! - [`tool!`]: the bindings for the tool's own world, with `tool-error`
 //!   mapped to [`ToolError`] so the helpers below work with it;
 //! - [`ToolError`] constructors ([`ToolError::new`], [`ToolError::retry`]…);
+//! - [`CallDescription`], for a tool that exports `describe`: what a call
+//!   will do, signed into its CHEQ and shown to the human who confirms it;
 //! - [`http`]: blocking outbound HTTP over `wasi:http/outgoing-handler`,
 //!   limited by the host to the hosts the tool declares in `plinth.toml`;
 //! - [`config`]: the operator's per-tool configuration (`wasi:config/store`);
@@ -44,12 +46,13 @@ mod bindings {
     });
 }
 
-/// The shared types of the `plinth:tool` package (`tool-error`).
+/// The shared types of the `plinth:tool` package (`tool-error`,
+/// `call-description`).
 pub mod types {
     pub use crate::bindings::plinth::tool::types::*;
 }
 
-pub use types::ToolError;
+pub use types::{CallDescription, ToolError};
 
 /// Generates the bindings for the tool's world, defined in the crate's
 /// `wit/` folder, and brings `Guest`, `Input`, `Output`, `ToolError` and
@@ -93,6 +96,21 @@ impl ToolError {
     /// Adds text the executor may put in front of the LLM.
     pub fn with_prompt_content(mut self, text: impl Into<String>) -> Self {
         self.additional_prompt_content = Some(text.into());
+        self
+    }
+}
+
+impl CallDescription {
+    /// A description of one call for the human who confirms it (a tool's
+    /// `describe` export): a sentence or two about it.
+    pub fn new(summary: impl Into<String>) -> Self {
+        CallDescription { summary: summary.into(), facts: Vec::new() }
+    }
+
+    /// Adds a named fact the human should see before deciding, e.g.
+    /// `("Total price", "360 USD")`.
+    pub fn fact(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.facts.push(types::Fact { name: name.into(), value: value.into() });
         self
     }
 }

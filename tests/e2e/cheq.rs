@@ -262,6 +262,89 @@ async fn a_call_that_needs_confirmation_answers_with_the_uri_pack() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_tool_that_describes_its_call_has_its_facts_signed_into_the_cheq() {
+    let (server, _plugins) = confirming_server(&[]).await;
+
+    // book_flight exports `describe`: the fare it will charge is in the
+    // signed CHEQ, apart from the inputs.
+    let (status, _, pack) = call_for(&server, Some("alice"), "book_flight", &booking("BUSINESS", 2)).await;
+    assert_eq!(status, 202, "{pack}");
+    let (_, _, signed) = fetch(pack["resource uri"].as_str().unwrap()).await;
+    let cheq = payload(&signed);
+    assert_eq!(cheq["explanation"], "Books 2 passengers in business class on flight UA123 on 2026-12-24.", "{cheq}");
+    assert_eq!(
+        cheq["facts"],
+        json!([
+            { "fact name": "Fare per passenger", "fact value": "1350 USD" },
+            { "fact name": "Total price", "fact value": "2700 USD, taxes included" },
+        ])
+    );
+    let parameters = cheq["inputs"]["parameters"].as_array().unwrap();
+    assert!(parameters.iter().all(|p| p.get("fact name").is_none()), "facts are not inputs");
+    // Signed like the rest: the server's own signature covers them.
+    let jwks = server.get("/.well-known/jwks.json").await.1;
+    let (bytes, signers) = plinth::cheq::verify(&signed, std::slice::from_ref(&jwks)).unwrap();
+    assert_eq!((signers.len(), serde_json::from_slice::<Value>(&bytes).unwrap()), (1, cheq.clone()));
+
+    // A booking `describe` refuses is refused at once, with the tool's words,
+    // and nobody is asked to confirm it.
+    let mut params = booking("FIRST", 1);
+    params.push(("quoted_price_usd", json!(100)));
+    let (status, location, body) = call_for(&server, Some("alice"), "book_flight", &params).await;
+    assert_eq!((status, &body["error"]["code"], location), (422, &json!("tool_error"), None), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("the price is 4200 USD"), "{body}");
+    assert!(body["error"]["additionalPromptContent"].is_string(), "{body}");
+
+    // A tool without the export is confirmed as before: no explanation, no facts.
+    let echo = server.tool_id("echo").await;
+    let path = format!("/admin/tools/{echo}/confirmation");
+    let (status, _) = server.call_as(Some(TOKEN), Method::PUT, &path, Some(&json!({ "required": true }))).await;
+    assert_eq!(status, 204);
+    let (status, _, pack) = call_for(&server, Some("alice"), "echo", &[("text", json!("hi"))]).await;
+    assert_eq!(status, 202, "{pack}");
+    let (_, _, signed) = fetch(pack["resource uri"].as_str().unwrap()).await;
+    let cheq = payload(&signed);
+    assert!(cheq.get("explanation").is_none() && cheq.get("facts").is_none(), "{cheq}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_description_runs_sandboxed_and_within_bounds() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let (status, body) = server.deploy(fixture("describe_hostile.wasm"), "").await;
+    assert_eq!(status, 201, "{body}");
+    let put = server.request(Method::PUT, "/admin/secrets/api-token").body("tok-5ecret-value").send().await.unwrap();
+    assert_eq!(put.status(), 204);
+    let call = |mode: &'static str| {
+        let server = &server;
+        async move { call_for(server, Some("alice"), "describe_hostile", &[("mode", json!(mode))]).await }
+    };
+
+    // A description that never ends is stopped at the tool's deadline, like
+    // a call; one too long for a page is refused. Nobody is asked either way.
+    for (mode, code) in
+        [("SPIN", "tool_timeout"), ("MANY_FACTS", "output_too_large"), ("LONG_SUMMARY", "output_too_large")]
+    {
+        let (status, location, body) = call(mode).await;
+        assert_eq!((&body["error"]["code"], location), (&json!(code), None), "{mode}: {status} {body}");
+    }
+
+    // Hidden characters are signed as the visible markers the human reads.
+    let (status, _, pack) = call("HIDDEN").await;
+    assert_eq!(status, 202, "{pack}");
+    let cheq = payload(&fetch(pack["resource uri"].as_str().unwrap()).await.2);
+    assert_eq!(cheq["explanation"], "Pays<U+202E>0001");
+    assert_eq!(cheq["facts"][0]["fact value"], "10<U+200B>0 USD");
+
+    // The CHEQ is readable by anyone with its URI: secrets are redacted from it.
+    let (status, _, pack) = call("LEAK_SECRET").await;
+    assert_eq!(status, 202, "{pack}");
+    let (_, _, signed) = fetch(pack["resource uri"].as_str().unwrap()).await;
+    let cheq = payload(&signed);
+    assert_eq!(cheq["facts"][0]["fact name"], "Token", "{cheq}");
+    assert!(!cheq.to_string().contains("tok-5ecret-value"), "{cheq}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn only_the_right_users_signed_acceptance_runs_the_call_once() {
     let external = ConfirmationServer::start().await;
     let (server, _plugins) = confirming_server(&LOCAL_JWKS).await;

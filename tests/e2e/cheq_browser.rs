@@ -52,6 +52,12 @@ async fn the_end_user_accepts_a_booking_in_a_browser() {
     browser.fill("#password", "alice-password").await;
     browser.click("#login").await;
     let page = browser.wait_for_text("Book flight", WAIT).await;
+    // The tool's own account of the call (its `describe` export) comes first.
+    for shown in
+        ["alice", "Books 1 passenger in first class on flight UA123", "Total price", "4200 USD, taxes included"]
+    {
+        assert!(page.contains(shown), "the page does not show {shown}:\n{page}");
+    }
     for shown in ["alice", "UA123", "2026-12-24", "FIRST", "4200"] {
         assert!(page.contains(shown), "the page does not show {shown}:\n{page}");
     }

@@ -704,6 +704,7 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
     let body = format!(
         "<p>An AI agent asks to <strong id=\"operation\">{name}</strong> on behalf of <strong id=\"end-user\">{user}</strong>.</p>\
          <p><small>{description}</small></p>\
+         {described}\
          <table id=\"parameters\">{rows}</table>{warning}\
          <form method=\"post\" action=\"{action}\">\
          <input type=\"hidden\" name=\"transaction\" value=\"{id}\">\
@@ -715,6 +716,7 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
         name = text(name),
         user = text(&session.user),
         description = revealed(object["operation description"].as_str().unwrap_or("")),
+        described = described(&object),
         warning = if any_hidden { HIDDEN_WARNING } else { "" },
         action = attr(&format!("{}/cheq/decide", root(options, tenant))),
         id = attr(id),
@@ -722,6 +724,33 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
         expires = text(&rfc3339(c.expires_at)),
     );
     page(StatusCode::OK, &format!("Confirm: {name}"), &body)
+}
+
+/// What the tool said of this call (its `describe` export), signed into
+/// the CHEQ: its explanation and facts, marked as the tool's words.
+fn described(object: &Value) -> String {
+    let explanation = object["explanation"].as_str().map(|e| format!("<p id=\"explanation\">{}</p>", revealed(e)));
+    let facts: String = object["facts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|fact| {
+            format!(
+                "<tr data-fact=\"{}\"><th>{}</th><td class=\"value\" dir=\"ltr\">{}</td></tr>",
+                attr(fact["fact name"].as_str().unwrap_or("")),
+                revealed(fact["fact name"].as_str().unwrap_or("")),
+                revealed(fact["fact value"].as_str().unwrap_or(""))
+            )
+        })
+        .collect();
+    if explanation.is_none() && facts.is_empty() {
+        return String::new();
+    }
+    let facts = if facts.is_empty() { facts } else { format!("<table id=\"facts\">{facts}</table>") };
+    format!(
+        "<section id=\"described\" aria-labelledby=\"described-heading\"><h2 id=\"described-heading\">What the tool says this call will do</h2>{}{facts}</section>",
+        explanation.unwrap_or_default()
+    )
 }
 
 /// Shown under the parameters when a value holds characters shown as markers.

@@ -15,7 +15,7 @@ pub use login::{LoginError, LoginOptions};
 
 use super::{Call, ChangeError, InvokeError, ToolHost};
 use crate::cheq::{self, Confirmation, ConfirmationPolicy, SigningKey, VerifyError};
-use crate::invocation::{self, ToolResult};
+use crate::invocation::{self, CallDescription, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::Signature;
 use crate::store::{StoreError, StoredConfirmation};
@@ -318,13 +318,14 @@ impl ToolHost {
         inputs: &Map<String, Value>,
         call: &Call,
         end_user: &str,
+        description: Option<&CallDescription>,
     ) -> Result<PendingConfirmation, InvokeError> {
         let storage = |e: StoreError| InvokeError::Storage(e.to_string());
         let id = random_id().map_err(|e| InvokeError::Storage(e.to_string()))?;
         let nonce = random_id().map_err(|e| InvokeError::Storage(e.to_string()))?;
         let now = unix_now();
         let expires_at = now + i64::try_from(self.cheq.ttl.as_secs()).unwrap_or(i64::MAX / 2);
-        let object = json!({
+        let mut object = json!({
             "version": 1.0,
             "operation": format!("plinth:{}/{}@{}", tool.tenant, tool.name, version.number),
             "operation name": as_words(&tool.name),
@@ -342,6 +343,9 @@ impl ToolHost {
                 "sha256": version.sha256,
             },
         });
+        if let Some(description) = description {
+            add_description(&mut object, description);
+        }
         let signed = cheq::sign(&object, &self.cheq.resource, Map::new());
         let record = StoredConfirmation {
             id: id.clone(),
@@ -929,6 +933,26 @@ fn parameters(signature: &Signature, inputs: &Map<String, Value>) -> Vec<Value> 
             parameter
         })
         .collect()
+}
+
+/// The tool's own words on the call (its `describe` export): the draft's
+/// "explanatory information meant for human consumption" as `explanation`,
+/// and its "facts (e.g., the price)" as `facts`, apart from the inputs, as
+/// they are not values the tool runs with. Characters a screen would not
+/// show as they are are signed as visible `<U+XXXX>` markers: these words
+/// are only ever read, so the human reads what was signed.
+fn add_description(object: &mut Value, description: &CallDescription) {
+    let shown = |text: &str| cheq::marked(text).unwrap_or_else(|| text.to_string());
+    if !description.summary.is_empty() {
+        object["explanation"] = shown(&description.summary).into();
+    }
+    if !description.facts.is_empty() {
+        object["facts"] = description
+            .facts
+            .iter()
+            .map(|(name, value)| json!({ "fact name": shown(name), "fact value": shown(value) }))
+            .collect();
+    }
 }
 
 /// Integers JCS cannot write exactly (it writes numbers as IEEE doubles,

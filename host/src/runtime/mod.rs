@@ -110,6 +110,17 @@ pub enum CallError {
 pub struct LoadedComponent {
     pre: InstancePre<ToolState>,
     call: ComponentExportIndex,
+    describe: Option<ComponentExportIndex>,
+}
+
+/// Which of a tool's exports to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Export {
+    /// `call`: the tool's work.
+    Call,
+    /// `describe`: the call's description for its confirmation, when the
+    /// tool exports one.
+    Describe,
 }
 
 impl LoadedComponent {
@@ -122,6 +133,18 @@ impl LoadedComponent {
     /// The index of its `call` export.
     pub fn call_export(&self) -> ComponentExportIndex {
         self.call
+    }
+
+    /// Whether it exports `describe`.
+    pub fn describes(&self) -> bool {
+        self.describe.is_some()
+    }
+
+    fn export(&self, export: Export) -> Option<ComponentExportIndex> {
+        match export {
+            Export::Call => Some(self.call),
+            Export::Describe => self.describe,
+        }
     }
 }
 
@@ -610,8 +633,9 @@ impl Runtime {
             }
         };
         let call = component.get_export_index(None, "call").ok_or(LoadError::NoCall)?;
+        let describe = component.get_export_index(None, "describe");
         let pre = self.linker.instantiate_pre(&component).map_err(|e| LoadError::Link(format!("{e:#}")))?;
-        Ok(LoadedComponent { pre, call })
+        Ok(LoadedComponent { pre, call, describe })
     }
 
     fn cache_path(&self, sha256: &str) -> Option<PathBuf> {
@@ -703,14 +727,27 @@ impl Runtime {
 
     /// Runs `call(input)` in a fresh instance and returns the raw result value.
     pub async fn call(&self, component: &LoadedComponent, input: Val, setup: CallSetup) -> Result<Val, CallError> {
+        self.run(component, Export::Call, input, setup).await
+    }
+
+    /// Runs one of the tool's exports with `input` in a fresh instance, under
+    /// the same limits whichever it is, and returns the raw result value.
+    pub async fn run(
+        &self,
+        component: &LoadedComponent,
+        export: Export,
+        input: Val,
+        setup: CallSetup,
+    ) -> Result<Val, CallError> {
         let deadline = setup.deadline.min(self.config.deadline);
         let (mut store, [stdout, stderr]) = self.store(setup);
 
         let run = async {
             let instance = component.pre.instantiate_async(&mut store).await?;
-            let func = instance
-                .get_func(&mut store, component.call)
-                .ok_or_else(|| wasmtime::format_err!("the instance has no `call` function"))?;
+            let func = component
+                .export(export)
+                .and_then(|index| instance.get_func(&mut store, index))
+                .ok_or_else(|| wasmtime::format_err!("the instance has no `{export:?}` function"))?;
             let mut results = [Val::Bool(false)];
             func.call_async(&mut store, &[input], &mut results).await?;
             let [result] = results;

@@ -77,6 +77,9 @@ pub fn derive(
         None => Vec::new(),
         Some(t) => record_fields(resolve, &t).ok_or_else(|| contract("the ok type of `call` must be a record"))?,
     };
+    if let Some(describe) = w.exports.get(&WorldKey::Name("describe".into())) {
+        check_describe(resolve, describe, &param.ty)?;
+    }
 
     for id in manifest.inputs.keys() {
         if !input_fields.iter().any(|f| snake(&f.name) == *id) {
@@ -165,15 +168,44 @@ fn record_fields(resolve: &Resolve, ty: &Type) -> Option<Vec<wit_parser::Field>>
     }
 }
 
+/// The optional `describe` export (the CHEQ's call description) takes the
+/// same input as `call` and returns `result<call-description, tool-error>`.
+fn check_describe(resolve: &Resolve, describe: &WorldItem, input: &Type) -> Result<(), DeriveError> {
+    let contract = |why: &str| {
+        DeriveError::Contract(format!(
+            "`describe`, when exported, must be `describe: func(input: input) -> result<call-description, tool-error>`: {why}"
+        ))
+    };
+    let WorldItem::Function(describe) = describe else { return Err(contract("it is not a function")) };
+    match describe.params.as_slice() {
+        [param] if resolved_id(resolve, &param.ty) == resolved_id(resolve, input) => {}
+        _ => return Err(contract("it must take the same input record as `call`")),
+    }
+    match describe.result.as_ref().and_then(|t| resolved_kind(resolve, t)) {
+        Some(TypeDefKind::Result(r))
+            if r.ok.is_some_and(|t| is_contract_type(resolve, &t, "call-description"))
+                && r.err.is_some_and(|t| is_tool_error(resolve, &t)) =>
+        {
+            Ok(())
+        }
+        _ => Err(contract("it must return result<call-description, tool-error> from plinth:tool/types@0.1.x")),
+    }
+}
+
 /// `tool-error` defined in `plinth:tool/types` of any 0.1.x version.
 fn is_tool_error(resolve: &Resolve, ty: &Type) -> bool {
+    is_contract_type(resolve, ty, "tool-error")
+}
+
+/// The type `name` defined in `plinth:tool/types` of any 0.1.x version.
+fn is_contract_type(resolve: &Resolve, ty: &Type, name: &str) -> bool {
     let Some(id) = resolved_id(resolve, ty) else { return false };
     let def = &resolve.types[id];
     let TypeOwner::Interface(iface) = def.owner else { return false };
     let iface = &resolve.interfaces[iface];
     let Some(pkg) = iface.package else { return false };
     let pkg = &resolve.packages[pkg].name;
-    def.name.as_deref() == Some("tool-error")
+    def.name.as_deref() == Some(name)
         && iface.name.as_deref() == Some("types")
         && pkg.namespace == "plinth"
         && pkg.name == "tool"
@@ -363,7 +395,7 @@ mod tests {
         resolve.push_str("config.wit", &config).unwrap();
         resolve.push_str("tool.wit", PLINTH_TOOL).unwrap();
         let text = format!(
-            "package test:tool;\n/// A test tool that does one thing well.\nworld the-tool {{\n use plinth:tool/types@0.1.0.{{tool-error}};\n{body}\n}}"
+            "package test:tool;\n/// A test tool that does one thing well.\nworld the-tool {{\n use plinth:tool/types@0.1.0.{{tool-error, call-description}};\n{body}\n}}"
         );
         let pkg = resolve.push_str("world.wit", &text).unwrap();
         let world = resolve.select_world(&[pkg], Some("the-tool")).unwrap();
@@ -507,6 +539,23 @@ mod tests {
         ] {
             let err = sig(&format!("{input}{exports}"), "").unwrap_err().to_string();
             assert!(err.contains(expect), "{exports}: {err}");
+        }
+    }
+
+    #[test]
+    fn checks_the_optional_describe_export() {
+        let types = "record input {\n /// I.\n i: string,\n}\nrecord other {\n i: string,\n}\nrecord output {\n /// O.\n o: string,\n}\n";
+        let describe = "export describe: func(input: input) -> result<call-description, tool-error>;";
+        assert!(sig(&format!("{types}{CALL}\n{describe}"), "").is_ok());
+        for (exports, expect) in [
+            ("export describe: func(input: other) -> result<call-description, tool-error>;", "same input record"),
+            ("export describe: func(input: input) -> result<string, tool-error>;", "result<call-description"),
+            ("export describe: func(input: input) -> result<call-description, string>;", "result<call-description"),
+            ("export describe: func(input: input) -> call-description;", "result<call-description"),
+            ("export describe: func() -> result<call-description, tool-error>;", "same input record"),
+        ] {
+            let err = sig(&format!("{types}{CALL}\n{exports}"), "").unwrap_err().to_string();
+            assert!(err.contains(expect) && err.contains("`describe`, when exported"), "{exports}: {err}");
         }
     }
 

@@ -12,29 +12,68 @@ struct BookFlight;
 
 impl Guest for BookFlight {
     fn call(input: Input) -> Result<Output, ToolError> {
-        check_flight_number(&input.flight_number)?;
-        check_date(&input.date)?;
-        let fare = match input.cabin_class {
-            CabinClass::Economy => 180,
-            CabinClass::PremiumEconomy => 420,
-            CabinClass::Business => 1_350,
-            CabinClass::First => 4_200,
-        };
-        let total = fare * u32::from(input.passengers);
-        if let Some(quoted) = input.quoted_price_usd
-            && quoted != total
-        {
-            return Err(ToolError::new(format!("the price is {total} USD, not the {quoted} USD quoted"))
-                .with_prompt_content(
-                    "The price changed. Tell the traveller the new price and book again only if they agree to it.",
-                ));
-        }
+        let total = total_price(&input)?;
         Ok(Output {
             confirmation_code: confirmation_code(&input),
             total_price_usd: total,
             cabin_class: input.cabin_class,
         })
     }
+
+    /// The booking in words and the fare it will charge, so the traveller
+    /// confirms the price, not only the flight. A booking that cannot be
+    /// made is refused here, before anyone is asked to confirm it.
+    fn describe(input: Input) -> Result<CallDescription, ToolError> {
+        let total = total_price(&input)?;
+        let passengers = match input.passengers {
+            1 => "1 passenger".to_string(),
+            n => format!("{n} passengers"),
+        };
+        Ok(CallDescription::new(format!(
+            "Books {passengers} in {} on flight {} on {}.",
+            cabin_name(input.cabin_class),
+            input.flight_number,
+            input.date
+        ))
+        .fact("Fare per passenger", format!("{} USD", fare(input.cabin_class)))
+        .fact("Total price", format!("{total} USD, taxes included")))
+    }
+}
+
+/// The fare per passenger, from the fare table.
+fn fare(cabin: CabinClass) -> u32 {
+    match cabin {
+        CabinClass::Economy => 180,
+        CabinClass::PremiumEconomy => 420,
+        CabinClass::Business => 1_350,
+        CabinClass::First => 4_200,
+    }
+}
+
+fn cabin_name(cabin: CabinClass) -> &'static str {
+    match cabin {
+        CabinClass::Economy => "economy class",
+        CabinClass::PremiumEconomy => "premium economy",
+        CabinClass::Business => "business class",
+        CabinClass::First => "first class",
+    }
+}
+
+/// The booking's total price, once its flight number and date are checked
+/// and it matches the price the traveller was quoted, if any.
+fn total_price(input: &Input) -> Result<u32, ToolError> {
+    check_flight_number(&input.flight_number)?;
+    check_date(&input.date)?;
+    let total = fare(input.cabin_class) * u32::from(input.passengers);
+    if let Some(quoted) = input.quoted_price_usd
+        && quoted != total
+    {
+        return Err(ToolError::new(format!("the price is {total} USD, not the {quoted} USD quoted"))
+            .with_prompt_content(
+                "The price changed. Tell the traveller the new price and book again only if they agree to it.",
+            ));
+    }
+    Ok(total)
 }
 
 fn check_flight_number(number: &str) -> Result<(), ToolError> {
