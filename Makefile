@@ -13,7 +13,7 @@ LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
 DATA       ?= ./plinth-data
 
-.PHONY: help build wasm-target plugins fixtures browser mcp-clients run test check bench bench-smoke wrk
+.PHONY: help build wasm-target toolchains plugins fixtures browser mcp-clients run test check bench bench-smoke wrk
 
 help:
 	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
@@ -28,6 +28,12 @@ wasm-target:
 
 build:
 	$(CARGO) build -p plinth -p fake-weather
+
+# The pinned toolchains that build Python and JavaScript tools
+# (componentize-py in a venv, componentize-js from npm), in target/toolchains.
+# Quick when nothing changed.
+toolchains:
+	@./sdk/toolchains/install $(CURDIR)/target/toolchains
 
 plugins: wasm-target build
 	$(CARGO) build --target wasm32-wasip2 --profile plugin $(addprefix -p ,$(PLUGINS))
