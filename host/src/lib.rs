@@ -6,6 +6,7 @@
 //! the tools over HTTP. See `ARCHITECTURE.md` for the map.
 
 pub mod api;
+pub mod build;
 pub mod cheq;
 pub mod client_address;
 pub mod host;

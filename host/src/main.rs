@@ -32,8 +32,9 @@ struct Cli {
 enum Command {
     /// Serve the tools over HTTP.
     Serve(Box<ServeArgs>),
-    /// Build a tool crate (or take a built component) and embed its docs and
-    /// plinth.toml, producing the one .wasm file that is deployed.
+    /// Build a tool (Rust, Python or JavaScript; or take a built component)
+    /// and embed its docs and plinth.toml, producing the one .wasm file that
+    /// is deployed.
     Pack(PackArgs),
     /// Print the A2T signature a packed tool will be served with.
     Inspect {
@@ -412,11 +413,13 @@ enum LogFormat {
 
 #[derive(clap::Args)]
 struct PackArgs {
-    /// The tool crate: its `wit/` folder and optional `plinth.toml`.
+    /// The tool's directory: its `wit/` folder, optional `plinth.toml`
+    /// and sources.
     #[arg(default_value = ".")]
     crate_dir: PathBuf,
-    /// A component already built from the crate; without it, `cargo build
-    /// --release --target wasm32-wasip2` builds one.
+    /// A component already built from the tool; without it, the tool is
+    /// built for its language (`language` in plinth.toml): `cargo build
+    /// --release --target wasm32-wasip2`, componentize-py or componentize-js.
     #[arg(long)]
     wasm: Option<PathBuf>,
     /// Where to write the packed tool (default: `<tool_name>.wasm` in the
@@ -749,11 +752,25 @@ fn pack(args: PackArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading the tool's WIT in {}", wit_dir.display()))?;
     let world = package::select_world(&resolve, wit_package, manifest.world.as_deref())?;
 
+    let language = manifest.language;
+    if let Some(mib) = manifest.limits.memory_mib
+        && mib < language.min_memory_mib()
+    {
+        eprintln!(
+            "warning: plinth.toml asks for {mib} MiB of memory, but a {} tool needs at least {} MiB to start; its calls will fail",
+            language.as_str(),
+            language.min_memory_mib()
+        );
+    }
+    let built;
     let wasm_path = match &args.wasm {
-        Some(path) => path.clone(),
-        None => cargo_build(crate_dir)?,
+        Some(path) => path.as_path(),
+        None => {
+            built = plinth::build::build(crate_dir, language, &resolve.worlds[world].name)?;
+            built.path.as_path()
+        }
     };
-    let component = std::fs::read(&wasm_path).with_context(|| format!("reading {}", wasm_path.display()))?;
+    let component = std::fs::read(wasm_path).with_context(|| format!("reading {}", wasm_path.display()))?;
     let (packed, tool) = package::pack(&component, &resolve, world, manifest)?;
     let output = args.output.unwrap_or_else(|| PathBuf::from(format!("{}.wasm", tool.signature.name)));
     if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -769,32 +786,6 @@ fn pack(args: PackArgs) -> anyhow::Result<()> {
         tool.sha256
     );
     Ok(())
-}
-
-/// Builds the crate for wasm32-wasip2 and returns the component's path.
-fn cargo_build(crate_dir: &Path) -> anyhow::Result<PathBuf> {
-    let output = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--release", "--target", "wasm32-wasip2", "--message-format=json-render-diagnostics"])
-        .arg("--manifest-path")
-        .arg(crate_dir.join("Cargo.toml"))
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .context("running cargo (is it installed? is the wasm32-wasip2 target added?)")?;
-    if !output.status.success() {
-        bail!("cargo build failed; see the messages above");
-    }
-    let mut built = None;
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else { continue };
-        let is_cdylib = message["target"]["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "cdylib"));
-        if message["reason"] == "compiler-artifact"
-            && is_cdylib
-            && let Some(files) = message["filenames"].as_array()
-        {
-            built = files.iter().filter_map(|f| f.as_str()).find(|f| f.ends_with(".wasm")).map(PathBuf::from);
-        }
-    }
-    built.ok_or_else(|| anyhow::anyhow!("cargo built no .wasm; the tool crate needs `crate-type = [\"cdylib\"]`"))
 }
 
 fn inspect(file: &Path) -> anyhow::Result<()> {

@@ -17,6 +17,10 @@ pub const SECTION_NAME: &str = "plinth-manifest";
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ToolManifest {
+    /// The language the tool is written in, which says how `plinth pack`
+    /// builds it from source (Rust when absent).
+    #[serde(default, skip_serializing_if = "Language::is_rust")]
+    pub language: Language,
     /// The WIT world that defines the tool. Written by `plinth pack`; in
     /// `plinth.toml` it is needed only when the tool's WIT package has several
     /// worlds.
@@ -53,6 +57,45 @@ pub struct ToolManifest {
     /// When a call needs the end user's confirmation (CHEQ).
     #[serde(default, skip_serializing_if = "ConfirmationPolicy::is_empty")]
     pub confirmation: ConfirmationPolicy,
+}
+
+/// The languages `plinth pack` builds tools from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    /// A Rust crate built with cargo for `wasm32-wasip2`.
+    #[default]
+    Rust,
+    /// Python, built with componentize-py.
+    Python,
+    /// JavaScript, built with componentize-js.
+    Js,
+}
+
+impl Language {
+    fn is_rust(&self) -> bool {
+        *self == Language::Rust
+    }
+
+    /// Its name in `plinth.toml` and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Language::Rust => "rust",
+            Language::Python => "python",
+            Language::Js => "js",
+        }
+    }
+
+    /// The linear memory, in MiB, below which a tool in this language
+    /// cannot start: its runtime's own heap (CPython's, SpiderMonkey's)
+    /// comes before any of the tool's data.
+    pub fn min_memory_mib(self) -> u64 {
+        match self {
+            Language::Rust => 1,
+            Language::Python => 32,
+            Language::Js => 32,
+        }
+    }
 }
 
 /// Limits a tool asks for, each capped by the operator's ceiling.
