@@ -827,6 +827,40 @@ fn signature(payload: &str, key: &SigningKey, claims: Map<String, Value>) -> Val
     json!({ "protected": protected, "signature": B64.encode(signed.to_bytes()) })
 }
 
+/// A signed CHEQ as it came over the wire, in the general JSON
+/// serialization [`verify`] reads. The draft leaves the multi-signature
+/// syntax open, so a confirmation server may send the CHEQ in any of
+/// RFC 7515's serializations: the general JSON one (`{"payload",
+/// "signatures"}`, as this server issues it), the flattened JSON one
+/// (`{"payload", "protected", "signature"}`) or the compact one
+/// (`protected.payload.signature`); the last two carry one signature. Only
+/// the form changes here: nothing is verified, and a JSON object that is
+/// neither JWS form is returned as it is, for [`verify`] to refuse.
+pub fn from_wire(body: &[u8]) -> Result<Value, String> {
+    let text = std::str::from_utf8(body).map_err(|_| "it is not UTF-8".to_string())?.trim();
+    if text.starts_with('{') {
+        let mut jws: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let flattened = jws.get("signatures").is_none() && jws.get("signature").is_some();
+        if let (true, Some(object)) = (flattened, jws.as_object_mut()) {
+            let mut entry = Map::new();
+            for field in ["protected", "header", "signature"] {
+                if let Some(value) = object.remove(field) {
+                    entry.insert(field.into(), value);
+                }
+            }
+            object.insert("signatures".into(), Value::Array(vec![Value::Object(entry)]));
+        }
+        return Ok(jws);
+    }
+    let base64url = |part: &&str| part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    match text.split('.').collect::<Vec<_>>()[..] {
+        [protected, payload, signature] if [protected, payload, signature].iter().all(base64url) => {
+            Ok(json!({ "payload": payload, "signatures": [{ "protected": protected, "signature": signature }] }))
+        }
+        _ => Err("it is neither JSON nor a compact JWS".into()),
+    }
+}
+
 /// Why a signed CHEQ was not accepted.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum VerifyError {
@@ -1308,6 +1342,27 @@ mod tests {
         countersign(&mut forged, &forger, Map::new()).unwrap();
         assert_eq!(verify(&forged, &trusted).unwrap_err(), VerifyError::UnknownKey(forger.kid().into()));
         assert!(matches!(verify(&json!({"payload": "e30"}), &trusted), Err(VerifyError::Malformed(_))));
+    }
+
+    #[test]
+    fn every_jws_serialization_reads_as_the_general_one() {
+        let key = SigningKey::generate().unwrap();
+        let claims = json!({ "sub": "alice" }).as_object().unwrap().clone();
+        let general = sign(&json!({ "operation": "book" }), &key, claims);
+        let (payload, s) = (general["payload"].as_str().unwrap(), &general["signatures"][0]);
+        let (protected, signature) = (s["protected"].as_str().unwrap(), s["signature"].as_str().unwrap());
+        let flattened = json!({ "payload": payload, "protected": protected, "signature": signature });
+        let wire = [general.to_string(), format!(" {flattened}\n"), format!("{protected}.{payload}.{signature}\r\n")];
+        for body in wire {
+            let read = from_wire(body.as_bytes()).unwrap();
+            assert_eq!(read, general, "{body}");
+            assert!(verify(&read, &[jwks(&[&key])]).is_ok());
+        }
+        // JSON that is no JWS is left for `verify` to refuse; the rest is not a JWS at all.
+        assert_eq!(from_wire(b"{\"payload\": \"e30\"}").unwrap(), json!({ "payload": "e30" }));
+        for body in ["yes please", "a.b", "a.b.c.d", "a.b+.c", "{not json", ""] {
+            assert!(from_wire(body.as_bytes()).is_err(), "{body}");
+        }
     }
 
     #[test]

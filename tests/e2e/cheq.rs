@@ -495,11 +495,22 @@ impl PageSession {
 
     /// Accepts or rejects on the page, with its form token → (status, HTML).
     pub async fn decide(&self, pack: &Value, decision: &str) -> (u16, String) {
+        self.decide_with(pack, decision, &[]).await
+    }
+
+    /// [`PageSession::decide`], with the private inputs typed on the page
+    /// (`(name, value)`).
+    async fn decide_with(&self, pack: &Value, decision: &str, private: &[(&str, &str)]) -> (u16, String) {
         let (status, html) = self.page(pack).await;
         assert_eq!(status, 200, "{html}");
         let token = html.split("name=\"form_token\" value=\"").nth(1).unwrap().split('"').next().unwrap();
         let transaction = pack["resource uri"].as_str().unwrap().rsplit('/').next().unwrap();
-        let form = [("transaction", transaction), ("form_token", token), ("decision", decision)];
+        let mut form = vec![
+            ("transaction".to_string(), transaction.to_string()),
+            ("form_token".to_string(), token.to_string()),
+            ("decision".to_string(), decision.to_string()),
+        ];
+        form.extend(private.iter().map(|(name, value)| (format!("private.{name}"), value.to_string())));
         let response = self
             .client
             .post(format!("{}/cheq/decide", self.root))
@@ -824,4 +835,271 @@ async fn every_protocol_says_which_tools_need_their_end_user() {
     let (_, otc) = server.get("/otc/tools").await;
     let echo = otc["tools"].as_array().unwrap().iter().find(|d| d["id"].as_str().unwrap().contains("Echo")).unwrap();
     assert_eq!(echo["requirements"]["user_id"], true, "{echo}");
+}
+
+/// `POST` `body` to `uri` (with `content_type`, and `cookie` when given) as
+/// a user application or confirmation server does → (status, text).
+async fn post_raw(uri: &str, content_type: Option<&str>, body: String, cookie: Option<&str>) -> (u16, String) {
+    let mut request = reqwest::Client::new().post(uri).body(body);
+    if let Some(content_type) = content_type {
+        request = request.header("content-type", content_type);
+    }
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+/// A user application written from the draft (4.2) POSTs the resource URI
+/// to the confirmation URI in whichever form its author read into "passing
+/// the resource URI as a parameter after URI-encoding it": each reaches the
+/// login page, and with a session the confirmation page, whose decision
+/// runs the call.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_user_application_posts_the_resource_uri_in_each_of_the_drafts_forms() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let (status, _, pack) = call_for(&server, Some("alice"), "book_flight", &booking("FIRST", 1)).await;
+    assert_eq!(status, 202, "{pack}");
+    let confirm = pack["confirmation uri"].as_str().unwrap();
+    let resource = pack["resource uri"].as_str().unwrap();
+    let id = resource.rsplit('/').next().unwrap();
+    let encoded: String = form_urlencoded::byte_serialize(resource.as_bytes()).collect();
+    const FORM: Option<&str> = Some("application/x-www-form-urlencoded");
+    let forms: Vec<(&str, String, Option<&str>, String)> = vec![
+        ("the whole query, encoded", format!("{confirm}?{encoded}"), None, String::new()),
+        ("the whole query, as it is", format!("{confirm}?{resource}"), None, String::new()),
+        ("the query's `resource uri`", format!("{confirm}?resource%20uri={encoded}"), None, String::new()),
+        ("the body, as text", confirm.into(), Some("text/plain"), format!("{resource}\n")),
+        ("the body, encoded without a key", confirm.into(), FORM, encoded.clone()),
+        ("the form field `resource%20uri`", confirm.into(), FORM, format!("resource%20uri={encoded}")),
+        ("the form field `resource+uri`", confirm.into(), FORM, format!("resource+uri={encoded}")),
+        ("Plinth's form field", confirm.into(), FORM, format!("resource_uri={encoded}")),
+        ("the URI pack, as JSON", confirm.into(), Some("application/json"), pack.to_string()),
+        ("the same URI twice", format!("{confirm}?resource_uri={encoded}"), FORM, format!("resource%20uri={encoded}")),
+    ];
+    let session = PageSession::log_in(&pack, "alice").await;
+    for (what, uri, content_type, body) in &forms {
+        let (status, html) = post_raw(uri, *content_type, body.clone(), None).await;
+        assert_eq!(status, 200, "{what}: {html}");
+        assert!(html.contains("Log in to see what you are asked to confirm"), "{what}: {html}");
+        assert!(html.contains(&format!("name=\"resource_uri\" value=\"{resource}\"")), "{what}: {html}");
+        let (status, html) = post_raw(uri, *content_type, body.clone(), Some(&session.cookie)).await;
+        assert_eq!(status, 200, "{what}: {html}");
+        assert!(html.contains("Book flight") && html.contains("id=\"accept\""), "{what}: {html}");
+        assert!(html.contains(&format!("name=\"transaction\" value=\"{id}\"")), "{what}: {html}");
+    }
+
+    // What names no resource URI of this server, or two, is refused.
+    let other = resource.replace(id, "another-transaction");
+    let refused = [
+        ("nothing", confirm.to_string(), FORM, String::new()),
+        ("a form without the field", confirm.into(), FORM, "user=alice".to_string()),
+        ("two different URIs", format!("{confirm}?{encoded}"), FORM, format!("resource_uri={other}")),
+        (
+            "another server's URI",
+            confirm.into(),
+            Some("text/plain"),
+            "https://elsewhere.example/cheq/transactions/x".into(),
+        ),
+    ];
+    for (what, uri, content_type, body) in refused {
+        let (status, html) = post_raw(&uri, content_type, body, None).await;
+        assert_eq!(status, 400, "{what}: {html}");
+        assert!(html.contains("Nothing to confirm"), "{what}: {html}");
+    }
+
+    // The page reached through the draft's form decides as ever.
+    let (status, html) = session.decide(&pack, "accept").await;
+    assert_eq!(status, 200, "{html}");
+    let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, &outputs(&body)["cabin_class"]), (200, &json!("FIRST")), "{body}");
+}
+
+/// `POST` `body` to `{resource}?{query}` (no `?` when `query` is empty) →
+/// (status, JSON).
+async fn post_decision(resource: &str, query: &str, content_type: &str, body: String) -> (u16, Value) {
+    let uri = if query.is_empty() { resource.to_string() } else { format!("{resource}?{query}") };
+    let (status, text) = post_raw(&uri, Some(content_type), body, None).await;
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// A confirmation server written from the draft: it fetches the CHEQ with
+/// `GET {resource-server}/cheq` presenting its own service account, and
+/// posts `?accept` as its HTTP client writes it, with the CHEQ in whichever
+/// JWS serialization it chose (the draft leaves the syntax open).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_confirmation_server_written_from_the_draft_fetches_and_decides_in_its_forms() {
+    let external = ConfirmationServer::start().await;
+    let (server, _plugins) = confirming_server(&LOCAL_JWKS).await;
+    let setting = json!({ "uri": "https://confirm.example/", "jwks_url": external.jwks_url });
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, "/admin/confirmation-server", Some(&setting)).await;
+    assert_eq!(status, 204, "{body}");
+    let book = || async {
+        let (status, _, pack) = call_for(&server, Some("alice"), "book_flight", &booking("FIRST", 1)).await;
+        assert_eq!(status, 202, "{pack}");
+        pack
+    };
+
+    // `GET {resource uri}/cheq`: the same CHEQ as `GET {resource uri}`,
+    // whatever the caller authenticates with.
+    let pack = book().await;
+    let resource = pack["resource uri"].as_str().unwrap();
+    let (_, _, signed) = fetch(resource).await;
+    let response = reqwest::Client::new()
+        .get(format!("{resource}/cheq"))
+        .bearer_auth("the-confirmation-servers-own-service-account")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.json::<Value>().await.unwrap(), signed);
+    let (status, _, raw) = fetch(&format!("{resource}/cheq?raw")).await;
+    assert_eq!((status, raw), (200, payload(&signed)), "?raw there too");
+
+    // A query that leaves the decision in doubt is refused, and decides nothing.
+    let accepted = external.countersign(&signed, &external.key, "alice", "accept");
+    for query in
+        ["accept&reject", "reject&accept=", "accept=false", "accept=1", "raw", "accept&raw", "decision=accept", ""]
+    {
+        let (status, body) = post_decision(resource, query, "application/json", accepted.to_string()).await;
+        assert_eq!((status, &body["error"]["code"]), (400, &json!("invalid_decision")), "?{query}: {body}");
+    }
+    let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, &body["state"]), (202, &json!("pending")), "{body}");
+
+    // The decision as HTTP clients write it, with each JWS serialization.
+    // `alone`: the confirmation server's signature only, over the payload
+    // this server issued.
+    let alone = |signed: &Value| {
+        let claims = json!({ "sub": "alice", "decision": "accept" }).as_object().unwrap().clone();
+        let jws = plinth::cheq::sign(&payload(signed), &external.key, claims);
+        assert_eq!(jws["payload"], signed["payload"], "the same payload bytes");
+        jws
+    };
+    type Form = fn(&Value, &Value) -> (String, &'static str);
+    let general: Form = |signed, _| (signed.to_string(), "application/json");
+    let general_alone: Form = |_, alone| (alone.to_string(), "application/json");
+    let flattened: Form = |_, alone| {
+        let s = &alone["signatures"][0];
+        let body = json!({ "payload": alone["payload"], "protected": s["protected"], "signature": s["signature"] });
+        (body.to_string(), "application/jose+json")
+    };
+    let compact: Form = |_, alone| {
+        let s = &alone["signatures"][0];
+        let (protected, signature) = (s["protected"].as_str().unwrap(), s["signature"].as_str().unwrap());
+        (format!("{protected}.{}.{signature}\n", alone["payload"].as_str().unwrap()), "application/jose")
+    };
+    let cases: [(&str, &str, Form); 5] = [
+        ("accept", "general, both signatures", general),
+        ("accept=", "general, its signature alone", general_alone),
+        ("accept=true", "flattened", flattened),
+        ("%61ccept", "compact", compact),
+        ("accept&accept", "general, both signatures", general),
+    ];
+    for (query, what, form) in cases {
+        let pack = book().await;
+        let resource = pack["resource uri"].as_str().unwrap();
+        let (_, _, signed) = fetch(&format!("{resource}/cheq")).await;
+        let (body, content_type) =
+            form(&external.countersign(&signed, &external.key, "alice", "accept"), &alone(&signed));
+        let (status, answer) = post_decision(resource, query, content_type, body).await;
+        assert_eq!((status, &answer["state"]), (200, &json!("accepted")), "?{query} {what}: {answer}");
+        let (status, _, result) = fetch(pack["result uri"].as_str().unwrap()).await;
+        assert_eq!(status, 200, "?{query} {what}: {result}");
+        // The evidence holds both signatures, this server's completing a lone one.
+        let id = resource.rsplit('/').next().unwrap();
+        let (_, evidence) = server.get(&format!("/admin/cheq/{id}")).await;
+        assert_eq!(evidence["decision"]["signatures"].as_array().unwrap().len(), 2, "{what}: {evidence}");
+        assert_eq!(evidence["decision"]["payload"], signed["payload"], "{what}");
+    }
+
+    // A body that is no JWS is refused as before; `?reject=` rejects.
+    let pack = book().await;
+    let resource = pack["resource uri"].as_str().unwrap();
+    let (status, body) = post_decision(resource, "accept", "text/plain", "yes please".into()).await;
+    assert_eq!((status, &body["error"]["code"]), (400, &json!("invalid_json")), "{body}");
+    let (status, body) = post_decision(resource, "reject=", "text/plain", String::new()).await;
+    assert_eq!((status, &body["state"]), (200, &json!("rejected")), "{body}");
+    let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, &body["error"]["code"]), (403, &json!("confirmation_rejected")), "{body}");
+}
+
+/// The countersigned CHEQ of transaction B posted to transaction A: every
+/// signature is good, but it is not A's CHEQ. Refused `409 cheq_altered`,
+/// naming B; neither transaction is decided by it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cheq_of_another_transaction_is_refused_and_decides_neither() {
+    let external = ConfirmationServer::start().await;
+    let (server, _plugins) = confirming_server(&LOCAL_JWKS).await;
+    let setting = json!({ "uri": "https://confirm.example/", "jwks_url": external.jwks_url });
+    server.call_as(Some(TOKEN), Method::PUT, "/admin/confirmation-server", Some(&setting)).await;
+    let (_, _, a) = call_for(&server, Some("alice"), "book_flight", &booking("FIRST", 1)).await;
+    let (_, _, b) = call_for(&server, Some("alice"), "book_flight", &booking("FIRST", 1)).await;
+    let (a_resource, b_resource) = (a["resource uri"].as_str().unwrap(), b["resource uri"].as_str().unwrap());
+    let b_id = b_resource.rsplit('/').next().unwrap();
+    let (_, _, a_signed) = fetch(a_resource).await;
+    let (_, _, b_signed) = fetch(b_resource).await;
+    let b_accepted = external.countersign(&b_signed, &external.key, "alice", "accept");
+
+    let (status, body) = decide(a_resource, "accept", &b_accepted).await;
+    assert_eq!((status, &body["error"]["code"]), (409, &json!("cheq_altered")), "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains(b_id) && message.contains("its own resource URI"), "{message}");
+    for pack in [&a, &b] {
+        let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
+        assert_eq!((status, &body["state"]), (202, &json!("pending")), "{body}");
+    }
+
+    // Each CHEQ accepts its own transaction.
+    let (status, body) = decide(b_resource, "accept", &b_accepted).await;
+    assert_eq!((status, &body["state"]), (200, &json!("accepted")), "{body}");
+    let a_accepted = external.countersign(&a_signed, &external.key, "alice", "accept");
+    let (status, body) = decide(a_resource, "accept", &a_accepted).await;
+    assert_eq!((status, &body["state"]), (200, &json!("accepted")), "{body}");
+}
+
+/// A tool with private inputs, in a tenant with an external confirmation
+/// server: only this server's page collects private inputs, so the URI pack
+/// sends the end user there (through A2T and OTC alike), the external
+/// server's acceptance is refused, and the page completes the flow.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_private_input_tool_is_confirmed_on_this_servers_page_despite_an_external_server() {
+    let external = ConfirmationServer::start().await;
+    let (server, _plugins) = confirming_server(&LOCAL_JWKS).await;
+    let setting = json!({ "uri": "https://confirm.example/", "jwks_url": external.jwks_url });
+    server.call_as(Some(TOKEN), Method::PUT, "/admin/confirmation-server", Some(&setting)).await;
+    let builtin = format!("{}/cheq/confirm", server.base);
+    // Other tools go to the tenant's server.
+    let (_, _, booking_pack) = call_for(&server, Some("alice"), "book_flight", &booking("FIRST", 1)).await;
+    assert_eq!(booking_pack["confirmation uri"], "https://confirm.example/");
+
+    let (status, _, pack) = call_for(&server, Some("alice"), "transfer_funds", &[("amount_usd", json!(250))]).await;
+    assert_eq!(status, 202, "{pack}");
+    assert_eq!(pack["confirmation uri"], json!(builtin), "{pack}");
+    let otc = json!({ "request": { "call_id": "t-1", "tool_id": "Default.TransferFunds", "input": { "amount_usd": 9 }, "context": { "user_id": "alice" } } });
+    for _ in 0..2 {
+        let (status, answer) = server.post("/otc/tools/call", &otc).await;
+        assert_eq!((status, &answer["confirmation uri"]), (200, &json!(builtin)), "{answer}");
+    }
+
+    // The external server's acceptance cannot stand in for the page.
+    let resource = pack["resource uri"].as_str().unwrap();
+    let (_, _, signed) = fetch(resource).await;
+    let accepted = external.countersign(&signed, &external.key, "alice", "accept");
+    let (status, body) = decide(resource, "accept", &accepted).await;
+    assert_eq!((status, &body["error"]["code"]), (403, &json!("not_confirmed")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("private inputs"), "{body}");
+
+    // Alice types the accounts on this server's page, and the transfer runs.
+    let session = PageSession::log_in(&pack, "alice").await;
+    let (status, html) = session.page(&pack).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("name=\"private.to_account\""), "{html}");
+    let private = [("from_account", "DE89370400440532013000"), ("to_account", "GB29NWBK60161331926819")];
+    let (status, html) = session.decide_with(&pack, "accept", &private).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("You confirmed"), "{html}");
+    let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, &outputs(&body)["to_account_last4"]), (200, &json!("6819")), "{body}");
 }

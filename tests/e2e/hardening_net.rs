@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// A hang guard, never a measure: every wait below ends far sooner.
@@ -478,11 +478,13 @@ async fn one_address_gets_its_share_of_connections_and_others_keep_being_served(
 
 /// A stand-in external confirmation server that counts the requests for
 /// its keys: `/jwks.json` is its key set, `/big.json` one padded past
-/// 64 KiB, `/down.json` a failure (`503`, after half a second).
+/// 64 KiB, `/down.json` a failure (`503`, after half a second),
+/// `/flaky.json` its key set while it is up (`set_up`), else `503`.
 struct CountingConfirmationServer {
     key: plinth::cheq::SigningKey,
     base: String,
     requests: Arc<AtomicUsize>,
+    up: Arc<AtomicBool>,
     _serving: tokio::task::JoinHandle<()>,
 }
 
@@ -494,6 +496,8 @@ impl CountingConfirmationServer {
         big["padding"] = "x".repeat(100 * 1024).into();
         let requests = Arc::new(AtomicUsize::new(0));
         let (small_count, big_count, down_count) = (requests.clone(), requests.clone(), requests.clone());
+        let (flaky_count, up) = (requests.clone(), Arc::new(AtomicBool::new(true)));
+        let (flaky_up, flaky_jwks) = (up.clone(), jwks.clone());
         let app = axum::Router::new()
             .route(
                 "/jwks.json",
@@ -517,11 +521,27 @@ impl CountingConfirmationServer {
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     axum::http::StatusCode::SERVICE_UNAVAILABLE
                 }),
+            )
+            .route(
+                "/flaky.json",
+                axum::routing::get(move || async move {
+                    flaky_count.fetch_add(1, Ordering::SeqCst);
+                    use axum::response::IntoResponse;
+                    if !flaky_up.load(Ordering::SeqCst) {
+                        return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
+                    }
+                    axum::Json(flaky_jwks).into_response()
+                }),
             );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let serving = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        CountingConfirmationServer { key, base, requests, _serving: serving }
+        CountingConfirmationServer { key, base, requests, up, _serving: serving }
+    }
+
+    /// Whether `/flaky.json` serves the keys.
+    fn set_up(&self, up: bool) {
+        self.up.store(up, Ordering::SeqCst);
     }
 
     fn requests(&self) -> usize {
@@ -679,4 +699,52 @@ async fn a_failing_confirmation_server_is_asked_once_however_many_accepts_arrive
         "{body}"
     );
     assert!(!server.logs().contains("s3cret-password"));
+}
+
+/// An accept while the confirmation server's keys cannot be fetched is
+/// `502 jwks_unavailable` and decides nothing; once the keys are back (and
+/// the remembered failure has lapsed) the same accept, retried, runs the
+/// call.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_accept_without_the_keys_decides_nothing_and_its_retry_works_once_they_are_back() {
+    let external = CountingConfirmationServer::start().await;
+    let (server, _plugins) = confirming_server(&[
+        "--cheq-allow-http-jwks",
+        "--allow-private-cidr",
+        "127.0.0.0/8",
+        "--cheq-jwks-failure-cache-secs",
+        "1",
+    ])
+    .await;
+    let (status, body) = set_confirmation_server(&server, &format!("{}/flaky.json", external.base)).await;
+    assert_eq!(status, 204, "{body}");
+    external.set_up(false);
+    let (resource, signed) = pending_booking(&server).await;
+    let countersigned = external.accept(&signed, "alice");
+    let (status, body) = accept(&resource, &countersigned).await;
+    assert_eq!((status, &body["error"]["code"]), (502, &json!("jwks_unavailable")), "{body}");
+    let (_, _, result) = fetch(&resource.replace("/transactions/", "/results/")).await;
+    assert_eq!(result["state"], "pending", "nothing was decided");
+    let id = resource.rsplit('/').next().unwrap();
+    let (_, evidence) = server.get(&format!("/admin/cheq/{id}")).await;
+    assert_eq!((&evidence["state"], &evidence["decision"]), (&json!("pending"), &Value::Null), "{evidence}");
+
+    // The keys are back: the confirmation server retries until the
+    // remembered failure lapses, and the call runs.
+    external.set_up(true);
+    let retried = tokio::time::timeout(GUARD, async {
+        loop {
+            let (status, body) = accept(&resource, &countersigned).await;
+            if body["error"]["code"] != "jwks_unavailable" {
+                return (status, body);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!((retried.0, &retried.1["state"]), (200, &json!("accepted")), "{}", retried.1);
+    assert_eq!(external.requests(), 2, "one failed fetch, one that found the keys");
+    let (status, _, result) = fetch(&resource.replace("/transactions/", "/results/")).await;
+    assert_eq!(status, 200, "{result}");
 }

@@ -47,6 +47,7 @@ fn decisions() -> BTreeMap<(&'static str, &'static str), (Access, Scope)> {
         (("POST", "/otc/call"), (Invoke, Tenant)),
         // CHEQ: the resource URI is a capability, an accept carries signatures.
         (("GET", "/cheq/transactions/{id}"), (Open, Tenant)),
+        (("GET", "/cheq/transactions/{id}/cheq"), (Open, Tenant)),
         (("POST", "/cheq/transactions/{id}"), (Open, Tenant)),
         (("GET", "/cheq/results/{id}"), (Invoke, Tenant)),
         (("GET", "/cheq/confirm"), (Open, Tenant)),

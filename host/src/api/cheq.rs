@@ -9,11 +9,16 @@
 //!
 //! | path | who | what |
 //! | --- | --- | --- |
-//! | `GET cheq/transactions/{id}` | anyone with the URI | the CHEQ signed by this server (`?raw`: the object alone) |
+//! | `GET cheq/transactions/{id}`, `…/{id}/cheq` | anyone with the URI | the CHEQ signed by this server (`?raw`: the object alone) |
 //! | `POST cheq/transactions/{id}?accept` | a confirmation server | the CHEQ countersigned by it |
 //! | `POST cheq/transactions/{id}?reject` | anyone with the URI | the call never runs |
 //! | `GET cheq/results/{id}` | a consumer key of the tenant | `202` pending, then the call's answer |
-//! | `GET`/`POST cheq/confirm` | the end user's browser | login, then the confirmation page |
+//! | `GET`/`POST cheq/confirm` | the end user's browser, the user application | login, then the confirmation page |
+//!
+//! The draft's wire forms are read alongside Plinth's (docs/cheq.md): the
+//! resource URI posted to the confirmation URI as the whole query or body,
+//! `GET {resource uri}/cheq`, and `?accept`/`?reject` as HTTP clients write
+//! them.
 
 use super::{ApiError, ApiOptions, AppState, Caller};
 use crate::host::{
@@ -118,9 +123,12 @@ fn transaction(host: &AppState, tenant: &str, id: &str) -> Result<StoredConfirma
     host.confirmation(tenant, id).map_err(storage)?.ok_or_else(|| DecideError::Unknown(id.into()).into())
 }
 
-/// `GET {resource uri}`: the CHEQ this server signed, as a JWS in the
-/// general JSON serialization; `?raw` gives the CHEQ object alone (for a
-/// voice gateway to read out).
+/// `GET {resource uri}`, and `GET {resource uri}/cheq` (the draft's
+/// "retrieve cheq function", `GET {resource-server}/cheq`): the CHEQ this
+/// server signed, as a JWS in the general JSON serialization; `?raw` gives
+/// the CHEQ object alone (for a voice gateway to read out). Whatever key or
+/// service account the caller presents is not needed: the URI is the
+/// capability.
 pub(super) async fn get_transaction(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -128,17 +136,55 @@ pub(super) async fn get_transaction(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let c = transaction(&host, &caller.tenant, &id)?;
-    if query.as_deref() == Some("raw") {
+    if form(query.as_deref().unwrap_or("").as_bytes()).iter().any(|(k, _)| k == "raw") {
         return Ok(axum::Json(c.cheq_object()).into_response());
     }
     let signed: Value = serde_json::from_str(&c.cheq).unwrap_or_default();
     Ok(axum::Json(signed).into_response())
 }
 
+/// A confirmation server's decision, as its query names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Accept,
+    Reject,
+}
+
+/// The decision in the query of a `POST {resource uri}`: the draft's
+/// `?accept` and `?reject`, and what HTTP clients make of them
+/// (`?accept=`, `?accept=true`, percent-encoded). Anything that leaves the
+/// decision in doubt — both, neither, another value, another parameter —
+/// is refused.
+fn decision(query: Option<&str>) -> Result<Decision, ApiError> {
+    let refuse = |why: String| {
+        ApiError::bad_request(
+            "invalid_decision",
+            format!("{why}: post to the resource URI with `?accept` (and the countersigned CHEQ) or `?reject`"),
+        )
+    };
+    let mut decided = None;
+    for (key, value) in form(query.unwrap_or("").as_bytes()) {
+        let this = match key.as_str() {
+            "accept" => Decision::Accept,
+            "reject" => Decision::Reject,
+            _ => return Err(refuse(format!("`{key}` is not a decision"))),
+        };
+        if !value.is_empty() && value != "true" {
+            return Err(refuse(format!("`{key}={value}` leaves the decision in doubt (give `?{key}` alone)")));
+        }
+        if decided.is_some_and(|d| d != this) {
+            return Err(refuse("`accept` and `reject` together leave the decision in doubt".into()));
+        }
+        decided = Some(this);
+    }
+    decided.ok_or_else(|| refuse("the query names no decision".into()))
+}
+
 /// `POST {resource uri}?accept` with the countersigned CHEQ, or `?reject`.
-/// An accepted call runs before the answer, which says how it went for
-/// the confirmation server (the agent gets the tool's answer from the
-/// result URI).
+/// The CHEQ may come in any JWS serialization (`cheq::from_wire`). An
+/// accepted call runs before the answer, which says how it went for the
+/// confirmation server (the agent gets the tool's answer from the result
+/// URI).
 pub(super) async fn decide_transaction(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -146,24 +192,25 @@ pub(super) async fn decide_transaction(
     RawQuery(query): RawQuery,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    match query.as_deref() {
-        Some("accept") => {
-            let signed: Value = serde_json::from_slice(&body).map_err(|e| {
-                ApiError::bad_request("invalid_json", format!("the body must be the signed CHEQ (a JWS in JSON): {e}"))
+    match decision(query.as_deref())? {
+        Decision::Accept => {
+            let signed = crate::cheq::from_wire(&body).map_err(|e| {
+                ApiError::bad_request(
+                    "invalid_json",
+                    format!(
+                        "the body must be the signed CHEQ: a JWS in the general or flattened JSON serialization, or in the compact one ({e})"
+                    ),
+                )
             })?;
             let (c, confirmed) = host.accept_signed(&caller.tenant, &id, &signed).await?;
             let status = complete(&host, c, confirmed, Map::new()).await;
             Ok(axum::Json(json!({ "transaction": id, "state": "accepted", "result_status": status })).into_response())
         }
-        Some("reject") => {
+        Decision::Reject => {
             let evidence = json!({ "by": "resource-uri", "at": unix_now() });
             host.reject_confirmation(&caller.tenant, &id, evidence)?;
             Ok(axum::Json(json!({ "transaction": id, "state": "rejected" })).into_response())
         }
-        _ => Err(ApiError::bad_request(
-            "invalid_decision",
-            "post to the resource URI with `?accept` (and the countersigned CHEQ) or `?reject`",
-        )),
     }
 }
 
@@ -455,9 +502,55 @@ fn resource_id(options: &ApiOptions, tenant: &str, resource_uri: &str) -> Option
     (!id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')).then(|| id.to_string())
 }
 
-/// `GET cheq/confirm?resource_uri=…` or the user application's
-/// `POST cheq/confirm` (form field `resource_uri`): the login page, or for a
-/// logged-in end user the confirmation page.
+/// The resource URIs a user application passed to the confirmation URI, in
+/// `text`, a query or a body: a form with the field `resource_uri`
+/// (Plinth's) or `resource uri` (the URI pack's key, `resource%20uri=` or
+/// `resource+uri=`), or — a text with no `=` and no `&` — the resource URI
+/// itself, percent-encoded or not (the draft's `POST {confirmation
+/// uri}?{resource uri}`, or a body that is the URI).
+fn passed_in(text: &str) -> Vec<String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Vec::new();
+    }
+    if !text.contains(['=', '&']) {
+        return form(text.as_bytes()).into_iter().map(|(uri, _)| uri).collect();
+    }
+    form(text.as_bytes())
+        .into_iter()
+        .filter(|(key, _)| key == "resource_uri" || key == RESOURCE_URI)
+        .map(|(_, uri)| uri)
+        .collect()
+}
+
+/// The resource URI a user application passed to the confirmation URI, in
+/// any form [`passed_in`] reads in the query or the body, or as the
+/// `"resource uri"` of a JSON body (the URI pack itself). Two different
+/// ones are refused rather than one picked (`Err`: why, for the page).
+fn passed_resource_uri(query: Option<&str>, headers: &HeaderMap, body: &[u8]) -> Result<String, &'static str> {
+    let mut uris = passed_in(query.unwrap_or(""));
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("application/json"));
+    if json {
+        let pack: Value = serde_json::from_slice(body).unwrap_or_default();
+        uris.extend([RESOURCE_URI, "resource_uri"].iter().filter_map(|k| pack[k].as_str().map(str::to_string)));
+    } else {
+        uris.extend(passed_in(&String::from_utf8_lossy(body)));
+    }
+    uris.sort();
+    uris.dedup();
+    match &uris[..] {
+        [uri] => Ok(uri.clone()),
+        [] => Err("No resource URI came with this request"),
+        _ => Err("This request names more than one resource URI"),
+    }
+}
+
+/// `GET`/`POST {confirmation uri}` with the resource URI (the forms
+/// [`passed_resource_uri`] reads): the login page, or for a logged-in end
+/// user the confirmation page.
 pub(super) async fn confirm_page(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -467,15 +560,17 @@ pub(super) async fn confirm_page(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let mut fields = form(query.as_deref().unwrap_or("").as_bytes());
-    fields.extend(form(&body));
-    let resource_uri = field(&fields, "resource_uri").unwrap_or("").to_string();
-    let Some(id) = resource_id(&options, &caller.tenant, &resource_uri) else {
-        return page(
-            StatusCode::BAD_REQUEST,
-            "Nothing to confirm",
-            "<p>This confirmation server confirms the calls of this server only: open the confirmation link the application gave you.</p>",
-        );
+    let found = passed_resource_uri(query.as_deref(), &headers, &body).and_then(|uri| {
+        let id = resource_id(&options, &caller.tenant, &uri)
+            .ok_or("This confirmation server confirms the calls of this server only")?;
+        Ok((uri, id))
+    });
+    let (resource_uri, id) = match found {
+        Ok(found) => found,
+        Err(why) => {
+            let body = format!("<p>{why}: open the confirmation link the application gave you.</p>");
+            return page(StatusCode::BAD_REQUEST, "Nothing to confirm", &body);
+        }
     };
     match sessions.get(&headers, &caller.tenant) {
         None => login_page(&options, &caller.tenant, &resource_uri, None),

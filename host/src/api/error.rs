@@ -229,7 +229,7 @@ impl From<DecideError> for ApiError {
             DecideError::Expired => (StatusCode::GONE, "confirmation_expired"),
             DecideError::AlreadyDecided(_) => (StatusCode::CONFLICT, "already_decided"),
             DecideError::Signature(_) => (StatusCode::FORBIDDEN, "invalid_signature"),
-            DecideError::Altered => (StatusCode::CONFLICT, "cheq_altered"),
+            DecideError::Altered(_) => (StatusCode::CONFLICT, "cheq_altered"),
             DecideError::NotConfirmed(_) => (StatusCode::FORBIDDEN, "not_confirmed"),
             DecideError::Jwks(e) => return e.clone().into(),
             DecideError::Retired => (StatusCode::GONE, "version_retired"),

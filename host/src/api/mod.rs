@@ -160,6 +160,7 @@ fn routes(options: &ApiOptions) -> Routes {
         // random bits); an accept must carry a confirmation server's
         // signature.
         .add(Method::GET, "/cheq/transactions/{id}", Open, Tenant, get(cheq::get_transaction))
+        .add(Method::GET, "/cheq/transactions/{id}/cheq", Open, Tenant, get(cheq::get_transaction))
         .add(Method::POST, "/cheq/transactions/{id}", Open, Tenant, post(cheq::decide_transaction).layer(form_limit))
         .add(Method::GET, "/cheq/results/{id}", Invoke, Tenant, get(cheq::get_result))
         .add(Method::GET, "/cheq/confirm", Open, Tenant, get(cheq::confirm_page))

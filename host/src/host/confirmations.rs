@@ -278,9 +278,13 @@ pub enum DecideError {
     /// A signature is malformed, unknown or does not verify.
     #[error(transparent)]
     Signature(#[from] VerifyError),
-    /// The signed payload is not the CHEQ issued for the transaction.
-    #[error("the signed CHEQ is not, byte for byte, the one this server issued for this transaction: it was altered")]
-    Altered,
+    /// The signed payload is not the CHEQ issued for the transaction: the
+    /// CHEQ of another transaction (its id), or an altered one.
+    #[error("{}", match .0 {
+        Some(other) => format!("the signed CHEQ is the one issued for transaction `{other}`, not for this one: post it to its own resource URI"),
+        None => "the signed CHEQ is not, byte for byte, the one this server issued for this transaction: it was altered".into(),
+    })]
+    Altered(Option<String>),
     /// The signatures do not show the right end user accepting.
     #[error("{0}")]
     NotConfirmed(String),
@@ -611,12 +615,24 @@ impl ToolHost {
     ) -> Result<(StoredConfirmation, Confirmed), DecideError> {
         let mut sets = vec![self.cheq_jwks()];
         sets.extend_from_slice(trusted);
-        let (payload, signatures) = cheq::verify(signed, &sets)?;
+        let (payload, mut signatures) = cheq::verify(signed, &sets)?;
         if payload != c.issued_payload() {
-            return Err(DecideError::Altered);
+            let object: Value = serde_json::from_slice(&payload).unwrap_or_default();
+            let other = object["transaction"].as_str().filter(|other| *other != c.id);
+            return Err(DecideError::Altered(other.map(str::to_string)));
         }
+        // The draft leaves the multi-signature syntax open: a confirmation
+        // server may send its own signature alone. The payload is the issued
+        // one, so this server's signature over it, kept with the
+        // transaction, completes the evidence.
+        let mut signed = signed.clone();
         if !signatures.iter().any(|s| s.kid == self.cheq.resource.kid()) {
-            return Err(DecideError::NotConfirmed("the CHEQ does not carry this server's signature".into()));
+            let mut completed: Value =
+                serde_json::from_str(&c.cheq).map_err(|_| VerifyError::Malformed("stored CHEQ"))?;
+            let theirs = signed["signatures"].as_array().cloned().unwrap_or_default();
+            completed["signatures"].as_array_mut().ok_or(VerifyError::Malformed("stored CHEQ"))?.extend(theirs);
+            (_, signatures) = cheq::verify(&completed, &sets)?;
+            signed = completed;
         }
         let confirmation = signatures.iter().find(|s| s.kid != self.cheq.resource.kid()).ok_or_else(|| {
             DecideError::NotConfirmed("the CHEQ carries no confirmation server's signature: nobody confirmed it".into())
