@@ -16,6 +16,7 @@ pub mod manifest;
 pub mod package;
 pub mod registry;
 pub mod runtime;
+pub mod scaffold;
 pub mod signature;
 pub mod store;
 pub mod tenancy;

@@ -32,6 +32,18 @@ struct Cli {
 enum Command {
     /// Serve the tools over HTTP.
     Serve(Box<ServeArgs>),
+    /// Start a new tool: a folder with its WIT, plinth.toml, source and a
+    /// README saying how to build and pack it.
+    New {
+        /// The tool's name in kebab case (its WIT world), e.g. `lookup-weather`.
+        name: String,
+        /// The language to write it in.
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: Lang,
+        /// Where to create it (default: a folder named after the tool).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Build a tool (Rust, Python or JavaScript; or take a built component)
     /// and embed its docs and plinth.toml, producing the one .wasm file that
     /// is deployed.
@@ -406,6 +418,23 @@ enum Allocator {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum Lang {
+    Rust,
+    Python,
+    Js,
+}
+
+impl From<Lang> for plinth::manifest::Language {
+    fn from(lang: Lang) -> Self {
+        match lang {
+            Lang::Rust => Self::Rust,
+            Lang::Python => Self::Python,
+            Lang::Js => Self::Js,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum LogFormat {
     Text,
     Json,
@@ -432,6 +461,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(*args),
+        Command::New { name, lang, dir } => new_tool(&name, lang.into(), dir),
         Command::Pack(args) => pack(args),
         Command::Inspect { file } => inspect(&file),
         Command::Diff { old, new } => match client::diff(&old, &new) {
@@ -734,6 +764,16 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let terminate = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => {}, _ = terminate => {} }
+}
+
+fn new_tool(name: &str, language: plinth::manifest::Language, dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    let files = plinth::scaffold::new_tool(&dir, name, language)?;
+    eprintln!("created {} ({} files); next:", dir.display(), files.len());
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap_or_default();
+    let steps = readme.split("```sh\n").nth(1).and_then(|s| s.split("```").next()).unwrap_or("plinth pack .\n");
+    eprint!("  cd {}\n{}", dir.display(), steps.lines().map(|l| format!("  {l}\n")).collect::<String>());
+    Ok(())
 }
 
 fn pack(args: PackArgs) -> anyhow::Result<()> {
