@@ -62,9 +62,10 @@ fixtures: plugins
 
 # Ends with one summary line over every test binary (cargo prints one
 # result line per binary, the last of which may be a crate without tests).
-test: fixtures browser mcp-clients
+test: fixtures browser mcp-clients toolchains
 	@set -o pipefail; PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures \
-		PLINTH_TEST_MCP_CLIENTS=$(CURDIR)/target/mcp-clients $(CARGO) test --no-fail-fast 2>&1 | tee target/test.log
+		PLINTH_TEST_MCP_CLIENTS=$(CURDIR)/target/mcp-clients PLINTH_TEST_TOOLCHAINS=$(CURDIR)/target/toolchains \
+		$(CARGO) test --no-fail-fast 2>&1 | tee target/test.log
 	@awk '/^test result:/ { passed += $$4; failed += $$6 } END { printf "summary: %d passed, %d failed\n", passed, failed }' target/test.log
 
 # The browser tests (tests/e2e/browser.rs) drive a headless Chromium through

@@ -15,6 +15,7 @@ mod mcp_python;
 mod mcp_support;
 mod otc;
 mod sandbox;
+mod scaffold;
 mod security_doc;
 mod soak;
 mod storage;
