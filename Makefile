@@ -7,7 +7,23 @@ PLUGINS    := echo book-flight lookup-weather-by-city
 FIXTURES   := echo-v2 echo-breaking spin-forever memory-bomb deep-recursion panic-at-once huge-output \
               call-undeclared-host call-loopback snoop slow-sleep use-secret transfer-funds outbound-flood log-flood huge-error \
               describe-hostile
+# Python and JavaScript tools, built from source by `plinth pack` with the
+# pinned toolchains (make toolchains).
+PORTABLE_FIXTURES := echo-py echo-js
 WASM_OUT   := target/wasm32-wasip2/plugin
+TOOLCHAIN_ENV := PLINTH_COMPONENTIZE_PY=$(CURDIR)/target/toolchains/venv/bin/componentize-py \
+	PLINTH_NODE_MODULES=$(CURDIR)/target/toolchains/node_modules
+# Packs the Python/JavaScript tools in $(1)/ named $(2) into $(3)/, each only
+# when its sources or the SDKs changed since it was last packed (a build
+# takes seconds).
+define pack_portable
+	@mkdir -p $(3)
+	@for p in $(2); do \
+		f=$$(echo $$p | tr - _); out=$(3)/$$f.wasm; \
+		if [ -f $$out ] && [ -z "$$(find -L $(1)/$$p sdk/python sdk/js -newer $$out -print -quit)" ]; then continue; fi; \
+		$(TOOLCHAIN_ENV) ./target/debug/plinth pack $(1)/$$p -o $$out || exit 1; \
+	done
+endef
 PLUGIN_OUT := target/plugins
 LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
@@ -52,13 +68,14 @@ run: plugins
 	./target/debug/plinth serve --listen $(LISTEN) --data $(DATA) --plugins $(PLUGIN_OUT) \
 		--tool-config lookup_weather_by_city.backend-url=http://$(WEATHER) --allow-private-cidr 127.0.0.0/8
 
-fixtures: plugins
+fixtures: plugins toolchains
 	$(CARGO) build --target wasm32-wasip2 --profile plugin $(addprefix -p fixture-,$(FIXTURES))
 	@mkdir -p target/fixtures
 	@for p in $(FIXTURES); do \
 		f=$$(echo $$p | tr - _); \
 		./target/debug/plinth pack tests/fixtures/$$p --wasm $(WASM_OUT)/fixture_$$f.wasm -o target/fixtures/$$f.wasm || exit 1; \
 	done
+	$(call pack_portable,tests/fixtures,$(PORTABLE_FIXTURES),target/fixtures)
 
 # Ends with one summary line over every test binary (cargo prints one
 # result line per binary, the last of which may be a crate without tests).

@@ -678,3 +678,70 @@ pub async fn under_faults(opts: &Opts, report: &mut Report) -> anyhow::Result<()
     report.row("5 faults", "good-call p99 under faults / without", format!("{ratio:.2}×"), "≤ 2×", Some(ratio <= 2.0));
     Ok(())
 }
+
+/// Arm 7: the same echo tool in Rust, Python and JavaScript (issue 18):
+/// the component's size; deploying it to a fresh server (compiling its
+/// native code: POST → 201); the server's resident memory once it holds
+/// the idle version; and a pooled instantiate + call in process.
+pub async fn languages(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
+    let tools = [
+        ("Rust", opts.plugins.join("echo.wasm")),
+        ("Python", opts.fixtures.join("echo_py.wasm")),
+        ("JavaScript", opts.fixtures.join("echo_js.wasm")),
+    ];
+    let signature = echo_signature(opts)?;
+    let request = json!({"name": "echo", "input_parameters": [{"name": "text", "value": "hello"}]});
+    for (language, path) in tools {
+        let bytes = std::fs::read(&path).map_err(|e| anyhow::anyhow!("{}: {e} (make fixtures)", path.display()))?;
+        let arm = format!("7 {language} echo");
+        report.row(&arm, "component size", format!("{:.2} MB", bytes.len() as f64 / 1e6), "", None);
+
+        let empty_data = tempfile::tempdir()?;
+        let empty = Server::plinth(opts, empty_data.path(), &[])?.resident_kib();
+        let data = tempfile::tempdir()?;
+        let server = Server::plinth(opts, data.path(), &[])?;
+        let started = Instant::now();
+        let response = client()
+            .post(format!("{}/admin/tools", server.base))
+            .header("content-type", "application/wasm")
+            .body(bytes.clone())
+            .send()
+            .await?;
+        anyhow::ensure!(response.status() == 201, "deploying the {language} echo answered {}", response.status());
+        let deployed = started.elapsed();
+        drop(server);
+        // The idle version's cost, without what compiling it left in the
+        // allocator: a restart loads it from the compiled-code cache.
+        let restarted = Server::plinth(opts, data.path(), &[])?;
+        let idle_kib = restarted.resident_kib().saturating_sub(empty);
+        drop(restarted);
+        report.row(&arm, "deploy, compiling (POST → 201, serving)", fmt(deployed), "", None);
+        report.row(
+            &arm,
+            "resident memory of a server holding only this idle version, over an empty one",
+            format!("{:.1} MiB", idle_kib as f64 / 1024.0),
+            "",
+            None,
+        );
+
+        let iterations = if opts.smoke { 20 } else { 1000 };
+        let runtime = Runtime::new(RuntimeConfig::default())?;
+        let component = runtime.load(&bytes, &package::sha256_hex(&bytes))?;
+        for _ in 0..10 {
+            runtime.call(&component, input_value(&signature, &request)?, CallSetup::bare("echo")).await?;
+        }
+        let summary = time_each(iterations, || async {
+            runtime.call(&component, input_value(&signature, &request)?, CallSetup::bare("echo")).await?;
+            Ok(())
+        })
+        .await?;
+        report.row(
+            &arm,
+            "pooled instantiate + call p50 · p99",
+            format!("{} · {}", fmt(summary.p50), fmt(summary.p99)),
+            "",
+            None,
+        );
+    }
+    Ok(())
+}

@@ -71,6 +71,7 @@ async fn main() -> anyhow::Result<()> {
     arms::enumeration_and_start(&opts, &mut report).await?;
     arms::deploy(&opts, &mut report).await?;
     arms::under_faults(&opts, &mut report).await?;
+    arms::languages(&opts, &mut report).await?;
     let mut text = report.render();
     // The hand-written analysis of the targets (what was profiled, what was
     // found) travels with every generated report.

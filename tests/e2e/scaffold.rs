@@ -37,7 +37,12 @@ pub fn pack(dir: &Path, out: &Path) {
         .env("CARGO_TARGET_DIR", Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/new-tools"))
         .output()
         .unwrap();
-    assert!(output.status.success(), "plinth pack {} failed:\n{}", dir.display(), String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "plinth pack {} failed:\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// Creates `say-hello` in `language`, changes its greeting as a user edits
@@ -45,11 +50,8 @@ pub fn pack(dir: &Path, out: &Path) {
 async fn new_tool_served(language: &str, source: &str) -> (Server, tempfile::TempDir) {
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().join("say-hello");
-    let created = Command::new(plinth_bin())
-        .args(["new", "say-hello", "--lang", language, "--dir"])
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let created =
+        Command::new(plinth_bin()).args(["new", "say-hello", "--lang", language, "--dir"]).arg(&dir).output().unwrap();
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
     assert!(String::from_utf8_lossy(&created.stderr).contains("plinth pack ."), "it says what to do next");
 
@@ -86,7 +88,8 @@ async fn the_new_tool_is_listed_and_callable_over_every_protocol(language: &str,
     assert_eq!((status, &body["error"]["code"]), (400, &json!("out_of_range")), "{body}");
 
     // OTC.
-    let otc = json!({ "request": { "tool_id": format!("Default.SayHello@1.0.0"), "input": { "name": "Ada", "times": 2 } } });
+    let otc =
+        json!({ "request": { "tool_id": format!("Default.SayHello@1.0.0"), "input": { "name": "Ada", "times": 2 } } });
     let (status, body) = server.post("/otc/tools/call", &otc).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["result"]["value"]["greeting"], "Howdy, Ada. Howdy, Ada.", "{body}");
