@@ -47,6 +47,9 @@ const MAX_TABLE_ELEMENTS: usize = 100_000;
 /// toolchains that give each core instance its own, while the limiter keeps
 /// their sum within the instance's quota.
 const MAX_MEMORIES_PER_COMPONENT: u32 = 4;
+/// Core instances one component may have: a Rust tool has a few, a Python
+/// tool built by componentize-py about 14.
+const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 16;
 
 /// Limits applied to every invocation.
 #[derive(Debug, Clone)]
@@ -545,15 +548,21 @@ impl Runtime {
         wasm.wasm_component_model(true).epoch_interruption(true);
         if config.pooling {
             let mut pool = PoolingAllocationConfig::new();
+            // Every instance slot may hold a component of the largest shape
+            // allowed: a Python component has about 14 core instances
+            // (CPython, libc, the WASI adapter, shims), so core instances
+            // are pooled at the per-component maximum rather than at a
+            // Rust tool's handful. A slot of the pool costs address space,
+            // not memory, until it is used.
             pool.total_component_instances(config.max_instances)
-                .total_core_instances(config.max_instances * 4)
+                .total_core_instances(config.max_instances * MAX_CORE_INSTANCES_PER_COMPONENT)
                 .total_memories(config.max_instances * 2)
                 .total_tables(config.max_instances * 4)
                 .total_stacks(config.max_instances)
                 .max_memory_size(config.max_memory_bytes)
                 .max_memories_per_component(MAX_MEMORIES_PER_COMPONENT)
                 .max_memories_per_module(MAX_MEMORIES_PER_COMPONENT)
-                .max_core_instances_per_component(16)
+                .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
                 .max_tables_per_component(8);
             wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
