@@ -294,6 +294,32 @@ pub enum InvokeError {
 }
 
 impl InvokeError {
+    /// Whether the same call, made again, may succeed: busy, over the rate,
+    /// the store failing, or the deadline passing while the tool waited (on
+    /// a slow backend, say). A trap, exhausted memory, an answer outside the
+    /// signature or the size limits, a denied outbound request and a tool
+    /// still computing at its deadline fail the same way every time; so do
+    /// the refusals of the request itself.
+    pub fn is_temporary(&self) -> bool {
+        match self {
+            InvokeError::Call(CallError::Timeout { computing, .. }) => !computing,
+            InvokeError::Call(CallError::Busy)
+            | InvokeError::Busy(_)
+            | InvokeError::RateLimited { .. }
+            | InvokeError::Storage(_) => true,
+            InvokeError::Call(CallError::ResourceExhausted | CallError::Trapped(_))
+            | InvokeError::Output(_)
+            | InvokeError::OutboundDenied(_)
+            | InvokeError::UnknownTool(_)
+            | InvokeError::UnknownVersion { .. }
+            | InvokeError::Input(_)
+            | InvokeError::Retired(_)
+            | InvokeError::ConfirmationPending(_)
+            | InvokeError::EndUserRequired(_)
+            | InvokeError::CannotWait(_) => false,
+        }
+    }
+
     /// Whether the tool ran (or began to): the call may have taken effect.
     pub fn tool_ran(&self) -> bool {
         match self {

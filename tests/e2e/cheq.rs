@@ -1103,3 +1103,35 @@ async fn a_private_input_tool_is_confirmed_on_this_servers_page_despite_an_exter
     let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
     assert_eq!((status, &outputs(&body)["to_account_last4"]), (200, &json!("6819")), "{body}");
 }
+
+/// The result URI's answer is final — the call does not run again — so an
+/// answer that was a temporary `5xx` when the tool ran (here a timeout while
+/// the tool waited) is kept as `422` with its code and no `Retry-After`: an
+/// A2T executor polling the URI would retry a `5xx` forever (docs/a2t.md,
+/// "Status codes").
+#[tokio::test(flavor = "multi_thread")]
+async fn a_confirmed_calls_kept_answer_is_never_a_5xx() {
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::write(plugins.path().join("slow_sleep.wasm"), fixture("slow_sleep.wasm")).unwrap();
+    let args = ["--plugins", plugins.path().to_str().unwrap(), "--deadline-ms", "500"];
+    let server = Server::start_in(tempfile::tempdir().unwrap(), &args);
+    let password = json!({ "password": "alice-password" });
+    let (status, _) = server.call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&password)).await;
+    assert_eq!(status, 204);
+    let id = server.tool_id("slow_sleep").await;
+    let always = json!({ "required": true });
+    let path = format!("/admin/tools/{id}/confirmation");
+    assert_eq!(server.call_as(Some(TOKEN), Method::PUT, &path, Some(&always)).await.0, 204);
+
+    let (status, _, pack) = call_for(&server, Some("alice"), "slow_sleep", &[("millis", json!(900))]).await;
+    assert_eq!(status, 202, "{pack}");
+    let session = PageSession::log_in(&pack, "alice").await;
+    let (status, html) = session.decide(&pack, "accept").await;
+    assert_eq!(status, 200, "{html}");
+    let (status, headers, body) = fetch(pack["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, &body["error"]["code"]), (422, &json!("tool_timeout")), "{body}");
+    assert!(headers.get("retry-after").is_none(), "{headers:?}");
+    let transaction = pack["resource uri"].as_str().unwrap().rsplit('/').next().unwrap();
+    let (_, evidence) = server.get(&format!("/admin/cheq/{transaction}")).await;
+    assert_eq!(evidence["result_status"], 422, "{evidence}");
+}

@@ -276,17 +276,21 @@ async fn bad_requests_are_400_bad_inputs_422_and_failed_calls_200() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_timeout_may_be_retried_and_a_trap_may_not() {
+async fn a_timeout_while_waiting_may_be_retried_and_a_loop_or_a_trap_may_not() {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["spin_forever", "panic_at_once"] {
+    for name in ["spin_forever", "panic_at_once", "slow_sleep"] {
         std::fs::write(dir.path().join(format!("{name}.wasm")), fixture(&format!("{name}.wasm"))).unwrap();
     }
     let plugins = dir.path().to_str().unwrap();
     let server = Server::start_in(tempfile::tempdir().unwrap(), &["--plugins", plugins, "--deadline-ms", "500"]);
-    for (id, code, can_retry) in
-        [("Default.SpinForever", "tool_timeout", true), ("Default.PanicAtOnce", "tool_trapped", false)]
-    {
-        let answer = call(&server, "/otc/tools/call", &request(id, json!({ "note": "x" }))).await;
+    for (id, input, code, can_retry) in [
+        // Waiting (on a backend, here a sleep) at its deadline: may pass.
+        ("Default.SlowSleep", json!({ "millis": 1200 }), "tool_timeout", true),
+        // Computing at its deadline: would loop again.
+        ("Default.SpinForever", json!({ "note": "x" }), "tool_timeout", false),
+        ("Default.PanicAtOnce", json!({ "note": "x" }), "tool_trapped", false),
+    ] {
+        let answer = call(&server, "/otc/tools/call", &request(id, input)).await;
         assert_eq!(answer.status, 200, "{id}: {}", answer.body);
         let error = &answer.body["result"]["error"];
         assert_eq!(answer.body["result"]["success"], false);
@@ -459,7 +463,7 @@ async fn an_oversize_tool_error_is_refused_like_an_oversize_output_and_never_kep
     // A2T: each text field of the tool-error is capped like an output.
     for field in ["message", "developer-message", "additional-prompt-content"] {
         let (status, body) = server.invoke("huge_error", &[("kibibytes", json!(4096)), ("field", json!(field))]).await;
-        assert_eq!((status, &body["error"]["code"]), (502, &json!("output_too_large")), "{field}: {body}");
+        assert_eq!((status, &body["error"]["code"]), (422, &json!("output_too_large")), "{field}: {body}");
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains(&format!("the tool-error's `{field}` is 4194306 bytes; at most 1024")), "{message}");
     }

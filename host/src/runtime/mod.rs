@@ -95,9 +95,17 @@ pub enum LoadError {
 /// Why an invocation did not produce a value.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    /// The deadline passed.
-    #[error("the tool did not finish within {0:?}")]
-    Timeout(Duration),
+    /// The deadline passed. `computing`: the tool was running its own code
+    /// then (a loop, say), not waiting on a host call such as an outbound
+    /// request — the same input will most likely run out of time again,
+    /// where a slow backend may answer sooner next time.
+    #[error("the tool did not finish within {deadline:?}{}", computing_note(.computing))]
+    Timeout {
+        /// The deadline it had.
+        deadline: Duration,
+        /// Whether it was executing its own code (not waiting) at the deadline.
+        computing: bool,
+    },
     /// The tool hit its memory or table limit.
     #[error("the tool ran out of memory")]
     ResourceExhausted,
@@ -107,6 +115,10 @@ pub enum CallError {
     /// No instance slot is free.
     #[error("too many tool invocations are running")]
     Busy,
+}
+
+fn computing_note(computing: &bool) -> &'static str {
+    if *computing { "; it was still computing, and the same input would run out of time again" } else { "" }
 }
 
 /// A loaded version, ready to instantiate.
@@ -769,7 +781,10 @@ impl Runtime {
         let denials = store.data().outbound.denials();
         store.data().log.finish(&denials);
         match outcome {
-            Err(_elapsed) => Err(CallError::Timeout(deadline)),
+            // The timer fired while the tool waited on the host (an outbound
+            // request, a sleep): a running tool is interrupted by the epoch
+            // callback instead, before the timer's expiry is looked at.
+            Err(_elapsed) => Err(CallError::Timeout { deadline, computing: false }),
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(classify(&error, store.data().limits.refused, deadline)),
         }
@@ -782,7 +797,7 @@ fn classify(error: &wasmtime::Error, memory_refused: bool, deadline: Duration) -
     tracing::debug!(error = format!("{error:#}"), "tool invocation failed");
     if let Some(trap) = error.downcast_ref::<Trap>() {
         return match trap {
-            Trap::Interrupt => CallError::Timeout(deadline),
+            Trap::Interrupt => CallError::Timeout { deadline, computing: true },
             Trap::StackOverflow => CallError::Trapped("stack overflow".into()),
             _ if memory_refused => CallError::ResourceExhausted,
             Trap::UnreachableCodeReached => {
