@@ -1066,10 +1066,20 @@ impl ToolHost {
             return Ok(None);
         }
         let end_user = call.end_user.clone().ok_or_else(|| InvokeError::EndUserRequired(tool.name.clone()))?;
-        if !call.secrets.is_empty() {
+        // Only secrets the tool declares matter: the others are ignored by
+        // any call, so they need not wait.
+        let supplied: Vec<String> = version
+            .manifest
+            .secrets
+            .iter()
+            .filter(|id| call.secrets.contains_key(*id))
+            .map(|id| format!("`{id}`"))
+            .collect();
+        if !supplied.is_empty() {
             return Err(InvokeError::CannotWait(format!(
-                "`{}` runs only once its end user confirms the call, and secrets supplied with a call are never stored: store them for the tenant (PUT /admin/secrets/{{id}}) instead; the tool did not run",
-                tool.name
+                "`{}` runs only once its end user confirms the call, and secrets supplied with a call are never stored, so it cannot wait with {}: store them for the tenant (PUT /admin/secrets/{{id}}) instead; the tool did not run",
+                tool.name,
+                supplied.join(", ")
             )));
         }
         let description = match self.describe(tenant, tool, version, call).await? {
