@@ -1129,8 +1129,9 @@ impl ToolHost {
         self.calls.retention()
     }
 
-    /// Whether the host can run tools: its store answers and the threads
-    /// that run tools are up.
+    /// Whether the host can run tools: its store can record calls (it
+    /// answers, and its write lock is free) and the threads that run tools
+    /// are up.
     pub fn can_run_tools(&self) -> bool {
         self.executor.is_some() && self.store.ping().is_ok()
     }

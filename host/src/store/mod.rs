@@ -318,7 +318,8 @@ pub trait RegistryStore: Send + Sync {
     /// Removes an end user.
     fn delete_end_user(&self, tenant: &str, name: &str, audit: &AuditEntry) -> Result<bool, StoreError>;
 
-    /// Answers when the database can be read.
+    /// Answers when the database can be read and its write lock taken
+    /// (within a moment): when calls can be recorded.
     fn ping(&self) -> Result<(), StoreError>;
 
     /// Entries of the audit log, newest first.

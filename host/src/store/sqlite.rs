@@ -193,6 +193,11 @@ const KEY_CHECK: &str = "secrets-key-check";
 /// released.
 const SWEEP_BATCH: usize = 500;
 
+/// How long a statement waits for a lock another connection holds.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long [`RegistryStore::ping`] waits for the write lock.
+const PING_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// The registry in `DATA/registry.sqlite3`.
 pub struct SqliteStore {
     conn: Mutex<Connection>,
@@ -219,7 +224,7 @@ impl SqliteStore {
         // free pages.
         conn.pragma_update(None, "secure_delete", "ON")?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
         // Migrations rebuild tables that others reference, which SQLite
         // allows only with foreign keys off; they are checked right after.
         conn.pragma_update(None, "foreign_keys", "OFF")?;
@@ -758,8 +763,20 @@ impl RegistryStore for SqliteStore {
     }
 
     fn ping(&self) -> Result<(), StoreError> {
-        self.conn().query_row("SELECT count(*) FROM tenants", [], |_| Ok(()))?;
-        Ok(())
+        let conn = self.conn();
+        // The write lock, taken and let go: a read alone is served from
+        // SQLite's cache and answers even while every call that must be
+        // recorded fails. Waited for briefly, not the usual busy timeout: a
+        // health check answers at once.
+        conn.busy_timeout(PING_WAIT)?;
+        let probe = conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .and_then(|()| conn.query_row("SELECT count(*) FROM tenants", [], |_| Ok(())));
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        if !conn.is_autocommit() {
+            conn.execute_batch("ROLLBACK")?;
+        }
+        Ok(probe?)
     }
 
     fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
