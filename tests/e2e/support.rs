@@ -134,6 +134,14 @@ impl Server {
         self.child.id()
     }
 
+    /// How many CHEQ transactions the server keeps, read from its database
+    /// (SQLite in WAL mode takes a reader beside the server).
+    pub fn stored_confirmations(&self) -> i64 {
+        let path = self.data.path().join("registry.sqlite3");
+        let db = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        db.query_row("SELECT count(*) FROM confirmations", [], |row| row.get(0)).unwrap()
+    }
+
     /// What the server logged so far.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
