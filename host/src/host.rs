@@ -13,7 +13,7 @@ mod tests;
 pub use confirmations::{CheqOptions, JwksError, JwksOptions, LoginError, LoginOptions};
 pub use confirmations::{
     ConfirmationNeed, ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor,
-    MAX_END_USER_CHARS, PendingConfirmation, State, as_words, is_end_user_name, rfc3339,
+    MAX_END_USER_CHARS, PendingConfirmation, RunningConfirmed, State, as_words, is_end_user_name, rfc3339,
 };
 
 use crate::idempotency::{CallLedger, Claim, Ticket};

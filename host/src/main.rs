@@ -621,6 +621,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             request_body_timeout: Duration::from_secs(args.request_body_timeout_secs.max(1)),
         };
         let stopping = options.mcp.stopping.clone();
+        let draining = host.clone();
         let app = api::router(host, options);
         let limits = api::serve::ConnectionLimits {
             max_connections: args.max_connections.max(1),
@@ -633,6 +634,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             stopping.send_replace(true);
         };
         api::serve::serve(listener, app, limits, shutdown).await?;
+        // Accepted calls whose caller hung up still run: let them finish and
+        // keep their answers rather than leave their outcome unknown.
+        let running = draining.confirmed_calls_running();
+        if running > 0 {
+            tracing::info!(running, "waiting for confirmed calls to finish and keep their answers");
+        }
+        draining.confirmed_calls_finished().await;
         tracing::info!("stopped");
         Ok(())
     })
