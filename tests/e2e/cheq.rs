@@ -462,7 +462,9 @@ async fn a_private_input_from_the_agent_is_refused_before_any_transaction() {
     let from = ("from_account", json!("DE89370400440532013000"));
     let to = ("to_account", json!("GB29NWBK60161331926819"));
     // Named or not, the end user changes nothing: the input is refused first.
-    for (end_user, params) in [(Some("alice"), vec![amount.clone(), to.clone()]), (None, vec![amount.clone(), from, to])] {
+    for (end_user, params) in
+        [(Some("alice"), vec![amount.clone(), to.clone()]), (None, vec![amount.clone(), from, to])]
+    {
         let (status, location, body) = call_for(&server, end_user, "transfer_funds", &params).await;
         let error = &body["error"];
         assert_eq!(status, 400, "{body}");

@@ -1,7 +1,8 @@
 //! A confirmed call whose tool was still running when the server stopped.
 //! Killed, the server cannot know what the tool did: after the restart the
 //! call's outcome is unknown, said so through every door, and the tool never
-//! runs again.
+//! runs again. Stopped by its operator (`SIGTERM`), the server lets the
+//! running call finish first, and keeps its answer.
 
 use crate::cheq::{PageSession, call_for, confirming_server, fetch};
 use crate::mcp::{Mcp, arguments, pack_of};
@@ -108,7 +109,11 @@ async fn a_confirmed_call_cut_off_by_a_crash_has_an_unknown_outcome_and_never_ru
     assert!(body["error"]["message"].as_str().unwrap().contains("may or may not have taken effect"), "{body}");
     let (status, _, body) = fetch(&rebase(&result_uri(&packs[1]), &server.base)).await;
     assert!(status >= 400, "{status}: {body}");
-    assert_eq!((&body["code"], body["$schema"].is_string()), (&json!("call_outcome_unknown"), true), "OTC's shape: {body}");
+    assert_eq!(
+        (&body["code"], body["$schema"].is_string()),
+        (&json!("call_outcome_unknown"), true),
+        "OTC's shape: {body}"
+    );
     let (status, _, body) = fetch(&rebase(&result_uri(&packs[2]), &server.base)).await;
     assert_eq!(body["error"]["code"], "call_outcome_unknown", "{status}: {body}");
     let mcp = Mcp::modern(&server);
@@ -129,6 +134,27 @@ async fn a_confirmed_call_cut_off_by_a_crash_has_an_unknown_outcome_and_never_ru
         assert_eq!((&evidence["state"], &evidence["result_status"]), (&json!("interrupted"), &Value::Null));
     }
     assert!(!server.logs().contains("the end user accepted the call"), "{}", server.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operators_stop_lets_a_running_confirmed_call_finish_and_keeps_its_answer() {
+    // Long enough to see it run and stop the server under it; short enough to wait for.
+    let (server, _plugins, restart) = spinning_server(8_000).await;
+    let (status, _, pack) = call_for(&server, Some("alice"), "spin_forever", &[("note", json!("a2t"))]).await;
+    assert_eq!(status, 202, "{pack}");
+    // The page that accepted it is closed while the tool runs: nobody waits for the answer.
+    for accepting in accept_until_running(std::slice::from_ref(&pack)).await {
+        accepting.abort();
+    }
+    let data = tokio::task::block_in_place(|| server.terminate());
+    let log = std::fs::read_to_string(data.path().join("server.log")).unwrap();
+    assert!(log.contains("waiting for confirmed calls to finish"), "{log}");
+
+    let server = Server::start_in(data, &restart.iter().map(String::as_str).collect::<Vec<_>>());
+    let (status, _, body) = fetch(&rebase(&result_uri(&pack), &server.base)).await;
+    assert_eq!(body["error"]["code"], "tool_timeout", "the tool's own outcome: {status} {body}");
+    let (_, evidence) = server.get(&format!("/admin/cheq/{}", transaction(&pack))).await;
+    assert_eq!(evidence["state"], "accepted and done", "{evidence}");
 }
 
 /// A pack's URIs on the restarted server.
