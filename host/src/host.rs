@@ -1129,6 +1129,25 @@ impl ToolHost {
         self.calls.retention()
     }
 
+    /// Calls whose answers are still to be kept: accepted CHEQ transactions'
+    /// and claimed call ids'.
+    pub fn answers_to_keep(&self) -> usize {
+        self.confirmed_calls_running() + self.calls.in_flight()
+    }
+
+    /// Returns once every call whose answer is to be kept (an accepted CHEQ
+    /// transaction's, a claimed call id's) has kept it, even if nobody waits
+    /// for it any more. A graceful stop awaits it after its last request, so
+    /// that a planned stop leaves no call whose outcome is unknown; the
+    /// tools' deadlines bound the wait.
+    pub async fn answers_kept(&self) {
+        self.confirmed_calls_finished().await;
+        // Settled tickets leave the ledger; there is nothing to wait on.
+        while self.calls.in_flight() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Whether the host can run tools: its store can record calls (it
     /// answers, and its write lock is free) and the threads that run tools
     /// are up.

@@ -634,13 +634,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             stopping.send_replace(true);
         };
         api::serve::serve(listener, app, limits, shutdown).await?;
-        // Accepted calls whose caller hung up still run: let them finish and
-        // keep their answers rather than leave their outcome unknown.
-        let running = draining.confirmed_calls_running();
+        // Calls whose caller hung up may still run (an accepted CHEQ
+        // transaction, a claimed call id): let them finish and keep their
+        // answers rather than leave their outcome unknown.
+        let running = draining.answers_to_keep();
         if running > 0 {
-            tracing::info!(running, "waiting for confirmed calls to finish and keep their answers");
+            tracing::info!(running, "waiting for calls to finish and keep their answers");
         }
-        draining.confirmed_calls_finished().await;
+        draining.answers_kept().await;
         tracing::info!("stopped");
         Ok(())
     })

@@ -105,7 +105,7 @@ pub struct Confirmed(());
 
 /// A confirmed call counted as running, from its acceptance until its
 /// answer is kept ([`ToolHost::finish_confirmation`] takes it): a graceful
-/// stop waits until none is left ([`ToolHost::confirmed_calls_finished`]),
+/// stop waits until none is left ([`ToolHost::answers_kept`]),
 /// so that a planned stop never cuts a confirmed call off, leaving its
 /// outcome unknown.
 #[derive(Debug)]
@@ -224,7 +224,7 @@ pub enum State {
     Rejected,
     /// Nobody answered in time.
     Expired,
-    /// The server stopped while the tool ran: it may or may not have taken
+    /// The server went down while the tool ran: it may or may not have taken
     /// effect.
     Interrupted,
     /// Accepted after its pinned version was retired: the tool did not run,
@@ -261,7 +261,7 @@ impl State {
             State::Retired => Some(("version_retired", RETIRED_MESSAGE)),
             State::Interrupted => Some((
                 "call_outcome_unknown",
-                "the end user confirmed the call, but the server stopped while the tool ran: it may or may not have taken effect; check before calling again",
+                "the end user confirmed the call, but the server went down while the tool ran: it may or may not have taken effect; check before calling again",
             )),
         }
     }
@@ -886,15 +886,12 @@ impl ToolHost {
     }
 
     /// Confirmed calls running or keeping their answers now.
-    pub fn confirmed_calls_running(&self) -> usize {
+    pub(super) fn confirmed_calls_running(&self) -> usize {
         *self.cheq.running.borrow()
     }
 
-    /// Returns once no confirmed call is running or keeping its answer: a
-    /// graceful stop awaits it after the last request, so that every
-    /// accepted call ends with its answer kept. The tools' deadlines bound
-    /// the wait.
-    pub async fn confirmed_calls_finished(&self) {
+    /// Returns once no confirmed call is running or keeping its answer.
+    pub(super) async fn confirmed_calls_finished(&self) {
         let mut running = self.cheq.running.subscribe();
         // The sender lives as long as the host.
         let _ = running.wait_for(|running| *running == 0).await;
@@ -914,13 +911,13 @@ impl ToolHost {
         kept
     }
 
-    /// Marks transactions that were running when the server stopped.
+    /// Marks transactions that were running when the server went down.
     pub(super) fn interrupt_confirmations(&self) -> Result<(), StoreError> {
         let interrupted = self.store.interrupt_confirmations()?;
         if interrupted > 0 {
             tracing::warn!(
                 interrupted,
-                "confirmed calls were running when the server stopped; their outcome is unknown"
+                "confirmed calls were running when the server went down; their outcome is unknown"
             );
         }
         Ok(())

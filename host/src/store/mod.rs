@@ -173,7 +173,7 @@ pub struct StoredConfirmation {
     /// The CHEQ object signed by this server (a JWS, general JSON).
     pub cheq: String,
     /// `pending`, `accepted` (running), `done`, `rejected`, `expired` or
-    /// `interrupted` (the server stopped while the tool ran).
+    /// `interrupted` (the server went down while the tool ran).
     pub state: String,
     /// When the call was made (Unix seconds).
     pub created_at: i64,
