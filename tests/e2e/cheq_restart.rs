@@ -100,7 +100,7 @@ async fn a_confirmed_call_cut_off_by_a_crash_has_an_unknown_outcome_and_never_ru
         accepting.abort();
     }
     let server = Server::start_in(server.stop(), &restart.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(server.logs().contains("confirmed calls were running when the server stopped"), "{}", server.logs());
+    assert!(server.logs().contains("confirmed calls were running when the server went down"), "{}", server.logs());
 
     // Every door says the outcome is unknown, and none says it succeeded.
     let (status, _, body) = fetch(&rebase(&result_uri(&packs[0]), &server.base)).await;
@@ -148,7 +148,7 @@ async fn an_operators_stop_lets_a_running_confirmed_call_finish_and_keeps_its_an
     }
     let data = tokio::task::block_in_place(|| server.terminate());
     let log = std::fs::read_to_string(data.path().join("server.log")).unwrap();
-    assert!(log.contains("waiting for confirmed calls to finish"), "{log}");
+    assert!(log.contains("waiting for calls to finish"), "{log}");
 
     let server = Server::start_in(data, &restart.iter().map(String::as_str).collect::<Vec<_>>());
     let (status, _, body) = fetch(&rebase(&result_uri(&pack), &server.base)).await;

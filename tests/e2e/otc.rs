@@ -448,6 +448,42 @@ fn stored_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
+/// A call id whose tool still runs when the operator stops the server, its
+/// caller gone: the server lets it finish and records its answer, so the
+/// retry after the restart gets that answer, not `call_outcome_unknown`
+/// (which is left to a server that died).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_lets_a_claimed_call_finish_and_records_its_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    for tool in ["spin_forever.wasm", "use_secret.wasm"] {
+        std::fs::write(dir.path().join(tool), fixture(tool)).unwrap();
+    }
+    let args = ["--plugins", dir.path().to_str().unwrap()];
+    let server = Server::start_in(tempfile::tempdir().unwrap(), &args);
+    let mut body = request("Default.SpinForever", json!({ "note": "in flight" }));
+    body["request"]["call_id"] = "in-flight-1".into();
+    let calling = tokio::spawn(server.request(Method::POST, "/otc/tools/call").json(&body).send());
+    // Claimed and running, to its 5 s deadline: another request under the
+    // call id conflicts. (The probe lacks its secret, so if it comes first
+    // it gives the call id back without running anything.)
+    let mut probe = request("Default.UseSecret", json!({ "log_lines": 0, "fail": false }));
+    probe["request"]["call_id"] = "in-flight-1".into();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while call(&server, "/otc/tools/call", &probe).await.body["code"] != "call_id_reused" {
+        assert!(std::time::Instant::now() < deadline, "the call id was never claimed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    calling.abort();
+    let data = tokio::task::block_in_place(|| server.terminate());
+    let log = std::fs::read_to_string(data.path().join("server.log")).unwrap();
+    assert!(log.contains("waiting for calls to finish"), "{log}");
+
+    let server = Server::start_in(data, &args);
+    let retry = call(&server, "/otc/tools/call", &body).await;
+    assert!(retry.replayed, "{}", retry.body);
+    assert_eq!(retry.body["result"]["error"]["developer_message"], "tool_timeout", "{}", retry.body);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_oversize_tool_error_is_refused_like_an_oversize_output_and_never_kept() {
     let plugins = tempfile::tempdir().unwrap();
