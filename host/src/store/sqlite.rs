@@ -772,10 +772,9 @@ impl RegistryStore for SqliteStore {
         let probe = conn
             .execute_batch("BEGIN IMMEDIATE")
             .and_then(|()| conn.query_row("SELECT count(*) FROM tenants", [], |_| Ok(())));
+        let rolled_back = if conn.is_autocommit() { Ok(()) } else { conn.execute_batch("ROLLBACK") };
         conn.busy_timeout(BUSY_TIMEOUT)?;
-        if !conn.is_autocommit() {
-            conn.execute_batch("ROLLBACK")?;
-        }
+        rolled_back?;
         Ok(probe?)
     }
 
@@ -1071,6 +1070,23 @@ mod tests {
         assert!(matches!(store.secrets(), Err(StoreError::WrongSecretsKey)));
         store.put_secret("default", "api-key", "sk-live-7f3a9c2e", &audit("secret.put")).unwrap();
         assert_eq!(store.secrets().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn ping_fails_while_another_connection_holds_the_write_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path(), cipher()).unwrap();
+        store.ping().unwrap();
+        let other = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let started = std::time::Instant::now();
+        assert!(store.ping().is_err(), "the write lock is taken");
+        assert!(started.elapsed() < BUSY_TIMEOUT, "waited {:?}", started.elapsed());
+        other.execute_batch("ROLLBACK").unwrap();
+        store.ping().unwrap();
+        // The probe leaves no transaction open: writes go on.
+        assert!(store.conn().is_autocommit());
+        store.conn().execute("INSERT INTO store_meta (key, value) VALUES ('after-ping', 'x')", []).unwrap();
     }
 
     #[test]
