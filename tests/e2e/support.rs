@@ -148,12 +148,17 @@ impl Server {
         self.child.id()
     }
 
-    /// How many CHEQ transactions the server keeps, read from its database
-    /// (SQLite in WAL mode takes a reader beside the server).
+    /// How many CHEQ transactions the server keeps.
     pub fn stored_confirmations(&self) -> i64 {
+        self.stored_count("SELECT count(*) FROM confirmations")
+    }
+
+    /// A `count(*)` query's answer from the server's database (SQLite in WAL
+    /// mode takes a reader beside the server).
+    pub fn stored_count(&self, query: &str) -> i64 {
         let path = self.data.path().join("registry.sqlite3");
         let db = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-        db.query_row("SELECT count(*) FROM confirmations", [], |row| row.get(0)).unwrap()
+        db.query_row(query, [], |row| row.get(0)).unwrap()
     }
 
     /// What the server logged so far.
