@@ -455,8 +455,37 @@ async fn an_unanswered_confirmation_expires() {
     assert_eq!((status, &body["error"]["code"]), (410, &json!("confirmation_expired")), "{body}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_private_input_from_the_agent_is_refused_before_any_transaction() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let amount = ("amount_usd", json!(250));
+    let from = ("from_account", json!("DE89370400440532013000"));
+    let to = ("to_account", json!("GB29NWBK60161331926819"));
+    // Named or not, the end user changes nothing: the input is refused first.
+    for (end_user, params) in
+        [(Some("alice"), vec![amount.clone(), to.clone()]), (None, vec![amount.clone(), from, to])]
+    {
+        let (status, location, body) = call_for(&server, end_user, "transfer_funds", &params).await;
+        let error = &body["error"];
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(error["code"], "private_parameter", "{body}");
+        let named = params[1].0;
+        assert_eq!(error["parameter"], named, "the first private input given is named: {body}");
+        assert!(error["message"].as_str().unwrap().contains(named), "{body}");
+        assert_eq!(location, None, "no result URI: {body}");
+    }
+    assert_eq!(server.stored_confirmations(), 0, "no transaction was opened");
+    assert!(!server.logs().contains("USD from"), "the tool never ran:\n{}", server.logs());
+
+    // Without them the same call waits for alice, who will enter them.
+    let (status, _, pack) = call_for(&server, Some("alice"), "transfer_funds", &[amount]).await;
+    assert_eq!(status, 202, "{pack}");
+    assert_eq!(server.stored_confirmations(), 1);
+}
+
 /// An end user's session on the built-in confirmation page, over plain
 /// HTTP (what a browser does, without one).
+#[derive(Clone)]
 pub struct PageSession {
     client: reqwest::Client,
     cookie: String,
@@ -481,7 +510,7 @@ impl PageSession {
     }
 
     /// The confirmation page of `pack`'s transaction → (status, HTML).
-    async fn page(&self, pack: &Value) -> (u16, String) {
+    pub async fn page(&self, pack: &Value) -> (u16, String) {
         let response = self
             .client
             .get(pack["confirmation uri"].as_str().unwrap())

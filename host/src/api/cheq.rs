@@ -290,14 +290,18 @@ pub(super) async fn delete_policy(
 }
 
 /// Runs an accepted call to its end (on its own task: a client that hangs
-/// up does not stop it) and keeps its answer for the result URI, with the
-/// status of a final answer ([`super::error::settled`]). Returns that status.
+/// up does not stop it, and a graceful stop waits for it) and keeps its
+/// answer for the result URI, with the status of a final answer
+/// ([`super::error::settled`]). Returns that status. Called right after the
+/// acceptance, with no await in between.
 async fn complete(
     host: &AppState,
     c: StoredConfirmation,
     confirmed: crate::host::Confirmed,
     private: Map<String, Value>,
 ) -> u16 {
+    // Counted from here: a graceful stop waits until its answer is kept.
+    let running = host.running_confirmed();
     let host = host.clone();
     let run = tokio::spawn(async move {
         let started = Instant::now();
@@ -309,7 +313,7 @@ async fn complete(
         let response = super::render_outcome(door, &c.call_id, version, has_outputs, started.elapsed(), outcome).await;
         let status = super::error::settled(response.status()).as_u16();
         let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap_or_default();
-        if let Err(e) = host.finish_confirmation(&c.id, status, &String::from_utf8_lossy(&body)) {
+        if let Err(e) = host.finish_confirmation(running, &c.id, status, &String::from_utf8_lossy(&body)) {
             tracing::error!(error = %e, transaction = c.id, "a confirmed call's answer could not be kept");
         }
         status

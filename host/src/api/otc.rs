@@ -583,7 +583,7 @@ fn json_response(body: String, replayed: bool) -> Response {
 /// The answer to a call id whose earlier call never recorded its outcome.
 fn unfinished(call_id: &str) -> Response {
     let error = json!({
-        "message": "an earlier call with this call_id started but its outcome was never recorded (the server stopped while it ran), so it may or may not have taken effect; check before calling again with a new call_id",
+        "message": "an earlier call with this call_id started but its outcome was never recorded (the server went down while it ran), so it may or may not have taken effect; check before calling again with a new call_id",
         "developer_message": "call_outcome_unknown",
         "can_retry": false,
     });
