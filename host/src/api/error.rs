@@ -390,21 +390,11 @@ mod tests {
 
     /// Every error the A2T door's calls and result URI can end in.
     fn sent() -> Vec<ApiError> {
-        let mut errors: Vec<ApiError> = [
-            "invalid_request",
-            "wrong_tool_name",
-            "duplicate_parameter",
-            "unknown_parameter",
-            "private_parameter",
-            "missing_parameter",
-            "invalid_type",
-            "too_long",
-            "out_of_range",
-            "invalid_enum_value",
-        ]
-        .into_iter()
-        .map(|code| InputError { code, message: String::new(), parameter: None }.into())
-        .collect();
+        let mut errors: Vec<ApiError> = crate::invocation::INPUT_ERROR_CODES
+            .iter()
+            .copied()
+            .map(|code| InputError { code, message: String::new(), parameter: None }.into())
+            .collect();
         let tool_error = |can_retry| ToolError {
             message: "no".into(),
             developer_message: None,
