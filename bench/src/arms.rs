@@ -735,6 +735,12 @@ pub async fn languages(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             Ok(())
         })
         .await?;
+        let instantiate = time_each(iterations, || async {
+            let (mut store, _) = runtime.store(CallSetup::bare("echo"));
+            std::hint::black_box(component.instance_pre().instantiate_async(&mut store).await?);
+            Ok(())
+        })
+        .await?;
         report.row(
             &arm,
             "pooled instantiate + call p50 · p99",
@@ -742,6 +748,7 @@ pub async fn languages(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
             "",
             None,
         );
+        report.row(&arm, "of which store setup + instantiate, no call, p50", fmt(instantiate.p50), "", None);
     }
     Ok(())
 }
