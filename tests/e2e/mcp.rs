@@ -13,7 +13,7 @@ const MODERN: &str = "2026-07-28";
 const LEGACY: &str = "2025-11-25";
 
 /// A client of one revision, with one key, at one platform root.
-struct Mcp<'a> {
+pub(crate) struct Mcp<'a> {
     server: &'a Server,
     key: String,
     root: String,
@@ -23,11 +23,11 @@ struct Mcp<'a> {
 }
 
 impl<'a> Mcp<'a> {
-    fn modern(server: &'a Server) -> Mcp<'a> {
+    pub(crate) fn modern(server: &'a Server) -> Mcp<'a> {
         Mcp { server, key: TOKEN.into(), root: String::new(), revision: MODERN, url_elicitation: true }
     }
 
-    fn legacy(server: &'a Server) -> Mcp<'a> {
+    pub(crate) fn legacy(server: &'a Server) -> Mcp<'a> {
         Mcp { revision: LEGACY, ..Mcp::modern(server) }
     }
 
@@ -59,14 +59,14 @@ impl<'a> Mcp<'a> {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
-    async fn list(&self) -> Vec<Value> {
+    pub(crate) async fn list(&self) -> Vec<Value> {
         let (status, answer) = self.request("tools/list", json!({}), Value::Null).await;
         assert_eq!(status, 200, "{answer}");
         answer["result"]["tools"].as_array().cloned().unwrap_or_default()
     }
 
     /// `tools/call` → the JSON-RPC message.
-    async fn call(&self, name: &str, arguments: Value, meta: Value) -> Value {
+    pub(crate) async fn call(&self, name: &str, arguments: Value, meta: Value) -> Value {
         let (status, answer) = self.request("tools/call", json!({ "name": name, "arguments": arguments }), meta).await;
         assert!(status == 200, "{status}: {answer}");
         answer
