@@ -13,7 +13,7 @@ mod tests;
 pub use confirmations::{CheqOptions, JwksError, JwksOptions, LoginError, LoginOptions};
 pub use confirmations::{
     ConfirmationNeed, ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor,
-    MAX_END_USER_CHARS, PendingConfirmation, State, as_words, is_end_user_name, rfc3339,
+    MAX_END_USER_CHARS, PendingConfirmation, RunningConfirmed, State, as_words, is_end_user_name, rfc3339,
 };
 
 use crate::idempotency::{CallLedger, Claim, Ticket};
@@ -294,6 +294,32 @@ pub enum InvokeError {
 }
 
 impl InvokeError {
+    /// Whether the same call, made again, may succeed: busy, over the rate,
+    /// the store failing, or the deadline passing while the tool waited (on
+    /// a slow backend, say). A trap, exhausted memory, an answer outside the
+    /// signature or the size limits, a denied outbound request and a tool
+    /// still computing at its deadline fail the same way every time; so do
+    /// the refusals of the request itself.
+    pub fn is_temporary(&self) -> bool {
+        match self {
+            InvokeError::Call(CallError::Timeout { computing, .. }) => !computing,
+            InvokeError::Call(CallError::Busy)
+            | InvokeError::Busy(_)
+            | InvokeError::RateLimited { .. }
+            | InvokeError::Storage(_) => true,
+            InvokeError::Call(CallError::ResourceExhausted | CallError::Trapped(_))
+            | InvokeError::Output(_)
+            | InvokeError::OutboundDenied(_)
+            | InvokeError::UnknownTool(_)
+            | InvokeError::UnknownVersion { .. }
+            | InvokeError::Input(_)
+            | InvokeError::Retired(_)
+            | InvokeError::ConfirmationPending(_)
+            | InvokeError::EndUserRequired(_)
+            | InvokeError::CannotWait(_) => false,
+        }
+    }
+
     /// Whether the tool ran (or began to): the call may have taken effect.
     pub fn tool_ran(&self) -> bool {
         match self {
@@ -1066,10 +1092,20 @@ impl ToolHost {
             return Ok(None);
         }
         let end_user = call.end_user.clone().ok_or_else(|| InvokeError::EndUserRequired(tool.name.clone()))?;
-        if !call.secrets.is_empty() {
+        // Only secrets the tool declares matter: the others are ignored by
+        // any call, so they need not wait.
+        let supplied: Vec<String> = version
+            .manifest
+            .secrets
+            .iter()
+            .filter(|id| call.secrets.contains_key(*id))
+            .map(|id| format!("`{id}`"))
+            .collect();
+        if !supplied.is_empty() {
             return Err(InvokeError::CannotWait(format!(
-                "`{}` runs only once its end user confirms the call, and secrets supplied with a call are never stored: store them for the tenant (PUT /admin/secrets/{{id}}) instead; the tool did not run",
-                tool.name
+                "`{}` runs only once its end user confirms the call, and secrets supplied with a call are never stored, so it cannot wait with {}: store them for the tenant (PUT /admin/secrets/{{id}}) instead; the tool did not run",
+                tool.name,
+                supplied.join(", ")
             )));
         }
         let description = match self.describe(tenant, tool, version, call).await? {
@@ -1119,8 +1155,28 @@ impl ToolHost {
         self.calls.retention()
     }
 
-    /// Whether the host can run tools: its store answers and the threads
-    /// that run tools are up.
+    /// Calls whose answers are still to be kept: accepted CHEQ transactions'
+    /// and claimed call ids'.
+    pub fn answers_to_keep(&self) -> usize {
+        self.confirmed_calls_running() + self.calls.in_flight()
+    }
+
+    /// Returns once every call whose answer is to be kept (an accepted CHEQ
+    /// transaction's, a claimed call id's) has kept it, even if nobody waits
+    /// for it any more. A graceful stop awaits it after its last request, so
+    /// that a planned stop leaves no call whose outcome is unknown; the
+    /// tools' deadlines bound the wait.
+    pub async fn answers_kept(&self) {
+        self.confirmed_calls_finished().await;
+        // Settled tickets leave the ledger; there is nothing to wait on.
+        while self.calls.in_flight() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Whether the host can run tools: its store can record calls (it
+    /// answers, and its write lock is free) and the threads that run tools
+    /// are up.
     pub fn can_run_tools(&self) -> bool {
         self.executor.is_some() && self.store.ping().is_ok()
     }

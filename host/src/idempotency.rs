@@ -13,9 +13,10 @@
 //!   claim, so a retry runs.
 //!
 //! Records live in the store for the retention window, so they survive a
-//! restart. A record whose call never finished (the server stopped while the
+//! restart. A record whose call never finished (the server died while the
 //! tool ran) answers [`Claim::Unfinished`]: nobody can say whether the tool
-//! took effect, so it is not run again.
+//! took effect, so it is not run again. A graceful stop waits until nothing
+//! is in flight ([`CallLedger::in_flight`]), so only a death leaves one.
 
 use crate::store::{CallKey, Claimed, RegistryStore, StoreError};
 use dashmap::DashMap;
@@ -83,6 +84,11 @@ impl CallLedger {
     /// How long a call's response is kept for retries.
     pub fn retention(&self) -> Duration {
         self.retention
+    }
+
+    /// Calls claimed by this process and not yet settled.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
     }
 
     /// Claims `key` for the request whose sha256 is `request_sha256`.

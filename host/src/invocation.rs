@@ -26,6 +26,20 @@ pub struct InputError {
     pub parameter: Option<String>,
 }
 
+/// Every code input validation may answer with.
+pub const INPUT_ERROR_CODES: &[&str] = &[
+    "invalid_request",
+    "wrong_tool_name",
+    "duplicate_parameter",
+    "unknown_parameter",
+    "private_parameter",
+    "missing_parameter",
+    "invalid_type",
+    "too_long",
+    "out_of_range",
+    "invalid_enum_value",
+];
+
 fn refuse(code: &'static str, parameter: Option<&str>, message: String) -> InputError {
     InputError { code, message, parameter: parameter.map(str::to_string) }
 }

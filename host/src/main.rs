@@ -651,6 +651,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             request_body_timeout: Duration::from_secs(args.request_body_timeout_secs.max(1)),
         };
         let stopping = options.mcp.stopping.clone();
+        let draining = host.clone();
         let app = api::router(host, options);
         let limits = api::serve::ConnectionLimits {
             max_connections: args.max_connections.max(1),
@@ -663,6 +664,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             stopping.send_replace(true);
         };
         api::serve::serve(listener, app, limits, shutdown).await?;
+        // Calls whose caller hung up may still run (an accepted CHEQ
+        // transaction, a claimed call id): let them finish and keep their
+        // answers rather than leave their outcome unknown.
+        let running = draining.answers_to_keep();
+        if running > 0 {
+            tracing::info!(running, "waiting for calls to finish and keep their answers");
+        }
+        draining.answers_kept().await;
         tracing::info!("stopped");
         Ok(())
     })

@@ -455,8 +455,37 @@ async fn an_unanswered_confirmation_expires() {
     assert_eq!((status, &body["error"]["code"]), (410, &json!("confirmation_expired")), "{body}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_private_input_from_the_agent_is_refused_before_any_transaction() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let amount = ("amount_usd", json!(250));
+    let from = ("from_account", json!("DE89370400440532013000"));
+    let to = ("to_account", json!("GB29NWBK60161331926819"));
+    // Named or not, the end user changes nothing: the input is refused first.
+    for (end_user, params) in
+        [(Some("alice"), vec![amount.clone(), to.clone()]), (None, vec![amount.clone(), from, to])]
+    {
+        let (status, location, body) = call_for(&server, end_user, "transfer_funds", &params).await;
+        let error = &body["error"];
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(error["code"], "private_parameter", "{body}");
+        let named = params[1].0;
+        assert_eq!(error["parameter"], named, "the first private input given is named: {body}");
+        assert!(error["message"].as_str().unwrap().contains(named), "{body}");
+        assert_eq!(location, None, "no result URI: {body}");
+    }
+    assert_eq!(server.stored_confirmations(), 0, "no transaction was opened");
+    assert!(!server.logs().contains("USD from"), "the tool never ran:\n{}", server.logs());
+
+    // Without them the same call waits for alice, who will enter them.
+    let (status, _, pack) = call_for(&server, Some("alice"), "transfer_funds", &[amount]).await;
+    assert_eq!(status, 202, "{pack}");
+    assert_eq!(server.stored_confirmations(), 1);
+}
+
 /// An end user's session on the built-in confirmation page, over plain
 /// HTTP (what a browser does, without one).
+#[derive(Clone)]
 pub struct PageSession {
     client: reqwest::Client,
     cookie: String,
@@ -481,7 +510,7 @@ impl PageSession {
     }
 
     /// The confirmation page of `pack`'s transaction → (status, HTML).
-    async fn page(&self, pack: &Value) -> (u16, String) {
+    pub async fn page(&self, pack: &Value) -> (u16, String) {
         let response = self
             .client
             .get(pack["confirmation uri"].as_str().unwrap())
@@ -1102,4 +1131,36 @@ async fn a_private_input_tool_is_confirmed_on_this_servers_page_despite_an_exter
     assert!(html.contains("You confirmed"), "{html}");
     let (status, _, body) = fetch(pack["result uri"].as_str().unwrap()).await;
     assert_eq!((status, &outputs(&body)["to_account_last4"]), (200, &json!("6819")), "{body}");
+}
+
+/// The result URI's answer is final — the call does not run again — so an
+/// answer that was a temporary `5xx` when the tool ran (here a timeout while
+/// the tool waited) is kept as `422` with its code and no `Retry-After`: an
+/// A2T executor polling the URI would retry a `5xx` forever (docs/a2t.md,
+/// "Status codes").
+#[tokio::test(flavor = "multi_thread")]
+async fn a_confirmed_calls_kept_answer_is_never_a_5xx() {
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::write(plugins.path().join("slow_sleep.wasm"), fixture("slow_sleep.wasm")).unwrap();
+    let args = ["--plugins", plugins.path().to_str().unwrap(), "--deadline-ms", "500"];
+    let server = Server::start_in(tempfile::tempdir().unwrap(), &args);
+    let password = json!({ "password": "alice-password" });
+    let (status, _) = server.call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&password)).await;
+    assert_eq!(status, 204);
+    let id = server.tool_id("slow_sleep").await;
+    let always = json!({ "required": true });
+    let path = format!("/admin/tools/{id}/confirmation");
+    assert_eq!(server.call_as(Some(TOKEN), Method::PUT, &path, Some(&always)).await.0, 204);
+
+    let (status, _, pack) = call_for(&server, Some("alice"), "slow_sleep", &[("millis", json!(900))]).await;
+    assert_eq!(status, 202, "{pack}");
+    let session = PageSession::log_in(&pack, "alice").await;
+    let (status, html) = session.decide(&pack, "accept").await;
+    assert_eq!(status, 200, "{html}");
+    let (status, headers, body) = fetch(pack["result uri"].as_str().unwrap()).await;
+    assert_eq!((status, &body["error"]["code"]), (422, &json!("tool_timeout")), "{body}");
+    assert!(headers.get("retry-after").is_none(), "{headers:?}");
+    let transaction = pack["resource uri"].as_str().unwrap().rsplit('/').next().unwrap();
+    let (_, evidence) = server.get(&format!("/admin/cheq/{transaction}")).await;
+    assert_eq!(evidence["result_status"], 422, "{evidence}");
 }

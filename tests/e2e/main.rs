@@ -5,6 +5,7 @@ mod a2t;
 mod browser;
 mod cheq;
 mod cheq_browser;
+mod cheq_restart;
 mod cli;
 mod deploy;
 mod hardening_net;

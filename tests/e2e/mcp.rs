@@ -13,7 +13,7 @@ const MODERN: &str = "2026-07-28";
 const LEGACY: &str = "2025-11-25";
 
 /// A client of one revision, with one key, at one platform root.
-pub(crate) struct Mcp<'a> {
+pub struct Mcp<'a> {
     server: &'a Server,
     key: String,
     root: String,
@@ -23,16 +23,16 @@ pub(crate) struct Mcp<'a> {
 }
 
 impl<'a> Mcp<'a> {
-    pub(crate) fn modern(server: &'a Server) -> Mcp<'a> {
+    pub fn modern(server: &'a Server) -> Mcp<'a> {
         Mcp { server, key: TOKEN.into(), root: String::new(), revision: MODERN, url_elicitation: true }
     }
 
-    pub(crate) fn legacy(server: &'a Server) -> Mcp<'a> {
+    fn legacy(server: &'a Server) -> Mcp<'a> {
         Mcp { revision: LEGACY, ..Mcp::modern(server) }
     }
 
     /// One request → (HTTP status, the JSON-RPC message).
-    async fn request(&self, method: &str, mut params: Value, extra_meta: Value) -> (u16, Value) {
+    pub async fn request(&self, method: &str, mut params: Value, extra_meta: Value) -> (u16, Value) {
         let mut request = self
             .server
             .request_as(Some(&self.key), Method::POST, &format!("{}/mcp", self.root))
@@ -59,21 +59,21 @@ impl<'a> Mcp<'a> {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
-    pub(crate) async fn list(&self) -> Vec<Value> {
+    pub async fn list(&self) -> Vec<Value> {
         let (status, answer) = self.request("tools/list", json!({}), Value::Null).await;
         assert_eq!(status, 200, "{answer}");
         answer["result"]["tools"].as_array().cloned().unwrap_or_default()
     }
 
     /// `tools/call` → the JSON-RPC message.
-    pub(crate) async fn call(&self, name: &str, arguments: Value, meta: Value) -> Value {
+    pub async fn call(&self, name: &str, arguments: Value, meta: Value) -> Value {
         let (status, answer) = self.request("tools/call", json!({ "name": name, "arguments": arguments }), meta).await;
         assert!(status == 200, "{status}: {answer}");
         answer
     }
 }
 
-fn arguments(params: &[(&str, Value)]) -> Value {
+pub fn arguments(params: &[(&str, Value)]) -> Value {
     Value::Object(params.iter().map(|(k, v)| (k.to_string(), v.clone())).collect())
 }
 
@@ -204,7 +204,7 @@ async fn a_call_pinned_to_bytes_that_changed_is_refused_never_served_by_another_
 }
 
 /// The confirmation pack of an elicitation URL, as the page helpers take it.
-fn pack_of(url: &str) -> Value {
+pub fn pack_of(url: &str) -> Value {
     let (page, query) = url.split_once('?').unwrap();
     let resource = form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "resource_uri").unwrap().1;
     json!({ "confirmation uri": page, "resource uri": resource })

@@ -52,9 +52,9 @@ fn assert_valid(pointer: &str, instance: &Value) {
 }
 
 /// An answer from the OTC front door, already checked against its schema.
-pub(crate) struct Answer {
-    pub(crate) status: u16,
-    pub(crate) body: Value,
+pub struct Answer {
+    pub status: u16,
+    pub body: Value,
     replayed: bool,
 }
 
@@ -80,7 +80,7 @@ async fn send(request: reqwest::RequestBuilder, success: Option<&str>) -> Answer
 }
 
 /// `GET {root}/otc/tools` as `key` → the tool definitions.
-pub(crate) async fn list(server: &Server, key: &str, root: &str) -> Vec<Value> {
+async fn list(server: &Server, key: &str, root: &str) -> Vec<Value> {
     let answer = send(server.request_as(Some(key), Method::GET, &format!("{root}/otc/tools")), Some(TOOL_LIST)).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     answer.body["tools"].as_array().unwrap().clone()
@@ -88,7 +88,7 @@ pub(crate) async fn list(server: &Server, key: &str, root: &str) -> Vec<Value> {
 
 /// `POST path` with `body` (a request the test means to be valid by the
 /// OpenAPI document is checked as such first) as the operator.
-pub(crate) async fn call(server: &Server, path: &str, body: &Value) -> Answer {
+pub async fn call(server: &Server, path: &str, body: &Value) -> Answer {
     call_as(server, TOKEN, path, body).await
 }
 
@@ -100,7 +100,7 @@ async fn call_as(server: &Server, key: &str, path: &str, body: &Value) -> Answer
 }
 
 /// A wrapped `CallToolRequest`.
-pub(crate) fn request(tool_id: &str, input: Value) -> Value {
+pub fn request(tool_id: &str, input: Value) -> Value {
     json!({ "request": { "tool_id": tool_id, "input": input } })
 }
 
@@ -276,17 +276,21 @@ async fn bad_requests_are_400_bad_inputs_422_and_failed_calls_200() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_timeout_may_be_retried_and_a_trap_may_not() {
+async fn a_timeout_while_waiting_may_be_retried_and_a_loop_or_a_trap_may_not() {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["spin_forever", "panic_at_once"] {
+    for name in ["spin_forever", "panic_at_once", "slow_sleep"] {
         std::fs::write(dir.path().join(format!("{name}.wasm")), fixture(&format!("{name}.wasm"))).unwrap();
     }
     let plugins = dir.path().to_str().unwrap();
     let server = Server::start_in(tempfile::tempdir().unwrap(), &["--plugins", plugins, "--deadline-ms", "500"]);
-    for (id, code, can_retry) in
-        [("Default.SpinForever", "tool_timeout", true), ("Default.PanicAtOnce", "tool_trapped", false)]
-    {
-        let answer = call(&server, "/otc/tools/call", &request(id, json!({ "note": "x" }))).await;
+    for (id, input, code, can_retry) in [
+        // Waiting (on a backend, here a sleep) at its deadline: may pass.
+        ("Default.SlowSleep", json!({ "millis": 1200 }), "tool_timeout", true),
+        // Computing at its deadline: would loop again.
+        ("Default.SpinForever", json!({ "note": "x" }), "tool_timeout", false),
+        ("Default.PanicAtOnce", json!({ "note": "x" }), "tool_trapped", false),
+    ] {
+        let answer = call(&server, "/otc/tools/call", &request(id, input)).await;
         assert_eq!(answer.status, 200, "{id}: {}", answer.body);
         let error = &answer.body["result"]["error"];
         assert_eq!(answer.body["result"]["success"], false);
@@ -448,6 +452,37 @@ fn stored_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
+/// A call id whose tool still runs when the operator stops the server, its
+/// caller gone: the server lets it finish and records its answer, so the
+/// retry after the restart gets that answer, not `call_outcome_unknown`
+/// (which is left to a server that died).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stop_lets_a_claimed_call_finish_and_records_its_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("spin_forever.wasm"), fixture("spin_forever.wasm")).unwrap();
+    let args = ["--plugins", dir.path().to_str().unwrap()];
+    let server = Server::start_in(tempfile::tempdir().unwrap(), &args);
+    let mut body = request("Default.SpinForever", json!({ "note": "in flight" }));
+    body["request"]["call_id"] = "in-flight-1".into();
+    let calling = tokio::spawn(server.request(Method::POST, "/otc/tools/call").json(&body).send());
+    // Claimed, its answer not yet recorded: the tool runs, to its 5 s deadline.
+    let in_flight = "SELECT count(*) FROM idempotent_calls WHERE call_id = 'in-flight-1' AND response IS NULL";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while server.stored_count(in_flight) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the call id was never claimed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    calling.abort();
+    let data = tokio::task::block_in_place(|| server.terminate());
+    let log = std::fs::read_to_string(data.path().join("server.log")).unwrap();
+    assert!(log.contains("waiting for calls to finish"), "{log}");
+
+    let server = Server::start_in(data, &args);
+    let retry = call(&server, "/otc/tools/call", &body).await;
+    assert!(retry.replayed, "{}", retry.body);
+    assert_eq!(retry.body["result"]["error"]["developer_message"], "tool_timeout", "{}", retry.body);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_oversize_tool_error_is_refused_like_an_oversize_output_and_never_kept() {
     let plugins = tempfile::tempdir().unwrap();
@@ -459,7 +494,7 @@ async fn an_oversize_tool_error_is_refused_like_an_oversize_output_and_never_kep
     // A2T: each text field of the tool-error is capped like an output.
     for field in ["message", "developer-message", "additional-prompt-content"] {
         let (status, body) = server.invoke("huge_error", &[("kibibytes", json!(4096)), ("field", json!(field))]).await;
-        assert_eq!((status, &body["error"]["code"]), (502, &json!("output_too_large")), "{field}: {body}");
+        assert_eq!((status, &body["error"]["code"]), (422, &json!("output_too_large")), "{field}: {body}");
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains(&format!("the tool-error's `{field}` is 4194306 bytes; at most 1024")), "{message}");
     }
@@ -515,4 +550,77 @@ async fn a_call_waiting_for_its_end_user_is_answered_on_schema_with_the_uri_pack
     let again = call(&server, "/otc/tools/call", &body).await;
     assert!(again.replayed);
     assert_eq!(again.body, answer.body);
+}
+
+/// Per-call secrets are OTC's alone (`context.secrets`): A2T and MCP calls
+/// bring none, so only this door can meet `confirmation_cannot_wait`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_that_waits_for_its_end_user_cannot_bring_the_secrets_its_tool_reads() {
+    let (server, _plugins) = crate::cheq::confirming_server(&[]).await;
+    let (status, deployed) = server.deploy(fixture("use_secret.wasm"), "").await;
+    assert_eq!(status, 201, "{deployed}");
+    let policy = format!("/admin/tools/{}/confirmation", deployed["toolId"].as_str().unwrap());
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, &policy, Some(&json!({ "required": true }))).await;
+    assert_eq!(status, 204, "{body}");
+    let put = server.request(Method::PUT, "/admin/secrets/api-key").body("stored-value").send().await.unwrap();
+    assert_eq!(put.status(), 204);
+
+    // The call would run later, with its secret long gone: refused now.
+    let mut body = request("Default.UseSecret", json!({ "log_lines": 0, "fail": false }));
+    body["request"]["call_id"] = "cannot-wait-1".into();
+    body["request"]["context"] =
+        json!({ "user_id": "alice", "secrets": [{ "id": "api-key", "value": "sk-call-scoped-5c0ffee" }] });
+    let refused = call(&server, "/otc/tools/call", &body).await;
+    assert_eq!((refused.status, &refused.body["code"]), (400, &json!("confirmation_cannot_wait")), "{}", refused.body);
+    let message = refused.body["message"].as_str().unwrap();
+    assert!(message.contains("`api-key`") && message.contains("did not run"), "{message}");
+    assert!(!server.logs().contains("the api key is"), "the tool never ran");
+    assert_eq!(server.stored_confirmations(), 0, "no transaction was opened");
+
+    // Nothing was kept for the call id: without the secret, the same call
+    // waits for alice (and will run with the stored one).
+    body["request"]["context"] = json!({ "user_id": "alice" });
+    let waiting = call(&server, "/otc/tools/call", &body).await;
+    assert!(!waiting.replayed, "{}", waiting.body);
+    assert_eq!(waiting.body["result"]["error"]["developer_message"], "confirmation_pending", "{}", waiting.body);
+    assert_eq!(server.stored_confirmations(), 1);
+
+    // A secret the tool does not read is ignored by any call, so it does not
+    // keep the call from waiting.
+    let echo = format!("/admin/tools/{}/confirmation", server.tool_id("echo").await);
+    assert_eq!(server.call_as(Some(TOKEN), Method::PUT, &echo, Some(&json!({ "required": true }))).await.0, 204);
+    let mut body = request("Default.Echo", json!({ "text": "hi" }));
+    body["request"]["context"] =
+        json!({ "user_id": "alice", "secrets": [{ "id": "unrelated", "value": "sk-not-for-echo-1" }] });
+    let waiting = call(&server, "/otc/tools/call", &body).await;
+    assert_eq!(waiting.body["result"]["error"]["developer_message"], "confirmation_pending", "{}", waiting.body);
+    assert_eq!(server.stored_confirmations(), 2);
+}
+
+/// `503` when the server cannot take calls: another process holds the
+/// database's write lock (an operator's `sqlite3` shell mid-transaction, a
+/// tool copying the database), so no call id or confirmation can be
+/// recorded.
+#[tokio::test(flavor = "multi_thread")]
+async fn health_is_503_while_the_store_cannot_record_calls() {
+    let server = Server::start(&[]);
+    let health = || send(server.request_as(None, Method::GET, "/otc/health"), None);
+    assert_eq!(health().await.status, 200);
+
+    let db = rusqlite::Connection::open(server.data.path().join("registry.sqlite3")).unwrap();
+    db.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let unhealthy = health().await;
+    assert_eq!(unhealthy.status, 503, "{}", unhealthy.body);
+    assert!(unhealthy.body["message"].is_string(), "a ServerErrorResponse: {}", unhealthy.body);
+    // Honestly so: a call that must be recorded is refused, and does not run.
+    let mut echo = request("Default.Echo", json!({ "text": "hi" }));
+    echo["request"]["call_id"] = "while-locked".into();
+    let refused = call(&server, "/otc/tools/call", &echo).await;
+    assert_eq!(refused.body["code"], "storage_failed", "{}", refused.body);
+
+    db.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(health().await.status, 200);
+    let answer = call(&server, "/otc/tools/call", &echo).await;
+    assert_eq!((answer.status, answer.replayed), (200, false), "the call id was left free: {}", answer.body);
+    assert_eq!(answer.body["result"]["value"]["text"], "hi", "{}", answer.body);
 }

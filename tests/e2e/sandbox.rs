@@ -71,10 +71,16 @@ async fn an_infinite_loop_is_stopped_at_its_deadline_while_others_answer() {
     }
     assert!(!spin.is_finished(), "echo answered only after the loop was stopped");
     let response = spin.await.unwrap().unwrap();
-    assert_eq!(response.status(), 504);
+    // Still computing at its deadline: it would loop again, so not a 5xx
+    // (which an A2T executor retries) and no Retry-After.
+    assert_eq!(response.status(), 422);
+    assert!(response.headers().get("retry-after").is_none());
     let body: Value = response.json().await.unwrap();
     assert_eq!(error_code(&body), "tool_timeout");
-    assert_eq!(body["error"]["message"], "the tool did not finish within 3s");
+    assert_eq!(
+        body["error"]["message"],
+        "the tool did not finish within 3s; it was still computing, and the same input would run out of time again"
+    );
     assert!(server.logs().contains("tool did not return"), "{}", server.logs());
 }
 
@@ -82,10 +88,10 @@ async fn an_infinite_loop_is_stopped_at_its_deadline_while_others_answer() {
 async fn crashes_become_precise_errors() {
     let (server, _dir) = sandbox(&[]);
     let cases = [
-        ("memory_bomb", "note", json!("x"), 500, "tool_resource_exhausted", "ran out of memory"),
-        ("deep_recursion", "note", json!("x"), 500, "tool_trapped", "stack overflow"),
-        ("panic_at_once", "note", json!("x"), 500, "tool_trapped", "a panic"),
-        ("huge_output", "megabytes", json!(8), 502, "output_too_large", "at most 1048576 are passed on"),
+        ("memory_bomb", "note", json!("x"), 422, "tool_resource_exhausted", "ran out of memory"),
+        ("deep_recursion", "note", json!("x"), 422, "tool_trapped", "stack overflow"),
+        ("panic_at_once", "note", json!("x"), 422, "tool_trapped", "a panic"),
+        ("huge_output", "megabytes", json!(8), 422, "output_too_large", "at most 1048576 are passed on"),
     ];
     for (tool, param, value, status, code, text) in cases {
         let (got, body) = alongside_echo(&server, tool, param, value).await;
@@ -105,13 +111,13 @@ async fn undeclared_hosts_and_loopback_are_out_of_reach() {
     let (server, _dir) = sandbox(&[]);
     let target = format!("{}/health", server.base);
     let (status, body) = alongside_echo(&server, "call_undeclared_host", "url", json!(target)).await;
-    assert_eq!((status, error_code(&body)), (502, "outbound_denied"), "{body}");
+    assert_eq!((status, error_code(&body)), (422, "outbound_denied"), "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("is not among the hosts the tool declares"), "{body}");
 
     // Declared, but loopback: refused after resolution, by address.
     for url in [target.clone(), target.replace("127.0.0.1", "localhost")] {
         let (status, body) = alongside_echo(&server, "call_loopback", "url", json!(url)).await;
-        assert_eq!((status, error_code(&body)), (502, "outbound_denied"), "{url}: {body}");
+        assert_eq!((status, error_code(&body)), (422, "outbound_denied"), "{url}: {body}");
         assert!(body["error"]["message"].as_str().unwrap().contains("private network"), "{body}");
     }
     // One summary line per call.
@@ -125,7 +131,7 @@ async fn undeclared_hosts_and_loopback_are_out_of_reach() {
     // The allowance does not widen what the tool declared.
     let (status, body) =
         allowed.invoke("call_undeclared_host", &[("url", json!(format!("{}/health", allowed.base)))]).await;
-    assert_eq!((status, error_code(&body)), (502, "outbound_denied"));
+    assert_eq!((status, error_code(&body)), (422, "outbound_denied"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -282,7 +288,7 @@ async fn a_tool_may_ask_for_a_tighter_deadline_than_the_operators() {
     let (server, _dir) = sandbox(&[]);
     let (status, body) = server.invoke("slow_sleep", &[("millis", json!(2500))]).await;
     assert_eq!((status, error_code(&body)), (504, "tool_timeout"));
-    assert_eq!(body["error"]["message"], "the tool did not finish within 1.5s");
+    assert_eq!(body["error"]["message"], "the tool did not finish within 1.5s", "it was waiting, not computing");
     // And cannot ask for more than the operator's ceiling.
     let (tight, _dir) = sandbox(&["--deadline-ms", "1000"]);
     let (status, body) = tight.invoke("slow_sleep", &[("millis", json!(1300))]).await;
@@ -303,7 +309,7 @@ async fn each_invocation_has_an_outbound_budget_and_a_response_cap() {
     let (status, body) = server.invoke("call_loopback", &[("url", json!(health)), ("times", json!(3))]).await;
     assert_eq!(status, 200, "three requests fit the budget: {body}");
     let (status, body) = server.invoke("call_loopback", &[("url", json!(health)), ("times", json!(4))]).await;
-    assert_eq!((status, error_code(&body)), (502, "outbound_denied"), "{body}");
+    assert_eq!((status, error_code(&body)), (422, "outbound_denied"), "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("more than 3 outbound requests"), "{body}");
 
     // The tool listing is far larger than 1 KiB: reading it fails inside the
@@ -360,7 +366,7 @@ async fn refused_requests_spend_the_budget_and_are_logged_once() {
     let authority = target.trim_start_matches("http://").trim_end_matches("/health").to_string();
     let (status, body) =
         alongside_bystander(&server, &echo, "outbound_flood", &[("url", json!(target)), ("times", json!(5000))]).await;
-    assert_eq!((status, error_code(&body)), (502, "outbound_denied"), "{body}");
+    assert_eq!((status, error_code(&body)), (422, "outbound_denied"), "{body}");
     assert_eq!(
         body["error"]["message"],
         "the tool tried to reach what it may not: more than 20 outbound requests in one invocation"
@@ -381,7 +387,7 @@ async fn refused_requests_spend_the_budget_and_are_logged_once() {
 
     // The budget is per invocation: the next call starts afresh.
     let (status, body) = server.invoke("outbound_flood", &[("url", json!(target)), ("times", json!(3))]).await;
-    assert_eq!((status, error_code(&body)), (502, "outbound_denied"), "{body}");
+    assert_eq!((status, error_code(&body)), (422, "outbound_denied"), "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("is not among the hosts the tool declares"), "{body}");
     assert_eq!(server.logs().matches("3 outbound requests refused").count(), 1);
 }
@@ -458,7 +464,7 @@ async fn the_memory_limit_holds_for_the_instance_not_each_memory() {
         assert_eq!(status, 200, "{allocator}: {body}");
         // 2 × 25 MiB: each memory is under 32 MiB, the instance is not.
         let (status, body) = alongside_echo(&server, "two_memories", "pages", json!(400)).await;
-        assert_eq!((status, error_code(&body)), (500, "tool_resource_exhausted"), "{allocator}: {body}");
+        assert_eq!((status, error_code(&body)), (422, "tool_resource_exhausted"), "{allocator}: {body}");
         assert_eq!(body["error"]["message"], "the tool ran out of memory", "{allocator}");
     }
 }
@@ -492,7 +498,7 @@ async fn https_to_a_name_that_resolves_internal_is_refused_before_connecting() {
     let (server, _dir) = sandbox(&[]);
     for url in [format!("https://localhost:{port}/"), format!("http://localhost:{port}/")] {
         let (status, body) = alongside_echo(&server, "call_loopback", "url", json!(url)).await;
-        assert_eq!((status, error_code(&body)), (502, "outbound_denied"), "{url}: {body}");
+        assert_eq!((status, error_code(&body)), (422, "outbound_denied"), "{url}: {body}");
         let message = body["error"]["message"].as_str().unwrap();
         assert_eq!(
             message,
@@ -514,4 +520,65 @@ async fn https_to_a_name_that_resolves_internal_is_refused_before_connecting() {
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0][0], 0x16, "a TLS handshake record");
     assert!(seen[0].windows(b"localhost".len()).any(|w| w == b"localhost"), "SNI names the host");
+}
+
+/// The A2T draft: a 5xx is temporary and an executor retries it; anything
+/// else it shows the LLM. So a failure that repeats on every retry is never
+/// a 5xx, and a temporary one always says when to retry (docs/a2t.md,
+/// "Status codes"). A tool's own `can-retry` error: `weather.rs`.
+#[tokio::test(flavor = "multi_thread")]
+async fn permanent_failures_are_not_5xx_and_temporary_ones_say_when_to_retry() {
+    let (server, _dir) = sandbox(&["--deadline-ms", "1000", "--max-concurrency-per-tool", "1"]);
+    let retry_after = |response: &reqwest::Response| {
+        response.headers().get("retry-after").map(|v| v.to_str().unwrap().parse::<u64>().unwrap())
+    };
+    let call = |tool: &'static str, param: &'static str, value: Value| {
+        let server = &server;
+        async move {
+            let id = server.tool_id(tool).await;
+            let request = server.request(reqwest::Method::POST, &format!("/tools/{id}:invoke"));
+            request.json(&invocation(tool, &[(param, value)])).send().await.unwrap()
+        }
+    };
+
+    // Permanent for this input: the same call fails the same way again.
+    let undeclared = json!(format!("{}/health", server.base));
+    for (tool, param, value, code) in [
+        ("panic_at_once", "note", json!("x"), "tool_trapped"),
+        ("deep_recursion", "note", json!("x"), "tool_trapped"),
+        ("memory_bomb", "note", json!("x"), "tool_resource_exhausted"),
+        ("huge_output", "megabytes", json!(8), "output_too_large"),
+        ("call_undeclared_host", "url", undeclared, "outbound_denied"),
+        ("spin_forever", "note", json!("x"), "tool_timeout"),
+    ] {
+        let response = call(tool, param, value).await;
+        let (status, wait) = (response.status().as_u16(), retry_after(&response));
+        let body: Value = response.json().await.unwrap();
+        assert_eq!((status, error_code(&body), wait), (422, code, None), "{tool}: {body}");
+    }
+
+    // Temporary: a slow backend (here a sleep) at the deadline...
+    let response = call("slow_sleep", "millis", json!(1300)).await;
+    let (status, wait) = (response.status().as_u16(), retry_after(&response));
+    let body: Value = response.json().await.unwrap();
+    assert_eq!((status, error_code(&body), wait), (504, "tool_timeout", Some(1)), "{body}");
+
+    // ...no free slot: of two calls at once with one slot, one is refused...
+    let (first, second) =
+        tokio::join!(call("slow_sleep", "millis", json!(600)), call("slow_sleep", "millis", json!(600)));
+    let refused = if first.status() == 503 { first } else { second };
+    let (status, wait) = (refused.status().as_u16(), retry_after(&refused));
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!((status, error_code(&body), wait), (503, "busy", Some(1)), "{body}");
+
+    // ...and the tenant over its invocation rate: 503, not 429, which the
+    // draft's executor would give up on.
+    let slow = json!({ "quotas": { "invocationsPerSecond": 1, "invocationBurst": 1 } });
+    let (status, _) = server.call_as(Some(TOKEN), reqwest::Method::PATCH, "/admin/tenants/default", Some(&slow)).await;
+    assert_eq!(status, 200);
+    let (first, second) = (call("echo", "text", json!("a")).await, call("echo", "text", json!("b")).await);
+    assert_eq!(first.status(), 200);
+    let (status, wait) = (second.status().as_u16(), retry_after(&second));
+    let body: Value = second.json().await.unwrap();
+    assert_eq!((status, error_code(&body), wait), (503, "rate_limited", Some(1)), "{body}");
 }

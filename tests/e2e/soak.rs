@@ -30,12 +30,12 @@ fn calls() -> Vec<Call> {
     vec![
         ("echo", vec![("text", json!("good"))], &[200]),
         ("book_flight", booking, &[200]),
-        ("spin_forever", vec![("note", json!("x"))], &[504, 503]),
+        ("spin_forever", vec![("note", json!("x"))], &[422, 503]),
         ("echo", vec![("text", json!("good again"))], &[200]),
-        ("memory_bomb", vec![("note", json!("x"))], &[500, 503]),
-        ("panic_at_once", vec![("note", json!("x"))], &[500, 503]),
-        ("huge_output", vec![("megabytes", json!(4))], &[502, 503]),
-        ("deep_recursion", vec![("note", json!("x"))], &[500, 503]),
+        ("memory_bomb", vec![("note", json!("x"))], &[422, 503]),
+        ("panic_at_once", vec![("note", json!("x"))], &[422, 503]),
+        ("huge_output", vec![("megabytes", json!(4))], &[422, 503]),
+        ("deep_recursion", vec![("note", json!("x"))], &[422, 503]),
     ]
 }
 

@@ -129,9 +129,36 @@ impl Server {
         std::mem::replace(&mut self.data, data)
     }
 
+    /// Stops the server as an operator does (`SIGTERM`: it finishes what it
+    /// is answering, then exits) and returns its data dir for a restart.
+    pub fn terminate(mut self) -> tempfile::TempDir {
+        // SAFETY: `kill` on the server's own process id, which it still holds.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) }, 0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(std::time::Instant::now() < deadline, "plinth did not stop on SIGTERM:\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let data = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.data, data)
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// How many CHEQ transactions the server keeps.
+    pub fn stored_confirmations(&self) -> i64 {
+        self.stored_count("SELECT count(*) FROM confirmations")
+    }
+
+    /// A `count(*)` query's answer from the server's database (SQLite in WAL
+    /// mode takes a reader beside the server).
+    pub fn stored_count(&self, query: &str) -> i64 {
+        let path = self.data.path().join("registry.sqlite3");
+        let db = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        db.query_row(query, [], |row| row.get(0)).unwrap()
     }
 
     /// What the server logged so far.

@@ -91,7 +91,7 @@ async fn without_the_operators_allowance_loopback_is_out_of_reach() {
     let (url, calls) = backend().await;
     let server = Server::start(&["--tool-config", &configured(&url)]);
     let (status, body) = server.invoke("lookup_weather_by_city", &[("city", json!("Boston"))]).await;
-    assert_eq!(status, 502, "{body}");
+    assert_eq!(status, 422, "{body}");
     assert_eq!(body["error"]["code"], "outbound_denied");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("resolves to an address on the host's own or a private network"), "{body}");

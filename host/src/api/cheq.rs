@@ -290,14 +290,18 @@ pub(super) async fn delete_policy(
 }
 
 /// Runs an accepted call to its end (on its own task: a client that hangs
-/// up does not stop it) and keeps its answer for the result URI. Returns
-/// the answer's status.
+/// up does not stop it, and a graceful stop waits for it) and keeps its
+/// answer for the result URI, with the status of a final answer
+/// ([`super::error::settled`]). Returns that status. Called right after the
+/// acceptance, with no await in between.
 async fn complete(
     host: &AppState,
     c: StoredConfirmation,
     confirmed: crate::host::Confirmed,
     private: Map<String, Value>,
 ) -> u16 {
+    // Counted from here: a graceful stop waits until its answer is kept.
+    let running = host.running_confirmed();
     let host = host.clone();
     let run = tokio::spawn(async move {
         let started = Instant::now();
@@ -307,9 +311,9 @@ async fn complete(
             Err(e) => (c.version, false, Err(e)),
         };
         let response = super::render_outcome(door, &c.call_id, version, has_outputs, started.elapsed(), outcome).await;
-        let status = response.status().as_u16();
+        let status = super::error::settled(response.status()).as_u16();
         let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap_or_default();
-        if let Err(e) = host.finish_confirmation(&c.id, status, &String::from_utf8_lossy(&body)) {
+        if let Err(e) = host.finish_confirmation(running, &c.id, status, &String::from_utf8_lossy(&body)) {
             tracing::error!(error = %e, transaction = c.id, "a confirmed call's answer could not be kept");
         }
         status
@@ -318,9 +322,10 @@ async fn complete(
 }
 
 /// `GET {result uri}`: `202` while the end user has not decided (or the
-/// tool runs); the call's answer once it ran; `403 confirmation_rejected`,
+/// tool runs); the call's answer once it ran (final: never a `5xx`, see
+/// [`super::error::settled`]); `403 confirmation_rejected`,
 /// `410 confirmation_expired`, `410 version_retired` or
-/// `500 call_outcome_unknown` otherwise. In the shape of the front door the
+/// `422 call_outcome_unknown` otherwise. In the shape of the front door the
 /// call came through.
 pub(super) async fn get_result(
     State(host): State<AppState>,
@@ -342,7 +347,9 @@ pub(super) async fn get_result(
         TxState::Pending => return Ok(waiting("pending", POLL_AFTER_SECS)),
         TxState::Running => return Ok(waiting("running", 1)),
         TxState::Done => {
+            // Settled again: an answer kept before 5xx were settled.
             let status = c.result_status.and_then(|s| StatusCode::from_u16(s).ok()).unwrap_or(StatusCode::OK);
+            let status = super::error::settled(status);
             let mut response =
                 (status, [(header::CONTENT_TYPE, "application/json")], c.result_body.unwrap_or_default())
                     .into_response();
@@ -351,16 +358,7 @@ pub(super) async fn get_result(
             }
             return Ok(response);
         }
-        state => {
-            let (code, message) =
-                state.unanswered().unwrap_or(("call_outcome_unknown", "the call's outcome is unknown"));
-            let status = match state {
-                TxState::Rejected => StatusCode::FORBIDDEN,
-                TxState::Expired | TxState::Retired => StatusCode::GONE,
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            ApiError::new(status, code, message)
-        }
+        state => ApiError::unanswered(state),
     };
     Ok(super::render_error(door, error).await)
 }

@@ -3,9 +3,14 @@
 //! Every error body is `{"error": {"code": "snake_case", "message": "…", …}}`
 //! plus fields a caller can act on (`parameter`, the tool-error fields).
 //! Messages never carry host internals.
+//!
+//! Statuses follow the A2T draft's meaning (docs/a2t.md, "Status codes"):
+//! a `4xx` says the request is wrong, or that the call failed in a way the
+//! same call would fail again (`422`, with a distinct `error.code`); a `5xx`
+//! is temporary — an executor retries it — and carries `Retry-After`.
 
 use crate::cheq::ConditionError;
-use crate::host::{ChangeError, DecideError, DeployError, InvokeError, JwksError, LoginError};
+use crate::host::{ChangeError, DecideError, DeployError, InvokeError, JwksError, LoginError, State as TxState};
 use crate::invocation::{InputError, OutputError, ToolError};
 use crate::package::PackageError;
 use crate::runtime::CallError;
@@ -35,16 +40,43 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
-    /// `500 storage_failed`: the data dir refused a write; nothing changed.
+    /// `503 storage_failed` with `Retry-After`: the data dir refused a read
+    /// or write; nothing changed, and the same request may work once the
+    /// store recovers (when is not known: the header is a hint).
     pub fn storage_failed(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "storage_failed", message)
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "storage_failed", message).retry_after(STORAGE_RETRY_SECS)
     }
 
     /// `503 busy` with `Retry-After: 1`.
     fn busy(message: String) -> Self {
-        let mut error = Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message);
-        error.retry_after_secs = Some(1);
-        error
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message).retry_after(RETRY_SOON_SECS)
+    }
+
+    /// `422`: the tool failed in a way the same call fails again every
+    /// time — a permanent failure for this input, which an executor shows
+    /// the LLM rather than retries (a `5xx` would be retried forever).
+    fn permanent(code: &'static str, message: String) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
+    }
+
+    /// Sets `Retry-After` (seconds; at least 1).
+    fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after_secs = Some(secs.max(1));
+        self
+    }
+
+    /// The answer at the result URI of a transaction that ended without
+    /// the tool's answer. Final — polling again never changes it — so never
+    /// a `5xx`: `403 confirmation_rejected`, `410 confirmation_expired`,
+    /// `410 version_retired`, `422 call_outcome_unknown`.
+    pub fn unanswered(state: TxState) -> Self {
+        let (code, message) = state.unanswered().unwrap_or(("call_outcome_unknown", "the call's outcome is unknown"));
+        let status = match state {
+            TxState::Rejected => StatusCode::FORBIDDEN,
+            TxState::Expired | TxState::Retired => StatusCode::GONE,
+            _ => StatusCode::UNPROCESSABLE_ENTITY,
+        };
+        Self::new(status, code, message)
     }
 
     /// `404 not_found`.
@@ -88,6 +120,26 @@ impl ApiError {
     }
 }
 
+/// The status a confirmed call's answer is kept and replayed with at the
+/// result URI. That answer is final (the call is not run again; a new call
+/// needs a new confirmation), so a temporary failure at the time (`5xx`:
+/// busy, over the rate, a timeout) becomes `422` with its `error.code`: an
+/// executor polling the URI must not retry what will never change.
+pub fn settled(status: StatusCode) -> StatusCode {
+    if status.is_server_error() { StatusCode::UNPROCESSABLE_ENTITY } else { status }
+}
+
+/// `Retry-After` of `busy`, a tool that timed out while it waited, and a
+/// tool's own retryable error without a time.
+const RETRY_SOON_SECS: u64 = 1;
+/// `Retry-After` of `storage_failed` (a hint: when a full or failing disk
+/// recovers is not known).
+const STORAGE_RETRY_SECS: u64 = 5;
+/// `Retry-After` of `jwks_unavailable`: a failed fetch of a confirmation
+/// server's keys is remembered this long by default
+/// (`--cheq-jwks-failure-cache-secs`), so an earlier retry gets the same answer.
+const JWKS_RETRY_SECS: u64 = 5;
+
 fn add_retry_after(response: &mut Response, secs: Option<u64>) {
     if let Some(secs) = secs {
         response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -127,7 +179,10 @@ impl From<ToolError> for ApiError {
     /// `422`, or `503` with `Retry-After` when the tool says a retry may work.
     fn from(e: ToolError) -> Self {
         let (status, retry_after_secs) = if e.can_retry {
-            (StatusCode::SERVICE_UNAVAILABLE, Some(e.retry_after_ms.unwrap_or(1000).div_ceil(1000).max(1)))
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some(e.retry_after_ms.map_or(RETRY_SOON_SECS, |ms| ms.div_ceil(1000)).max(1)),
+            )
         } else {
             (StatusCode::UNPROCESSABLE_ENTITY, None)
         };
@@ -141,42 +196,44 @@ impl From<ToolError> for ApiError {
 }
 
 impl From<InvokeError> for ApiError {
+    /// Refusals of the request are `4xx`; temporary failures `5xx` with
+    /// `Retry-After`; failures the same call repeats (a trap, exhausted
+    /// memory, a bad or oversize answer, a denied outbound request, a tool
+    /// still computing at its deadline) `422` — see [`InvokeError::is_temporary`].
     fn from(e: InvokeError) -> Self {
+        let message = e.to_string();
         match e {
-            InvokeError::UnknownTool(_) | InvokeError::UnknownVersion { .. } => ApiError::not_found(e.to_string()),
-            InvokeError::Retired(_) => ApiError::new(StatusCode::GONE, "version_retired", e.to_string()),
+            InvokeError::UnknownTool(_) | InvokeError::UnknownVersion { .. } => ApiError::not_found(message),
+            InvokeError::Retired(_) => ApiError::new(StatusCode::GONE, "version_retired", message),
             InvokeError::Input(e) => e.into(),
-            InvokeError::Call(CallError::Timeout(_)) => {
-                ApiError::new(StatusCode::GATEWAY_TIMEOUT, "tool_timeout", e.to_string())
+            // A slow backend may answer in time on the next call.
+            InvokeError::Call(CallError::Timeout { computing: false, .. }) => {
+                ApiError::new(StatusCode::GATEWAY_TIMEOUT, "tool_timeout", message).retry_after(RETRY_SOON_SECS)
             }
-            InvokeError::Call(CallError::ResourceExhausted) => {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "tool_resource_exhausted", e.to_string())
+            // A loop loops again.
+            InvokeError::Call(CallError::Timeout { computing: true, .. }) => {
+                ApiError::permanent("tool_timeout", message)
             }
-            InvokeError::Call(CallError::Trapped(_)) => {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "tool_trapped", e.to_string())
-            }
-            InvokeError::Call(CallError::Busy) | InvokeError::Busy(_) => ApiError::busy(e.to_string()),
+            InvokeError::Call(CallError::ResourceExhausted) => ApiError::permanent("tool_resource_exhausted", message),
+            InvokeError::Call(CallError::Trapped(_)) => ApiError::permanent("tool_trapped", message),
+            InvokeError::Call(CallError::Busy) | InvokeError::Busy(_) => ApiError::busy(message),
+            // The rate is the tenant's, shared by all its callers: to one
+            // caller it is a capacity limit like `busy`, and the draft's
+            // executor retries a 5xx where it would give up on a 429.
             InvokeError::RateLimited { retry_after, .. } => {
-                let mut error = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", e.to_string());
-                error.retry_after_secs = Some(retry_after.as_millis().div_ceil(1000).max(1) as u64);
-                error
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "rate_limited", message)
+                    .retry_after(retry_after.as_millis().div_ceil(1000) as u64)
             }
-            InvokeError::Output(OutputError::Invalid(_)) => {
-                ApiError::new(StatusCode::BAD_GATEWAY, "invalid_tool_output", e.to_string())
-            }
-            InvokeError::Output(OutputError::TooLarge(_)) => {
-                ApiError::new(StatusCode::BAD_GATEWAY, "output_too_large", e.to_string())
-            }
-            InvokeError::OutboundDenied(_) => ApiError::new(StatusCode::BAD_GATEWAY, "outbound_denied", e.to_string()),
+            InvokeError::Output(OutputError::Invalid(_)) => ApiError::permanent("invalid_tool_output", message),
+            InvokeError::Output(OutputError::TooLarge(_)) => ApiError::permanent("output_too_large", message),
+            InvokeError::OutboundDenied(_) => ApiError::permanent("outbound_denied", message),
             // The front doors answer a pending call with its URI pack
             // before it gets here; this is only a fallback.
-            InvokeError::ConfirmationPending(_) => {
-                ApiError::new(StatusCode::ACCEPTED, "confirmation_pending", e.to_string())
-            }
-            InvokeError::EndUserRequired(_) => ApiError::bad_request("end_user_required", e.to_string()),
-            InvokeError::CannotWait(_) => ApiError::bad_request("confirmation_cannot_wait", e.to_string()),
+            InvokeError::ConfirmationPending(_) => ApiError::new(StatusCode::ACCEPTED, "confirmation_pending", message),
+            InvokeError::EndUserRequired(_) => ApiError::bad_request("end_user_required", message),
+            InvokeError::CannotWait(_) => ApiError::bad_request("confirmation_cannot_wait", message),
             InvokeError::Storage(_) => {
-                tracing::error!(error = %e, "a call could not be recorded");
+                tracing::error!(error = %message, "a call could not be recorded");
                 ApiError::storage_failed(
                     "the call could not be recorded (is the data disk full?); the tool did not run",
                 )
@@ -244,7 +301,8 @@ impl From<DecideError> for ApiError {
 
 impl From<JwksError> for ApiError {
     /// `502`: the external confirmation server's keys could not be had, or
-    /// the operator's rules refused its URL.
+    /// the operator's rules refused its URL. Only `jwks_unavailable` (the
+    /// server did not answer) may pass, so only it carries `Retry-After`.
     fn from(e: JwksError) -> Self {
         let code = match e {
             JwksError::Insecure => "jwks_insecure_url",
@@ -254,7 +312,8 @@ impl From<JwksError> for ApiError {
             JwksError::Invalid => "jwks_invalid",
             JwksError::Unavailable => "jwks_unavailable",
         };
-        ApiError::new(StatusCode::BAD_GATEWAY, code, e.to_string())
+        let error = ApiError::new(StatusCode::BAD_GATEWAY, code, e.to_string());
+        if matches!(e, JwksError::Unavailable) { error.retry_after(JWKS_RETRY_SECS) } else { error }
     }
 }
 
@@ -295,5 +354,160 @@ impl IntoResponse for ApiError {
         let mut response = (self.status, axum::Json(json!({ "error": error }))).into_response();
         add_retry_after(&mut response, self.retry_after_secs);
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A row of the status table in docs/a2t.md.
+    struct Row {
+        status: u16,
+        code: String,
+        retry: String,
+    }
+
+    fn a2t_table() -> Vec<Row> {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/a2t.md")).unwrap();
+        let table = doc.split("| status | `error.code` | when | retry |").nth(1).expect("the status table");
+        table
+            .lines()
+            .skip(2)
+            .take_while(|line| line.starts_with('|'))
+            .map(|line| {
+                let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+                assert_eq!(cells.len(), 4, "a row has status, code, when, retry: {line}");
+                Row {
+                    status: cells[0].parse().unwrap_or_else(|_| panic!("not a status: {line}")),
+                    code: cells[1].trim_matches('`').to_string(),
+                    retry: cells[3].to_string(),
+                }
+            })
+            .collect()
+    }
+
+    /// Every error the A2T door's calls and result URI can end in.
+    fn sent() -> Vec<ApiError> {
+        let mut errors: Vec<ApiError> = crate::invocation::INPUT_ERROR_CODES
+            .iter()
+            .copied()
+            .map(|code| InputError { code, message: String::new(), parameter: None }.into())
+            .collect();
+        let tool_error = |can_retry| ToolError {
+            message: "no".into(),
+            developer_message: None,
+            can_retry,
+            retry_after_ms: None,
+            additional_prompt_content: None,
+        };
+        errors.extend([tool_error(false).into(), tool_error(true).into()]);
+        let invoke = [
+            InvokeError::UnknownTool("x".into()),
+            InvokeError::UnknownVersion { tool_id: uuid::Uuid::nil(), version: 2 },
+            InvokeError::Retired("x".into()),
+            InvokeError::Call(CallError::Timeout { deadline: Duration::from_secs(1), computing: false }),
+            InvokeError::Call(CallError::Timeout { deadline: Duration::from_secs(1), computing: true }),
+            InvokeError::Call(CallError::ResourceExhausted),
+            InvokeError::Call(CallError::Trapped("x".into())),
+            InvokeError::Call(CallError::Busy),
+            InvokeError::Busy("x".into()),
+            InvokeError::RateLimited { tenant: "t".into(), retry_after: Duration::from_millis(1500) },
+            InvokeError::Output(OutputError::Invalid("x".into())),
+            InvokeError::Output(OutputError::TooLarge("x".into())),
+            InvokeError::OutboundDenied("x".into()),
+            InvokeError::EndUserRequired("x".into()),
+            InvokeError::CannotWait("x".into()),
+            InvokeError::Storage("x".into()),
+        ];
+        errors.extend(invoke.into_iter().map(ApiError::from));
+        errors.extend(
+            [TxState::Rejected, TxState::Expired, TxState::Retired, TxState::Interrupted].map(ApiError::unanswered),
+        );
+        errors
+    }
+
+    #[test]
+    fn every_status_in_the_a2t_table_is_what_the_code_sends() {
+        let rows = a2t_table();
+        assert!(rows.len() >= 40, "docs/a2t.md lost rows of its status table ({} found)", rows.len());
+        let sent = sent();
+        for error in &sent {
+            let (status, code) = (error.status().as_u16(), error.code());
+            let row = rows.iter().find(|r| r.status == status && r.code == code);
+            let row = row.unwrap_or_else(|| panic!("docs/a2t.md has no row `{status} {code}`"));
+            assert_eq!(
+                row.retry.contains("`Retry-After"),
+                error.retry_after_secs().is_some(),
+                "`{status} {code}`: the table and the code disagree on Retry-After"
+            );
+        }
+        for row in &rows {
+            // The draft's meaning: 5xx is temporary (retried), anything else not.
+            assert_eq!(
+                row.retry.starts_with("yes"),
+                row.status >= 500,
+                "`{} {}`: a 5xx is retried, nothing else is",
+                row.status,
+                row.code
+            );
+            // A code the table gives with a status the code never sends.
+            if sent.iter().any(|e| e.code() == row.code) {
+                assert!(
+                    sent.iter().any(|e| e.code() == row.code && e.status().as_u16() == row.status),
+                    "docs/a2t.md says `{} {}`, which the code never sends",
+                    row.status,
+                    row.code
+                );
+            }
+        }
+        // Every temporary failure says when to retry (a bug's `internal` aside).
+        for error in sent.iter().filter(|e| e.status().is_server_error()) {
+            assert!(error.retry_after_secs().is_some(), "`{}` is a 5xx without Retry-After", error.code());
+        }
+    }
+
+    #[test]
+    fn every_code_in_the_a2t_table_exists_in_the_source() {
+        fn source(dir: &std::path::Path, text: &mut String) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    source(&path, text);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    text.push_str(&std::fs::read_to_string(&path).unwrap());
+                }
+            }
+        }
+        let mut text = String::new();
+        source(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src")), &mut text);
+        for row in a2t_table() {
+            assert!(
+                text.contains(&format!("\"{}\"", row.code)),
+                "docs/a2t.md names `{}`, which no code sends",
+                row.code
+            );
+        }
+    }
+
+    #[test]
+    fn of_a_confirmation_servers_keys_only_an_unanswered_fetch_may_pass() {
+        let unavailable = ApiError::from(JwksError::Unavailable);
+        assert_eq!((unavailable.status(), unavailable.retry_after_secs()), (StatusCode::BAD_GATEWAY, Some(5)));
+        for refused in [JwksError::Insecure, JwksError::InternalAddress, JwksError::Invalid, JwksError::TooLarge(1)] {
+            assert_eq!(ApiError::from(refused).retry_after_secs(), None);
+        }
+    }
+
+    #[test]
+    fn a_kept_answer_is_never_a_5xx() {
+        for status in [StatusCode::SERVICE_UNAVAILABLE, StatusCode::GATEWAY_TIMEOUT, StatusCode::INTERNAL_SERVER_ERROR]
+        {
+            assert_eq!(settled(status), StatusCode::UNPROCESSABLE_ENTITY);
+        }
+        for status in [StatusCode::OK, StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST] {
+            assert_eq!(settled(status), status);
+        }
     }
 }

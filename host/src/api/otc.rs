@@ -583,7 +583,7 @@ fn json_response(body: String, replayed: bool) -> Response {
 /// The answer to a call id whose earlier call never recorded its outcome.
 fn unfinished(call_id: &str) -> Response {
     let error = json!({
-        "message": "an earlier call with this call_id started but its outcome was never recorded (the server stopped while it ran), so it may or may not have taken effect; check before calling again with a new call_id",
+        "message": "an earlier call with this call_id started but its outcome was never recorded (the server went down while it ran), so it may or may not have taken effect; check before calling again with a new call_id",
         "developer_message": "call_outcome_unknown",
         "can_retry": false,
     });
@@ -607,19 +607,21 @@ fn tool_error(e: &ToolError) -> Value {
 }
 
 /// The OTC `ToolError` of a call the sandbox ended or whose answer the host
-/// refused. A timeout may pass (a slow backend); a trap, exhausted memory or
-/// a bad answer will not.
+/// refused. `can_retry` is the core's judgement ([`InvokeError::is_temporary`]):
+/// a timeout while the tool waited may pass (a slow backend); a trap,
+/// exhausted memory, a bad answer or a tool computing past its deadline
+/// will not.
 fn sandbox_error(e: &InvokeError) -> Value {
-    let (code, can_retry) = match e {
-        InvokeError::Call(CallError::Timeout(_)) => ("tool_timeout", true),
-        InvokeError::Call(CallError::ResourceExhausted) => ("tool_resource_exhausted", false),
-        InvokeError::Call(_) => ("tool_trapped", false),
-        InvokeError::Output(OutputError::TooLarge(_)) => ("output_too_large", false),
-        InvokeError::Output(_) => ("invalid_tool_output", false),
-        InvokeError::OutboundDenied(_) => ("outbound_denied", false),
-        _ => ("tool_failed", false),
+    let code = match e {
+        InvokeError::Call(CallError::Timeout { .. }) => "tool_timeout",
+        InvokeError::Call(CallError::ResourceExhausted) => "tool_resource_exhausted",
+        InvokeError::Call(_) => "tool_trapped",
+        InvokeError::Output(OutputError::TooLarge(_)) => "output_too_large",
+        InvokeError::Output(_) => "invalid_tool_output",
+        InvokeError::OutboundDenied(_) => "outbound_denied",
+        _ => "tool_failed",
     };
-    json!({ "message": e.to_string(), "developer_message": code, "can_retry": can_retry })
+    json!({ "message": e.to_string(), "developer_message": code, "can_retry": e.is_temporary() })
 }
 
 /// Gives every error under `/otc/` the OTC `ServerErrorResponse` shape

@@ -103,6 +103,20 @@ impl ConfirmationNeed {
 #[derive(Debug)]
 pub struct Confirmed(());
 
+/// A confirmed call counted as running, from its acceptance until its
+/// answer is kept ([`ToolHost::finish_confirmation`] takes it): a graceful
+/// stop waits until none is left ([`ToolHost::answers_kept`]),
+/// so that a planned stop never cuts a confirmed call off, leaving its
+/// outcome unknown.
+#[derive(Debug)]
+pub struct RunningConfirmed(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Drop for RunningConfirmed {
+    fn drop(&mut self) {
+        self.0.send_modify(|running| *running -= 1);
+    }
+}
+
 /// A call now waiting for its end user.
 #[derive(Debug, Clone)]
 pub struct PendingConfirmation {
@@ -144,6 +158,8 @@ pub(super) struct CheqState {
     login: login::LoginGuard,
     /// External confirmation servers' keys, fetched and cached.
     jwks: jwks::JwksFetcher,
+    /// Confirmed calls running or keeping their answers ([`RunningConfirmed`]).
+    running: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 impl CheqState {
@@ -167,6 +183,7 @@ impl CheqState {
             overrides: Default::default(),
             login: login::LoginGuard::new(&options.login),
             jwks: jwks::JwksFetcher::new(options.jwks.clone(), outbound),
+            running: Arc::new(tokio::sync::watch::Sender::new(0)),
         })
     }
 }
@@ -207,7 +224,7 @@ pub enum State {
     Rejected,
     /// Nobody answered in time.
     Expired,
-    /// The server stopped while the tool ran: it may or may not have taken
+    /// The server went down while the tool ran: it may or may not have taken
     /// effect.
     Interrupted,
     /// Accepted after its pinned version was retired: the tool did not run,
@@ -244,7 +261,7 @@ impl State {
             State::Retired => Some(("version_retired", RETIRED_MESSAGE)),
             State::Interrupted => Some((
                 "call_outcome_unknown",
-                "the end user confirmed the call, but the server stopped while the tool ran: it may or may not have taken effect; check before calling again",
+                "the end user confirmed the call, but the server went down while the tool ran: it may or may not have taken effect; check before calling again",
             )),
         }
     }
@@ -860,18 +877,47 @@ impl ToolHost {
         Ok(matches && stored.is_some())
     }
 
-    /// Keeps the answer of an accepted transaction's call for the agent.
-    pub fn finish_confirmation(&self, id: &str, status: u16, body: &str) -> Result<(), StoreError> {
-        self.store.finish_confirmation(id, status, body)
+    /// Counts an accepted transaction's call as running until the returned
+    /// guard is handed to [`ToolHost::finish_confirmation`] (or dropped):
+    /// take it as soon as the transaction is accepted.
+    pub fn running_confirmed(&self) -> RunningConfirmed {
+        self.cheq.running.send_modify(|running| *running += 1);
+        RunningConfirmed(self.cheq.running.clone())
     }
 
-    /// Marks transactions that were running when the server stopped.
+    /// Confirmed calls running or keeping their answers now.
+    pub(super) fn confirmed_calls_running(&self) -> usize {
+        *self.cheq.running.borrow()
+    }
+
+    /// Returns once no confirmed call is running or keeping its answer.
+    pub(super) async fn confirmed_calls_finished(&self) {
+        let mut running = self.cheq.running.subscribe();
+        // The sender lives as long as the host.
+        let _ = running.wait_for(|running| *running == 0).await;
+    }
+
+    /// Keeps the answer of an accepted transaction's call for the agent; the
+    /// call stops counting as running once it is kept.
+    pub fn finish_confirmation(
+        &self,
+        running: RunningConfirmed,
+        id: &str,
+        status: u16,
+        body: &str,
+    ) -> Result<(), StoreError> {
+        let kept = self.store.finish_confirmation(id, status, body);
+        drop(running);
+        kept
+    }
+
+    /// Marks transactions that were running when the server went down.
     pub(super) fn interrupt_confirmations(&self) -> Result<(), StoreError> {
         let interrupted = self.store.interrupt_confirmations()?;
         if interrupted > 0 {
             tracing::warn!(
                 interrupted,
-                "confirmed calls were running when the server stopped; their outcome is unknown"
+                "confirmed calls were running when the server went down; their outcome is unknown"
             );
         }
         Ok(())

@@ -142,7 +142,7 @@ async fn a_version_retired_after_the_acceptance_ends_the_transaction_retired() {
     assert_eq!(State::of(&stored, crate::tenancy::unix_now()), State::Retired);
     assert_eq!(stored.result_status, None);
     // The front door records the refusal it rendered: the state stays.
-    host.finish_confirmation(&pending.id, 410, "{}").unwrap();
+    host.finish_confirmation(host.running_confirmed(), &pending.id, 410, "{}").unwrap();
     let stored = host.confirmation(DEFAULT_TENANT, &pending.id).unwrap().unwrap();
     assert_eq!((stored.state.as_str(), stored.result_status), ("retired", None));
     let query = crate::tenancy::AuditQuery { tenant: None, before: None, limit: 100 };

@@ -12,18 +12,7 @@ use proptest::prelude::*;
 use std::sync::OnceLock;
 
 /// Every code input validation may answer with.
-const CODES: &[&str] = &[
-    "invalid_request",
-    "wrong_tool_name",
-    "duplicate_parameter",
-    "unknown_parameter",
-    "private_parameter",
-    "missing_parameter",
-    "invalid_type",
-    "too_long",
-    "out_of_range",
-    "invalid_enum_value",
-];
+const CODES: &[&str] = super::INPUT_ERROR_CODES;
 
 /// The signatures of the packed example tools and fixtures.
 fn real_signatures() -> &'static [Signature] {

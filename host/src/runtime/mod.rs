@@ -47,6 +47,9 @@ const MAX_TABLE_ELEMENTS: usize = 100_000;
 /// toolchains that give each core instance its own, while the limiter keeps
 /// their sum within the instance's quota.
 const MAX_MEMORIES_PER_COMPONENT: u32 = 4;
+/// Core instances one component may have: a Rust tool has a few, a Python
+/// tool built by componentize-py about 14.
+const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 16;
 
 /// Limits applied to every invocation.
 #[derive(Debug, Clone)]
@@ -92,9 +95,17 @@ pub enum LoadError {
 /// Why an invocation did not produce a value.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    /// The deadline passed.
-    #[error("the tool did not finish within {0:?}")]
-    Timeout(Duration),
+    /// The deadline passed. `computing`: the tool was running its own code
+    /// then (a loop, say), not waiting on a host call such as an outbound
+    /// request — the same input will most likely run out of time again,
+    /// where a slow backend may answer sooner next time.
+    #[error("the tool did not finish within {deadline:?}{}", computing_note(.computing))]
+    Timeout {
+        /// The deadline it had.
+        deadline: Duration,
+        /// Whether it was executing its own code (not waiting) at the deadline.
+        computing: bool,
+    },
     /// The tool hit its memory or table limit.
     #[error("the tool ran out of memory")]
     ResourceExhausted,
@@ -104,6 +115,10 @@ pub enum CallError {
     /// No instance slot is free.
     #[error("too many tool invocations are running")]
     Busy,
+}
+
+fn computing_note(computing: &bool) -> &'static str {
+    if *computing { "; it was still computing, and the same input would run out of time again" } else { "" }
 }
 
 /// A loaded version, ready to instantiate.
@@ -545,15 +560,21 @@ impl Runtime {
         wasm.wasm_component_model(true).epoch_interruption(true);
         if config.pooling {
             let mut pool = PoolingAllocationConfig::new();
+            // Every instance slot may hold a component of the largest shape
+            // allowed: a Python component has about 14 core instances
+            // (CPython, libc, the WASI adapter, shims), so core instances
+            // are pooled at the per-component maximum rather than at a
+            // Rust tool's handful. A slot of the pool costs address space,
+            // not memory, until it is used.
             pool.total_component_instances(config.max_instances)
-                .total_core_instances(config.max_instances * 4)
+                .total_core_instances(config.max_instances * MAX_CORE_INSTANCES_PER_COMPONENT)
                 .total_memories(config.max_instances * 2)
                 .total_tables(config.max_instances * 4)
                 .total_stacks(config.max_instances)
                 .max_memory_size(config.max_memory_bytes)
                 .max_memories_per_component(MAX_MEMORIES_PER_COMPONENT)
                 .max_memories_per_module(MAX_MEMORIES_PER_COMPONENT)
-                .max_core_instances_per_component(16)
+                .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
                 .max_tables_per_component(8);
             wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
@@ -760,7 +781,10 @@ impl Runtime {
         let denials = store.data().outbound.denials();
         store.data().log.finish(&denials);
         match outcome {
-            Err(_elapsed) => Err(CallError::Timeout(deadline)),
+            // The timer fired while the tool waited on the host (an outbound
+            // request, a sleep): a running tool is interrupted by the epoch
+            // callback instead, before the timer's expiry is looked at.
+            Err(_elapsed) => Err(CallError::Timeout { deadline, computing: false }),
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(classify(&error, store.data().limits.refused, deadline)),
         }
@@ -773,7 +797,7 @@ fn classify(error: &wasmtime::Error, memory_refused: bool, deadline: Duration) -
     tracing::debug!(error = format!("{error:#}"), "tool invocation failed");
     if let Some(trap) = error.downcast_ref::<Trap>() {
         return match trap {
-            Trap::Interrupt => CallError::Timeout(deadline),
+            Trap::Interrupt => CallError::Timeout { deadline, computing: true },
             Trap::StackOverflow => CallError::Trapped("stack overflow".into()),
             _ if memory_refused => CallError::ResourceExhausted,
             Trap::UnreachableCodeReached => {

@@ -173,7 +173,7 @@ pub struct StoredConfirmation {
     /// The CHEQ object signed by this server (a JWS, general JSON).
     pub cheq: String,
     /// `pending`, `accepted` (running), `done`, `rejected`, `expired` or
-    /// `interrupted` (the server stopped while the tool ran).
+    /// `interrupted` (the server went down while the tool ran).
     pub state: String,
     /// When the call was made (Unix seconds).
     pub created_at: i64,
@@ -318,7 +318,8 @@ pub trait RegistryStore: Send + Sync {
     /// Removes an end user.
     fn delete_end_user(&self, tenant: &str, name: &str, audit: &AuditEntry) -> Result<bool, StoreError>;
 
-    /// Answers when the database can be read.
+    /// Answers when the database can be read and its write lock taken
+    /// (within a moment): when calls can be recorded.
     fn ping(&self) -> Result<(), StoreError>;
 
     /// Entries of the audit log, newest first.

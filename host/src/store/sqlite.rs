@@ -193,6 +193,11 @@ const KEY_CHECK: &str = "secrets-key-check";
 /// released.
 const SWEEP_BATCH: usize = 500;
 
+/// How long a statement waits for a lock another connection holds.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long [`RegistryStore::ping`] waits for the write lock.
+const PING_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// The registry in `DATA/registry.sqlite3`.
 pub struct SqliteStore {
     conn: Mutex<Connection>,
@@ -219,7 +224,7 @@ impl SqliteStore {
         // free pages.
         conn.pragma_update(None, "secure_delete", "ON")?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
         // Migrations rebuild tables that others reference, which SQLite
         // allows only with foreign keys off; they are checked right after.
         conn.pragma_update(None, "foreign_keys", "OFF")?;
@@ -758,8 +763,19 @@ impl RegistryStore for SqliteStore {
     }
 
     fn ping(&self) -> Result<(), StoreError> {
-        self.conn().query_row("SELECT count(*) FROM tenants", [], |_| Ok(()))?;
-        Ok(())
+        let conn = self.conn();
+        // The write lock, taken and let go: a read alone is served from
+        // SQLite's cache and answers even while every call that must be
+        // recorded fails. Waited for briefly, not the usual busy timeout: a
+        // health check answers at once.
+        conn.busy_timeout(PING_WAIT)?;
+        let probe = conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .and_then(|()| conn.query_row("SELECT count(*) FROM tenants", [], |_| Ok(())));
+        let rolled_back = if conn.is_autocommit() { Ok(()) } else { conn.execute_batch("ROLLBACK") };
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        rolled_back?;
+        Ok(probe?)
     }
 
     fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
@@ -1054,6 +1070,23 @@ mod tests {
         assert!(matches!(store.secrets(), Err(StoreError::WrongSecretsKey)));
         store.put_secret("default", "api-key", "sk-live-7f3a9c2e", &audit("secret.put")).unwrap();
         assert_eq!(store.secrets().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn ping_fails_while_another_connection_holds_the_write_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path(), cipher()).unwrap();
+        store.ping().unwrap();
+        let other = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let started = std::time::Instant::now();
+        assert!(store.ping().is_err(), "the write lock is taken");
+        assert!(started.elapsed() < BUSY_TIMEOUT, "waited {:?}", started.elapsed());
+        other.execute_batch("ROLLBACK").unwrap();
+        store.ping().unwrap();
+        // The probe leaves no transaction open: writes go on.
+        assert!(store.conn().is_autocommit());
+        store.conn().execute("INSERT INTO store_meta (key, value) VALUES ('after-ping', 'x')", []).unwrap();
     }
 
     #[test]
