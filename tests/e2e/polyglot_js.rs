@@ -240,7 +240,7 @@ async fn outbound_calls_are_limited_to_declared_hosts(lang: &Lang) {
     let config = format!("{}.backend-url={url}", lang.example_tool);
     let (server, _dir) = serve(&[(lang.example_tool, &lang.built().example)], &["--tool-config", &config]);
     let (status, body) = server.invoke(lang.example_tool, &[("city", json!("Paris")), ("days", json!(1))]).await;
-    assert_eq!((status, error_code(&body)), (502, "outbound_denied"), "{body}");
+    assert_eq!((status, error_code(&body)), (422, "outbound_denied"), "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("private network"), "{body}");
     assert_eq!(calls.get(), 0, "the request never left the sandbox");
 
@@ -249,7 +249,7 @@ async fn outbound_calls_are_limited_to_declared_hosts(lang: &Lang) {
     let target = format!("{}/health", server.base);
     let params = [("act", json!("CALL_UNDECLARED_HOST")), ("url", json!(target))];
     let (status, body) = server.invoke(lang.fixture_tool, &params).await;
-    assert_eq!((status, error_code(&body)), (502, "outbound_denied"), "{body}");
+    assert_eq!((status, error_code(&body)), (422, "outbound_denied"), "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("is not among the hosts the tool declares"), "{body}");
     assert_eq!(server.logs().matches("1 outbound requests refused").count(), 1, "{}", server.logs());
 }
@@ -283,11 +283,11 @@ async fn config_and_secrets_reach_the_tool(lang: &Lang) {
 async fn the_deadline_and_the_memory_limit_stop_runaways(lang: &Lang) {
     let (server, _dir) = fixture_server(lang, &[]);
     let (status, body) = server.invoke(lang.fixture_tool, &[("act", json!("SPIN"))]).await;
-    assert_eq!((status, error_code(&body)), (504, "tool_timeout"), "{body}");
+    assert_eq!((status, error_code(&body)), (422, "tool_timeout"), "computing at its deadline: {body}");
     assert_eq!(body["error"]["message"], "the tool did not finish within 3s");
 
     let (status, body) = server.invoke(lang.fixture_tool, &[("act", json!("ALLOCATE"))]).await;
-    assert_eq!((status, error_code(&body)), (500, "tool_resource_exhausted"), "{body}");
+    assert_eq!((status, error_code(&body)), (422, "tool_resource_exhausted"), "{body}");
 
     // The tool is fine for the next call.
     let (status, _) = server.invoke(lang.fixture_tool, &[("act", json!("READ_CONFIG"))]).await;
@@ -358,7 +358,7 @@ async fn it_is_served_over_otc_and_mcp(lang: &Lang) {
 async fn a_bug_is_a_trap_logged_with_its_stack(lang: &Lang) {
     let (server, _dir) = fixture_server(lang, &[]);
     let (status, body) = server.invoke(lang.fixture_tool, &[("act", json!("CRASH"))]).await;
-    assert_eq!((status, error_code(&body)), (500, "tool_trapped"), "{body}");
+    assert_eq!((status, error_code(&body)), (422, "tool_trapped"), "{body}");
     assert!(!body.to_string().contains("null"), "{body}");
     let logs = server.logs();
     assert!(logs.contains("the tool failed: TypeError: can't access property \"field\" of null"), "{logs}");
