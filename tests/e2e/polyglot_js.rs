@@ -284,7 +284,7 @@ async fn the_deadline_and_the_memory_limit_stop_runaways(lang: &Lang) {
     let (server, _dir) = fixture_server(lang, &[]);
     let (status, body) = server.invoke(lang.fixture_tool, &[("act", json!("SPIN"))]).await;
     assert_eq!((status, error_code(&body)), (422, "tool_timeout"), "computing at its deadline: {body}");
-    assert_eq!(body["error"]["message"], "the tool did not finish within 3s");
+    assert!(body["error"]["message"].as_str().unwrap().starts_with("the tool did not finish within 3s"), "{body}");
 
     let (status, body) = server.invoke(lang.fixture_tool, &[("act", json!("ALLOCATE"))]).await;
     assert_eq!((status, error_code(&body)), (422, "tool_resource_exhausted"), "{body}");
