@@ -59,7 +59,7 @@ impl<'a> Mcp<'a> {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
-    async fn list(&self) -> Vec<Value> {
+    pub async fn list(&self) -> Vec<Value> {
         let (status, answer) = self.request("tools/list", json!({}), Value::Null).await;
         assert_eq!(status, 200, "{answer}");
         answer["result"]["tools"].as_array().cloned().unwrap_or_default()

@@ -52,9 +52,9 @@ fn assert_valid(pointer: &str, instance: &Value) {
 }
 
 /// An answer from the OTC front door, already checked against its schema.
-struct Answer {
-    status: u16,
-    body: Value,
+pub struct Answer {
+    pub status: u16,
+    pub body: Value,
     replayed: bool,
 }
 
@@ -88,7 +88,7 @@ async fn list(server: &Server, key: &str, root: &str) -> Vec<Value> {
 
 /// `POST path` with `body` (a request the test means to be valid by the
 /// OpenAPI document is checked as such first) as the operator.
-async fn call(server: &Server, path: &str, body: &Value) -> Answer {
+pub async fn call(server: &Server, path: &str, body: &Value) -> Answer {
     call_as(server, TOKEN, path, body).await
 }
 
@@ -100,7 +100,7 @@ async fn call_as(server: &Server, key: &str, path: &str, body: &Value) -> Answer
 }
 
 /// A wrapped `CallToolRequest`.
-fn request(tool_id: &str, input: Value) -> Value {
+pub fn request(tool_id: &str, input: Value) -> Value {
     json!({ "request": { "tool_id": tool_id, "input": input } })
 }
 

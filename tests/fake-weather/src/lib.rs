@@ -6,7 +6,10 @@
 //! - `GET /v1/forecast?latitude=LAT&longitude=LON` →
 //!   `{"current": {"temperature_c", "wind_speed_kmh", "conditions"}}`
 //!
-//! The city "Stormville" geocodes, but its forecast answers `503`, so tests can
+//! - `GET /v1/daily?latitude=LAT&longitude=LON&days=N` (N from 1 to 16) →
+//!   `{"daily": [{"day", "high_c", "low_c", "conditions"}]}`, day 1 being today
+//!
+//! The city "Stormville" geocodes, but its forecasts answer `503`, so tests can
 //! see how a tool reports a backend outage. Every request is counted, so tests
 //! can check that a refused invocation never reached the backend.
 
@@ -42,7 +45,11 @@ impl Counter {
 
 /// The service's routes.
 pub fn router(counter: Counter) -> Router {
-    Router::new().route("/v1/geocode", get(geocode)).route("/v1/forecast", get(forecast)).with_state(counter)
+    Router::new()
+        .route("/v1/geocode", get(geocode))
+        .route("/v1/forecast", get(forecast))
+        .route("/v1/daily", get(daily))
+        .with_state(counter)
 }
 
 #[derive(Deserialize)]
@@ -77,6 +84,41 @@ async fn forecast(State(counter): State<Counter>, Query(q): Query<ForecastQuery>
         return Err(StatusCode::SERVICE_UNAVAILABLE);
     }
     Ok(Json(json!({"current": {"temperature_c": city.4, "wind_speed_kmh": city.5, "conditions": city.6}})))
+}
+
+#[derive(Deserialize)]
+struct DailyQuery {
+    latitude: f64,
+    longitude: f64,
+    days: u8,
+}
+
+/// Days a daily forecast reaches.
+const MAX_DAYS: u8 = 16;
+
+/// A made-up but stable daily forecast: the current weather, drifting a
+/// little from day to day.
+async fn daily(State(counter): State<Counter>, Query(q): Query<DailyQuery>) -> Result<Json<Value>, StatusCode> {
+    counter.0.fetch_add(1, Ordering::SeqCst);
+    if !(1..=MAX_DAYS).contains(&q.days) {
+        return Err(StatusCode::BAD_REQUEST);
+    }
+    let city = CITIES
+        .iter()
+        .find(|c| (c.2 - q.latitude).abs() < 0.01 && (c.3 - q.longitude).abs() < 0.01)
+        .ok_or(StatusCode::NOT_FOUND)?;
+    if city.0 == "Stormville" {
+        return Err(StatusCode::SERVICE_UNAVAILABLE);
+    }
+    const LATER: [&str; 3] = ["partly cloudy", "light rain", "clear sky"];
+    let days: Vec<Value> = (1..=q.days)
+        .map(|day| {
+            let drift = f64::from(day - 1) * 0.5;
+            let conditions = if day == 1 { city.6 } else { LATER[usize::from(day) % LATER.len()] };
+            json!({"day": day, "high_c": city.4 + 3.0 + drift, "low_c": city.4 - 4.0 - drift, "conditions": conditions})
+        })
+        .collect();
+    Ok(Json(json!({ "daily": days })))
 }
 
 /// Serves on `listener` until the process ends.

@@ -1,0 +1,1 @@
+../../sdk/js/plinth_sdk.d.ts
