@@ -9,6 +9,10 @@ FIXTURES   := echo-v2 echo-breaking spin-forever memory-bomb deep-recursion pani
               describe-hostile
 # Python and JavaScript tools, built from source by `plinth pack` with the
 # pinned toolchains (make toolchains).
+# The Python and JavaScript examples go to their own folder: each takes
+# seconds to compile when deployed, and most tests serve only the Rust ones.
+PORTABLE_PLUGINS  := get-daily-forecast
+PORTABLE_OUT      := target/portable-plugins
 PORTABLE_FIXTURES := echo-py echo-js
 WASM_OUT   := target/wasm32-wasip2/plugin
 TOOLCHAIN_ENV := PLINTH_COMPONENTIZE_PY=$(CURDIR)/target/toolchains/venv/bin/componentize-py \
@@ -51,22 +55,25 @@ build:
 toolchains:
 	@./sdk/toolchains/install $(CURDIR)/target/toolchains
 
-plugins: wasm-target build
+plugins: wasm-target build toolchains
 	$(CARGO) build --target wasm32-wasip2 --profile plugin $(addprefix -p ,$(PLUGINS))
 	@mkdir -p $(PLUGIN_OUT)
 	@for p in $(PLUGINS); do \
 		f=$$(echo $$p | tr - _); \
 		./target/debug/plinth pack plugins/$$p --wasm $(WASM_OUT)/$$f.wasm -o $(PLUGIN_OUT)/$$f.wasm || exit 1; \
 	done
+	$(call pack_portable,plugins,$(PORTABLE_PLUGINS),$(PORTABLE_OUT))
 
-# Serves the example tools. The weather tool talks to a stand-in weather
+# Serves the example tools, Rust, Python and JavaScript alike. The weather tools talk to a stand-in weather
 # service (tests/fake-weather), started here on $(WEATHER) and stopped with
 # the server.
 run: plugins
+	@rm -rf target/run-plugins && mkdir -p target/run-plugins && cp $(PLUGIN_OUT)/*.wasm $(PORTABLE_OUT)/*.wasm target/run-plugins/
 	@./target/debug/fake-weather $(WEATHER) & weather=$$!; \
 	trap "kill $$weather 2>/dev/null" EXIT INT TERM; \
-	./target/debug/plinth serve --listen $(LISTEN) --data $(DATA) --plugins $(PLUGIN_OUT) \
-		--tool-config lookup_weather_by_city.backend-url=http://$(WEATHER) --allow-private-cidr 127.0.0.0/8
+	./target/debug/plinth serve --listen $(LISTEN) --data $(DATA) --plugins target/run-plugins \
+		--tool-config lookup_weather_by_city.backend-url=http://$(WEATHER) \
+		--tool-config get_daily_forecast.backend-url=http://$(WEATHER) --allow-private-cidr 127.0.0.0/8
 
 fixtures: plugins toolchains
 	$(CARGO) build --target wasm32-wasip2 --profile plugin $(addprefix -p fixture-,$(FIXTURES))
