@@ -68,6 +68,9 @@ pub fn new_tool(dir: &Path, name: &str, language: Language) -> anyhow::Result<Ve
             vec![
                 ("tool.js", include_str!("../templates/js/tool.js")),
                 ("package.json", include_str!("../templates/js/package.json")),
+                // Types for editors and TypeScript; `plinth pack` puts the
+                // SDK itself beside the sources.
+                ("plinth_sdk.d.ts", include_str!("../../sdk/js/plinth_sdk.d.ts")),
             ],
         ),
     };
@@ -104,8 +107,9 @@ pub fn new_tool(dir: &Path, name: &str, language: Language) -> anyhow::Result<Ve
     write("plinth.toml".into(), fill(MANIFEST))?;
     write("README.md".into(), fill(README))?;
     for (path, text) in files {
-        // The vendored SDK is copied as it is.
-        let text = if path.starts_with("plinth-sdk/") { text.to_string() } else { fill(text) };
+        // The vendored SDK and its types are copied as they are.
+        let text =
+            if path.starts_with("plinth-sdk/") || path.ends_with(".d.ts") { text.to_string() } else { fill(text) };
         write(path.to_string(), text)?;
     }
     Ok(written)
