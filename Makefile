@@ -11,7 +11,7 @@ FIXTURES   := echo-v2 echo-breaking spin-forever memory-bomb deep-recursion pani
 # pinned toolchains (make toolchains).
 # The Python and JavaScript examples go to their own folder: each takes
 # seconds to compile when deployed, and most tests serve only the Rust ones.
-PORTABLE_PLUGINS  := get-daily-forecast
+PORTABLE_PLUGINS  := get-daily-forecast daily-forecast
 PORTABLE_OUT      := target/portable-plugins
 PORTABLE_FIXTURES := echo-py echo-js
 WASM_OUT   := target/wasm32-wasip2/plugin
@@ -73,7 +73,8 @@ run: plugins
 	trap "kill $$weather 2>/dev/null" EXIT INT TERM; \
 	./target/debug/plinth serve --listen $(LISTEN) --data $(DATA) --plugins target/run-plugins \
 		--tool-config lookup_weather_by_city.backend-url=http://$(WEATHER) \
-		--tool-config get_daily_forecast.backend-url=http://$(WEATHER) --allow-private-cidr 127.0.0.0/8
+		--tool-config get_daily_forecast.backend-url=http://$(WEATHER) \
+		--tool-config daily_forecast.backend-url=http://$(WEATHER) --allow-private-cidr 127.0.0.0/8
 
 fixtures: plugins toolchains
 	$(CARGO) build --target wasm32-wasip2 --profile plugin $(addprefix -p fixture-,$(FIXTURES))

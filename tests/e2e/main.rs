@@ -15,7 +15,7 @@ mod mcp_inspector;
 mod mcp_python;
 mod mcp_support;
 mod otc;
-mod polyglot_js;
+mod polyglot;
 mod sandbox;
 mod scaffold;
 mod security_doc;

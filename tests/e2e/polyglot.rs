@@ -1,10 +1,10 @@
-//! JavaScript tools, built from source by `plinth pack` with the pinned
-//! componentize-js (`make toolchains`), against the real server: the example
-//! `plugins/get-daily-forecast` (outbound HTTP to the stand-in weather
-//! service) and the fixture `tests/fixtures/js-misbehave` (the sandbox).
-//!
-//! Written per language (`Lang`) so the tests can join the Python ones in a
-//! table; each component is built once per test binary.
+//! Python and JavaScript tools, built from source by `plinth pack` with the
+//! pinned toolchains (`make toolchains`), against the real server: the
+//! examples `plugins/daily-forecast` (Python) and `plugins/get-daily-forecast`
+//! (JavaScript), the same tool in each language, calling the stand-in
+//! weather service over outbound HTTP; and the fixtures
+//! `tests/fixtures/{py,js}-misbehave` for the sandbox. Every test runs per
+//! language (`Lang`); each component is built once per test binary.
 
 use crate::mcp::Mcp;
 use crate::otc;
@@ -23,6 +23,8 @@ struct Lang {
     /// The fixture's directory, under the repository root.
     fixture: &'static str,
     fixture_tool: &'static str,
+    /// What the log shows of a bug (an exception other than a tool error).
+    bug_logged: &'static [&'static str],
     /// Its components, once built.
     built: &'static OnceLock<Built>,
 }
@@ -33,6 +35,7 @@ struct Built {
 }
 
 static JS_BUILT: OnceLock<Built> = OnceLock::new();
+static PY_BUILT: OnceLock<Built> = OnceLock::new();
 
 const JS: Lang = Lang {
     example: "plugins/get-daily-forecast",
@@ -40,7 +43,18 @@ const JS: Lang = Lang {
     example_otc: "Weather.GetDailyForecast",
     fixture: "tests/fixtures/js-misbehave",
     fixture_tool: "js_misbehave",
+    bug_logged: &["the tool failed: TypeError: can't access property \"field\" of null", "tool.js:"],
     built: &JS_BUILT,
+};
+
+const PY: Lang = Lang {
+    example: "plugins/daily-forecast",
+    example_tool: "daily_forecast",
+    example_otc: "Weather.DailyForecast",
+    fixture: "tests/fixtures/py-misbehave",
+    fixture_tool: "py_misbehave",
+    bug_logged: &["ZeroDivisionError", "app.py"],
+    built: &PY_BUILT,
 };
 
 fn repo() -> PathBuf {
@@ -262,7 +276,7 @@ async fn config_and_secrets_reach_the_tool(lang: &Lang) {
 
     let (status, body) = server.invoke(lang.fixture_tool, &[("act", json!("READ_SECRET"))]).await;
     assert_eq!((status, outputs(&body)["report"].clone()), (200, json!("api-key=none; undeclared-key=none")));
-    const KEY: &str = "sk-live-js-3b9e7d";
+    const KEY: &str = "sk-live-3b9e7d";
     for id in ["api-key", "undeclared-key"] {
         let put = server.request(reqwest::Method::PUT, &format!("/admin/secrets/{id}")).bearer_auth(TOKEN).body(KEY);
         assert_eq!(put.send().await.unwrap().status(), 204);
@@ -352,7 +366,7 @@ async fn it_is_served_over_otc_and_mcp(lang: &Lang) {
     assert!(answer["result"]["content"][0]["text"].as_str().unwrap().contains("no city called `Atlantis`"), "{answer}");
 }
 
-/// An exception other than a `ToolError` is a bug: the SDK's `tool()` ends
+/// An exception other than a `ToolError` is a bug: the SDK's `tool` ends
 /// the call as a trap, as a panic in Rust, with the stack in the log; the
 /// exception's text never reaches the caller.
 async fn a_bug_is_a_trap_logged_with_its_stack(lang: &Lang) {
@@ -361,58 +375,40 @@ async fn a_bug_is_a_trap_logged_with_its_stack(lang: &Lang) {
     assert_eq!((status, error_code(&body)), (422, "tool_trapped"), "{body}");
     assert!(!body.to_string().contains("null"), "{body}");
     let logs = server.logs();
-    assert!(logs.contains("the tool failed: TypeError: can't access property \"field\" of null"), "{logs}");
-    assert!(logs.contains("tool.js:"), "the stack names the tool's source: {logs}");
+    for shown in lang.bug_logged {
+        assert!(logs.contains(shown), "the log does not show {shown}: {logs}");
+    }
     let (status, _) = server.invoke(lang.fixture_tool, &[("act", json!("READ_CONFIG"))]).await;
     assert_eq!(status, 200, "the next call runs");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn js_the_signature_comes_from_the_wit_docs() {
-    the_signature_comes_from_the_wit_docs(&JS).await;
+/// Each check, once per language.
+macro_rules! per_language {
+    ($($check:ident),* $(,)?) => {
+        mod python {
+            $(#[tokio::test(flavor = "multi_thread")]
+            async fn $check() {
+                super::$check(&super::PY).await;
+            })*
+        }
+        mod javascript {
+            $(#[tokio::test(flavor = "multi_thread")]
+            async fn $check() {
+                super::$check(&super::JS).await;
+            })*
+        }
+    };
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn js_it_calls_its_backend_and_answers() {
-    it_calls_its_backend_and_answers(&JS).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn js_invalid_input_never_reaches_the_tool() {
-    invalid_input_never_reaches_the_tool(&JS).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn js_tool_errors_reach_the_caller() {
-    tool_errors_reach_the_caller(&JS).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn js_outbound_calls_are_limited_to_declared_hosts() {
-    outbound_calls_are_limited_to_declared_hosts(&JS).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn js_config_and_secrets_reach_the_tool() {
-    config_and_secrets_reach_the_tool(&JS).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn js_the_deadline_and_the_memory_limit_stop_runaways() {
-    the_deadline_and_the_memory_limit_stop_runaways(&JS).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn js_a_compatible_version_deploys_and_a_breaking_one_is_refused() {
-    a_compatible_version_deploys_and_a_breaking_one_is_refused(&JS).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn js_it_is_served_over_otc_and_mcp() {
-    it_is_served_over_otc_and_mcp(&JS).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn js_a_bug_is_a_trap_logged_with_its_stack() {
-    a_bug_is_a_trap_logged_with_its_stack(&JS).await;
-}
+per_language!(
+    the_signature_comes_from_the_wit_docs,
+    it_calls_its_backend_and_answers,
+    invalid_input_never_reaches_the_tool,
+    tool_errors_reach_the_caller,
+    outbound_calls_are_limited_to_declared_hosts,
+    config_and_secrets_reach_the_tool,
+    the_deadline_and_the_memory_limit_stop_runaways,
+    a_compatible_version_deploys_and_a_breaking_one_is_refused,
+    it_is_served_over_otc_and_mcp,
+    a_bug_is_a_trap_logged_with_its_stack,
+);
