@@ -1059,8 +1059,9 @@ impl ToolHost {
             {
                 return Ok(ToolResult::Failed(refused));
             }
-            this.run(&quota, &tool, &version, call).instrument(span).await
-        };
+            this.run(&quota, &tool, &version, call).await
+        }
+        .instrument(span);
         // The executor is gone only while the host is dropped.
         let executor = self
             .executor
@@ -1239,11 +1240,12 @@ impl ToolHost {
             described.redact(&redactor);
             Ok(described)
         });
-        match (outcome, denials.reason()) {
-            (Ok(Described::Failed(_)) | Err(InvokeError::Call(CallError::Trapped(_))), Some(why)) => {
-                Err(InvokeError::OutboundDenied(redactor.text(&why)))
-            }
-            (outcome, _) => outcome.map(Some),
+        // A description made while trying what the tool may not (a request
+        // that acts, or to an undeclared host) is not shown to anyone: the
+        // call is refused, even if the tool went on as if nothing happened.
+        match denials.reason() {
+            Some(why) => Err(InvokeError::OutboundDenied(redactor.text(&why))),
+            None => outcome.map(Some),
         }
     }
 
@@ -1279,6 +1281,8 @@ impl ToolHost {
         let deadline_ms = limits.deadline_ms.map_or(quotas.max_deadline_ms, |ms| ms.min(quotas.max_deadline_ms));
         let memory_mib = limits.memory_mib.map_or(quotas.max_memory_mib, |m| m.min(quotas.max_memory_mib));
         let outbound = OutboundPolicy::new(&version.host_patterns, &config, self.limits.outbound.clone());
+        // `describe` runs before anyone has confirmed the call: it may read, not act.
+        let outbound = if run.export == Export::Describe { outbound.read_only() } else { outbound };
         let denials = outbound.denials();
         let setup = CallSetup {
             deadline: Duration::from_millis(deadline_ms),

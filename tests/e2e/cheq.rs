@@ -320,13 +320,22 @@ async fn a_description_runs_sandboxed_and_within_bounds() {
     };
 
     // A description that never ends is stopped at the tool's deadline, like
-    // a call; one too long for a page is refused. Nobody is asked either way.
-    for (mode, code) in
-        [("SPIN", "tool_timeout"), ("MANY_FACTS", "output_too_large"), ("LONG_SUMMARY", "output_too_large")]
-    {
+    // a call; one too long for a page is refused; one that tries to act (a
+    // POST) is refused, since before the end user confirms a tool may only
+    // read. Nobody is asked, and no transaction is opened.
+    for (mode, code) in [
+        ("SPIN", "tool_timeout"),
+        ("MANY_FACTS", "output_too_large"),
+        ("LONG_SUMMARY", "output_too_large"),
+        ("ACT", "outbound_denied"),
+    ] {
         let (status, location, body) = call(mode).await;
         assert_eq!((&body["error"]["code"], location), (&json!(code), None), "{mode}: {status} {body}");
+        if mode == "ACT" {
+            assert!(body["error"]["message"].as_str().unwrap().contains("may only read (GET, HEAD)"), "{body}");
+        }
     }
+    assert_eq!(server.stored_confirmations(), 0, "no transaction was opened");
 
     // Hidden characters are signed as the visible markers the human reads.
     let (status, _, pack) = call("HIDDEN").await;

@@ -136,6 +136,7 @@ pub struct OutboundPolicy {
     limits: Arc<OutboundLimits>,
     sent: u32,
     denials: Denials,
+    read_only: bool,
 }
 
 impl OutboundPolicy {
@@ -156,7 +157,14 @@ impl OutboundPolicy {
                 }
             })
             .collect();
-        OutboundPolicy { allowed, limits, sent: 0, denials: Denials::default() }
+        OutboundPolicy { allowed, limits, sent: 0, denials: Denials::default(), read_only: false }
+    }
+
+    /// The same policy allowing only requests that read (`GET`, `HEAD`): for
+    /// a tool's `describe`, which runs before anyone has confirmed the call
+    /// and so must not act.
+    pub fn read_only(self) -> Self {
+        OutboundPolicy { read_only: true, ..self }
     }
 
     /// Where this invocation's refusals are recorded.
@@ -233,6 +241,12 @@ impl WasiHttpHooks for OutboundPolicy {
         }
         if !uri.authority().is_some_and(|a| self.allows(uri.scheme_str(), a.as_str())) {
             return deny(format!("`{target}` is not among the hosts the tool declares"));
+        }
+        if self.read_only && !matches!(*request.method(), http::Method::GET | http::Method::HEAD) {
+            return deny(format!(
+                "a {} request to `{target}` while describing a call: before the end user confirms it, a tool may only read (GET, HEAD)",
+                request.method()
+            ));
         }
         let options = options.unwrap_or_default();
         let options = RequestOptions {
