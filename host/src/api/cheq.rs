@@ -313,12 +313,35 @@ async fn complete(
         let response = super::render_outcome(door, &c.call_id, version, has_outputs, started.elapsed(), outcome).await;
         let status = super::error::settled(response.status()).as_u16();
         let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap_or_default();
-        if let Err(e) = host.finish_confirmation(running, &c.id, status, &String::from_utf8_lossy(&body)) {
+        let body = match serde_json::from_slice::<Value>(&body) {
+            Ok(mut answer) => {
+                final_answer(&mut answer);
+                answer.to_string()
+            }
+            Err(_) => String::from_utf8_lossy(&body).into_owned(),
+        };
+        if let Err(e) = host.finish_confirmation(running, &c.id, status, &body) {
             tracing::error!(error = %e, transaction = c.id, "a confirmed call's answer could not be kept");
         }
         status
     });
     run.await.unwrap_or(500)
+}
+
+/// A confirmed call's answer as it is kept: final, since the call is not
+/// run again, so its error (A2T `error`, OTC `result.error`) no longer says
+/// a retry may work (`canRetry`/`can_retry` false, no `retryAfterMs`). The
+/// tool's outputs are left as they are.
+fn final_answer(answer: &mut Value) {
+    for pointer in ["/error", "/result/error"] {
+        let Some(fields) = answer.pointer_mut(pointer).and_then(Value::as_object_mut) else { continue };
+        for key in ["canRetry", "can_retry"] {
+            if let Some(can_retry) = fields.get_mut(key) {
+                *can_retry = Value::Bool(false);
+            }
+        }
+        fields.remove("retryAfterMs");
+    }
 }
 
 /// `GET {result uri}`: `202` while the end user has not decided (or the
@@ -912,4 +935,23 @@ fn page(status: StatusCode, title: &str, body: &str) -> Response {
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_answer_never_says_a_retry_may_work() {
+        let mut a2t = json!({"error": {"code": "tool_error", "canRetry": true, "retryAfterMs": 2000}});
+        final_answer(&mut a2t);
+        assert_eq!(a2t, json!({"error": {"code": "tool_error", "canRetry": false}}));
+        let mut otc = json!({"result": {"success": false, "error": {"message": "busy", "can_retry": true}}});
+        final_answer(&mut otc);
+        assert_eq!(otc["result"]["error"]["can_retry"], false);
+        let mut outputs = json!({"output_parameters": [{"name": "state", "value": {"canRetry": true}}]});
+        let kept = outputs.clone();
+        final_answer(&mut outputs);
+        assert_eq!(outputs, kept, "the tool's outputs are its own");
+    }
 }
