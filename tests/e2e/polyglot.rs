@@ -9,6 +9,7 @@
 use crate::mcp::Mcp;
 use crate::otc;
 use crate::support::{Server, TOKEN, outputs};
+use crate::weather::backend;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -105,15 +106,6 @@ fn copy_tree(from: &Path, to: &Path) {
             std::fs::copy(&path, &target).unwrap();
         }
     }
-}
-
-/// The stand-in weather service on a free port, in this process.
-async fn backend() -> (String, fake_weather::Counter) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let counter = fake_weather::Counter::default();
-    tokio::spawn(fake_weather::serve(listener, counter.clone()));
-    (url, counter)
 }
 
 /// A server with only `components` (file name → bytes) deployed at start.

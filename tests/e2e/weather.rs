@@ -5,7 +5,7 @@ use crate::support::{Server, outputs};
 use serde_json::json;
 
 /// Starts the fake weather service on a free port, in this process.
-async fn backend() -> (String, fake_weather::Counter) {
+pub async fn backend() -> (String, fake_weather::Counter) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let counter = fake_weather::Counter::default();
