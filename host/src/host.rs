@@ -291,6 +291,10 @@ pub enum InvokeError {
     /// The store failed.
     #[error("the server could not record the call: {0}")]
     Storage(String),
+    /// Plinth itself failed while it ran the call (its task was interrupted:
+    /// a bug, or the server going down), not the tool.
+    #[error("the server could not finish the call: {0}; the tool may or may not have run")]
+    Internal(String),
 }
 
 impl InvokeError {
@@ -307,6 +311,7 @@ impl InvokeError {
             | InvokeError::Busy(_)
             | InvokeError::RateLimited { .. }
             | InvokeError::Storage(_) => true,
+            InvokeError::Internal(_) => false,
             InvokeError::Call(CallError::ResourceExhausted | CallError::Trapped(_))
             | InvokeError::Output(_)
             | InvokeError::OutboundDenied(_)
@@ -325,6 +330,8 @@ impl InvokeError {
         match self {
             InvokeError::Call(CallError::Busy) => false,
             InvokeError::Call(_) | InvokeError::Output(_) | InvokeError::OutboundDenied(_) => true,
+            // It may have begun: say so rather than free a call id to run twice.
+            InvokeError::Internal(_) => true,
             InvokeError::UnknownTool(_)
             | InvokeError::UnknownVersion { .. }
             | InvokeError::Input(_)
@@ -1066,11 +1073,11 @@ impl ToolHost {
         let executor = self
             .executor
             .as_ref()
-            .ok_or_else(|| InvokeError::Call(CallError::Trapped("the invocation was interrupted".into())))?;
+            .ok_or_else(|| InvokeError::Internal("the invocation was interrupted".into()))?;
         executor
             .spawn(task)
             .await
-            .map_err(|_| InvokeError::Call(CallError::Trapped("the invocation was interrupted".into())))?
+            .map_err(|_| InvokeError::Internal("the invocation was interrupted".into()))?
     }
 
     /// Evaluates the confirmation policy on the call's input; a call that

@@ -232,6 +232,10 @@ impl From<InvokeError> for ApiError {
             InvokeError::ConfirmationPending(_) => ApiError::new(StatusCode::ACCEPTED, "confirmation_pending", message),
             InvokeError::EndUserRequired(_) => ApiError::bad_request("end_user_required", message),
             InvokeError::CannotWait(_) => ApiError::bad_request("confirmation_cannot_wait", message),
+            InvokeError::Internal(_) => {
+                tracing::error!(error = %e, "a call was interrupted inside the server");
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            }
             InvokeError::Storage(_) => {
                 tracing::error!(error = %message, "a call could not be recorded");
                 ApiError::storage_failed(
@@ -420,6 +424,7 @@ mod tests {
             InvokeError::EndUserRequired("x".into()),
             InvokeError::CannotWait("x".into()),
             InvokeError::Storage("x".into()),
+            InvokeError::Internal("x".into()),
         ];
         errors.extend(invoke.into_iter().map(ApiError::from));
         errors.extend(
@@ -463,7 +468,7 @@ mod tests {
             }
         }
         // Every temporary failure says when to retry (a bug's `internal` aside).
-        for error in sent.iter().filter(|e| e.status().is_server_error()) {
+        for error in sent.iter().filter(|e| e.status().is_server_error() && e.code() != "internal") {
             assert!(error.retry_after_secs().is_some(), "`{}` is a 5xx without Retry-After", error.code());
         }
     }

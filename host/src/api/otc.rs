@@ -619,6 +619,7 @@ fn sandbox_error(e: &InvokeError) -> Value {
         InvokeError::Output(OutputError::TooLarge(_)) => "output_too_large",
         InvokeError::Output(_) => "invalid_tool_output",
         InvokeError::OutboundDenied(_) => "outbound_denied",
+        InvokeError::Internal(_) => "internal",
         _ => "tool_failed",
     };
     json!({ "message": e.to_string(), "developer_message": code, "can_retry": e.is_temporary() })
