@@ -1070,14 +1070,9 @@ impl ToolHost {
         }
         .instrument(span);
         // The executor is gone only while the host is dropped.
-        let executor = self
-            .executor
-            .as_ref()
-            .ok_or_else(|| InvokeError::Internal("the invocation was interrupted".into()))?;
-        executor
-            .spawn(task)
-            .await
-            .map_err(|_| InvokeError::Internal("the invocation was interrupted".into()))?
+        let executor =
+            self.executor.as_ref().ok_or_else(|| InvokeError::Internal("the invocation was interrupted".into()))?;
+        executor.spawn(task).await.map_err(|_| InvokeError::Internal("the invocation was interrupted".into()))?
     }
 
     /// Evaluates the confirmation policy on the call's input; a call that

@@ -328,6 +328,7 @@ async fn a_description_runs_sandboxed_and_within_bounds() {
         ("MANY_FACTS", "output_too_large"),
         ("LONG_SUMMARY", "output_too_large"),
         ("ACT", "outbound_denied"),
+        ("CRASH", "tool_trapped"),
     ] {
         let (status, location, body) = call(mode).await;
         assert_eq!((&body["error"]["code"], location), (&json!(code), None), "{mode}: {status} {body}");
@@ -1115,6 +1116,11 @@ async fn a_private_input_tool_is_confirmed_on_this_servers_page_despite_an_exter
     let (status, _, pack) = call_for(&server, Some("alice"), "transfer_funds", &[("amount_usd", json!(250))]).await;
     assert_eq!(status, 202, "{pack}");
     assert_eq!(pack["confirmation uri"], json!(builtin), "{pack}");
+    // Its `describe` ran before anyone entered the accounts: it saw them empty.
+    let (_, _, signed) = fetch(pack["resource uri"].as_str().unwrap()).await;
+    let facts: Vec<Value> =
+        payload(&signed)["facts"].as_array().unwrap().iter().map(|f| f["fact value"].clone()).collect();
+    assert_eq!(facts, [json!("(empty)"), json!("(empty)")]);
     let otc = json!({ "request": { "call_id": "t-1", "tool_id": "Default.TransferFunds", "input": { "amount_usd": 9 }, "context": { "user_id": "alice" } } });
     for _ in 0..2 {
         let (status, answer) = server.post("/otc/tools/call", &otc).await;
