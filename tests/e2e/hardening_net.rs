@@ -3,7 +3,7 @@
 //! their request (or never send one), and external confirmation servers'
 //! keys fetched where they must not be.
 
-use crate::cheq::{booking, call_for, confirming_server, fetch};
+use crate::cheq::{LOCAL_JWKS, booking, call_for, confirming_server, fetch};
 use crate::support::{Server, TOKEN, invocation};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -646,17 +646,18 @@ async fn jwks_are_fetched_only_for_real_transactions_capped_and_cached() {
     assert_eq!(result["state"], "pending", "nothing was decided");
 }
 
+/// A confirming server that fetches local JWKS and remembers a failed
+/// fetch for `secs`.
+async fn remembering_failures_for(secs: &str) -> (Server, tempfile::TempDir) {
+    let mut args = LOCAL_JWKS.to_vec();
+    args.extend(["--cheq-jwks-failure-cache-secs", secs]);
+    confirming_server(&args).await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_confirmation_server_is_asked_once_however_many_accepts_arrive() {
     let external = CountingConfirmationServer::start().await;
-    let (server, _plugins) = confirming_server(&[
-        "--cheq-allow-http-jwks",
-        "--allow-private-cidr",
-        "127.0.0.0/8",
-        "--cheq-jwks-failure-cache-secs",
-        "600",
-    ])
-    .await;
+    let (server, _plugins) = remembering_failures_for("600").await;
     let (status, body) =
         set_confirmation_server(&server, &format!("{}/down.json?token=s3cret-token", external.base)).await;
     assert_eq!(status, 204, "{body}");
@@ -708,14 +709,7 @@ async fn a_failing_confirmation_server_is_asked_once_however_many_accepts_arrive
 #[tokio::test(flavor = "multi_thread")]
 async fn an_accept_without_the_keys_decides_nothing_and_its_retry_works_once_they_are_back() {
     let external = CountingConfirmationServer::start().await;
-    let (server, _plugins) = confirming_server(&[
-        "--cheq-allow-http-jwks",
-        "--allow-private-cidr",
-        "127.0.0.0/8",
-        "--cheq-jwks-failure-cache-secs",
-        "1",
-    ])
-    .await;
+    let (server, _plugins) = remembering_failures_for("1").await;
     let (status, body) = set_confirmation_server(&server, &format!("{}/flaky.json", external.base)).await;
     assert_eq!(status, 204, "{body}");
     external.set_up(false);
