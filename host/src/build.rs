@@ -206,3 +206,19 @@ fn copy_sources(dir: &Path, to: &Path, extensions: &[&str]) -> anyhow::Result<()
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The versions `plinth pack` requires are the ones `make toolchains`
+    /// installs.
+    #[test]
+    fn the_required_toolchains_are_the_pinned_ones() {
+        let requirements = include_str!("../../sdk/toolchains/requirements.txt");
+        assert!(requirements.contains(&format!("componentize-py=={COMPONENTIZE_PY_VERSION}")), "{requirements}");
+        let package: serde_json::Value =
+            serde_json::from_str(include_str!("../../sdk/toolchains/package.json")).unwrap();
+        assert_eq!(package["dependencies"]["@bytecodealliance/componentize-js"], COMPONENTIZE_JS_VERSION);
+    }
+}

@@ -85,6 +85,7 @@ pub fn new_tool(dir: &Path, name: &str, language: Language) -> anyhow::Result<Ve
             .replace("{{language_name}}", language_name(language))
             .replace("{{memory}}", &language.min_memory_mib().max(16).to_string())
             .replace("{{source}}", source)
+            .replace("{{componentize_js}}", crate::build::COMPONENTIZE_JS_VERSION)
             .replace("{{setup}}", &setup)
             .replace("{{name_snake}}", &snake)
             .replace("{{name}}", name)
@@ -166,7 +167,11 @@ mod tests {
             let names: Vec<&str> = signature.inputs.iter().map(|p| p.name.as_str()).collect();
             assert_eq!(names, ["name", "tone", "times"]);
             let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
-            assert!(readme.contains("plinth pack .") && !readme.contains("{{"), "{readme}");
+            assert!(readme.contains("plinth pack ."), "{readme}");
+            for file in files.iter().filter(|f| !f.starts_with("wit/deps") && !f.starts_with("plinth-sdk")) {
+                let text = std::fs::read_to_string(dir.join(file)).unwrap();
+                assert!(!text.contains("{{"), "{} keeps a placeholder:\n{text}", file.display());
+            }
             assert!(new_tool(&dir, "say-hello", language).is_err(), "an existing folder is never overwritten");
         }
     }
