@@ -6,11 +6,12 @@
 //! storage happen here, so every protocol gets them the same way.
 
 mod confirmations;
+mod fleet;
 mod retention;
 #[cfg(test)]
 mod tests;
 
-pub use confirmations::{CheqOptions, JwksError, JwksOptions, LoginError, LoginOptions};
+pub use confirmations::{CheqOptions, JwksError, JwksOptions, LoginError, LoginOptions, PageSession};
 pub use confirmations::{
     ConfirmationNeed, ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor,
     MAX_END_USER_CHARS, PendingConfirmation, RunningConfirmed, State, as_words, is_end_user_name, rfc3339,
@@ -22,10 +23,11 @@ use crate::package::{PackageError, ToolPackage};
 use crate::registry::{Registry, Tool, ToolVersion};
 use crate::runtime::outbound::{OutboundLimits, OutboundPolicy};
 use crate::runtime::{
-    self, CallError, CallSetup, Export, LoadError, LogBudget, LogLabels, Redactor, Runtime, RuntimeConfig,
+    self, CallError, CallSetup, Export, LoadError, LoadedComponent, LogBudget, LogLabels, Redactor, Runtime,
+    RuntimeConfig,
 };
 use crate::signature::SignatureDiff;
-use crate::store::{BlobStore, CallKey, RegistryStore, SecretsCipher, SqliteStore, StoreError, StoredVersion};
+use crate::store::{CallKey, RegistryStore, SecretsCipher, SqliteStore, StoreError, StoredVersion, Topic};
 use crate::tenancy::{
     self, AuditEntry, AuditQuery, KeyRecord, NewKey, Principal, Quotas, Role, TenantRecord, unix_now,
 };
@@ -43,8 +45,15 @@ pub type ToolConfig = BTreeMap<(String, String), BTreeMap<String, String>>;
 /// How to open a host.
 #[derive(Debug, Clone)]
 pub struct HostOptions {
-    /// Where the registry and blobs live.
+    /// Where the registry and blobs live (with a database URL, only the
+    /// compiled-code cache).
     pub data_dir: PathBuf,
+    /// A PostgreSQL URL: the store a fleet of replicas shares. `None` is the
+    /// embedded SQLite in the data dir.
+    pub database_url: Option<String>,
+    /// How often a replica of a fleet reads the change log even when no
+    /// notification came (the bound on staleness when one is lost).
+    pub change_poll: Duration,
     /// Sandbox limits.
     pub runtime: RuntimeConfig,
     /// Configuration values the operator passed at start; they override
@@ -403,6 +412,9 @@ impl std::fmt::Debug for Call {
 pub struct Tenant {
     /// Its stored settings.
     pub record: TenantRecord,
+    /// How many replicas share its quotas: this one enforces
+    /// `1/share` of its rate and concurrency (rounded up).
+    share: u32,
     /// The invocation-rate token bucket.
     rate: governor::DefaultDirectRateLimiter,
     /// Its running invocations.
@@ -410,22 +422,31 @@ pub struct Tenant {
 }
 
 impl Tenant {
-    fn new(record: TenantRecord) -> Self {
+    /// A tenant whose quotas `share` replicas split between them.
+    fn new(record: TenantRecord, share: u32) -> Self {
         let q = &record.quotas;
-        let per_second = std::num::NonZeroU32::new(q.invocations_per_second).unwrap_or(std::num::NonZeroU32::MIN);
-        let burst = std::num::NonZeroU32::new(q.invocation_burst).unwrap_or(std::num::NonZeroU32::MIN);
-        let rate = governor::RateLimiter::direct(governor::Quota::per_second(per_second).allow_burst(burst));
-        let running = Arc::new(tokio::sync::Semaphore::new(q.max_concurrent_invocations as usize));
-        Tenant { record, rate, running }
+        let share = share.max(1);
+        let split = |n: u32| std::num::NonZeroU32::new(n.div_ceil(share)).unwrap_or(std::num::NonZeroU32::MIN);
+        let rate = governor::RateLimiter::direct(
+            governor::Quota::per_second(split(q.invocations_per_second)).allow_burst(split(q.invocation_burst)),
+        );
+        let running = Arc::new(tokio::sync::Semaphore::new(q.max_concurrent_invocations.div_ceil(share) as usize));
+        Tenant { record, share, rate, running }
     }
 }
+
+/// How many times a deploy decides its version number again after another
+/// replica committed the tool's next version first.
+const MAX_DEPLOY_ATTEMPTS: u32 = 5;
 
 /// The core: registry + runtime + store.
 pub struct ToolHost {
     registry: Registry,
     runtime: Runtime,
     store: Arc<dyn RegistryStore>,
-    blobs: BlobStore,
+    /// Where this replica's caches stand in the store's change log, and
+    /// whether it is ready to serve (see [`ToolHost::catch_up`]).
+    fleet: fleet::FleetState,
     /// Config from the operator's command line (wins over `stored_config`).
     tool_config: ToolConfig,
     /// Config publishers stored, by (tenant, tool) then key.
@@ -467,24 +488,36 @@ impl ToolHost {
     pub fn open(options: HostOptions) -> anyhow::Result<Self> {
         // Private: the data dir holds secrets, key hashes and evidence.
         crate::store::private_dir(&options.data_dir)?;
-        let cipher = SecretsCipher::resolve(&options.data_dir, options.secrets_key.as_deref())?;
-        let store = SqliteStore::open(&options.data_dir, cipher)?;
-        let blobs = BlobStore::open(&options.data_dir)?;
+        let store: Arc<dyn RegistryStore> = match &options.database_url {
+            None => {
+                let cipher = SecretsCipher::resolve(&options.data_dir, options.secrets_key.as_deref())?;
+                Arc::new(SqliteStore::open(&options.data_dir, cipher)?)
+            }
+            Some(url) => {
+                // Every replica must open the secrets the others sealed: a
+                // key made up per data dir would not.
+                let key = options.secrets_key.as_deref().ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "with --database-url, every replica needs the same secrets key: set PLINTH_SECRETS_KEY (or --secrets-key) to 32 random bytes in base64, the same on every replica (docs/fleet.md)"
+                    )
+                })?;
+                let cipher = SecretsCipher::resolve(&options.data_dir, Some(key))?;
+                let _ = (url, cipher);
+                anyhow::bail!("PostgreSQL support lands with store/postgres.rs")
+            }
+        };
         let slots = Arc::new(tokio::sync::Semaphore::new(options.runtime.max_instances as usize));
+        let deadline = options.runtime.deadline;
         let mut runtime_config = options.runtime;
         runtime_config.cache_dir.get_or_insert_with(|| options.data_dir.join("compiled"));
         let runtime = Runtime::new(runtime_config)?;
-        let cheq = CheqState::new(
-            &options.data_dir,
-            options.confirmation_ttl,
-            &options.cheq,
-            options.limits.outbound.clone(),
-        )?;
+        let cheq =
+            CheqState::new(store.as_ref(), options.confirmation_ttl, &options.cheq, options.limits.outbound.clone())?;
         let host = ToolHost {
             registry: Registry::default(),
             runtime,
-            store: Arc::new(store),
-            blobs,
+            fleet: fleet::FleetState::new(options.change_poll),
+            store,
             tool_config: options.tool_config,
             stored_config: dashmap::DashMap::new(),
             limits: options.limits,
@@ -502,34 +535,23 @@ impl ToolHost {
                     .enable_all()
                     .build()?,
             ),
-            calls: CallLedger::new(options.call_retention),
+            // A call another replica runs ends within its deadline; waiting
+            // twice that covers one that waited for a slot first.
+            calls: CallLedger::new(options.call_retention, 2 * deadline + Duration::from_secs(1)),
             cheq,
             changes: std::sync::Mutex::new(()),
             deploys: Arc::new(tokio::sync::Semaphore::new(options.max_concurrent_deploys.max(1))),
         };
+        // Where the change log stands before anything is read: a change
+        // made while loading is then read again, never missed.
+        let start = host.store.changes_since(i64::MAX)?.latest;
         host.interrupt_confirmations()?;
         retention::start_confirmation_sweep(&host, options.confirmation_retention)?;
-        host.load_cheq_settings()?;
-        for record in host.store.tenants()? {
-            host.tenants.insert(record.name.clone(), Arc::new(Tenant::new(record)));
-        }
-        for key in host.store.keys()? {
-            host.keys.insert(key.id.clone(), key);
-        }
-        for (tenant, id, value) in host.store.secrets()? {
-            host.secrets.insert((tenant, id), value);
-        }
-        for (tenant, tool, key, value) in host.store.config()? {
-            host.stored_config.entry((tenant, tool)).or_default().insert(key, value);
-        }
-        let stored = host.store.versions()?;
-        let referenced = stored.iter().map(|v| v.sha256.clone()).collect();
-        let swept = host.blobs.sweep(&referenced)?;
-        if swept > 0 {
-            tracing::info!(files = swept, "removed blobs of deploys that never committed");
+        for topic in [Topic::Settings, Topic::Tenants, Topic::Keys, Topic::Secrets, Topic::Config] {
+            host.reload(topic)?;
         }
         let (mut loaded, mut retired) = (0usize, 0usize);
-        for version in stored {
+        for version in host.store.versions()? {
             // One bad version must not keep the others from being served.
             let (tenant, name, number) = (version.tenant.clone(), version.name.clone(), version.version);
             match host.load_stored(version) {
@@ -541,6 +563,7 @@ impl ToolHost {
             }
         }
         tracing::info!(loaded, retired, "stored versions loaded (retired versions are listed, not compiled)");
+        host.fleet.caught_up_to(start);
         Ok(host)
     }
 
@@ -550,7 +573,7 @@ impl ToolHost {
     fn load_stored(&self, stored: StoredVersion) -> Result<bool, DeployError> {
         let component = match stored.retired_at {
             Some(_) => None,
-            None => Some(self.runtime.load(&self.blobs.get(&stored.sha256)?, &stored.sha256)?),
+            None => Some(self.runtime.load(&self.store.blob(&stored.sha256)?, &stored.sha256)?),
         };
         let compiled = component.is_some();
         let (tenant, name) = (stored.tenant.clone(), stored.name.clone());
@@ -617,7 +640,40 @@ impl ToolHost {
         // compilation.
         self.check_version_quota(tenant, &quotas, &package)?;
         let component = self.runtime.load(bytes, &package.sha256)?;
+        // Another replica may number the tool's next version first: then
+        // this one learns of it and decides again (the compatibility check
+        // included), a few times at most.
+        let mut attempts = 0;
+        loop {
+            match self.commit_version(actor, tenant, bytes, &package, &quotas, &component, expect_version) {
+                Err(DeployError::Store(StoreError::Conflict(why))) if attempts < MAX_DEPLOY_ATTEMPTS => {
+                    attempts += 1;
+                    tracing::info!(
+                        tenant,
+                        tool = package.signature.name,
+                        why,
+                        "another replica deployed first; deciding again"
+                    );
+                    self.reload(Topic::Versions)?;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
 
+    /// The part of a deploy that decides the version number and commits
+    /// it, under the lock that serialises this process's changes.
+    #[allow(clippy::too_many_arguments)]
+    fn commit_version(
+        &self,
+        actor: &Principal,
+        tenant: &str,
+        bytes: &[u8],
+        package: &ToolPackage,
+        quotas: &Quotas,
+        component: &LoadedComponent,
+        expect_version: Option<u32>,
+    ) -> Result<Deployed, DeployError> {
         let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
         let existing = self.registry.by_name(tenant, &package.signature.name);
         let previous_version = existing.as_ref().and_then(|t| t.current()).map(|v| v.number);
@@ -638,7 +694,7 @@ impl ToolHost {
             });
         }
         let number = existing.as_ref().map_or(1, |t| t.newest_number() + 1);
-        self.check_version_quota(tenant, &quotas, &package)?;
+        self.check_version_quota(tenant, quotas, package)?;
         let adds_live_tool = existing.as_ref().is_none_or(|t| t.current().is_none());
         if adds_live_tool && self.registry.live_tools(tenant) >= quotas.max_tools as usize {
             return Err(DeployError::TooManyTools { tenant: tenant.to_string(), max: quotas.max_tools });
@@ -661,7 +717,6 @@ impl ToolHost {
         }
 
         let tool_id = existing.as_ref().map_or_else(Uuid::new_v4, |t| t.id);
-        self.blobs.put(bytes)?;
         let stored = StoredVersion {
             tool_id,
             tenant: tenant.to_string(),
@@ -669,15 +724,15 @@ impl ToolHost {
             version: number,
             sha256: package.sha256.clone(),
             signature_sha256: package.signature.sha256(),
-            signature: package.signature,
-            manifest: package.manifest,
+            signature: package.signature.clone(),
+            manifest: package.manifest.clone(),
             created_at: unix_now(),
             retired_at: None,
         };
         let audit = AuditEntry::new(actor, Some(tenant), "tool.deploy", &stored.name)
             .sha256(&stored.sha256)
             .detail(serde_json::json!({ "toolId": tool_id, "version": number, "previousVersion": previous_version }));
-        self.store.insert_version(&stored, &audit)?;
+        self.store.insert_version(&stored, bytes, &audit)?;
         let deployed = Deployed {
             tool_id,
             name: stored.name.clone(),
@@ -687,7 +742,12 @@ impl ToolHost {
             previous_version,
             created: true,
         };
-        self.registry.insert(tool_id, tenant, &deployed.name, ToolVersion::from_stored(stored, Some(component)));
+        self.registry.insert(
+            tool_id,
+            tenant,
+            &deployed.name,
+            ToolVersion::from_stored(stored, Some(component.clone())),
+        );
         Ok(deployed)
     }
 
@@ -901,7 +961,7 @@ impl ToolHost {
         let detail = serde_json::json!({ "publicEnumeration": record.public_enumeration, "quotas": record.quotas });
         let audit = AuditEntry::new(actor, Some(&record.name), action, &record.name).detail(detail);
         self.store.put_tenant(&record, &audit)?;
-        self.tenants.insert(record.name.clone(), Arc::new(Tenant::new(record.clone())));
+        self.tenants.insert(record.name.clone(), Arc::new(Tenant::new(record.clone(), self.fleet.replicas())));
         tracing::info!(tenant = record.name, action, "tenant settings stored");
         Ok(record)
     }
@@ -981,6 +1041,12 @@ impl ToolHost {
             .collect();
         keys.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         keys
+    }
+
+    /// A key the server itself uses, by name (see
+    /// [`RegistryStore::server_key`]).
+    pub fn server_key(&self, name: &str) -> Result<[u8; 32], StoreError> {
+        self.store.server_key(name)
     }
 
     /// Whether a live operator key is stored.

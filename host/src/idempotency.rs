@@ -13,7 +13,10 @@
 //!   claim, so a retry runs.
 //!
 //! Records live in the store for the retention window, so they survive a
-//! restart. A record whose call never finished (the server died while the
+//! restart, and every replica of a fleet sees them: a claim of a call id
+//! another live replica is running polls the store until its response is
+//! recorded (or the claim released, or its replica gone), for as long as a
+//! call can take. A record whose call never finished (the server died while the
 //! tool ran) answers [`Claim::Unfinished`]: nobody can say whether the tool
 //! took effect, so it is not run again. A graceful stop waits until nothing
 //! is in flight ([`CallLedger::in_flight`]), so only a death leaves one.
@@ -36,6 +39,9 @@ pub enum Claim {
     Conflict,
     /// The call began but its outcome was never recorded.
     Unfinished,
+    /// Another replica still runs the call, past how long a claim waits for
+    /// it: the caller retries later.
+    RunningElsewhere,
 }
 
 /// How a call in flight ended, for those waiting on it.
@@ -56,7 +62,12 @@ type InFlightMap = DashMap<CallKey, InFlight>;
 pub struct CallLedger {
     in_flight: Arc<InFlightMap>,
     retention: Duration,
+    /// How long a claim waits for another replica to finish the call.
+    elsewhere_wait: Duration,
 }
+
+/// How often a claim of a call another replica runs asks the store again.
+const ELSEWHERE_POLL: Duration = Duration::from_millis(50);
 
 /// The right to run a claimed call. Settle it with the response, or release
 /// it when the tool never ran; dropped unsettled, the call counts as
@@ -76,9 +87,10 @@ impl std::fmt::Debug for InFlight {
 }
 
 impl CallLedger {
-    /// A ledger whose records are kept for `retention`.
-    pub fn new(retention: Duration) -> Self {
-        CallLedger { in_flight: Arc::default(), retention }
+    /// A ledger whose records are kept for `retention`; a claim of a call
+    /// another replica runs waits up to `elsewhere_wait` for its response.
+    pub fn new(retention: Duration, elsewhere_wait: Duration) -> Self {
+        CallLedger { in_flight: Arc::default(), retention, elsewhere_wait }
     }
 
     /// How long a call's response is kept for retries.
@@ -98,6 +110,7 @@ impl CallLedger {
         key: &CallKey,
         request_sha256: &str,
     ) -> Result<Claim, StoreError> {
+        let give_up = tokio::time::Instant::now() + self.elsewhere_wait;
         loop {
             let mut running = match self.in_flight.entry(key.clone()) {
                 Entry::Occupied(entry) if entry.get().request_sha256 != request_sha256 => return Ok(Claim::Conflict),
@@ -108,7 +121,19 @@ impl CallLedger {
                     let now = crate::tenancy::unix_now();
                     let expired_before =
                         now.saturating_sub(i64::try_from(self.retention.as_secs()).unwrap_or(i64::MAX));
-                    return Ok(match store.claim_call(key, request_sha256, now, expired_before)? {
+                    let claimed = store.claim_call(key, request_sha256, now, expired_before)?;
+                    if let Claimed::Existing { response: None, running_elsewhere: true, request_sha256: theirs } =
+                        &claimed
+                        && theirs == request_sha256
+                    {
+                        drop(vacant);
+                        if tokio::time::Instant::now() >= give_up {
+                            return Ok(Claim::RunningElsewhere);
+                        }
+                        tokio::time::sleep(ELSEWHERE_POLL).await;
+                        continue;
+                    }
+                    return Ok(match claimed {
                         Claimed::Fresh => {
                             let (settled, receiver) = watch::channel(None);
                             vacant.insert(InFlight { request_sha256: request_sha256.to_string(), settled: receiver });
@@ -183,7 +208,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn RegistryStore> =
             Arc::new(SqliteStore::open(dir.path(), crate::store::SecretsCipher::new(&[0; 32])).unwrap());
-        (dir, store, Arc::new(CallLedger::new(Duration::from_secs(60))))
+        (dir, store, Arc::new(CallLedger::new(Duration::from_secs(60), Duration::from_secs(5))))
     }
 
     #[tokio::test]

@@ -240,9 +240,22 @@ struct ServeArgs {
     /// Address to listen on (port 0 picks a free port; the address is printed).
     #[arg(long, env = "PLINTH_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Data directory: the registry database and the component blobs.
+    /// Data directory: the registry database and the component blobs (with
+    /// --database-url, only this replica's cache of compiled tools).
     #[arg(long, env = "PLINTH_DATA", default_value = "./plinth-data")]
     data: PathBuf,
+    /// Store everything in this PostgreSQL database (postgres://…) instead
+    /// of SQLite in the data dir: any number of replicas sharing it serve
+    /// the same tools (docs/fleet.md). Needs --secrets-key, the same on
+    /// every replica.
+    #[arg(long, env = "PLINTH_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// With --database-url: how often, in milliseconds, this replica reads
+    /// the change log even without a notification — the bound on how long a
+    /// change made on another replica (a revoked key, say) can go unseen
+    /// here when a notification is lost.
+    #[arg(long, env = "PLINTH_CHANGE_POLL_MS", default_value_t = 1000)]
+    change_poll_ms: u64,
     /// Deploy every .wasm in this directory at start.
     #[arg(long, env = "PLINTH_PLUGINS")]
     plugins: Option<PathBuf>,
@@ -543,6 +556,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     init_logs(args.log_format);
     let options = HostOptions {
         data_dir: args.data.clone(),
+        database_url: args.database_url.clone().filter(|u| !u.is_empty()),
+        change_poll: Duration::from_millis(args.change_poll_ms.max(10)),
         runtime: RuntimeConfig {
             deadline: Duration::from_millis(args.deadline_ms.max(1)),
             max_memory_bytes: args.max_memory_mib.max(1) << 20,
@@ -631,6 +646,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // The one line on stdout: scripts and tests read the address from it.
         println!("plinth listening on http://{addr}");
         let host = Arc::new(host);
+        host.keep_in_step()?;
         let _watcher = match &args.watch {
             Some(dir) => Some(watch(host.clone(), dir)?),
             None => None,
@@ -642,8 +658,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         let public_url = args.public_url.clone().unwrap_or_else(|| format!("http://{addr}"));
         let public_url = public_url.trim_end_matches('/').to_string();
-        let state_key = api::mcp::McpOptions::load_state_key(&args.data)
-            .with_context(|| format!("reading the MCP request-state key in {}", args.data.display()))?;
+        let state_key = host.server_key(api::mcp::STATE_KEY).context("reading the MCP request-state key")?;
         let options = api::ApiOptions {
             max_request_bytes: args.max_request_kib.saturating_mul(1024),
             mcp: api::mcp::McpOptions::for_server(&public_url, addr, state_key),

@@ -22,8 +22,8 @@
 
 use super::{ApiError, ApiOptions, AppState, Caller};
 use crate::host::{
-    DecideError, InvokeError, LoginError, MAX_END_USER_CHARS, PendingConfirmation, State as TxState, as_words,
-    is_end_user_name, rfc3339,
+    DecideError, InvokeError, LoginError, MAX_END_USER_CHARS, PageSession, PendingConfirmation, State as TxState,
+    as_words, is_end_user_name, rfc3339,
 };
 use crate::store::StoredConfirmation;
 use crate::tenancy::unix_now;
@@ -32,8 +32,6 @@ use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use html_escape::{encode_double_quoted_attribute as attr, encode_text as text};
 use serde_json::{Map, Value, json};
 use std::net::SocketAddr;
@@ -452,24 +450,10 @@ pub(super) async fn delete_end_user(
 
 // The built-in confirmation server.
 
-/// A logged-in end user.
-#[derive(Debug, Clone)]
-struct Session {
-    tenant: String,
-    user: String,
-    /// The token every form of this session carries (CSRF).
-    form_token: String,
-    expires: Instant,
-}
-
-/// The built-in confirmation server's sessions (in memory: a restart logs
-/// everyone out, which loses nothing).
-#[derive(Debug, Default)]
-pub struct Sessions(dashmap::DashMap<String, Session>);
-
-impl Sessions {
-    fn get(&self, headers: &HeaderMap, tenant: &str) -> Option<Session> {
-        let token = headers
+/// The session cookie's value in `headers`, if any.
+fn session_token(headers: &HeaderMap) -> Option<String> {
+    Some(
+        headers
             .get_all(header::COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok())
@@ -477,33 +461,21 @@ impl Sessions {
             .filter_map(Result::ok)
             .find(|c| c.name() == SESSION_COOKIE)?
             .value()
-            .to_string();
-        let session = self.0.get(&token)?.clone();
-        if session.expires <= Instant::now() {
-            self.0.remove(&token);
-            return None;
-        }
-        (session.tenant == tenant).then_some(session)
-    }
-
-    fn create(&self, tenant: &str, user: &str) -> Option<(String, Session)> {
-        self.0.retain(|_, s| s.expires > Instant::now());
-        let session = Session {
-            tenant: tenant.to_string(),
-            user: user.to_string(),
-            form_token: random_token()?,
-            expires: Instant::now() + SESSION_TTL,
-        };
-        let token = random_token()?;
-        self.0.insert(token.clone(), session.clone());
-        Some((token, session))
-    }
+            .to_string(),
+    )
 }
 
-fn random_token() -> Option<String> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).ok()?;
-    Some(B64.encode(bytes))
+/// The logged-in end user of `tenant` whose session cookie `headers` carry.
+/// Sessions live in the store, so that any replica of a fleet knows them.
+fn session_of(host: &AppState, headers: &HeaderMap, tenant: &str) -> Option<PageSession> {
+    let token = session_token(headers)?;
+    match host.page_session(tenant, &token) {
+        Ok(session) => session,
+        Err(e) => {
+            tracing::warn!(tenant, error = %e, "the confirmation page's session could not be read");
+            None
+        }
+    }
 }
 
 /// Form fields, URL-decoded.
@@ -576,7 +548,6 @@ pub(super) async fn confirm_page(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     Extension(options): Extension<Arc<ApiOptions>>,
-    Extension(sessions): Extension<Arc<Sessions>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Bytes,
@@ -593,7 +564,7 @@ pub(super) async fn confirm_page(
             return page(StatusCode::BAD_REQUEST, "Nothing to confirm", &body);
         }
     };
-    match sessions.get(&headers, &caller.tenant) {
+    match session_of(&host, &headers, &caller.tenant) {
         None => login_page(&options, &caller.tenant, &resource_uri, None),
         Some(session) => confirmation_page(&host, &options, &caller.tenant, &session, &id),
     }
@@ -608,7 +579,6 @@ pub(super) async fn login(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     Extension(options): Extension<Arc<ApiOptions>>,
-    Extension(sessions): Extension<Arc<Sessions>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: Bytes,
 ) -> Response {
@@ -627,8 +597,16 @@ pub(super) async fn login(
         };
         return ApiError::from(e).onto(login_page(&options, &caller.tenant, &resource_uri, Some(&problem)));
     }
-    let Some((token, _)) = sessions.create(&caller.tenant, user) else {
-        return page(StatusCode::INTERNAL_SERVER_ERROR, "Try again", "<p>The session could not be opened.</p>");
+    let token = match host.open_page_session(&caller.tenant, user, SESSION_TTL) {
+        Ok(token) => token,
+        Err(e) => {
+            tracing::warn!(tenant = caller.tenant, error = %e, "a confirmation-page session could not be opened");
+            return page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Try again",
+                "<p>The session could not be opened; try again in a moment.</p>",
+            );
+        }
     };
     let secure = options.public_url.starts_with("https://");
     let cookie = cookie::Cookie::build((SESSION_COOKIE, token))
@@ -658,12 +636,11 @@ pub(super) async fn login(
 pub(super) async fn decide(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Extension(sessions): Extension<Arc<Sessions>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let fields = form(&body);
-    let Some(session) = sessions.get(&headers, &caller.tenant) else {
+    let Some(session) = session_of(&host, &headers, &caller.tenant) else {
         return page(
             StatusCode::UNAUTHORIZED,
             "Log in first",
@@ -749,7 +726,7 @@ fn operation(c: &StoredConfirmation) -> String {
     c.cheq_object()["operation name"].as_str().unwrap_or("the call").to_string()
 }
 
-fn other_user_page(session: &Session) -> Response {
+fn other_user_page(session: &PageSession) -> Response {
     page(
         StatusCode::FORBIDDEN,
         "Not yours to confirm",
@@ -760,7 +737,7 @@ fn other_user_page(session: &Session) -> Response {
     )
 }
 
-fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, session: &Session, id: &str) -> Response {
+fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, session: &PageSession, id: &str) -> Response {
     let c = match host.confirmation(tenant, id) {
         Ok(Some(c)) => c,
         _ => return page(StatusCode::NOT_FOUND, "Unknown confirmation", "<p>There is no such confirmation.</p>"),

@@ -44,8 +44,8 @@ use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Map, Value, json};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Tools per `tools/list` page.
@@ -157,14 +157,12 @@ impl McpOptions {
             stopping: Arc::new(tokio::sync::watch::channel(false).0),
         }
     }
-
-    /// The key that seals `requestState`, kept in the data dir (created on
-    /// first use, readable by its owner only), so that a restart does not
-    /// break a client's pending retry.
-    pub fn load_state_key(data_dir: &std::path::Path) -> std::io::Result<[u8; 32]> {
-        crate::tenancy::read_or_create_hex_key(&data_dir.join("mcp-request-state.key"), "a request-state key")
-    }
 }
+
+/// The name of the key that seals `requestState` among the server's keys
+/// (its file in the data dir, with SQLite): kept, so that a restart does not
+/// break a client's pending retry, and shared by every replica of a fleet.
+pub const STATE_KEY: &str = "mcp-request-state.key";
 
 impl Default for McpOptions {
     /// For routers built without a server (the list of endpoints, tests): a
@@ -187,7 +185,6 @@ pub fn service(options: Arc<ApiOptions>) -> StreamableHttpService<McpDoor, Never
     let door = McpDoor {
         // 32 bytes: the minimum `try_new` checks for.
         codec: Arc::new(rmcp::model::RequestStateCodec::new_unchecked(options.mcp.state_key.to_vec())),
-        legacy: Arc::new(LegacyPending::default()),
         listeners: Arc::new(tokio::sync::Semaphore::new(MAX_LISTENERS)),
         options,
     };
@@ -260,7 +257,6 @@ fn rpc_method(body: &[u8]) -> Option<String> {
 pub struct McpDoor {
     options: Arc<ApiOptions>,
     codec: Arc<rmcp::model::RequestStateCodec>,
-    legacy: Arc<LegacyPending>,
     listeners: Arc<tokio::sync::Semaphore>,
 }
 
@@ -342,7 +338,7 @@ impl ServerHandler for McpDoor {
         };
         let fingerprint = call_fingerprint(&caller, &tool.name, &end_user, &arguments);
         let stateless = is_stateless(&ctx);
-        if !stateless && let Some(transaction) = self.legacy.get(&caller.tenant, &fingerprint) {
+        if !stateless && let Some(transaction) = LegacyPending::get(&host, &caller.tenant, &fingerprint) {
             return self.legacy_outcome(&host, &caller, &fingerprint, &transaction).await;
         }
         // A client that cannot send its user to the page gets no transaction
@@ -560,7 +556,7 @@ impl McpDoor {
             crate::host::rfc3339(pending.expires_at)
         );
         if !is_stateless(ctx) {
-            self.legacy.insert(&caller.tenant, fingerprint, pending);
+            LegacyPending::insert(host, &caller.tenant, fingerprint, pending);
             return Err(url_elicitation_error(&pending.id, &url, &message));
         }
         if !can_open_urls(ctx) {
@@ -658,7 +654,7 @@ impl McpDoor {
             }
             Outcome::Running => Ok(still_running().into()),
             Outcome::Done(answer) => {
-                self.legacy.remove(&caller.tenant, fingerprint);
+                LegacyPending::remove(host, &caller.tenant, fingerprint);
                 answer.map(Into::into)
             }
         }
@@ -969,14 +965,11 @@ fn call_fingerprint(caller: &Caller, tool: &str, end_user: &Option<String>, argu
 
 /// Calls of 2025-11-25 clients that wait for their end user, per tenant and
 /// by fingerprint, until their outcome is delivered or is no longer kept.
-/// Capped per tenant, so that one tenant's calls never crowd out another's.
-#[derive(Default)]
-struct LegacyPending {
-    tenants: Mutex<HashMap<String, WaitingCalls>>,
-}
-
-/// A tenant's waiting calls: fingerprint → (transaction, kept until).
-type WaitingCalls = HashMap<String, (String, i64)>;
+/// Kept in the store (the client may repeat its call on another replica),
+/// capped per tenant, so that one tenant's calls never crowd out another's.
+/// The store failing loses only the shortcut: the repeated call then makes a
+/// new transaction.
+struct LegacyPending;
 
 impl LegacyPending {
     /// How long an entry is kept: the confirmation window, then as long as
@@ -985,31 +978,25 @@ impl LegacyPending {
         pending.expires_at + OUTCOME_KEPT.as_secs() as i64
     }
 
-    fn get(&self, tenant: &str, fingerprint: &str) -> Option<String> {
-        let tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
-        let (id, until) = tenants.get(tenant)?.get(fingerprint)?;
-        (*until > unix_now()).then(|| id.clone())
+    fn get(host: &AppState, tenant: &str, fingerprint: &str) -> Option<String> {
+        host.waiting_call(tenant, fingerprint)
+            .inspect_err(|e| tracing::warn!(tenant, error = %e, "a waiting MCP call could not be read"))
+            .ok()
+            .flatten()
     }
 
-    fn insert(&self, tenant: &str, fingerprint: &str, pending: &PendingConfirmation) {
-        let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
-        let calls = tenants.entry(tenant.to_string()).or_default();
-        if calls.len() >= MAX_LEGACY_PENDING_PER_TENANT {
-            let now = unix_now();
-            calls.retain(|_, (_, until)| *until > now);
-        }
-        if calls.len() < MAX_LEGACY_PENDING_PER_TENANT {
-            calls.insert(fingerprint.to_string(), (pending.id.clone(), Self::kept_until(pending)));
+    fn insert(host: &AppState, tenant: &str, fingerprint: &str, pending: &PendingConfirmation) {
+        let kept_until = Self::kept_until(pending);
+        if let Err(e) =
+            host.keep_waiting_call(tenant, fingerprint, &pending.id, kept_until, MAX_LEGACY_PENDING_PER_TENANT)
+        {
+            tracing::warn!(tenant, error = %e, "a waiting MCP call could not be recorded");
         }
     }
 
-    fn remove(&self, tenant: &str, fingerprint: &str) {
-        let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(calls) = tenants.get_mut(tenant) {
-            calls.remove(fingerprint);
-            if calls.is_empty() {
-                tenants.remove(tenant);
-            }
+    fn remove(host: &AppState, tenant: &str, fingerprint: &str) {
+        if let Err(e) = host.forget_waiting_call(tenant, fingerprint) {
+            tracing::warn!(tenant, error = %e, "a waiting MCP call could not be forgotten");
         }
     }
 }

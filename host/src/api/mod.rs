@@ -136,6 +136,7 @@ fn routes(options: &ApiOptions) -> Routes {
     let form_limit = DefaultBodyLimit::max(64 * 1024);
     let routes = Routes { router: Router::new(), endpoints: Vec::new() }
         .add(Method::GET, "/health", Open, Server, get(health))
+        .add(Method::GET, "/ready", Open, Server, get(ready))
         .add(Method::GET, "/.well-known/jwks.json", Open, Server, get(jwks))
         // A2T, under every platform root.
         .add(Method::GET, "/tools", Enumerate, Tenant, get(a2t::list_tools))
@@ -199,7 +200,6 @@ pub fn router(host: AppState, options: ApiOptions) -> axum::Router {
     let service = tower::ServiceBuilder::new()
         .layer(axum::Extension(host))
         .layer(axum::Extension(Arc::new(options)))
-        .layer(axum::Extension(Arc::new(cheq::Sessions::default())))
         .map_request(auth::strip_tenant_root)
         .layer(middleware::from_fn(otc::uniform_errors))
         .layer(middleware::from_fn(move |request: Request, next: Next| body_deadline(body_timeout, request, next)))
@@ -342,6 +342,25 @@ async fn jwks(State(host): State<AppState>) -> axum::Json<serde_json::Value> {
 /// tools the server holds).
 async fn health() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({ "status": "ok" }))
+}
+
+/// Readiness (a load balancer's or Kubernetes' probe): `200` once the
+/// registry is loaded and this replica is caught up with the store's change
+/// log, `503` before, or while the store cannot be reached — so traffic
+/// goes to replicas that see every deploy and revocation. `/health` is
+/// liveness: the process answers.
+async fn ready(State(host): State<AppState>) -> axum::response::Response {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    if host.is_ready() && host.can_run_tools() {
+        axum::Json(serde_json::json!({ "status": "ready" })).into_response()
+    } else {
+        let body = serde_json::json!({
+            "status": "not_ready",
+            "message": "this replica is not caught up with the store, or cannot reach it",
+        });
+        (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")], axum::Json(body)).into_response()
+    }
 }
 
 fn no_such_endpoint() -> ApiError {

@@ -437,6 +437,7 @@ async fn run_call(
                     ));
                 }
                 Claim::Unfinished => return Ok(unfinished(&call_id)),
+                Claim::RunningElsewhere => return Ok(running_elsewhere(&call_id)),
             }
         }
     };
@@ -586,6 +587,19 @@ fn unfinished(call_id: &str) -> Response {
         "message": "an earlier call with this call_id started but its outcome was never recorded (the server went down while it ran), so it may or may not have taken effect; check before calling again with a new call_id",
         "developer_message": "call_outcome_unknown",
         "can_retry": false,
+    });
+    let body = json!({ "$schema": SCHEMA_URI, "result": { "call_id": call_id, "success": false, "error": error } });
+    json_response(body.to_string(), true)
+}
+
+/// A call id whose call another replica of the fleet is still running: the
+/// same request again, later, gets its recorded answer.
+fn running_elsewhere(call_id: &str) -> Response {
+    let error = json!({
+        "message": "the call with this call_id is still running; send the same request again in a moment to get its answer",
+        "developer_message": "call_in_progress",
+        "can_retry": true,
+        "retry_after_ms": 1000,
     });
     let body = json!({ "$schema": SCHEMA_URI, "result": { "call_id": call_id, "success": false, "error": error } });
     json_response(body.to_string(), true)

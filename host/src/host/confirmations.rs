@@ -18,7 +18,7 @@ use crate::cheq::{self, Confirmation, ConfirmationPolicy, SigningKey, VerifyErro
 use crate::invocation::{self, CallDescription, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::Signature;
-use crate::store::{StoreError, StoredConfirmation};
+use crate::store::{RegistryStore, StoreError, StoredConfirmation, StoredSession};
 use crate::tenancy::{AuditEntry, Principal, unix_now};
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
@@ -165,15 +165,19 @@ pub(super) struct CheqState {
 impl CheqState {
     /// `outbound`: the address policy key fetches follow, the one tools'
     /// outbound requests follow.
+    /// The signing keys are the store's (every replica of a fleet signs
+    /// with the same, so one JWKS checks them all).
     pub fn new(
-        data_dir: &std::path::Path,
+        store: &dyn RegistryStore,
         ttl: Duration,
         options: &CheqOptions,
         outbound: Arc<crate::runtime::outbound::OutboundLimits>,
     ) -> anyhow::Result<CheqState> {
-        let key = |file| {
-            SigningKey::load_or_create(data_dir, file)
-                .map_err(|e| anyhow::anyhow!("the CHEQ key {file} in {}: {e}", data_dir.display()))
+        let key = |name| {
+            store
+                .server_key(name)
+                .map(|secret| SigningKey::from_bytes(&secret))
+                .map_err(|e| anyhow::anyhow!("the CHEQ key {name}: {e}"))
         };
         Ok(CheqState {
             resource: key(cheq::KEY_FILE)?,
@@ -186,6 +190,81 @@ impl CheqState {
             running: Arc::new(tokio::sync::watch::Sender::new(0)),
         })
     }
+}
+
+/// A logged-in end user of the built-in confirmation page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageSession {
+    /// The tenant it is for.
+    pub tenant: String,
+    /// The end user.
+    pub user: String,
+    /// The token every form of the session carries (CSRF).
+    pub form_token: String,
+}
+
+impl ToolHost {
+    /// Opens a confirmation-page session for `user` (whose password was
+    /// checked) lasting `ttl`; returns the cookie's value. Only its sha256
+    /// is stored, in the store, so that any replica knows the session.
+    pub fn open_page_session(&self, tenant: &str, user: &str, ttl: Duration) -> Result<String, StoreError> {
+        let token = random_token()?;
+        let now = unix_now();
+        self.store.insert_session(
+            &StoredSession {
+                token_sha256: crate::package::sha256_hex(token.as_bytes()),
+                tenant: tenant.to_string(),
+                user: user.to_string(),
+                form_token: random_token()?,
+                expires_at: now.saturating_add(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX)),
+            },
+            now,
+        )?;
+        Ok(token)
+    }
+
+    /// The live session of `tenant` whose cookie is `token`.
+    pub fn page_session(&self, tenant: &str, token: &str) -> Result<Option<PageSession>, StoreError> {
+        let stored = self.store.session(&crate::package::sha256_hex(token.as_bytes()), unix_now())?;
+        Ok(stored.filter(|s| s.tenant == tenant).map(|s| PageSession {
+            tenant: s.tenant,
+            user: s.user,
+            form_token: s.form_token,
+        }))
+    }
+}
+
+impl ToolHost {
+    /// The transaction a repeated call (by the front door's fingerprint of
+    /// it) waits on, while it is kept.
+    pub fn waiting_call(&self, tenant: &str, fingerprint: &str) -> Result<Option<String>, StoreError> {
+        self.store.waiting_call(tenant, fingerprint, unix_now())
+    }
+
+    /// Records that the call `fingerprint` waits on transaction `id` until
+    /// `kept_until`, within `max_per_tenant` such calls per tenant.
+    pub fn keep_waiting_call(
+        &self,
+        tenant: &str,
+        fingerprint: &str,
+        id: &str,
+        kept_until: i64,
+        max_per_tenant: usize,
+    ) -> Result<(), StoreError> {
+        self.store.put_waiting_call(tenant, fingerprint, id, kept_until, max_per_tenant)
+    }
+
+    /// Forgets a waiting call (its outcome was delivered).
+    pub fn forget_waiting_call(&self, tenant: &str, fingerprint: &str) -> Result<(), StoreError> {
+        self.store.delete_waiting_call(tenant, fingerprint)
+    }
+}
+
+/// 32 random bytes, base64url.
+fn random_token() -> Result<String, StoreError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| StoreError::Io(std::io::Error::other(e)))?;
+    Ok(B64.encode(bytes))
 }
 
 /// A tenant's external confirmation server: where end users confirm (the
@@ -422,17 +501,34 @@ impl ToolHost {
     }
 
     /// Loads the tenants' CHEQ settings (at start).
+    /// Loads the tenants' CHEQ settings, replacing what was loaded before
+    /// (another replica may have changed or removed some).
     pub(super) fn load_cheq_settings(&self) -> Result<(), StoreError> {
+        let mut servers = std::collections::HashMap::new();
+        let mut overrides = std::collections::HashMap::new();
         for (tenant, key, value) in self.store.settings()? {
             let what = format!("tenant {tenant} setting {key}");
             if key == SERVER_SETTING {
-                let server = serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
-                self.cheq.servers.insert(tenant, server);
+                let server: ConfirmationServer =
+                    serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
+                servers.insert(tenant, server);
             } else if let Some(tool_id) = key.strip_prefix("confirmation:").and_then(|id| Uuid::parse_str(id).ok()) {
                 let policy: ConfirmationPolicy =
                     serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
+                overrides.insert(tool_id, (tenant, policy));
+            }
+        }
+        self.cheq.servers.retain(|tenant, _| servers.contains_key(tenant));
+        for (tenant, server) in servers {
+            self.cheq.servers.insert(tenant, server);
+        }
+        self.cheq.overrides.retain(|tool_id, _| overrides.contains_key(tool_id));
+        for (tool_id, (tenant, policy)) in overrides {
+            // An override changes a tool's listing (its confirmation need).
+            if self.cheq.overrides.get(&tool_id).is_none_or(|entry| entry.0 != policy) {
                 let compiled = Arc::new(policy.compile());
                 self.cheq.overrides.insert(tool_id, (policy, compiled));
+                self.registry.changed(&tenant);
             }
         }
         Ok(())

@@ -8,6 +8,8 @@ use crate::tenancy::DEFAULT_TENANT;
 fn options(data_dir: &std::path::Path) -> HostOptions {
     HostOptions {
         data_dir: data_dir.to_path_buf(),
+        database_url: None,
+        change_poll: std::time::Duration::from_secs(1),
         runtime: RuntimeConfig { pooling: false, ..Default::default() },
         tool_config: ToolConfig::new(),
         operator_key: None,

@@ -121,7 +121,8 @@ fn computing_note(computing: &bool) -> &'static str {
     if *computing { "; it was still computing, and the same input would run out of time again" } else { "" }
 }
 
-/// A loaded version, ready to instantiate.
+/// A loaded version, ready to instantiate (cloning shares the compiled code).
+#[derive(Clone)]
 pub struct LoadedComponent {
     pre: InstancePre<ToolState>,
     call: ComponentExportIndex,

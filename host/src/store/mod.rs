@@ -1,11 +1,12 @@
-//! Durable state: the registry of tools and versions, and the component
-//! bytes they point to.
+//! Durable state: every row the host keeps and the component bytes its
+//! versions point to, behind one trait ([`RegistryStore`]) with two
+//! implementations.
 //!
-//! All SQL lives in this module. Component bytes are content-addressed blobs
-//! ([`BlobStore`]); the registry rows ([`RegistryStore`]) map a tool's
-//! versions to those hashes and to the signature locked with them. The
-//! embedded default is SQLite in the data dir; a PostgreSQL implementation for
-//! fleets plugs in behind the same trait.
+//! All SQL lives in this module. The embedded default is SQLite in the data
+//! dir ([`SqliteStore`], component bytes as content-addressed files,
+//! [`BlobStore`]); a fleet of replicas shares PostgreSQL ([`PostgresStore`],
+//! the bytes in the database). Whatever a replica holds in memory is a cache
+//! of the store that [`RegistryStore::changes_since`] says when to refresh.
 
 mod blobs;
 mod sealed;
@@ -38,6 +39,13 @@ pub enum StoreError {
     /// A stored row could not be decoded.
     #[error("registry row for {0} is unreadable: {1}")]
     Decode(String, serde_json::Error),
+    /// PostgreSQL refused or failed an operation, or could not be reached.
+    #[error("database: {0}")]
+    Postgres(#[from] sqlx::Error),
+    /// A concurrent change won (another replica deployed this tool's next
+    /// version first): reload and decide again.
+    #[error("a concurrent change won: {0}")]
+    Conflict(String),
     /// The secrets key is malformed.
     #[error("{0}")]
     SecretsKey(String),
@@ -146,7 +154,78 @@ pub enum Claimed {
         request_sha256: String,
         /// The recorded response.
         response: Option<String>,
+        /// Whether the claim is held by another live replica that may still
+        /// be running the call (always `false` for a store only one process
+        /// uses: a claim this process does not hold has lost its runner).
+        running_elsewhere: bool,
     },
+}
+
+/// The kinds of state a replica caches in memory, each refreshed as a whole
+/// when the change log says it changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Topic {
+    /// Tenants and their quotas.
+    Tenants,
+    /// API keys (a revocation).
+    Keys,
+    /// Tenants' secrets.
+    Secrets,
+    /// Tools' stored config.
+    Config,
+    /// Tenant settings (CHEQ servers and overrides).
+    Settings,
+    /// Versions: deploys and retirements.
+    Versions,
+}
+
+impl Topic {
+    /// Every topic, in the order a replica refreshes them: what decides
+    /// access first, versions (which may need compiling) last.
+    pub const ALL: [Topic; 6] =
+        [Topic::Keys, Topic::Tenants, Topic::Secrets, Topic::Config, Topic::Settings, Topic::Versions];
+
+    /// Its name in the change log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Topic::Tenants => "tenants",
+            Topic::Keys => "keys",
+            Topic::Secrets => "secrets",
+            Topic::Config => "config",
+            Topic::Settings => "settings",
+            Topic::Versions => "versions",
+        }
+    }
+
+    /// The topic named `name` in the change log.
+    pub fn parse(name: &str) -> Option<Topic> {
+        Topic::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+}
+
+/// What changed since a point in the change log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangeFeed {
+    /// The newest change (pass it to the next `changes_since`).
+    pub latest: i64,
+    /// The topics changed after the point asked about.
+    pub topics: std::collections::BTreeSet<Topic>,
+}
+
+/// A logged-in end user of the built-in confirmation server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSession {
+    /// The sha256 of the session cookie's value (the value itself is never
+    /// stored).
+    pub token_sha256: String,
+    /// The tenant it is for.
+    pub tenant: String,
+    /// The end user.
+    pub user: String,
+    /// The token every form of the session carries (CSRF).
+    pub form_token: String,
+    /// When it expires (Unix seconds).
+    pub expires_at: i64,
 }
 
 /// A CHEQ transaction as stored: a call that waits for (or was decided by)
@@ -224,9 +303,16 @@ impl StoredConfirmation {
 pub trait RegistryStore: Send + Sync {
     /// Every stored version of every tool, oldest first.
     fn versions(&self) -> Result<Vec<StoredVersion>, StoreError>;
-    /// Records a new version (and the tool, on its first version). A version
-    /// that already exists is never overwritten.
-    fn insert_version(&self, version: &StoredVersion, audit: &AuditEntry) -> Result<(), StoreError>;
+    /// Records a new version (and the tool, on its first version) with its
+    /// component bytes, stored content-addressed before the row. A version
+    /// that already exists is never overwritten. Refused with
+    /// [`StoreError::Conflict`] unless it is the next of its tool: version 1
+    /// of a name the tenant does not have yet, or the newest version + 1 of
+    /// the tool with this id and name — so replicas that raced to deploy
+    /// the same tool never number two versions alike.
+    fn insert_version(&self, version: &StoredVersion, bytes: &[u8], audit: &AuditEntry) -> Result<(), StoreError>;
+    /// The component bytes with this sha256, checked against it.
+    fn blob(&self, sha256: &str) -> Result<Vec<u8>, StoreError>;
     /// Marks a version retired (its row and blob stay, for audit). Returns
     /// whether it was live until now.
     fn retire_version(&self, tool_id: Uuid, version: u32, at: i64, audit: &AuditEntry) -> Result<bool, StoreError>;
@@ -293,8 +379,9 @@ pub trait RegistryStore: Send + Sync {
     /// call could run (`retired`), appending `audit`. Returns whether it was
     /// `accepted`.
     fn retire_confirmation(&self, id: &str, audit: &AuditEntry) -> Result<bool, StoreError>;
-    /// Marks every transaction still `accepted` as `interrupted`: run at
-    /// start, when none can still be running.
+    /// Marks every transaction still `accepted` whose runner is gone as
+    /// `interrupted`: run at start. With one process, none can still be
+    /// running; in a fleet, those of replicas that stopped beating.
     fn interrupt_confirmations(&self) -> Result<usize, StoreError>;
     /// Deletes the transactions settled before `before` (Unix seconds): a
     /// decided one (`done`, `rejected`, `expired`, `interrupted`, `retired`)
@@ -321,6 +408,57 @@ pub trait RegistryStore: Send + Sync {
     /// Answers when the database can be read and its write lock taken
     /// (within a moment): when calls can be recorded.
     fn ping(&self) -> Result<(), StoreError>;
+
+    /// A session of the built-in confirmation server, stored (expired ones
+    /// are dropped first).
+    fn insert_session(&self, session: &StoredSession, now: i64) -> Result<(), StoreError>;
+    /// The live session whose cookie hashes to `token_sha256`.
+    fn session(&self, token_sha256: &str, now: i64) -> Result<Option<StoredSession>, StoreError>;
+
+    /// The transaction a 2025-11-25 MCP client's call (by tenant and
+    /// fingerprint) waits on, while it is kept.
+    fn waiting_call(&self, tenant: &str, fingerprint: &str, now: i64) -> Result<Option<String>, StoreError>;
+    /// Records that the call `fingerprint` waits on transaction `id` until
+    /// `kept_until`; a tenant keeps at most `max_per_tenant` (expired ones
+    /// are dropped to make room; past the cap it is not recorded).
+    fn put_waiting_call(
+        &self,
+        tenant: &str,
+        fingerprint: &str,
+        id: &str,
+        kept_until: i64,
+        max_per_tenant: usize,
+    ) -> Result<(), StoreError>;
+    /// Forgets a waiting call.
+    fn delete_waiting_call(&self, tenant: &str, fingerprint: &str) -> Result<(), StoreError>;
+
+    /// A 32-byte key the server itself uses (the CHEQ signing keys, the MCP
+    /// request-state key), by name: the stored one, or a new random one
+    /// stored first when there is none. Every replica of a fleet gets the
+    /// same. SQLite keeps each in its file in the data dir (`name` is the
+    /// file's name), as 64 hex digits.
+    fn server_key(&self, name: &str) -> Result<[u8; 32], StoreError>;
+
+    /// The topics changed after `after` in the change log (every change a
+    /// replica caches appends to it), and where the log ends now.
+    fn changes_since(&self, after: i64) -> Result<ChangeFeed, StoreError>;
+    /// Whether other processes write this store: then a replica refreshes
+    /// what it caches from the change log.
+    fn shared(&self) -> bool {
+        false
+    }
+    /// Blocks until another process may have changed something, or
+    /// `timeout` passes. Returns whether it was woken by a change
+    /// notification.
+    fn wait_for_change(&self, timeout: std::time::Duration) -> bool {
+        std::thread::sleep(timeout);
+        false
+    }
+    /// How many replicas share the store now (those whose heartbeat is
+    /// recent), for each replica's share of the tenants' quotas.
+    fn live_replicas(&self) -> usize {
+        1
+    }
 
     /// Entries of the audit log, newest first.
     fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;

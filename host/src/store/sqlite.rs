@@ -1,10 +1,10 @@
 //! The embedded registry: SQLite in the data dir.
 
 use super::{
-    CallKey, Claimed, RegistryStore, SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredSecret,
-    StoredSetting, StoredVersion,
+    BlobStore, CallKey, ChangeFeed, Claimed, RegistryStore, SecretsCipher, StoreError, StoredConfig,
+    StoredConfirmation, StoredSecret, StoredSession, StoredSetting, StoredVersion,
 };
-use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord};
+use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord, unix_now};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
 use std::sync::Mutex;
@@ -177,6 +177,26 @@ const MIGRATIONS: &[&str] = &[
         value TEXT NOT NULL
     );
 ",
+    // The built-in confirmation server's sessions (by the sha256 of the
+    // cookie) and the 2025-11-25 MCP calls waiting on a transaction: kept
+    // in the store, as a fleet must, so that a restart logs nobody out.
+    "
+    CREATE TABLE sessions (
+        token_sha256 TEXT PRIMARY KEY,
+        tenant       TEXT NOT NULL,
+        user         TEXT NOT NULL,
+        form_token   TEXT NOT NULL,
+        expires_at   INTEGER NOT NULL
+    );
+    CREATE INDEX sessions_by_expiry ON sessions (expires_at);
+    CREATE TABLE waiting_calls (
+        tenant      TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        id          TEXT NOT NULL,
+        kept_until  INTEGER NOT NULL,
+        PRIMARY KEY (tenant, fingerprint)
+    );
+",
 ];
 
 /// The database file in the data dir.
@@ -198,17 +218,21 @@ const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long [`RegistryStore::ping`] waits for the write lock.
 const PING_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// The registry in `DATA/registry.sqlite3`.
+/// The registry in `DATA/registry.sqlite3`, component bytes in
+/// `DATA/blobs/`, the server's keys in files of the data dir.
 pub struct SqliteStore {
     conn: Mutex<Connection>,
     /// Seals secret values at rest.
     cipher: SecretsCipher,
+    blobs: BlobStore,
+    data_dir: std::path::PathBuf,
 }
 
 impl SqliteStore {
     /// Opens (creating and migrating) the database under `data_dir`, its
-    /// secrets sealed with `cipher`. The database and its `-wal`/`-shm`
-    /// files are readable by their owner only.
+    /// secrets sealed with `cipher`, and sweeps blobs no version refers to
+    /// (a deploy that died before its row committed). The database and its
+    /// `-wal`/`-shm` files are readable by their owner only.
     pub fn open(data_dir: &Path, cipher: SecretsCipher) -> Result<Self, StoreError> {
         let path = data_dir.join(DB_FILE);
         // Created 0600 before SQLite opens it: SQLite gives its -wal and
@@ -243,8 +267,14 @@ impl SqliteStore {
         for suffix in ["-wal", "-shm"] {
             super::private_file(&data_dir.join(format!("{DB_FILE}{suffix}")))?;
         }
-        let store = SqliteStore { conn: Mutex::new(conn), cipher };
+        let blobs = BlobStore::open(data_dir)?;
+        let store = SqliteStore { conn: Mutex::new(conn), cipher, blobs, data_dir: data_dir.to_path_buf() };
         store.seal_secrets()?;
+        let referenced = store.versions()?.into_iter().map(|v| v.sha256).collect();
+        let swept = store.blobs.sweep(&referenced)?;
+        if swept > 0 {
+            tracing::info!(files = swept, "removed blobs of deploys that never committed");
+        }
         Ok(store)
     }
 
@@ -382,12 +412,34 @@ impl RegistryStore for SqliteStore {
         Ok(out)
     }
 
-    fn insert_version(&self, v: &StoredVersion, audit: &AuditEntry) -> Result<(), StoreError> {
+    fn insert_version(&self, v: &StoredVersion, bytes: &[u8], audit: &AuditEntry) -> Result<(), StoreError> {
         // Serializing plain data cannot fail.
         let signature = serde_json::to_string(&v.signature).unwrap_or_default();
         let manifest = serde_json::to_string(&v.manifest).unwrap_or_default();
         let tool_id = v.tool_id.to_string();
-        self.audited(audit, |tx| {
+        // The bytes first (fsynced): a crash before the row commits leaves
+        // an orphan blob, swept at the next start, never a row without bytes.
+        if self.blobs.put(bytes)? != v.sha256 {
+            return Err(StoreError::Inconsistent(format!("the bytes of {} are not its sha256", v.name)));
+        }
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let newest: Option<(String, u32)> = tx
+            .query_row(
+                "SELECT t.tool_id, COALESCE(MAX(v.version), 0) FROM tools t LEFT JOIN versions v USING (tool_id)
+                 WHERE t.tenant = ?1 AND t.name = ?2 GROUP BY t.tool_id",
+                [&v.tenant, &v.name],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let next = match &newest {
+            None => v.version == 1,
+            Some((id, newest)) => *id == tool_id && v.version == newest + 1,
+        };
+        if !next {
+            return Err(StoreError::Conflict(format!("{} version {} is not the next version", v.name, v.version)));
+        }
+        {
             tx.execute(
                 "INSERT INTO tools (tool_id, tenant, name, created_at) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (tool_id) DO NOTHING",
@@ -399,9 +451,15 @@ impl RegistryStore for SqliteStore {
                 "INSERT INTO versions (tool_id, version, sha256, signature, manifest, created_at, signature_sha256, retired_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![tool_id, v.version, v.sha256, signature, manifest, v.created_at, v.signature_sha256, v.retired_at],
-            )
-        })?;
+            )?;
+        }
+        insert_audit(&tx, audit)?;
+        tx.commit()?;
         Ok(())
+    }
+
+    fn blob(&self, sha256: &str) -> Result<Vec<u8>, StoreError> {
+        self.blobs.get(sha256)
     }
 
     fn retire_version(&self, tool_id: Uuid, version: u32, at: i64, audit: &AuditEntry) -> Result<bool, StoreError> {
@@ -562,7 +620,9 @@ impl RegistryStore for SqliteStore {
                 params![key.tenant, key.caller, key.call_id],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )?;
-            Claimed::Existing { request_sha256, response }
+            // Only this process writes the store: a claim its ledger does
+            // not hold lost its runner when the process it ran in died.
+            Claimed::Existing { request_sha256, response, running_elsewhere: false }
         };
         tx.commit()?;
         Ok(claimed)
@@ -778,6 +838,96 @@ impl RegistryStore for SqliteStore {
         Ok(probe?)
     }
 
+    fn insert_session(&self, session: &StoredSession, now: i64) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute("DELETE FROM sessions WHERE expires_at <= ?1", [now])?;
+        tx.execute(
+            "INSERT INTO sessions (token_sha256, tenant, user, form_token, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![session.token_sha256, session.tenant, session.user, session.form_token, session.expires_at],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn session(&self, token_sha256: &str, now: i64) -> Result<Option<StoredSession>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT token_sha256, tenant, user, form_token, expires_at FROM sessions
+                 WHERE token_sha256 = ?1 AND expires_at > ?2",
+                params![token_sha256, now],
+                |r| {
+                    Ok(StoredSession {
+                        token_sha256: r.get(0)?,
+                        tenant: r.get(1)?,
+                        user: r.get(2)?,
+                        form_token: r.get(3)?,
+                        expires_at: r.get(4)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    fn waiting_call(&self, tenant: &str, fingerprint: &str, now: i64) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT id FROM waiting_calls WHERE tenant = ?1 AND fingerprint = ?2 AND kept_until > ?3",
+                params![tenant, fingerprint, now],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    fn put_waiting_call(
+        &self,
+        tenant: &str,
+        fingerprint: &str,
+        id: &str,
+        kept_until: i64,
+        max_per_tenant: usize,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let count = |tx: &rusqlite::Transaction| -> rusqlite::Result<i64> {
+            tx.query_row("SELECT count(*) FROM waiting_calls WHERE tenant = ?1", [tenant], |r| r.get(0))
+        };
+        let max = i64::try_from(max_per_tenant).unwrap_or(i64::MAX);
+        if count(&tx)? >= max {
+            tx.execute(
+                "DELETE FROM waiting_calls WHERE tenant = ?1 AND kept_until <= ?2",
+                params![tenant, unix_now()],
+            )?;
+        }
+        if count(&tx)? < max {
+            tx.execute(
+                "INSERT INTO waiting_calls (tenant, fingerprint, id, kept_until) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (tenant, fingerprint) DO UPDATE SET id = excluded.id, kept_until = excluded.kept_until",
+                params![tenant, fingerprint, id, kept_until],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn delete_waiting_call(&self, tenant: &str, fingerprint: &str) -> Result<(), StoreError> {
+        self.conn()
+            .execute("DELETE FROM waiting_calls WHERE tenant = ?1 AND fingerprint = ?2", [tenant, fingerprint])?;
+        Ok(())
+    }
+
+    fn server_key(&self, name: &str) -> Result<[u8; 32], StoreError> {
+        Ok(crate::tenancy::read_or_create_hex_key(&self.data_dir.join(name), name)?)
+    }
+
+    fn changes_since(&self, _after: i64) -> Result<ChangeFeed, StoreError> {
+        // One process writes this store and its memory is changed with it:
+        // nothing changes behind its back.
+        Ok(ChangeFeed::default())
+    }
+
     fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
@@ -815,7 +965,7 @@ mod tests {
             tenant: "default".into(),
             name: "echo".into(),
             version: n,
-            sha256: format!("{n:064}"),
+            sha256: crate::package::sha256_hex(&component(n)),
             signature: Signature {
                 name: "echo".into(),
                 description: "d".into(),
@@ -829,6 +979,11 @@ mod tests {
             created_at: 1_700_000_000 + i64::from(n),
             retired_at: None,
         }
+    }
+
+    /// The bytes of version `n` of a test tool.
+    fn component(n: u32) -> Vec<u8> {
+        format!("component {n}").into_bytes()
     }
 
     fn cipher() -> SecretsCipher {
@@ -845,11 +1000,11 @@ mod tests {
         let id = Uuid::new_v4();
         {
             let store = SqliteStore::open(dir.path(), cipher()).unwrap();
-            store.insert_version(&version(id, 1), &audit("tool.deploy")).unwrap();
-            store.insert_version(&version(id, 2), &audit("tool.deploy")).unwrap();
+            store.insert_version(&version(id, 1), &component(1), &audit("tool.deploy")).unwrap();
+            store.insert_version(&version(id, 2), &component(2), &audit("tool.deploy")).unwrap();
             let mut changed = version(id, 1);
             changed.sha256 = "f".repeat(64);
-            assert!(store.insert_version(&changed, &audit("tool.deploy")).is_err());
+            assert!(store.insert_version(&changed, &component(changed.version), &audit("tool.deploy")).is_err());
         }
         let reopened = SqliteStore::open(dir.path(), cipher()).unwrap();
         let versions = reopened.versions().unwrap();
@@ -876,15 +1031,18 @@ mod tests {
         let acme =
             TenantRecord { name: "acme".into(), public_enumeration: false, quotas: Quotas::default(), created_at: 1 };
         store.put_tenant(&acme, &audit("tenant.create")).unwrap();
-        store.insert_version(&version(Uuid::new_v4(), 1), &audit("tool.deploy")).unwrap();
+        store.insert_version(&version(Uuid::new_v4(), 1), &component(1), &audit("tool.deploy")).unwrap();
         let mut other = version(Uuid::new_v4(), 1);
         other.tenant = "acme".into();
-        store.insert_version(&other, &audit("tool.deploy")).unwrap();
+        store.insert_version(&other, &component(other.version), &audit("tool.deploy")).unwrap();
         let clash = version(Uuid::new_v4(), 1);
-        assert!(store.insert_version(&clash, &audit("tool.deploy")).is_err());
+        assert!(store.insert_version(&clash, &component(clash.version), &audit("tool.deploy")).is_err());
         let mut unknown = version(Uuid::new_v4(), 1);
         unknown.tenant = "nobody".into();
-        assert!(store.insert_version(&unknown, &audit("tool.deploy")).is_err(), "a tool needs an existing tenant");
+        assert!(
+            store.insert_version(&unknown, &component(unknown.version), &audit("tool.deploy")).is_err(),
+            "a tool needs an existing tenant"
+        );
         let tenants: Vec<String> = store.tenants().unwrap().into_iter().map(|t| t.name).collect();
         assert_eq!(tenants, ["acme", "default"]);
     }
@@ -894,8 +1052,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path(), cipher()).unwrap();
         let id = Uuid::new_v4();
-        store.insert_version(&version(id, 1), &audit("tool.deploy")).unwrap();
-        assert!(store.insert_version(&version(id, 1), &audit("tool.deploy")).is_err());
+        store.insert_version(&version(id, 1), &component(1), &audit("tool.deploy")).unwrap();
+        assert!(store.insert_version(&version(id, 1), &component(1), &audit("tool.deploy")).is_err());
         let entries = store.audit(&AuditQuery { limit: 10, ..Default::default() }).unwrap();
         assert_eq!(entries.len(), 1, "the refused insert wrote no entry");
         let conn = store.conn();
@@ -931,10 +1089,14 @@ mod tests {
         let store = SqliteStore::open(dir.path(), cipher()).unwrap();
         let key = CallKey { tenant: "default".into(), caller: "k1".into(), call_id: "c1".into() };
         assert_eq!(store.claim_call(&key, "h1", 100, 0).unwrap(), Claimed::Fresh);
-        let pending = Claimed::Existing { request_sha256: "h1".into(), response: None };
+        let pending = Claimed::Existing { request_sha256: "h1".into(), response: None, running_elsewhere: false };
         assert_eq!(store.claim_call(&key, "h2", 101, 0).unwrap(), pending);
         store.finish_call(&key, Some("{\"ok\":1}")).unwrap();
-        let done = Claimed::Existing { request_sha256: "h1".into(), response: Some("{\"ok\":1}".into()) };
+        let done = Claimed::Existing {
+            request_sha256: "h1".into(),
+            response: Some("{\"ok\":1}".into()),
+            running_elsewhere: false,
+        };
         assert_eq!(store.claim_call(&key, "h1", 102, 0).unwrap(), done);
         // Another caller's call id of the same name is its own.
         let other = CallKey { caller: "k2".into(), ..key.clone() };
