@@ -14,6 +14,10 @@ async fn health_answers_anyone_and_tells_nothing_about_tenants() {
     let (status, body) = server.call_as(None, reqwest::Method::GET, "/health", None).await;
     assert_eq!(status, 200);
     assert_eq!(body, json!({"status": "ok"}));
+    // A single node is ready once it has started (it answers after loading).
+    let (status, body) = server.call_as(None, reqwest::Method::GET, "/ready", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(body, json!({"status": "ready"}));
 }
 
 #[tokio::test]

@@ -17,6 +17,7 @@ fn decisions() -> BTreeMap<(&'static str, &'static str), (Access, Scope)> {
     use Scope::{Server, Tenant};
     BTreeMap::from([
         (("GET", "/health"), (Open, Server)),
+        (("GET", "/ready"), (Open, Server)),
         (("GET", "/.well-known/jwks.json"), (Open, Server)),
         (("GET", "/tools"), (Enumerate, Tenant)),
         (("GET", "/tools/{tool_ref}"), (Enumerate, Tenant)),
