@@ -547,6 +547,7 @@ impl ToolHost {
         let start = host.store.changes_since(i64::MAX)?.latest;
         host.interrupt_confirmations()?;
         retention::start_confirmation_sweep(&host, options.confirmation_retention)?;
+        host.fleet.count_replicas(host.store.live_replicas());
         for topic in [Topic::Settings, Topic::Tenants, Topic::Keys, Topic::Secrets, Topic::Config] {
             host.reload(topic)?;
         }

@@ -52,6 +52,13 @@ impl FleetState {
         self.ready.store(true, Ordering::Release);
     }
 
+    /// Records how many replicas share the store now; returns whether that
+    /// changed.
+    pub(super) fn count_replicas(&self, replicas: usize) -> bool {
+        let replicas = replicas.max(1);
+        self.replicas.swap(replicas, Ordering::AcqRel) != replicas
+    }
+
     /// How many replicas share the tenants' quotas (at least 1).
     pub(super) fn replicas(&self) -> u32 {
         u32::try_from(self.replicas.load(Ordering::Acquire).max(1)).unwrap_or(u32::MAX)
@@ -77,8 +84,8 @@ impl ToolHost {
                 return Err(e);
             }
         };
-        let replicas = self.store.live_replicas().max(1);
-        let share_changed = self.fleet.replicas.swap(replicas, Ordering::AcqRel) != replicas;
+        let replicas = self.store.live_replicas();
+        let share_changed = self.fleet.count_replicas(replicas);
         let mut topics: Vec<Topic> = feed.topics.into_iter().collect();
         if share_changed && !topics.contains(&Topic::Tenants) {
             tracing::info!(replicas, "the number of replicas changed; each now enforces its share of the quotas");
