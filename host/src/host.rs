@@ -502,8 +502,7 @@ impl ToolHost {
                     )
                 })?;
                 let cipher = SecretsCipher::resolve(&options.data_dir, Some(key))?;
-                let _ = (url, cipher);
-                anyhow::bail!("PostgreSQL support lands with store/postgres.rs")
+                Arc::new(crate::store::PostgresStore::open(url, cipher)?)
             }
         };
         let slots = Arc::new(tokio::sync::Semaphore::new(options.runtime.max_instances as usize));

@@ -9,10 +9,12 @@
 //! of the store that [`RegistryStore::changes_since`] says when to refresh.
 
 mod blobs;
+mod postgres;
 mod sealed;
 mod sqlite;
 
 pub use blobs::BlobStore;
+pub use postgres::PostgresStore;
 pub use sealed::{KEY_FILE as SECRETS_KEY_FILE, SecretsCipher};
 pub use sqlite::SqliteStore;
 

@@ -1,0 +1,1278 @@
+//! The store a fleet shares: PostgreSQL, through sqlx.
+//!
+//! The [`RegistryStore`] interface is synchronous (SQLite's calls are), and
+//! the host calls it from its HTTP threads, its tool threads and plain
+//! threads alike. So this store owns a small runtime of its own
+//! (`plinth-db`) with the connection pool: each method runs its queries
+//! there and blocks the caller on the answer, at most [`STATEMENT_WAIT`] —
+//! a database that does not answer is an error, never a hang.
+//!
+//! What makes a fleet work lives here too:
+//! - **the change log**: every change a replica caches writes a `changes`
+//!   row in its own transaction, under a lock that makes sequence order
+//!   commit order, and `NOTIFY plinth_changes`; a listener task wakes
+//!   [`RegistryStore::wait_for_change`] (and wakes it on reconnect too, so
+//!   that a replica reads the log after any notification it may have
+//!   missed);
+//! - **the replicas' heartbeats**: each process beats every
+//!   [`HEARTBEAT`]; a replica is live while its beat is younger than five
+//!   seconds (`live_since!`, in the database's clock). A call claim or a running CHEQ transaction names its
+//!   replica (`runner`), so another replica can tell a call still running
+//!   from one whose replica died;
+//! - **per-tool serialisation of deploys**: `insert_version` takes a
+//!   transaction-scoped advisory lock on (tenant, name) and refuses a
+//!   version that is not the tool's next.
+
+use super::{
+    CallKey, ChangeFeed, Claimed, RegistryStore, SecretsCipher, StoreError, StoredConfig, StoredConfirmation,
+    StoredSecret, StoredSession, StoredSetting, StoredVersion, Topic,
+};
+use crate::package::sha256_hex;
+use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord, unix_now};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::{PgConnection, Row};
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+use uuid::Uuid;
+
+/// How long a caller waits for the database's answer.
+const STATEMENT_WAIT: Duration = Duration::from_secs(10);
+/// How long a connection is waited for when the pool has none free (or the
+/// database is unreachable).
+const ACQUIRE_WAIT: Duration = Duration::from_secs(3);
+/// How often a replica beats.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+/// A replica whose last beat is older than this is gone (its claims and
+/// running transactions are orphans): SQL, spliced into statements.
+macro_rules! live_since {
+    () => {
+        "now() - interval '5 seconds'"
+    };
+}
+/// The notification channel of the change log.
+const CHANNEL: &str = "plinth_changes";
+/// The advisory lock (two-key space) that orders change-log writes.
+const CHANGE_LOCK: (i32, i32) = (0x706c_6e74, 1);
+/// The `store_meta` row that proves the secrets key is the one the stored
+/// secrets were sealed with.
+const KEY_CHECK: &str = "secrets-key-check";
+
+/// A PostgreSQL database shared by the replicas of a fleet.
+pub struct PostgresStore {
+    pool: PgPool,
+    cipher: SecretsCipher,
+    /// This process's id among the replicas (random per start).
+    replica: Arc<str>,
+    /// Replicas live at the last heartbeat.
+    live: Arc<AtomicUsize>,
+    /// Set by the listener when a change may have happened.
+    changed: Arc<(Mutex<bool>, Condvar)>,
+    /// The `plinth-db` runtime; shut down in the background on drop (a
+    /// runtime must not be dropped inside another one, where the host may
+    /// be dropped).
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+fn db(e: sqlx::Error) -> StoreError {
+    StoreError::Postgres(e)
+}
+
+impl PostgresStore {
+    /// Connects to `url`, applies the migrations (one replica at a time:
+    /// sqlx's migrator holds an advisory lock), checks the secrets key and
+    /// starts the heartbeat and the change listener.
+    pub fn open(url: &str, cipher: SecretsCipher) -> Result<Self, StoreError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("plinth-db")
+            .enable_all()
+            .build()?;
+        let options = PgConnectOptions::from_str(url).map_err(db)?.application_name("plinth");
+        let pool = runtime.block_on(async {
+            let pool =
+                PgPoolOptions::new().max_connections(16).acquire_timeout(ACQUIRE_WAIT).connect_with(options).await?;
+            sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+            Ok::<_, sqlx::Error>(pool)
+        });
+        let pool = pool.map_err(db)?;
+        let mut id = [0u8; 8];
+        getrandom::fill(&mut id).map_err(|e| StoreError::Io(std::io::Error::other(e)))?;
+        let store = PostgresStore {
+            pool,
+            cipher,
+            replica: hex::encode(id).into(),
+            live: Arc::new(AtomicUsize::new(1)),
+            changed: Arc::new((Mutex::new(false), Condvar::new())),
+            runtime: Some(runtime),
+        };
+        store.check_secrets_key()?;
+        store.beat()?;
+        store.spawn_heartbeat();
+        store.spawn_listener();
+        tracing::info!(replica = &*store.replica, "connected to the fleet's PostgreSQL store");
+        Ok(store)
+    }
+
+    /// Runs `work` on the store's runtime and waits for its answer.
+    fn run<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let Some(runtime) = &self.runtime else {
+            return Err(StoreError::Inconsistent("the store is closed".into()));
+        };
+        let (answer, receive) = std::sync::mpsc::sync_channel(1);
+        runtime.spawn(async move {
+            let _ = answer.send(work.await);
+        });
+        receive.recv_timeout(STATEMENT_WAIT).map_err(|_| StoreError::Postgres(sqlx::Error::PoolTimedOut))?
+    }
+
+    fn check_secrets_key(&self) -> Result<(), StoreError> {
+        let fresh = self.cipher.seal("", KEY_CHECK, KEY_CHECK)?;
+        let pool = self.pool.clone();
+        let stored = self.run(async move {
+            sqlx::query("INSERT INTO store_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING")
+                .bind(KEY_CHECK)
+                .bind(fresh)
+                .execute(&pool)
+                .await
+                .map_err(db)?;
+            let row = sqlx::query("SELECT value FROM store_meta WHERE key = $1")
+                .bind(KEY_CHECK)
+                .fetch_one(&pool)
+                .await
+                .map_err(db)?;
+            row.try_get::<String, _>(0).map_err(db)
+        })?;
+        self.cipher.open("", KEY_CHECK, &stored)?;
+        Ok(())
+    }
+
+    /// Records this replica's heartbeat and counts the live replicas.
+    fn beat(&self) -> Result<(), StoreError> {
+        let (pool, replica, live) = (self.pool.clone(), self.replica.clone(), self.live.clone());
+        self.run(async move { beat(&pool, &replica, &live).await })
+    }
+
+    fn spawn_heartbeat(&self) {
+        let (pool, replica, live) = (self.pool.clone(), self.replica.clone(), self.live.clone());
+        let Some(runtime) = &self.runtime else { return };
+        runtime.spawn(async move {
+            let mut ticks = 0u64;
+            loop {
+                tokio::time::sleep(HEARTBEAT).await;
+                if let Err(e) = beat(&pool, &replica, &live).await {
+                    tracing::warn!(error = %e, "the heartbeat could not be recorded");
+                    continue;
+                }
+                ticks += 1;
+                if ticks.is_multiple_of(10)
+                    && let Err(e) = tidy(&pool).await
+                {
+                    tracing::warn!(error = %e, "the fleet's housekeeping failed");
+                }
+            }
+        });
+    }
+
+    /// Listens for change notifications; wakes the waiter on each one, and
+    /// after every (re)connection, since notifications sent while the
+    /// connection was down are lost.
+    fn spawn_listener(&self) {
+        let (pool, changed) = (self.pool.clone(), self.changed.clone());
+        let Some(runtime) = &self.runtime else { return };
+        runtime.spawn(async move {
+            let wake = || {
+                let (flag, condvar) = &*changed;
+                *flag.lock().unwrap_or_else(|p| p.into_inner()) = true;
+                condvar.notify_all();
+            };
+            loop {
+                let mut listener = match PgListener::connect_with(&pool).await {
+                    Ok(listener) => listener,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot listen for changes; retrying");
+                        tokio::time::sleep(HEARTBEAT).await;
+                        continue;
+                    }
+                };
+                if let Err(e) = listener.listen(CHANNEL).await {
+                    tracing::warn!(error = %e, "cannot listen for changes; retrying");
+                    tokio::time::sleep(HEARTBEAT).await;
+                    continue;
+                }
+                wake();
+                loop {
+                    match listener.try_recv().await {
+                        Ok(Some(_)) => wake(),
+                        // The connection was lost; the next receive
+                        // reconnects. Whatever was sent meanwhile is lost:
+                        // the replica reads the log.
+                        Ok(None) => wake(),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "the change listener failed; reconnecting");
+                            wake();
+                            tokio::time::sleep(HEARTBEAT).await;
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+async fn beat(pool: &PgPool, replica: &str, live: &AtomicUsize) -> Result<(), StoreError> {
+    sqlx::query("INSERT INTO replicas (id) VALUES ($1) ON CONFLICT (id) DO UPDATE SET heartbeat_ts = now()")
+        .bind(replica)
+        .execute(pool)
+        .await
+        .map_err(db)?;
+    let count: i64 = sqlx::query(concat!("SELECT count(*) FROM replicas WHERE heartbeat_ts > ", live_since!()))
+        .fetch_one(pool)
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(db)?;
+    live.store(usize::try_from(count).unwrap_or(1).max(1), Ordering::Release);
+    Ok(())
+}
+
+/// Housekeeping any replica may do: forget long-gone replicas, end the
+/// running transactions of replicas that died (`interrupted`), and drop
+/// change-log rows older than a day, always keeping the newest (a replica
+/// behind by more reloads everything).
+async fn tidy(pool: &PgPool) -> Result<(), StoreError> {
+    interrupt_orphans(pool).await?;
+    sqlx::query("DELETE FROM replicas WHERE heartbeat_ts < now() - interval '1 hour'")
+        .execute(pool)
+        .await
+        .map_err(db)?;
+    sqlx::query(
+        "DELETE FROM changes WHERE at_ts < now() - interval '1 day'
+         AND seq < (SELECT max(seq) FROM changes)",
+    )
+    .execute(pool)
+    .await
+    .map_err(db)?;
+    Ok(())
+}
+
+async fn interrupt_orphans(pool: &PgPool) -> Result<usize, StoreError> {
+    let done = sqlx::query(concat!(
+        "UPDATE confirmations SET state = 'interrupted'
+         WHERE state = 'accepted' AND (runner IS NULL OR runner NOT IN (
+             SELECT id FROM replicas WHERE heartbeat_ts > ",
+        live_since!(),
+        "))"
+    ))
+    .execute(pool)
+    .await
+    .map_err(db)?;
+    Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
+}
+
+/// Appends `audit`, and a change-log row for `topic` with its notification,
+/// to the transaction `tx`. The lock is held to the commit: change-log
+/// rows commit in sequence order, so a replica that has read row N has
+/// seen every row before it.
+async fn record(tx: &mut PgConnection, audit: &AuditEntry, topic: Topic) -> Result<(), sqlx::Error> {
+    insert_audit(tx, audit).await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+        .bind(CHANGE_LOCK.0)
+        .bind(CHANGE_LOCK.1)
+        .execute(&mut *tx)
+        .await?;
+    let seq: i64 = sqlx::query("INSERT INTO changes (topic) VALUES ($1) RETURNING seq")
+        .bind(topic.as_str())
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get(0)?;
+    sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(seq.to_string()).execute(&mut *tx).await?;
+    Ok(())
+}
+
+async fn insert_audit(tx: &mut PgConnection, audit: &AuditEntry) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO audit (at, actor, tenant, action, target, sha256, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(audit.at)
+    .bind(&audit.actor)
+    .bind(&audit.tenant)
+    .bind(&audit.action)
+    .bind(&audit.target)
+    .bind(&audit.sha256)
+    .bind(audit.detail.to_string())
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+async fn waiting_count(tx: &mut PgConnection, tenant: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query("SELECT count(*) FROM waiting_calls WHERE tenant = $1").bind(tenant).fetch_one(tx).await?.try_get(0)
+}
+
+fn decode_error(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Decode(what.to_string(), serde_json::Error::io(std::io::Error::other(e.to_string())))
+}
+
+/// Runs one statement that changes a row of `topic`, with its audit entry
+/// and change-log row, in one transaction; returns the rows it changed.
+macro_rules! audited {
+    ($store:expr, $audit:expr, $topic:expr, $query:expr $(, $bind:ident)* $(,)?) => {{
+        let pool = $store.pool.clone();
+        let audit = $audit.clone();
+        $store.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            let changed = sqlx::query($query)
+                $(.bind($bind))*
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?
+                .rows_affected();
+            record(&mut tx, &audit, $topic).await.map_err(db)?;
+            tx.commit().await.map_err(db)?;
+            Ok(changed)
+        })
+    }};
+}
+
+impl RegistryStore for PostgresStore {
+    fn versions(&self) -> Result<Vec<StoredVersion>, StoreError> {
+        let pool = self.pool.clone();
+        let rows = self.run(async move {
+            sqlx::query(
+                "SELECT v.tool_id, t.tenant, t.name, v.version, v.sha256, v.signature, v.manifest, v.created_at,
+                        v.signature_sha256, v.retired_at
+                 FROM versions v JOIN tools t USING (tool_id)
+                 ORDER BY v.created_at, v.tool_id, v.version",
+            )
+            .fetch_all(&pool)
+            .await
+            .map_err(db)
+        })?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let tenant: String = row.try_get(1).map_err(db)?;
+            let name: String = row.try_get(2).map_err(db)?;
+            let version: i32 = row.try_get(3).map_err(db)?;
+            let what = format!("{tenant}/{name} version {version}");
+            let tool_id: String = row.try_get(0).map_err(db)?;
+            let signature: String = row.try_get(5).map_err(db)?;
+            let manifest: String = row.try_get(6).map_err(db)?;
+            out.push(StoredVersion {
+                tool_id: Uuid::parse_str(&tool_id).map_err(|e| decode_error(&what, e))?,
+                tenant,
+                name,
+                version: u32::try_from(version).map_err(|e| decode_error(&what, e))?,
+                sha256: row.try_get(4).map_err(db)?,
+                signature: serde_json::from_str(&signature).map_err(|e| StoreError::Decode(what.clone(), e))?,
+                manifest: serde_json::from_str(&manifest).map_err(|e| StoreError::Decode(what.clone(), e))?,
+                created_at: row.try_get(7).map_err(db)?,
+                signature_sha256: row.try_get(8).map_err(db)?,
+                retired_at: row.try_get(9).map_err(db)?,
+            });
+        }
+        Ok(out)
+    }
+
+    fn insert_version(&self, v: &StoredVersion, bytes: &[u8], audit: &AuditEntry) -> Result<(), StoreError> {
+        if sha256_hex(bytes) != v.sha256 {
+            return Err(StoreError::Inconsistent(format!("the bytes of {} are not its sha256", v.name)));
+        }
+        // Serializing plain data cannot fail.
+        let signature = serde_json::to_string(&v.signature).unwrap_or_default();
+        let manifest = serde_json::to_string(&v.manifest).unwrap_or_default();
+        let (pool, v, bytes, audit) = (self.pool.clone(), v.clone(), bytes.to_vec(), audit.clone());
+        let number = i32::try_from(v.version).map_err(|e| decode_error(&v.name, e))?;
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            // Deploys of one tool, from any replica, one at a time.
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+                .bind(format!("{}/{}", v.tenant, v.name))
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            let newest = sqlx::query(
+                "SELECT t.tool_id, COALESCE(MAX(v.version), 0) FROM tools t LEFT JOIN versions v USING (tool_id)
+                 WHERE t.tenant = $1 AND t.name = $2 GROUP BY t.tool_id",
+            )
+            .bind(&v.tenant)
+            .bind(&v.name)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db)?;
+            let next = match newest {
+                None => number == 1,
+                Some(row) => {
+                    let (id, newest): (String, i32) = (row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?);
+                    id == v.tool_id.to_string() && number == newest + 1
+                }
+            };
+            if !next {
+                return Err(StoreError::Conflict(format!("{} version {} is not the next version", v.name, v.version)));
+            }
+            sqlx::query("INSERT INTO blobs (sha256, bytes) VALUES ($1, $2) ON CONFLICT (sha256) DO NOTHING")
+                .bind(&v.sha256)
+                .bind(bytes)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            sqlx::query(
+                "INSERT INTO tools (tool_id, tenant, name, created_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (tool_id) DO NOTHING",
+            )
+            .bind(v.tool_id.to_string())
+            .bind(&v.tenant)
+            .bind(&v.name)
+            .bind(v.created_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+            sqlx::query(
+                "INSERT INTO versions (tool_id, version, sha256, signature, manifest, created_at, signature_sha256, retired_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(v.tool_id.to_string())
+            .bind(number)
+            .bind(&v.sha256)
+            .bind(signature)
+            .bind(manifest)
+            .bind(v.created_at)
+            .bind(&v.signature_sha256)
+            .bind(v.retired_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+            record(&mut tx, &audit, Topic::Versions).await.map_err(db)?;
+            tx.commit().await.map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn blob(&self, sha256: &str) -> Result<Vec<u8>, StoreError> {
+        let (pool, sha) = (self.pool.clone(), sha256.to_string());
+        let bytes: Option<Vec<u8>> = self.run(async move {
+            let row = sqlx::query("SELECT bytes FROM blobs WHERE sha256 = $1")
+                .bind(sha)
+                .fetch_optional(&pool)
+                .await
+                .map_err(db)?;
+            row.map(|r| r.try_get(0)).transpose().map_err(db)
+        })?;
+        let bytes = bytes.ok_or_else(|| StoreError::Inconsistent(format!("no bytes are stored for {sha256}")))?;
+        if sha256_hex(&bytes) != sha256 {
+            return Err(StoreError::Corrupt(sha256.to_string()));
+        }
+        Ok(bytes)
+    }
+
+    fn retire_version(&self, tool_id: Uuid, version: u32, at: i64, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let (tool_id, version) = (tool_id.to_string(), i32::try_from(version).unwrap_or(i32::MAX));
+        let changed = audited!(
+            self,
+            audit,
+            Topic::Versions,
+            "UPDATE versions SET retired_at = $3 WHERE tool_id = $1 AND version = $2 AND retired_at IS NULL",
+            tool_id,
+            version,
+            at
+        )?;
+        Ok(changed == 1)
+    }
+
+    fn secrets(&self) -> Result<Vec<StoredSecret>, StoreError> {
+        let pool = self.pool.clone();
+        let rows = self.run(async move {
+            sqlx::query("SELECT tenant, id, value FROM secrets ORDER BY tenant, id").fetch_all(&pool).await.map_err(db)
+        })?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let (tenant, id, sealed): (String, String, String) =
+                (row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?, row.try_get(2).map_err(db)?);
+            let value = self.cipher.open(&tenant, &id, &sealed)?;
+            out.push((tenant, id, value));
+        }
+        Ok(out)
+    }
+
+    fn put_secret(&self, tenant: &str, id: &str, value: &str, audit: &AuditEntry) -> Result<(), StoreError> {
+        let sealed = self.cipher.seal(tenant, id, value)?;
+        let (tenant, id, at) = (tenant.to_string(), id.to_string(), audit.at);
+        audited!(
+            self,
+            audit,
+            Topic::Secrets,
+            "INSERT INTO secrets (tenant, id, value, updated_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (tenant, id) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+            tenant,
+            id,
+            sealed,
+            at
+        )?;
+        Ok(())
+    }
+
+    fn delete_secret(&self, tenant: &str, id: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let (tenant, id) = (tenant.to_string(), id.to_string());
+        let deleted =
+            audited!(self, audit, Topic::Secrets, "DELETE FROM secrets WHERE tenant = $1 AND id = $2", tenant, id)?;
+        Ok(deleted == 1)
+    }
+
+    fn config(&self) -> Result<Vec<StoredConfig>, StoreError> {
+        let pool = self.pool.clone();
+        let rows = self.run(async move {
+            sqlx::query("SELECT tenant, tool, key, value FROM tool_config ORDER BY tenant, tool, key")
+                .fetch_all(&pool)
+                .await
+                .map_err(db)
+        })?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(db)
+    }
+
+    fn put_config(&self, (tenant, tool, key, value): &StoredConfig, audit: &AuditEntry) -> Result<(), StoreError> {
+        let (tenant, tool, key, value, at) = (tenant.clone(), tool.clone(), key.clone(), value.clone(), audit.at);
+        audited!(
+            self,
+            audit,
+            Topic::Config,
+            "INSERT INTO tool_config (tenant, tool, key, value, updated_at) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (tenant, tool, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+            tenant,
+            tool,
+            key,
+            value,
+            at
+        )?;
+        Ok(())
+    }
+
+    fn delete_config(&self, tenant: &str, tool: &str, key: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let (tenant, tool, key) = (tenant.to_string(), tool.to_string(), key.to_string());
+        let deleted = audited!(
+            self,
+            audit,
+            Topic::Config,
+            "DELETE FROM tool_config WHERE tenant = $1 AND tool = $2 AND key = $3",
+            tenant,
+            tool,
+            key
+        )?;
+        Ok(deleted == 1)
+    }
+
+    fn tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
+        let pool = self.pool.clone();
+        let rows = self.run(async move {
+            sqlx::query("SELECT name, public_enumeration, quotas, created_at FROM tenants ORDER BY name")
+                .fetch_all(&pool)
+                .await
+                .map_err(db)
+        })?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let name: String = row.try_get(0).map_err(db)?;
+            let quotas: String = row.try_get(2).map_err(db)?;
+            let quotas = serde_json::from_str(&quotas).map_err(|e| StoreError::Decode(format!("tenant {name}"), e))?;
+            out.push(TenantRecord {
+                name,
+                public_enumeration: row.try_get(1).map_err(db)?,
+                quotas,
+                created_at: row.try_get(3).map_err(db)?,
+            });
+        }
+        Ok(out)
+    }
+
+    fn put_tenant(&self, t: &TenantRecord, audit: &AuditEntry) -> Result<(), StoreError> {
+        let quotas = serde_json::to_string(&t.quotas).unwrap_or_default();
+        let (name, public, created_at) = (t.name.clone(), t.public_enumeration, t.created_at);
+        audited!(
+            self,
+            audit,
+            Topic::Tenants,
+            "INSERT INTO tenants (name, public_enumeration, quotas, created_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (name) DO UPDATE SET public_enumeration = excluded.public_enumeration, quotas = excluded.quotas",
+            name,
+            public,
+            quotas,
+            created_at
+        )?;
+        Ok(())
+    }
+
+    fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        let pool = self.pool.clone();
+        let rows = self.run(async move {
+            sqlx::query(
+                "SELECT id, tenant, role, key_sha256, label, created_at, revoked_at FROM api_keys ORDER BY created_at, id",
+            )
+            .fetch_all(&pool)
+            .await
+            .map_err(db)
+        })?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: String = row.try_get(0).map_err(db)?;
+            let role: String = row.try_get(2).map_err(db)?;
+            let role = Role::parse(&role).ok_or_else(|| decode_error(&format!("key {id}"), "unknown role"))?;
+            out.push(KeyRecord {
+                id,
+                tenant: row.try_get(1).map_err(db)?,
+                role,
+                key_sha256: row.try_get(3).map_err(db)?,
+                label: row.try_get(4).map_err(db)?,
+                created_at: row.try_get(5).map_err(db)?,
+                revoked_at: row.try_get(6).map_err(db)?,
+            });
+        }
+        Ok(out)
+    }
+
+    fn insert_key(&self, k: &KeyRecord, audit: &AuditEntry) -> Result<(), StoreError> {
+        let (id, tenant, role, sha, label, created, revoked) = (
+            k.id.clone(),
+            k.tenant.clone(),
+            k.role.as_str(),
+            k.key_sha256.clone(),
+            k.label.clone(),
+            k.created_at,
+            k.revoked_at,
+        );
+        audited!(
+            self,
+            audit,
+            Topic::Keys,
+            "INSERT INTO api_keys (id, tenant, role, key_sha256, label, created_at, revoked_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            id,
+            tenant,
+            role,
+            sha,
+            label,
+            created,
+            revoked
+        )?;
+        Ok(())
+    }
+
+    fn revoke_key(&self, id: &str, at: i64, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let id = id.to_string();
+        let changed = audited!(
+            self,
+            audit,
+            Topic::Keys,
+            "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
+            id,
+            at
+        )?;
+        Ok(changed == 1)
+    }
+
+    fn claim_call(
+        &self,
+        key: &CallKey,
+        request_sha256: &str,
+        now: i64,
+        expired_before: i64,
+    ) -> Result<Claimed, StoreError> {
+        let (pool, key, request, replica) =
+            (self.pool.clone(), key.clone(), request_sha256.to_string(), self.replica.to_string());
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            sqlx::query("DELETE FROM idempotent_calls WHERE created_at < $1")
+                .bind(expired_before)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            // Two replicas racing: the unique key makes the second wait for
+            // the first's commit, then insert nothing.
+            let inserted = sqlx::query(
+                "INSERT INTO idempotent_calls (tenant, caller, call_id, request_sha256, created_at, runner)
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, caller, call_id) DO NOTHING",
+            )
+            .bind(&key.tenant)
+            .bind(&key.caller)
+            .bind(&key.call_id)
+            .bind(&request)
+            .bind(now)
+            .bind(&replica)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?
+            .rows_affected();
+            let claimed = if inserted == 1 {
+                Claimed::Fresh
+            } else {
+                let row = sqlx::query(concat!(
+                    "SELECT request_sha256, response,
+                            runner IS NOT NULL AND runner <> $4 AND runner IN (
+                                SELECT id FROM replicas WHERE heartbeat_ts > ",
+                    live_since!(),
+                    ")
+                     FROM idempotent_calls WHERE tenant = $1 AND caller = $2 AND call_id = $3"
+                ))
+                .bind(&key.tenant)
+                .bind(&key.caller)
+                .bind(&key.call_id)
+                .bind(&replica)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db)?;
+                Claimed::Existing {
+                    request_sha256: row.try_get(0).map_err(db)?,
+                    response: row.try_get(1).map_err(db)?,
+                    running_elsewhere: row.try_get(2).map_err(db)?,
+                }
+            };
+            tx.commit().await.map_err(db)?;
+            Ok(claimed)
+        })
+    }
+
+    fn finish_call(&self, key: &CallKey, response: Option<&str>) -> Result<(), StoreError> {
+        let (pool, key, response) = (self.pool.clone(), key.clone(), response.map(str::to_string));
+        self.run(async move {
+            let query = match response {
+                Some(response) => sqlx::query(
+                    "UPDATE idempotent_calls SET response = $4 WHERE tenant = $1 AND caller = $2 AND call_id = $3",
+                )
+                .bind(key.tenant)
+                .bind(key.caller)
+                .bind(key.call_id)
+                .bind(response),
+                None => sqlx::query("DELETE FROM idempotent_calls WHERE tenant = $1 AND caller = $2 AND call_id = $3")
+                    .bind(key.tenant)
+                    .bind(key.caller)
+                    .bind(key.call_id),
+            };
+            query.execute(&pool).await.map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn insert_confirmation(&self, c: &StoredConfirmation) -> Result<(), StoreError> {
+        let (pool, c) = (self.pool.clone(), c.clone());
+        let version = i32::try_from(c.version).map_err(|e| decode_error(&c.id, e))?;
+        self.run(async move {
+            sqlx::query(
+                "INSERT INTO confirmations (id, tenant, tool_id, version, end_user, front_door, call_id, inputs, cheq,
+                     state, created_at, expires_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            )
+            .bind(c.id)
+            .bind(c.tenant)
+            .bind(c.tool_id.to_string())
+            .bind(version)
+            .bind(c.end_user)
+            .bind(c.front_door)
+            .bind(c.call_id)
+            .bind(c.inputs)
+            .bind(c.cheq)
+            .bind(c.state)
+            .bind(c.created_at)
+            .bind(c.expires_at)
+            .execute(&pool)
+            .await
+            .map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn confirmation(&self, id: &str) -> Result<Option<StoredConfirmation>, StoreError> {
+        let (pool, key) = (self.pool.clone(), id.to_string());
+        let row = self.run(async move {
+            sqlx::query(
+                "SELECT id, tenant, tool_id, version, end_user, front_door, call_id, inputs, cheq, state, created_at,
+                     expires_at, decided_at, decision, result_status, result_body
+                 FROM confirmations WHERE id = $1",
+            )
+            .bind(key)
+            .fetch_optional(&pool)
+            .await
+            .map_err(db)
+        })?;
+        let Some(row) = row else { return Ok(None) };
+        let what = format!("confirmation {id}");
+        let tool_id: String = row.try_get(2).map_err(db)?;
+        let version: i32 = row.try_get(3).map_err(db)?;
+        let status: Option<i32> = row.try_get(14).map_err(db)?;
+        Ok(Some(StoredConfirmation {
+            id: row.try_get(0).map_err(db)?,
+            tenant: row.try_get(1).map_err(db)?,
+            tool_id: Uuid::parse_str(&tool_id).map_err(|e| decode_error(&what, e))?,
+            version: u32::try_from(version).map_err(|e| decode_error(&what, e))?,
+            end_user: row.try_get(4).map_err(db)?,
+            front_door: row.try_get(5).map_err(db)?,
+            call_id: row.try_get(6).map_err(db)?,
+            inputs: row.try_get(7).map_err(db)?,
+            cheq: row.try_get(8).map_err(db)?,
+            state: row.try_get(9).map_err(db)?,
+            created_at: row.try_get(10).map_err(db)?,
+            expires_at: row.try_get(11).map_err(db)?,
+            decided_at: row.try_get(12).map_err(db)?,
+            decision: row.try_get(13).map_err(db)?,
+            result_status: status.map(|s| u16::try_from(s).map_err(|e| decode_error(&what, e))).transpose()?,
+            result_body: row.try_get(15).map_err(db)?,
+        }))
+    }
+
+    fn decide_confirmation(
+        &self,
+        id: &str,
+        state: &str,
+        decision: Option<&str>,
+        audit: &AuditEntry,
+    ) -> Result<bool, StoreError> {
+        let (pool, id, state, decision, audit, replica) = (
+            self.pool.clone(),
+            id.to_string(),
+            state.to_string(),
+            decision.map(str::to_string),
+            audit.clone(),
+            self.replica.to_string(),
+        );
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            // Decided once, fleet-wide: the row's lock makes a second
+            // decision wait, then find it no longer pending. The replica
+            // that accepts runs the call, and is named as its runner.
+            let changed = sqlx::query(
+                "UPDATE confirmations SET state = $2, decision = $3, decided_at = $4,
+                     runner = CASE WHEN $2 = 'accepted' THEN $5 ELSE runner END
+                 WHERE id = $1 AND state = 'pending' AND expires_at > $4",
+            )
+            .bind(&id)
+            .bind(&state)
+            .bind(&decision)
+            .bind(audit.at)
+            .bind(&replica)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?
+            .rows_affected();
+            if changed == 1 {
+                insert_audit(&mut tx, &audit).await.map_err(db)?;
+            }
+            tx.commit().await.map_err(db)?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn finish_confirmation(&self, id: &str, status: u16, body: &str) -> Result<(), StoreError> {
+        let (pool, id, body) = (self.pool.clone(), id.to_string(), body.to_string());
+        self.run(async move {
+            sqlx::query(
+                "UPDATE confirmations SET state = 'done', result_status = $2, result_body = $3
+                 WHERE id = $1 AND state = 'accepted'",
+            )
+            .bind(id)
+            .bind(i32::from(status))
+            .bind(body)
+            .execute(&pool)
+            .await
+            .map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn retire_confirmation(&self, id: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let (pool, id, audit) = (self.pool.clone(), id.to_string(), audit.clone());
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            let changed =
+                sqlx::query("UPDATE confirmations SET state = 'retired' WHERE id = $1 AND state = 'accepted'")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?
+                    .rows_affected();
+            if changed == 1 {
+                insert_audit(&mut tx, &audit).await.map_err(db)?;
+            }
+            tx.commit().await.map_err(db)?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn interrupt_confirmations(&self) -> Result<usize, StoreError> {
+        let pool = self.pool.clone();
+        self.run(async move { interrupt_orphans(&pool).await })
+    }
+
+    fn sweep_confirmations(&self, before: i64) -> Result<usize, StoreError> {
+        let pool = self.pool.clone();
+        self.run(async move {
+            let mut deleted = 0usize;
+            // In batches: no single statement holds many rows' locks long.
+            loop {
+                let batch = sqlx::query(
+                    "DELETE FROM confirmations WHERE id IN (
+                         SELECT id FROM confirmations
+                         WHERE state <> 'accepted' AND COALESCE(decided_at, expires_at) < $1
+                           AND (state <> 'pending' OR expires_at < $1)
+                         LIMIT 500)",
+                )
+                .bind(before)
+                .execute(&pool)
+                .await
+                .map_err(db)?
+                .rows_affected();
+                deleted += usize::try_from(batch).unwrap_or(usize::MAX);
+                if batch < 500 {
+                    return Ok(deleted);
+                }
+            }
+        })
+    }
+
+    fn settings(&self) -> Result<Vec<StoredSetting>, StoreError> {
+        let pool = self.pool.clone();
+        let rows = self.run(async move {
+            sqlx::query("SELECT tenant, key, value FROM tenant_settings ORDER BY tenant, key")
+                .fetch_all(&pool)
+                .await
+                .map_err(db)
+        })?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(db)
+    }
+
+    fn put_setting(&self, (tenant, key, value): &StoredSetting, audit: &AuditEntry) -> Result<(), StoreError> {
+        let (tenant, key, value, at) = (tenant.clone(), key.clone(), value.clone(), audit.at);
+        audited!(
+            self,
+            audit,
+            Topic::Settings,
+            "INSERT INTO tenant_settings (tenant, key, value, updated_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (tenant, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+            tenant,
+            key,
+            value,
+            at
+        )?;
+        Ok(())
+    }
+
+    fn delete_setting(&self, tenant: &str, key: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let (tenant, key) = (tenant.to_string(), key.to_string());
+        let deleted = audited!(
+            self,
+            audit,
+            Topic::Settings,
+            "DELETE FROM tenant_settings WHERE tenant = $1 AND key = $2",
+            tenant,
+            key
+        )?;
+        Ok(deleted == 1)
+    }
+
+    fn end_user(&self, tenant: &str, name: &str) -> Result<Option<String>, StoreError> {
+        let (pool, tenant, name) = (self.pool.clone(), tenant.to_string(), name.to_string());
+        self.run(async move {
+            let row = sqlx::query("SELECT password_hash FROM end_users WHERE tenant = $1 AND name = $2")
+                .bind(tenant)
+                .bind(name)
+                .fetch_optional(&pool)
+                .await
+                .map_err(db)?;
+            row.map(|r| r.try_get(0)).transpose().map_err(db)
+        })
+    }
+
+    fn put_end_user(
+        &self,
+        tenant: &str,
+        name: &str,
+        password_hash: &str,
+        audit: &AuditEntry,
+    ) -> Result<(), StoreError> {
+        let (pool, tenant, name, hash, audit) =
+            (self.pool.clone(), tenant.to_string(), name.to_string(), password_hash.to_string(), audit.clone());
+        // End users are read from the store at each login: no change-log row.
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            sqlx::query(
+                "INSERT INTO end_users (tenant, name, password_hash, updated_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (tenant, name) DO UPDATE SET password_hash = excluded.password_hash,
+                     updated_at = excluded.updated_at",
+            )
+            .bind(tenant)
+            .bind(name)
+            .bind(hash)
+            .bind(audit.at)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+            insert_audit(&mut tx, &audit).await.map_err(db)?;
+            tx.commit().await.map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn delete_end_user(&self, tenant: &str, name: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let (pool, tenant, name, audit) = (self.pool.clone(), tenant.to_string(), name.to_string(), audit.clone());
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            let deleted = sqlx::query("DELETE FROM end_users WHERE tenant = $1 AND name = $2")
+                .bind(tenant)
+                .bind(name)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?
+                .rows_affected();
+            insert_audit(&mut tx, &audit).await.map_err(db)?;
+            tx.commit().await.map_err(db)?;
+            Ok(deleted == 1)
+        })
+    }
+
+    fn ping(&self) -> Result<(), StoreError> {
+        let pool = self.pool.clone();
+        self.run(async move {
+            sqlx::query("SELECT 1").execute(&pool).await.map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
+        let (pool, tenant) = (self.pool.clone(), query.tenant.clone());
+        let before = query.before.unwrap_or(i64::MAX);
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        let rows = self.run(async move {
+            sqlx::query(
+                "SELECT seq, at, actor, tenant, action, target, sha256, detail FROM audit
+                 WHERE ($1::TEXT IS NULL OR tenant = $1) AND seq < $2
+                 ORDER BY seq DESC LIMIT $3",
+            )
+            .bind(tenant)
+            .bind(before)
+            .bind(limit)
+            .fetch_all(&pool)
+            .await
+            .map_err(db)
+        })?;
+        rows.iter()
+            .map(|r| {
+                Ok(AuditEntry {
+                    seq: r.try_get(0)?,
+                    at: r.try_get(1)?,
+                    actor: r.try_get(2)?,
+                    tenant: r.try_get(3)?,
+                    action: r.try_get(4)?,
+                    target: r.try_get(5)?,
+                    sha256: r.try_get(6)?,
+                    detail: serde_json::from_str(&r.try_get::<String, _>(7)?).unwrap_or_default(),
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(db)
+    }
+
+    fn insert_session(&self, session: &StoredSession, now: i64) -> Result<(), StoreError> {
+        let (pool, s) = (self.pool.clone(), session.clone());
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            sqlx::query("DELETE FROM sessions WHERE expires_at <= $1").bind(now).execute(&mut *tx).await.map_err(db)?;
+            sqlx::query(
+                "INSERT INTO sessions (token_sha256, tenant, end_user, form_token, expires_at) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(s.token_sha256)
+            .bind(s.tenant)
+            .bind(s.user)
+            .bind(s.form_token)
+            .bind(s.expires_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+            tx.commit().await.map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn session(&self, token_sha256: &str, now: i64) -> Result<Option<StoredSession>, StoreError> {
+        let (pool, token) = (self.pool.clone(), token_sha256.to_string());
+        self.run(async move {
+            let row = sqlx::query(
+                "SELECT token_sha256, tenant, end_user, form_token, expires_at FROM sessions
+                 WHERE token_sha256 = $1 AND expires_at > $2",
+            )
+            .bind(token)
+            .bind(now)
+            .fetch_optional(&pool)
+            .await
+            .map_err(db)?;
+            row.map(|r| {
+                Ok(StoredSession {
+                    token_sha256: r.try_get(0)?,
+                    tenant: r.try_get(1)?,
+                    user: r.try_get(2)?,
+                    form_token: r.try_get(3)?,
+                    expires_at: r.try_get(4)?,
+                })
+            })
+            .transpose()
+            .map_err(db)
+        })
+    }
+
+    fn waiting_call(&self, tenant: &str, fingerprint: &str, now: i64) -> Result<Option<String>, StoreError> {
+        let (pool, tenant, fingerprint) = (self.pool.clone(), tenant.to_string(), fingerprint.to_string());
+        self.run(async move {
+            let row =
+                sqlx::query("SELECT id FROM waiting_calls WHERE tenant = $1 AND fingerprint = $2 AND kept_until > $3")
+                    .bind(tenant)
+                    .bind(fingerprint)
+                    .bind(now)
+                    .fetch_optional(&pool)
+                    .await
+                    .map_err(db)?;
+            row.map(|r| r.try_get(0)).transpose().map_err(db)
+        })
+    }
+
+    fn put_waiting_call(
+        &self,
+        tenant: &str,
+        fingerprint: &str,
+        id: &str,
+        kept_until: i64,
+        max_per_tenant: usize,
+    ) -> Result<(), StoreError> {
+        let (pool, tenant, fingerprint, id) =
+            (self.pool.clone(), tenant.to_string(), fingerprint.to_string(), id.to_string());
+        let max = i64::try_from(max_per_tenant).unwrap_or(i64::MAX);
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            // One tenant's waiting calls at a time: the cap holds under races.
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('waiting:' || $1, 0))")
+                .bind(&tenant)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            if waiting_count(&mut tx, &tenant).await.map_err(db)? >= max {
+                sqlx::query("DELETE FROM waiting_calls WHERE tenant = $1 AND kept_until <= $2")
+                    .bind(&tenant)
+                    .bind(unix_now())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            }
+            if waiting_count(&mut tx, &tenant).await.map_err(db)? < max {
+                sqlx::query(
+                    "INSERT INTO waiting_calls (tenant, fingerprint, id, kept_until) VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (tenant, fingerprint) DO UPDATE SET id = excluded.id, kept_until = excluded.kept_until",
+                )
+                .bind(&tenant)
+                .bind(fingerprint)
+                .bind(id)
+                .bind(kept_until)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            }
+            tx.commit().await.map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn delete_waiting_call(&self, tenant: &str, fingerprint: &str) -> Result<(), StoreError> {
+        let (pool, tenant, fingerprint) = (self.pool.clone(), tenant.to_string(), fingerprint.to_string());
+        self.run(async move {
+            sqlx::query("DELETE FROM waiting_calls WHERE tenant = $1 AND fingerprint = $2")
+                .bind(tenant)
+                .bind(fingerprint)
+                .execute(&pool)
+                .await
+                .map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn server_key(&self, name: &str) -> Result<[u8; 32], StoreError> {
+        let id = format!("server-key:{name}");
+        let mut fresh = [0u8; 32];
+        getrandom::fill(&mut fresh).map_err(|e| StoreError::Io(std::io::Error::other(e)))?;
+        let sealed = self.cipher.seal("", &id, &hex::encode(fresh))?;
+        let (pool, key) = (self.pool.clone(), name.to_string());
+        // Replicas starting together: the first insert wins, every one
+        // reads the winner's.
+        let stored: String = self.run(async move {
+            sqlx::query("INSERT INTO server_keys (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
+                .bind(&key)
+                .bind(sealed)
+                .execute(&pool)
+                .await
+                .map_err(db)?;
+            sqlx::query("SELECT value FROM server_keys WHERE name = $1")
+                .bind(&key)
+                .fetch_one(&pool)
+                .await
+                .and_then(|r| r.try_get(0))
+                .map_err(db)
+        })?;
+        let hex_key = self.cipher.open("", &id, &stored)?;
+        hex::decode(hex_key.trim())
+            .ok()
+            .and_then(|b| <[u8; 32]>::try_from(b).ok())
+            .ok_or_else(|| StoreError::Inconsistent(format!("the server key {name} is not 32 bytes")))
+    }
+
+    fn changes_since(&self, after: i64) -> Result<ChangeFeed, StoreError> {
+        let pool = self.pool.clone();
+        let (latest, oldest, topics): (i64, i64, Vec<String>) = self.run(async move {
+            // One statement, one snapshot: the topics and where the log ends
+            // are read together.
+            let row = sqlx::query(
+                "SELECT COALESCE((SELECT max(seq) FROM changes), 0),
+                        COALESCE((SELECT min(seq) FROM changes), 0),
+                        ARRAY(SELECT DISTINCT topic FROM changes WHERE seq > $1)",
+            )
+            .bind(after)
+            .fetch_one(&pool)
+            .await
+            .map_err(db)?;
+            Ok((row.try_get(0).map_err(db)?, row.try_get(1).map_err(db)?, row.try_get(2).map_err(db)?))
+        })?;
+        // Rows this replica never read were pruned: it reloads everything.
+        let topics = if after < latest && after < oldest - 1 {
+            Topic::ALL.into_iter().collect()
+        } else {
+            topics.iter().filter_map(|t| Topic::parse(t)).collect()
+        };
+        Ok(ChangeFeed { latest, topics })
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn wait_for_change(&self, timeout: Duration) -> bool {
+        let (flag, condvar) = &*self.changed;
+        let guard = flag.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut guard, _) =
+            condvar.wait_timeout_while(guard, timeout, |changed| !*changed).unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut *guard)
+    }
+
+    fn live_replicas(&self) -> usize {
+        self.live.load(Ordering::Acquire).max(1)
+    }
+}
