@@ -33,7 +33,7 @@ LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
 DATA       ?= ./plinth-data
 
-.PHONY: help build wasm-target toolchains plugins fixtures browser mcp-clients run test check bench bench-smoke wrk
+.PHONY: help build wasm-target toolchains plugins fixtures browser postgres mcp-clients run test check bench bench-smoke wrk
 
 help:
 	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
@@ -87,7 +87,7 @@ fixtures: plugins toolchains
 
 # Ends with one summary line over every test binary (cargo prints one
 # result line per binary, the last of which may be a crate without tests).
-test: fixtures browser mcp-clients toolchains
+test: fixtures browser mcp-clients toolchains postgres
 	@set -o pipefail; PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures \
 		PLINTH_TEST_MCP_CLIENTS=$(CURDIR)/target/mcp-clients PLINTH_TEST_TOOLCHAINS=$(CURDIR)/target/toolchains \
 		$(CARGO) test --no-fail-fast 2>&1 | tee target/test.log
@@ -98,6 +98,13 @@ test: fixtures browser mcp-clients toolchains
 browser:
 	@[ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] || \
 		{ apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
+
+# The store's tests and the fleet's (host/src/store/suite.rs,
+# tests/e2e/fleet.rs) start their own PostgreSQL from Debian's server binaries
+# (host/src/testing.rs); this installs them when they are missing.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq postgresql; }
 
 # The MCP clients the tests drive (tests/e2e/mcp_*.rs): the conformance
 # suite and the Inspector from npm, the Python SDK in a venv, and Node 22 from

@@ -20,3 +20,5 @@ pub mod scaffold;
 pub mod signature;
 pub mod store;
 pub mod tenancy;
+#[doc(hidden)]
+pub mod testing;

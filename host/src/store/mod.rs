@@ -12,6 +12,8 @@ mod blobs;
 mod postgres;
 mod sealed;
 mod sqlite;
+#[cfg(test)]
+mod suite;
 
 pub use blobs::BlobStore;
 pub use postgres::PostgresStore;

@@ -721,7 +721,7 @@ impl RegistryStore for PostgresStore {
             } else {
                 let row = sqlx::query(concat!(
                     "SELECT request_sha256, response,
-                            runner IS NOT NULL AND runner <> $4 AND runner IN (
+                            response IS NULL AND runner IS NOT NULL AND runner <> $4 AND runner IN (
                                 SELECT id FROM replicas WHERE heartbeat_ts > ",
                     live_since!(),
                     ")

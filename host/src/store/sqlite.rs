@@ -956,43 +956,7 @@ impl RegistryStore for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::Signature;
-    use crate::tenancy::{Principal, Quotas};
-
-    fn version(tool_id: Uuid, n: u32) -> StoredVersion {
-        StoredVersion {
-            tool_id,
-            tenant: "default".into(),
-            name: "echo".into(),
-            version: n,
-            sha256: crate::package::sha256_hex(&component(n)),
-            signature: Signature {
-                name: "echo".into(),
-                description: "d".into(),
-                img: None,
-                tags: vec![],
-                inputs: vec![],
-                outputs: vec![],
-            },
-            manifest: Default::default(),
-            signature_sha256: format!("{:064}", n + 100),
-            created_at: 1_700_000_000 + i64::from(n),
-            retired_at: None,
-        }
-    }
-
-    /// The bytes of version `n` of a test tool.
-    fn component(n: u32) -> Vec<u8> {
-        format!("component {n}").into_bytes()
-    }
-
-    fn cipher() -> SecretsCipher {
-        SecretsCipher::new(&[42; 32])
-    }
-
-    fn audit(action: &str) -> AuditEntry {
-        AuditEntry::new(&Principal::server("test"), Some("default"), action, "t")
-    }
+    use crate::store::suite::{audit, cipher, component, version};
 
     #[test]
     fn persists_versions_and_never_overwrites_one() {
@@ -1025,29 +989,6 @@ mod tests {
     }
 
     #[test]
-    fn the_same_tool_name_lives_in_two_tenants_but_not_twice_in_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path(), cipher()).unwrap();
-        let acme =
-            TenantRecord { name: "acme".into(), public_enumeration: false, quotas: Quotas::default(), created_at: 1 };
-        store.put_tenant(&acme, &audit("tenant.create")).unwrap();
-        store.insert_version(&version(Uuid::new_v4(), 1), &component(1), &audit("tool.deploy")).unwrap();
-        let mut other = version(Uuid::new_v4(), 1);
-        other.tenant = "acme".into();
-        store.insert_version(&other, &component(other.version), &audit("tool.deploy")).unwrap();
-        let clash = version(Uuid::new_v4(), 1);
-        assert!(store.insert_version(&clash, &component(clash.version), &audit("tool.deploy")).is_err());
-        let mut unknown = version(Uuid::new_v4(), 1);
-        unknown.tenant = "nobody".into();
-        assert!(
-            store.insert_version(&unknown, &component(unknown.version), &audit("tool.deploy")).is_err(),
-            "a tool needs an existing tenant"
-        );
-        let tenants: Vec<String> = store.tenants().unwrap().into_iter().map(|t| t.name).collect();
-        assert_eq!(tenants, ["acme", "default"]);
-    }
-
-    #[test]
     fn a_failed_change_leaves_no_audit_entry_and_the_log_cannot_be_rewritten() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path(), cipher()).unwrap();
@@ -1061,51 +1002,6 @@ mod tests {
         assert!(err.to_string().contains("append-only"), "{err}");
         let err = conn.execute("UPDATE audit SET actor = 'someone else'", []).unwrap_err();
         assert!(err.to_string().contains("append-only"), "{err}");
-    }
-
-    #[test]
-    fn audit_pages_newest_first_and_filters_by_tenant() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path(), cipher()).unwrap();
-        let acme =
-            TenantRecord { name: "acme".into(), public_enumeration: false, quotas: Quotas::default(), created_at: 1 };
-        store.put_tenant(&acme, &audit("tenant.create")).unwrap();
-        for i in 0..5 {
-            let tenant = if i % 2 == 0 { "acme" } else { "default" };
-            let entry = AuditEntry::new(&Principal::server("test"), Some(tenant), "secret.put", format!("s{i}"));
-            store.put_secret(tenant, &format!("s{i}"), "v", &entry).unwrap();
-        }
-        let first = store.audit(&AuditQuery { tenant: Some("acme".into()), before: None, limit: 2 }).unwrap();
-        assert_eq!(first.iter().map(|e| e.target.as_str()).collect::<Vec<_>>(), ["s4", "s2"]);
-        let next =
-            store.audit(&AuditQuery { tenant: Some("acme".into()), before: Some(first[1].seq), limit: 2 }).unwrap();
-        assert_eq!(next.iter().map(|e| e.target.as_str()).collect::<Vec<_>>(), ["s0"]);
-        assert_eq!(store.audit(&AuditQuery { limit: 100, ..Default::default() }).unwrap().len(), 6);
-    }
-
-    #[test]
-    fn a_call_id_is_claimed_once_until_it_expires() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path(), cipher()).unwrap();
-        let key = CallKey { tenant: "default".into(), caller: "k1".into(), call_id: "c1".into() };
-        assert_eq!(store.claim_call(&key, "h1", 100, 0).unwrap(), Claimed::Fresh);
-        let pending = Claimed::Existing { request_sha256: "h1".into(), response: None, running_elsewhere: false };
-        assert_eq!(store.claim_call(&key, "h2", 101, 0).unwrap(), pending);
-        store.finish_call(&key, Some("{\"ok\":1}")).unwrap();
-        let done = Claimed::Existing {
-            request_sha256: "h1".into(),
-            response: Some("{\"ok\":1}".into()),
-            running_elsewhere: false,
-        };
-        assert_eq!(store.claim_call(&key, "h1", 102, 0).unwrap(), done);
-        // Another caller's call id of the same name is its own.
-        let other = CallKey { caller: "k2".into(), ..key.clone() };
-        assert_eq!(store.claim_call(&other, "h1", 102, 0).unwrap(), Claimed::Fresh);
-        // Released (the tool never ran): claimable again.
-        store.finish_call(&other, None).unwrap();
-        assert_eq!(store.claim_call(&other, "h1", 103, 0).unwrap(), Claimed::Fresh);
-        // Past the retention window the record is gone.
-        assert_eq!(store.claim_call(&key, "h9", 200, 150).unwrap(), Claimed::Fresh);
     }
 
     #[test]

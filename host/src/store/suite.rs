@@ -1,0 +1,376 @@
+//! One test suite for every [`RegistryStore`]: each test here runs against
+//! SQLite in a temporary data dir and against a real PostgreSQL
+//! ([`crate::testing::TestPostgres`], one cluster per test binary, a fresh
+//! database per test). What only one implementation does is tested beside
+//! it; what only a shared store does (racing replicas, the change log,
+//! heartbeats) is at the end, on PostgreSQL.
+
+use super::*;
+use crate::signature::Signature;
+use crate::tenancy::{Principal, Quotas, unix_now};
+use crate::testing::TestPostgres;
+use std::time::Duration;
+
+/// The bytes of version `n` of a test tool.
+pub(super) fn component(n: u32) -> Vec<u8> {
+    format!("component {n}").into_bytes()
+}
+
+/// Version `n` of the test tool `echo` of the `default` tenant.
+pub(super) fn version(tool_id: Uuid, n: u32) -> StoredVersion {
+    StoredVersion {
+        tool_id,
+        tenant: "default".into(),
+        name: "echo".into(),
+        version: n,
+        sha256: crate::package::sha256_hex(&component(n)),
+        signature: Signature {
+            name: "echo".into(),
+            description: "d".into(),
+            img: None,
+            tags: vec![],
+            inputs: vec![],
+            outputs: vec![],
+        },
+        manifest: Default::default(),
+        signature_sha256: format!("{:064}", n + 100),
+        created_at: 1_700_000_000 + i64::from(n),
+        retired_at: None,
+    }
+}
+
+pub(super) fn cipher() -> SecretsCipher {
+    SecretsCipher::new(&[42; 32])
+}
+
+pub(super) fn audit(action: &str) -> AuditEntry {
+    AuditEntry::new(&Principal::server("test"), Some("default"), action, "t")
+}
+
+fn acme() -> TenantRecord {
+    TenantRecord { name: "acme".into(), public_enumeration: false, quotas: Quotas::default(), created_at: 1 }
+}
+
+/// A store of each kind, and what keeps it alive.
+enum Fixture {
+    Sqlite(tempfile::TempDir),
+    Postgres(String),
+}
+
+impl Fixture {
+    fn open(&self) -> Box<dyn RegistryStore> {
+        match self {
+            Fixture::Sqlite(dir) => Box::new(SqliteStore::open(dir.path(), cipher()).unwrap()),
+            Fixture::Postgres(url) => Box::new(PostgresStore::open(url, cipher()).unwrap()),
+        }
+    }
+}
+
+fn sqlite() -> Fixture {
+    Fixture::Sqlite(tempfile::tempdir().unwrap())
+}
+
+fn postgres() -> Fixture {
+    Fixture::Postgres(TestPostgres::shared().fresh_database())
+}
+
+/// Runs each named test of this file against both stores.
+macro_rules! for_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod on_sqlite {
+            $(#[test] fn $name() { super::$name(&*super::sqlite().open()) })*
+        }
+        mod on_postgres {
+            $(#[test] fn $name() { super::$name(&*super::postgres().open()) })*
+        }
+    };
+}
+
+for_both_stores!(
+    versions_are_kept_with_their_bytes_and_never_overwritten,
+    only_a_tools_next_version_is_accepted,
+    the_same_tool_name_lives_in_two_tenants_but_not_twice_in_one,
+    a_failed_change_leaves_no_audit_entry,
+    audit_pages_newest_first_and_filters_by_tenant,
+    a_call_id_is_claimed_once_until_it_expires,
+    secrets_config_settings_and_keys_round_trip,
+    sessions_live_until_they_expire,
+    waiting_calls_are_capped_per_tenant,
+    a_server_key_is_made_once,
+    a_transaction_is_decided_once,
+);
+
+fn versions_are_kept_with_their_bytes_and_never_overwritten(store: &dyn RegistryStore) {
+    let id = Uuid::new_v4();
+    store.insert_version(&version(id, 1), &component(1), &audit("tool.deploy")).unwrap();
+    store.insert_version(&version(id, 2), &component(2), &audit("tool.deploy")).unwrap();
+    let mut changed = version(id, 2);
+    changed.sha256 = crate::package::sha256_hex(b"other bytes");
+    assert!(store.insert_version(&changed, b"other bytes", &audit("tool.deploy")).is_err());
+    let wrong_bytes = version(id, 3);
+    assert!(
+        store.insert_version(&wrong_bytes, b"not its bytes", &audit("tool.deploy")).is_err(),
+        "bytes that do not hash to the version's sha256 are refused"
+    );
+    let versions = store.versions().unwrap();
+    assert_eq!(versions, [version(id, 1), version(id, 2)]);
+    assert_eq!(store.blob(&version(id, 2).sha256).unwrap(), component(2));
+    assert!(store.blob(&"0".repeat(64)).is_err());
+    assert!(store.retire_version(id, 1, 5, &audit("tool.retire")).unwrap());
+    assert!(!store.retire_version(id, 1, 6, &audit("tool.retire")).unwrap(), "retired once");
+    assert_eq!(store.versions().unwrap()[0].retired_at, Some(5));
+}
+
+fn only_a_tools_next_version_is_accepted(store: &dyn RegistryStore) {
+    let id = Uuid::new_v4();
+    let conflict = |v: &StoredVersion| {
+        matches!(store.insert_version(v, &component(v.version), &audit("tool.deploy")), Err(StoreError::Conflict(_)))
+    };
+    assert!(conflict(&version(id, 2)), "a first version must be 1");
+    store.insert_version(&version(id, 1), &component(1), &audit("tool.deploy")).unwrap();
+    assert!(conflict(&version(id, 1)), "version 1 is taken");
+    assert!(conflict(&version(id, 3)), "no gap");
+    assert!(conflict(&version(Uuid::new_v4(), 2)), "another tool id under the same name");
+    store.insert_version(&version(id, 2), &component(2), &audit("tool.deploy")).unwrap();
+}
+
+fn the_same_tool_name_lives_in_two_tenants_but_not_twice_in_one(store: &dyn RegistryStore) {
+    store.put_tenant(&acme(), &audit("tenant.create")).unwrap();
+    store.insert_version(&version(Uuid::new_v4(), 1), &component(1), &audit("tool.deploy")).unwrap();
+    let mut other = version(Uuid::new_v4(), 1);
+    other.tenant = "acme".into();
+    store.insert_version(&other, &component(1), &audit("tool.deploy")).unwrap();
+    let clash = version(Uuid::new_v4(), 1);
+    assert!(store.insert_version(&clash, &component(1), &audit("tool.deploy")).is_err());
+    let mut unknown = version(Uuid::new_v4(), 1);
+    unknown.tenant = "nobody".into();
+    assert!(
+        store.insert_version(&unknown, &component(1), &audit("tool.deploy")).is_err(),
+        "a tool needs an existing tenant"
+    );
+    let tenants: Vec<String> = store.tenants().unwrap().into_iter().map(|t| t.name).collect();
+    assert_eq!(tenants, ["acme", "default"]);
+}
+
+fn a_failed_change_leaves_no_audit_entry(store: &dyn RegistryStore) {
+    let id = Uuid::new_v4();
+    store.insert_version(&version(id, 1), &component(1), &audit("tool.deploy")).unwrap();
+    assert!(store.insert_version(&version(id, 1), &component(1), &audit("tool.deploy")).is_err());
+    let entries = store.audit(&AuditQuery { limit: 10, ..Default::default() }).unwrap();
+    assert_eq!(entries.len(), 1, "the refused insert wrote no entry");
+}
+
+fn audit_pages_newest_first_and_filters_by_tenant(store: &dyn RegistryStore) {
+    store.put_tenant(&acme(), &audit("tenant.create")).unwrap();
+    for i in 0..5 {
+        let tenant = if i % 2 == 0 { "acme" } else { "default" };
+        let entry = AuditEntry::new(&Principal::server("test"), Some(tenant), "secret.put", format!("s{i}"));
+        store.put_secret(tenant, &format!("s{i}"), "v", &entry).unwrap();
+    }
+    let first = store.audit(&AuditQuery { tenant: Some("acme".into()), before: None, limit: 2 }).unwrap();
+    assert_eq!(first.iter().map(|e| e.target.as_str()).collect::<Vec<_>>(), ["s4", "s2"]);
+    let next = store.audit(&AuditQuery { tenant: Some("acme".into()), before: Some(first[1].seq), limit: 2 }).unwrap();
+    assert_eq!(next.iter().map(|e| e.target.as_str()).collect::<Vec<_>>(), ["s0"]);
+    assert_eq!(store.audit(&AuditQuery { limit: 100, ..Default::default() }).unwrap().len(), 6);
+}
+
+fn a_call_id_is_claimed_once_until_it_expires(store: &dyn RegistryStore) {
+    let key = CallKey { tenant: "default".into(), caller: "k1".into(), call_id: "c1".into() };
+    assert_eq!(store.claim_call(&key, "h1", 100, 0).unwrap(), Claimed::Fresh);
+    // Claimed by this very process: not running elsewhere.
+    let pending = Claimed::Existing { request_sha256: "h1".into(), response: None, running_elsewhere: false };
+    assert_eq!(store.claim_call(&key, "h2", 101, 0).unwrap(), pending);
+    store.finish_call(&key, Some("{\"ok\":1}")).unwrap();
+    let done = Claimed::Existing {
+        request_sha256: "h1".into(),
+        response: Some("{\"ok\":1}".into()),
+        running_elsewhere: false,
+    };
+    assert_eq!(store.claim_call(&key, "h1", 102, 0).unwrap(), done);
+    // Another caller's call id of the same name is its own.
+    let other = CallKey { caller: "k2".into(), ..key.clone() };
+    assert_eq!(store.claim_call(&other, "h1", 102, 0).unwrap(), Claimed::Fresh);
+    // Released (the tool never ran): claimable again.
+    store.finish_call(&other, None).unwrap();
+    assert_eq!(store.claim_call(&other, "h1", 103, 0).unwrap(), Claimed::Fresh);
+    // Past the retention window the record is gone.
+    assert_eq!(store.claim_call(&key, "h9", 200, 150).unwrap(), Claimed::Fresh);
+}
+
+fn secrets_config_settings_and_keys_round_trip(store: &dyn RegistryStore) {
+    store.put_secret("default", "api-key", "one", &audit("secret.put")).unwrap();
+    store.put_secret("default", "api-key", "two", &audit("secret.put")).unwrap();
+    assert_eq!(store.secrets().unwrap(), [("default".into(), "api-key".into(), "two".into())]);
+    assert!(store.delete_secret("default", "api-key", &audit("secret.delete")).unwrap());
+    assert!(!store.delete_secret("default", "api-key", &audit("secret.delete")).unwrap());
+
+    let value = ("default".to_string(), "echo".to_string(), "k".to_string(), "v".to_string());
+    store.put_config(&value, &audit("config.put")).unwrap();
+    assert_eq!(store.config().unwrap(), [value]);
+    assert!(store.delete_config("default", "echo", "k", &audit("config.delete")).unwrap());
+    assert!(store.config().unwrap().is_empty());
+
+    let setting = ("default".to_string(), "confirmation-server".to_string(), "{}".to_string());
+    store.put_setting(&setting, &audit("setting.put")).unwrap();
+    assert_eq!(store.settings().unwrap(), [setting]);
+    assert!(store.delete_setting("default", "confirmation-server", &audit("setting.delete")).unwrap());
+
+    let key = KeyRecord {
+        id: "k1".into(),
+        tenant: Some("default".into()),
+        role: crate::tenancy::Role::Consumer,
+        key_sha256: "f".repeat(64),
+        label: Some("a label".into()),
+        created_at: 7,
+        revoked_at: None,
+    };
+    store.insert_key(&key, &audit("key.create")).unwrap();
+    assert!(store.revoke_key("k1", 9, &audit("key.revoke")).unwrap());
+    assert!(!store.revoke_key("k1", 10, &audit("key.revoke")).unwrap());
+    assert_eq!(store.keys().unwrap(), [KeyRecord { revoked_at: Some(9), ..key }]);
+
+    store.put_end_user("default", "ann", "hash", &audit("end-user.put")).unwrap();
+    assert_eq!(store.end_user("default", "ann").unwrap().as_deref(), Some("hash"));
+    assert!(store.delete_end_user("default", "ann", &audit("end-user.delete")).unwrap());
+    assert_eq!(store.end_user("default", "ann").unwrap(), None);
+}
+
+fn sessions_live_until_they_expire(store: &dyn RegistryStore) {
+    let session = StoredSession {
+        token_sha256: "a".repeat(64),
+        tenant: "default".into(),
+        user: "ann".into(),
+        form_token: "form".into(),
+        expires_at: 100,
+    };
+    store.insert_session(&session, 50).unwrap();
+    assert_eq!(store.session(&session.token_sha256, 99).unwrap(), Some(session.clone()));
+    assert_eq!(store.session(&session.token_sha256, 100).unwrap(), None, "expired");
+    assert_eq!(store.session(&"b".repeat(64), 50).unwrap(), None);
+    // Opening a session drops the expired ones.
+    let later = StoredSession { token_sha256: "c".repeat(64), expires_at: 500, ..session.clone() };
+    store.insert_session(&later, 200).unwrap();
+    assert_eq!(store.session(&session.token_sha256, 0).unwrap(), None, "deleted once expired");
+}
+
+fn waiting_calls_are_capped_per_tenant(store: &dyn RegistryStore) {
+    let far = unix_now() + 3600;
+    store.put_waiting_call("default", "f1", "tx1", far, 2).unwrap();
+    store.put_waiting_call("default", "f2", "tx2", far, 2).unwrap();
+    store.put_waiting_call("default", "f3", "tx3", far, 2).unwrap();
+    store.put_waiting_call("acme", "f1", "tx4", far, 2).unwrap();
+    let now = unix_now();
+    assert_eq!(store.waiting_call("default", "f1", now).unwrap().as_deref(), Some("tx1"));
+    assert_eq!(store.waiting_call("default", "f3", now).unwrap(), None, "past the cap, not recorded");
+    assert_eq!(store.waiting_call("acme", "f1", now).unwrap().as_deref(), Some("tx4"), "per tenant");
+    assert_eq!(store.waiting_call("default", "f1", far).unwrap(), None, "not kept past its time");
+    store.delete_waiting_call("default", "f1").unwrap();
+    assert_eq!(store.waiting_call("default", "f1", now).unwrap(), None);
+}
+
+fn a_server_key_is_made_once(store: &dyn RegistryStore) {
+    let first = store.server_key("cheq-signing.key").unwrap();
+    assert_eq!(store.server_key("cheq-signing.key").unwrap(), first);
+    assert_ne!(store.server_key("mcp-request-state.key").unwrap(), first);
+}
+
+fn a_transaction_is_decided_once(store: &dyn RegistryStore) {
+    let far = unix_now() + 3600;
+    store.insert_confirmation(&StoredConfirmation::pending_for_test("t1", far)).unwrap();
+    let at = AuditEntry { at: unix_now(), ..audit("cheq.accept") };
+    assert!(store.decide_confirmation("t1", "accepted", Some("{}"), &at).unwrap());
+    assert!(!store.decide_confirmation("t1", "rejected", None, &at).unwrap(), "decided once");
+    store.finish_confirmation("t1", 200, "{\"done\":true}").unwrap();
+    let stored = store.confirmation("t1").unwrap().unwrap();
+    assert_eq!((stored.state.as_str(), stored.result_status), ("done", Some(200)));
+    store.insert_confirmation(&StoredConfirmation::pending_for_test("t2", 10)).unwrap();
+    assert!(!store.decide_confirmation("t2", "accepted", None, &at).unwrap(), "an expired one is not decided");
+}
+
+// What only a store shared by replicas does.
+
+/// Two replicas' stores on one database.
+fn two_replicas() -> (Box<dyn RegistryStore>, Box<dyn RegistryStore>) {
+    let fixture = postgres();
+    (fixture.open(), fixture.open())
+}
+
+#[test]
+fn racing_replicas_number_a_tools_versions_consecutively() {
+    let (a, b) = two_replicas();
+    let id = Uuid::new_v4();
+    a.insert_version(&version(id, 1), &component(1), &audit("tool.deploy")).unwrap();
+    // Both replicas decided on version 2: one wins, the other must decide
+    // again, and then gets 3.
+    let results: Vec<Result<(), StoreError>> = std::thread::scope(|s| {
+        let ours = s.spawn(|| a.insert_version(&version(id, 2), &component(2), &audit("tool.deploy")));
+        let theirs = s.spawn(|| b.insert_version(&version(id, 2), &component(2), &audit("tool.deploy")));
+        vec![ours.join().unwrap(), theirs.join().unwrap()]
+    });
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{results:?}");
+    assert!(results.iter().any(|r| matches!(r, Err(StoreError::Conflict(_)))), "{results:?}");
+    b.insert_version(&version(id, 3), &component(3), &audit("tool.deploy")).unwrap();
+    let numbers: Vec<u32> = a.versions().unwrap().iter().map(|v| v.version).collect();
+    assert_eq!(numbers, [1, 2, 3]);
+}
+
+#[test]
+fn the_change_log_names_what_changed_since_a_point() {
+    let (a, b) = two_replicas();
+    let start = b.changes_since(i64::MAX).unwrap().latest;
+    assert_eq!(b.changes_since(start).unwrap().topics.len(), 0);
+    a.put_secret("default", "s", "v", &audit("secret.put")).unwrap();
+    a.revoke_key("nobody", 1, &audit("key.revoke")).unwrap();
+    let feed = b.changes_since(start).unwrap();
+    assert_eq!(feed.topics.into_iter().collect::<Vec<_>>(), [Topic::Keys, Topic::Secrets]);
+    assert!(feed.latest > start);
+    assert!(b.changes_since(feed.latest).unwrap().topics.is_empty());
+    a.insert_version(&version(Uuid::new_v4(), 1), &component(1), &audit("tool.deploy")).unwrap();
+    assert_eq!(b.changes_since(feed.latest).unwrap().topics.into_iter().collect::<Vec<_>>(), [Topic::Versions]);
+    // A change wakes the other replica's wait.
+    let woken = std::thread::scope(|s| {
+        let waiter = s.spawn(|| b.wait_for_change(Duration::from_secs(20)));
+        std::thread::sleep(Duration::from_millis(200));
+        a.put_tenant(&acme(), &audit("tenant.create")).unwrap();
+        waiter.join().unwrap()
+    });
+    assert!(woken);
+    assert!(b.shared() && a.live_replicas() >= 1);
+}
+
+#[test]
+fn a_call_another_live_replica_claimed_is_running_elsewhere() {
+    let (a, b) = two_replicas();
+    let key = CallKey { tenant: "default".into(), caller: "k".into(), call_id: "c".into() };
+    assert_eq!(a.claim_call(&key, "h", 100, 0).unwrap(), Claimed::Fresh);
+    assert_eq!(
+        b.claim_call(&key, "h", 100, 0).unwrap(),
+        Claimed::Existing { request_sha256: "h".into(), response: None, running_elsewhere: true }
+    );
+    a.finish_call(&key, Some("answer")).unwrap();
+    assert_eq!(
+        b.claim_call(&key, "h", 100, 0).unwrap(),
+        Claimed::Existing { request_sha256: "h".into(), response: Some("answer".into()), running_elsewhere: false }
+    );
+}
+
+#[test]
+fn every_replica_gets_the_same_server_key_and_the_audit_log_is_append_only() {
+    let fixture = postgres();
+    let (a, b) = (fixture.open(), fixture.open());
+    assert_eq!(a.server_key("k").unwrap(), b.server_key("k").unwrap());
+    a.put_secret("default", "s", "v", &audit("secret.put")).unwrap();
+    let Fixture::Postgres(url) = &fixture else { unreachable!() };
+    let database = url.rsplit('/').next().unwrap();
+    let psql = |sql: &str| {
+        let out = std::process::Command::new("psql").args([url.as_str(), "-XAtc", sql]).output().expect("psql");
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    for sql in ["UPDATE audit SET actor = 'someone else'", "DELETE FROM audit", "TRUNCATE audit"] {
+        let (ok, err) = psql(sql);
+        assert!(!ok && err.contains("append-only"), "{sql} on {database}: {err}");
+    }
+    // A replica with another secrets key cannot open what the others sealed.
+    let Err(e) = PostgresStore::open(url, SecretsCipher::new(&[7; 32])) else { panic!("opened with the wrong key") };
+    assert!(matches!(e, StoreError::WrongSecretsKey), "{e}");
+}
