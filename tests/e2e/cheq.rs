@@ -14,7 +14,7 @@ use std::process::Command;
 /// `plugin` packed from its built component with `confirmation` (TOML) as
 /// its `[confirmation]` table, into `dir`. Returns the packed file, or what
 /// `plinth pack` said when it refused.
-fn pack_with_confirmation(plugin: &str, confirmation: &str, dir: &Path) -> Result<PathBuf, String> {
+pub fn pack_with_confirmation(plugin: &str, confirmation: &str, dir: &Path) -> Result<PathBuf, String> {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins").join(plugin);
     let crate_dir = dir.join(format!("{plugin}-src"));
     std::fs::create_dir_all(&crate_dir).unwrap();
@@ -74,7 +74,7 @@ async fn the_signing_key_is_published_and_kept() {
 }
 
 /// The condition the tests put on `book_flight`.
-const PREMIUM: &str = r#"when = "cabin_class in ['BUSINESS', 'FIRST'] || passengers > 4""#;
+pub const PREMIUM: &str = r#"when = "cabin_class in ['BUSINESS', 'FIRST'] || passengers > 4""#;
 
 /// A server with `book_flight` (confirmation above economy or four
 /// passengers), `echo` (none) and `transfer_funds` (private inputs), and

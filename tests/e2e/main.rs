@@ -8,6 +8,7 @@ mod cheq_browser;
 mod cheq_restart;
 mod cli;
 mod deploy;
+mod fleet;
 mod hardening_net;
 mod mcp;
 mod mcp_conformance;

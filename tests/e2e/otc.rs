@@ -55,7 +55,7 @@ fn assert_valid(pointer: &str, instance: &Value) {
 pub struct Answer {
     pub status: u16,
     pub body: Value,
-    replayed: bool,
+    pub replayed: bool,
 }
 
 /// Sends `request` and validates the answer: against `success` on `200`
@@ -375,7 +375,7 @@ async fn a_secret_supplied_with_a_call_serves_that_call_only() {
 }
 
 /// The fake weather service on a free port, and its request counter.
-async fn weather_backend() -> (String, fake_weather::Counter) {
+pub async fn weather_backend() -> (String, fake_weather::Counter) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let counter = fake_weather::Counter::default();

@@ -82,10 +82,23 @@ impl Server {
     /// (none: the server makes its own on first start). Returns the server
     /// and what it printed on stdout before it listened.
     pub fn start_with(data: tempfile::TempDir, args: &[&str], operator_key: Option<&str>) -> (Server, Vec<String>) {
+        Server::start_on(data, "127.0.0.1:0", args, operator_key, &[])
+    }
+
+    /// Serves on `listen` with the given data dir, arguments, operator key
+    /// and environment (a replica of a fleet: its settings from
+    /// `deploy/fleet.env`, its database URL).
+    pub fn start_on(
+        data: tempfile::TempDir,
+        listen: &str,
+        args: &[&str],
+        operator_key: Option<&str>,
+        env: &[(String, String)],
+    ) -> (Server, Vec<String>) {
         let log = data.path().join("server.log");
         let mut command = Command::new(plinth_bin());
         command
-            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .args(["serve", "--listen", listen, "--data"])
             .arg(data.path())
             .args(args)
             .env("PLINTH_LOG", "info,plinth::tool=debug")
@@ -93,6 +106,7 @@ impl Server {
         if let Some(key) = operator_key {
             command.env("PLINTH_OPERATOR_KEY", key);
         }
+        command.envs(env.iter().map(|(k, v)| (k, v)));
         let mut child =
             command.stdout(Stdio::piped()).stderr(std::fs::File::create(&log).unwrap()).spawn().expect("plinth starts");
         let stdout = child.stdout.take().unwrap();

@@ -1,0 +1,366 @@
+//! Fleet mode: several `plinth serve` processes on one real PostgreSQL
+//! (`plinth::testing::TestPostgres`), started with the settings of
+//! `deploy/fleet.env` — the replicas `deploy/compose.yaml` runs — and one
+//! public URL, as behind a load balancer. Each test waits for a change to
+//! reach the other replicas by polling, with a deadline, never by sleeping.
+
+use crate::cheq::{PREMIUM, PageSession, booking, pack_with_confirmation};
+use crate::otc::{call, weather_backend};
+use crate::support::{Server, TOKEN, invocation, outputs, plugins_dir, relabeled};
+use plinth::testing::TestPostgres;
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// The secrets key every replica shares (base64 of 32 bytes).
+const SECRETS_KEY: &str = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=";
+
+/// Replicas on one database, all answering to the first one's address.
+struct Fleet {
+    replicas: Vec<Server>,
+    database: String,
+    public_url: String,
+    args: Vec<String>,
+}
+
+/// `deploy/fleet.env`: the settings compose gives every replica.
+fn fleet_env() -> Vec<(String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/fleet.env");
+    let text = std::fs::read_to_string(path).expect("deploy/fleet.env");
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (key, value) = l.split_once('=').expect("KEY=VALUE");
+            (key.to_string(), value.to_string())
+        })
+        .collect()
+}
+
+fn free_listen() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+impl Fleet {
+    /// `n` replicas on `database`, with `args` each.
+    fn start(n: usize, database: String, args: &[&str]) -> Fleet {
+        let first = free_listen();
+        let public_url = format!("http://{first}");
+        let mut fleet =
+            Fleet { replicas: Vec::new(), database, public_url, args: args.iter().map(|a| a.to_string()).collect() };
+        for i in 0..n {
+            let listen = if i == 0 { first.clone() } else { free_listen() };
+            let replica = fleet.launch(&listen);
+            fleet.replicas.push(replica);
+        }
+        fleet
+    }
+
+    /// Starts one more replica process on `listen`.
+    fn launch(&self, listen: &str) -> Server {
+        let mut env = fleet_env();
+        env.push(("PLINTH_DATABASE_URL".into(), self.database.clone()));
+        env.push(("PLINTH_SECRETS_KEY".into(), SECRETS_KEY.into()));
+        env.push(("PLINTH_PUBLIC_URL".into(), self.public_url.clone()));
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        Server::start_on(tempfile::tempdir().unwrap(), listen, &args, Some(TOKEN), &env).0
+    }
+
+    fn replica(&self, i: usize) -> &Server {
+        &self.replicas[i]
+    }
+}
+
+/// Polls `check` until it holds, for at most 30 seconds.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not after 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The versions of the tool named `name` a replica lists, oldest first.
+async fn versions_of(replica: &Server, name: &str) -> Vec<u64> {
+    let (status, body) = replica.get("/tools").await;
+    assert_eq!(status, 200, "{body}");
+    let Some(tool) = body["items"].as_array().unwrap().iter().find(|t| t["name"] == name) else { return vec![] };
+    let id = tool["toolId"].as_str().unwrap();
+    let (_, versions) = replica.get(&format!("/tools/{id}/versions?pageLimit=100")).await;
+    let mut numbers: Vec<u64> =
+        versions["items"].as_array().unwrap().iter().map(|v| v["version"].as_u64().unwrap()).collect();
+    numbers.sort();
+    numbers
+}
+
+async fn invoke_echo(replica: &Server, id: &str, version: Option<u64>, text: &str) -> (u16, Value) {
+    let path = match version {
+        Some(v) => format!("/tools/{id}/versions/{v}:invoke"),
+        None => format!("/tools/{id}:invoke"),
+    };
+    replica.post(&path, &invocation("echo", &[("text", json!(text))])).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deploy_on_one_replica_is_served_by_all_and_a_retirement_too() {
+    let fleet = Fleet::start(3, TestPostgres::shared().fresh_database(), &[]);
+    for replica in &fleet.replicas {
+        assert_eq!(replica.get("/ready").await, (200, json!({"status": "ready"})));
+    }
+    let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
+    let (status, deployed) = fleet.replica(0).deploy(echo, "").await;
+    assert_eq!(status, 201, "{deployed}");
+    let id = deployed["toolId"].as_str().unwrap().to_string();
+
+    for replica in &fleet.replicas[1..] {
+        eventually("the deploy reaches the replica", || async { versions_of(replica, "echo").await == [1] }).await;
+        let (status, body) = invoke_echo(replica, &id, None, "hello").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(outputs(&body)["text"], "hello");
+    }
+
+    let (status, body) = fleet.replica(1).delete(&format!("/admin/tools/{id}/versions/1")).await;
+    assert!(status == 200 || status == 204, "{status} {body}");
+    for replica in [fleet.replica(0), fleet.replica(2)] {
+        eventually("the retirement reaches the replica", || async {
+            invoke_echo(replica, &id, None, "x").await.0 == 410
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_revoked_on_one_replica_stops_working_on_every_replica() {
+    let fleet = Fleet::start(3, TestPostgres::shared().fresh_database(), &[]);
+    let (key_id, key) = fleet.replica(0).create_key(Some("default"), "consumer").await;
+    for replica in &fleet.replicas {
+        eventually("the new key works on the replica", || async {
+            replica.call_as(Some(&key), Method::GET, "/tools", None).await.0 == 200
+        })
+        .await;
+    }
+    let (status, body) = fleet.replica(2).delete(&format!("/admin/keys/{key_id}")).await;
+    assert!(status == 200 || status == 204, "{status} {body}");
+    for replica in &fleet.replicas {
+        eventually("the revoked key is refused", || async {
+            replica.call_as(Some(&key), Method::GET, "/tools", None).await.0 == 401
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_id_runs_once_across_replicas() {
+    let (url, backend_calls) = weather_backend().await;
+    let config = format!("lookup_weather_by_city.backend-url={url}");
+    let fleet = Fleet::start(
+        3,
+        TestPostgres::shared().fresh_database(),
+        &["--tool-config", &config, "--allow-private-cidr", "127.0.0.0/8"],
+    );
+    let weather = std::fs::read(plugins_dir().join("lookup_weather_by_city.wasm")).unwrap();
+    assert_eq!(fleet.replica(0).deploy(weather, "").await.0, 201);
+    for replica in &fleet.replicas {
+        eventually("the tool reaches the replica", || async {
+            versions_of(replica, "lookup_weather_by_city").await == [1]
+        })
+        .await;
+    }
+    let omaha = |call_id: &str| {
+        json!({ "request": {
+            "call_id": call_id,
+            "tool_id": "Weather.LookupWeatherByCity",
+            "input": { "city": "Omaha, Nebraska", "units": "FAHRENHEIT" },
+        } })
+    };
+    // Each run makes two backend requests (geocode, forecast).
+    let first = call(fleet.replica(0), "/otc/tools/call", &omaha("trip-1")).await;
+    assert_eq!(first.body["result"]["value"]["temperature"], 80, "{}", first.body);
+    assert_eq!(backend_calls.get(), 2);
+    for replica in &fleet.replicas[1..] {
+        let retry = call(replica, "/otc/tools/call", &omaha("trip-1")).await;
+        assert_eq!((retry.body.clone(), retry.replayed), (first.body.clone(), true));
+    }
+    assert_eq!(backend_calls.get(), 2, "the retries on other replicas did not run the tool");
+
+    // Racing retries on every replica run it once and all get its answer.
+    let trip = omaha("trip-2");
+    let (a, b, c) = tokio::join!(
+        call(fleet.replica(0), "/otc/tools/call", &trip),
+        call(fleet.replica(1), "/otc/tools/call", &trip),
+        call(fleet.replica(2), "/otc/tools/call", &trip),
+    );
+    assert_eq!(backend_calls.get(), 4, "three racing calls with one call id on three replicas ran once");
+    for answer in [&a, &b, &c] {
+        assert_eq!(answer.body["result"]["value"]["temperature"], 80, "{}", answer.body);
+        assert_eq!(answer.body, a.body);
+    }
+    assert_eq!([&a, &b, &c].iter().filter(|x| !x.replayed).count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cheq_made_on_one_replica_is_accepted_on_another_and_polled_on_a_third() {
+    let plugins = tempfile::tempdir().unwrap();
+    let booked = pack_with_confirmation("book-flight", PREMIUM, plugins.path()).unwrap();
+    let fleet = Fleet::start(3, TestPostgres::shared().fresh_database(), &[]);
+    let (a, b, c) = (fleet.replica(0), fleet.replica(1), fleet.replica(2));
+    assert_eq!(a.deploy(std::fs::read(booked).unwrap(), "").await.0, 201);
+    let password = json!({ "password": "alice-password" });
+    let (status, body) = a.call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&password)).await;
+    assert_eq!(status, 204, "{body}");
+    eventually("the tool reaches B", || async { versions_of(b, "book_flight").await == [1] }).await;
+
+    let id = a.tool_id("book_flight").await;
+    let response = a
+        .request(Method::POST, &format!("/tools/{id}:invoke"))
+        .header("Plinth-End-User", "alice")
+        .json(&invocation("book_flight", &booking("FIRST", 2)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let pack: Value = response.json().await.unwrap();
+
+    // The end user opens the link on whichever replica the load balancer
+    // picks: B here (the URIs name the fleet's one public URL).
+    let on = |replica: &Server, uri: &str| uri.replace(&fleet.public_url, &replica.base);
+    let mut via_b = pack.clone();
+    via_b["confirmation uri"] = on(b, pack["confirmation uri"].as_str().unwrap()).into();
+    let session = PageSession::log_in(&via_b, "alice").await;
+    let (status, html) = session.decide(&via_b, "accept").await;
+    assert_eq!(status, 200, "{html}");
+
+    // The result is kept in the store: C answers it.
+    let result = on(c, pack["result uri"].as_str().unwrap());
+    let client = reqwest::Client::new();
+    let fetch = || async { client.get(&result).bearer_auth(TOKEN).send().await.unwrap() };
+    eventually("the accepted call's result is kept", || async { fetch().await.status() == 200 }).await;
+    let answer: Value = fetch().await.json().await.unwrap();
+    let out = outputs(&answer);
+    assert_eq!((&out["cabin_class"], &out["total_price_usd"]), (&json!("FIRST"), &json!(8400)));
+
+    // Decided once, with its evidence, on whichever replica is asked.
+    let transaction = pack["resource uri"].as_str().unwrap().rsplit('/').next().unwrap();
+    let (status, evidence) = a.get(&format!("/admin/cheq/{transaction}")).await;
+    assert_eq!((status, &evidence["state"]), (200, &json!("accepted and done")), "{evidence}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_deploys_on_two_replicas_get_consecutive_versions() {
+    let fleet = Fleet::start(2, TestPostgres::shared().fresh_database(), &[]);
+    let (a, b) = (fleet.replica(0), fleet.replica(1));
+    let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
+    assert_eq!(a.deploy(echo.clone(), "").await.0, 201);
+    eventually("v1 reaches B", || async { versions_of(b, "echo").await == [1] }).await;
+
+    for round in 0..3 {
+        let (left, right) = tokio::join!(
+            a.deploy(relabeled(&echo, &format!("a{round}")), ""),
+            b.deploy(relabeled(&echo, &format!("b{round}")), ""),
+        );
+        assert_eq!((left.0, right.0), (201, 201), "{} {}", left.1, right.1);
+        let mut numbers = [left.1["version"].as_u64().unwrap(), right.1["version"].as_u64().unwrap()];
+        numbers.sort();
+        let base = 2 + 2 * round;
+        assert_eq!(numbers, [base, base + 1], "consecutive, no duplicate");
+    }
+    let all: Vec<u64> = (1..=7).collect();
+    for replica in [a, b] {
+        eventually("every version is listed everywhere", || async { versions_of(replica, "echo").await == all }).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killing_a_replica_mid_deploy_loses_no_acknowledged_deploy() {
+    let mut fleet = Fleet::start(3, TestPostgres::shared().fresh_database(), &[]);
+    let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
+    let (status, first) = fleet.replica(0).deploy(echo.clone(), "").await;
+    assert_eq!(status, 201, "{first}");
+    let id = first["toolId"].as_str().unwrap().to_string();
+    eventually("v1 reaches C", || async { versions_of(fleet.replica(2), "echo").await == [1] }).await;
+
+    // B deploys in a loop and C answers calls while B is killed.
+    let doomed = fleet.replicas.remove(1);
+    let pid = doomed.pid();
+    let deploys = {
+        let (base, echo) = (doomed.base.clone(), echo.clone());
+        tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut acknowledged = Vec::new();
+            for i in 0..1000 {
+                let sent = client
+                    .post(format!("{base}/admin/tools"))
+                    .bearer_auth(TOKEN)
+                    .header("content-type", "application/wasm")
+                    .body(relabeled(&echo, &format!("doomed-{i}")))
+                    .send()
+                    .await;
+                let Ok(response) = sent else { break };
+                if response.status() != 201 {
+                    break;
+                }
+                let body: Value = response.json().await.unwrap();
+                acknowledged.push(body["version"].as_u64().unwrap());
+            }
+            acknowledged
+        })
+    };
+    let survivor = fleet.replica(1);
+    eventually("B has deployed a few versions", || async { versions_of(survivor, "echo").await.len() >= 4 }).await;
+    // SAFETY: a signal to the replica's own process id.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    let acknowledged = deploys.await.unwrap();
+    assert!(!acknowledged.is_empty());
+    drop(doomed);
+
+    // The survivors answer, deploy on, and hold every acknowledged version
+    // with its bytes: each is invocable, pinned.
+    let (status, body) = fleet.replica(0).deploy(relabeled(&echo, "after"), "").await;
+    assert_eq!(status, 201, "{body}");
+    let newest = body["version"].as_u64().unwrap();
+    for replica in &fleet.replicas {
+        eventually("the survivors agree", || async { versions_of(replica, "echo").await.last() == Some(&newest) })
+            .await;
+        let listed = versions_of(replica, "echo").await;
+        assert_eq!(listed, (1..=newest).collect::<Vec<_>>(), "no gap, no duplicate");
+        for version in &acknowledged {
+            let (status, body) = invoke_echo(replica, &id, Some(*version), "still here").await;
+            assert_eq!(status, 200, "version {version}: {body}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_ride_out_a_database_restart() {
+    let postgres = TestPostgres::start();
+    let fleet = Fleet::start(2, postgres.fresh_database(), &[]);
+    let (a, b) = (fleet.replica(0), fleet.replica(1));
+    let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
+    let (status, deployed) = a.deploy(echo.clone(), "").await;
+    assert_eq!(status, 201, "{deployed}");
+    let id = deployed["toolId"].as_str().unwrap().to_string();
+    eventually("v1 reaches B", || async { versions_of(b, "echo").await == [1] }).await;
+
+    tokio::task::block_in_place(|| postgres.stop());
+    // Down: tools in memory keep answering; readiness says what is wrong.
+    let (status, body) = invoke_echo(b, &id, None, "no database").await;
+    assert_eq!(status, 200, "{body}");
+    eventually("B is not ready without its database", || async { b.get("/ready").await.0 == 503 }).await;
+    let (status, body) = a.deploy(relabeled(&echo, "while down"), "").await;
+    assert_eq!((status, &body["error"]["code"]), (503, &json!("storage_failed")), "{body}");
+
+    tokio::task::block_in_place(|| postgres.start_again());
+    for replica in [a, b] {
+        eventually("the replica is ready again", || async { replica.get("/ready").await.0 == 200 }).await;
+    }
+    let (status, body) = a.deploy(relabeled(&echo, "after the restart"), "").await;
+    assert_eq!(status, 201, "{body}");
+    eventually("a deploy after the restart reaches B", || async { versions_of(b, "echo").await == [1, 2] }).await;
+    let (status, body) = invoke_echo(b, &id, Some(2), "back").await;
+    assert_eq!(status, 200, "{body}");
+}
