@@ -33,7 +33,7 @@ LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
 DATA       ?= ./plinth-data
 
-.PHONY: help build wasm-target toolchains plugins fixtures browser postgres mcp-clients run test check bench bench-smoke wrk
+.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients run test check bench bench-smoke wrk
 
 help:
 	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
@@ -106,6 +106,11 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 		{ apt-get update -qq && apt-get install -y -qq postgresql; }
 
+# Validates deploy/ (Kubernetes manifests, compose file, nginx.conf) with
+# pinned validators from PyPI and Debian, installed into target/deploy-check.
+deploy-check:
+	@./deploy/check $(CURDIR)/target/deploy-check
+
 # The MCP clients the tests drive (tests/e2e/mcp_*.rs): the conformance
 # suite and the Inspector from npm, the Python SDK in a venv, and Node 22 from
 # npm when the machine's is older. Quick when nothing changed.
@@ -116,14 +121,14 @@ mcp-clients:
 wrk:
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 
-bench: fixtures wrk
+bench: fixtures wrk postgres
 	$(CARGO) build --release -p plinth -p fake-weather -p plinth-bench
 	./target/release/plinth-bench --plinth target/release/plinth --fake-weather target/release/fake-weather \
 		--plugins $(PLUGIN_OUT) --fixtures target/fixtures --out bench/RESULTS.md
 
 # A few seconds of every arm, no thresholds: keeps the harness building and
 # running (CI). Uses the debug build the tests already made.
-bench-smoke: fixtures wrk
+bench-smoke: fixtures wrk postgres
 	$(CARGO) build -p plinth-bench
 	./target/debug/plinth-bench --smoke --plinth target/debug/plinth --fake-weather target/debug/fake-weather \
 		--plugins $(PLUGIN_OUT) --fixtures target/fixtures

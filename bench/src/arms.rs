@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::component::{ComponentType, Lift, Lower, Val};
 
-const CONNECTIONS: u32 = 8;
+pub(crate) const CONNECTIONS: u32 = 8;
 
-fn load_duration(opts: &Opts) -> Duration {
+pub(crate) fn load_duration(opts: &Opts) -> Duration {
     if opts.smoke { Duration::from_secs(1) } else { Duration::from_secs(10) }
 }
 
-fn echo_body(text: &str) -> String {
+pub(crate) fn echo_body(text: &str) -> String {
     json!({"name": "echo", "input_parameters": [{"name": "text", "value": text}]}).to_string()
 }
 
@@ -70,7 +70,7 @@ async fn check_mcp_echo(url: &str, body: &str, text: &str) -> anyhow::Result<()>
     Ok(())
 }
 
-async fn tool_id(base: &str, name: &str) -> anyhow::Result<String> {
+pub(crate) async fn tool_id(base: &str, name: &str) -> anyhow::Result<String> {
     let page: Value = client().get(format!("{base}/tools?pageLimit=200")).send().await?.json().await?;
     page["items"]
         .as_array()
@@ -84,7 +84,7 @@ fn echo_signature(opts: &Opts) -> anyhow::Result<Signature> {
     Ok(ToolPackage::read(&std::fs::read(opts.plugins.join("echo.wasm"))?)?.signature)
 }
 
-fn load_row(report: &mut Report, arm: &str, load: &Load) {
+pub(crate) fn load_row(report: &mut Report, arm: &str, load: &Load) {
     report.row(
         arm,
         "requests/s · p50 · p99",

@@ -10,6 +10,7 @@
 //! enough for medians of microsecond operations).
 
 mod arms;
+mod fleet;
 mod measure;
 
 use std::path::PathBuf;
@@ -72,6 +73,7 @@ async fn main() -> anyhow::Result<()> {
     arms::deploy(&opts, &mut report).await?;
     arms::under_faults(&opts, &mut report).await?;
     arms::languages(&opts, &mut report).await?;
+    fleet::fleet(&opts, &mut report).await?;
     let mut text = report.render();
     // The hand-written analysis of the targets (what was profiled, what was
     // found) travels with every generated report.

@@ -79,13 +79,19 @@ pub async fn unthrottle(base: &str) -> anyhow::Result<()> {
 impl Server {
     /// Starts `plinth serve` with a free port.
     pub fn plinth(opts: &Opts, data: &Path, args: &[&str]) -> anyhow::Result<Server> {
+        Server::plinth_with_env(opts, data, args, &[])
+    }
+
+    /// [`Server::plinth`] with extra environment (a fleet replica's).
+    pub fn plinth_with_env(opts: &Opts, data: &Path, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Server> {
         let mut command = Command::new(&opts.plinth);
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--data"])
             .arg(data)
             .args(args)
             .env("PLINTH_LOG", "warn")
-            .env("PLINTH_OPERATOR_KEY", BENCH_KEY);
+            .env("PLINTH_OPERATOR_KEY", BENCH_KEY)
+            .envs(env.iter().copied());
         Server::spawn(command, "plinth listening on ")
     }
 
