@@ -15,6 +15,7 @@ use crate::invocation::{InputError, OutputError, ToolError};
 use crate::package::PackageError;
 use crate::runtime::CallError;
 use crate::signature::DeriveError;
+use crate::store::StoreError;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
@@ -239,7 +240,7 @@ impl From<InvokeError> for ApiError {
             InvokeError::Storage(_) => {
                 tracing::error!(error = %message, "a call could not be recorded");
                 ApiError::storage_failed(
-                    "the call could not be recorded (is the data disk full?); the tool did not run",
+                    "the call could not be recorded (the data disk is full, or the database cannot be reached); the tool did not run",
                 )
             }
         }
@@ -249,9 +250,12 @@ impl From<InvokeError> for ApiError {
 impl From<DeployError> for ApiError {
     fn from(e: DeployError) -> Self {
         match &e {
+            DeployError::Store(StoreError::Conflict(_)) => ApiError::busy(
+                "other replicas kept deploying versions of this tool while this one was deciding its number; nothing was deployed, try again".into(),
+            ),
             DeployError::Store(_) => {
                 tracing::error!(error = %e, "deploy failed in the store");
-                ApiError::storage_failed("the tool could not be stored (is the data disk full?); nothing was deployed")
+                ApiError::storage_failed("the tool could not be stored (the data disk is full, or the database cannot be reached); nothing was deployed")
             }
             DeployError::Package(PackageError::Signature(DeriveError::Confirmation(
                 condition @ ConditionError::TooCostly(_),
@@ -296,7 +300,9 @@ impl From<DecideError> for ApiError {
             DecideError::Retired => (StatusCode::GONE, "version_retired"),
             DecideError::Store(e) => {
                 tracing::error!(error = %e, "a confirmation could not be read or written");
-                return ApiError::storage_failed("the confirmation could not be recorded (is the data disk full?)");
+                return ApiError::storage_failed(
+                    "the confirmation could not be recorded (the data disk is full, or the database cannot be reached)",
+                );
             }
         };
         ApiError::new(status, code, e.to_string())
@@ -343,7 +349,9 @@ impl From<ChangeError> for ApiError {
             ChangeError::Condition(e) => e.into(),
             ChangeError::Store(_) => {
                 tracing::error!(error = %e, "a change failed in the store");
-                ApiError::storage_failed("the change could not be stored (is the data disk full?); nothing changed")
+                ApiError::storage_failed(
+                    "the change could not be stored (the data disk is full, or the database cannot be reached); nothing changed",
+                )
             }
         }
     }

@@ -570,7 +570,9 @@ fn recorded(body: String) -> Response {
 
 fn storage_failed(e: crate::store::StoreError) -> ApiError {
     tracing::error!(error = %e, "call ids could not be read or written");
-    ApiError::storage_failed("the call could not be recorded (is the data disk full?); the tool did not run")
+    ApiError::storage_failed(
+        "the call could not be recorded (the data disk is full, or the database cannot be reached); the tool did not run",
+    )
 }
 
 fn json_response(body: String, replayed: bool) -> Response {

@@ -90,13 +90,30 @@ impl PostgresStore {
             .thread_name("plinth-db")
             .enable_all()
             .build()?;
-        let options = PgConnectOptions::from_str(url).map_err(db)?.application_name("plinth");
-        let pool = runtime.block_on(async {
-            let pool =
-                PgPoolOptions::new().max_connections(16).acquire_timeout(ACQUIRE_WAIT).connect_with(options).await?;
-            sqlx::migrate!("./migrations/postgres").run(&pool).await?;
-            Ok::<_, sqlx::Error>(pool)
+        // The URL holds the database password: an error must not repeat it.
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|_| {
+                StoreError::Inconsistent(
+                    "the database URL is not a PostgreSQL URL (postgres://USER:PASSWORD@HOST:PORT/DATABASE)".into(),
+                )
+            })?
+            .application_name("plinth");
+        // On the store's runtime, waited for on a channel: `open` may be
+        // called from inside another runtime, where `block_on` would panic.
+        let (answer, receive) = std::sync::mpsc::sync_channel(1);
+        runtime.spawn(async move {
+            let connected = async {
+                let pool = PgPoolOptions::new()
+                    .max_connections(16)
+                    .acquire_timeout(ACQUIRE_WAIT)
+                    .connect_with(options)
+                    .await?;
+                sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+                Ok::<_, sqlx::Error>(pool)
+            };
+            let _ = answer.send(connected.await);
         });
+        let pool = receive.recv().map_err(|_| StoreError::Inconsistent("the database runtime stopped".into()))?;
         let pool = pool.map_err(db)?;
         let mut id = [0u8; 8];
         getrandom::fill(&mut id).map_err(|e| StoreError::Io(std::io::Error::other(e)))?;

@@ -374,3 +374,19 @@ fn every_replica_gets_the_same_server_key_and_the_audit_log_is_append_only() {
     let Err(e) = PostgresStore::open(url, SecretsCipher::new(&[7; 32])) else { panic!("opened with the wrong key") };
     assert!(matches!(e, StoreError::WrongSecretsKey), "{e}");
 }
+
+#[test]
+fn a_bad_or_unreachable_database_url_is_refused_without_repeating_its_password() {
+    for url in ["postgres://plinth:hunter2-secret@[::1", "mysql://plinth:hunter2-secret@127.0.0.1/db"] {
+        let Err(e) = PostgresStore::open(url, cipher()) else { panic!("{url} opened") };
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+    // Nothing listens on port 1: refused in seconds, and the error names no
+    // password.
+    let started = std::time::Instant::now();
+    let Err(e) = PostgresStore::open("postgres://plinth:hunter2-secret@127.0.0.1:1/db", cipher()) else {
+        panic!("opened")
+    };
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+}
