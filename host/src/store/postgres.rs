@@ -300,12 +300,11 @@ async fn interrupt_orphans(pool: &PgPool) -> Result<usize, StoreError> {
     Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
 }
 
-/// Appends `audit`, and a change-log row for `topic` with its notification,
-/// to the transaction `tx`. The lock is held to the commit: change-log
-/// rows commit in sequence order, so a replica that has read row N has
-/// seen every row before it.
-async fn record(tx: &mut PgConnection, audit: &AuditEntry, topic: Topic) -> Result<(), sqlx::Error> {
-    insert_audit(tx, audit).await?;
+/// Appends a change-log row for `topic`, with its notification, to the
+/// transaction `tx`. The lock is held to the commit: change-log rows commit
+/// in sequence order, so a replica that has read row N has seen every row
+/// before it.
+async fn record(tx: &mut PgConnection, topic: Topic) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
         .bind(CHANGE_LOCK.0)
         .bind(CHANGE_LOCK.1)
@@ -344,8 +343,9 @@ fn decode_error(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Decode(what.to_string(), serde_json::Error::io(std::io::Error::other(e.to_string())))
 }
 
-/// Runs one statement that changes a row of `topic`, with its audit entry
-/// and change-log row, in one transaction; returns the rows it changed.
+/// Runs one statement with its audit entry and, for a change replicas cache
+/// (`Some(topic)`), its change-log row, in one transaction; returns the rows
+/// it changed.
 macro_rules! audited {
     ($store:expr, $audit:expr, $topic:expr, $query:expr $(, $bind:ident)* $(,)?) => {{
         let pool = $store.pool.clone();
@@ -358,7 +358,10 @@ macro_rules! audited {
                 .await
                 .map_err(db)?
                 .rows_affected();
-            record(&mut tx, &audit, $topic).await.map_err(db)?;
+            insert_audit(&mut tx, &audit).await.map_err(db)?;
+            if let Some(topic) = $topic {
+                record(&mut tx, topic).await.map_err(db)?;
+            }
             tx.commit().await.map_err(db)?;
             Ok(changed)
         })
@@ -472,7 +475,8 @@ impl RegistryStore for PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(db)?;
-            record(&mut tx, &audit, Topic::Versions).await.map_err(db)?;
+            insert_audit(&mut tx, &audit).await.map_err(db)?;
+            record(&mut tx, Topic::Versions).await.map_err(db)?;
             tx.commit().await.map_err(db)?;
             Ok(())
         })
@@ -500,7 +504,7 @@ impl RegistryStore for PostgresStore {
         let changed = audited!(
             self,
             audit,
-            Topic::Versions,
+            Some(Topic::Versions),
             "UPDATE versions SET retired_at = $3 WHERE tool_id = $1 AND version = $2 AND retired_at IS NULL",
             tool_id,
             version,
@@ -530,7 +534,7 @@ impl RegistryStore for PostgresStore {
         audited!(
             self,
             audit,
-            Topic::Secrets,
+            Some(Topic::Secrets),
             "INSERT INTO secrets (tenant, id, value, updated_at) VALUES ($1, $2, $3, $4)
              ON CONFLICT (tenant, id) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
             tenant,
@@ -543,8 +547,14 @@ impl RegistryStore for PostgresStore {
 
     fn delete_secret(&self, tenant: &str, id: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
         let (tenant, id) = (tenant.to_string(), id.to_string());
-        let deleted =
-            audited!(self, audit, Topic::Secrets, "DELETE FROM secrets WHERE tenant = $1 AND id = $2", tenant, id)?;
+        let deleted = audited!(
+            self,
+            audit,
+            Some(Topic::Secrets),
+            "DELETE FROM secrets WHERE tenant = $1 AND id = $2",
+            tenant,
+            id
+        )?;
         Ok(deleted == 1)
     }
 
@@ -567,7 +577,7 @@ impl RegistryStore for PostgresStore {
         audited!(
             self,
             audit,
-            Topic::Config,
+            Some(Topic::Config),
             "INSERT INTO tool_config (tenant, tool, key, value, updated_at) VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT (tenant, tool, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
             tenant,
@@ -584,7 +594,7 @@ impl RegistryStore for PostgresStore {
         let deleted = audited!(
             self,
             audit,
-            Topic::Config,
+            Some(Topic::Config),
             "DELETE FROM tool_config WHERE tenant = $1 AND tool = $2 AND key = $3",
             tenant,
             tool,
@@ -622,7 +632,7 @@ impl RegistryStore for PostgresStore {
         audited!(
             self,
             audit,
-            Topic::Tenants,
+            Some(Topic::Tenants),
             "INSERT INTO tenants (name, public_enumeration, quotas, created_at) VALUES ($1, $2, $3, $4)
              ON CONFLICT (name) DO UPDATE SET public_enumeration = excluded.public_enumeration, quotas = excluded.quotas",
             name,
@@ -674,7 +684,7 @@ impl RegistryStore for PostgresStore {
         audited!(
             self,
             audit,
-            Topic::Keys,
+            Some(Topic::Keys),
             "INSERT INTO api_keys (id, tenant, role, key_sha256, label, created_at, revoked_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
             id,
@@ -693,7 +703,7 @@ impl RegistryStore for PostgresStore {
         let changed = audited!(
             self,
             audit,
-            Topic::Keys,
+            Some(Topic::Keys),
             "UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
             id,
             at
@@ -977,7 +987,7 @@ impl RegistryStore for PostgresStore {
         audited!(
             self,
             audit,
-            Topic::Settings,
+            Some(Topic::Settings),
             "INSERT INTO tenant_settings (tenant, key, value, updated_at) VALUES ($1, $2, $3, $4)
              ON CONFLICT (tenant, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
             tenant,
@@ -993,7 +1003,7 @@ impl RegistryStore for PostgresStore {
         let deleted = audited!(
             self,
             audit,
-            Topic::Settings,
+            Some(Topic::Settings),
             "DELETE FROM tenant_settings WHERE tenant = $1 AND key = $2",
             tenant,
             key
@@ -1021,44 +1031,28 @@ impl RegistryStore for PostgresStore {
         password_hash: &str,
         audit: &AuditEntry,
     ) -> Result<(), StoreError> {
-        let (pool, tenant, name, hash, audit) =
-            (self.pool.clone(), tenant.to_string(), name.to_string(), password_hash.to_string(), audit.clone());
+        let (tenant, name, hash, at) = (tenant.to_string(), name.to_string(), password_hash.to_string(), audit.at);
         // End users are read from the store at each login: no change-log row.
-        self.run(async move {
-            let mut tx = pool.begin().await.map_err(db)?;
-            sqlx::query(
-                "INSERT INTO end_users (tenant, name, password_hash, updated_at) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (tenant, name) DO UPDATE SET password_hash = excluded.password_hash,
-                     updated_at = excluded.updated_at",
-            )
-            .bind(tenant)
-            .bind(name)
-            .bind(hash)
-            .bind(audit.at)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-            insert_audit(&mut tx, &audit).await.map_err(db)?;
-            tx.commit().await.map_err(db)?;
-            Ok(())
-        })
+        audited!(
+            self,
+            audit,
+            None,
+            "INSERT INTO end_users (tenant, name, password_hash, updated_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (tenant, name) DO UPDATE SET password_hash = excluded.password_hash,
+                 updated_at = excluded.updated_at",
+            tenant,
+            name,
+            hash,
+            at
+        )?;
+        Ok(())
     }
 
     fn delete_end_user(&self, tenant: &str, name: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
-        let (pool, tenant, name, audit) = (self.pool.clone(), tenant.to_string(), name.to_string(), audit.clone());
-        self.run(async move {
-            let mut tx = pool.begin().await.map_err(db)?;
-            let deleted = sqlx::query("DELETE FROM end_users WHERE tenant = $1 AND name = $2")
-                .bind(tenant)
-                .bind(name)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?
-                .rows_affected();
-            insert_audit(&mut tx, &audit).await.map_err(db)?;
-            tx.commit().await.map_err(db)?;
-            Ok(deleted == 1)
-        })
+        let (tenant, name) = (tenant.to_string(), name.to_string());
+        let deleted =
+            audited!(self, audit, None, "DELETE FROM end_users WHERE tenant = $1 AND name = $2", tenant, name)?;
+        Ok(deleted == 1)
     }
 
     fn ping(&self) -> Result<(), StoreError> {
