@@ -168,3 +168,56 @@ async fn confirmation_conditions_are_evaluated_on_the_tool_threads() {
     let threads = confirmations::evaluated_on::threads(tool_id.parse().unwrap());
     assert_eq!(threads, [Some("plinth-tool".to_string())]);
 }
+
+#[test]
+fn each_replica_enforces_its_share_of_a_tenants_rate_and_concurrency() {
+    let record =
+        |quotas: Quotas| TenantRecord { name: "acme".into(), public_enumeration: false, quotas, created_at: 0 };
+    let quotas =
+        Quotas { invocations_per_second: 1, invocation_burst: 5, max_concurrent_invocations: 3, ..Quotas::default() };
+    let admitted = |tenant: &Tenant| (0..10).take_while(|_| tenant.rate.check().is_ok()).count();
+    let alone = Tenant::new(record(quotas.clone()), 1);
+    assert_eq!((admitted(&alone), alone.running.available_permits()), (5, 3));
+    // Two replicas: half of each, rounded up, so the fleet admits the quota
+    // plus at most one per replica.
+    let one_of_two = Tenant::new(record(quotas.clone()), 2);
+    assert_eq!((admitted(&one_of_two), one_of_two.running.available_permits()), (3, 2));
+    // More replicas than the quota: each still admits one.
+    let one_of_ten = Tenant::new(record(quotas), 10);
+    assert_eq!((admitted(&one_of_ten), one_of_ten.running.available_permits()), (1, 1));
+}
+
+#[test]
+fn a_replica_catches_up_with_the_changes_another_made() {
+    let database = crate::testing::TestPostgres::shared().fresh_database();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let replica = |dir: &tempfile::TempDir| {
+        ToolHost::open(HostOptions {
+            database_url: Some(database.clone()),
+            secrets_key: Some("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=".into()),
+            ..options(dir.path())
+        })
+        .unwrap()
+    };
+    let (a, b) = (replica(&dir_a), replica(&dir_b));
+    assert!(a.is_ready() && b.is_ready());
+    let operator = Principal::server("test");
+    a.create_tenant(&operator, "acme", false, &serde_json::json!({ "maxTools": 7 })).unwrap();
+    a.put_secret(&operator, "acme", "api-key", "s3cret").unwrap();
+    a.put_config(&operator, "acme", "echo", "backend-url", "http://backend").unwrap();
+    a.deploy(&operator, "acme", &packed("v1"), None).unwrap();
+    assert!(b.tenant("acme").is_none(), "B has not read the log yet");
+
+    let topics = b.catch_up().unwrap();
+    assert_eq!(topics, [Topic::Tenants, Topic::Secrets, Topic::Config, Topic::Versions]);
+    assert_eq!(b.tenant("acme").unwrap().record.quotas.max_tools, 7);
+    assert_eq!(b.secret_ids("acme"), ["api-key"]);
+    assert_eq!(b.stored_config("acme")["echo"]["backend-url"], "http://backend");
+    assert_eq!(b.registry().live_tools("acme"), 1);
+    assert!(b.catch_up().unwrap().is_empty(), "nothing new");
+
+    // Removals reach it too.
+    a.delete_secret(&operator, "acme", "api-key").unwrap();
+    assert_eq!(b.catch_up().unwrap(), [Topic::Secrets]);
+    assert!(b.secret_ids("acme").is_empty());
+}

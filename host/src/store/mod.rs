@@ -169,10 +169,11 @@ pub enum Claimed {
 /// when the change log says it changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Topic {
+    /// API keys (a revocation). First in order: a replica refreshes what
+    /// decides access before anything else.
+    Keys,
     /// Tenants and their quotas.
     Tenants,
-    /// API keys (a revocation).
-    Keys,
     /// Tenants' secrets.
     Secrets,
     /// Tools' stored config.
