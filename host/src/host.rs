@@ -929,11 +929,19 @@ impl ToolHost {
         }
         let quotas = Quotas::default().patched(quotas).map_err(ChangeError::Invalid)?;
         let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        self.refresh_tenants()?;
         if self.tenants.contains_key(name) {
             return Err(ChangeError::Conflict(format!("tenant `{name}` already exists")));
         }
         let record = TenantRecord { name: name.to_string(), public_enumeration, quotas, created_at: unix_now() };
         self.save_tenant(actor, record, "tenant.create")
+    }
+
+    /// In a fleet, reads the tenants again before one is created or
+    /// changed: another replica may have changed it a moment ago, and a
+    /// change made from a stale copy would undo theirs.
+    fn refresh_tenants(&self) -> Result<(), StoreError> {
+        if self.store.shared() { self.reload(Topic::Tenants) } else { Ok(()) }
     }
 
     /// Changes a tenant's public enumeration and quotas (fields of `quotas`
@@ -946,6 +954,7 @@ impl ToolHost {
         quotas: &serde_json::Value,
     ) -> Result<TenantRecord, ChangeError> {
         let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        self.refresh_tenants()?;
         let current = self.tenant(name).ok_or_else(|| ChangeError::NotFound(format!("there is no tenant `{name}`")))?;
         let record = TenantRecord {
             quotas: current.record.quotas.patched(quotas).map_err(ChangeError::Invalid)?,

@@ -220,4 +220,19 @@ fn a_replica_catches_up_with_the_changes_another_made() {
     a.delete_secret(&operator, "acme", "api-key").unwrap();
     assert_eq!(b.catch_up().unwrap(), [Topic::Secrets]);
     assert!(b.secret_ids("acme").is_empty());
+
+    // A tenant changed on A a moment ago is changed on B from A's version,
+    // not from B's stale copy.
+    a.update_tenant(&operator, "acme", None, &serde_json::json!({ "maxTools": 9 })).unwrap();
+    let changed = b.update_tenant(&operator, "acme", Some(true), &serde_json::json!({})).unwrap();
+    assert_eq!((changed.public_enumeration, changed.quotas.max_tools), (true, 9));
+    assert!(matches!(
+        b.create_tenant(&operator, "beta", false, &serde_json::json!({})).and(a.create_tenant(
+            &operator,
+            "beta",
+            false,
+            &serde_json::json!({})
+        )),
+        Err(ChangeError::Conflict(_))
+    ));
 }
