@@ -70,6 +70,9 @@ pub struct PostgresStore {
     live: Arc<AtomicUsize>,
     /// Set by the listener when a change may have happened.
     changed: Arc<(Mutex<bool>, Condvar)>,
+    /// Whether the database could not be reached a moment ago (see
+    /// [`Reachability`]).
+    reachability: Arc<Reachability>,
     /// The `plinth-db` runtime; shut down in the background on drop (a
     /// runtime must not be dropped inside another one, where the host may
     /// be dropped).
@@ -123,6 +126,7 @@ impl PostgresStore {
             replica: hex::encode(id).into(),
             live: Arc::new(AtomicUsize::new(1)),
             changed: Arc::new((Mutex::new(false), Condvar::new())),
+            reachability: Arc::default(),
             runtime: Some(runtime),
         };
         store.check_secrets_key()?;
@@ -133,7 +137,8 @@ impl PostgresStore {
         Ok(store)
     }
 
-    /// Runs `work` on the store's runtime and waits for its answer.
+    /// Runs `work` on the store's runtime and waits for its answer. While
+    /// the database is known to be unreachable, fails at once instead.
     fn run<T: Send + 'static>(
         &self,
         work: impl Future<Output = Result<T, StoreError>> + Send + 'static,
@@ -141,11 +146,17 @@ impl PostgresStore {
         let Some(runtime) = &self.runtime else {
             return Err(StoreError::Inconsistent("the store is closed".into()));
         };
+        if !self.reachability.worth_trying() {
+            return Err(StoreError::Postgres(sqlx::Error::PoolTimedOut));
+        }
         let (answer, receive) = std::sync::mpsc::sync_channel(1);
         runtime.spawn(async move {
             let _ = answer.send(work.await);
         });
-        receive.recv_timeout(STATEMENT_WAIT).map_err(|_| StoreError::Postgres(sqlx::Error::PoolTimedOut))?
+        let answer =
+            receive.recv_timeout(STATEMENT_WAIT).map_err(|_| StoreError::Postgres(sqlx::Error::PoolTimedOut))?;
+        self.reachability.observe(&answer);
+        answer
     }
 
     fn check_secrets_key(&self) -> Result<(), StoreError> {
@@ -177,12 +188,17 @@ impl PostgresStore {
 
     fn spawn_heartbeat(&self) {
         let (pool, replica, live) = (self.pool.clone(), self.replica.clone(), self.live.clone());
+        let reachability = self.reachability.clone();
         let Some(runtime) = &self.runtime else { return };
         runtime.spawn(async move {
             let mut ticks = 0u64;
             loop {
                 tokio::time::sleep(HEARTBEAT).await;
-                if let Err(e) = beat(&pool, &replica, &live).await {
+                // The heartbeat always tries: it is what finds the database
+                // back after an outage.
+                let beaten = beat(&pool, &replica, &live).await;
+                reachability.observe(&beaten);
+                if let Err(e) = beaten {
                     tracing::warn!(error = %e, "the heartbeat could not be recorded");
                     continue;
                 }
@@ -240,6 +256,36 @@ impl PostgresStore {
                 }
             }
         });
+    }
+}
+
+/// A circuit breaker in front of the database. When a call could not reach
+/// it (no connection within the pool's wait), callers fail at once for the
+/// next [`HEARTBEAT`] instead of each holding its thread — an HTTP worker,
+/// often — for the whole wait: an outage must not let a flood of requests
+/// that need the store (logins, calls with a `call_id`, health checks) stall
+/// the ones that do not. The heartbeat keeps trying and closes the breaker
+/// when the database answers again.
+#[derive(Debug, Default)]
+struct Reachability {
+    unreachable_until: Mutex<Option<std::time::Instant>>,
+}
+
+impl Reachability {
+    fn worth_trying(&self) -> bool {
+        let until = *self.unreachable_until.lock().unwrap_or_else(|p| p.into_inner());
+        until.is_none_or(|until| std::time::Instant::now() >= until)
+    }
+
+    fn observe<T>(&self, outcome: &Result<T, StoreError>) {
+        let unreachable = matches!(
+            outcome,
+            Err(StoreError::Postgres(
+                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolClosed
+            ))
+        );
+        let mut until = self.unreachable_until.lock().unwrap_or_else(|p| p.into_inner());
+        *until = unreachable.then(|| std::time::Instant::now() + HEARTBEAT);
     }
 }
 
