@@ -284,7 +284,7 @@ async fn killing_a_replica_mid_deploy_loses_no_acknowledged_deploy() {
     let id = first["toolId"].as_str().unwrap().to_string();
     eventually("v1 reaches C", || async { versions_of(fleet.replica(2), "echo").await == [1] }).await;
 
-    // B deploys in a loop and C answers calls while B is killed.
+    // B deploys in a loop while it is killed.
     let doomed = fleet.replicas.remove(1);
     let pid = doomed.pid();
     let deploys = {
@@ -310,6 +310,31 @@ async fn killing_a_replica_mid_deploy_loses_no_acknowledged_deploy() {
             acknowledged
         })
     };
+    // Calls keep going to B (cut off mid-call by the kill) and to C (which
+    // must answer every one of them).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let calls = |base: String| {
+        let (stop, id) = (stop.clone(), id.clone());
+        tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let (mut answered, mut failed) = (0u32, 0u32);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let sent = client
+                    .post(format!("{base}/tools/{id}/versions/1:invoke"))
+                    .bearer_auth(TOKEN)
+                    .json(&invocation("echo", &[("text", json!("busy"))]))
+                    .send()
+                    .await;
+                match sent {
+                    Ok(response) if response.status() == 200 => answered += 1,
+                    _ => failed += 1,
+                }
+            }
+            (answered, failed)
+        })
+    };
+    let on_doomed = calls(doomed.base.clone());
+    let on_survivor = calls(fleet.replica(1).base.clone());
     let survivor = fleet.replica(1);
     eventually("B has deployed a few versions", || async { versions_of(survivor, "echo").await.len() >= 4 }).await;
     // SAFETY: a signal to the replica's own process id.
@@ -317,6 +342,12 @@ async fn killing_a_replica_mid_deploy_loses_no_acknowledged_deploy() {
     let acknowledged = deploys.await.unwrap();
     assert!(!acknowledged.is_empty());
     drop(doomed);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (answered_by_doomed, _) = on_doomed.await.unwrap();
+    assert!(answered_by_doomed > 0, "calls were running on the replica that was killed");
+    let (answered_by_survivor, failed_on_survivor) = on_survivor.await.unwrap();
+    assert!(answered_by_survivor > 0);
+    assert_eq!(failed_on_survivor, 0, "the survivor answered every call while its peer died");
 
     // The survivors answer, deploy on, and hold every acknowledged version
     // with its bytes: each is invocable, pinned.
