@@ -564,6 +564,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             max_instances: args.max_instances.max(1),
             pooling: matches!(args.allocator, Allocator::Pooling),
             cache_dir: None,
+            ..RuntimeConfig::default()
         },
         tool_config: parse_tool_config(&args.tool_config)?,
         operator_key: args.operator_key.clone().filter(|k| !k.is_empty()),

@@ -64,6 +64,14 @@ pub struct RuntimeConfig {
     pub pooling: bool,
     /// Where compiled components are cached across restarts (none: no cache).
     pub cache_dir: Option<PathBuf>,
+    /// Of the pages an instance wrote in its linear memories and tables, how
+    /// many bytes are reset in place (copied back from the component's
+    /// initial image, or zeroed) when its slot is freed, rather than handed
+    /// back to the kernel. Resetting in place keeps `madvise` — and the TLB
+    /// shootdowns it sends to every core running the process — off the
+    /// call path; the written pages are found with Linux's `PAGEMAP_SCAN`
+    /// (6.7 and later), so only those are reset. 0: hand them all back.
+    pub keep_resident_bytes: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -74,6 +82,7 @@ impl Default for RuntimeConfig {
             max_instances: 100,
             pooling: true,
             cache_dir: None,
+            keep_resident_bytes: 1 << 20,
         }
     }
 }
@@ -576,7 +585,10 @@ impl Runtime {
                 .max_memories_per_component(MAX_MEMORIES_PER_COMPONENT)
                 .max_memories_per_module(MAX_MEMORIES_PER_COMPONENT)
                 .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
-                .max_tables_per_component(8);
+                .max_tables_per_component(8)
+                .linear_memory_keep_resident(config.keep_resident_bytes)
+                .table_keep_resident(config.keep_resident_bytes)
+                .pagemap_scan(wasmtime::Enabled::Auto);
             wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
         let engine = Engine::new(&wasm)?;
