@@ -6,6 +6,7 @@
 //! storage happen here, so every protocol gets them the same way.
 
 mod confirmations;
+mod executors;
 mod fleet;
 mod retention;
 #[cfg(test)]
@@ -466,8 +467,9 @@ pub struct ToolHost {
     log_budgets: dashmap::DashMap<Uuid, Arc<LogBudget>>,
     /// Secret values by (tenant, id), as publishers stored them.
     secrets: dashmap::DashMap<(String, String), String>,
-    /// The threads tools run on (a runtime of its own; see `invoke`).
-    executor: Option<tokio::runtime::Runtime>,
+    /// The threads tools run on (runtimes of their own; see `invoke` and
+    /// `executors`).
+    executor: Option<executors::Executors>,
     /// Call ids claimed for idempotent calls.
     calls: CallLedger,
     /// The keys this server signs CHEQ objects with, and their expiry.
@@ -527,13 +529,7 @@ impl ToolHost {
             per_tool: dashmap::DashMap::new(),
             log_budgets: dashmap::DashMap::new(),
             secrets: dashmap::DashMap::new(),
-            executor: Some(
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(options.tool_threads.max(1))
-                    .thread_name("plinth-tool")
-                    .enable_all()
-                    .build()?,
-            ),
+            executor: Some(executors::Executors::new(options.tool_threads)?),
             // A call another replica runs ends within its deadline; waiting
             // twice that covers one that waited for a slot first.
             calls: CallLedger::new(options.call_retention, 2 * deadline + Duration::from_secs(1)),
@@ -1128,26 +1124,37 @@ impl ToolHost {
         }
         let span =
             tracing::info_span!("invoke", tenant, tool = %tool.name, version = version.number, call_id = call.call_id);
+        // The executor is gone only while the host is dropped.
+        let executors =
+            self.executor.as_ref().ok_or_else(|| InvokeError::Internal("the invocation was interrupted".into()))?;
+        let checks_confirmation = call.confirmed.is_none() && self.may_need_confirmation(&tool, &version);
+        let pool = executors.for_tool(tool.id);
         let this = self.clone();
-        // Tools run on their own threads, never on the ones serving HTTP: a
-        // tool burning CPU can slow other tools, but not the host's answers.
-        // A publisher's confirmation condition is bounded (`cheq::budget`),
-        // yet it is evaluated there too, in the same hand-off.
         let task = async move {
             // Fail closed: a call its tool wants confirmed never runs unconfirmed.
-            if call.confirmed.is_none()
-                && this.may_need_confirmation(&tool, &version)
-                && let Some(refused) = this.confirm_first(&quota, &tool, &version, &call).await?
-            {
+            if checks_confirmation && let Some(refused) = this.confirm_first(&quota, &tool, &version, &call).await? {
                 return Ok(ToolResult::Failed(refused));
             }
             this.run(&quota, &tool, &version, call).await
         }
         .instrument(span);
-        // The executor is gone only while the host is dropped.
-        let executor =
-            self.executor.as_ref().ok_or_else(|| InvokeError::Internal("the invocation was interrupted".into()))?;
-        executor.spawn(task).await.map_err(|_| InvokeError::Internal("the invocation was interrupted".into()))?
+        let mut task = Box::pin(task);
+        // Where the call runs. Most calls are done in microseconds, and
+        // handing them to another thread and back would cost more than
+        // running them: a call starts on the thread that received it. At its
+        // first pause — the epoch tick that ends every 2 ms of running, or a
+        // wait on an outbound request — the rest moves to the tool threads,
+        // so no tool holds a thread serving HTTP for longer than one tick.
+        // A demoted tool (`executors`) and a publisher's confirmation
+        // condition (bounded by `cheq::budget`, but milliseconds of a core)
+        // go to the tool threads from the start.
+        if pool.starts_inline() && !checks_confirmation {
+            let first = std::future::poll_fn(|cx| std::task::Poll::Ready(task.as_mut().poll(cx))).await;
+            if let std::task::Poll::Ready(outcome) = first {
+                return outcome;
+            }
+        }
+        pool.handle().spawn(task).await.map_err(|_| InvokeError::Internal("the invocation was interrupted".into()))?
     }
 
     /// Evaluates the confirmation policy on the call's input; a call that
@@ -1389,6 +1396,9 @@ impl ToolHost {
             .component()
             .ok_or_else(|| InvokeError::Retired(format!("version {} of `{}` is retired", version.number, tool.name)))?;
         let result = self.runtime.run(&component, run.export, run.input, setup).await;
+        if let Some(executors) = &self.executor {
+            executors.ran(tool.id, &tool.name, &result);
+        }
         let elapsed_us = started.elapsed().as_micros() as u64;
         match &result {
             Ok(_) => tracing::debug!(elapsed_us, export = ?run.export, "tool returned"),
@@ -1427,8 +1437,8 @@ impl Drop for ToolHost {
     fn drop(&mut self) {
         // Dropping a runtime from async code would panic; let its threads
         // finish on their own.
-        if let Some(executor) = self.executor.take() {
-            executor.shutdown_background();
+        if let Some(executors) = self.executor.take() {
+            executors.shutdown();
         }
     }
 }

@@ -37,7 +37,7 @@ pub(super) fn start_confirmation_sweep(host: &ToolHost, retention: Duration) -> 
     let Some(executor) = &host.executor else { return Ok(()) };
     let store: Arc<dyn RegistryStore> = host.store.clone();
     let every = sweep_interval(retention);
-    executor.spawn(async move {
+    executor.normal().spawn(async move {
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -236,3 +236,51 @@ fn a_replica_catches_up_with_the_changes_another_made() {
         Err(ChangeError::Conflict(_))
     ));
 }
+
+/// A tool whose call ran into its deadline while computing, or out of
+/// memory, is demoted: its next calls run on the low-priority threads
+/// (`SCHED_IDLE`, or nice 19 where that is refused) and never start on the
+/// caller's thread. Other tools, and failures
+/// that cost little (a trap, a wait on a slow backend), are not.
+#[test]
+fn a_tool_that_spins_to_its_deadline_or_bombs_its_memory_runs_at_low_priority() {
+    use crate::runtime::CallError;
+    let executors = executors::Executors::new(2).unwrap();
+    // The thread a call of the tool would run on, and whether that thread
+    // runs at the lowest CPU priority.
+    let runs_on = |tool: Uuid| {
+        let pool = executors.for_tool(tool);
+        let handle = pool.handle().clone();
+        let (name, lowest) = handle
+            .block_on(handle.spawn(async {
+                let name = std::thread::current().name().map(str::to_string);
+                // SAFETY: scheduling queries of this thread's own id.
+                let lowest = unsafe {
+                    let tid = libc::gettid();
+                    libc::sched_getscheduler(tid) == libc::SCHED_IDLE
+                        || libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t) == 19
+                };
+                (name, lowest)
+            }))
+            .unwrap();
+        (pool.starts_inline(), name.unwrap_or_default(), lowest)
+    };
+    let (spinner, bomb, flaky, waiting, other) =
+        (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let normal = runs_on(other);
+    assert!(normal.0 && normal.1 == "plinth-tool", "{normal:?}");
+    assert!(!normal.2, "the normal tool threads keep the server's priority");
+
+    let deadline = Duration::from_millis(200);
+    executors.ran(spinner, "spin_forever", &Err(CallError::Timeout { deadline, computing: true }));
+    executors.ran(bomb, "memory_bomb", &Err(CallError::ResourceExhausted));
+    executors.ran(flaky, "panic_at_once", &Err(CallError::Trapped("a panic".into())));
+    executors.ran(waiting, "slow_backend", &Err(CallError::Timeout { deadline, computing: false }));
+    for demoted in [spinner, bomb] {
+        assert_eq!(runs_on(demoted), (false, "plinth-tool-low".to_string(), true));
+    }
+    for kept in [flaky, waiting, other] {
+        assert_eq!(runs_on(kept), normal, "only a tool that burned CPU or memory is demoted");
+    }
+    executors.shutdown();
+}
