@@ -336,10 +336,15 @@ impl ServerHandler for McpDoor {
             Ok(input) => input,
             Err(errors) => return Ok(invalid_input(errors).into()),
         };
-        let fingerprint = call_fingerprint(&caller, &tool.name, &end_user, &arguments);
+        // Hashed only when needed: a 2025-11-25 client's call, or a call
+        // that waits for its end user.
+        let fingerprint = || call_fingerprint(&caller, &tool.name, &end_user, &arguments);
         let stateless = is_stateless(&ctx);
-        if !stateless && let Some(transaction) = LegacyPending::get(&host, &caller.tenant, &fingerprint) {
-            return self.legacy_outcome(&host, &caller, &fingerprint, &transaction).await;
+        if !stateless {
+            let fingerprint = fingerprint();
+            if let Some(transaction) = LegacyPending::get(&host, &caller.tenant, &fingerprint) {
+                return self.legacy_outcome(&host, &caller, &fingerprint, &transaction).await;
+            }
         }
         // A client that cannot send its user to the page gets no transaction
         // that nobody would ever see.
@@ -347,10 +352,10 @@ impl ServerHandler for McpDoor {
             return Err(cannot_confirm(&tool.name));
         }
         let mut call = Call::new(input, FrontDoor::Mcp);
-        call.end_user = end_user;
+        call.end_user = end_user.clone();
         match host.invoke(tool.clone(), version, call).await {
             Err(InvokeError::ConfirmationPending(pending)) => {
-                self.confirmation_required(&host, &caller, &tool.name, &pending, &fingerprint, &ctx)
+                self.confirmation_required(&host, &caller, &tool.name, &pending, &fingerprint(), &ctx)
             }
             outcome => call_result(outcome).map(Into::into),
         }
