@@ -33,7 +33,7 @@ LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
 DATA       ?= ./plinth-data
 
-.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients run test check bench bench-smoke wrk
+.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients run test check bench bench-smoke wrk peer
 
 help:
 	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
@@ -121,10 +121,22 @@ mcp-clients:
 wrk:
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 
-bench: fixtures wrk postgres
+# The peer arm: `wasmtime serve` of the wasmtime version Plinth embeds,
+# built from crates.io with only what `serve` needs (cached in target/peer:
+# cargo install does nothing when it is already there), and echo as a plain
+# wasi:http component (bench/peer-echo).
+WASMTIME_VERSION := $(shell sed -n 's/^wasmtime = { version = "=\([0-9.]*\)".*/\1/p' host/Cargo.toml)
+PEER_WASMTIME    := target/peer/bin/wasmtime
+peer: wasm-target
+	$(CARGO) install wasmtime-cli --version =$(WASMTIME_VERSION) --locked --no-default-features \
+		--features run,serve,component-model-async,cranelift,pooling-allocator,parallel-compilation --root target/peer --target-dir target/peer-build
+	$(CARGO) build --target wasm32-wasip2 --profile plugin -p peer-echo
+
+bench: fixtures wrk postgres peer
 	$(CARGO) build --release -p plinth -p fake-weather -p plinth-bench
 	./target/release/plinth-bench --plinth target/release/plinth --fake-weather target/release/fake-weather \
-		--plugins $(PLUGIN_OUT) --fixtures target/fixtures --out bench/RESULTS.md
+		--plugins $(PLUGIN_OUT) --fixtures target/fixtures --out bench/RESULTS.md \
+		--wasmtime $(PEER_WASMTIME) --peer-echo $(WASM_OUT)/peer_echo.wasm
 
 # A few seconds of every arm, no thresholds: keeps the harness building and
 # running (CI). Uses the debug build the tests already made.

@@ -31,6 +31,22 @@ pub struct Opts {
     pub wit: PathBuf,
     /// Where to write the report.
     pub out: Option<PathBuf>,
+    /// The peer arm: `wasmtime` (wasmtime-cli, the same wasmtime version)
+    /// and the wasi:http echo component it serves. `make bench` builds
+    /// both; without them (`make bench-smoke`) the arm is skipped, and the
+    /// report says so.
+    pub peer: Option<Peer>,
+    /// Only these arms (`--arm N`, repeatable; none: every arm). A report
+    /// of some arms is for looking at, never committed.
+    pub arms: Vec<u32>,
+}
+
+/// What the peer arm runs.
+pub struct Peer {
+    /// The `wasmtime` binary.
+    pub wasmtime: PathBuf,
+    /// `bench/peer-echo`, built for wasm32-wasip2.
+    pub echo: PathBuf,
 }
 
 impl Opts {
@@ -44,7 +60,10 @@ impl Opts {
             fixtures: "target/fixtures".into(),
             wit: "wit".into(),
             out: None,
+            peer: None,
+            arms: Vec::new(),
         };
+        let (mut wasmtime, mut peer_echo) = (None, None);
         while let Some(arg) = args.next() {
             let mut value = || args.next().ok_or_else(|| anyhow::anyhow!("{arg} needs a value"));
             match arg.as_str() {
@@ -55,9 +74,21 @@ impl Opts {
                 "--fixtures" => opts.fixtures = value()?.into(),
                 "--wit" => opts.wit = value()?.into(),
                 "--out" => opts.out = Some(value()?.into()),
+                "--wasmtime" => wasmtime = Some(value()?.into()),
+                "--peer-echo" => peer_echo = Some(value()?.into()),
+                "--arm" => opts.arms.push(value()?.parse()?),
                 other => anyhow::bail!("unknown argument {other}"),
             }
         }
+        anyhow::ensure!(
+            opts.arms.is_empty() || opts.out.is_none(),
+            "--arm runs some arms only: their report is for looking at, not for --out"
+        );
+        opts.peer = match (wasmtime, peer_echo) {
+            (Some(wasmtime), Some(echo)) => Some(Peer { wasmtime, echo }),
+            (None, None) => None,
+            _ => anyhow::bail!("--wasmtime and --peer-echo go together"),
+        };
         Ok(opts)
     }
 }
@@ -66,14 +97,29 @@ impl Opts {
 async fn main() -> anyhow::Result<()> {
     let opts = Opts::parse()?;
     let mut report = measure::Report::new(&opts);
-    arms::http_overhead(&opts, &mut report).await?;
-    arms::in_process(&opts, &mut report).await?;
-    arms::conditions(&opts, &mut report).await?;
-    arms::enumeration_and_start(&opts, &mut report).await?;
-    arms::deploy(&opts, &mut report).await?;
-    arms::under_faults(&opts, &mut report).await?;
-    arms::languages(&opts, &mut report).await?;
-    fleet::fleet(&opts, &mut report).await?;
+    let runs = |arm: u32| opts.arms.is_empty() || opts.arms.contains(&arm);
+    if runs(1) {
+        arms::http_overhead(&opts, &mut report).await?;
+    }
+    if runs(2) {
+        arms::in_process(&opts, &mut report).await?;
+        arms::conditions(&opts, &mut report).await?;
+    }
+    if runs(3) {
+        arms::enumeration_and_start(&opts, &mut report).await?;
+    }
+    if runs(4) {
+        arms::deploy(&opts, &mut report).await?;
+    }
+    if runs(5) {
+        arms::under_faults(&opts, &mut report).await?;
+    }
+    if runs(7) {
+        arms::languages(&opts, &mut report).await?;
+    }
+    if runs(8) {
+        fleet::fleet(&opts, &mut report).await?;
+    }
     let mut text = report.render();
     // The hand-written analysis of the targets (what was profiled, what was
     // found) travels with every generated report.

@@ -102,11 +102,37 @@ impl Server {
         Server::spawn(command, "fake weather service listening on ")
     }
 
-    fn spawn(mut command: Command, prefix: &str) -> anyhow::Result<Server> {
+    /// Starts `wasmtime serve` on `component` with a free port, as an
+    /// operator would run it: its defaults (a fresh instance per request,
+    /// from the pooling allocator), plus the WASI CLI interfaces Rust's
+    /// standard library imports.
+    pub fn wasmtime_serve(wasmtime: &Path, component: &Path) -> anyhow::Result<Server> {
+        let mut command = Command::new(wasmtime);
+        command.args(["serve", "-Scli", "--addr", "127.0.0.1:0"]).arg(component);
+        // It says where it listens on stderr: `Serving HTTP on http://…/`.
+        let mut server = Server::spawn_reading(command, "Serving HTTP on ", Output::Stderr)?;
+        server.base = server.base.trim_end_matches('/').to_string();
+        Ok(server)
+    }
+
+    fn spawn(command: Command, prefix: &str) -> anyhow::Result<Server> {
+        Server::spawn_reading(command, prefix, Output::Stdout)
+    }
+
+    /// Spawns `command` and waits for the line on `output` that starts with
+    /// `prefix` and ends with the server's URL.
+    fn spawn_reading(mut command: Command, prefix: &str, output: Output) -> anyhow::Result<Server> {
         let started = Instant::now();
-        let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
-        let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-        let mut lines = BufReader::new(stdout).lines();
+        let (stdout, stderr) = match output {
+            Output::Stdout => (Stdio::piped(), Stdio::null()),
+            Output::Stderr => (Stdio::null(), Stdio::piped()),
+        };
+        let mut child = command.stdout(stdout).stderr(stderr).spawn()?;
+        let read: Box<dyn std::io::Read + Send> = match output {
+            Output::Stdout => Box::new(child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?),
+            Output::Stderr => Box::new(child.stderr.take().ok_or_else(|| anyhow::anyhow!("no stderr"))?),
+        };
+        let mut lines = BufReader::new(read).lines();
         let base = loop {
             match lines.next() {
                 Some(Ok(line)) => {
@@ -118,7 +144,7 @@ impl Server {
             }
         };
         let started_in = started.elapsed();
-        // Keep draining stdout so the server never blocks on it.
+        // Keep draining the output so the server never blocks on it.
         std::thread::spawn(move || for _ in lines {});
         Ok(Server { child, base, started_in })
     }
@@ -140,6 +166,12 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Which of a server's outputs says where it listens.
+enum Output {
+    Stdout,
+    Stderr,
 }
 
 /// What `wrk` measured.
@@ -208,6 +240,56 @@ pub fn wrk_with_headers(
     })
 }
 
+impl Report {
+    /// "Where the time goes": an echo call at one connection (p50), from the
+    /// HTTP arms' end-to-end latencies and the stages timed alone. Plinth's
+    /// extra over the native handler is its stages the native one does not
+    /// have (auth, instantiate, call, output; both parse, validate and
+    /// serialise), and what is left: routing, middleware, quotas, the
+    /// answer's headers, scheduling.
+    fn time_table(&self) -> String {
+        let door = |name: &str| self.one_connection.iter().find(|(d, _)| *d == name).map(|(_, p50)| *p50);
+        let (Some(native), Some(a2t)) = (door("native"), door("A2T")) else { return String::new() };
+        if self.stages.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from(
+            "\n## Where the time goes\n\nAn echo call at one connection (no queueing), p50. End-to-end rows come from \
+             arm 1; stages were timed alone in process (arm 2), so they are costs, not a partition that sums exactly.\n\n\
+             | stage | time |\n| --- | --- |\n",
+        );
+        out.push_str(&format!(
+            "| HTTP round trip with the native handler (wrk, loopback TCP, hyper, axum; its own parse, validate, serialise) | {} |\n",
+            fmt(native)
+        ));
+        let mut extra = Duration::ZERO;
+        for (stage, took) in &self.stages {
+            out.push_str(&format!("| {stage} | {} |\n", fmt(*took)));
+            let native_does_it = ["parse", "validate", "serialise", "hand-off"].iter().any(|s| stage.starts_with(s));
+            if !native_does_it {
+                extra += *took;
+            }
+        }
+        out.push_str(&format!("| **Plinth A2T echo, end to end** | **{}** |\n", fmt(a2t)));
+        out.push_str(&format!(
+            "| of which not in the rows above (routing, middleware, quotas, log span, answer headers, scheduling) | {} |\n",
+            fmt(a2t.saturating_sub(native).saturating_sub(extra))
+        ));
+        for (name, what) in [("OTC", "request and answer envelopes"), ("MCP", "rmcp: JSON-RPC, a service per request")]
+        {
+            if let Some(p50) = door(name) {
+                let delta = p50.as_secs_f64() - a2t.as_secs_f64();
+                out.push_str(&format!(
+                    "| {name} door over A2T ({what}); {name} end to end {} | {:+.1} µs |\n",
+                    fmt(p50),
+                    delta * 1e6
+                ));
+            }
+        }
+        out
+    }
+}
+
 /// `345.00us`, `1.20ms`, `2.00s` → a duration.
 fn parse_duration(text: &str) -> Option<Duration> {
     let split = text.find(|c: char| c.is_ascii_alphabetic())?;
@@ -237,6 +319,10 @@ pub struct Report {
     rows: Vec<Row>,
     notes: Vec<String>,
     header: String,
+    /// Stages of an echo call timed alone in process (p50).
+    stages: Vec<(String, Duration)>,
+    /// One-connection p50 of echo per door (`native`, `A2T`, `OTC`, `MCP`).
+    one_connection: Vec<(&'static str, Duration)>,
 }
 
 impl Report {
@@ -262,6 +348,8 @@ impl Report {
         Report {
             rows: Vec::new(),
             notes: Vec::new(),
+            stages: Vec::new(),
+            one_connection: Vec::new(),
             header: format!(
                 "# Plinth benchmark results\n\n- date: {date}\n- machine: {cores} cores, {cpu}\n- mode: {mode}\n- command: `make bench` → `{}`\n",
                 command.join(" ")
@@ -273,6 +361,18 @@ impl Report {
     pub fn row(&mut self, arm: &str, metric: &str, value: String, target: &str, met: Option<bool>) {
         eprintln!("{arm} | {metric} | {value}");
         self.rows.push(Row { arm: arm.into(), metric: metric.into(), value, target: target.into(), met });
+    }
+
+    /// Records a stage of an echo call, timed alone (for the "where the
+    /// time goes" table).
+    pub fn stage(&mut self, stage: &str, took: Duration) {
+        eprintln!("stage | {stage} | {}", fmt(took));
+        self.stages.push((stage.into(), took));
+    }
+
+    /// Records a door's one-connection p50 of echo.
+    pub fn one_connection(&mut self, door: &'static str, p50: Duration) {
+        self.one_connection.push((door, p50));
     }
 
     /// Adds a note under the table.
@@ -292,6 +392,7 @@ impl Report {
             };
             out.push_str(&format!("| {} | {} | {} | {} | {} |\n", r.arm, r.metric, r.value, r.target, met));
         }
+        out.push_str(&self.time_table());
         if !self.notes.is_empty() {
             out.push_str("\n## Notes\n\n");
             for n in &self.notes {
