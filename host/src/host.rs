@@ -1344,32 +1344,45 @@ impl ToolHost {
     ) -> Result<Ran, InvokeError> {
         // Refuse at once rather than queue: a tool that floods its slots must
         // not make its own callers, or anyone else's, wait without bound.
-        let _tenant_slot = tenant.running.clone().try_acquire_owned().map_err(|_| {
-            InvokeError::Busy(format!(
-                "tenant `{}` is running as many invocations as its quota allows; retry shortly",
-                tenant.record.name
-            ))
-        })?;
         let _tool_slot = self.per_tool_slots(tool, version).try_acquire_owned().map_err(|_| {
             InvokeError::Busy(format!("`{}` is running as many invocations as it may; retry shortly", tool.name))
         })?;
-        let _host_slot = self.slots.clone().try_acquire_owned().map_err(|_| {
-            InvokeError::Busy("the server is running as many tool invocations as it may; retry shortly".into())
-        })?;
-
         let config = runtime::effective_config(&version.manifest, Some(&self.config_values(tool)));
         let limits = &version.manifest.limits;
         let quotas = &tenant.record.quotas;
         // The tool's own limits, under its tenant's ceilings (and, in the
         // runtime, under the server's).
         let deadline_ms = limits.deadline_ms.map_or(quotas.max_deadline_ms, |ms| ms.min(quotas.max_deadline_ms));
+        let deadline = Duration::from_millis(deadline_ms);
+        // A demoted tool's calls take turns (`executors`); waiting for one,
+        // no longer than the call's deadline (under the server's), holds
+        // only this tool's slot, which bounds the waiters.
+        let _turn = match &self.executor {
+            Some(executors) => executors.turn(tool.id, deadline.min(self.runtime.config().deadline)).await.map_err(|_| {
+                InvokeError::Busy(format!(
+                    "`{}` recently ran into its deadline or memory limit, and its calls now take turns; retry later",
+                    tool.name
+                ))
+            })?,
+            None => None,
+        };
+        let _tenant_slot = tenant.running.clone().try_acquire_owned().map_err(|_| {
+            InvokeError::Busy(format!(
+                "tenant `{}` is running as many invocations as its quota allows; retry shortly",
+                tenant.record.name
+            ))
+        })?;
+        let _host_slot = self.slots.clone().try_acquire_owned().map_err(|_| {
+            InvokeError::Busy("the server is running as many tool invocations as it may; retry shortly".into())
+        })?;
+
         let memory_mib = limits.memory_mib.map_or(quotas.max_memory_mib, |m| m.min(quotas.max_memory_mib));
         let outbound = OutboundPolicy::new(&version.host_patterns, &config, self.limits.outbound.clone());
         // `describe` runs before anyone has confirmed the call: it may read, not act.
         let outbound = if run.export == Export::Describe { outbound.read_only() } else { outbound };
         let denials = outbound.denials();
         let setup = CallSetup {
-            deadline: Duration::from_millis(deadline_ms),
+            deadline,
             max_memory_bytes: usize::try_from(memory_mib).unwrap_or(usize::MAX).saturating_mul(1 << 20),
             outbound,
             config,
@@ -1396,10 +1409,11 @@ impl ToolHost {
             .component()
             .ok_or_else(|| InvokeError::Retired(format!("version {} of `{}` is retired", version.number, tool.name)))?;
         let result = self.runtime.run(&component, run.export, run.input, setup).await;
+        let elapsed = started.elapsed();
         if let Some(executors) = &self.executor {
-            executors.ran(tool.id, &tool.name, &result);
+            executors.ran(tool.id, &tool.name, &result, elapsed);
         }
-        let elapsed_us = started.elapsed().as_micros() as u64;
+        let elapsed_us = elapsed.as_micros() as u64;
         match &result {
             Ok(_) => tracing::debug!(elapsed_us, export = ?run.export, "tool returned"),
             Err(e) => tracing::info!(elapsed_us, export = ?run.export, error = %e, "tool did not return"),

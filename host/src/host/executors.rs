@@ -8,29 +8,57 @@
 //! serving HTTP for longer than one tick.
 //!
 //! Two pools. Calls move to the first, at the server's own CPU priority. A
-//! tool whose call ran into its deadline while computing, or into its memory
-//! limit, is *demoted* for [`DEMOTION`]: its calls then run only on the
-//! second pool, whose threads have the lowest CPU priority the OS offers
-//! (Linux's `SCHED_IDLE`, or nice 19 where that is refused), from their
-//! start. They still run and still get their deadline, but only on CPU time
-//! nothing else wants — so a tool that spins or bombs its memory cannot take
-//! the machine from the HTTP threads and the tools that behave. Each further
-//! offence restarts the demotion.
+//! tool whose calls ran into their deadline while computing, or into their
+//! memory limit, twice within [`DEMOTION`] (once may be bad luck) is
+//! *demoted* for that long: its calls then run only on the second pool,
+//! whose threads run at nice 19, from their start. They still run and still
+//! get their deadline, but a nice-19 thread weighs 15 against a normal
+//! thread's 1024 — so a tool that spins or bombs its memory cannot take the
+//! machine from the HTTP threads and the tools that behave, yet it is never
+//! starved outright (Linux's `SCHED_IDLE` would starve it on a busy machine,
+//! and every call would then time out). Each further offence restarts the
+//! demotion.
+//!
+//! A demoted tool's calls also take turns ([`Executors::turn`]): one at a
+//! time, and after a call that offends again the tool rests three times as
+//! long as that call ran, so a tool that keeps spinning or bombing gets at
+//! most a quarter of one core however many calls its callers send. Kernel
+//! work done for it — the zeroed pages of a memory bomb, the address-space
+//! changes when they are handed back — no CPU priority reaches; the rests
+//! bound that too. Calls that behave impose no rest. A call that gets no
+//! turn within its deadline is refused as busy at its deadline.
 
 use super::Uuid;
 use crate::runtime::CallError;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::runtime::{Builder, Handle, Runtime};
 
 /// How long a tool that misbehaved runs at low priority.
 pub const DEMOTION: Duration = Duration::from_secs(30);
 
+/// After a demoted tool's call offends again, how many times that call's
+/// running time the tool rests before its next call starts.
+const REST_PER_OFFENCE: u32 = 3;
+
+/// A tool that offended lately.
+struct Demotion {
+    /// When it last offended.
+    offended: Instant,
+    /// Demoted until then (not demoted if past).
+    until: Instant,
+    /// No call of the tool starts before this.
+    rest_until: Instant,
+    /// Held by the call that runs.
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
 /// The two pools and which tools are demoted.
 pub(super) struct Executors {
     normal: Runtime,
     low: Runtime,
-    /// Demoted tools, until when.
-    demoted: dashmap::DashMap<Uuid, Instant>,
+    /// Demoted tools.
+    demoted: dashmap::DashMap<Uuid, Demotion>,
 }
 
 impl Executors {
@@ -57,32 +85,78 @@ impl Executors {
 
     /// The pool `tool`'s next call runs on.
     pub fn for_tool(&self, tool: Uuid) -> Pool<'_> {
-        let demoted = self.demoted.get(&tool).is_some_and(|until| *until > Instant::now());
-        if demoted { Pool::Low(self.low.handle()) } else { Pool::Normal(self.normal.handle()) }
+        if self.demoted(tool).is_some() { Pool::Low(self.low.handle()) } else { Pool::Normal(self.normal.handle()) }
     }
 
-    /// Looks at how a call of `tool` ended and demotes it if it misbehaved.
-    pub fn ran(&self, tool: Uuid, name: &str, outcome: &Result<wasmtime::component::Val, CallError>) {
+    /// Looks at how a call of `tool`, which ran for `ran_for`, ended: a
+    /// second offence within [`DEMOTION`] demotes the tool, one while it is
+    /// demoted makes it rest.
+    pub fn ran(
+        &self,
+        tool: Uuid,
+        name: &str,
+        outcome: &Result<wasmtime::component::Val, CallError>,
+        ran_for: Duration,
+    ) {
         let offence = match outcome {
             Err(CallError::Timeout { computing: true, .. }) => "ran into its deadline while computing",
             Err(CallError::ResourceExhausted) => "ran out of memory",
             _ => return,
         };
-        let was = self.demoted.insert(tool, Instant::now() + DEMOTION);
-        if was.is_none_or(|until| until <= Instant::now()) {
-            tracing::warn!(
-                tool = name,
-                offence,
-                seconds = DEMOTION.as_secs(),
-                "the tool's calls run at the lowest CPU priority for a while"
-            );
+        let now = Instant::now();
+        match self.demoted.entry(tool) {
+            // A first offence: remembered, not punished.
+            dashmap::Entry::Vacant(entry) => {
+                entry.insert(Demotion { offended: now, until: now, rest_until: now, turn: Default::default() });
+            }
+            dashmap::Entry::Occupied(mut entry) => {
+                let demotion = entry.get_mut();
+                if demotion.until > now {
+                    // Offending again while demoted: rest.
+                    demotion.rest_until = now + ran_for * REST_PER_OFFENCE;
+                    demotion.until = now + DEMOTION;
+                } else if demotion.offended + DEMOTION > now {
+                    demotion.until = now + DEMOTION;
+                    tracing::warn!(
+                        tool = name,
+                        offence,
+                        seconds = DEMOTION.as_secs(),
+                        "the tool offended twice; its calls run at the lowest CPU priority, one at a time, for a while"
+                    );
+                }
+                demotion.offended = now;
+            }
         }
-        // Forget tools whose demotion ended long ago, now and then, so the
-        // map holds only recent offenders.
+        // Forget tools that have not offended for a while, now and then, so
+        // the map holds only recent offenders.
         if self.demoted.len() > 1024 {
-            let now = Instant::now();
-            self.demoted.retain(|_, until| *until > now);
+            self.demoted.retain(|_, demotion| demotion.offended + DEMOTION > now);
         }
+    }
+
+    /// The turns of `tool`, while it is demoted.
+    fn demoted(&self, tool: Uuid) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        let demotion = self.demoted.get(&tool)?;
+        (demotion.until > Instant::now()).then(|| demotion.turn.clone())
+    }
+
+    /// Waits, for a demoted tool, until its previous call has ended and the
+    /// tool has rested; the call runs while the returned turn is held.
+    /// `Ok(None)`: the tool is not demoted. `Err`, after `wait`: no turn came
+    /// within it.
+    pub async fn turn(&self, tool: Uuid, wait: Duration) -> Result<Option<Turn>, NoTurn> {
+        let Some(turn) = self.demoted(tool) else { return Ok(None) };
+        let give_up = tokio::time::Instant::now() + wait;
+        let held = tokio::time::timeout_at(give_up, turn.lock_owned()).await.map_err(|_| NoTurn)?;
+        let rest_until = self.demoted.get(&tool).map_or_else(Instant::now, |demotion| demotion.rest_until);
+        let start = tokio::time::Instant::from_std(rest_until.max(Instant::now()));
+        // Refused at the deadline, not at once: a caller that retries at
+        // once gets no more of the tool's time than one that waits.
+        tokio::time::sleep_until(give_up.min(start)).await;
+        if start > give_up {
+            return Err(NoTurn);
+        }
+        Ok(Some(Turn(held)))
     }
 
     /// Stops both pools without waiting for their threads (dropping a
@@ -92,6 +166,14 @@ impl Executors {
         self.low.shutdown_background();
     }
 }
+
+/// A demoted tool's call that is running; the next waits until it is
+/// dropped.
+pub(super) struct Turn(#[allow(dead_code)] tokio::sync::OwnedMutexGuard<()>);
+
+/// A demoted tool's call found no turn within its deadline.
+#[derive(Debug)]
+pub(super) struct NoTurn;
 
 /// Where a call runs.
 pub(super) enum Pool<'a> {
@@ -117,20 +199,13 @@ impl Pool<'_> {
     }
 }
 
-/// Lowers the calling thread's CPU priority to the lowest there is: Linux's
-/// `SCHED_IDLE` policy (it runs only when no other thread wants the core,
-/// and any other thread that wakes preempts it), or nice 19 where that is
-/// refused. Failing both is harmless: the thread runs at normal priority.
+/// Lowers the calling thread's CPU priority to nice 19. Failing is
+/// harmless: the thread runs at normal priority.
 fn lower_priority() {
     #[cfg(target_os = "linux")]
-    // SAFETY: scheduling calls on the calling thread's own id; `param` lives
-    // across the call.
+    // SAFETY: setpriority of the calling thread's own id.
     unsafe {
-        let tid = libc::gettid();
-        let param = libc::sched_param { sched_priority: 0 };
-        if libc::sched_setscheduler(tid, libc::SCHED_IDLE, &param) != 0
-            && libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19) != 0
-        {
+        if libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) != 0 {
             tracing::debug!("could not lower a low-priority tool thread's priority");
         }
     }

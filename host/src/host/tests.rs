@@ -237,50 +237,96 @@ fn a_replica_catches_up_with_the_changes_another_made() {
     ));
 }
 
-/// A tool whose call ran into its deadline while computing, or out of
-/// memory, is demoted: its next calls run on the low-priority threads
-/// (`SCHED_IDLE`, or nice 19 where that is refused) and never start on the
-/// caller's thread. Other tools, and failures
+/// A tool whose calls ran into their deadline while computing, or out of
+/// memory, twice is demoted: its next calls run on the low-priority threads
+/// (nice 19) and never start on the caller's thread. Other tools, and failures
 /// that cost little (a trap, a wait on a slow backend), are not.
 #[test]
 fn a_tool_that_spins_to_its_deadline_or_bombs_its_memory_runs_at_low_priority() {
     use crate::runtime::CallError;
     let executors = executors::Executors::new(2).unwrap();
-    // The thread a call of the tool would run on, and whether that thread
-    // runs at the lowest CPU priority.
+    // A thread's scheduling policy and nice value (the tests may run niced).
+    let priority = || {
+        // SAFETY: scheduling queries of the calling thread's own id.
+        unsafe {
+            let tid = libc::gettid();
+            (libc::sched_getscheduler(tid), libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t))
+        }
+    };
+    let ours = priority();
+    // The thread a call of the tool would run on, and its priority.
     let runs_on = |tool: Uuid| {
         let pool = executors.for_tool(tool);
         let handle = pool.handle().clone();
-        let (name, lowest) = handle
-            .block_on(handle.spawn(async {
-                let name = std::thread::current().name().map(str::to_string);
-                // SAFETY: scheduling queries of this thread's own id.
-                let lowest = unsafe {
-                    let tid = libc::gettid();
-                    libc::sched_getscheduler(tid) == libc::SCHED_IDLE
-                        || libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t) == 19
-                };
-                (name, lowest)
-            }))
+        let (name, theirs) = handle
+            .block_on(handle.spawn(async move { (std::thread::current().name().map(str::to_string), priority()) }))
             .unwrap();
-        (pool.starts_inline(), name.unwrap_or_default(), lowest)
+        (pool.starts_inline(), name.unwrap_or_default(), theirs)
     };
     let (spinner, bomb, flaky, waiting, other) =
         (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     let normal = runs_on(other);
     assert!(normal.0 && normal.1 == "plinth-tool", "{normal:?}");
-    assert!(!normal.2, "the normal tool threads keep the server's priority");
+    assert_eq!(normal.2, ours, "the normal tool threads keep the server's priority");
 
     let deadline = Duration::from_millis(200);
-    executors.ran(spinner, "spin_forever", &Err(CallError::Timeout { deadline, computing: true }));
-    executors.ran(bomb, "memory_bomb", &Err(CallError::ResourceExhausted));
-    executors.ran(flaky, "panic_at_once", &Err(CallError::Trapped("a panic".into())));
-    executors.ran(waiting, "slow_backend", &Err(CallError::Timeout { deadline, computing: false }));
+    let offend = || {
+        executors.ran(spinner, "spin_forever", &Err(CallError::Timeout { deadline, computing: true }), deadline);
+        executors.ran(bomb, "memory_bomb", &Err(CallError::ResourceExhausted), deadline);
+        executors.ran(flaky, "panic_at_once", &Err(CallError::Trapped("a panic".into())), deadline);
+        executors.ran(waiting, "slow_backend", &Err(CallError::Timeout { deadline, computing: false }), deadline);
+    };
+    offend();
+    for once in [spinner, bomb] {
+        assert_eq!(runs_on(once), normal, "a first offence may be bad luck: not demoted");
+    }
+    offend();
     for demoted in [spinner, bomb] {
-        assert_eq!(runs_on(demoted), (false, "plinth-tool-low".to_string(), true));
+        let (inline, name, (_, nice)) = runs_on(demoted);
+        assert_eq!((inline, name.as_str(), nice), (false, "plinth-tool-low", 19));
     }
     for kept in [flaky, waiting, other] {
         assert_eq!(runs_on(kept), normal, "only a tool that burned CPU or memory is demoted");
     }
+    executors.shutdown();
+}
+
+/// A demoted tool's calls take turns: one at a time, and after a call that
+/// offends again the tool rests three times as long as that call ran; a
+/// call that gets no turn within its deadline is refused at its deadline.
+/// Other tools never wait.
+#[test]
+fn a_demoted_tools_calls_take_turns_and_rest_after_each_new_offence() {
+    use crate::runtime::CallError;
+    use std::time::Instant;
+    let executors = executors::Executors::new(2).unwrap();
+    let (spinner, other) = (Uuid::new_v4(), Uuid::new_v4());
+    let spun = |ran_for| Err(CallError::Timeout { deadline: ran_for, computing: true });
+    // The second offence demotes, and imposes no rest.
+    for _ in 0..2 {
+        executors.ran(spinner, "spin_forever", &spun(Duration::from_secs(3)), Duration::from_secs(3));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        assert!(executors.turn(other, Duration::ZERO).await.unwrap().is_none(), "not demoted: no turn to wait for");
+        let asked = Instant::now();
+        let first = executors.turn(spinner, Duration::from_secs(1)).await.unwrap();
+        assert!(first.is_some() && asked.elapsed() < Duration::from_millis(100), "no rest for the offences before");
+        // While it runs, another call gives up at its deadline.
+        let asked = Instant::now();
+        assert!(executors.turn(spinner, Duration::from_millis(50)).await.is_err());
+        assert!(asked.elapsed() >= Duration::from_millis(50));
+        // It offends again after 100 ms: about 300 ms of rest.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        executors.ran(spinner, "spin_forever", &spun(Duration::from_millis(100)), Duration::from_millis(100));
+        drop(first);
+        let offended = Instant::now();
+        assert!(executors.turn(spinner, Duration::from_millis(100)).await.is_err(), "within the rest");
+        assert!(offended.elapsed() >= Duration::from_millis(100), "refused at its deadline, not at once");
+        let second = executors.turn(spinner, Duration::from_secs(1)).await.unwrap();
+        let rested = offended.elapsed();
+        assert!(second.is_some());
+        assert!(rested >= Duration::from_millis(250) && rested < Duration::from_millis(900), "{rested:?}");
+    });
     executors.shutdown();
 }
