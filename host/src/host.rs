@@ -335,6 +335,29 @@ impl InvokeError {
         }
     }
 
+    /// The error's stable code, as every front door names it
+    /// (`api/error.rs`) and the metrics count it: one of a fixed set.
+    pub fn code(&self) -> &'static str {
+        match self {
+            InvokeError::UnknownTool(_) | InvokeError::UnknownVersion { .. } => "not_found",
+            InvokeError::Retired(_) => "version_retired",
+            InvokeError::Input(e) => e.code,
+            InvokeError::Call(CallError::Timeout { .. }) => "tool_timeout",
+            InvokeError::Call(CallError::ResourceExhausted) => "tool_resource_exhausted",
+            InvokeError::Call(CallError::Trapped(_)) => "tool_trapped",
+            InvokeError::Call(CallError::Busy) | InvokeError::Busy(_) => "busy",
+            InvokeError::RateLimited { .. } => "rate_limited",
+            InvokeError::Output(OutputError::Invalid(_)) => "invalid_tool_output",
+            InvokeError::Output(OutputError::TooLarge(_)) => "output_too_large",
+            InvokeError::OutboundDenied(_) => "outbound_denied",
+            InvokeError::ConfirmationPending(_) => "confirmation_pending",
+            InvokeError::EndUserRequired(_) => "end_user_required",
+            InvokeError::CannotWait(_) => "confirmation_cannot_wait",
+            InvokeError::Storage(_) => "storage_failed",
+            InvokeError::Internal(_) => "internal",
+        }
+    }
+
     /// Whether the tool ran (or began to): the call may have taken effect.
     pub fn tool_ran(&self) -> bool {
         match self {
@@ -482,6 +505,8 @@ pub struct ToolHost {
     /// 32 MiB and compilation takes seconds of CPU and much memory, so their
     /// number is bounded and the excess refused at once.
     deploys: Arc<tokio::sync::Semaphore>,
+    /// What the core did, for `/metrics`.
+    metrics: crate::metrics::Metrics,
 }
 
 impl ToolHost {
@@ -536,6 +561,7 @@ impl ToolHost {
             cheq,
             changes: std::sync::Mutex::new(()),
             deploys: Arc::new(tokio::sync::Semaphore::new(options.max_concurrent_deploys.max(1))),
+            metrics: crate::metrics::Metrics::default(),
         };
         // Where the change log stands before anything is read: a change
         // made while loading is then read again, never missed.
@@ -744,6 +770,7 @@ impl ToolHost {
             &deployed.name,
             ToolVersion::from_stored(stored, Some(component.clone())),
         );
+        self.metrics.deployed(tenant);
         Ok(deployed)
     }
 
@@ -786,11 +813,23 @@ impl ToolHost {
         // Its compiled code goes with it; calls already running keep theirs.
         let unloaded = target.retire(at);
         self.registry.changed(tenant);
+        self.metrics.retired(tenant);
         tracing::info!(tenant, tool = tool.name, version, "version retired");
         if unloaded {
             tracing::info!(tenant, tool = tool.name, version, "unloaded compiled code of the retired version");
         }
         Ok(())
+    }
+
+    /// The metrics in the Prometheus (OpenMetrics) text format.
+    pub fn render_metrics(&self) -> String {
+        let max = self.runtime.config().max_instances as usize;
+        self.metrics.render(max.saturating_sub(self.slots.available_permits()), max)
+    }
+
+    /// The metrics, for the HTTP layer to count its answers.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
     }
 
     /// The registry, for enumeration.
@@ -1112,6 +1151,21 @@ impl ToolHost {
         version: Arc<ToolVersion>,
         call: Call,
     ) -> Result<ToolResult, InvokeError> {
+        let started = std::time::Instant::now();
+        let (door, number) = (call.front_door, version.number);
+        let outcome = self.dispatch(tool.clone(), version, call).await;
+        self.metrics.invoked(&tool.tenant, &tool.name, number, door, &outcome, started.elapsed());
+        outcome
+    }
+
+    /// [`Self::invoke`] before it is counted: the tenant's rate, where the
+    /// call runs, the call.
+    async fn dispatch(
+        self: &Arc<Self>,
+        tool: Arc<Tool>,
+        version: Arc<ToolVersion>,
+        call: Call,
+    ) -> Result<ToolResult, InvokeError> {
         let tenant = tool.tenant.clone();
         let quota = self.tenant(&tenant).ok_or_else(|| InvokeError::UnknownTool(tool.id.to_string()))?;
         // A confirmed call was counted when it was made.
@@ -1413,6 +1467,7 @@ impl ToolHost {
         if let Some(executors) = &self.executor {
             executors.ran(tool.id, &tool.name, &result, elapsed);
         }
+        self.metrics.ran(&tool.tenant, &tool.name, version.number, elapsed);
         let elapsed_us = elapsed.as_micros() as u64;
         match &result {
             Ok(_) => tracing::debug!(elapsed_us, export = ?run.export, "tool returned"),

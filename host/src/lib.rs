@@ -13,6 +13,7 @@ pub mod host;
 pub mod idempotency;
 pub mod invocation;
 pub mod manifest;
+pub mod metrics;
 pub mod package;
 pub mod registry;
 pub mod runtime;

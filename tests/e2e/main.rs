@@ -15,6 +15,7 @@ mod mcp_conformance;
 mod mcp_inspector;
 mod mcp_python;
 mod mcp_support;
+mod observability;
 mod otc;
 mod polyglot;
 mod sandbox;

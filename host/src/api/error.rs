@@ -11,7 +11,7 @@
 
 use crate::cheq::ConditionError;
 use crate::host::{ChangeError, DecideError, DeployError, InvokeError, JwksError, LoginError, State as TxState};
-use crate::invocation::{InputError, OutputError, ToolError};
+use crate::invocation::{InputError, ToolError};
 use crate::package::PackageError;
 use crate::runtime::CallError;
 use crate::signature::DeriveError;
@@ -202,40 +202,37 @@ impl From<InvokeError> for ApiError {
     /// memory, a bad or oversize answer, a denied outbound request, a tool
     /// still computing at its deadline) `422` — see [`InvokeError::is_temporary`].
     fn from(e: InvokeError) -> Self {
-        let message = e.to_string();
+        let (code, message) = (e.code(), e.to_string());
         match e {
             InvokeError::UnknownTool(_) | InvokeError::UnknownVersion { .. } => ApiError::not_found(message),
-            InvokeError::Retired(_) => ApiError::new(StatusCode::GONE, "version_retired", message),
+            InvokeError::Retired(_) => ApiError::new(StatusCode::GONE, code, message),
             InvokeError::Input(e) => e.into(),
             // A slow backend may answer in time on the next call.
             InvokeError::Call(CallError::Timeout { computing: false, .. }) => {
-                ApiError::new(StatusCode::GATEWAY_TIMEOUT, "tool_timeout", message).retry_after(RETRY_SOON_SECS)
+                ApiError::new(StatusCode::GATEWAY_TIMEOUT, code, message).retry_after(RETRY_SOON_SECS)
             }
-            // A loop loops again.
-            InvokeError::Call(CallError::Timeout { computing: true, .. }) => {
-                ApiError::permanent("tool_timeout", message)
-            }
-            InvokeError::Call(CallError::ResourceExhausted) => ApiError::permanent("tool_resource_exhausted", message),
-            InvokeError::Call(CallError::Trapped(_)) => ApiError::permanent("tool_trapped", message),
             InvokeError::Call(CallError::Busy) | InvokeError::Busy(_) => ApiError::busy(message),
             // The rate is the tenant's, shared by all its callers: to one
             // caller it is a capacity limit like `busy`, and the draft's
             // executor retries a 5xx where it would give up on a 429.
             InvokeError::RateLimited { retry_after, .. } => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "rate_limited", message)
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
                     .retry_after(retry_after.as_millis().div_ceil(1000) as u64)
             }
-            InvokeError::Output(OutputError::Invalid(_)) => ApiError::permanent("invalid_tool_output", message),
-            InvokeError::Output(OutputError::TooLarge(_)) => ApiError::permanent("output_too_large", message),
-            InvokeError::OutboundDenied(_) => ApiError::permanent("outbound_denied", message),
+            // The same call fails the same way again: a loop loops again, a
+            // trap traps again.
+            InvokeError::Call(CallError::Timeout { computing: true, .. })
+            | InvokeError::Call(CallError::ResourceExhausted)
+            | InvokeError::Call(CallError::Trapped(_))
+            | InvokeError::Output(_)
+            | InvokeError::OutboundDenied(_) => ApiError::permanent(code, message),
             // The front doors answer a pending call with its URI pack
             // before it gets here; this is only a fallback.
-            InvokeError::ConfirmationPending(_) => ApiError::new(StatusCode::ACCEPTED, "confirmation_pending", message),
-            InvokeError::EndUserRequired(_) => ApiError::bad_request("end_user_required", message),
-            InvokeError::CannotWait(_) => ApiError::bad_request("confirmation_cannot_wait", message),
+            InvokeError::ConfirmationPending(_) => ApiError::new(StatusCode::ACCEPTED, code, message),
+            InvokeError::EndUserRequired(_) | InvokeError::CannotWait(_) => ApiError::bad_request(code, message),
             InvokeError::Internal(_) => {
-                tracing::error!(error = %e, "a call was interrupted inside the server");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+                tracing::error!(error = %message, "a call was interrupted inside the server");
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, code, message)
             }
             InvokeError::Storage(_) => {
                 tracing::error!(error = %message, "a call could not be recorded");
@@ -372,6 +369,7 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::invocation::OutputError;
     use std::time::Duration;
 
     /// A row of the status table in docs/a2t.md.

@@ -88,9 +88,11 @@ impl Routes {
         scope: Scope,
         route: MethodRouter<AppState>,
     ) -> Self {
-        let route = route.route_layer(middleware::from_fn(move |request: Request, next: Next| {
-            auth::authorize(access, scope, request, next)
-        }));
+        let route = route
+            .route_layer(middleware::from_fn(move |request: Request, next: Next| {
+                auth::authorize(access, scope, request, next)
+            }))
+            .route_layer(middleware::from_fn(move |request: Request, next: Next| counted(path, request, next)));
         self.router = self.router.route(path, route);
         self.endpoints.push(Endpoint { method, path, access, scope, rpc_method: None });
         self
@@ -101,10 +103,12 @@ impl Routes {
     fn add_mcp(mut self, options: &ApiOptions) -> Self {
         let service = mcp::service(Arc::new(options.clone()));
         // `layer`, not `route_layer`: every method is the service's fallback.
-        let route =
-            axum::routing::any_service(service).layer(middleware::from_fn(mcp::per_method)).layer(middleware::from_fn(
-                |request: Request, next: Next| auth::authorize(Access::Enumerate, Scope::Tenant, request, next),
-            ));
+        let route = axum::routing::any_service(service)
+            .layer(middleware::from_fn(mcp::per_method))
+            .layer(middleware::from_fn(|request: Request, next: Next| {
+                auth::authorize(Access::Enumerate, Scope::Tenant, request, next)
+            }))
+            .layer(middleware::from_fn(|request: Request, next: Next| counted("/mcp", request, next)));
         self.router = self.router.route("/mcp", route);
         for method in [Method::GET, Method::DELETE] {
             self.endpoints.push(Endpoint {
@@ -138,6 +142,7 @@ fn routes(options: &ApiOptions) -> Routes {
         .add(Method::GET, "/health", Open, Server, get(health))
         .add(Method::GET, "/ready", Open, Server, get(ready))
         .add(Method::GET, "/.well-known/jwks.json", Open, Server, get(jwks))
+        .add(Method::GET, "/metrics", Operate, Server, get(metrics))
         // A2T, under every platform root.
         .add(Method::GET, "/tools", Enumerate, Tenant, get(a2t::list_tools))
         .add(Method::GET, "/tools/{tool_ref}", Enumerate, Tenant, get(a2t::get_tool))
@@ -198,6 +203,7 @@ pub fn router(host: AppState, options: ApiOptions) -> axum::Router {
     let app = routes(&options).router.fallback(not_found).with_state(host.clone());
     let body_timeout = options.request_body_timeout;
     let service = tower::ServiceBuilder::new()
+        .layer(middleware::from_fn(request_id))
         .layer(axum::Extension(host))
         .layer(axum::Extension(Arc::new(options)))
         .map_request(auth::strip_tenant_root)
@@ -205,6 +211,72 @@ pub fn router(host: AppState, options: ApiOptions) -> axum::Router {
         .layer(middleware::from_fn(move |request: Request, next: Next| body_deadline(body_timeout, request, next)))
         .service(app);
     Router::new().fallback_service(service)
+}
+
+/// Counts the answer of a request to the declared `route` (in the metrics,
+/// by method, route and status: a bounded set).
+async fn counted(route: &'static str, request: Request, next: Next) -> axum::response::Response {
+    let method = known_method(request.method());
+    let host = request.extensions().get::<AppState>().cloned();
+    let response = next.run(request).await;
+    if let Some(host) = host {
+        host.metrics().answered(method, route, response.status().as_u16());
+    }
+    response
+}
+
+/// A method's name from a fixed set, for a metric label.
+fn known_method(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// `GET /metrics`: the Prometheus exposition, in the OpenMetrics text
+/// format (Prometheus asks for it by default).
+async fn metrics(State(host): State<AppState>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    ([(axum::http::header::CONTENT_TYPE, content_type)], host.render_metrics()).into_response()
+}
+
+/// Gives every request an id: the caller's `x-request-id` when it is a
+/// sensible one (1–128 of `A-Za-z0-9._:-`), else a new one. It is in every
+/// log line of the request (a `request` span) and in the answer's
+/// `x-request-id`.
+async fn request_id(request: Request, next: Next) -> axum::response::Response {
+    use tracing::Instrument;
+    const HEADER: &str = "x-request-id";
+    let given = request.headers().get(HEADER).and_then(|value| value.to_str().ok()).filter(|id| {
+        (1..=128).contains(&id.len())
+            && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+    });
+    let id = match given {
+        Some(id) => id.to_string(),
+        None => new_request_id(),
+    };
+    let mut response = next.run(request).instrument(tracing::info_span!("request", id = %id)).await;
+    if let Ok(value) = axum::http::HeaderValue::from_str(&id) {
+        response.headers_mut().insert(HEADER, value);
+    }
+    response
+}
+
+/// A request id unique across restarts and replicas without a system call
+/// per request: 64 random bits drawn once per process, and a counter.
+fn new_request_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let process = PROCESS.get_or_init(|| uuid::Uuid::new_v4().as_u64_pair().0);
+    format!("{process:016x}-{:x}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Gives a request's body `timeout` to arrive: a client that sends its
