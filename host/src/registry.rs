@@ -40,11 +40,13 @@ pub struct ToolVersion {
     pub created_at: i64,
     /// When it was retired (Unix seconds), 0 while it is live.
     pub retired_at: AtomicI64,
-    /// The A2T JSON of this version, built once by the A2T front door on
-    /// first use. A version's signature is locked, so it never goes stale;
-    /// the fields that can change (currentVersion, retirement) are filled in
-    /// per answer.
-    pub a2t_view: std::sync::OnceLock<serde_json::Value>,
+    /// The A2T JSON text of this version, serialised once by the A2T front
+    /// door on first use, in two pieces: up to where `currentVersion`'s
+    /// value goes, and the rest without the closing brace. A version's
+    /// signature is locked, so it never goes stale; the fields that can
+    /// change (currentVersion, retirement, confirmation) are spliced in per
+    /// answer.
+    pub a2t_json: std::sync::OnceLock<[String; 2]>,
     /// The OTC `ToolDefinition` of this version, built once by the OTC front
     /// door (its `requirements` are added per answer).
     pub otc_view: std::sync::OnceLock<serde_json::Value>,
@@ -78,7 +80,7 @@ impl ToolVersion {
             component: RwLock::new(component.map(Arc::new)),
             created_at: stored.created_at,
             retired_at: AtomicI64::new(stored.retired_at.unwrap_or(0)),
-            a2t_view: Default::default(),
+            a2t_json: Default::default(),
             otc_view: Default::default(),
             mcp_view: Default::default(),
         }

@@ -40,6 +40,16 @@ pub fn signature_json(
     current_version: Option<u32>,
     s: &Signature,
 ) -> Value {
+    Value::Object(signature_fields(tool_id, version, current_version, s))
+}
+
+/// [`signature_json`]'s fields, in their order.
+fn signature_fields(
+    tool_id: Option<&uuid::Uuid>,
+    version: u32,
+    current_version: Option<u32>,
+    s: &Signature,
+) -> Map<String, Value> {
     let mut out = Map::new();
     if let Some(id) = tool_id {
         out.insert("toolId".into(), id.to_string().into());
@@ -95,36 +105,61 @@ pub fn signature_json(
         })
         .collect::<Vec<_>>();
     out.insert("output_parameters".into(), outputs.into());
-    Value::Object(out)
+    out
 }
 
 fn allowed_values(values: &[EnumValue]) -> Value {
     values.iter().map(|v| json!({ "name": v.name, "description": v.description })).collect()
 }
 
-/// A version resource: the signature plus what identifies its bytes,
-/// whether it is retired, and whether its calls need their end user's
-/// confirmation (a publisher may change that). The locked part is built once
-/// per version.
-fn version_json(host: &AppState, tool: &Tool, version: &ToolVersion) -> Value {
-    let mut json = version
-        .a2t_view
-        .get_or_init(|| {
-            let mut view = signature_json(Some(&tool.id), version.number, None, &version.signature);
-            view["contentHash"] = format!("sha256:{}", version.sha256).into();
-            view
-        })
-        .clone();
-    json["currentVersion"] = current_number(tool).into();
+/// A version resource, as JSON text: the signature plus what identifies its
+/// bytes, whether it is retired, and whether its calls need their end
+/// user's confirmation (a publisher may change that). The locked part is
+/// serialised once per version; a page of 100 only splices the few fields
+/// that change into it.
+fn version_json(host: &AppState, tool: &Tool, version: &ToolVersion) -> String {
+    let [head, tail] = version.a2t_json.get_or_init(|| locked_json(tool, version));
+    let mut json = String::with_capacity(head.len() + tail.len() + 64);
+    json.push_str(head);
+    match current_number(tool) {
+        Some(n) => json.push_str(&n.to_string()),
+        None => json.push_str("null"),
+    }
+    json.push_str(tail);
     // Extension (docs/a2t.md): the call must name its end user.
     if let Some(marker) = host.confirmation_need(tool, version).marker() {
-        json["confirmation"] = marker.into();
+        json.push_str(",\"confirmation\":");
+        json.push_str(&Value::from(marker).to_string());
     }
     if let Some(at) = version.retired_at() {
-        json["retired"] = true.into();
-        json["retiredAt"] = at.into();
+        json.push_str(&format!(",\"retired\":true,\"retiredAt\":{at}"));
     }
+    json.push('}');
     json
+}
+
+/// A version's locked A2T JSON, split where `currentVersion`'s value goes:
+/// `{…,"currentVersion":` and `,…` without the closing brace.
+fn locked_json(tool: &Tool, version: &ToolVersion) -> [String; 2] {
+    let view = signature_fields(Some(&tool.id), version.number, None, &version.signature);
+    let (mut head, mut tail) = (Map::new(), Map::new());
+    let mut before = true;
+    for (key, value) in view {
+        if key == "currentVersion" {
+            before = false;
+        } else if before {
+            head.insert(key, value);
+        } else {
+            tail.insert(key, value);
+        }
+    }
+    tail.insert("contentHash".into(), format!("sha256:{}", version.sha256).into());
+    // `{"a":1}` → `{"a":1,"currentVersion":` and `,"b":2`.
+    let head = Value::Object(head).to_string();
+    let tail = Value::Object(tail).to_string();
+    let head = format!("{},\"currentVersion\":", head.strip_suffix('}').unwrap_or(&head));
+    let tail = format!(",{}", tail.strip_prefix('{').and_then(|t| t.strip_suffix('}')).unwrap_or(&tail));
+    [head, tail]
 }
 
 fn current_number(tool: &Tool) -> Option<u32> {
@@ -147,11 +182,8 @@ fn cacheable(host: &AppState, tool: &Tool, version: &ToolVersion, headers: &Head
                 tag == "*" || tag.trim_start_matches("W/") == etag
             },
         );
-    let mut response = if matches {
-        StatusCode::NOT_MODIFIED.into_response()
-    } else {
-        axum::Json(version_json(host, tool, version)).into_response()
-    };
+    let mut response =
+        if matches { StatusCode::NOT_MODIFIED.into_response() } else { json_text(version_json(host, tool, version)) };
     if let Ok(value) = HeaderValue::from_str(&etag) {
         response.headers_mut().insert(header::ETAG, value);
     }
@@ -207,11 +239,35 @@ pub(super) fn cursor(prefix: &str, after: &str) -> String {
 }
 
 pub(super) fn page(items: Vec<Value>, limit: usize, next: Option<String>) -> axum::Json<Value> {
+    axum::Json(json!({ "items": items, "paging": paging(limit, next) }))
+}
+
+fn paging(limit: usize, next: Option<String>) -> Value {
     let mut paging = json!({ "pageLimit": limit });
     if let Some(next) = next {
         paging["next"] = next.into();
     }
-    axum::Json(json!({ "items": items, "paging": paging }))
+    paging
+}
+
+/// A page of items that are JSON text already.
+fn page_of_json(items: impl Iterator<Item = String>, limit: usize, next: Option<String>) -> Response {
+    let mut body = String::from("{\"items\":[");
+    for (i, item) in items.enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&item);
+    }
+    body.push_str("],\"paging\":");
+    body.push_str(&paging(limit, next).to_string());
+    body.push('}');
+    json_text(body)
+}
+
+/// A `200` whose body is JSON text.
+fn json_text(body: String) -> Response {
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
 }
 
 const TOOLS_CURSOR: &str = "tools:";
@@ -221,7 +277,7 @@ pub(super) async fn list_tools(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     RawQuery(raw): RawQuery,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let query = PageQuery::parse(raw.as_deref())?;
     let after = query.cursor_after(TOOLS_CURSOR)?;
     let tags = &query.tags;
@@ -230,8 +286,8 @@ pub(super) async fn list_tools(
         tool.current().is_some_and(|current| tags.iter().all(|t| current.signature.tags.contains(t)))
     });
     let next = if more { tools.last().map(|t| cursor(TOOLS_CURSOR, &t.name)) } else { None };
-    let items = tools.iter().filter_map(|t| Some(version_json(&host, t, &*t.current()?))).collect();
-    Ok(page(items, query.limit, next))
+    let items = tools.iter().filter_map(|t| Some(version_json(&host, t, &*t.current()?)));
+    Ok(page_of_json(items, query.limit, next))
 }
 
 /// The caller's tenant's tool with this id; another tenant's is `404` like
@@ -265,7 +321,7 @@ pub(super) async fn list_versions(
     Extension(caller): Extension<Caller>,
     Path(tool_id): Path<String>,
     RawQuery(raw): RawQuery,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let query = PageQuery::parse(raw.as_deref())?;
     let tool = find_tool(&host, &caller, &tool_id)?;
     let before = match query.cursor_after(VERSIONS_CURSOR)? {
@@ -279,8 +335,8 @@ pub(super) async fn list_versions(
     let more = versions.len() > query.limit;
     versions.truncate(query.limit);
     let next = if more { versions.last().map(|v| cursor(VERSIONS_CURSOR, &v.number.to_string())) } else { None };
-    let items = versions.iter().map(|v| version_json(&host, &tool, v)).collect();
-    Ok(page(items, query.limit, next))
+    let items = versions.iter().map(|v| version_json(&host, &tool, v));
+    Ok(page_of_json(items, query.limit, next))
 }
 
 pub(super) async fn get_version(
