@@ -102,3 +102,43 @@ async fn every_answer_carries_a_request_id_that_its_log_lines_carry_too() {
     let (status, body): (u16, Value) = server.get("/health").await;
     assert_eq!(status, 200, "{body}");
 }
+
+/// The Grafana dashboard in `deploy/grafana/` queries only series the
+/// server exports: every `plinth_…` name in its queries is a sample name in
+/// a real scrape.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_grafana_dashboard_queries_only_metrics_the_server_exports() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dashboard: Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("deploy/grafana/plinth.json")).unwrap()).unwrap();
+    let mut queried = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for (at, _) in expr.match_indices("plinth_") {
+                let name: String =
+                    expr[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                queried.insert(name);
+            }
+        }
+    }
+    assert!(queried.len() >= 6, "{queried:?}");
+
+    // A server that has done one of everything the dashboard shows.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(plugins_dir().join("echo.wasm"), dir.path().join("echo.wasm")).unwrap();
+    std::fs::write(dir.path().join("panic_at_once.wasm"), fixture("panic_at_once.wasm")).unwrap();
+    let server = Server::start_in(tempfile::tempdir().unwrap(), &["--plugins", dir.path().to_str().unwrap()]);
+    assert_eq!(server.invoke("echo", &[("text", json!("hi"))]).await.0, 200);
+    assert_eq!(server.invoke("panic_at_once", &[("note", json!("x"))]).await.0, 422);
+    let id = server.tool_id("panic_at_once").await;
+    assert_eq!(server.delete(&format!("/admin/tools/{id}/versions/1")).await.0, 200);
+    let text = server.request(Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
+
+    for name in &queried {
+        let exported = text.lines().any(|line| {
+            line.strip_prefix(name.as_str()).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        });
+        assert!(exported, "the dashboard queries {name}, which /metrics does not export:\n{text}");
+    }
+}
