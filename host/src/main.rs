@@ -856,7 +856,7 @@ fn pack(args: PackArgs) -> anyhow::Result<()> {
 fn inspect(file: &Path) -> anyhow::Result<()> {
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let tool = ToolPackage::read(&bytes)?;
-    let json = api::a2t::signature_json(None, 1, Some(1), &tool.signature);
+    let json = plinth::signature::a2t::signature_json(None, 1, Some(1), &tool.signature);
     println!("{}", serde_json::to_string_pretty(&json)?);
     eprintln!(
         "sha256 {} — the toolId is assigned when the tool is first deployed; version numbers by the server",

@@ -12,6 +12,7 @@
 use crate::manifest::{HostPattern, ToolManifest};
 use crate::runtime::LoadedComponent;
 use crate::signature::Signature;
+use crate::signature::a2t::LockedJson;
 use crate::store::StoredVersion;
 use dashmap::DashMap;
 use std::collections::{BTreeMap, HashMap};
@@ -40,13 +41,11 @@ pub struct ToolVersion {
     pub created_at: i64,
     /// When it was retired (Unix seconds), 0 while it is live.
     pub retired_at: AtomicI64,
-    /// The A2T JSON text of this version, serialised once by the A2T front
-    /// door on first use, in two pieces: up to where `currentVersion`'s
-    /// value goes, and the rest without the closing brace. A version's
-    /// signature is locked, so it never goes stale; the fields that can
-    /// change (currentVersion, retirement, confirmation) are spliced in per
-    /// answer.
-    pub a2t_json: std::sync::OnceLock<[String; 2]>,
+    /// The A2T JSON text of this version, serialised when it is loaded. A
+    /// version's signature is locked, so it never goes stale; the fields
+    /// that can change (currentVersion, retirement, confirmation) are
+    /// spliced in per answer.
+    pub a2t_json: LockedJson,
     /// The OTC `ToolDefinition` of this version, built once by the OTC front
     /// door (its `requirements` are added per answer).
     pub otc_view: std::sync::OnceLock<serde_json::Value>,
@@ -70,6 +69,7 @@ impl ToolVersion {
             stored.manifest.confirmation.compile()
         };
         ToolVersion {
+            a2t_json: LockedJson::new(&stored.tool_id, stored.version, &stored.sha256, &stored.signature),
             number: stored.version,
             sha256: stored.sha256,
             signature: Arc::new(stored.signature),
@@ -80,7 +80,6 @@ impl ToolVersion {
             component: RwLock::new(component.map(Arc::new)),
             created_at: stored.created_at,
             retired_at: AtomicI64::new(stored.retired_at.unwrap_or(0)),
-            a2t_json: Default::default(),
             otc_view: Default::default(),
             mcp_view: Default::default(),
         }

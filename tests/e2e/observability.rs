@@ -116,8 +116,7 @@ async fn the_grafana_dashboard_queries_only_metrics_the_server_exports() {
         for target in panel["targets"].as_array().unwrap() {
             let expr = target["expr"].as_str().unwrap();
             for (at, _) in expr.match_indices("plinth_") {
-                let name: String =
-                    expr[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                let name: String = expr[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
                 queried.insert(name);
             }
         }

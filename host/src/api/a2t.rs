@@ -10,7 +10,6 @@ use super::{ApiError, ApiOptions, AppState, Caller};
 use crate::host::{Call, FrontDoor, InvokeError};
 use crate::invocation::{self, ToolResult};
 use crate::registry::{Tool, ToolVersion};
-use crate::signature::{EnumValue, InputType, OutputType, Signature, schema};
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -19,7 +18,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// Page size when the client asks for none.
@@ -32,100 +31,20 @@ pub fn strip_invoke_suffix(segment: &str) -> Option<&str> {
     segment.strip_suffix(":invoke")
 }
 
-/// The A2T `ToolSignature` JSON of one version. `current_version` is `None`
-/// when every version of the tool is retired.
-pub fn signature_json(
-    tool_id: Option<&uuid::Uuid>,
-    version: u32,
-    current_version: Option<u32>,
-    s: &Signature,
-) -> Value {
-    Value::Object(signature_fields(tool_id, version, current_version, s))
-}
-
-/// [`signature_json`]'s fields, in their order.
-fn signature_fields(
-    tool_id: Option<&uuid::Uuid>,
-    version: u32,
-    current_version: Option<u32>,
-    s: &Signature,
-) -> Map<String, Value> {
-    let mut out = Map::new();
-    if let Some(id) = tool_id {
-        out.insert("toolId".into(), id.to_string().into());
-    }
-    out.insert("name".into(), s.name.clone().into());
-    out.insert("description".into(), s.description.clone().into());
-    if let Some(img) = &s.img {
-        out.insert("img".into(), img.clone().into());
-    }
-    out.insert("version".into(), version.into());
-    out.insert("currentVersion".into(), current_version.into());
-    out.insert("tags".into(), s.tags.clone().into());
-    let inputs = s
-        .inputs
-        .iter()
-        .map(|p| {
-            // A private input is the end user's to type on the confirmation
-            // page, never the agent's: marked, and not required of the agent
-            // (docs/a2t.md, signature extensions).
-            let mut param = json!({
-                "id": p.id,
-                "name": p.name,
-                "type": p.ty.a2t_name(),
-                "description": p.description,
-                "required": p.required && !p.private,
-            });
-            if p.private {
-                param["private"] = true.into();
-            }
-            match &p.ty {
-                InputType::String { max_length: Some(max) } => param["maxLength"] = (*max).into(),
-                InputType::Int { min, max, .. } => {
-                    param["min"] = schema::int_value(*min);
-                    param["max"] = schema::int_value(*max);
-                }
-                InputType::Enum { values } => param["allowed-values"] = allowed_values(values),
-                _ => {}
-            }
-            param
-        })
-        .collect::<Vec<_>>();
-    out.insert("input_parameters".into(), inputs.into());
-    let outputs = s
-        .outputs
-        .iter()
-        .map(|p| {
-            let mut param =
-                json!({ "id": p.id, "name": p.name, "type": p.ty.a2t_name(), "description": p.description });
-            if let OutputType::Enum { values } = &p.ty {
-                param["allowed-values"] = allowed_values(values);
-            }
-            param
-        })
-        .collect::<Vec<_>>();
-    out.insert("output_parameters".into(), outputs.into());
-    out
-}
-
-fn allowed_values(values: &[EnumValue]) -> Value {
-    values.iter().map(|v| json!({ "name": v.name, "description": v.description })).collect()
-}
-
 /// A version resource, as JSON text: the signature plus what identifies its
 /// bytes, whether it is retired, and whether its calls need their end
-/// user's confirmation (a publisher may change that). The locked part is
-/// serialised once per version; a page of 100 only splices the few fields
-/// that change into it.
+/// user's confirmation (a publisher may change that). The locked part was
+/// serialised when the version was loaded; a page of 100 only splices the
+/// few fields that change into it.
 fn version_json(host: &AppState, tool: &Tool, version: &ToolVersion) -> String {
-    let [head, tail] = version.a2t_json.get_or_init(|| locked_json(tool, version));
-    let mut json = String::with_capacity(head.len() + tail.len() + 64);
-    json.push_str(head);
+    let locked = &version.a2t_json;
+    let mut json = String::with_capacity(locked.head.len() + locked.tail.len() + 64);
+    json.push_str(&locked.head);
     match current_number(tool) {
         Some(n) => json.push_str(&n.to_string()),
         None => json.push_str("null"),
     }
-    json.push_str(tail);
+    json.push_str(&locked.tail);
     // Extension (docs/a2t.md): the call must name its end user.
     if let Some(marker) = host.confirmation_need(tool, version).marker() {
         json.push_str(",\"confirmation\":");
@@ -136,30 +55,6 @@ fn version_json(host: &AppState, tool: &Tool, version: &ToolVersion) -> String {
     }
     json.push('}');
     json
-}
-
-/// A version's locked A2T JSON, split where `currentVersion`'s value goes:
-/// `{…,"currentVersion":` and `,…` without the closing brace.
-fn locked_json(tool: &Tool, version: &ToolVersion) -> [String; 2] {
-    let view = signature_fields(Some(&tool.id), version.number, None, &version.signature);
-    let (mut head, mut tail) = (Map::new(), Map::new());
-    let mut before = true;
-    for (key, value) in view {
-        if key == "currentVersion" {
-            before = false;
-        } else if before {
-            head.insert(key, value);
-        } else {
-            tail.insert(key, value);
-        }
-    }
-    tail.insert("contentHash".into(), format!("sha256:{}", version.sha256).into());
-    // `{"a":1}` → `{"a":1,"currentVersion":` and `,"b":2`.
-    let head = Value::Object(head).to_string();
-    let tail = Value::Object(tail).to_string();
-    let head = format!("{},\"currentVersion\":", head.strip_suffix('}').unwrap_or(&head));
-    let tail = format!(",{}", tail.strip_prefix('{').and_then(|t| t.strip_suffix('}')).unwrap_or(&tail));
-    [head, tail]
 }
 
 fn current_number(tool: &Tool) -> Option<u32> {

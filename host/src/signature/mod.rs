@@ -5,6 +5,7 @@
 //! Everything else — the A2T JSON, input validation, output checks — is a view
 //! of it; nothing re-reads WIT per request.
 
+pub mod a2t;
 mod derive;
 mod diff;
 pub mod schema;
