@@ -21,8 +21,10 @@
 //!
 //! A demoted tool's calls also take turns ([`Executors::turn`]): one at a
 //! time, and after a call that offends again the tool rests three times as
-//! long as that call ran, so a tool that keeps spinning or bombing gets at
-//! most a quarter of one core however many calls its callers send. Kernel
+//! long as that call ran, twice that after the next offence, and so on (up
+//! to [`DEMOTION`]): a tool that keeps spinning or bombing gets at most a
+//! quarter of one core however many calls its callers send, and less and
+//! less of it the longer it goes on. Kernel
 //! work done for it — the zeroed pages of a memory bomb, the address-space
 //! changes when they are handed back — no CPU priority reaches; the rests
 //! bound that too. Calls that behave impose no rest. A call that gets no
@@ -38,8 +40,13 @@ use tokio::runtime::{Builder, Handle, Runtime};
 pub const DEMOTION: Duration = Duration::from_secs(30);
 
 /// After a demoted tool's call offends again, how many times that call's
-/// running time the tool rests before its next call starts.
+/// running time the tool rests before its next call starts; each further
+/// offence while demoted doubles it.
 const REST_PER_OFFENCE: u32 = 3;
+
+/// Offences while demoted after which the rest stops doubling (the rest is
+/// capped at [`DEMOTION`] long before).
+const MAX_DOUBLINGS: u32 = 16;
 
 /// A tool that offended lately.
 struct Demotion {
@@ -49,6 +56,8 @@ struct Demotion {
     until: Instant,
     /// No call of the tool starts before this.
     rest_until: Instant,
+    /// Offences since it was demoted: each doubles the next rest.
+    repeated: u32,
     /// Held by the call that runs.
     turn: Arc<tokio::sync::Mutex<()>>,
 }
@@ -107,16 +116,25 @@ impl Executors {
         match self.demoted.entry(tool) {
             // A first offence: remembered, not punished.
             dashmap::Entry::Vacant(entry) => {
-                entry.insert(Demotion { offended: now, until: now, rest_until: now, turn: Default::default() });
+                entry.insert(Demotion {
+                    offended: now,
+                    until: now,
+                    rest_until: now,
+                    repeated: 0,
+                    turn: Default::default(),
+                });
             }
             dashmap::Entry::Occupied(mut entry) => {
                 let demotion = entry.get_mut();
                 if demotion.until > now {
-                    // Offending again while demoted: rest.
-                    demotion.rest_until = now + ran_for * REST_PER_OFFENCE;
+                    // Offending again while demoted: rest, longer each time.
+                    let rest = ran_for * REST_PER_OFFENCE * 2u32.pow(demotion.repeated.min(MAX_DOUBLINGS));
+                    demotion.rest_until = now + rest.min(DEMOTION);
+                    demotion.repeated += 1;
                     demotion.until = now + DEMOTION;
                 } else if demotion.offended + DEMOTION > now {
                     demotion.until = now + DEMOTION;
+                    demotion.repeated = 0;
                     tracing::warn!(
                         tool = name,
                         offence,

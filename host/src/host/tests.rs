@@ -292,9 +292,9 @@ fn a_tool_that_spins_to_its_deadline_or_bombs_its_memory_runs_at_low_priority() 
 }
 
 /// A demoted tool's calls take turns: one at a time, and after a call that
-/// offends again the tool rests three times as long as that call ran; a
-/// call that gets no turn within its deadline is refused at its deadline.
-/// Other tools never wait.
+/// offends again the tool rests three times as long as that call ran, twice
+/// that after the next offence; a call that gets no turn within its
+/// deadline is refused at its deadline. Other tools never wait.
 #[test]
 fn a_demoted_tools_calls_take_turns_and_rest_after_each_new_offence() {
     use crate::runtime::CallError;
@@ -327,6 +327,16 @@ fn a_demoted_tools_calls_take_turns_and_rest_after_each_new_offence() {
         let rested = offended.elapsed();
         assert!(second.is_some());
         assert!(rested >= Duration::from_millis(250) && rested < Duration::from_millis(900), "{rested:?}");
+        // Offending again after 100 ms: twice as long, about 600 ms.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        executors.ran(spinner, "spin_forever", &spun(Duration::from_millis(100)), Duration::from_millis(100));
+        drop(second);
+        let offended = Instant::now();
+        assert!(executors.turn(spinner, Duration::from_millis(400)).await.is_err(), "within the doubled rest");
+        let third = executors.turn(spinner, Duration::from_secs(2)).await.unwrap();
+        let rested = offended.elapsed();
+        assert!(third.is_some());
+        assert!(rested >= Duration::from_millis(550) && rested < Duration::from_millis(1500), "{rested:?}");
     });
     executors.shutdown();
 }
