@@ -6,7 +6,7 @@
 //!
 //! Choices where the draft is open are documented in `docs/a2t.md`.
 
-use super::{ApiError, ApiOptions, AppState, Caller};
+use super::{ApiError, ApiOptions, AppState, Caller, openapi};
 use crate::host::{Call, FrontDoor, InvokeError};
 use crate::invocation::{self, ToolResult};
 use crate::registry::{Tool, ToolVersion};
@@ -273,6 +273,17 @@ fn json_text(body: String) -> Response {
 const TOOLS_CURSOR: &str = "tools:";
 const VERSIONS_CURSOR: &str = "versions:";
 
+/// The tenant's tools, each at its current version, by name.
+#[utoipa::path(get, path = "/tools", tag = "A2T", operation_id = "list_tools",
+    params(
+        ("pageLimit" = Option<u32>, Query, minimum = 1, description = "Page size: default 50, larger than 200 is clamped to 200"),
+        ("pageCursor" = Option<String>, Query, description = "`paging.next` of the previous page"),
+        ("tag" = Option<Vec<String>>, Query, explode = true, description = "Only tools with every tag given (repeatable)"),
+    ),
+    responses(
+        (status = 200, description = "A page of tools", body = openapi::ToolPage),
+        (status = 400, description = "`invalid_page_limit`, `invalid_cursor`", body = openapi::ErrorBody),
+    ))]
 pub(super) async fn list_tools(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -303,6 +314,17 @@ fn parse_version(raw: &str) -> Result<u32, ApiError> {
         .ok_or_else(|| ApiError::not_found(format!("`{raw}` is not a version; versions are whole numbers from 1")))
 }
 
+/// The tool's current version.
+#[utoipa::path(get, path = "/tools/{tool_id}", tag = "A2T", operation_id = "get_tool",
+    params(("tool_id" = String, Path, description = "The tool's `toolId`"),
+        ("If-None-Match" = Option<String>, Header, description = "An `ETag` of this resource: `304` when it still matches"),
+    ),
+    responses(
+        (status = 200, description = "The current version", body = openapi::ToolSignature, headers(("ETag" = String, description = "Changes with the signature, the current version, retirement and the confirmation a call needs"))),
+        (status = 304, description = "`If-None-Match` matched", headers(("ETag" = String, description = "Changes with the signature, the current version, retirement and the confirmation a call needs"))),
+        (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
+        (status = 410, description = "`tool_retired`: every version is retired", body = openapi::ErrorBody),
+    ))]
 pub(super) async fn get_tool(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -316,6 +338,17 @@ pub(super) async fn get_tool(
     Ok(cacheable(&host, &tool, &current, &headers))
 }
 
+/// Every version of a tool, newest first.
+#[utoipa::path(get, path = "/tools/{tool_id}/versions", tag = "A2T", operation_id = "list_versions",
+    params(("tool_id" = String, Path, description = "The tool's `toolId`"),
+        ("pageLimit" = Option<u32>, Query, minimum = 1, description = "Page size: default 50, larger than 200 is clamped to 200"),
+        ("pageCursor" = Option<String>, Query, description = "`paging.next` of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "A page of versions", body = openapi::ToolPage),
+        (status = 400, description = "`invalid_page_limit`, `invalid_cursor`", body = openapi::ErrorBody),
+        (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
+    ))]
 pub(super) async fn list_versions(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -339,6 +372,17 @@ pub(super) async fn list_versions(
     Ok(page_of_json(items, query.limit, next))
 }
 
+/// One version of a tool, retired or not.
+#[utoipa::path(get, path = "/tools/{tool_id}/versions/{version}", tag = "A2T", operation_id = "get_version",
+    params(("tool_id" = String, Path, description = "The tool's `toolId`"),
+        ("version" = String, Path, description = "The version's number (from 1)"),
+        ("If-None-Match" = Option<String>, Header, description = "An `ETag` of this resource: `304` when it still matches"),
+    ),
+    responses(
+        (status = 200, description = "The version", body = openapi::ToolSignature, headers(("ETag" = String, description = "Changes with the signature, the current version, retirement and the confirmation a call needs"))),
+        (status = 304, description = "`If-None-Match` matched", headers(("ETag" = String, description = "Changes with the signature, the current version, retirement and the confirmation a call needs"))),
+        (status = 404, description = "`not_found`: no such tool, or no such version", body = openapi::ErrorBody),
+    ))]
 pub(super) async fn get_version(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -362,6 +406,11 @@ fn strip_invoke(segment: &str) -> Result<&str, ApiError> {
     })
 }
 
+/// Invokes the tool's current version.
+#[utoipa::path(post, path = "/tools/{tool_id}:invoke", tag = "A2T", operation_id = "invoke_tool",
+    params(("tool_id" = String, Path, description = "The tool's `toolId`"), openapi::EndUserHeader),
+    request_body = openapi::Invocation,
+    responses(openapi::InvocationAnswers))]
 pub(super) async fn invoke_current(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -375,6 +424,14 @@ pub(super) async fn invoke_current(
     invoke(&host, &caller, &options, tool_id, None, end_user, &super::body_within_limit(body)?).await
 }
 
+/// Invokes one version of the tool.
+#[utoipa::path(post, path = "/tools/{tool_id}/versions/{version}:invoke", tag = "A2T", operation_id = "invoke_version",
+    params(("tool_id" = String, Path, description = "The tool's `toolId`"),
+        ("version" = String, Path, description = "The version's number (from 1)"),
+        openapi::EndUserHeader,
+    ),
+    request_body = openapi::Invocation,
+    responses(openapi::InvocationAnswers))]
 pub(super) async fn invoke_version(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
