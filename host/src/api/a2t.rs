@@ -281,7 +281,17 @@ const VERSIONS_CURSOR: &str = "versions:";
         ("tag" = Option<Vec<String>>, Query, explode = true, description = "Only tools with every tag given (repeatable)"),
     ),
     responses(
-        (status = 200, description = "A page of tools", body = openapi::ToolPage),
+        (status = 200, description = "A page of tools", body = openapi::ToolPage, links(
+            ("GetTool" = (operation_id = "get_tool", parameters(("tool_id" = "$response.body#/items/0/toolId")))),
+            ("ListVersions" = (operation_id = "list_versions", parameters(("tool_id" = "$response.body#/items/0/toolId")))),
+            ("GetVersion" = (operation_id = "get_version", parameters(("tool_id" = "$response.body#/items/0/toolId"), ("version" = "$response.body#/items/0/version")))),
+            ("InvokeTool" = (operation_id = "invoke_tool", parameters(("tool_id" = "$response.body#/items/0/toolId")))),
+            ("InvokeVersion" = (operation_id = "invoke_version", parameters(("tool_id" = "$response.body#/items/0/toolId"), ("version" = "$response.body#/items/0/version")))),
+            ("GetPolicy" = (operation_id = "get_policy", parameters(("tool_id" = "$response.body#/items/0/toolId")))),
+            ("PutPolicy" = (operation_id = "put_policy", parameters(("tool_id" = "$response.body#/items/0/toolId")))),
+            ("DeletePolicy" = (operation_id = "delete_policy", parameters(("tool_id" = "$response.body#/items/0/toolId")))),
+            ("Retire" = (operation_id = "retire", parameters(("tool_id" = "$response.body#/items/0/toolId"), ("version" = "$response.body#/items/0/version")))),
+        )),
         (status = 400, description = "`invalid_page_limit`, `invalid_cursor`", body = openapi::ErrorBody),
     ))]
 pub(super) async fn list_tools(

@@ -223,7 +223,7 @@ fn text_value(body: Bytes, code: &'static str) -> Result<String, ApiError> {
 
 /// Stores a secret of the tenant's (replacing its value).
 #[utoipa::path(put, path = "/admin/secrets/{id}", tag = "Admin", operation_id = "put_secret",
-    params(("id" = String, Path, description = "1 to 128 lowercase letters, digits, `.`, `_` or `-`")),
+    params(("id" = String, Path, pattern = "^[a-z0-9._-]{1,128}$", example = "weather-api-key", description = "1 to 128 lowercase letters, digits, `.`, `_` or `-`")),
     request_body(description = "The value: UTF-8, not empty, at most 64 KiB", content = String, content_type = "text/plain"),
     responses(
         (status = 204, description = "Stored"),
@@ -274,7 +274,10 @@ pub(super) async fn list_secrets(
 }
 
 /// Sets a tool's config value.
-#[utoipa::path(put, path = "/admin/config/{tool}/{key}", tag = "Admin", operation_id = "put_config", params(("tool" = String, Path, description = "The tool's name"), ("key" = String, Path, description = "The config key")),
+#[utoipa::path(put, path = "/admin/config/{tool}/{key}", tag = "Admin", operation_id = "put_config", params(
+        ("tool" = String, Path, pattern = "^[a-z0-9._-]{1,128}$", example = "lookup_weather_by_city", description = "The tool's name"),
+        ("key" = String, Path, pattern = "^[a-z0-9._-]{1,128}$", example = "backend-url", description = "The config key"),
+    ),
     request_body(description = "The value: UTF-8, not empty, at most 64 KiB", content = String, content_type = "text/plain"),
     responses(
         (status = 204, description = "Set"),
@@ -297,7 +300,10 @@ pub(super) async fn put_config(
 }
 
 /// Deletes a tool's config value (its manifest's default applies again).
-#[utoipa::path(delete, path = "/admin/config/{tool}/{key}", tag = "Admin", operation_id = "delete_config", params(("tool" = String, Path, description = "The tool's name"), ("key" = String, Path, description = "The config key")),
+#[utoipa::path(delete, path = "/admin/config/{tool}/{key}", tag = "Admin", operation_id = "delete_config", params(
+        ("tool" = String, Path, pattern = "^[a-z0-9._-]{1,128}$", example = "lookup_weather_by_city", description = "The tool's name"),
+        ("key" = String, Path, pattern = "^[a-z0-9._-]{1,128}$", example = "backend-url", description = "The config key"),
+    ),
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, description = "`not_found`: no such value", body = openapi::ErrorBody),
@@ -355,7 +361,7 @@ pub(super) async fn list_tenants(State(host): State<AppState>) -> axum::Json<Val
 
 /// One tenant.
 #[utoipa::path(get, path = "/admin/tenants/{name}", tag = "Admin", operation_id = "get_tenant",
-    params(("name" = String, Path, description = "The tenant's name")),
+    params(("name" = String, Path, example = "acme", description = "The tenant's name")),
     responses(
         (status = 200, description = "The tenant", body = openapi::Tenant),
         (status = 404, description = "`not_found`: no such tenant", body = openapi::ErrorBody),
@@ -391,7 +397,10 @@ fn empty_object() -> Value {
 #[utoipa::path(post, path = "/admin/tenants", tag = "Admin", operation_id = "create_tenant",
     request_body = openapi::NewTenant,
     responses(
-        (status = 201, description = "Created", body = openapi::Tenant),
+        (status = 201, description = "Created", body = openapi::Tenant, links(
+            ("GetTenant" = (operation_id = "get_tenant", parameters(("name" = "$response.body#/name")))),
+            ("UpdateTenant" = (operation_id = "update_tenant", parameters(("name" = "$response.body#/name")))),
+        )),
         (status = 400, description = "`invalid_json` (not the body described), `invalid_request`", body = openapi::ErrorBody),
         (status = 408, description = "`request_timeout`", body = openapi::ErrorBody),
         (status = 413, description = "`request_too_large`", body = openapi::ErrorBody),
@@ -410,7 +419,7 @@ pub(super) async fn create_tenant(
 
 /// Changes a tenant's settings or quotas.
 #[utoipa::path(patch, path = "/admin/tenants/{name}", tag = "Admin", operation_id = "update_tenant",
-    params(("name" = String, Path, description = "The tenant's name")),
+    params(("name" = String, Path, example = "acme", description = "The tenant's name")),
     request_body = openapi::TenantChange,
     responses(
         (status = 200, description = "Changed", body = openapi::Tenant),
@@ -469,7 +478,8 @@ struct NewKeyRequest {
     request_body = openapi::NewKeyRequest,
     responses(
         (status = 201, description = "Created (`Cache-Control: no-store`)", body = openapi::CreatedKey,
-            headers(("Cache-Control" = String, description = "`no-store`"))),
+            headers(("Cache-Control" = String, description = "`no-store`")),
+            links(("RevokeKey" = (operation_id = "revoke_key", parameters(("id" = "$response.body#/id")))))),
         (status = 400, description = "`invalid_json`, `invalid_role`, `invalid_label`, `invalid_request`", body = openapi::ErrorBody),
         (status = 404, description = "`not_found`: no such tenant", body = openapi::ErrorBody),
         (status = 408, description = "`request_timeout`", body = openapi::ErrorBody),

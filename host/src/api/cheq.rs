@@ -503,7 +503,7 @@ pub(super) async fn evidence(
 }
 
 /// `PUT /admin/end-users/{name}` with `{"password": "…"}`.
-#[utoipa::path(put, path = "/admin/end-users/{name}", tag = "Admin", params(("name" = String, Path, description = "The end user's name: 1 to 128 printable characters")),
+#[utoipa::path(put, path = "/admin/end-users/{name}", tag = "Admin", params(("name" = String, Path, min_length = 1, max_length = 128, example = "alice", description = "The end user's name: 1 to 128 printable characters")),
     request_body = openapi::EndUserPassword,
     responses(
         (status = 204, description = "Set"),
@@ -531,7 +531,7 @@ pub(super) async fn put_end_user(
 }
 
 /// `DELETE /admin/end-users/{name}`.
-#[utoipa::path(delete, path = "/admin/end-users/{name}", tag = "Admin", params(("name" = String, Path, description = "The end user's name: 1 to 128 printable characters")), responses(
+#[utoipa::path(delete, path = "/admin/end-users/{name}", tag = "Admin", params(("name" = String, Path, min_length = 1, max_length = 128, example = "alice", description = "The end user's name: 1 to 128 printable characters")), responses(
     (status = 204, description = "Deleted, with the end user's sessions"),
     (status = 404, description = "`not_found`: no such end user", body = openapi::ErrorBody),
     (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),

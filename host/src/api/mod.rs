@@ -210,6 +210,7 @@ pub fn router(host: AppState, options: ApiOptions) -> axum::Router {
         .layer(axum::Extension(Arc::new(options)))
         .map_request(auth::strip_tenant_root)
         .layer(middleware::from_fn(otc::uniform_errors))
+        .layer(middleware::map_response(error::as_error_body))
         .layer(middleware::from_fn(move |request: Request, next: Next| body_deadline(body_timeout, request, next)))
         .service(app);
     Router::new().fallback_service(service)

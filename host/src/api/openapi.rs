@@ -584,7 +584,8 @@ pub mod schemas {
     #[derive(Debug, Deserialize, ToSchema)]
     #[serde(deny_unknown_fields)]
     pub struct NewTenant {
-        /// 1 to 63 lowercase letters, digits and `-`.
+        /// 1 to 63 lowercase letters, digits and `-`, not starting with `-`.
+        #[schema(pattern = "^[a-z0-9][a-z0-9-]{0,62}$", example = "globex")]
         pub name: String,
         /// Whether its tools are listed without a key (default false).
         #[serde(rename = "publicEnumeration")]
@@ -691,10 +692,13 @@ pub mod schemas {
     #[serde(deny_unknown_fields)]
     pub struct NewKeyRequest {
         /// Its tenant; absent for an operator key.
+        #[schema(example = "acme")]
         pub tenant: Option<String>,
         /// `operator`, `publisher` or `consumer`.
+        #[schema(pattern = "^(operator|publisher|consumer)$", example = "consumer")]
         pub role: String,
-        /// A note (at most 200 bytes).
+        /// A note (at most 200 bytes of UTF-8).
+        #[schema(max_length = 200)]
         pub label: Option<String>,
     }
 
@@ -850,6 +854,7 @@ fn document() -> (Value, Vec<String>) {
     add_otc_schemas(&mut doc);
     add_mcp(&mut doc);
     add_aliases(&mut doc);
+    add_router_answers(&mut doc);
     doc["servers"] = json!([
         { "url": "/", "description": "the tenant `default` (and every server-wide path)" },
         {
@@ -1093,6 +1098,50 @@ fn add_aliases(doc: &mut Value) {
     }
 }
 
+/// Answers the router gives before any handler runs, on every operation they
+/// can reach (`error::as_error_body` shapes them): `400` for a path
+/// parameter that is not UTF-8 once percent-decoded, and for a request with
+/// a body, `408` when it does not arrive in time and `413` over the route's
+/// limit.
+fn add_router_answers(doc: &mut Value) {
+    let error = |description: &str, otc: bool| {
+        let schema = if otc { format!("{OTC_PREFIX}ServerErrorResponse") } else { "ErrorBody".to_string() };
+        json!({ "description": description, "content": { "application/json": {
+            "schema": { "$ref": format!("#/components/schemas/{schema}") },
+        } } })
+    };
+    let Some(paths) = doc["paths"].as_object_mut() else { return };
+    for (path, item) in paths.iter_mut() {
+        let otc = path.starts_with("/otc/");
+        for operation in item.as_object_mut().into_iter().flat_map(|item| item.values_mut()) {
+            let has_path_parameter =
+                operation["parameters"].as_array().is_some_and(|p| p.iter().any(|p| p["in"] == "path"));
+            let has_body = operation.get("requestBody").is_some();
+            let responses = &mut operation["responses"];
+            if has_path_parameter {
+                const NOT_UTF8: &str = "`invalid_request`: a path parameter is not UTF-8 once percent-decoded";
+                match responses.get_mut("400") {
+                    Some(existing) => {
+                        let ours = existing["description"].as_str().unwrap_or_default();
+                        existing["description"] = format!("{ours}; {NOT_UTF8}").into();
+                    }
+                    None => responses["400"] = error(NOT_UTF8, otc),
+                }
+            }
+            if has_body {
+                for (status, description) in [
+                    ("408", "`request_timeout`: the body did not arrive in time"),
+                    ("413", "`request_too_large`: the body is over the endpoint's limit"),
+                ] {
+                    if responses.get(status).is_none() {
+                        responses[status] = error(description, otc);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The OTC document's schemas, under [`OTC_PREFIX`], and the envelopes its
 /// operations define inline, named.
 fn add_otc_schemas(doc: &mut Value) {
@@ -1104,6 +1153,16 @@ fn add_otc_schemas(doc: &mut Value) {
     let schemas = &mut doc["components"]["schemas"];
     for (name, schema) in otc["components"]["schemas"].as_object().into_iter().flatten() {
         schemas[format!("{OTC_PREFIX}{name}")] = renamed(schema);
+    }
+    // The OTC document's one defect (docs/otc.md): `CallToolResponse` puts
+    // `value` and `error` in its `oneOf` branches and
+    // `additionalProperties: false` beside them, which in JSON Schema
+    // 2020-12 refuses every answer with either. It means
+    // `unevaluatedProperties: false`, which sees the branches.
+    if let Some(response) = schemas[format!("{OTC_PREFIX}CallToolResponse")].as_object_mut()
+        && response.remove("additionalProperties").is_some()
+    {
+        response.insert("unevaluatedProperties".into(), false.into());
     }
     let ok = |path: &str, method: &str| {
         &otc["paths"][path][method]["responses"]["200"]["content"]["application/json"]["schema"]
@@ -1226,11 +1285,40 @@ mod tests {
         for name in ["ToolDefinition", "CallToolRequest", "CallToolResponse", "ServerErrorResponse"] {
             assert!(doc["components"]["schemas"][format!("{OTC_PREFIX}{name}")].is_object(), "{name}");
         }
+        let response = &doc["components"]["schemas"][format!("{OTC_PREFIX}CallToolResponse")];
+        assert_eq!(
+            (response.get("additionalProperties"), &response["unevaluatedProperties"]),
+            (None, &json!(false)),
+            "the OTC document's defect is mended"
+        );
         // Every reference resolves within the document.
         for reference in text.split("\"$ref\":\"").skip(1) {
             let target = reference.split('"').next().unwrap();
             let name = target.strip_prefix("#/components/schemas/").unwrap_or_else(|| panic!("{target}"));
             assert!(doc["components"]["schemas"][name].is_object(), "{target} does not resolve");
         }
+    }
+
+    #[test]
+    fn operation_ids_are_unique_and_every_link_names_one() {
+        let doc = document().0;
+        let operations: Vec<&Value> =
+            doc["paths"].as_object().unwrap().values().flat_map(|item| item.as_object().unwrap().values()).collect();
+        let mut ids: Vec<&str> = operations.iter().map(|o| o["operationId"].as_str().unwrap()).collect();
+        let count = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), count, "operationIds repeat");
+        let mut links = 0;
+        for operation in operations {
+            for answer in operation["responses"].as_object().unwrap().values() {
+                for link in answer["links"].as_object().into_iter().flat_map(|l| l.values()) {
+                    let target = link["operationId"].as_str().unwrap();
+                    assert!(ids.contains(&target), "a link names `{target}`, which is no operation");
+                    links += 1;
+                }
+            }
+        }
+        assert!(links >= 10, "the links from listings to the resources they list are gone ({links})");
     }
 }
