@@ -276,8 +276,7 @@ const VERSIONS_CURSOR: &str = "versions:";
 /// The tenant's tools, each at its current version, by name.
 #[utoipa::path(get, path = "/tools", tag = "A2T", operation_id = "list_tools",
     params(
-        ("pageLimit" = Option<u32>, Query, minimum = 1, description = "Page size: default 50, larger than 200 is clamped to 200"),
-        ("pageCursor" = Option<String>, Query, description = "`paging.next` of the previous page"),
+        openapi::PageParams,
         ("tag" = Option<Vec<String>>, Query, explode = true, description = "Only tools with every tag given (repeatable)"),
     ),
     responses(
@@ -351,8 +350,7 @@ pub(super) async fn get_tool(
 /// Every version of a tool, newest first.
 #[utoipa::path(get, path = "/tools/{tool_id}/versions", tag = "A2T", operation_id = "list_versions",
     params(("tool_id" = String, Path, description = "The tool's `toolId`"),
-        ("pageLimit" = Option<u32>, Query, minimum = 1, description = "Page size: default 50, larger than 200 is clamped to 200"),
-        ("pageCursor" = Option<String>, Query, description = "`paging.next` of the previous page"),
+        openapi::PageParams,
     ),
     responses(
         (status = 200, description = "A page of versions", body = openapi::ToolPage),

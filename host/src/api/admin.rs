@@ -76,7 +76,6 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
         (status = 200, description = "The same bytes are deployed already: nothing changed", body = openapi::Deployed),
         (status = 201, description = "A new version", body = openapi::Deployed),
         (status = 400, description = "`invalid_component`, `invalid_expect_version`, `invalid_condition`, `condition_too_costly`, `invalid_request`", body = openapi::ErrorBody),
-        (status = 408, description = "`request_timeout`", body = openapi::ErrorBody),
         (status = 409, description = "`breaking_change`, `version_mismatch`, `quota_exceeded`", body = openapi::ErrorBody),
         (status = 413, description = "`quota_exceeded`: larger than the tenant may deploy", body = openapi::ErrorBody),
         (status = 415, description = "`unsupported_media_type`: not `application/wasm`", body = openapi::ErrorBody),
@@ -163,7 +162,7 @@ pub(super) async fn deploy(
     responses(
         (status = 200, description = "Retired", body = openapi::Retired),
         (status = 404, description = "`not_found`: no such tool or version", body = openapi::ErrorBody),
-        (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        openapi::StorageFailed,
     ))]
 pub(super) async fn retire(
     State(host): State<AppState>,
@@ -228,9 +227,7 @@ fn text_value(body: Bytes, code: &'static str) -> Result<String, ApiError> {
     responses(
         (status = 204, description = "Stored"),
         (status = 400, description = "`invalid_secret_id`, `invalid_secret_value`, `invalid_request`", body = openapi::ErrorBody),
-        (status = 408, description = "`request_timeout`", body = openapi::ErrorBody),
-        (status = 413, description = "`request_too_large`", body = openapi::ErrorBody),
-        (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        openapi::StorageFailed,
     ))]
 pub(super) async fn put_secret(
     State(host): State<AppState>,
@@ -250,7 +247,7 @@ pub(super) async fn put_secret(
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, description = "`not_found`: no such secret", body = openapi::ErrorBody),
-        (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        openapi::StorageFailed,
     ))]
 pub(super) async fn delete_secret(
     State(host): State<AppState>,
@@ -282,9 +279,7 @@ pub(super) async fn list_secrets(
     responses(
         (status = 204, description = "Set"),
         (status = 400, description = "`invalid_tool_name`, `invalid_config_key`, `invalid_config_value`, `invalid_request`", body = openapi::ErrorBody),
-        (status = 408, description = "`request_timeout`", body = openapi::ErrorBody),
-        (status = 413, description = "`request_too_large`", body = openapi::ErrorBody),
-        (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        openapi::StorageFailed,
     ))]
 pub(super) async fn put_config(
     State(host): State<AppState>,
@@ -307,7 +302,7 @@ pub(super) async fn put_config(
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, description = "`not_found`: no such value", body = openapi::ErrorBody),
-        (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        openapi::StorageFailed,
     ))]
 pub(super) async fn delete_config(
     State(host): State<AppState>,
@@ -402,10 +397,8 @@ fn empty_object() -> Value {
             ("UpdateTenant" = (operation_id = "update_tenant", parameters(("name" = "$response.body#/name")))),
         )),
         (status = 400, description = "`invalid_json` (not the body described), `invalid_request`", body = openapi::ErrorBody),
-        (status = 408, description = "`request_timeout`", body = openapi::ErrorBody),
-        (status = 413, description = "`request_too_large`", body = openapi::ErrorBody),
         (status = 409, description = "`conflict`: the tenant exists", body = openapi::ErrorBody),
-        (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        openapi::StorageFailed,
     ))]
 pub(super) async fn create_tenant(
     State(host): State<AppState>,
@@ -424,10 +417,8 @@ pub(super) async fn create_tenant(
     responses(
         (status = 200, description = "Changed", body = openapi::Tenant),
         (status = 400, description = "`invalid_json` (not the body described), `invalid_request`", body = openapi::ErrorBody),
-        (status = 408, description = "`request_timeout`", body = openapi::ErrorBody),
-        (status = 413, description = "`request_too_large`", body = openapi::ErrorBody),
         (status = 404, description = "`not_found`: no such tenant", body = openapi::ErrorBody),
-        (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        openapi::StorageFailed,
     ))]
 pub(super) async fn update_tenant(
     State(host): State<AppState>,
@@ -482,9 +473,7 @@ struct NewKeyRequest {
             links(("RevokeKey" = (operation_id = "revoke_key", parameters(("id" = "$response.body#/id")))))),
         (status = 400, description = "`invalid_json`, `invalid_role`, `invalid_label`, `invalid_request`", body = openapi::ErrorBody),
         (status = 404, description = "`not_found`: no such tenant", body = openapi::ErrorBody),
-        (status = 408, description = "`request_timeout`", body = openapi::ErrorBody),
-        (status = 413, description = "`request_too_large`", body = openapi::ErrorBody),
-        (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        openapi::StorageFailed,
     ))]
 pub(super) async fn create_key(
     State(host): State<AppState>,
@@ -512,7 +501,7 @@ pub(super) async fn create_key(
     responses(
         (status = 200, description = "Revoked", body = openapi::Key),
         (status = 404, description = "`not_found`: no such key", body = openapi::ErrorBody),
-        (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        openapi::StorageFailed,
     ))]
 pub(super) async fn revoke_key(
     State(host): State<AppState>,
@@ -531,14 +520,13 @@ const AUDIT_CURSOR: &str = "audit:";
 #[utoipa::path(get, path = "/admin/audit", tag = "Admin", operation_id = "audit",
     params(
         ("tenant" = Option<String>, Query, description = "Only this tenant's entries (a publisher: its own only)"),
-        ("pageLimit" = Option<u32>, Query, minimum = 1, description = "Page size: default 50, larger than 200 is clamped to 200"),
-        ("pageCursor" = Option<String>, Query, description = "`paging.next` of the previous page"),
+        openapi::PageParams,
     ),
     responses(
         (status = 200, description = "A page of entries, newest first", body = openapi::AuditPage),
         (status = 400, description = "`invalid_page_limit`, `invalid_cursor`", body = openapi::ErrorBody),
         (status = 404, description = "`not_found`: another tenant than the publisher's own", body = openapi::ErrorBody),
-        (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        openapi::StorageFailed,
     ))]
 pub(super) async fn audit(
     State(host): State<AppState>,

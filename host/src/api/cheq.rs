@@ -133,7 +133,7 @@ fn transaction(host: &AppState, tenant: &str, id: &str) -> Result<StoredConfirma
     responses(
         (status = 200, description = "The CHEQ signed by this server (with `?raw`, the CHEQ object)", body = openapi::CheqAnswer),
         (status = 404, description = "`unknown_transaction`", body = openapi::ErrorBody),
-        (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        openapi::StorageFailed,
     ))]
 pub(super) async fn get_transaction(
     State(host): State<AppState>,
@@ -204,12 +204,10 @@ fn decision(query: Option<&str>) -> Result<Decision, ApiError> {
         (status = 400, description = "`invalid_decision`, `invalid_json`", body = openapi::ErrorBody),
         (status = 403, description = "`invalid_signature`, `not_confirmed`", body = openapi::ErrorBody),
         (status = 404, description = "`unknown_transaction`", body = openapi::ErrorBody),
-        (status = 408, description = "`request_timeout`", body = openapi::ErrorBody),
         (status = 409, description = "`already_decided`, `cheq_altered`", body = openapi::ErrorBody),
         (status = 410, description = "`confirmation_expired`, `version_retired`", body = openapi::ErrorBody),
-        (status = 413, description = "`request_too_large`", body = openapi::ErrorBody),
         (status = 502, description = "`jwks_*`: the external confirmation server's keys cannot be used", body = openapi::ErrorBody),
-        (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        openapi::StorageFailed,
     ))]
 pub(super) async fn decide_transaction(
     State(host): State<AppState>,
@@ -258,9 +256,7 @@ pub(super) async fn get_confirmation_server(
     responses(
         (status = 204, description = "Set"),
         (status = 400, description = "`invalid_json`, `invalid_request`", body = openapi::ErrorBody),
-        (status = 408, description = "`request_timeout`", body = openapi::ErrorBody),
-        (status = 413, description = "`request_too_large`", body = openapi::ErrorBody),
-        (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        openapi::StorageFailed,
     ))]
 pub(super) async fn put_confirmation_server(
     State(host): State<AppState>,
@@ -277,7 +273,7 @@ pub(super) async fn put_confirmation_server(
 /// `DELETE /admin/confirmation-server`: back to the built-in one.
 #[utoipa::path(delete, path = "/admin/confirmation-server", tag = "Admin", responses(
     (status = 204, description = "The built-in confirmation server confirms again"),
-    (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+    openapi::StorageFailed,
 ))]
 pub(super) async fn delete_confirmation_server(
     State(host): State<AppState>,
@@ -314,9 +310,7 @@ pub(super) async fn get_policy(
         (status = 204, description = "The override applies to the tool's calls"),
         (status = 400, description = "`invalid_json`, `invalid_request`, `invalid_condition`, `condition_too_costly`", body = openapi::ErrorBody),
         (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
-        (status = 408, description = "`request_timeout`", body = openapi::ErrorBody),
-        (status = 413, description = "`request_too_large`", body = openapi::ErrorBody),
-        (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        openapi::StorageFailed,
     ))]
 pub(super) async fn put_policy(
     State(host): State<AppState>,
@@ -339,7 +333,7 @@ pub(super) async fn put_policy(
 #[utoipa::path(delete, path = "/admin/tools/{tool_id}/confirmation", tag = "Admin", params(("tool_id" = String, Path, description = "The tool's `toolId`")), responses(
     (status = 204, description = "The tool's own policy applies again"),
     (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
-    (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+    openapi::StorageFailed,
 ))]
 pub(super) async fn delete_policy(
     State(host): State<AppState>,
@@ -468,7 +462,7 @@ pub(super) async fn get_result(
     responses(
         (status = 200, description = "The transaction's evidence", body = openapi::Evidence),
         (status = 404, description = "`unknown_transaction` (another tenant's too, for a publisher)", body = openapi::ErrorBody),
-        (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        openapi::StorageFailed,
     ))]
 pub(super) async fn evidence(
     State(host): State<AppState>,
@@ -508,8 +502,6 @@ pub(super) async fn evidence(
     responses(
         (status = 204, description = "Set"),
         (status = 400, description = "`invalid_end_user`, `invalid_json`, `invalid_request`", body = openapi::ErrorBody),
-        (status = 408, description = "`request_timeout`", body = openapi::ErrorBody),
-        (status = 413, description = "`request_too_large`", body = openapi::ErrorBody),
         (status = 503, description = "`login_busy`, `storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
 pub(super) async fn put_end_user(
@@ -534,7 +526,7 @@ pub(super) async fn put_end_user(
 #[utoipa::path(delete, path = "/admin/end-users/{name}", tag = "Admin", params(("name" = String, Path, min_length = 1, max_length = 128, example = "alice", description = "The end user's name: 1 to 128 printable characters")), responses(
     (status = 204, description = "Deleted, with the end user's sessions"),
     (status = 404, description = "`not_found`: no such end user", body = openapi::ErrorBody),
-    (status = 503, description = "`storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+    openapi::StorageFailed,
 ))]
 pub(super) async fn delete_end_user(
     State(host): State<AppState>,
@@ -690,8 +682,6 @@ pub(super) async fn confirm_page(
             ("Set-Cookie" = String, description = "The session (HttpOnly, SameSite=Strict)"),
         )),
         (status = 401, description = "Wrong user name or password: the login page again (`Plinth-Error-Code: login_failed`)", content_type = "text/html", body = String),
-        (status = 408, description = "`request_timeout`", body = openapi::ErrorBody),
-        (status = 413, description = "`request_too_large`", body = openapi::ErrorBody),
         (status = 429, description = "Too many failed logins: the login page (`login_locked`)", content_type = "text/html", body = String,
             headers(("Retry-After" = u64, description = "Seconds"))),
         (status = 503, description = "The login cannot be checked now (`login_busy`, `storage_failed`)", content_type = "text/html", body = String,
@@ -763,10 +753,8 @@ pub(super) async fn login(
         (status = 401, description = "Not logged in", content_type = "text/html", body = String),
         (status = 403, description = "Without the page's form token, or the call is another end user's, or not confirmed", content_type = "text/html", body = String),
         (status = 404, description = "No such transaction", content_type = "text/html", body = String),
-        (status = 408, description = "`request_timeout`", body = openapi::ErrorBody),
         (status = 409, description = "Already decided", content_type = "text/html", body = String),
         (status = 410, description = "Expired, or the version was retired", content_type = "text/html", body = String),
-        (status = 413, description = "`request_too_large`", body = openapi::ErrorBody),
         (status = 422, description = "A private value does not fit: asked again", content_type = "text/html", body = String),
         (status = 503, description = "The decision could not be recorded", content_type = "text/html", body = String),
     ))]

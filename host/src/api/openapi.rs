@@ -713,6 +713,28 @@ pub mod schemas {
         pub paging: Paging,
     }
 
+    /// `503 storage_failed`: the store failed; nothing changed, and the same
+    /// request may work once it recovers.
+    #[derive(IntoResponses)]
+    pub enum StorageFailed {
+        /// `storage_failed`: the data disk or the database failed; nothing changed.
+        #[response(status = 503, headers(("Retry-After" = u64, description = "Seconds to wait before retrying")))]
+        Unavailable(ErrorBody),
+    }
+
+    /// A page of a listing.
+    #[derive(Debug, Deserialize, IntoParams)]
+    #[into_params(parameter_in = Query)]
+    pub struct PageParams {
+        /// Page size: default 50, larger than 200 is clamped to 200.
+        #[serde(rename = "pageLimit")]
+        #[param(minimum = 1)]
+        pub page_limit: Option<u32>,
+        /// `paging.next` of the previous page.
+        #[serde(rename = "pageCursor")]
+        pub page_cursor: Option<String>,
+    }
+
     /// The end user a call acts for.
     #[derive(Debug, Deserialize, IntoParams)]
     #[into_params(parameter_in = Header)]

@@ -403,8 +403,6 @@ fn validation_error(errors: Vec<InputError>) -> Response {
             headers(("Location" = Option<String>, description = "The result URI, when the call waits for confirmation"),
                 ("idempotent-replayed" = Option<String>, description = "`true` when the answer is the recorded one of an earlier call with this `call_id`"))),
         (status = 400, description = "`invalid_json`, `invalid_request`, `invalid_tool_id`, `unknown_tool`, `unknown_version`, `version_retired`, `call_id_reused`, `missing_requirements`, `invalid_end_user`, `end_user_required`, `confirmation_cannot_wait`", body = ref("#/components/schemas/OtcServerErrorResponse")),
-        (status = 408, description = "`request_timeout`: the body did not arrive in time", body = ref("#/components/schemas/OtcServerErrorResponse")),
-        (status = 413, description = "`request_too_large`: the body is over the server's limit", body = ref("#/components/schemas/OtcServerErrorResponse")),
         (status = 422, description = "The inputs do not fit the tool's `input_schema`", body = ref("#/components/schemas/OtcValidationErrorResponse")),
         (status = 500, description = "`internal`: Plinth itself failed (a bug)", body = ref("#/components/schemas/OtcServerErrorResponse")),
         (status = 503, description = "Temporary: `busy`, `rate_limited`, `storage_failed`; the tool did not run", body = ref("#/components/schemas/OtcServerErrorResponse"),
