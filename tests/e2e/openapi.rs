@@ -101,8 +101,13 @@ const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_co
 #[tokio::test(flavor = "multi_thread")]
 async fn schemathesis_finds_no_server_error_and_no_undocumented_answer() {
     let tools = tools_dir();
-    // The example tools, and a second tenant with a tool of its own.
+    // The example tools, a second tenant with a tool of its own, and the
+    // end user of the document's login example.
     let server = Server::start(&[]);
+    let password = json!({ "password": "correct horse battery staple" });
+    let (status, body) =
+        server.call_as(Some(TOKEN), reqwest::Method::PUT, "/admin/end-users/alice", Some(&password)).await;
+    assert_eq!(status, 204, "{body}");
     server.create_tenant("acme", json!({})).await;
     let echo = std::fs::read(crate::support::plugins_dir().join("echo.wasm")).unwrap();
     let (status, deployed) = server.deploy_as(TOKEN, "acme", echo).await;
@@ -112,6 +117,8 @@ async fn schemathesis_finds_no_server_error_and_no_undocumented_answer() {
     let mut st = Command::new(tools.join("venv/bin/st"));
     st.current_dir(report.path())
         .env("SCHEMATHESIS_HOOKS", Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/schemathesis/hooks.py"))
+        .arg("--config-file")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/schemathesis/schemathesis.toml"))
         .args(["run", &format!("{}/openapi.json", server.base), "--url", &server.base])
         .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
         .args(["--generation-with-security-parameters", "false"])
@@ -147,6 +154,8 @@ async fn schemathesis_finds_no_server_error_and_no_undocumented_answer() {
         assert_eq!(summary["phases"][phase]["status"], "success", "phase {phase}:\n{output}");
     }
     assert!(summary["test_cases"]["generated"].as_u64().unwrap_or(0) > count as u64, "{output}");
+    // Its report, for `--nocapture` (what it reached, its warnings).
+    eprintln!("{output}");
 }
 
 /// Checks that `body`, answered with `status` to `method` on the documented

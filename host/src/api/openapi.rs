@@ -812,8 +812,10 @@ pub mod schemas {
     #[derive(Debug, Deserialize, ToSchema)]
     pub struct LoginForm {
         /// The end user's name.
+        #[schema(example = "alice")]
         pub user: String,
         /// The end user's password.
+        #[schema(example = "correct horse battery staple")]
         pub password: String,
         /// The resource URI to confirm, to go on to.
         pub resource_uri: Option<String>,
