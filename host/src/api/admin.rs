@@ -517,7 +517,7 @@ const AUDIT_CURSOR: &str = "audit:";
 /// `GET /admin/audit`: an operator reads every entry (or one tenant's with
 /// `?tenant=`); a publisher reads its own tenant's, and naming another
 /// tenant is `404` as everywhere else.
-#[utoipa::path(get, path = "/admin/audit", tag = "Admin", operation_id = "audit",
+#[utoipa::path(get, summary = "The audit log, newest first", description = "An operator reads every entry (or one tenant's with `?tenant=`); a publisher reads its own tenant's, and naming another tenant is `404` as everywhere else.", path = "/admin/audit", tag = "Admin", operation_id = "audit",
     params(
         ("tenant" = Option<String>, Query, description = "Only this tenant's entries (a publisher: its own only)"),
         openapi::PageParams,

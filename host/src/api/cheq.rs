@@ -127,7 +127,7 @@ fn transaction(host: &AppState, tenant: &str, id: &str) -> Result<StoredConfirma
 /// the CHEQ object alone (for a voice gateway to read out). Whatever key or
 /// service account the caller presents is not needed: the URI is the
 /// capability.
-#[utoipa::path(get, path = "/cheq/transactions/{id}", tag = "CHEQ", operation_id = "get_transaction",
+#[utoipa::path(get, summary = "The CHEQ of a transaction (its resource URI)", description = "The CHEQ this server signed, as a JWS in the general JSON serialization; `?raw` gives the CHEQ object alone (for a voice gateway to read out). The URI is the capability: no key is needed. `GET {resource uri}/cheq` is the same (the draft's \"retrieve cheq function\").", path = "/cheq/transactions/{id}", tag = "CHEQ", operation_id = "get_transaction",
     params(("id" = String, Path, description = "The transaction id (from the URI pack)"),
         ("raw" = Option<String>, Query, description = "Present: the CHEQ object alone, unsigned")),
     responses(
@@ -191,7 +191,7 @@ fn decision(query: Option<&str>) -> Result<Decision, ApiError> {
 /// accepted call runs before the answer, which says how it went for the
 /// confirmation server (the agent gets the tool's answer from the result
 /// URI).
-#[utoipa::path(post, path = "/cheq/transactions/{id}", tag = "CHEQ", operation_id = "decide_transaction",
+#[utoipa::path(post, summary = "A confirmation server's decision", description = "`?accept` with the CHEQ countersigned by the confirmation server (in any JWS serialization), or `?reject`. An accepted call runs before the answer, which says how it went for the confirmation server; the agent gets the tool's answer from the result URI.", path = "/cheq/transactions/{id}", tag = "CHEQ", operation_id = "decide_transaction",
     params(("id" = String, Path, description = "The transaction id (from the URI pack)"),
         ("accept" = Option<String>, Query, description = "Accept: the body is the CHEQ countersigned by the confirmation server"),
         ("reject" = Option<String>, Query, description = "Reject: the call never runs")),
@@ -240,7 +240,7 @@ pub(super) async fn decide_transaction(
 
 /// `GET /admin/confirmation-server`: the tenant's external confirmation
 /// server, or `null` (the built-in one).
-#[utoipa::path(get, path = "/admin/confirmation-server", tag = "Admin", responses(
+#[utoipa::path(get, summary = "The tenant's confirmation server", description = "The tenant's external confirmation server, or `null` when the built-in one confirms.", path = "/admin/confirmation-server", tag = "Admin", responses(
     (status = 200, description = "The tenant's confirmation server", body = openapi::ConfirmationServerSetting),
 ))]
 pub(super) async fn get_confirmation_server(
@@ -251,7 +251,7 @@ pub(super) async fn get_confirmation_server(
 }
 
 /// `PUT /admin/confirmation-server` with `{"uri", "jwks_url"}`.
-#[utoipa::path(put, path = "/admin/confirmation-server", tag = "Admin",
+#[utoipa::path(put, summary = "Sets an external confirmation server", description = "Where the tenant's end users confirm (the URI pack's confirmation URI), and where its keys are published (https only).", path = "/admin/confirmation-server", tag = "Admin",
     request_body = crate::host::ConfirmationServer,
     responses(
         (status = 204, description = "Set"),
@@ -271,7 +271,7 @@ pub(super) async fn put_confirmation_server(
 }
 
 /// `DELETE /admin/confirmation-server`: back to the built-in one.
-#[utoipa::path(delete, path = "/admin/confirmation-server", tag = "Admin", responses(
+#[utoipa::path(delete, summary = "Back to the built-in confirmation server", description = "The tenant's end users confirm on the built-in confirmation server again.", path = "/admin/confirmation-server", tag = "Admin", responses(
     (status = 204, description = "The built-in confirmation server confirms again"),
     openapi::StorageFailed,
 ))]
@@ -286,7 +286,7 @@ pub(super) async fn delete_confirmation_server(
 /// `GET /admin/tools/{tool_id}/confirmation`: the tenant's override of the
 /// tool's policy (`null` when the tool's own applies) and what the newest
 /// version declares.
-#[utoipa::path(get, path = "/admin/tools/{tool_id}/confirmation", tag = "Admin", params(("tool_id" = String, Path, description = "The tool's `toolId`")), responses(
+#[utoipa::path(get, summary = "A tool's confirmation policy", description = "The tenant's override of the tool's policy (`null` when the tool's own applies) and what the newest version declares.", path = "/admin/tools/{tool_id}/confirmation", tag = "Admin", params(("tool_id" = String, Path, description = "The tool's `toolId`")), responses(
     (status = 200, description = "The override and the tool's own policy", body = openapi::PolicySetting),
     (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
 ))]
@@ -304,7 +304,7 @@ pub(super) async fn get_policy(
 
 /// `PUT /admin/tools/{tool_id}/confirmation` with a policy
 /// (`{"required": true}`, `{"when": "…"}` or `{}` for never).
-#[utoipa::path(put, path = "/admin/tools/{tool_id}/confirmation", tag = "Admin", params(("tool_id" = String, Path, description = "The tool's `toolId`")),
+#[utoipa::path(put, summary = "Overrides a tool's confirmation policy", description = "`{\"required\": true}`, `{\"when\": \"<CEL>\"}`, or `{}` for never.", path = "/admin/tools/{tool_id}/confirmation", tag = "Admin", params(("tool_id" = String, Path, description = "The tool's `toolId`")),
     request_body = crate::cheq::ConfirmationPolicy,
     responses(
         (status = 204, description = "The override applies to the tool's calls"),
@@ -330,7 +330,7 @@ pub(super) async fn put_policy(
 
 /// `DELETE /admin/tools/{tool_id}/confirmation`: the tool's own policy
 /// applies again.
-#[utoipa::path(delete, path = "/admin/tools/{tool_id}/confirmation", tag = "Admin", params(("tool_id" = String, Path, description = "The tool's `toolId`")), responses(
+#[utoipa::path(delete, summary = "Drops the override of a tool's confirmation policy", description = "The tool's own policy applies again.", path = "/admin/tools/{tool_id}/confirmation", tag = "Admin", params(("tool_id" = String, Path, description = "The tool's `toolId`")), responses(
     (status = 204, description = "The tool's own policy applies again"),
     (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
     openapi::StorageFailed,
@@ -405,7 +405,7 @@ fn final_answer(answer: &mut Value) {
 /// `410 confirmation_expired`, `410 version_retired` or
 /// `422 call_outcome_unknown` otherwise. In the shape of the front door the
 /// call came through.
-#[utoipa::path(get, path = "/cheq/results/{id}", tag = "CHEQ", operation_id = "get_result",
+#[utoipa::path(get, summary = "The answer of a call that waited for confirmation (its result URI)", description = "`202` while the end user has not decided (or the accepted tool runs); then the call's answer, final (never a `5xx`), in the shape of the door the call came through; or why it has none.", path = "/cheq/results/{id}", tag = "CHEQ", operation_id = "get_result",
     params(("id" = String, Path, description = "The transaction id (from the URI pack)")),
     responses(
         (status = 200, description = "The call's answer, in the shape of the door it came through (A2T outputs, an OTC result, an MCP result); final", content_type = "application/json", body = Object),
@@ -457,7 +457,7 @@ pub(super) async fn get_result(
 /// `GET /admin/cheq/{id}`: the evidence of one transaction — the CHEQ this
 /// server signed, the decision (the CHEQ with the confirmation server's
 /// signature, or who rejected it), and what came of it.
-#[utoipa::path(get, path = "/admin/cheq/{id}", tag = "CHEQ", operation_id = "evidence",
+#[utoipa::path(get, summary = "The evidence of a CHEQ transaction", description = "The CHEQ this server signed, the decision (the CHEQ with the confirmation server's signature, or who rejected it), and what came of it. An operator sees every tenant's; a publisher its own.", path = "/admin/cheq/{id}", tag = "CHEQ", operation_id = "evidence",
     params(("id" = String, Path, description = "The transaction id")),
     responses(
         (status = 200, description = "The transaction's evidence", body = openapi::Evidence),
@@ -497,7 +497,7 @@ pub(super) async fn evidence(
 }
 
 /// `PUT /admin/end-users/{name}` with `{"password": "…"}`.
-#[utoipa::path(put, path = "/admin/end-users/{name}", tag = "Admin", params(("name" = String, Path, min_length = 1, max_length = 128, example = "alice", description = "The end user's name: 1 to 128 printable characters")),
+#[utoipa::path(put, summary = "Sets an end user's password", description = "An end user of the built-in confirmation server; the password is hashed with Argon2id.", path = "/admin/end-users/{name}", tag = "Admin", params(("name" = String, Path, min_length = 1, max_length = 128, example = "alice", description = "The end user's name: 1 to 128 printable characters")),
     request_body = openapi::EndUserPassword,
     responses(
         (status = 204, description = "Set"),
@@ -523,7 +523,7 @@ pub(super) async fn put_end_user(
 }
 
 /// `DELETE /admin/end-users/{name}`.
-#[utoipa::path(delete, path = "/admin/end-users/{name}", tag = "Admin", params(("name" = String, Path, min_length = 1, max_length = 128, example = "alice", description = "The end user's name: 1 to 128 printable characters")), responses(
+#[utoipa::path(delete, summary = "Deletes an end user", description = "The end user can no longer log in to the confirmation page.", path = "/admin/end-users/{name}", tag = "Admin", params(("name" = String, Path, min_length = 1, max_length = 128, example = "alice", description = "The end user's name: 1 to 128 printable characters")), responses(
     (status = 204, description = "Deleted, with the end user's sessions"),
     (status = 404, description = "`not_found`: no such end user", body = openapi::ErrorBody),
     openapi::StorageFailed,
@@ -633,7 +633,7 @@ fn passed_resource_uri(query: Option<&str>, headers: &HeaderMap, body: &[u8]) ->
 /// `GET`/`POST {confirmation uri}` with the resource URI (the forms
 /// [`passed_resource_uri`] reads): the login page, or for a logged-in end
 /// user the confirmation page.
-#[utoipa::path(get, path = "/cheq/confirm", tag = "CHEQ", operation_id = "confirm_page",
+#[utoipa::path(get, summary = "The built-in confirmation server's page (its confirmation URI)", description = "With the resource URI — `?resource_uri=`, the URI pack's `resource uri`, or the draft's `?{resource uri}` — the login page, or for a logged-in end user the confirmation page. `POST` takes the same in the body.", path = "/cheq/confirm", tag = "CHEQ", operation_id = "confirm_page",
     params(("resource_uri" = Option<String>, Query, description = "The resource URI (or the draft's `?{resource uri}`: the query is the URI itself)")),
     responses(
         (status = 200, description = "The login page, or for a logged-in end user the confirmation page", content_type = "text/html", body = String),
@@ -674,7 +674,7 @@ pub(super) async fn confirm_page(
 /// TCP peer) and bounds the hashing; a refusal is the login page again, with
 /// its status (`401`, `429`, `503`), `Retry-After` when waiting helps, and
 /// the error code in `Plinth-Error-Code`.
-#[utoipa::path(post, path = "/cheq/login", tag = "CHEQ", operation_id = "login",
+#[utoipa::path(post, summary = "Logs an end user in to the confirmation page", description = "Checks the end user's password and opens a session. Failed logins are throttled by user name and by client address, and the hashing is bounded; a refusal is the login page again, with its status, `Retry-After` when waiting helps, and the error code in `Plinth-Error-Code`.", path = "/cheq/login", tag = "CHEQ", operation_id = "login",
     request_body(content = openapi::LoginForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 303, description = "Logged in: to the confirmation page, with the session cookie", headers(
@@ -745,7 +745,7 @@ pub(super) async fn login(
 /// `POST cheq/decide`: the end user's Accept or Reject on the confirmation
 /// page. Needs the session and the page's form token, and the end user the
 /// call was made for.
-#[utoipa::path(post, path = "/cheq/decide", tag = "CHEQ", operation_id = "decide",
+#[utoipa::path(post, summary = "The end user's Accept or Reject", description = "From the confirmation page: needs the session, the page's form token, and the end user the call was made for.", path = "/cheq/decide", tag = "CHEQ", operation_id = "decide",
     request_body(content = openapi::DecisionForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 200, description = "Decided: what came of it", content_type = "text/html", body = String),

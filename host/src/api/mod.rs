@@ -244,7 +244,7 @@ fn known_method(method: &Method) -> &'static str {
 
 /// `GET /metrics`: the Prometheus exposition, in the OpenMetrics text
 /// format (Prometheus asks for it by default).
-#[utoipa::path(get, path = "/metrics", tag = "Server", responses(
+#[utoipa::path(get, summary = "Prometheus metrics", description = "The metrics in the OpenMetrics text format (docs/observability.md).", path = "/metrics", tag = "Server", responses(
     (status = 200, description = "The metrics (docs/observability.md)", content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String),
 ))]
 async fn metrics(State(host): State<AppState>) -> axum::response::Response {
@@ -412,7 +412,7 @@ pub fn endpoints() -> Vec<Endpoint> {
 /// The public keys this server signs CHEQ objects with (as resource server
 /// and as built-in confirmation server), for confirmation servers and for
 /// verifying stored evidence later.
-#[utoipa::path(get, path = "/.well-known/jwks.json", tag = "Server", operation_id = "jwks", responses(
+#[utoipa::path(get, summary = "The server's public signing keys", description = "The Ed25519 keys this server signs CHEQ objects with, as resource server and as built-in confirmation server: for confirmation servers, and to verify stored evidence later.", path = "/.well-known/jwks.json", tag = "Server", operation_id = "jwks", responses(
     (status = 200, description = "The server's JSON Web Key Set", body = openapi::Jwks),
 ))]
 async fn jwks(State(host): State<AppState>) -> axum::Json<serde_json::Value> {

@@ -852,7 +852,7 @@ pub mod schemas {
 ///
 /// Open to anyone: it describes the API, which is the same for every
 /// tenant, and no tenant's tools, keys or data (docs/openapi.md).
-#[utoipa::path(get, path = "/openapi.json", tag = "Server", responses(
+#[utoipa::path(get, summary = "This document", description = "The OpenAPI 3.1 document of this server. Open to anyone: it describes the API, which is the same for every tenant, and no tenant's tools, keys or data (docs/openapi.md).", path = "/openapi.json", tag = "Server", responses(
     (status = 200, description = "The OpenAPI 3.1 document of this server", content_type = "application/json", body = Object),
 ))]
 pub(super) async fn openapi_json() -> axum::response::Response {
@@ -1010,8 +1010,10 @@ fn apply_access(operation: &mut Value, endpoint: &Endpoint, endpoints: &[Endpoin
     let who = match (endpoint.access, endpoint.scope) {
         (Access::Open, _) => "Open to anyone: no key is needed.".to_string(),
         (Access::Enumerate, _) => {
-            "Needs a key of the tenant (any role), or none when the tenant's enumeration is public.".to_string()
+            "Needs a key of the tenant (any role) or an operator key, or none when the tenant's enumeration is public."
+                .to_string()
         }
+        (Access::Invoke, _) => "Needs a key of the tenant (any role) or an operator key.".to_string(),
         (Access::Audit, _) => {
             "Needs a publisher key (its own tenant's entries) or an operator key (every tenant's).".to_string()
         }

@@ -218,7 +218,7 @@ fn build_definition(tool: &Tool, version: &ToolVersion) -> Value {
 
 /// `GET /otc/health`: the same answer under every platform root, so that
 /// it tells no one which tenants exist.
-#[utoipa::path(get, path = "/otc/health", tag = "OTC", operation_id = "otc_health", responses(
+#[utoipa::path(get, summary = "OTC health", description = "The same answer under every platform root, existing tenant or not, so that it tells no one which tenants exist.", path = "/otc/health", tag = "OTC", operation_id = "otc_health", responses(
     (status = 200, description = "The server can take calls", body = openapi::OtcHealth),
     (status = 503, description = "The server cannot take calls now (its store cannot record them)", body = ref("#/components/schemas/OtcServerErrorResponse")),
 ))]
@@ -233,7 +233,7 @@ pub(super) async fn health(State(host): State<AppState>) -> Response {
 
 /// `GET /otc/tools`: every live version, tools in name order, newest
 /// version first.
-#[utoipa::path(get, path = "/otc/tools", tag = "OTC", operation_id = "otc_list_tools", responses(
+#[utoipa::path(get, summary = "The tenant's tools as OTC ToolDefinitions", description = "Every live version of every tool, tools in name order, newest version first.", path = "/otc/tools", tag = "OTC", operation_id = "otc_list_tools", responses(
     (status = 200, description = "The tenant's tools as OTC `ToolDefinition`s", body = ref("#/components/schemas/OtcToolList")),
 ))]
 pub(super) async fn list_tools(
@@ -396,7 +396,7 @@ fn validation_error(errors: Vec<InputError>) -> Response {
 ///
 /// The request wrapped in `{"request": …}` as the OTC document has it, or
 /// bare as the RFC's examples write it (docs/otc.md).
-#[utoipa::path(post, path = "/otc/tools/call", tag = "OTC", operation_id = "otc_call_tool",
+#[utoipa::path(post, summary = "Calls a tool (OTC)", description = "The request wrapped in `{\"request\": …}` as the OTC document has it, or bare as the RFC's examples write it (docs/otc.md). `POST /otc/call` is the same call at the RFC's examples' path.", path = "/otc/tools/call", tag = "OTC", operation_id = "otc_call_tool",
     request_body = ref("#/components/schemas/OtcCallToolRequestBody"),
     responses(
         (status = 200, description = "The call's result (a tool's failure too: `success` false); a call that waits for its end user's confirmation adds the CHEQ URI pack", body = ref("#/components/schemas/OtcCallToolResult"),
