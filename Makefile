@@ -33,13 +33,14 @@ LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
 DATA       ?= ./plinth-data
 
-.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients run test check bench bench-smoke wrk peer
+.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients schemathesis openapi run test check bench bench-smoke wrk peer
 
 help:
 	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
 	@echo "make test     build the example tools and run every test"
 	@echo "make plugins  build and pack the example tools into $(PLUGIN_OUT)/"
 	@echo "make build    build the plinth binary"
+	@echo "make openapi  write the server's OpenAPI document to docs/openapi.json"
 	@echo "make bench    run the benchmark harness (release build) and write bench/RESULTS.md"
 
 # The tools are WebAssembly components: they need Rust's wasm32-wasip2 target.
@@ -87,9 +88,10 @@ fixtures: plugins toolchains
 
 # Ends with one summary line over every test binary (cargo prints one
 # result line per binary, the last of which may be a crate without tests).
-test: fixtures browser mcp-clients toolchains postgres
+test: fixtures browser mcp-clients toolchains postgres schemathesis
 	@set -o pipefail; PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures \
 		PLINTH_TEST_MCP_CLIENTS=$(CURDIR)/target/mcp-clients PLINTH_TEST_TOOLCHAINS=$(CURDIR)/target/toolchains \
+		PLINTH_TEST_SCHEMATHESIS=$(CURDIR)/target/schemathesis \
 		$(CARGO) test --no-fail-fast 2>&1 | tee target/test.log
 	@awk '/^test result:/ { passed += $$4; failed += $$6 } END { printf "summary: %d passed, %d failed\n", passed, failed }' target/test.log
 
@@ -116,6 +118,17 @@ deploy-check:
 # npm when the machine's is older. Quick when nothing changed.
 mcp-clients:
 	@./tests/mcp-clients/install $(CURDIR)/target/mcp-clients
+
+# The API testing tools tests/e2e/openapi.rs runs against the served OpenAPI
+# document: schemathesis and openapi-spec-validator from PyPI, pinned, in a
+# venv. Quick when nothing changed.
+schemathesis:
+	@./tests/schemathesis/install $(CURDIR)/target/schemathesis
+
+# The committed copy of the OpenAPI document (docs/openapi.json) from the
+# code; tests/e2e/openapi.rs fails when it differs from what the server serves.
+openapi: build
+	./target/debug/plinth openapi > docs/openapi.json.new && mv docs/openapi.json.new docs/openapi.json
 
 # The HTTP arms use wrk as the load generator (a separate process).
 wrk:

@@ -27,7 +27,7 @@ use std::path::Path;
 
 /// When a tool's calls need the end user's confirmation (`[confirmation]`
 /// in `plinth.toml`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ConfirmationPolicy {
     /// Every call needs confirmation.

@@ -62,6 +62,10 @@ enum Command {
         /// The candidate.
         new: PathBuf,
     },
+    /// Print the server's OpenAPI 3.1 document (what `GET /openapi.json`
+    /// serves; `plinth openapi > docs/openapi.json` refreshes the committed
+    /// copy).
+    Openapi,
     /// CHEQ evidence.
     Cheq {
         #[command(subcommand)]
@@ -482,6 +486,10 @@ fn main() -> std::process::ExitCode {
             Ok(false) => return std::process::ExitCode::from(1),
             Err(e) => Err(e),
         },
+        Command::Openapi => {
+            print!("{}", plinth::api::openapi::rendered());
+            Ok(())
+        }
         Command::Cheq { command: CheqCommand::Verify { file, jwks } } => match client::verify_cheq(&file, &jwks) {
             Ok(true) => Ok(()),
             Ok(false) => return std::process::ExitCode::from(1),

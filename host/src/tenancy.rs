@@ -88,7 +88,7 @@ impl Principal {
 
 /// Per-tenant limits, set by the operator. A missing field takes its
 /// default, so a stored quota set keeps working when fields are added.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Quotas {
     /// Tools with at least one live version.
@@ -236,7 +236,7 @@ pub fn key_matches(key: &str, stored_sha256: &str) -> bool {
 }
 
 /// One entry of the append-only audit log.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEntry {
     /// Its position in the log (assigned by the store; 0 before).

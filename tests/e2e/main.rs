@@ -16,6 +16,7 @@ mod mcp_inspector;
 mod mcp_python;
 mod mcp_support;
 mod observability;
+mod openapi;
 mod otc;
 mod polyglot;
 mod sandbox;

@@ -20,6 +20,7 @@ fn decisions() -> BTreeMap<(&'static str, &'static str), (Access, Scope)> {
         (("GET", "/ready"), (Open, Server)),
         (("GET", "/.well-known/jwks.json"), (Open, Server)),
         (("GET", "/metrics"), (Operate, Server)),
+        (("GET", "/openapi.json"), (Open, Server)),
         (("GET", "/tools"), (Enumerate, Tenant)),
         (("GET", "/tools/{tool_ref}"), (Enumerate, Tenant)),
         (("POST", "/tools/{tool_ref}"), (Invoke, Tenant)),

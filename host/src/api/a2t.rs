@@ -6,7 +6,7 @@
 //!
 //! Choices where the draft is open are documented in `docs/a2t.md`.
 
-use super::{ApiError, ApiOptions, AppState, Caller};
+use super::{ApiError, ApiOptions, AppState, Caller, openapi};
 use crate::host::{Call, FrontDoor, InvokeError};
 use crate::invocation::{self, ToolResult};
 use crate::registry::{Tool, ToolVersion};
@@ -168,6 +168,26 @@ fn json_text(body: String) -> Response {
 const TOOLS_CURSOR: &str = "tools:";
 const VERSIONS_CURSOR: &str = "versions:";
 
+/// The tenant's tools, each at its current version, by name.
+#[utoipa::path(get, path = "/tools", tag = "A2T", operation_id = "list_tools",
+    params(
+        openapi::PageParams,
+        ("tag" = Option<Vec<String>>, Query, explode = true, description = "Only tools with every tag given (repeatable)"),
+    ),
+    responses(
+        (status = 200, description = "A page of tools", body = openapi::ToolPage, links(
+            ("GetTool" = (operation_id = "get_tool", parameters(("tool_id" = "$response.body#/items/0/toolId")))),
+            ("ListVersions" = (operation_id = "list_versions", parameters(("tool_id" = "$response.body#/items/0/toolId")))),
+            ("GetVersion" = (operation_id = "get_version", parameters(("tool_id" = "$response.body#/items/0/toolId"), ("version" = "$response.body#/items/0/version")))),
+            ("InvokeTool" = (operation_id = "invoke_tool", parameters(("tool_id" = "$response.body#/items/0/toolId")))),
+            ("InvokeVersion" = (operation_id = "invoke_version", parameters(("tool_id" = "$response.body#/items/0/toolId"), ("version" = "$response.body#/items/0/version")))),
+            ("GetPolicy" = (operation_id = "get_policy", parameters(("tool_id" = "$response.body#/items/0/toolId")))),
+            ("PutPolicy" = (operation_id = "put_policy", parameters(("tool_id" = "$response.body#/items/0/toolId")))),
+            ("DeletePolicy" = (operation_id = "delete_policy", parameters(("tool_id" = "$response.body#/items/0/toolId")))),
+            ("Retire" = (operation_id = "retire", parameters(("tool_id" = "$response.body#/items/0/toolId"), ("version" = "$response.body#/items/0/version")))),
+        )),
+        (status = 400, description = "`invalid_page_limit`, `invalid_cursor`", body = openapi::ErrorBody),
+    ))]
 pub(super) async fn list_tools(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -198,6 +218,17 @@ fn parse_version(raw: &str) -> Result<u32, ApiError> {
         .ok_or_else(|| ApiError::not_found(format!("`{raw}` is not a version; versions are whole numbers from 1")))
 }
 
+/// The tool's current version.
+#[utoipa::path(get, path = "/tools/{tool_id}", tag = "A2T", operation_id = "get_tool",
+    params(("tool_id" = String, Path, description = "The tool's `toolId`"),
+        ("If-None-Match" = Option<String>, Header, description = "An `ETag` of this resource: `304` when it still matches"),
+    ),
+    responses(
+        (status = 200, description = "The current version", body = openapi::ToolSignature, headers(("ETag" = String, description = "Changes with the signature, the current version, retirement and the confirmation a call needs"))),
+        (status = 304, description = "`If-None-Match` matched", headers(("ETag" = String, description = "Changes with the signature, the current version, retirement and the confirmation a call needs"))),
+        (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
+        (status = 410, description = "`tool_retired`: every version is retired", body = openapi::ErrorBody),
+    ))]
 pub(super) async fn get_tool(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -211,6 +242,16 @@ pub(super) async fn get_tool(
     Ok(cacheable(&host, &tool, &current, &headers))
 }
 
+/// Every version of a tool, newest first.
+#[utoipa::path(get, path = "/tools/{tool_id}/versions", tag = "A2T", operation_id = "list_versions",
+    params(("tool_id" = String, Path, description = "The tool's `toolId`"),
+        openapi::PageParams,
+    ),
+    responses(
+        (status = 200, description = "A page of versions", body = openapi::ToolPage),
+        (status = 400, description = "`invalid_page_limit`, `invalid_cursor`", body = openapi::ErrorBody),
+        (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
+    ))]
 pub(super) async fn list_versions(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -234,6 +275,17 @@ pub(super) async fn list_versions(
     Ok(page_of_json(items, query.limit, next))
 }
 
+/// One version of a tool, retired or not.
+#[utoipa::path(get, path = "/tools/{tool_id}/versions/{version}", tag = "A2T", operation_id = "get_version",
+    params(("tool_id" = String, Path, description = "The tool's `toolId`"),
+        ("version" = String, Path, description = "The version's number (from 1)"),
+        ("If-None-Match" = Option<String>, Header, description = "An `ETag` of this resource: `304` when it still matches"),
+    ),
+    responses(
+        (status = 200, description = "The version", body = openapi::ToolSignature, headers(("ETag" = String, description = "Changes with the signature, the current version, retirement and the confirmation a call needs"))),
+        (status = 304, description = "`If-None-Match` matched", headers(("ETag" = String, description = "Changes with the signature, the current version, retirement and the confirmation a call needs"))),
+        (status = 404, description = "`not_found`: no such tool, or no such version", body = openapi::ErrorBody),
+    ))]
 pub(super) async fn get_version(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -257,6 +309,11 @@ fn strip_invoke(segment: &str) -> Result<&str, ApiError> {
     })
 }
 
+/// Invokes the tool's current version.
+#[utoipa::path(post, path = "/tools/{tool_id}:invoke", tag = "A2T", operation_id = "invoke_tool",
+    params(("tool_id" = String, Path, description = "The tool's `toolId`"), openapi::EndUserHeader),
+    request_body = openapi::Invocation,
+    responses(openapi::InvocationAnswers))]
 pub(super) async fn invoke_current(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -270,6 +327,14 @@ pub(super) async fn invoke_current(
     invoke(&host, &caller, &options, tool_id, None, end_user, &super::body_within_limit(body)?).await
 }
 
+/// Invokes one version of the tool.
+#[utoipa::path(post, path = "/tools/{tool_id}/versions/{version}:invoke", tag = "A2T", operation_id = "invoke_version",
+    params(("tool_id" = String, Path, description = "The tool's `toolId`"),
+        ("version" = String, Path, description = "The version's number (from 1)"),
+        openapi::EndUserHeader,
+    ),
+    request_body = openapi::Invocation,
+    responses(openapi::InvocationAnswers))]
 pub(super) async fn invoke_version(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,

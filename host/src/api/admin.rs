@@ -18,7 +18,7 @@
 //! Who may call which is declared with each route (see [`super::auth`]).
 
 use super::a2t::PageQuery;
-use super::{Access, ApiError, AppState, Caller, Routes, Scope};
+use super::{Access, ApiError, AppState, Caller, Routes, Scope, openapi};
 use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord};
 use axum::Extension;
 use axum::body::Bytes;
@@ -68,7 +68,21 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
         .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not valid: {e}")))
 }
 
-async fn deploy(
+/// Deploys a packed component: a tool's new version, or its first.
+#[utoipa::path(post, path = "/admin/tools", tag = "Admin", operation_id = "deploy",
+    params(("expectVersion" = Option<u32>, Query, minimum = 1, description = "Deploy only if the new version would be this number")),
+    request_body(description = "The packed component (`plinth pack`)", content = Vec<u8>, content_type = "application/wasm"),
+    responses(
+        (status = 200, description = "The same bytes are deployed already: nothing changed", body = openapi::Deployed),
+        (status = 201, description = "A new version", body = openapi::Deployed),
+        (status = 400, description = "`invalid_component`, `invalid_expect_version`, `invalid_condition`, `condition_too_costly`, `invalid_request`", body = openapi::ErrorBody),
+        (status = 409, description = "`breaking_change`, `version_mismatch`, `quota_exceeded`", body = openapi::ErrorBody),
+        (status = 413, description = "`quota_exceeded`: larger than the tenant may deploy", body = openapi::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: not `application/wasm`", body = openapi::ErrorBody),
+        (status = 500, description = "`deploy_failed`: interrupted; nothing was deployed", body = openapi::ErrorBody),
+        (status = 503, description = "`busy` (every deploy slot compiling), `storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+    ))]
+pub(super) async fn deploy(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     RawQuery(raw): RawQuery,
@@ -142,7 +156,15 @@ async fn deploy(
     Ok((status, axum::Json(body)).into_response())
 }
 
-async fn retire(
+/// Retires a version: it can no longer be called; its metadata stays.
+#[utoipa::path(delete, path = "/admin/tools/{tool_id}/versions/{version}", tag = "Admin", operation_id = "retire",
+    params(("tool_id" = String, Path, description = "The tool's `toolId`"), ("version" = String, Path, description = "The version's number")),
+    responses(
+        (status = 200, description = "Retired", body = openapi::Retired),
+        (status = 404, description = "`not_found`: no such tool or version", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
+pub(super) async fn retire(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path((tool_id, version)): Path<(String, String)>,
@@ -198,7 +220,16 @@ fn text_value(body: Bytes, code: &'static str) -> Result<String, ApiError> {
     Ok(value)
 }
 
-async fn put_secret(
+/// Stores a secret of the tenant's (replacing its value).
+#[utoipa::path(put, path = "/admin/secrets/{id}", tag = "Admin", operation_id = "put_secret",
+    params(("id" = String, Path, pattern = "^[a-z0-9._-]{1,128}$", example = "weather-api-key", description = "1 to 128 lowercase letters, digits, `.`, `_` or `-`")),
+    request_body(description = "The value: UTF-8, not empty, at most 64 KiB", content = String, content_type = "text/plain"),
+    responses(
+        (status = 204, description = "Stored"),
+        (status = 400, description = "`invalid_secret_id`, `invalid_secret_value`, `invalid_request`", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
+pub(super) async fn put_secret(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
@@ -210,7 +241,15 @@ async fn put_secret(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn delete_secret(
+/// Deletes a secret.
+#[utoipa::path(delete, path = "/admin/secrets/{id}", tag = "Admin", operation_id = "delete_secret",
+    params(("id" = String, Path, description = "The secret's id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "`not_found`: no such secret", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
+pub(super) async fn delete_secret(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
@@ -219,12 +258,30 @@ async fn delete_secret(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn list_secrets(State(host): State<AppState>, Extension(caller): Extension<Caller>) -> axum::Json<Value> {
+/// The tenant's secrets' ids (never their values).
+#[utoipa::path(get, path = "/admin/secrets", tag = "Admin", operation_id = "list_secrets", responses(
+    (status = 200, description = "The ids", body = openapi::SecretList),
+))]
+pub(super) async fn list_secrets(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> axum::Json<Value> {
     let items: Vec<_> = host.secret_ids(&caller.tenant).into_iter().map(|id| json!({ "id": id })).collect();
     axum::Json(json!({ "items": items }))
 }
 
-async fn put_config(
+/// Sets a tool's config value.
+#[utoipa::path(put, path = "/admin/config/{tool}/{key}", tag = "Admin", operation_id = "put_config", params(
+        ("tool" = String, Path, pattern = "^[a-z0-9._-]{1,128}$", example = "lookup_weather_by_city", description = "The tool's name"),
+        ("key" = String, Path, pattern = "^[a-z0-9._-]{1,128}$", example = "backend-url", description = "The config key"),
+    ),
+    request_body(description = "The value: UTF-8, not empty, at most 64 KiB", content = String, content_type = "text/plain"),
+    responses(
+        (status = 204, description = "Set"),
+        (status = 400, description = "`invalid_tool_name`, `invalid_config_key`, `invalid_config_value`, `invalid_request`", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
+pub(super) async fn put_config(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path((tool, key)): Path<(String, String)>,
@@ -237,7 +294,17 @@ async fn put_config(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn delete_config(
+/// Deletes a tool's config value (its manifest's default applies again).
+#[utoipa::path(delete, path = "/admin/config/{tool}/{key}", tag = "Admin", operation_id = "delete_config", params(
+        ("tool" = String, Path, pattern = "^[a-z0-9._-]{1,128}$", example = "lookup_weather_by_city", description = "The tool's name"),
+        ("key" = String, Path, pattern = "^[a-z0-9._-]{1,128}$", example = "backend-url", description = "The config key"),
+    ),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "`not_found`: no such value", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
+pub(super) async fn delete_config(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path((tool, key)): Path<(String, String)>,
@@ -246,7 +313,14 @@ async fn delete_config(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn list_config(State(host): State<AppState>, Extension(caller): Extension<Caller>) -> axum::Json<Value> {
+/// The tenant's stored config values.
+#[utoipa::path(get, path = "/admin/config", tag = "Admin", operation_id = "list_config", responses(
+    (status = 200, description = "By tool, by key", body = openapi::ConfigList),
+))]
+pub(super) async fn list_config(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> axum::Json<Value> {
     axum::Json(json!({ "tools": host.stored_config(&caller.tenant) }))
 }
 
@@ -259,17 +333,35 @@ fn tenant_json(record: &TenantRecord) -> Value {
     })
 }
 
-async fn own_tenant(State(host): State<AppState>, Extension(caller): Extension<Caller>) -> Result<Response, ApiError> {
+/// The key's own tenant: its settings and quotas.
+#[utoipa::path(get, path = "/admin/tenant", tag = "Admin", operation_id = "own_tenant", responses(
+    (status = 200, description = "The tenant", body = openapi::Tenant),
+))]
+pub(super) async fn own_tenant(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Response, ApiError> {
     let tenant = host.tenant(&caller.tenant).ok_or_else(|| ApiError::not_found("the tenant no longer exists"))?;
     Ok(axum::Json(tenant_json(&tenant.record)).into_response())
 }
 
-async fn list_tenants(State(host): State<AppState>) -> axum::Json<Value> {
+/// Every tenant.
+#[utoipa::path(get, path = "/admin/tenants", tag = "Admin", operation_id = "list_tenants", responses(
+    (status = 200, description = "The tenants", body = openapi::TenantList),
+))]
+pub(super) async fn list_tenants(State(host): State<AppState>) -> axum::Json<Value> {
     let items: Vec<Value> = host.tenants().iter().map(tenant_json).collect();
     axum::Json(json!({ "items": items }))
 }
 
-async fn get_tenant(State(host): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
+/// One tenant.
+#[utoipa::path(get, path = "/admin/tenants/{name}", tag = "Admin", operation_id = "get_tenant",
+    params(("name" = String, Path, example = "acme", description = "The tenant's name")),
+    responses(
+        (status = 200, description = "The tenant", body = openapi::Tenant),
+        (status = 404, description = "`not_found`: no such tenant", body = openapi::ErrorBody),
+    ))]
+pub(super) async fn get_tenant(State(host): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
     let tenant = host.tenant(&name).ok_or_else(|| ApiError::not_found(format!("there is no tenant `{name}`")))?;
     Ok(axum::Json(tenant_json(&tenant.record)).into_response())
 }
@@ -296,7 +388,19 @@ fn empty_object() -> Value {
     json!({})
 }
 
-async fn create_tenant(
+/// Creates a tenant.
+#[utoipa::path(post, path = "/admin/tenants", tag = "Admin", operation_id = "create_tenant",
+    request_body = openapi::NewTenant,
+    responses(
+        (status = 201, description = "Created", body = openapi::Tenant, links(
+            ("GetTenant" = (operation_id = "get_tenant", parameters(("name" = "$response.body#/name")))),
+            ("UpdateTenant" = (operation_id = "update_tenant", parameters(("name" = "$response.body#/name")))),
+        )),
+        (status = 400, description = "`invalid_json` (not the body described), `invalid_request`", body = openapi::ErrorBody),
+        (status = 409, description = "`conflict`: the tenant exists", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
+pub(super) async fn create_tenant(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     body: Bytes,
@@ -306,7 +410,17 @@ async fn create_tenant(
     Ok((StatusCode::CREATED, axum::Json(tenant_json(&record))).into_response())
 }
 
-async fn update_tenant(
+/// Changes a tenant's settings or quotas.
+#[utoipa::path(patch, path = "/admin/tenants/{name}", tag = "Admin", operation_id = "update_tenant",
+    params(("name" = String, Path, example = "acme", description = "The tenant's name")),
+    request_body = openapi::TenantChange,
+    responses(
+        (status = 200, description = "Changed", body = openapi::Tenant),
+        (status = 400, description = "`invalid_json` (not the body described), `invalid_request`", body = openapi::ErrorBody),
+        (status = 404, description = "`not_found`: no such tenant", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
+pub(super) async fn update_tenant(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
@@ -328,7 +442,13 @@ fn key_json(record: &KeyRecord) -> Value {
     })
 }
 
-async fn list_keys(State(host): State<AppState>, RawQuery(raw): RawQuery) -> axum::Json<Value> {
+/// Every key's record (never the keys).
+#[utoipa::path(get, path = "/admin/keys", tag = "Admin", operation_id = "list_keys",
+    params(("tenant" = Option<String>, Query, description = "Only this tenant's keys")),
+    responses(
+        (status = 200, description = "The keys", body = openapi::KeyList),
+    ))]
+pub(super) async fn list_keys(State(host): State<AppState>, RawQuery(raw): RawQuery) -> axum::Json<Value> {
     let tenant = form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
         .find(|(k, _)| k == "tenant")
         .map(|(_, v)| v.into_owned());
@@ -344,7 +464,18 @@ struct NewKeyRequest {
     label: Option<String>,
 }
 
-async fn create_key(
+/// Creates a key; the answer is the only time the key is shown.
+#[utoipa::path(post, path = "/admin/keys", tag = "Admin", operation_id = "create_key",
+    request_body = openapi::NewKeyRequest,
+    responses(
+        (status = 201, description = "Created (`Cache-Control: no-store`)", body = openapi::CreatedKey,
+            headers(("Cache-Control" = String, description = "`no-store`")),
+            links(("RevokeKey" = (operation_id = "revoke_key", parameters(("id" = "$response.body#/id")))))),
+        (status = 400, description = "`invalid_json`, `invalid_role`, `invalid_label`, `invalid_request`", body = openapi::ErrorBody),
+        (status = 404, description = "`not_found`: no such tenant", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
+pub(super) async fn create_key(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     body: Bytes,
@@ -364,7 +495,15 @@ async fn create_key(
     Ok(response)
 }
 
-async fn revoke_key(
+/// Revokes a key, at once and for good.
+#[utoipa::path(delete, path = "/admin/keys/{id}", tag = "Admin", operation_id = "revoke_key",
+    params(("id" = String, Path, description = "The key's id")),
+    responses(
+        (status = 200, description = "Revoked", body = openapi::Key),
+        (status = 404, description = "`not_found`: no such key", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
+pub(super) async fn revoke_key(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
@@ -378,7 +517,18 @@ const AUDIT_CURSOR: &str = "audit:";
 /// `GET /admin/audit`: an operator reads every entry (or one tenant's with
 /// `?tenant=`); a publisher reads its own tenant's, and naming another
 /// tenant is `404` as everywhere else.
-async fn audit(
+#[utoipa::path(get, summary = "The audit log, newest first", description = "An operator reads every entry (or one tenant's with `?tenant=`); a publisher reads its own tenant's, and naming another tenant is `404` as everywhere else.", path = "/admin/audit", tag = "Admin", operation_id = "audit",
+    params(
+        ("tenant" = Option<String>, Query, description = "Only this tenant's entries (a publisher: its own only)"),
+        openapi::PageParams,
+    ),
+    responses(
+        (status = 200, description = "A page of entries, newest first", body = openapi::AuditPage),
+        (status = 400, description = "`invalid_page_limit`, `invalid_cursor`", body = openapi::ErrorBody),
+        (status = 404, description = "`not_found`: another tenant than the publisher's own", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
+pub(super) async fn audit(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     RawQuery(raw): RawQuery,

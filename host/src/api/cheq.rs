@@ -20,7 +20,7 @@
 //! `GET {resource uri}/cheq`, and `?accept`/`?reject` as HTTP clients write
 //! them.
 
-use super::{ApiError, ApiOptions, AppState, Caller};
+use super::{ApiError, ApiOptions, AppState, Caller, openapi};
 use crate::host::{
     DecideError, InvokeError, LoginError, MAX_END_USER_CHARS, PageSession, PendingConfirmation, State as TxState,
     as_words, is_end_user_name, rfc3339,
@@ -127,6 +127,14 @@ fn transaction(host: &AppState, tenant: &str, id: &str) -> Result<StoredConfirma
 /// the CHEQ object alone (for a voice gateway to read out). Whatever key or
 /// service account the caller presents is not needed: the URI is the
 /// capability.
+#[utoipa::path(get, summary = "The CHEQ of a transaction (its resource URI)", description = "The CHEQ this server signed, as a JWS in the general JSON serialization; `?raw` gives the CHEQ object alone (for a voice gateway to read out). The URI is the capability: no key is needed. `GET {resource uri}/cheq` is the same (the draft's \"retrieve cheq function\").", path = "/cheq/transactions/{id}", tag = "CHEQ", operation_id = "get_transaction",
+    params(("id" = String, Path, description = "The transaction id (from the URI pack)"),
+        ("raw" = Option<String>, Query, description = "Present: the CHEQ object alone, unsigned")),
+    responses(
+        (status = 200, description = "The CHEQ signed by this server (with `?raw`, the CHEQ object)", body = openapi::CheqAnswer),
+        (status = 404, description = "`unknown_transaction`", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
 pub(super) async fn get_transaction(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -183,6 +191,24 @@ fn decision(query: Option<&str>) -> Result<Decision, ApiError> {
 /// accepted call runs before the answer, which says how it went for the
 /// confirmation server (the agent gets the tool's answer from the result
 /// URI).
+#[utoipa::path(post, summary = "A confirmation server's decision", description = "`?accept` with the CHEQ countersigned by the confirmation server (in any JWS serialization), or `?reject`. An accepted call runs before the answer, which says how it went for the confirmation server; the agent gets the tool's answer from the result URI.", path = "/cheq/transactions/{id}", tag = "CHEQ", operation_id = "decide_transaction",
+    params(("id" = String, Path, description = "The transaction id (from the URI pack)"),
+        ("accept" = Option<String>, Query, description = "Accept: the body is the CHEQ countersigned by the confirmation server"),
+        ("reject" = Option<String>, Query, description = "Reject: the call never runs")),
+    request_body(description = "On `?accept`, the countersigned CHEQ: a JWS in the general or flattened JSON serialization, or the compact one", content(
+        (openapi::SignedCheq = "application/json"),
+        (String = "application/jose"),
+    )),
+    responses(
+        (status = 200, description = "The decision was recorded (an accepted call has run)", body = openapi::DecisionRecorded),
+        (status = 400, description = "`invalid_decision`, `invalid_json`", body = openapi::ErrorBody),
+        (status = 403, description = "`invalid_signature`, `not_confirmed`", body = openapi::ErrorBody),
+        (status = 404, description = "`unknown_transaction`", body = openapi::ErrorBody),
+        (status = 409, description = "`already_decided`, `cheq_altered`", body = openapi::ErrorBody),
+        (status = 410, description = "`confirmation_expired`, `version_retired`", body = openapi::ErrorBody),
+        (status = 502, description = "`jwks_*`: the external confirmation server's keys cannot be used", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
 pub(super) async fn decide_transaction(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -214,6 +240,9 @@ pub(super) async fn decide_transaction(
 
 /// `GET /admin/confirmation-server`: the tenant's external confirmation
 /// server, or `null` (the built-in one).
+#[utoipa::path(get, summary = "The tenant's confirmation server", description = "The tenant's external confirmation server, or `null` when the built-in one confirms.", path = "/admin/confirmation-server", tag = "Admin", responses(
+    (status = 200, description = "The tenant's confirmation server", body = openapi::ConfirmationServerSetting),
+))]
 pub(super) async fn get_confirmation_server(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -222,6 +251,13 @@ pub(super) async fn get_confirmation_server(
 }
 
 /// `PUT /admin/confirmation-server` with `{"uri", "jwks_url"}`.
+#[utoipa::path(put, summary = "Sets an external confirmation server", description = "Where the tenant's end users confirm (the URI pack's confirmation URI), and where its keys are published (https only).", path = "/admin/confirmation-server", tag = "Admin",
+    request_body = crate::host::ConfirmationServer,
+    responses(
+        (status = 204, description = "Set"),
+        (status = 400, description = "`invalid_json`, `invalid_request`", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
 pub(super) async fn put_confirmation_server(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -235,6 +271,10 @@ pub(super) async fn put_confirmation_server(
 }
 
 /// `DELETE /admin/confirmation-server`: back to the built-in one.
+#[utoipa::path(delete, summary = "Back to the built-in confirmation server", description = "The tenant's end users confirm on the built-in confirmation server again.", path = "/admin/confirmation-server", tag = "Admin", responses(
+    (status = 204, description = "The built-in confirmation server confirms again"),
+    openapi::StorageFailed,
+))]
 pub(super) async fn delete_confirmation_server(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -246,6 +286,10 @@ pub(super) async fn delete_confirmation_server(
 /// `GET /admin/tools/{tool_id}/confirmation`: the tenant's override of the
 /// tool's policy (`null` when the tool's own applies) and what the newest
 /// version declares.
+#[utoipa::path(get, summary = "A tool's confirmation policy", description = "The tenant's override of the tool's policy (`null` when the tool's own applies) and what the newest version declares.", path = "/admin/tools/{tool_id}/confirmation", tag = "Admin", params(("tool_id" = String, Path, description = "The tool's `toolId`")), responses(
+    (status = 200, description = "The override and the tool's own policy", body = openapi::PolicySetting),
+    (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
+))]
 pub(super) async fn get_policy(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -260,6 +304,14 @@ pub(super) async fn get_policy(
 
 /// `PUT /admin/tools/{tool_id}/confirmation` with a policy
 /// (`{"required": true}`, `{"when": "…"}` or `{}` for never).
+#[utoipa::path(put, summary = "Overrides a tool's confirmation policy", description = "`{\"required\": true}`, `{\"when\": \"<CEL>\"}`, or `{}` for never.", path = "/admin/tools/{tool_id}/confirmation", tag = "Admin", params(("tool_id" = String, Path, description = "The tool's `toolId`")),
+    request_body = crate::cheq::ConfirmationPolicy,
+    responses(
+        (status = 204, description = "The override applies to the tool's calls"),
+        (status = 400, description = "`invalid_json`, `invalid_request`, `invalid_condition`, `condition_too_costly`", body = openapi::ErrorBody),
+        (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
 pub(super) async fn put_policy(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -278,6 +330,11 @@ pub(super) async fn put_policy(
 
 /// `DELETE /admin/tools/{tool_id}/confirmation`: the tool's own policy
 /// applies again.
+#[utoipa::path(delete, summary = "Drops the override of a tool's confirmation policy", description = "The tool's own policy applies again.", path = "/admin/tools/{tool_id}/confirmation", tag = "Admin", params(("tool_id" = String, Path, description = "The tool's `toolId`")), responses(
+    (status = 204, description = "The tool's own policy applies again"),
+    (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
+    openapi::StorageFailed,
+))]
 pub(super) async fn delete_policy(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -348,6 +405,19 @@ fn final_answer(answer: &mut Value) {
 /// `410 confirmation_expired`, `410 version_retired` or
 /// `422 call_outcome_unknown` otherwise. In the shape of the front door the
 /// call came through.
+#[utoipa::path(get, summary = "The answer of a call that waited for confirmation (its result URI)", description = "`202` while the end user has not decided (or the accepted tool runs); then the call's answer, final (never a `5xx`), in the shape of the door the call came through; or why it has none.", path = "/cheq/results/{id}", tag = "CHEQ", operation_id = "get_result",
+    params(("id" = String, Path, description = "The transaction id (from the URI pack)")),
+    responses(
+        (status = 200, description = "The call's answer, in the shape of the door it came through (A2T outputs, an OTC result, an MCP result); final", content_type = "application/json", body = Object),
+        (status = 202, description = "The end user has not decided (`pending`), or the accepted call runs (`running`)", body = openapi::TransactionWaiting,
+            headers(("Retry-After" = u64, description = "Seconds until the next poll"))),
+        (status = 400, description = "The call's own answer: its input was refused when it ran (final)", content_type = "application/json", body = Object),
+        (status = 403, description = "`confirmation_rejected`: the end user rejected the call", content_type = "application/json", body = Object),
+        (status = 404, description = "`unknown_transaction`", body = openapi::ErrorBody),
+        (status = 410, description = "`confirmation_expired`, `version_retired`", content_type = "application/json", body = Object),
+        (status = 422, description = "The call's own failure (`tool_error`, …, a temporary one kept as final), or `call_outcome_unknown`", content_type = "application/json", body = Object),
+        (status = 503, description = "`storage_failed`: the transaction could not be read", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+    ))]
 pub(super) async fn get_result(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -387,6 +457,13 @@ pub(super) async fn get_result(
 /// `GET /admin/cheq/{id}`: the evidence of one transaction — the CHEQ this
 /// server signed, the decision (the CHEQ with the confirmation server's
 /// signature, or who rejected it), and what came of it.
+#[utoipa::path(get, summary = "The evidence of a CHEQ transaction", description = "The CHEQ this server signed, the decision (the CHEQ with the confirmation server's signature, or who rejected it), and what came of it. An operator sees every tenant's; a publisher its own.", path = "/admin/cheq/{id}", tag = "CHEQ", operation_id = "evidence",
+    params(("id" = String, Path, description = "The transaction id")),
+    responses(
+        (status = 200, description = "The transaction's evidence", body = openapi::Evidence),
+        (status = 404, description = "`unknown_transaction` (another tenant's too, for a publisher)", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
 pub(super) async fn evidence(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -420,6 +497,13 @@ pub(super) async fn evidence(
 }
 
 /// `PUT /admin/end-users/{name}` with `{"password": "…"}`.
+#[utoipa::path(put, summary = "Sets an end user's password", description = "An end user of the built-in confirmation server; the password is hashed with Argon2id.", path = "/admin/end-users/{name}", tag = "Admin", params(("name" = String, Path, min_length = 1, max_length = 128, example = "alice", description = "The end user's name: 1 to 128 printable characters")),
+    request_body = openapi::EndUserPassword,
+    responses(
+        (status = 204, description = "Set"),
+        (status = 400, description = "`invalid_end_user`, `invalid_json`, `invalid_request`", body = openapi::ErrorBody),
+        (status = 503, description = "`login_busy`, `storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+    ))]
 pub(super) async fn put_end_user(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -439,6 +523,11 @@ pub(super) async fn put_end_user(
 }
 
 /// `DELETE /admin/end-users/{name}`.
+#[utoipa::path(delete, summary = "Deletes an end user", description = "The end user can no longer log in to the confirmation page.", path = "/admin/end-users/{name}", tag = "Admin", params(("name" = String, Path, min_length = 1, max_length = 128, example = "alice", description = "The end user's name: 1 to 128 printable characters")), responses(
+    (status = 204, description = "Deleted, with the end user's sessions"),
+    (status = 404, description = "`not_found`: no such end user", body = openapi::ErrorBody),
+    openapi::StorageFailed,
+))]
 pub(super) async fn delete_end_user(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -544,6 +633,16 @@ fn passed_resource_uri(query: Option<&str>, headers: &HeaderMap, body: &[u8]) ->
 /// `GET`/`POST {confirmation uri}` with the resource URI (the forms
 /// [`passed_resource_uri`] reads): the login page, or for a logged-in end
 /// user the confirmation page.
+#[utoipa::path(get, summary = "The built-in confirmation server's page (its confirmation URI)", description = "With the resource URI — `?resource_uri=`, the URI pack's `resource uri`, or the draft's `?{resource uri}` — the login page, or for a logged-in end user the confirmation page. `POST` takes the same in the body.", path = "/cheq/confirm", tag = "CHEQ", operation_id = "confirm_page",
+    params(("resource_uri" = Option<String>, Query, description = "The resource URI (or the draft's `?{resource uri}`: the query is the URI itself)")),
+    responses(
+        (status = 200, description = "The login page, or for a logged-in end user the confirmation page", content_type = "text/html", body = String),
+        (status = 400, description = "No resource URI, two, or one of another server", content_type = "text/html", body = String),
+        (status = 403, description = "The call was made for another end user", content_type = "text/html", body = String),
+        (status = 404, description = "No such transaction", content_type = "text/html", body = String),
+        (status = 409, description = "Already decided", content_type = "text/html", body = String),
+        (status = 410, description = "Expired", content_type = "text/html", body = String),
+    ))]
 pub(super) async fn confirm_page(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -575,6 +674,19 @@ pub(super) async fn confirm_page(
 /// TCP peer) and bounds the hashing; a refusal is the login page again, with
 /// its status (`401`, `429`, `503`), `Retry-After` when waiting helps, and
 /// the error code in `Plinth-Error-Code`.
+#[utoipa::path(post, summary = "Logs an end user in to the confirmation page", description = "Checks the end user's password and opens a session. Failed logins are throttled by user name and by client address, and the hashing is bounded; a refusal is the login page again, with its status, `Retry-After` when waiting helps, and the error code in `Plinth-Error-Code`.", path = "/cheq/login", tag = "CHEQ", operation_id = "login",
+    request_body(content = openapi::LoginForm, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 303, description = "Logged in: to the confirmation page, with the session cookie", headers(
+            ("Location" = String, description = "The confirmation page"),
+            ("Set-Cookie" = String, description = "The session (HttpOnly, SameSite=Strict)"),
+        )),
+        (status = 401, description = "Wrong user name or password: the login page again (`Plinth-Error-Code: login_failed`)", content_type = "text/html", body = String),
+        (status = 429, description = "Too many failed logins: the login page (`login_locked`)", content_type = "text/html", body = String,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 503, description = "The login cannot be checked now (`login_busy`, `storage_failed`)", content_type = "text/html", body = String,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+    ))]
 pub(super) async fn login(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -633,6 +745,19 @@ pub(super) async fn login(
 /// `POST cheq/decide`: the end user's Accept or Reject on the confirmation
 /// page. Needs the session and the page's form token, and the end user the
 /// call was made for.
+#[utoipa::path(post, summary = "The end user's Accept or Reject", description = "From the confirmation page: needs the session, the page's form token, and the end user the call was made for.", path = "/cheq/decide", tag = "CHEQ", operation_id = "decide",
+    request_body(content = openapi::DecisionForm, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "Decided: what came of it", content_type = "text/html", body = String),
+        (status = 400, description = "Neither accept nor reject", content_type = "text/html", body = String),
+        (status = 401, description = "Not logged in", content_type = "text/html", body = String),
+        (status = 403, description = "Without the page's form token, or the call is another end user's, or not confirmed", content_type = "text/html", body = String),
+        (status = 404, description = "No such transaction", content_type = "text/html", body = String),
+        (status = 409, description = "Already decided", content_type = "text/html", body = String),
+        (status = 410, description = "Expired, or the version was retired", content_type = "text/html", body = String),
+        (status = 422, description = "A private value does not fit: asked again", content_type = "text/html", body = String),
+        (status = 503, description = "The decision could not be recorded", content_type = "text/html", body = String),
+    ))]
 pub(super) async fn decide(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,

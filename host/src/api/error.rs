@@ -354,6 +354,51 @@ impl From<ChangeError> for ApiError {
     }
 }
 
+/// Gives an error answered in plain text, or with no body at all, Plinth's
+/// error shape: axum's own refusals (a body over a route's limit, a path
+/// parameter that is not UTF-8, a method the route does not take) and
+/// rmcp's (Host or Origin not allowed, a missing `Accept`, a body that is
+/// not JSON). Every other answer passes as it is. The router runs every
+/// answer through it (`api::router`).
+pub async fn as_error_body(response: Response) -> Response {
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let plain = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_none_or(|v| v.to_str().is_ok_and(|v| v.starts_with("text/plain")));
+    if !plain {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&text).trim().to_string();
+    let (code, message) = match status {
+        StatusCode::FORBIDDEN => ("forbidden", text),
+        StatusCode::NOT_ACCEPTABLE => ("not_acceptable", text),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ("unsupported_media_type", text),
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            ("request_too_large", "the request body is larger than this endpoint accepts".to_string())
+        }
+        StatusCode::METHOD_NOT_ALLOWED => (
+            "method_not_allowed",
+            "this endpoint does not take this method; the Allow header lists those it takes".to_string(),
+        ),
+        _ if status.is_server_error() => ("internal", text),
+        _ => ("invalid_request", text),
+    };
+    let mut error = ApiError::new(status, code, message).into_response();
+    // Keep what the refusal said besides its body (`Allow` on a 405).
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            error.headers_mut().entry(name).or_insert_with(|| value.clone());
+        }
+    }
+    error
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut error = Map::new();

@@ -214,33 +214,10 @@ pub(super) async fn per_method(request: Request, next: Next) -> Response {
     if let Some(refusal) = auth::refusal_for(host, access, Scope::Tenant, caller) {
         return refusal;
     }
-    as_api_error(next.run(Request::from_parts(parts, Body::from(bytes))).await).await
-}
-
-/// rmcp's own HTTP refusals (Host or Origin not allowed, a missing
-/// `Accept`, a body that is not JSON) are plain text: they are given
-/// Plinth's error shape, like every other refusal.
-async fn as_api_error(response: Response) -> Response {
-    // Plain text, or no type at all (the Host and Origin refusals).
-    let plain = response
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .is_none_or(|v| v.to_str().is_ok_and(|v| v.starts_with("text/plain")));
-    let status = response.status();
-    if !plain || !(status.is_client_error() || status.is_server_error()) {
-        return response;
-    }
-    let text = axum::body::to_bytes(response.into_body(), 4096).await.unwrap_or_default();
-    let code = match status {
-        StatusCode::FORBIDDEN => "forbidden",
-        StatusCode::NOT_ACCEPTABLE => "not_acceptable",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
-        StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
-        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
-        _ if status.is_server_error() => "internal",
-        _ => "invalid_request",
-    };
-    ApiError::new(status, code, String::from_utf8_lossy(&text).trim().to_string()).into_response()
+    // rmcp's own HTTP refusals (Host or Origin not allowed, a missing
+    // `Accept`, a body that is not JSON) are plain text: the router gives
+    // them Plinth's error shape, like every other (`error::as_error_body`).
+    next.run(Request::from_parts(parts, Body::from(bytes))).await
 }
 
 /// The `method` of a JSON-RPC message, if the body is one.

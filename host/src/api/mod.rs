@@ -12,6 +12,7 @@ pub mod auth;
 pub mod cheq;
 pub mod error;
 pub mod mcp;
+pub mod openapi;
 pub mod otc;
 pub mod serve;
 
@@ -143,6 +144,7 @@ fn routes(options: &ApiOptions) -> Routes {
         .add(Method::GET, "/ready", Open, Server, get(ready))
         .add(Method::GET, "/.well-known/jwks.json", Open, Server, get(jwks))
         .add(Method::GET, "/metrics", Operate, Server, get(metrics))
+        .add(Method::GET, "/openapi.json", Open, Server, get(openapi::openapi_json))
         // A2T, under every platform root.
         .add(Method::GET, "/tools", Enumerate, Tenant, get(a2t::list_tools))
         .add(Method::GET, "/tools/{tool_ref}", Enumerate, Tenant, get(a2t::get_tool))
@@ -208,6 +210,7 @@ pub fn router(host: AppState, options: ApiOptions) -> axum::Router {
         .layer(axum::Extension(Arc::new(options)))
         .map_request(auth::strip_tenant_root)
         .layer(middleware::from_fn(otc::uniform_errors))
+        .layer(middleware::map_response(error::as_error_body))
         .layer(middleware::from_fn(move |request: Request, next: Next| body_deadline(body_timeout, request, next)))
         .service(app);
     Router::new().fallback_service(service)
@@ -241,6 +244,9 @@ fn known_method(method: &Method) -> &'static str {
 
 /// `GET /metrics`: the Prometheus exposition, in the OpenMetrics text
 /// format (Prometheus asks for it by default).
+#[utoipa::path(get, summary = "Prometheus metrics", description = "The metrics in the OpenMetrics text format (docs/observability.md).", path = "/metrics", tag = "Server", responses(
+    (status = 200, description = "The metrics (docs/observability.md)", content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String),
+))]
 async fn metrics(State(host): State<AppState>) -> axum::response::Response {
     use axum::response::IntoResponse;
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -406,21 +412,35 @@ pub fn endpoints() -> Vec<Endpoint> {
 /// The public keys this server signs CHEQ objects with (as resource server
 /// and as built-in confirmation server), for confirmation servers and for
 /// verifying stored evidence later.
+#[utoipa::path(get, summary = "The server's public signing keys", description = "The Ed25519 keys this server signs CHEQ objects with, as resource server and as built-in confirmation server: for confirmation servers, and to verify stored evidence later.", path = "/.well-known/jwks.json", tag = "Server", operation_id = "jwks", responses(
+    (status = 200, description = "The server's JSON Web Key Set", body = openapi::Jwks),
+))]
 async fn jwks(State(host): State<AppState>) -> axum::Json<serde_json::Value> {
     axum::Json(host.cheq_jwks())
 }
 
+/// Liveness: the process answers.
+///
 /// Open to anyone, so it says nothing about any tenant (not even how many
 /// tools the server holds).
+#[utoipa::path(get, path = "/health", tag = "Server", operation_id = "health", responses(
+    (status = 200, description = "The server answers", body = openapi::Health),
+))]
 async fn health() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({ "status": "ok" }))
 }
 
-/// Readiness (a load balancer's or Kubernetes' probe): `200` once the
-/// registry is loaded and this replica is caught up with the store's change
-/// log, `503` before, or while the store cannot be reached — so traffic
-/// goes to replicas that see every deploy and revocation. `/health` is
-/// liveness: the process answers.
+/// Readiness (a load balancer's or Kubernetes' probe).
+///
+/// `200` once the registry is loaded and this replica is caught up with the
+/// store's change log, `503` before, or while the store cannot be reached —
+/// so traffic goes to replicas that see every deploy and revocation.
+/// `/health` is liveness: the process answers.
+#[utoipa::path(get, path = "/ready", tag = "Server", operation_id = "ready", responses(
+    (status = 200, description = "Ready for traffic", body = openapi::Readiness),
+    (status = 503, description = "Not caught up with the store, or cannot reach it", body = openapi::Readiness,
+        headers(("Retry-After" = u64, description = "Seconds to wait"))),
+))]
 async fn ready(State(host): State<AppState>) -> axum::response::Response {
     use axum::http::{StatusCode, header};
     use axum::response::IntoResponse;

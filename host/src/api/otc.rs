@@ -11,7 +11,7 @@
 //! Where the RFC text and `otc-openapi-1.0.json` disagree, and what Plinth
 //! sends and accepts, is written down in `docs/otc.md`.
 
-use super::{ApiError, ApiOptions, AppState, Caller};
+use super::{ApiError, ApiOptions, AppState, Caller, openapi};
 use crate::host::{Call, FrontDoor, InvokeError};
 use crate::idempotency::Claim;
 use crate::invocation::{self, InputError, OutputError, ToolError, ToolResult};
@@ -218,6 +218,10 @@ fn build_definition(tool: &Tool, version: &ToolVersion) -> Value {
 
 /// `GET /otc/health`: the same answer under every platform root, so that
 /// it tells no one which tenants exist.
+#[utoipa::path(get, summary = "OTC health", description = "The same answer under every platform root, existing tenant or not, so that it tells no one which tenants exist.", path = "/otc/health", tag = "OTC", operation_id = "otc_health", responses(
+    (status = 200, description = "The server can take calls", body = openapi::OtcHealth),
+    (status = 503, description = "The server cannot take calls now (its store cannot record them)", body = ref("#/components/schemas/OtcServerErrorResponse")),
+))]
 pub(super) async fn health(State(host): State<AppState>) -> Response {
     if host.can_run_tools() {
         axum::Json(json!({ "$schema": SCHEMA_URI, "status": "ok" })).into_response()
@@ -229,6 +233,9 @@ pub(super) async fn health(State(host): State<AppState>) -> Response {
 
 /// `GET /otc/tools`: every live version, tools in name order, newest
 /// version first.
+#[utoipa::path(get, summary = "The tenant's tools as OTC ToolDefinitions", description = "Every live version of every tool, tools in name order, newest version first.", path = "/otc/tools", tag = "OTC", operation_id = "otc_list_tools", responses(
+    (status = 200, description = "The tenant's tools as OTC `ToolDefinition`s", body = ref("#/components/schemas/OtcToolList")),
+))]
 pub(super) async fn list_tools(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -385,7 +392,22 @@ fn validation_error(errors: Vec<InputError>) -> Response {
     (StatusCode::UNPROCESSABLE_ENTITY, axum::Json(body)).into_response()
 }
 
-/// `POST /otc/tools/call` and `POST /otc/call`.
+/// `POST /otc/tools/call` and `POST /otc/call`: one call.
+///
+/// The request wrapped in `{"request": …}` as the OTC document has it, or
+/// bare as the RFC's examples write it (docs/otc.md).
+#[utoipa::path(post, summary = "Calls a tool (OTC)", description = "The request wrapped in `{\"request\": …}` as the OTC document has it, or bare as the RFC's examples write it (docs/otc.md). `POST /otc/call` is the same call at the RFC's examples' path.", path = "/otc/tools/call", tag = "OTC", operation_id = "otc_call_tool",
+    request_body = ref("#/components/schemas/OtcCallToolRequestBody"),
+    responses(
+        (status = 200, description = "The call's result (a tool's failure too: `success` false); a call that waits for its end user's confirmation adds the CHEQ URI pack", body = ref("#/components/schemas/OtcCallToolResult"),
+            headers(("Location" = Option<String>, description = "The result URI, when the call waits for confirmation"),
+                ("idempotent-replayed" = Option<String>, description = "`true` when the answer is the recorded one of an earlier call with this `call_id`"))),
+        (status = 400, description = "`invalid_json`, `invalid_request`, `invalid_tool_id`, `unknown_tool`, `unknown_version`, `version_retired`, `call_id_reused`, `missing_requirements`, `invalid_end_user`, `end_user_required`, `confirmation_cannot_wait`", body = ref("#/components/schemas/OtcServerErrorResponse")),
+        (status = 422, description = "The inputs do not fit the tool's `input_schema`", body = ref("#/components/schemas/OtcValidationErrorResponse")),
+        (status = 500, description = "`internal`: Plinth itself failed (a bug)", body = ref("#/components/schemas/OtcServerErrorResponse")),
+        (status = 503, description = "Temporary: `busy`, `rate_limited`, `storage_failed`; the tool did not run", body = ref("#/components/schemas/OtcServerErrorResponse"),
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
+    ))]
 pub(super) async fn call_tool(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,

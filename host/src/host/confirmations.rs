@@ -270,7 +270,7 @@ fn random_token() -> Result<String, StoreError> {
 /// A tenant's external confirmation server: where end users confirm (the
 /// URI pack's confirmation URI), and the keys its signatures are checked
 /// against.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConfirmationServer {
     /// The confirmation server's URI (figure 3).
