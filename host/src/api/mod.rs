@@ -217,6 +217,15 @@ pub fn router(host: AppState, options: ApiOptions) -> axum::Router {
 /// by method, route and status: a bounded set).
 async fn counted(route: &'static str, request: Request, next: Next) -> axum::response::Response {
     let method = known_method(request.method());
+    if crate::telemetry::exporting() {
+        // The request span (`request_id`) is named by its route.
+        use opentelemetry::trace::TraceContextExt as _;
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let span = tracing::Span::current();
+        span.record("http.route", route);
+        // Started by now: renamed on the OpenTelemetry span itself.
+        span.context().span().update_name(format!("{method} {route}"));
+    }
     let host = request.extensions().get::<AppState>().cloned();
     let response = next.run(request).await;
     if let Some(host) = host {
@@ -250,8 +259,9 @@ async fn metrics(State(host): State<AppState>) -> axum::response::Response {
 /// Gives every request an id: the caller's `x-request-id` when it is a
 /// sensible one (1–128 of `A-Za-z0-9._:-`), else a new one. It is in every
 /// log line of the request (a `request` span) and in the answer's
-/// `x-request-id`.
-async fn request_id(request: Request, next: Next) -> axum::response::Response {
+/// `x-request-id`. A valid `traceparent` is put on the request as a
+/// [`CallerTrace`](crate::telemetry::CallerTrace) for the doors.
+async fn request_id(mut request: Request, next: Next) -> axum::response::Response {
     use tracing::Instrument;
     const HEADER: &str = "x-request-id";
     let given = request.headers().get(HEADER).and_then(|value| value.to_str().ok()).filter(|id| {
@@ -262,7 +272,43 @@ async fn request_id(request: Request, next: Next) -> axum::response::Response {
         Some(id) => id.to_string(),
         None => new_request_id(),
     };
-    let mut response = next.run(request).instrument(tracing::info_span!("request", id = %id)).await;
+    // The caller's W3C trace context, for the doors to hand to the core.
+    let caller = crate::telemetry::CallerTrace::from_headers(request.headers());
+    if let Some(caller) = &caller {
+        request.extensions_mut().insert(caller.clone());
+    }
+    if !crate::telemetry::exporting() {
+        let mut response = next.run(request).instrument(tracing::info_span!("request", id = %id)).await;
+        if let Ok(value) = axum::http::HeaderValue::from_str(&id) {
+            response.headers_mut().insert(HEADER, value);
+        }
+        return response;
+    }
+    // Exported: an OpenTelemetry server span (semantic conventions for
+    // HTTP), the child of the caller's span when it sent `traceparent`.
+    // Named by the declared route (`counted` records it), never the path:
+    // a CHEQ resource URI's path is a capability.
+    let method = known_method(request.method());
+    let span = tracing::info_span!(
+        "request",
+        id = %id,
+        otel.name = method,
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = method,
+        http.route = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+    );
+    if let Some(caller) = caller {
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        let _ = span.set_parent(caller.context());
+    }
+    let mut response = next.run(request).instrument(span.clone()).await;
+    let status = response.status();
+    span.record("http.response.status_code", status.as_u16());
+    if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
     if let Ok(value) = axum::http::HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }
