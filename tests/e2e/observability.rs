@@ -393,34 +393,52 @@ async fn a_traced_weather_call_continues_the_callers_trace_into_the_backend() {
     // A graceful stop sends what is still queued.
     tokio::task::block_in_place(|| server.terminate());
 
-    let hex = |bytes: &[u8]| hex::encode(bytes);
     let exported = collector.spans();
     for span in &exported {
         assert_eq!(attribute(&span.resource, "service.name").as_deref(), Some("plinth"));
         assert!(attribute(&span.resource, "service.version").is_some());
         assert!(attribute(&span.resource, "service.instance.id").is_some());
     }
-    // The other requests (finding the tool's id) are traces of their own.
-    let spans: Vec<ExportedSpan> = exported.iter().filter(|e| hex(&e.span.trace_id) == CALLER_TRACE).cloned().collect();
-    assert_eq!(spans.len(), 5, "request, invoke, tool, two outbound requests: {exported:#?}");
-    let named = |name: &str| -> Vec<&opentelemetry_proto::tonic::trace::v1::Span> {
-        spans.iter().map(|e| &e.span).filter(|s| s.name == name).collect()
-    };
+    let host = backend.strip_prefix("http://").unwrap();
+    let outbound = weather_trace(&exported, CALLER_TRACE, CALLER_SPAN, "POST /tools/{tool_ref}", host);
+
+    // The weather service got the trace: each request carries its own span.
+    let mut received: Vec<String> = weather.traceparents().into_iter().map(|t| t.expect("a traceparent")).collect();
+    received.sort();
+    assert_eq!(received, outbound);
+
+    // Never an input, a query or a path a tool chose in what is exported.
+    let exported = format!("{exported:?}");
+    for private in ["Paris", "geocode", "latitude"] {
+        assert!(!exported.contains(private), "`{private}` was exported: {exported}");
+    }
+}
+
+/// Checks that trace `trace` of `exported` is one weather call: a server
+/// span `request` (child of the caller's span `parent`) → `invoke` → the
+/// tool's execution → two `GET`s to `host`, and no other span. Returns the
+/// `traceparent` each `GET` sent, sorted.
+fn weather_trace(exported: &[ExportedSpan], trace: &str, parent: &str, request: &str, host: &str) -> Vec<String> {
     use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
-    let [request] = named("POST /tools/{tool_ref}")[..] else { panic!("one request span: {spans:#?}") };
-    assert_eq!(hex(&request.parent_span_id), CALLER_SPAN, "the request is the caller's span's child");
-    assert_eq!(request.kind, SpanKind::Server as i32);
-    assert_eq!(attribute(&request.attributes, "http.route").as_deref(), Some("/tools/{tool_ref}"));
-    assert_eq!(attribute(&request.attributes, "http.response.status_code").as_deref(), Some("200"));
+    let hex = |bytes: &[u8]| hex::encode(bytes);
+    // Other requests (finding the tool's id) are traces of their own.
+    let spans: Vec<_> = exported.iter().map(|e| &e.span).filter(|s| hex(&s.trace_id) == trace).collect();
+    assert_eq!(spans.len(), 5, "request, invoke, tool, two outbound requests: {exported:#?}");
+    let named = |name: &str| spans.iter().copied().filter(|s| s.name == name).collect::<Vec<_>>();
+    let [server] = named(request)[..] else { panic!("one `{request}` span: {spans:#?}") };
+    assert_eq!(hex(&server.parent_span_id), parent, "the request is the caller's span's child");
+    assert_eq!(server.kind, SpanKind::Server as i32);
+    let route = request.split_once(' ').unwrap().1;
+    assert_eq!(attribute(&server.attributes, "http.route").as_deref(), Some(route));
+    assert_eq!(attribute(&server.attributes, "http.response.status_code").as_deref(), Some("200"));
     let [invoke] = named("invoke")[..] else { panic!("one invoke span: {spans:#?}") };
-    assert_eq!(invoke.parent_span_id, request.span_id);
+    assert_eq!(invoke.parent_span_id, server.span_id, "the call is the request's child");
     assert_eq!(attribute(&invoke.attributes, "tool").as_deref(), Some("lookup_weather_by_city"));
     let [tool] = named("execute_tool lookup_weather_by_city")[..] else { panic!("one tool span: {spans:#?}") };
     assert_eq!(tool.parent_span_id, invoke.span_id, "the tool's execution is the call's child");
     assert_eq!(attribute(&tool.attributes, "gen_ai.tool.name").as_deref(), Some("lookup_weather_by_city"));
     let outbound = named("GET");
     assert_eq!(outbound.len(), 2, "geocode and forecast: {spans:#?}");
-    let host = backend.strip_prefix("http://").unwrap();
     for span in &outbound {
         assert_eq!(span.parent_span_id, tool.span_id, "an outbound request is the tool's child");
         assert_eq!(span.kind, SpanKind::Client as i32);
@@ -428,20 +446,65 @@ async fn a_traced_weather_call_continues_the_callers_trace_into_the_backend() {
         assert_eq!(attribute(&span.attributes, "http.request.method").as_deref(), Some("GET"));
         assert_eq!(attribute(&span.attributes, "http.response.status_code").as_deref(), Some("200"));
     }
+    let mut sent: Vec<String> = outbound.iter().map(|s| format!("00-{trace}-{}-01", hex(&s.span_id))).collect();
+    sent.sort();
+    sent
+}
 
-    // The weather service got the trace: each request carries its own span.
+/// The OTC and MCP doors trace a call the same way: each continues its
+/// caller's trace down to the tool's requests.
+#[tokio::test(flavor = "multi_thread")]
+async fn otc_and_mcp_calls_continue_the_callers_trace_too() {
+    let collector = Collector::start().await;
+    let (backend, weather) = crate::weather::backend().await;
+    let config = format!("lookup_weather_by_city.backend-url={backend}");
+    let args = ["--tool-config", &config, "--allow-private-cidr", "127.0.0.0/8", "--otlp-endpoint", &collector.url];
+    let server = Server::start(&args);
+    let (otc_trace, mcp_trace) = ("11111111111111111111111111111111", "22222222222222222222222222222222");
+
+    let body = json!({ "request": { "tool_id": "Weather.LookupWeatherByCity", "input": { "city": "Tokyo" } } });
+    let response = server
+        .request(Method::POST, "/otc/tools/call")
+        .header("traceparent", format!("00-{otc_trace}-{CALLER_SPAN}-01"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!((status.as_u16(), &answer["result"]["success"]), (200, &json!(true)), "{answer}");
+
+    let modern = "2026-07-28";
+    let capabilities =
+        json!({ "io.modelcontextprotocol/protocolVersion": modern, "io.modelcontextprotocol/clientCapabilities": {} });
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "lookup_weather_by_city", "arguments": { "city": "Boston" }, "_meta": capabilities },
+    });
+    let response = server
+        .request(Method::POST, "/mcp")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", modern)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "lookup_weather_by_city")
+        .header("traceparent", format!("00-{mcp_trace}-{CALLER_SPAN}-01"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!((status.as_u16(), &answer["result"]["isError"]), (200, &json!(false)), "{answer}");
+    tokio::task::block_in_place(|| server.terminate());
+
+    let exported = collector.spans();
+    let host = backend.strip_prefix("http://").unwrap();
+    let mut sent = weather_trace(&exported, otc_trace, CALLER_SPAN, "POST /otc/tools/call", host);
+    sent.extend(weather_trace(&exported, mcp_trace, CALLER_SPAN, "POST /mcp", host));
+    sent.sort();
     let mut received: Vec<String> = weather.traceparents().into_iter().map(|t| t.expect("a traceparent")).collect();
-    let mut expected: Vec<String> =
-        outbound.iter().map(|s| format!("00-{CALLER_TRACE}-{}-01", hex(&s.span_id))).collect();
     received.sort();
-    expected.sort();
-    assert_eq!(received, expected);
-
-    // Never an input, a query or a path a tool chose in what is exported.
-    let exported = format!("{spans:?}");
-    for private in ["Paris", "geocode", "latitude"] {
-        assert!(!exported.contains(private), "`{private}` was exported: {exported}");
-    }
+    assert_eq!(received, sent);
 }
 
 /// Without `--otlp-endpoint` nothing is exported or even attempted — not
