@@ -451,6 +451,12 @@ fn weather_trace(exported: &[ExportedSpan], trace: &str, parent: &str, request: 
     sent
 }
 
+/// Sends `request` → (status, JSON body).
+async fn answered(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+}
+
 /// The OTC and MCP doors trace a call the same way: each continues its
 /// caller's trace down to the tool's requests.
 #[tokio::test(flavor = "multi_thread")]
@@ -463,16 +469,12 @@ async fn otc_and_mcp_calls_continue_the_callers_trace_too() {
     let (otc_trace, mcp_trace) = ("11111111111111111111111111111111", "22222222222222222222222222222222");
 
     let body = json!({ "request": { "tool_id": "Weather.LookupWeatherByCity", "input": { "city": "Tokyo" } } });
-    let response = server
+    let otc = server
         .request(Method::POST, "/otc/tools/call")
         .header("traceparent", format!("00-{otc_trace}-{CALLER_SPAN}-01"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status();
-    let answer: Value = response.json().await.unwrap();
-    assert_eq!((status.as_u16(), &answer["result"]["success"]), (200, &json!(true)), "{answer}");
+        .json(&body);
+    let (status, answer) = answered(otc).await;
+    assert_eq!((status, &answer["result"]["success"]), (200, &json!(true)), "{answer}");
 
     let modern = "2026-07-28";
     let capabilities =
@@ -481,20 +483,16 @@ async fn otc_and_mcp_calls_continue_the_callers_trace_too() {
         "jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": { "name": "lookup_weather_by_city", "arguments": { "city": "Boston" }, "_meta": capabilities },
     });
-    let response = server
+    let mcp = server
         .request(Method::POST, "/mcp")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", modern)
         .header("mcp-method", "tools/call")
         .header("mcp-name", "lookup_weather_by_city")
         .header("traceparent", format!("00-{mcp_trace}-{CALLER_SPAN}-01"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status();
-    let answer: Value = response.json().await.unwrap();
-    assert_eq!((status.as_u16(), &answer["result"]["isError"]), (200, &json!(false)), "{answer}");
+        .json(&body);
+    let (status, answer) = answered(mcp).await;
+    assert_eq!((status, &answer["result"]["isError"]), (200, &json!(false)), "{answer}");
     tokio::task::block_in_place(|| server.terminate());
 
     let exported = collector.spans();
