@@ -442,7 +442,9 @@ fn weather_trace(exported: &[ExportedSpan], trace: &str, parent: &str, request: 
     for span in &outbound {
         assert_eq!(span.parent_span_id, tool.span_id, "an outbound request is the tool's child");
         assert_eq!(span.kind, SpanKind::Client as i32);
-        assert_eq!(attribute(&span.attributes, "server.address").as_deref(), Some(host));
+        let (address, port) = host.rsplit_once(':').unwrap();
+        assert_eq!(attribute(&span.attributes, "server.address").as_deref(), Some(address));
+        assert_eq!(attribute(&span.attributes, "server.port").as_deref(), Some(port));
         assert_eq!(attribute(&span.attributes, "http.request.method").as_deref(), Some("GET"));
         assert_eq!(attribute(&span.attributes, "http.response.status_code").as_deref(), Some("200"));
     }

@@ -52,13 +52,23 @@ impl AllowedHost {
     /// host by, so that no name a tool makes up (a subdomain carrying an
     /// input, say) reaches them.
     fn declared(&self) -> String {
-        let (host, port) = match self {
-            AllowedHost::Exact { host, port } => (host.clone(), port),
-            AllowedHost::Subdomains { suffix, port } => (format!("*.{suffix}"), port),
+        let host = self.declared_host();
+        let port = match self {
+            AllowedHost::Exact { port, .. } | AllowedHost::Subdomains { port, .. } => port,
         };
         match port {
+            Some(port) if host.contains(':') => format!("[{host}]:{port}"),
             Some(port) => format!("{host}:{port}"),
             None => host,
+        }
+    }
+
+    /// The host part of [`AllowedHost::declared`]: the traces'
+    /// `server.address`.
+    fn declared_host(&self) -> String {
+        match self {
+            AllowedHost::Exact { host, .. } => host.clone(),
+            AllowedHost::Subdomains { suffix, .. } => format!("*.{suffix}"),
         }
     }
 }
@@ -333,11 +343,12 @@ impl WasiHttpHooks for OutboundPolicy {
             || "(no host)".to_string(),
             |a| a.port().map_or_else(|| a.host().to_string(), |port| format!("{}:{port}", a.host())),
         );
-        // What metrics and traces name the host by: the manifest's entry.
-        let declared = uri
-            .authority()
-            .and_then(|a| self.entry_for(uri.scheme_str(), a.as_str()))
-            .map_or_else(|| "undeclared".to_string(), AllowedHost::declared);
+        // The manifest's entry that allows it: also what metrics and
+        // traces name the host by.
+        let entry = uri.authority().and_then(|a| self.entry_for(uri.scheme_str(), a.as_str()));
+        let declared = entry.map_or_else(|| "undeclared".to_string(), AllowedHost::declared);
+        let address = entry.map_or_else(|| "undeclared".to_string(), AllowedHost::declared_host);
+        let allowed = entry.is_some();
         // Every attempt spends the budget, refused or not, so that a tool
         // cannot make requests without end by aiming them at what it may not
         // reach.
@@ -355,7 +366,7 @@ impl WasiHttpHooks for OutboundPolicy {
             self.count(&declared, OutboundStatus::Denied);
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
-        if !uri.authority().is_some_and(|a| self.allows(uri.scheme_str(), a.as_str())) {
+        if !allowed {
             return deny(format!("`{target}` is not among the hosts the tool declares"));
         }
         if self.read_only && !matches!(*request.method(), http::Method::GET | http::Method::HEAD) {
@@ -371,7 +382,7 @@ impl WasiHttpHooks for OutboundPolicy {
             between_bytes_timeout: options.between_bytes_timeout.or(Some(BETWEEN_BYTES_TIMEOUT)),
         };
         let mut request = request;
-        let span = self.trace_request(&mut request, &declared);
+        let span = self.trace_request(&mut request, &address);
         let (limits, denials, counter) = (self.limits.clone(), self.denials.clone(), self.counter.clone());
         let checked = limits.clone();
         let sent = async move {
@@ -424,11 +435,11 @@ impl OutboundPolicy {
     /// own: any `traceparent` or `tracestate` the tool set is replaced or
     /// removed. With spans exported, the request gets a span of its own
     /// (OpenTelemetry's semantic conventions for HTTP clients: method,
-    /// declared host, port, scheme and status; never the path, query or
+    /// declared host (`address`), port, scheme and status; never the path, query or
     /// headers, which may carry the tool's inputs or secrets), a child of
     /// the tool's, and its `traceparent` names that span. Otherwise the
     /// caller's trace context is passed on as it came, if there is one.
-    fn trace_request(&self, request: &mut http::Request<WasiBody>, declared: &str) -> tracing::Span {
+    fn trace_request(&self, request: &mut http::Request<WasiBody>, address: &str) -> tracing::Span {
         use opentelemetry::trace::TraceContextExt as _;
         use tracing_opentelemetry::OpenTelemetrySpanExt as _;
         let span = if crate::telemetry::exporting() {
@@ -440,7 +451,7 @@ impl OutboundPolicy {
                 otel.kind = "client",
                 otel.status_code = tracing::field::Empty,
                 http.request.method = %request.method(),
-                server.address = %declared,
+                server.address = %address,
                 server.port = port,
                 url.scheme = uri.scheme_str().unwrap_or("https"),
                 http.response.status_code = tracing::field::Empty,
@@ -1004,6 +1015,8 @@ mod tests {
         assert_eq!(declared("https", "secret-value.example.org:8443").as_deref(), Some("*.example.org:8443"));
         assert_eq!(declared("http", "127.0.0.1:8090").as_deref(), Some("127.0.0.1:8090"));
         assert_eq!(declared("https", "elsewhere.example"), None);
+        let v6 = policy(&["[::1]:8080"], &[]);
+        assert_eq!(v6.entry_for(Some("http"), "[::1]:8080").map(AllowedHost::declared).as_deref(), Some("[::1]:8080"));
     }
 
     #[test]
