@@ -553,6 +553,10 @@ fn init_logs(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<O
     };
     // Each layer its own filter: PLINTH_LOG says what is logged, not which
     // spans are exported.
+    let filter = tracing_subscriber::filter::FilterExt::and(
+        filter,
+        tracing_subscriber::filter::filter_fn(plinth::telemetry::logged),
+    );
     tracing_subscriber::registry().with(logs.with_filter(filter)).with(export.layer()).init();
     tracing::info!(endpoint, "exporting traces over OTLP");
     Ok(Some(export))

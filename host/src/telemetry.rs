@@ -68,6 +68,49 @@ impl CallerTrace {
     }
 }
 
+/// The span of an HTTP request when spans are exported: an OpenTelemetry
+/// server span (semantic conventions for HTTP servers), the child of the
+/// caller's span if it sent one. In the logs it reads `request{id=…}`, as
+/// without export: its OpenTelemetry attributes are not log fields.
+pub fn server_span(id: &str, method: &'static str, caller: Option<&CallerTrace>) -> tracing::Span {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let span = tracing::info_span!("request", id = %id, otel.kind = "server");
+    if let Some(caller) = caller {
+        let _ = span.set_parent(caller.context());
+    }
+    span.set_attribute("http.request.method", method);
+    span.context().span().update_name(method);
+    span
+}
+
+/// Names the server span by the route the request took.
+pub fn routed(span: &tracing::Span, method: &'static str, route: &'static str) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    span.set_attribute("http.route", route);
+    span.context().span().update_name(format!("{method} {route}"));
+}
+
+/// Records the answer's status on the server span: an error when it is a
+/// 5xx (a 4xx is the client's).
+pub fn answered(span: &tracing::Span, status: http::StatusCode) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    span.set_attribute("http.response.status_code", i64::from(status.as_u16()));
+    if status.is_server_error() {
+        span.set_status(opentelemetry::trace::Status::error(""));
+    }
+}
+
+/// Whether the logs show `metadata`: everything `PLINTH_LOG` lets through
+/// but the spans made only for traces (the tool's execution, its outbound
+/// requests), which would add their attributes to every log line inside
+/// them.
+pub fn logged(metadata: &tracing::Metadata<'_>) -> bool {
+    !(metadata.is_span() && metadata.target().starts_with("plinth") && TRACE_ONLY.contains(&metadata.name()))
+}
+
+/// The spans made only when spans are exported.
+const TRACE_ONLY: [&str; 2] = ["tool", "outbound"];
+
 /// Sets `traceparent` (and `tracestate`, if any) in `headers` for the span
 /// `context` names, replacing whatever was there.
 pub fn inject(context: &opentelemetry::Context, headers: &mut http::HeaderMap) {

@@ -218,13 +218,8 @@ pub fn router(host: AppState, options: ApiOptions) -> axum::Router {
 async fn counted(route: &'static str, request: Request, next: Next) -> axum::response::Response {
     let method = known_method(request.method());
     if crate::telemetry::exporting() {
-        // The request span (`request_id`) is named by its route.
-        use opentelemetry::trace::TraceContextExt as _;
-        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
-        let span = tracing::Span::current();
-        span.record("http.route", route);
-        // Started by now: renamed on the OpenTelemetry span itself.
-        span.context().span().update_name(format!("{method} {route}"));
+        // The request's span (`request_id`) is named by its route.
+        crate::telemetry::routed(&tracing::Span::current(), method, route);
     }
     let host = request.extensions().get::<AppState>().cloned();
     let response = next.run(request).await;
@@ -284,31 +279,12 @@ async fn request_id(mut request: Request, next: Next) -> axum::response::Respons
         }
         return response;
     }
-    // Exported: an OpenTelemetry server span (semantic conventions for
-    // HTTP), the child of the caller's span when it sent `traceparent`.
-    // Named by the declared route (`counted` records it), never the path:
-    // a CHEQ resource URI's path is a capability.
-    let method = known_method(request.method());
-    let span = tracing::info_span!(
-        "request",
-        id = %id,
-        otel.name = method,
-        otel.kind = "server",
-        otel.status_code = tracing::field::Empty,
-        http.request.method = method,
-        http.route = tracing::field::Empty,
-        http.response.status_code = tracing::field::Empty,
-    );
-    if let Some(caller) = caller {
-        use tracing_opentelemetry::OpenTelemetrySpanExt;
-        let _ = span.set_parent(caller.context());
-    }
+    // Exported: an OpenTelemetry server span, named by its declared route
+    // once routed (`counted`), never by its path: a CHEQ resource URI's
+    // path is a capability.
+    let span = crate::telemetry::server_span(&id, known_method(request.method()), caller.as_ref());
     let mut response = next.run(request).instrument(span.clone()).await;
-    let status = response.status();
-    span.record("http.response.status_code", status.as_u16());
-    if status.is_server_error() {
-        span.record("otel.status_code", "ERROR");
-    }
+    crate::telemetry::answered(&span, response.status());
     if let Ok(value) = axum::http::HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }
