@@ -29,6 +29,7 @@ use crate::runtime::{
 };
 use crate::signature::SignatureDiff;
 use crate::store::{CallKey, RegistryStore, SecretsCipher, SqliteStore, StoreError, StoredVersion, Topic};
+use crate::telemetry::CallerTrace;
 use crate::tenancy::{
     self, AuditEntry, AuditQuery, KeyRecord, NewKey, Principal, Quotas, Role, TenantRecord, unix_now,
 };
@@ -342,10 +343,8 @@ impl InvokeError {
             InvokeError::UnknownTool(_) | InvokeError::UnknownVersion { .. } => "not_found",
             InvokeError::Retired(_) => "version_retired",
             InvokeError::Input(e) => e.code,
-            InvokeError::Call(CallError::Timeout { .. }) => "tool_timeout",
-            InvokeError::Call(CallError::ResourceExhausted) => "tool_resource_exhausted",
-            InvokeError::Call(CallError::Trapped(_)) => "tool_trapped",
-            InvokeError::Call(CallError::Busy) | InvokeError::Busy(_) => "busy",
+            InvokeError::Call(e) => e.code(),
+            InvokeError::Busy(_) => "busy",
             InvokeError::RateLimited { .. } => "rate_limited",
             InvokeError::Output(OutputError::Invalid(_)) => "invalid_tool_output",
             InvokeError::Output(OutputError::TooLarge(_)) => "output_too_large",
@@ -400,6 +399,10 @@ pub struct Call {
     /// Values to redact from everything the call answers and logs, besides
     /// secrets (the `private` inputs the end user entered).
     pub redact: Vec<String>,
+    /// The caller's W3C trace context, passed on to the tool's outbound
+    /// requests when spans are not exported (when they are, the outbound
+    /// request's own span is, in the same trace).
+    pub trace: Option<CallerTrace>,
 }
 
 impl Call {
@@ -413,6 +416,7 @@ impl Call {
             front_door,
             confirmed: None,
             redact: Vec::new(),
+            trace: None,
         }
     }
 }
@@ -505,8 +509,9 @@ pub struct ToolHost {
     /// 32 MiB and compilation takes seconds of CPU and much memory, so their
     /// number is bounded and the excess refused at once.
     deploys: Arc<tokio::sync::Semaphore>,
-    /// What the core did, for `/metrics`.
-    metrics: crate::metrics::Metrics,
+    /// What the core did, for `/metrics` (shared with the tasks that
+    /// count CHEQ expiries).
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl ToolHost {
@@ -561,7 +566,7 @@ impl ToolHost {
             cheq,
             changes: std::sync::Mutex::new(()),
             deploys: Arc::new(tokio::sync::Semaphore::new(options.max_concurrent_deploys.max(1))),
-            metrics: crate::metrics::Metrics::default(),
+            metrics: Arc::default(),
         };
         // Where the change log stands before anything is read: a change
         // made while loading is then read again, never missed.
@@ -824,7 +829,14 @@ impl ToolHost {
     /// The metrics in the Prometheus (OpenMetrics) text format.
     pub fn render_metrics(&self) -> String {
         let max = self.runtime.config().max_instances as usize;
-        self.metrics.render(max.saturating_sub(self.slots.available_permits()), max)
+        let (cache_hits, cache_misses) = self.runtime.cache_counts();
+        self.metrics.render(&crate::metrics::RuntimeState {
+            instances_in_use: max.saturating_sub(self.slots.available_permits()),
+            instances_max: max,
+            cache_hits,
+            cache_misses,
+            pool: self.runtime.pool_slots(),
+        })
     }
 
     /// The metrics, for the HTTP layer to count its answers.
@@ -1333,6 +1345,7 @@ impl ToolHost {
             call_id: call.call_id,
             secrets: &call.secrets,
             redact: call.redact,
+            trace: call.trace.as_ref(),
         };
         let Ran { result, redactor, denials } = self.execute(tenant, tool, version, run).await?;
         let outcome = result.map_err(InvokeError::from).and_then(|value| {
@@ -1371,6 +1384,7 @@ impl ToolHost {
             call_id: call.call_id.clone(),
             secrets: &call.secrets,
             redact: call.redact.clone(),
+            trace: call.trace.as_ref(),
         };
         let Ran { result, redactor, denials } = self.execute(tenant, tool, version, run).await?;
         let outcome = result.map_err(InvokeError::from).and_then(|value| {
@@ -1431,7 +1445,12 @@ impl ToolHost {
         })?;
 
         let memory_mib = limits.memory_mib.map_or(quotas.max_memory_mib, |m| m.min(quotas.max_memory_mib));
-        let outbound = OutboundPolicy::new(&version.host_patterns, &config, self.limits.outbound.clone());
+        let mut outbound = OutboundPolicy::new(&version.host_patterns, &config, self.limits.outbound.clone())
+            .traced(run.trace.cloned());
+        // Only a tool that declares hosts can send a request to count.
+        if !version.host_patterns.is_empty() {
+            outbound = outbound.counted(self.metrics.outbound(&tool.tenant, &tool.name));
+        }
         // `describe` runs before anyone has confirmed the call: it may read, not act.
         let outbound = if run.export == Export::Describe { outbound.read_only() } else { outbound };
         let denials = outbound.denials();
@@ -1462,7 +1481,29 @@ impl ToolHost {
         let component = version
             .component()
             .ok_or_else(|| InvokeError::Retired(format!("version {} of `{}` is retired", version.number, tool.name)))?;
-        let result = self.runtime.run(&component, run.export, run.input, setup).await;
+        // The tool's execution, a child of the call's span, when spans are
+        // exported (OpenTelemetry's semantic conventions for running a tool).
+        let span = if crate::telemetry::exporting() {
+            tracing::info_span!(
+                "tool",
+                otel.name = format!("execute_tool {}", tool.name),
+                otel.status_code = tracing::field::Empty,
+                gen_ai.operation.name = "execute_tool",
+                gen_ai.tool.name = %tool.name,
+                gen_ai.tool.call.id = %setup.log.call_id,
+                plinth.tenant = %tool.tenant,
+                plinth.tool.version = version.number,
+                plinth.tool.export = run.export.as_str(),
+                error.type = tracing::field::Empty,
+            )
+        } else {
+            tracing::Span::none()
+        };
+        let result = self.runtime.run(&component, run.export, run.input, setup).instrument(span.clone()).await;
+        if let Err(e) = &result {
+            span.record("error.type", e.code());
+            span.record("otel.status_code", "ERROR");
+        }
         let elapsed = started.elapsed();
         if let Some(executors) = &self.executor {
             executors.ran(tool.id, &tool.name, &result, elapsed);
@@ -1492,6 +1533,7 @@ struct RunOf<'a> {
     call_id: String,
     secrets: &'a BTreeMap<String, String>,
     redact: Vec<String>,
+    trace: Option<&'a CallerTrace>,
 }
 
 /// What a run gave: the raw result, the redactor of the call's secrets and

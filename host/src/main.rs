@@ -9,6 +9,7 @@ use plinth::manifest::ToolManifest;
 use plinth::package::{self, ToolPackage};
 use plinth::runtime::RuntimeConfig;
 use plinth::runtime::outbound::OutboundLimits;
+use plinth::telemetry::SpanExport;
 use plinth::tenancy::{DEFAULT_TENANT, Principal, Role, is_tenant_name};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -407,6 +408,13 @@ struct ServeArgs {
     /// Log format.
     #[arg(long, env = "PLINTH_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Export traces (a span per request, per tool execution and per
+    /// outbound request of a tool) to this OpenTelemetry collector, over
+    /// OTLP/HTTP with protobuf: its base URL, such as http://127.0.0.1:4318
+    /// (`/v1/traces` is appended). Off when unset: then nothing is exported
+    /// or attempted (docs/observability.md).
+    #[arg(long, env = "PLINTH_OTLP_ENDPOINT", value_name = "URL")]
+    otlp_endpoint: Option<String>,
     /// How long a decided or expired CHEQ transaction, with its evidence,
     /// is kept, in days; then it is deleted and its result URI answers 404.
     #[arg(long, env = "PLINTH_CONFIRMATION_RETENTION_DAYS", default_value_t = 30)]
@@ -526,16 +534,40 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn init_logs(format: LogFormat) {
+/// Logs to stderr; with `otlp_endpoint`, spans to that collector as well
+/// (returned, to be flushed at a graceful stop). Without it no
+/// OpenTelemetry layer is installed at all.
+fn init_logs(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<Option<SpanExport>> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("PLINTH_LOG")
         // rmcp logs every session it serves at info and every JSON-RPC
         // error (with its data) at warn: per request, and anyone's to trigger.
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=error"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let Some(endpoint) = otlp_endpoint else {
+        let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+        match format {
+            LogFormat::Text => builder.init(),
+            LogFormat::Json => builder.json().init(),
+        }
+        return Ok(None);
+    };
+    let export = SpanExport::to(endpoint)?;
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = match format {
+        LogFormat::Text => logs.boxed(),
+        LogFormat::Json => logs.json().boxed(),
+    };
+    // Each layer its own filter: PLINTH_LOG says what is logged, not which
+    // spans are exported.
+    let filter = tracing_subscriber::filter::FilterExt::and(
+        filter,
+        tracing_subscriber::filter::filter_fn(plinth::telemetry::logged),
+    );
+    tracing_subscriber::registry().with(logs.with_filter(filter)).with(export.layer()).init();
+    tracing::info!(endpoint, "exporting traces over OTLP");
+    Ok(Some(export))
 }
 
 /// `[TENANT/]TOOL.KEY=VALUE` entries → per-(tenant, tool) maps.
@@ -561,7 +593,16 @@ fn parse_tool_config(entries: &[String]) -> anyhow::Result<ToolConfig> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    init_logs(args.log_format);
+    let export = init_logs(args.log_format, args.otlp_endpoint.as_deref().filter(|e| !e.is_empty()))?;
+    let served = run_server(args);
+    // After the runtime is gone: the spans of the last requests are sent.
+    if let Some(export) = export {
+        export.shutdown();
+    }
+    served
+}
+
+fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     let options = HostOptions {
         data_dir: args.data.clone(),
         database_url: args.database_url.clone().filter(|u| !u.is_empty()),

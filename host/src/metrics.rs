@@ -1,20 +1,25 @@
 //! Prometheus metrics (`GET /metrics`, operator only): what the core did,
-//! by tenant, tool, version and front door.
+//! by tenant, tool, version and front door; CHEQ transactions; the tools'
+//! outbound requests; and the runtime's compiled-code cache and pooling
+//! allocator, read at each scrape.
 //!
 //! Every label comes from a bounded set — tenants and tools exist only as
 //! their quotas allow, versions per tool are bounded, the outcome is an
-//! [`InvokeError::code`], routes come from the route table — so no
-//! request can add a series of its own: no call ids, end users, keys or
-//! free-form values (docs/observability.md).
+//! [`InvokeError::code`], routes come from the route table, outbound hosts
+//! are manifest entries, states and statuses are fixed lists — so no
+//! request or tool can add a series of its own: no call ids, end users,
+//! keys, paths or free-form values (docs/observability.md).
 
 use crate::host::{FrontDoor, InvokeError};
 use crate::invocation::ToolResult;
+use crate::runtime::outbound::OutboundStatus;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 /// A call of one version of one tool through one door, and how it ended.
@@ -61,6 +66,107 @@ struct TenantLabels {
     tenant: String,
 }
 
+/// A CHEQ transaction of one tool, and the state it reached.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheqLabels {
+    tenant: String,
+    tool: String,
+    /// A [`CheqEvent`].
+    state: &'static str,
+}
+
+/// An outbound request of one tool, by the manifest entry that allowed it
+/// (`undeclared` when none did) and how it ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutboundLabels {
+    tenant: String,
+    tool: String,
+    host: String,
+    /// An [`OutboundStatus`] (`2xx`… or why there was no answer).
+    status: &'static str,
+}
+
+/// Whether a compiled component came from the cache.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheLabels {
+    result: &'static str,
+}
+
+/// One kind of pooling-allocator slot.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    kind: &'static str,
+}
+
+/// What happened to a CHEQ transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheqEvent {
+    /// A call needed confirmation: the transaction was opened.
+    Opened,
+    /// The end user accepted it.
+    Accepted,
+    /// The end user (or the resource URI's `?reject`) rejected it.
+    Rejected,
+    /// Nobody decided before it expired.
+    Expired,
+    /// Its accepted call ran.
+    Done,
+    /// Accepted after (or while) its version was retired: it never runs.
+    Retired,
+}
+
+impl CheqEvent {
+    fn as_str(self) -> &'static str {
+        match self {
+            CheqEvent::Opened => "opened",
+            CheqEvent::Accepted => "accepted",
+            CheqEvent::Rejected => "rejected",
+            CheqEvent::Expired => "expired",
+            CheqEvent::Done => "done",
+            CheqEvent::Retired => "retired",
+        }
+    }
+}
+
+/// Counts one tool's outbound requests
+/// (`plinth_outbound_requests_total`): handed to each of its invocations'
+/// outbound policy.
+#[derive(Debug, Clone)]
+pub struct OutboundCounter {
+    requests: Family<OutboundLabels, Counter>,
+    tenant: String,
+    tool: String,
+}
+
+impl OutboundCounter {
+    /// A request to the declared `host` ended with `status`.
+    pub fn count(&self, host: &str, status: OutboundStatus) {
+        let labels = OutboundLabels {
+            tenant: self.tenant.clone(),
+            tool: self.tool.clone(),
+            host: host.to_string(),
+            status: status.as_str(),
+        };
+        self.requests.get_or_create(&labels).inc();
+    }
+}
+
+/// What the runtime reports of itself at a scrape.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RuntimeState {
+    /// Tool instances running now (the host's slots taken).
+    pub instances_in_use: usize,
+    /// Tool instances that may run at once.
+    pub instances_max: usize,
+    /// Compiled components taken from the cache so far.
+    pub cache_hits: u64,
+    /// Components compiled because the cache had no sound entry.
+    pub cache_misses: u64,
+    /// The pooling allocator's slots in use, by kind, and their number
+    /// (none with `--allocator on-demand`).
+    pub pool: Option<crate::runtime::PoolSlots>,
+}
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// 100 µs to about 15 s, each bucket 2.5× the one before.
@@ -79,6 +185,12 @@ pub struct Metrics {
     retirements: Family<TenantLabels, Counter>,
     instances_in_use: Gauge,
     instances_max: Gauge,
+    cheq: Family<CheqLabels, Counter>,
+    cheq_interrupted: Counter,
+    outbound: Family<OutboundLabels, Counter>,
+    compiled_cache: Family<CacheLabels, Counter>,
+    pool_in_use: Family<PoolLabels, Gauge>,
+    pool_slots: Family<PoolLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -116,6 +228,38 @@ impl Default for Metrics {
             "Tool instances that may run at once (--max-instances)",
             instances_max.clone(),
         );
+        let cheq = Family::default();
+        registry.register(
+            "cheq_transactions",
+            "CHEQ transactions by what happened to them (state: opened, accepted, rejected, expired, done, retired)",
+            cheq.clone(),
+        );
+        let cheq_interrupted = Counter::default();
+        registry.register(
+            "cheq_interrupted",
+            "Accepted CHEQ transactions found running at start, their server gone down mid-call (outcome unknown)",
+            cheq_interrupted.clone(),
+        );
+        let outbound = Family::default();
+        registry.register(
+            "outbound_requests",
+            "Outbound HTTP requests of tools, by the manifest entry that allowed them (undeclared: none) and how they ended",
+            outbound.clone(),
+        );
+        let compiled_cache = Family::default();
+        registry.register(
+            "compiled_cache_lookups",
+            "Components loaded (deploys, start, fleet catch-up) by whether their compiled code came from the cache",
+            compiled_cache.clone(),
+        );
+        let pool_in_use = Family::default();
+        registry.register(
+            "pool_slots_in_use",
+            "Pooling-allocator slots in use, by kind (component instances, core instances, memories, tables, stacks)",
+            pool_in_use.clone(),
+        );
+        let pool_slots = Family::default();
+        registry.register("pool_slots", "Pooling-allocator slots, by kind", pool_slots.clone());
         Metrics {
             registry,
             invocations,
@@ -126,6 +270,12 @@ impl Default for Metrics {
             retirements,
             instances_in_use,
             instances_max,
+            cheq,
+            cheq_interrupted,
+            outbound,
+            compiled_cache,
+            pool_in_use,
+            pool_slots,
         }
     }
 }
@@ -176,10 +326,37 @@ impl Metrics {
         self.retirements.get_or_create(&TenantLabels { tenant: tenant.to_string() }).inc();
     }
 
-    /// The text exposition, with the instance gauges as they stand.
-    pub fn render(&self, instances_in_use: usize, instances_max: usize) -> String {
-        self.instances_in_use.set(i64::try_from(instances_in_use).unwrap_or(i64::MAX));
-        self.instances_max.set(i64::try_from(instances_max).unwrap_or(i64::MAX));
+    /// Something happened to a CHEQ transaction of `tenant`'s `tool`.
+    pub fn cheq(&self, tenant: &str, tool: &str, event: CheqEvent) {
+        let labels = CheqLabels { tenant: tenant.to_string(), tool: tool.to_string(), state: event.as_str() };
+        self.cheq.get_or_create(&labels).inc();
+    }
+
+    /// `count` accepted transactions were found running at start.
+    pub fn cheq_interrupted(&self, count: u64) {
+        self.cheq_interrupted.inc_by(count);
+    }
+
+    /// The counter of `tenant`'s `tool`'s outbound requests.
+    pub fn outbound(&self, tenant: &str, tool: &str) -> OutboundCounter {
+        OutboundCounter { requests: self.outbound.clone(), tenant: tenant.to_string(), tool: tool.to_string() }
+    }
+
+    /// The text exposition, with the runtime's gauges and counts as they
+    /// stand.
+    pub fn render(&self, runtime: &RuntimeState) -> String {
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.instances_in_use.set(gauge(runtime.instances_in_use as u64));
+        self.instances_max.set(gauge(runtime.instances_max as u64));
+        // The runtime keeps the cache's counts; they are copied, not added.
+        self.compiled_cache.get_or_create(&CacheLabels { result: "hit" }).inner().store(runtime.cache_hits, Relaxed);
+        self.compiled_cache.get_or_create(&CacheLabels { result: "miss" }).inner().store(runtime.cache_misses, Relaxed);
+        if let Some(pool) = &runtime.pool {
+            for (kind, in_use, slots) in pool.kinds() {
+                self.pool_in_use.get_or_create(&PoolLabels { kind }).set(gauge(in_use));
+                self.pool_slots.get_or_create(&PoolLabels { kind }).set(gauge(slots));
+            }
+        }
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);

@@ -101,6 +101,8 @@ async fn a_confirmed_call_cut_off_by_a_crash_has_an_unknown_outcome_and_never_ru
     }
     let server = Server::start_in(server.stop(), &restart.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(server.logs().contains("confirmed calls were running when the server went down"), "{}", server.logs());
+    let metrics = server.request(reqwest::Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
+    assert!(metrics.lines().any(|line| line == "plinth_cheq_interrupted_total 3"), "counted: {metrics}");
 
     // Every door says the outcome is unknown, and none says it succeeded.
     let (status, _, body) = fetch(&rebase(&result_uri(&packs[0]), &server.base)).await;

@@ -123,13 +123,27 @@ async fn the_grafana_dashboard_queries_only_metrics_the_server_exports() {
     }
     assert!(queried.len() >= 6, "{queried:?}");
 
-    // A server that has done one of everything the dashboard shows.
+    // A server that has done one of everything the dashboard shows: calls
+    // that succeed and fail, outbound requests, a CHEQ transaction.
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(plugins_dir().join("echo.wasm"), dir.path().join("echo.wasm")).unwrap();
+    for plugin in ["echo.wasm", "lookup_weather_by_city.wasm"] {
+        std::fs::copy(plugins_dir().join(plugin), dir.path().join(plugin)).unwrap();
+    }
     std::fs::write(dir.path().join("panic_at_once.wasm"), fixture("panic_at_once.wasm")).unwrap();
-    let server = Server::start_in(tempfile::tempdir().unwrap(), &["--plugins", dir.path().to_str().unwrap()]);
+    crate::cheq::pack_with_confirmation("book-flight", crate::cheq::PREMIUM, dir.path()).unwrap();
+    let (backend, _) = crate::weather::backend().await;
+    let config = format!("lookup_weather_by_city.backend-url={backend}");
+    let server = Server::start_in(
+        tempfile::tempdir().unwrap(),
+        &["--plugins", dir.path().to_str().unwrap(), "--tool-config", &config, "--allow-private-cidr", "127.0.0.0/8"],
+    );
     assert_eq!(server.invoke("echo", &[("text", json!("hi"))]).await.0, 200);
     assert_eq!(server.invoke("panic_at_once", &[("note", json!("x"))]).await.0, 422);
+    assert_eq!(server.invoke("lookup_weather_by_city", &[("city", json!("Paris"))]).await.0, 200);
+    let password = json!({ "password": "alice-password" });
+    assert_eq!(server.call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&password)).await.0, 204);
+    let booking = crate::cheq::booking("BUSINESS", 1);
+    assert_eq!(crate::cheq::call_for(&server, Some("alice"), "book_flight", &booking).await.0, 202);
     let id = server.tool_id("panic_at_once").await;
     assert_eq!(server.delete(&format!("/admin/tools/{id}/versions/1")).await.0, 200);
     let text = server.request(Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
@@ -140,4 +154,390 @@ async fn the_grafana_dashboard_queries_only_metrics_the_server_exports() {
         });
         assert!(exported, "the dashboard queries {name}, which /metrics does not export:\n{text}");
     }
+}
+
+async fn scrape(server: &Server) -> String {
+    let response = server.request(Method::GET, "/metrics").send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap()
+}
+
+/// A tool's outbound requests are counted by the manifest entry that
+/// allowed them and how they ended; the host label is the declared one.
+#[tokio::test(flavor = "multi_thread")]
+async fn outbound_requests_are_counted_by_tool_declared_host_and_status() {
+    let (backend, calls) = crate::weather::backend().await;
+    let config = format!("lookup_weather_by_city.backend-url={backend}");
+    let server = Server::start(&["--tool-config", &config, "--allow-private-cidr", "127.0.0.0/8"]);
+    let (status, body) = server.invoke("lookup_weather_by_city", &[("city", json!("Paris"))]).await;
+    assert_eq!(status, 200, "{body}");
+    // Stormville geocodes, then its forecast answers 503.
+    let (status, body) = server.invoke("lookup_weather_by_city", &[("city", json!("Stormville"))]).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(calls.get(), 4);
+
+    let text = scrape(&server).await;
+    let host = backend.strip_prefix("http://").unwrap();
+    let labels =
+        |status: &str| format!(r#"tenant="default",tool="lookup_weather_by_city",host="{host}",status="{status}""#);
+    assert_eq!(sample(&text, "plinth_outbound_requests_total", &labels("2xx")), Some(3.0), "{text}");
+    assert_eq!(sample(&text, "plinth_outbound_requests_total", &labels("5xx")), Some(1.0), "{text}");
+    // Nothing a tool chose (the path, the query, the city) is a label.
+    assert!(!text.contains("geocode") && !text.contains("Paris") && !text.contains("Stormville"), "{text}");
+}
+
+/// CHEQ transactions are counted by what happened to them, per tool:
+/// opened, accepted (and its call done), rejected, and expired unanswered.
+#[tokio::test(flavor = "multi_thread")]
+async fn cheq_transactions_are_counted_by_state() {
+    use crate::cheq::{PageSession, booking, call_for, confirming_server};
+    let (server, _plugins) = confirming_server(&[]).await;
+    let (status, _, accepted) = call_for(&server, Some("alice"), "book_flight", &booking("BUSINESS", 1)).await;
+    assert_eq!(status, 202, "{accepted}");
+    let (status, html) = PageSession::log_in(&accepted, "alice").await.decide(&accepted, "accept").await;
+    assert_eq!(status, 200, "{html}");
+    let (status, _, rejected) = call_for(&server, Some("alice"), "book_flight", &booking("FIRST", 2)).await;
+    assert_eq!(status, 202, "{rejected}");
+    let (status, html) = PageSession::log_in(&rejected, "alice").await.decide(&rejected, "reject").await;
+    assert_eq!(status, 200, "{html}");
+    let text = scrape(&server).await;
+    let count = |state: &str| {
+        let labels = format!(r#"tenant="default",tool="book_flight",state="{state}""#);
+        sample(&text, "plinth_cheq_transactions_total", &labels)
+    };
+    assert_eq!(
+        [count("opened"), count("accepted"), count("done"), count("rejected"), count("expired")],
+        [Some(2.0), Some(1.0), Some(1.0), Some(1.0), None],
+        "{text}"
+    );
+    assert!(text.lines().any(|line| line == "plinth_cheq_interrupted_total 0"), "{text}");
+
+    // Unanswered, a transaction expires by the clock: it is counted once
+    // its expiry has passed.
+    let (server, _plugins) = confirming_server(&["--confirmation-ttl-secs", "1"]).await;
+    let (status, _, pack) = call_for(&server, Some("alice"), "book_flight", &booking("BUSINESS", 1)).await;
+    assert_eq!(status, 202, "{pack}");
+    let expired = r#"tenant="default",tool="book_flight",state="expired""#;
+    let mut text = scrape(&server).await;
+    for _ in 0..300 {
+        if sample(&text, "plinth_cheq_transactions_total", expired).is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        text = scrape(&server).await;
+    }
+    assert_eq!(sample(&text, "plinth_cheq_transactions_total", expired), Some(1.0), "{text}");
+}
+
+/// Compiled code comes from the cache after a restart; the pooling
+/// allocator's slots are exported with how many are in use.
+#[tokio::test(flavor = "multi_thread")]
+async fn compiled_cache_lookups_and_pool_slots_are_exported() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(plugins_dir().join("echo.wasm"), dir.path().join("echo.wasm")).unwrap();
+    std::fs::write(dir.path().join("spin_forever.wasm"), fixture("spin_forever.wasm")).unwrap();
+    let server = Server::start_in(
+        tempfile::tempdir().unwrap(),
+        &["--plugins", dir.path().to_str().unwrap(), "--max-instances", "7", "--deadline-ms", "60000"],
+    );
+    let text = scrape(&server).await;
+    let cache = |text: &str, result: &str| {
+        sample(text, "plinth_compiled_cache_lookups_total", &format!(r#"result="{result}""#))
+    };
+    assert_eq!(
+        (cache(&text, "hit"), cache(&text, "miss")),
+        (Some(0.0), Some(2.0)),
+        "compiled at the first start: {text}"
+    );
+    let slots = |text: &str, kind: &str| sample(text, "plinth_pool_slots", &format!(r#"kind="{kind}""#));
+    let in_use = |text: &str, kind: &str| sample(text, "plinth_pool_slots_in_use", &format!(r#"kind="{kind}""#));
+    assert_eq!(slots(&text, "component_instances"), Some(7.0), "{text}");
+    assert_eq!(slots(&text, "core_instances"), Some(7.0 * 16.0), "{text}");
+    assert_eq!(in_use(&text, "component_instances"), Some(0.0), "{text}");
+
+    // A call that spins holds its slot while it runs.
+    let spinning = {
+        let id = server.tool_id("spin_forever").await;
+        let request = server
+            .request(Method::POST, &format!("/tools/{id}:invoke"))
+            .json(&invocation("spin_forever", &[("note", json!("x"))]));
+        tokio::spawn(async move { request.send().await.map(|r| r.status().as_u16()) })
+    };
+    let mut text = scrape(&server).await;
+    for _ in 0..600 {
+        if in_use(&text, "component_instances") == Some(1.0) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        text = scrape(&server).await;
+    }
+    assert_eq!(in_use(&text, "component_instances"), Some(1.0), "{text}");
+    assert!(in_use(&text, "memories").is_some_and(|n| n >= 1.0), "{text}");
+    assert!(in_use(&text, "core_instances").is_some_and(|n| n >= 1.0), "{text}");
+    spinning.abort();
+
+    // Restarted on the same data dir: both versions load from the cache.
+    let data = tokio::task::block_in_place(|| server.stop());
+    let server = Server::start_in(data, &[]);
+    let text = scrape(&server).await;
+    assert_eq!((cache(&text, "hit"), cache(&text, "miss")), (Some(2.0), Some(0.0)), "{text}");
+}
+
+/// A small OpenTelemetry collector on 127.0.0.1: it takes OTLP/HTTP
+/// protobuf exports at `/v1/traces`, decodes them with the protocol's own
+/// generated types, and keeps every span (with its resource's attributes).
+struct Collector {
+    /// The base URL to pass as `--otlp-endpoint`.
+    url: String,
+    received: std::sync::Arc<std::sync::Mutex<Received>>,
+}
+
+#[derive(Default)]
+struct Received {
+    /// Export requests, decodable or not.
+    requests: usize,
+    spans: Vec<ExportedSpan>,
+}
+
+#[derive(Clone, Debug)]
+struct ExportedSpan {
+    span: opentelemetry_proto::tonic::trace::v1::Span,
+    resource: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
+}
+
+impl Collector {
+    async fn start() -> Collector {
+        use axum::routing::post;
+        use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+        use prost::Message;
+        let received = std::sync::Arc::new(std::sync::Mutex::new(Received::default()));
+        let kept = received.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            post(move |body: axum::body::Bytes| {
+                let kept = kept.clone();
+                async move {
+                    let mut received = kept.lock().unwrap();
+                    received.requests += 1;
+                    let export = ExportTraceServiceRequest::decode(body).expect("an OTLP trace export");
+                    for resource_spans in export.resource_spans {
+                        let resource = resource_spans.resource.map(|r| r.attributes).unwrap_or_default();
+                        for scope in resource_spans.scope_spans {
+                            received.spans.extend(
+                                scope.spans.into_iter().map(|span| ExportedSpan { span, resource: resource.clone() }),
+                            );
+                        }
+                    }
+                    let answer = ExportTraceServiceResponse::default().encode_to_vec();
+                    ([(axum::http::header::CONTENT_TYPE, "application/x-protobuf")], answer)
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Collector { url, received }
+    }
+
+    fn requests(&self) -> usize {
+        self.received.lock().unwrap().requests
+    }
+
+    fn spans(&self) -> Vec<ExportedSpan> {
+        self.received.lock().unwrap().spans.clone()
+    }
+}
+
+/// An attribute's value as text (strings as they are, numbers in decimal).
+fn attribute(attributes: &[opentelemetry_proto::tonic::common::v1::KeyValue], key: &str) -> Option<String> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+    let value = attributes.iter().find(|kv| kv.key == key)?.value.as_ref()?.value.as_ref()?;
+    Some(match value {
+        V::StringValue(s) => s.clone(),
+        V::IntValue(i) => i.to_string(),
+        V::BoolValue(b) => b.to_string(),
+        V::DoubleValue(d) => d.to_string(),
+        other => format!("{other:?}"),
+    })
+}
+
+const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+/// One weather call is one trace: the caller's span → the request → the
+/// call → the tool's execution → its two requests to the weather service,
+/// which receives the trace too, each request naming its own span.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_traced_weather_call_continues_the_callers_trace_into_the_backend() {
+    let collector = Collector::start().await;
+    let (backend, weather) = crate::weather::backend().await;
+    let config = format!("lookup_weather_by_city.backend-url={backend}");
+    let server = Server::start(&[
+        "--tool-config",
+        &config,
+        "--allow-private-cidr",
+        "127.0.0.0/8",
+        "--otlp-endpoint",
+        &collector.url,
+    ]);
+    let id = server.tool_id("lookup_weather_by_city").await;
+    let response = server
+        .request(Method::POST, &format!("/tools/{id}:invoke"))
+        .header("traceparent", format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"))
+        .header("tracestate", "agent=run-42")
+        .json(&invocation("lookup_weather_by_city", &[("city", json!("Paris"))]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // A graceful stop sends what is still queued.
+    tokio::task::block_in_place(|| server.terminate());
+
+    let exported = collector.spans();
+    for span in &exported {
+        assert_eq!(attribute(&span.resource, "service.name").as_deref(), Some("plinth"));
+        assert!(attribute(&span.resource, "service.version").is_some());
+        assert!(attribute(&span.resource, "service.instance.id").is_some());
+    }
+    let host = backend.strip_prefix("http://").unwrap();
+    let outbound = weather_trace(&exported, CALLER_TRACE, CALLER_SPAN, "POST /tools/{tool_ref}", host);
+
+    // The weather service got the trace: each request carries its own span.
+    let mut received: Vec<String> = weather.traceparents().into_iter().map(|t| t.expect("a traceparent")).collect();
+    received.sort();
+    assert_eq!(received, outbound);
+
+    // Never an input, a query or a path a tool chose in what is exported.
+    let exported = format!("{exported:?}");
+    for private in ["Paris", "geocode", "latitude"] {
+        assert!(!exported.contains(private), "`{private}` was exported: {exported}");
+    }
+}
+
+/// Checks that trace `trace` of `exported` is one weather call: a server
+/// span `request` (child of the caller's span `parent`) → `invoke` → the
+/// tool's execution → two `GET`s to `host`, and no other span. Returns the
+/// `traceparent` each `GET` sent, sorted.
+fn weather_trace(exported: &[ExportedSpan], trace: &str, parent: &str, request: &str, host: &str) -> Vec<String> {
+    use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+    let hex = |bytes: &[u8]| hex::encode(bytes);
+    // Other requests (finding the tool's id) are traces of their own.
+    let spans: Vec<_> = exported.iter().map(|e| &e.span).filter(|s| hex(&s.trace_id) == trace).collect();
+    assert_eq!(spans.len(), 5, "request, invoke, tool, two outbound requests: {exported:#?}");
+    let named = |name: &str| spans.iter().copied().filter(|s| s.name == name).collect::<Vec<_>>();
+    let [server] = named(request)[..] else { panic!("one `{request}` span: {spans:#?}") };
+    assert_eq!(hex(&server.parent_span_id), parent, "the request is the caller's span's child");
+    assert_eq!(server.kind, SpanKind::Server as i32);
+    let route = request.split_once(' ').unwrap().1;
+    assert_eq!(attribute(&server.attributes, "http.route").as_deref(), Some(route));
+    assert_eq!(attribute(&server.attributes, "http.response.status_code").as_deref(), Some("200"));
+    let [invoke] = named("invoke")[..] else { panic!("one invoke span: {spans:#?}") };
+    assert_eq!(invoke.parent_span_id, server.span_id, "the call is the request's child");
+    assert_eq!(attribute(&invoke.attributes, "tool").as_deref(), Some("lookup_weather_by_city"));
+    let [tool] = named("execute_tool lookup_weather_by_city")[..] else { panic!("one tool span: {spans:#?}") };
+    assert_eq!(tool.parent_span_id, invoke.span_id, "the tool's execution is the call's child");
+    assert_eq!(attribute(&tool.attributes, "gen_ai.tool.name").as_deref(), Some("lookup_weather_by_city"));
+    let outbound = named("GET");
+    assert_eq!(outbound.len(), 2, "geocode and forecast: {spans:#?}");
+    for span in &outbound {
+        assert_eq!(span.parent_span_id, tool.span_id, "an outbound request is the tool's child");
+        assert_eq!(span.kind, SpanKind::Client as i32);
+        let (address, port) = host.rsplit_once(':').unwrap();
+        assert_eq!(attribute(&span.attributes, "server.address").as_deref(), Some(address));
+        assert_eq!(attribute(&span.attributes, "server.port").as_deref(), Some(port));
+        assert_eq!(attribute(&span.attributes, "http.request.method").as_deref(), Some("GET"));
+        assert_eq!(attribute(&span.attributes, "http.response.status_code").as_deref(), Some("200"));
+    }
+    let mut sent: Vec<String> = outbound.iter().map(|s| format!("00-{trace}-{}-01", hex(&s.span_id))).collect();
+    sent.sort();
+    sent
+}
+
+/// Sends `request` → (status, JSON body).
+async fn answered(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+}
+
+/// The OTC and MCP doors trace a call the same way: each continues its
+/// caller's trace down to the tool's requests.
+#[tokio::test(flavor = "multi_thread")]
+async fn otc_and_mcp_calls_continue_the_callers_trace_too() {
+    let collector = Collector::start().await;
+    let (backend, weather) = crate::weather::backend().await;
+    let config = format!("lookup_weather_by_city.backend-url={backend}");
+    let args = ["--tool-config", &config, "--allow-private-cidr", "127.0.0.0/8", "--otlp-endpoint", &collector.url];
+    let server = Server::start(&args);
+    let (otc_trace, mcp_trace) = ("11111111111111111111111111111111", "22222222222222222222222222222222");
+
+    let body = json!({ "request": { "tool_id": "Weather.LookupWeatherByCity", "input": { "city": "Tokyo" } } });
+    let otc = server
+        .request(Method::POST, "/otc/tools/call")
+        .header("traceparent", format!("00-{otc_trace}-{CALLER_SPAN}-01"))
+        .json(&body);
+    let (status, answer) = answered(otc).await;
+    assert_eq!((status, &answer["result"]["success"]), (200, &json!(true)), "{answer}");
+
+    let modern = "2026-07-28";
+    let capabilities =
+        json!({ "io.modelcontextprotocol/protocolVersion": modern, "io.modelcontextprotocol/clientCapabilities": {} });
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "lookup_weather_by_city", "arguments": { "city": "Boston" }, "_meta": capabilities },
+    });
+    let mcp = server
+        .request(Method::POST, "/mcp")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", modern)
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "lookup_weather_by_city")
+        .header("traceparent", format!("00-{mcp_trace}-{CALLER_SPAN}-01"))
+        .json(&body);
+    let (status, answer) = answered(mcp).await;
+    assert_eq!((status, &answer["result"]["isError"]), (200, &json!(false)), "{answer}");
+    tokio::task::block_in_place(|| server.terminate());
+
+    let exported = collector.spans();
+    let host = backend.strip_prefix("http://").unwrap();
+    let mut sent = weather_trace(&exported, otc_trace, CALLER_SPAN, "POST /otc/tools/call", host);
+    sent.extend(weather_trace(&exported, mcp_trace, CALLER_SPAN, "POST /mcp", host));
+    sent.sort();
+    let mut received: Vec<String> = weather.traceparents().into_iter().map(|t| t.expect("a traceparent")).collect();
+    received.sort();
+    assert_eq!(received, sent);
+}
+
+/// Without `--otlp-endpoint` nothing is exported or even attempted — not
+/// even with the standard OpenTelemetry variables set — and the caller's
+/// trace context reaches the tool's backend as it came.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_an_otlp_endpoint_nothing_is_exported_and_the_callers_trace_context_goes_on_as_it_came() {
+    let collector = Collector::start().await;
+    let (backend, weather) = crate::weather::backend().await;
+    let plugins = plugins_dir();
+    let config = format!("lookup_weather_by_city.backend-url={backend}");
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT".to_string(), collector.url.clone()),
+        ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT".to_string(), format!("{}/v1/traces", collector.url)),
+    ];
+    let args =
+        ["--plugins", plugins.to_str().unwrap(), "--tool-config", &config, "--allow-private-cidr", "127.0.0.0/8"];
+    let (server, _) = Server::start_on(tempfile::tempdir().unwrap(), "127.0.0.1:0", &args, Some(TOKEN), &env);
+    let id = server.tool_id("lookup_weather_by_city").await;
+    let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+    let response = server
+        .request(Method::POST, &format!("/tools/{id}:invoke"))
+        .header("traceparent", &traceparent)
+        .json(&invocation("lookup_weather_by_city", &[("city", json!("Paris"))]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // Without one, the backend gets none.
+    let (status, _) = server.invoke("lookup_weather_by_city", &[("city", json!("Tokyo"))]).await;
+    assert_eq!(status, 200);
+    tokio::task::block_in_place(|| server.terminate());
+
+    assert_eq!(collector.requests(), 0, "nothing was sent to a collector");
+    assert_eq!(weather.traceparents(), [Some(traceparent.clone()), Some(traceparent), None, None]);
 }

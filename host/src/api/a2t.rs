@@ -10,6 +10,7 @@ use super::{ApiError, ApiOptions, AppState, Caller, openapi};
 use crate::host::{Call, FrontDoor, InvokeError};
 use crate::invocation::{self, ToolResult};
 use crate::registry::{Tool, ToolVersion};
+use crate::telemetry::CallerTrace;
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -319,12 +320,14 @@ pub(super) async fn invoke_current(
     Extension(caller): Extension<Caller>,
     Extension(options): Extension<Arc<ApiOptions>>,
     Path(tool_ref): Path<String>,
+    trace: Option<Extension<CallerTrace>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let tool_id = strip_invoke(&tool_ref)?;
     let end_user = super::cheq::end_user_header(&headers)?;
-    invoke(&host, &caller, &options, tool_id, None, end_user, &super::body_within_limit(body)?).await
+    let trace = trace.map(|Extension(trace)| trace);
+    invoke(&host, &caller, &options, tool_id, None, end_user, trace, &super::body_within_limit(body)?).await
 }
 
 /// Invokes one version of the tool.
@@ -340,14 +343,17 @@ pub(super) async fn invoke_version(
     Extension(caller): Extension<Caller>,
     Extension(options): Extension<Arc<ApiOptions>>,
     Path((tool_id, version_ref)): Path<(String, String)>,
+    trace: Option<Extension<CallerTrace>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let version = parse_version(strip_invoke(&version_ref)?)?;
     let end_user = super::cheq::end_user_header(&headers)?;
-    invoke(&host, &caller, &options, &tool_id, Some(version), end_user, &super::body_within_limit(body)?).await
+    let trace = trace.map(|Extension(trace)| trace);
+    invoke(&host, &caller, &options, &tool_id, Some(version), end_user, trace, &super::body_within_limit(body)?).await
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn invoke(
     host: &AppState,
     caller: &Caller,
@@ -355,6 +361,7 @@ async fn invoke(
     tool_id: &str,
     version: Option<u32>,
     end_user: Option<String>,
+    trace: Option<CallerTrace>,
     body: &[u8],
 ) -> Result<Response, ApiError> {
     // Unknown tools are 404 whatever the body says.
@@ -365,6 +372,7 @@ async fn invoke(
     let input = invocation::input_value(&version.signature, &body)?;
     let mut call = Call::new(input, FrontDoor::A2t);
     call.end_user = end_user;
+    call.trace = trace;
     let call_id = call.call_id.clone();
     let number = version.number;
     match host.invoke(tool, version, call).await {

@@ -358,7 +358,7 @@ async fn complete(
     // Counted from here: a graceful stop waits until its answer is kept.
     let running = host.running_confirmed();
     let host = host.clone();
-    let run = tokio::spawn(async move {
+    let run = async move {
         let started = Instant::now();
         let door = c.door();
         let (version, has_outputs, outcome) = match host.run_confirmed(&c, confirmed, &private).await {
@@ -379,7 +379,10 @@ async fn complete(
             tracing::error!(error = %e, transaction = c.id, "a confirmed call's answer could not be kept");
         }
         status
-    });
+    };
+    // In the accepting request's span: the call's log lines and spans are
+    // that request's.
+    let run = tokio::spawn(tracing::Instrument::instrument(run, tracing::Span::current()));
     run.await.unwrap_or(500)
 }
 

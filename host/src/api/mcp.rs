@@ -25,6 +25,7 @@ use crate::host::{Call, ConfirmationNeed, FrontDoor, InvokeError, PendingConfirm
 use crate::invocation::{self, InputError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::schema;
+use crate::telemetry::CallerTrace;
 use crate::tenancy::unix_now;
 use axum::body::Body;
 use axum::extract::Request;
@@ -47,6 +48,7 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// Tools per `tools/list` page.
 const PAGE_SIZE: usize = 100;
@@ -214,11 +216,19 @@ pub(super) async fn per_method(request: Request, next: Next) -> Response {
     if let Some(refusal) = auth::refusal_for(host, access, Scope::Tenant, caller) {
         return refusal;
     }
+    let mut parts = parts;
+    // rmcp runs the handler in a task of its own: it is put back in the
+    // request's span there (`call_tool`).
+    parts.extensions.insert(RequestSpan(tracing::Span::current()));
     // rmcp's own HTTP refusals (Host or Origin not allowed, a missing
     // `Accept`, a body that is not JSON) are plain text: the router gives
     // them Plinth's error shape, like every other (`error::as_error_body`).
     next.run(Request::from_parts(parts, Body::from(bytes))).await
 }
+
+/// The span of the HTTP request an MCP message came in.
+#[derive(Clone)]
+struct RequestSpan(tracing::Span);
 
 /// The `method` of a JSON-RPC message, if the body is one.
 fn rpc_method(body: &[u8]) -> Option<String> {
@@ -330,7 +340,11 @@ impl ServerHandler for McpDoor {
         }
         let mut call = Call::new(input, FrontDoor::Mcp);
         call.end_user = end_user.clone();
-        match host.invoke(tool.clone(), version, call).await {
+        let parts = ctx.extensions.get::<http::request::Parts>();
+        call.trace = parts.and_then(|p| p.extensions.get::<CallerTrace>()).cloned();
+        let span =
+            parts.and_then(|p| p.extensions.get::<RequestSpan>()).map_or_else(tracing::Span::none, |s| s.0.clone());
+        match host.invoke(tool.clone(), version, call).instrument(span).await {
             Err(InvokeError::ConfirmationPending(pending)) => {
                 self.confirmation_required(&host, &caller, &tool.name, &pending, &fingerprint(), &ctx)
             }

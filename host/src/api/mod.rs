@@ -220,6 +220,10 @@ pub fn router(host: AppState, options: ApiOptions) -> axum::Router {
 /// by method, route and status: a bounded set).
 async fn counted(route: &'static str, request: Request, next: Next) -> axum::response::Response {
     let method = known_method(request.method());
+    if crate::telemetry::exporting() {
+        // The request's span (`request_id`) is named by its route.
+        crate::telemetry::routed(&tracing::Span::current(), method, route);
+    }
     let host = request.extensions().get::<AppState>().cloned();
     let response = next.run(request).await;
     if let Some(host) = host {
@@ -256,8 +260,9 @@ async fn metrics(State(host): State<AppState>) -> axum::response::Response {
 /// Gives every request an id: the caller's `x-request-id` when it is a
 /// sensible one (1–128 of `A-Za-z0-9._:-`), else a new one. It is in every
 /// log line of the request (a `request` span) and in the answer's
-/// `x-request-id`.
-async fn request_id(request: Request, next: Next) -> axum::response::Response {
+/// `x-request-id`. A valid `traceparent` is put on the request as a
+/// [`CallerTrace`](crate::telemetry::CallerTrace) for the doors.
+async fn request_id(mut request: Request, next: Next) -> axum::response::Response {
     use tracing::Instrument;
     const HEADER: &str = "x-request-id";
     let given = request.headers().get(HEADER).and_then(|value| value.to_str().ok()).filter(|id| {
@@ -268,7 +273,24 @@ async fn request_id(request: Request, next: Next) -> axum::response::Response {
         Some(id) => id.to_string(),
         None => new_request_id(),
     };
-    let mut response = next.run(request).instrument(tracing::info_span!("request", id = %id)).await;
+    // The caller's W3C trace context, for the doors to hand to the core.
+    let caller = crate::telemetry::CallerTrace::from_headers(request.headers());
+    if let Some(caller) = &caller {
+        request.extensions_mut().insert(caller.clone());
+    }
+    if !crate::telemetry::exporting() {
+        let mut response = next.run(request).instrument(tracing::info_span!("request", id = %id)).await;
+        if let Ok(value) = axum::http::HeaderValue::from_str(&id) {
+            response.headers_mut().insert(HEADER, value);
+        }
+        return response;
+    }
+    // Exported: an OpenTelemetry server span, named by its declared route
+    // once routed (`counted`), never by its path: a CHEQ resource URI's
+    // path is a capability.
+    let span = crate::telemetry::server_span(&id, known_method(request.method()), caller.as_ref());
+    let mut response = next.run(request).instrument(span.clone()).await;
+    crate::telemetry::answered(&span, response.status());
     if let Ok(value) = axum::http::HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }

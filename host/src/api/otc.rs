@@ -19,6 +19,7 @@ use crate::registry::{Tool, ToolVersion};
 use crate::runtime::CallError;
 use crate::signature::schema;
 use crate::store::CallKey;
+use crate::telemetry::CallerTrace;
 use axum::Extension;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -29,6 +30,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// The `$schema` of every answer: the OTC 1.0 OpenAPI document.
 pub const SCHEMA_URI: &str =
@@ -262,6 +264,8 @@ struct CallRequest {
     trace_id: Option<String>,
     /// `context.user_id`: the end user the call acts for.
     end_user: Option<String>,
+    /// The caller's trace context, from its `traceparent` header.
+    trace: Option<CallerTrace>,
 }
 
 fn malformed(message: impl Into<String>) -> ApiError {
@@ -333,7 +337,7 @@ impl CallRequest {
             Some(_) => return Err(malformed("`context` must be an object")),
         };
         let trace_id = optional_string(&request, "trace_id")?;
-        Ok(CallRequest { call_id, tool_id, input, secrets, trace_id, end_user })
+        Ok(CallRequest { call_id, tool_id, input, secrets, trace_id, end_user, trace: None })
     }
 
     /// What a retry must repeat to be the same call: the tool and the input
@@ -412,9 +416,11 @@ pub(super) async fn call_tool(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     Extension(options): Extension<Arc<ApiOptions>>,
+    trace: Option<Extension<CallerTrace>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let request = CallRequest::parse(&super::body_within_limit(body)?)?;
+    let mut request = CallRequest::parse(&super::body_within_limit(body)?)?;
+    request.trace = trace.map(|Extension(trace)| trace);
     let (tool, version) = resolve(&host, &caller.tenant, &request.tool_id)?;
     let arguments: Vec<(&str, &Value)> = request.input.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let input = match invocation::input_record(&version.signature, &arguments) {
@@ -424,7 +430,12 @@ pub(super) async fn call_tool(
     // Own task: a client that hangs up must not leave a claimed call id
     // unrecorded while its tool still runs — its retry waits for the answer.
     let key_id = caller.principal.map(|p| p.key_id).unwrap_or_default();
-    let call = tokio::spawn(run_call(host, options, caller.tenant, key_id, tool, version, input, request));
+    // In the request's span: the call's log lines carry its id, and its
+    // spans are the request's children.
+    let call = tokio::spawn(
+        run_call(host, options, caller.tenant, key_id, tool, version, input, request)
+            .instrument(tracing::Span::current()),
+    );
     call.await.map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the call was interrupted"))?
 }
 
@@ -487,6 +498,7 @@ async fn run_call(
     call.call_id = call_id.clone();
     call.secrets = request.secrets;
     call.end_user = request.end_user;
+    call.trace = request.trace;
     let outcome = host.invoke(tool, version, call).await;
     let (response, answer) = match outcome {
         // Recorded as the call id's response: a retry gets the same pack,

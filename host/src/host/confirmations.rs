@@ -16,6 +16,7 @@ pub use login::{LoginError, LoginOptions};
 use super::{Call, ChangeError, InvokeError, ToolHost};
 use crate::cheq::{self, Confirmation, ConfirmationPolicy, SigningKey, VerifyError};
 use crate::invocation::{self, CallDescription, ToolResult};
+use crate::metrics::CheqEvent;
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::Signature;
 use crate::store::{RegistryStore, StoreError, StoredConfirmation, StoredSession};
@@ -467,6 +468,8 @@ impl ToolHost {
         };
         self.store.insert_confirmation(&record).map_err(storage)?;
         tracing::info!(transaction = id, end_user, "the call waits for its end user's confirmation");
+        self.metrics.cheq(&tool.tenant, &tool.name, CheqEvent::Opened);
+        self.count_expiry(&record);
         Ok(PendingConfirmation {
             id,
             expires_at,
@@ -774,6 +777,7 @@ impl ToolHost {
         if self.pinned_version_retired(&c) {
             let audit = self.decision_audit(&c, "cheq.accept.retired", &confirmation.kid);
             self.decide(&c, "retired", &signed.to_string(), &audit)?;
+            self.count_cheq(&c, CheqEvent::Retired);
             tracing::info!(
                 transaction = c.id,
                 "an acceptance came after the call's version was retired; it ended unrun"
@@ -783,6 +787,7 @@ impl ToolHost {
         let audit = self.decision_audit(&c, "cheq.accept", &confirmation.kid);
         self.decide(&c, "accepted", &signed.to_string(), &audit)?;
         tracing::info!(transaction = c.id, "the end user accepted the call");
+        self.count_cheq(&c, CheqEvent::Accepted);
         Ok((c, Confirmed(())))
     }
 
@@ -803,6 +808,7 @@ impl ToolHost {
         let audit = self.decision_audit(&c, "cheq.reject", &actor);
         self.decide(&c, "rejected", &evidence.to_string(), &audit)?;
         tracing::info!(transaction = id, "the call was rejected");
+        self.count_cheq(&c, CheqEvent::Rejected);
         Ok(())
     }
 
@@ -833,6 +839,7 @@ impl ToolHost {
                     .filter(|v| !v.is_empty())
                     .map(str::to_string)
                     .collect(),
+                trace: None,
             };
             // `invoke` too refuses a version retired after this check.
             self.invoke(tool, version.clone(), call).await
@@ -840,10 +847,45 @@ impl ToolHost {
         if let Err(InvokeError::Retired(_)) = outcome {
             let audit = self.decision_audit(c, "cheq.run.retired", "server");
             self.store.retire_confirmation(&c.id, &audit).map_err(|e| InvokeError::Storage(e.to_string()))?;
+            self.count_cheq(c, CheqEvent::Retired);
             tracing::info!(transaction = c.id, "the call's version was retired after the acceptance; it ended unrun");
             return Err(InvokeError::Retired(RETIRED_MESSAGE.into()));
         }
+        self.count_cheq(c, CheqEvent::Done);
         Ok((version, outcome))
+    }
+
+    /// Counts what happened to a transaction, under its tool's name.
+    fn count_cheq(&self, c: &StoredConfirmation, event: CheqEvent) {
+        match self.registry.get_in(&c.tenant, &c.tool_id) {
+            Some(tool) => self.metrics.cheq(&c.tenant, &tool.name, event),
+            None => self.metrics.cheq(&c.tenant, &c.tool_id.to_string(), event),
+        }
+    }
+
+    /// Counts `c` expired if it is still undecided once it expires: a
+    /// transaction expires by the clock, with no event of its own, so a
+    /// task waits for its expiry (on the tool executor; one per pending
+    /// transaction, which the tenant's rate and the expiry bound) and then
+    /// reads it from the store — where, in a fleet, any replica may have
+    /// decided it. A restart forgets the wait: that expiry goes uncounted.
+    fn count_expiry(&self, c: &StoredConfirmation) {
+        let Some(executor) = &self.executor else { return };
+        let (store, metrics) = (self.store.clone(), self.metrics.clone());
+        let (id, tenant) = (c.id.clone(), c.tenant.clone());
+        let tool =
+            self.registry.get_in(&c.tenant, &c.tool_id).map_or_else(|| c.tool_id.to_string(), |t| t.name.clone());
+        let wait = Duration::from_secs(u64::try_from(c.expires_at.saturating_sub(unix_now())).unwrap_or(0) + 1);
+        executor.normal().spawn(async move {
+            tokio::time::sleep(wait).await;
+            // SQLite blocks: off the threads that run tools' async work.
+            let now = tokio::task::spawn_blocking(move || store.confirmation(&id)).await;
+            if let Ok(Ok(Some(c))) = now
+                && State::of(&c, unix_now()) == State::Expired
+            {
+                metrics.cheq(&tenant, &tool, CheqEvent::Expired);
+            }
+        });
     }
 
     /// The input record a confirmed call runs with: the stored inputs and
@@ -1010,6 +1052,7 @@ impl ToolHost {
     /// Marks transactions that were running when the server went down.
     pub(super) fn interrupt_confirmations(&self) -> Result<(), StoreError> {
         let interrupted = self.store.interrupt_confirmations()?;
+        self.metrics.cheq_interrupted(interrupted as u64);
         if interrupted > 0 {
             tracing::warn!(
                 interrupted,

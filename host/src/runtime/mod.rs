@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, ResourceTable, Val, WasmStr};
 use wasmtime::{
@@ -126,6 +126,18 @@ pub enum CallError {
     Busy,
 }
 
+impl CallError {
+    /// The stable code callers, metrics and traces name it by.
+    pub fn code(&self) -> &'static str {
+        match self {
+            CallError::Timeout { .. } => "tool_timeout",
+            CallError::ResourceExhausted => "tool_resource_exhausted",
+            CallError::Trapped(_) => "tool_trapped",
+            CallError::Busy => "busy",
+        }
+    }
+}
+
 fn computing_note(computing: &bool) -> &'static str {
     if *computing { "; it was still computing, and the same input would run out of time again" } else { "" }
 }
@@ -146,6 +158,16 @@ pub enum Export {
     /// `describe`: the call's description for its confirmation, when the
     /// tool exports one.
     Describe,
+}
+
+impl Export {
+    /// Its name, as the component exports it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Export::Call => "call",
+            Export::Describe => "describe",
+        }
+    }
 }
 
 impl LoadedComponent {
@@ -555,6 +577,56 @@ pub struct Runtime {
     /// cache entry's name, so a wasmtime upgrade or a config change misses.
     engine_key: String,
     stop_ticker: Arc<AtomicBool>,
+    /// The pooling allocator's live counts and sizes, for the metrics.
+    pool: Option<(wasmtime::PoolingAllocatorMetrics, PoolTotals)>,
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
+}
+
+/// How many slots of each kind the pooling allocator has.
+#[derive(Debug, Clone, Copy)]
+struct PoolTotals {
+    component_instances: u32,
+    core_instances: u32,
+    memories: u32,
+    tables: u32,
+    stacks: u32,
+}
+
+impl PoolTotals {
+    /// Room for `instances` components of the largest shape allowed.
+    fn for_instances(instances: u32) -> Self {
+        PoolTotals {
+            component_instances: instances,
+            core_instances: instances.saturating_mul(MAX_CORE_INSTANCES_PER_COMPONENT),
+            memories: instances.saturating_mul(2),
+            tables: instances.saturating_mul(4),
+            stacks: instances,
+        }
+    }
+}
+
+/// The pooling allocator's slots in use and their number, by kind.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolSlots {
+    in_use: [u64; 5],
+    totals: PoolTotals,
+}
+
+impl PoolSlots {
+    /// `(kind, in use, slots)` for component instances, core instances,
+    /// memories, tables and stacks.
+    pub fn kinds(&self) -> [(&'static str, u64, u64); 5] {
+        let t = &self.totals;
+        let [components, cores, memories, tables, stacks] = self.in_use;
+        [
+            ("component_instances", components, t.component_instances.into()),
+            ("core_instances", cores, t.core_instances.into()),
+            ("memories", memories, t.memories.into()),
+            ("tables", tables, t.tables.into()),
+            ("stacks", stacks, t.stacks.into()),
+        ]
+    }
 }
 
 impl Drop for Runtime {
@@ -568,6 +640,7 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> anyhow::Result<Self> {
         let mut wasm = Config::new();
         wasm.wasm_component_model(true).epoch_interruption(true);
+        let totals = PoolTotals::for_instances(config.max_instances);
         if config.pooling {
             let mut pool = PoolingAllocationConfig::new();
             // Every instance slot may hold a component of the largest shape
@@ -576,11 +649,11 @@ impl Runtime {
             // are pooled at the per-component maximum rather than at a
             // Rust tool's handful. A slot of the pool costs address space,
             // not memory, until it is used.
-            pool.total_component_instances(config.max_instances)
-                .total_core_instances(config.max_instances * MAX_CORE_INSTANCES_PER_COMPONENT)
-                .total_memories(config.max_instances * 2)
-                .total_tables(config.max_instances * 4)
-                .total_stacks(config.max_instances)
+            pool.total_component_instances(totals.component_instances)
+                .total_core_instances(totals.core_instances)
+                .total_memories(totals.memories)
+                .total_tables(totals.tables)
+                .total_stacks(totals.stacks)
                 .max_memory_size(config.max_memory_bytes)
                 .max_memories_per_component(MAX_MEMORIES_PER_COMPONENT)
                 .max_memories_per_module(MAX_MEMORIES_PER_COMPONENT)
@@ -646,7 +719,38 @@ impl Runtime {
             // Compiled code of private components: the owner's only.
             crate::store::private_dir(dir)?;
         }
-        Ok(Runtime { engine, linker, config, engine_key, stop_ticker })
+        let pool = engine.pooling_allocator_metrics().map(|live| (live, totals));
+        Ok(Runtime {
+            engine,
+            linker,
+            config,
+            engine_key,
+            stop_ticker,
+            pool,
+            cache_hits: 0.into(),
+            cache_misses: 0.into(),
+        })
+    }
+
+    /// Compiled components taken from the cache, and compiled for want of
+    /// a sound entry, since start.
+    pub fn cache_counts(&self) -> (u64, u64) {
+        (self.cache_hits.load(Ordering::Relaxed), self.cache_misses.load(Ordering::Relaxed))
+    }
+
+    /// The pooling allocator's slots now (none without the pooling allocator).
+    pub fn pool_slots(&self) -> Option<PoolSlots> {
+        let (live, totals) = self.pool.as_ref()?;
+        Some(PoolSlots {
+            in_use: [
+                live.component_instances(),
+                live.core_instances(),
+                live.memories() as u64,
+                live.tables() as u64,
+                live.stacks() as u64,
+            ],
+            totals: *totals,
+        })
     }
 
     /// The limits in force.
@@ -658,8 +762,12 @@ impl Runtime {
     /// sha256 of its bytes) and links it against the host's capabilities.
     pub fn load(&self, bytes: &[u8], sha256: &str) -> Result<LoadedComponent, LoadError> {
         let component = match self.cached(sha256) {
-            Some(component) => component,
+            Some(component) => {
+                self.cache_hits.fetch_add(1, Ordering::Relaxed);
+                component
+            }
             None => {
+                self.cache_misses.fetch_add(1, Ordering::Relaxed);
                 let component =
                     Component::new(&self.engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
                 self.cache(sha256, &component);

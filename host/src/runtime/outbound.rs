@@ -21,6 +21,7 @@
 //! one line per call rather than one per refusal.
 
 use crate::manifest::{HostPattern, split_host_port};
+use crate::telemetry::CallerTrace;
 use http_body_util::BodyExt;
 use ipnet::IpNet;
 use rustls::pki_types::ServerName;
@@ -28,6 +29,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
+use tracing::Instrument;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 /// Connect timeout when the tool sets none.
@@ -42,6 +44,86 @@ const BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
 enum AllowedHost {
     Exact { host: String, port: Option<u16> },
     Subdomains { suffix: String, port: Option<u16> },
+}
+
+impl AllowedHost {
+    /// The entry as the manifest declares it (`api.example.com`,
+    /// `*.example.com:8443`): what metrics and traces name a request's
+    /// host by, so that no name a tool makes up (a subdomain carrying an
+    /// input, say) reaches them.
+    fn declared(&self) -> String {
+        let host = self.declared_host();
+        let port = match self {
+            AllowedHost::Exact { port, .. } | AllowedHost::Subdomains { port, .. } => port,
+        };
+        match port {
+            Some(port) if host.contains(':') => format!("[{host}]:{port}"),
+            Some(port) => format!("{host}:{port}"),
+            None => host,
+        }
+    }
+
+    /// The host part of [`AllowedHost::declared`]: the traces'
+    /// `server.address`.
+    fn declared_host(&self) -> String {
+        match self {
+            AllowedHost::Exact { host, .. } => host.clone(),
+            AllowedHost::Subdomains { suffix, .. } => format!("*.{suffix}"),
+        }
+    }
+}
+
+/// How a tool's outbound request ended, for the metrics: a status class,
+/// or why there was no answer. A fixed set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboundStatus {
+    /// An answer, by class: `2xx`, `3xx`, `4xx`, `5xx`.
+    Answered(u16),
+    /// Refused by the policy (undeclared host, internal address, the
+    /// request budget, a write while describing); never sent.
+    Denied,
+    /// The name did not resolve.
+    DnsError,
+    /// The connection was refused.
+    ConnectionRefused,
+    /// Connecting or the answer timed out.
+    Timeout,
+    /// TLS failed (the certificate, or the handshake).
+    TlsError,
+    /// Anything else (a protocol error).
+    Error,
+}
+
+impl OutboundStatus {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutboundStatus::Answered(status) => match status / 100 {
+                1 => "1xx",
+                2 => "2xx",
+                3 => "3xx",
+                4 => "4xx",
+                _ => "5xx",
+            },
+            OutboundStatus::Denied => "denied",
+            OutboundStatus::DnsError => "dns_error",
+            OutboundStatus::ConnectionRefused => "connection_refused",
+            OutboundStatus::Timeout => "timeout",
+            OutboundStatus::TlsError => "tls_error",
+            OutboundStatus::Error => "error",
+        }
+    }
+
+    fn of(error: &HttpError) -> OutboundStatus {
+        match error {
+            HttpError::HttpRequestDenied => OutboundStatus::Denied,
+            HttpError::DnsError { .. } => OutboundStatus::DnsError,
+            HttpError::ConnectionRefused => OutboundStatus::ConnectionRefused,
+            HttpError::ConnectionTimeout | HttpError::ConnectionReadTimeout => OutboundStatus::Timeout,
+            HttpError::TlsCertificateError | HttpError::TlsProtocolError => OutboundStatus::TlsError,
+            _ => OutboundStatus::Error,
+        }
+    }
 }
 
 /// The operator's side of the outbound policy, the same for every call.
@@ -137,6 +219,10 @@ pub struct OutboundPolicy {
     sent: u32,
     denials: Denials,
     read_only: bool,
+    /// The caller's trace context, passed on when no span is exported.
+    trace: Option<CallerTrace>,
+    /// Where each request is counted.
+    counter: Option<crate::metrics::OutboundCounter>,
 }
 
 impl OutboundPolicy {
@@ -157,7 +243,28 @@ impl OutboundPolicy {
                 }
             })
             .collect();
-        OutboundPolicy { allowed, limits, sent: 0, denials: Denials::default(), read_only: false }
+        OutboundPolicy {
+            allowed,
+            limits,
+            sent: 0,
+            denials: Denials::default(),
+            read_only: false,
+            trace: None,
+            counter: None,
+        }
+    }
+
+    /// The same policy, continuing the caller's trace: every request
+    /// carries a `traceparent` — its own span's when spans are exported,
+    /// else the caller's as it came.
+    pub fn traced(self, trace: Option<CallerTrace>) -> Self {
+        OutboundPolicy { trace, ..self }
+    }
+
+    /// The same policy, counting each request (by declared host and how it
+    /// ended) in `counter`.
+    pub fn counted(self, counter: crate::metrics::OutboundCounter) -> Self {
+        OutboundPolicy { counter: Some(counter), ..self }
     }
 
     /// The same policy allowing only requests that read (`GET`, `HEAD`): for
@@ -174,10 +281,16 @@ impl OutboundPolicy {
 
     /// Whether a request to `authority` over `scheme` is allowed.
     pub fn allows(&self, scheme: Option<&str>, authority: &str) -> bool {
-        let Some((host, port)) = split_host_port(authority) else { return false };
+        self.entry_for(scheme, authority).is_some()
+    }
+
+    /// The manifest's entry that allows a request to `authority` over
+    /// `scheme`, if one does.
+    fn entry_for(&self, scheme: Option<&str>, authority: &str) -> Option<&AllowedHost> {
+        let (host, port) = split_host_port(authority)?;
         let host = host.to_ascii_lowercase();
         let port = port.unwrap_or(if scheme == Some("http") { 80 } else { 443 });
-        self.allowed.iter().any(|allowed| match allowed {
+        self.allowed.iter().find(|allowed| match allowed {
             AllowedHost::Exact { host: h, port: p } => *h == host && p.is_none_or(|p| p == port),
             AllowedHost::Subdomains { suffix, port: p } => {
                 host.len() > suffix.len() + 1
@@ -186,6 +299,12 @@ impl OutboundPolicy {
                     && p.is_none_or(|p| p == port)
             }
         })
+    }
+
+    fn count(&self, host: &str, status: OutboundStatus) {
+        if let Some(counter) = &self.counter {
+            counter.count(host, status);
+        }
     }
 }
 
@@ -224,22 +343,30 @@ impl WasiHttpHooks for OutboundPolicy {
             || "(no host)".to_string(),
             |a| a.port().map_or_else(|| a.host().to_string(), |port| format!("{}:{port}", a.host())),
         );
-        let deny = |why: String| -> Box<dyn Future<Output = _> + Send> {
-            self.denials.record(why);
-            Box::new(async { Err(HttpError::HttpRequestDenied) })
-        };
+        // The manifest's entry that allows it: also what metrics and
+        // traces name the host by.
+        let entry = uri.authority().and_then(|a| self.entry_for(uri.scheme_str(), a.as_str()));
+        let declared = entry.map_or_else(|| "undeclared".to_string(), AllowedHost::declared);
+        let address = entry.map_or_else(|| "undeclared".to_string(), AllowedHost::declared_host);
+        let allowed = entry.is_some();
         // Every attempt spends the budget, refused or not, so that a tool
         // cannot make requests without end by aiming them at what it may not
         // reach.
         self.sent = self.sent.saturating_add(1);
+        let deny = |why: String| -> Box<dyn Future<Output = _> + Send> {
+            self.denials.record(why);
+            self.count(&declared, OutboundStatus::Denied);
+            Box::new(async { Err(HttpError::HttpRequestDenied) })
+        };
         if self.sent > self.limits.max_requests {
             self.denials.record_over_budget(format!(
                 "more than {} outbound requests in one invocation",
                 self.limits.max_requests
             ));
+            self.count(&declared, OutboundStatus::Denied);
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
-        if !uri.authority().is_some_and(|a| self.allows(uri.scheme_str(), a.as_str())) {
+        if !allowed {
             return deny(format!("`{target}` is not among the hosts the tool declares"));
         }
         if self.read_only && !matches!(*request.method(), http::Method::GET | http::Method::HEAD) {
@@ -254,21 +381,96 @@ impl WasiHttpHooks for OutboundPolicy {
             first_byte_timeout: options.first_byte_timeout.or(Some(FIRST_BYTE_TIMEOUT)),
             between_bytes_timeout: options.between_bytes_timeout.or(Some(BETWEEN_BYTES_TIMEOUT)),
         };
-        let (limits, denials) = (self.limits.clone(), self.denials.clone());
-        Box::new(async move {
-            let address = check_addresses(&uri, &limits, &denials).await?;
-            let (response, io) = send_to(request, address, &options, TLS.as_ref()).await?;
-            let max = limits.max_response_bytes;
-            let response = response.map(move |body| {
-                http_body_util::Limited::new(body, max as usize)
-                    .map_err(move |e| match e.downcast::<HttpError>() {
-                        Ok(inner) => *inner,
-                        Err(_) => HttpError::HttpResponseBodySize(Some(max)),
-                    })
-                    .boxed_unsync()
-            });
-            Ok((response, Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>))
-        })
+        let mut request = request;
+        let span = self.trace_request(&mut request, &address);
+        let (limits, denials, counter) = (self.limits.clone(), self.denials.clone(), self.counter.clone());
+        let checked = limits.clone();
+        let sent = async move {
+            let address = check_addresses(&uri, &checked, &denials).await?;
+            send_to(request, address, &options, TLS.as_ref()).await
+        };
+        Box::new(
+            async move {
+                let sent = sent.await;
+                let status = match &sent {
+                    Ok((response, _)) => OutboundStatus::Answered(response.status().as_u16()),
+                    Err(e) => OutboundStatus::of(e),
+                };
+                if let Some(counter) = counter {
+                    counter.count(&declared, status);
+                }
+                let span = tracing::Span::current();
+                match &sent {
+                    Ok((response, _)) => {
+                        span.record("http.response.status_code", response.status().as_u16());
+                        if response.status().is_client_error() || response.status().is_server_error() {
+                            span.record("error.type", response.status().as_str());
+                            span.record("otel.status_code", "ERROR");
+                        }
+                    }
+                    Err(_) => {
+                        span.record("error.type", status.as_str());
+                        span.record("otel.status_code", "ERROR");
+                    }
+                }
+                let (response, io) = sent?;
+                let max = limits.max_response_bytes;
+                let response = response.map(move |body| {
+                    http_body_util::Limited::new(body, max as usize)
+                        .map_err(move |e| match e.downcast::<HttpError>() {
+                            Ok(inner) => *inner,
+                            Err(_) => HttpError::HttpResponseBodySize(Some(max)),
+                        })
+                        .boxed_unsync()
+                });
+                Ok((response, Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>))
+            }
+            .instrument(span),
+        )
+    }
+}
+
+impl OutboundPolicy {
+    /// Gives `request` the trace context Plinth sends — never the tool's
+    /// own: any `traceparent` or `tracestate` the tool set is replaced or
+    /// removed. With spans exported, the request gets a span of its own
+    /// (OpenTelemetry's semantic conventions for HTTP clients: method,
+    /// declared host (`address`), port, scheme and status; never the path, query or
+    /// headers, which may carry the tool's inputs or secrets), a child of
+    /// the tool's, and its `traceparent` names that span. Otherwise the
+    /// caller's trace context is passed on as it came, if there is one.
+    fn trace_request(&self, request: &mut http::Request<WasiBody>, address: &str) -> tracing::Span {
+        use opentelemetry::trace::TraceContextExt as _;
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let span = if crate::telemetry::exporting() {
+            let uri = request.uri();
+            let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("http") { 80 } else { 443 });
+            tracing::info_span!(
+                "outbound",
+                otel.name = %request.method(),
+                otel.kind = "client",
+                otel.status_code = tracing::field::Empty,
+                http.request.method = %request.method(),
+                server.address = %address,
+                server.port = port,
+                url.scheme = uri.scheme_str().unwrap_or("https"),
+                http.response.status_code = tracing::field::Empty,
+                error.type = tracing::field::Empty,
+            )
+        } else {
+            tracing::Span::none()
+        };
+        let own = (!span.is_none()).then(|| span.context()).filter(|cx| cx.span().span_context().is_valid());
+        let headers = request.headers_mut();
+        match (own, &self.trace) {
+            (Some(context), _) => crate::telemetry::inject(&context, headers),
+            (None, Some(trace)) => crate::telemetry::inject(&trace.context(), headers),
+            (None, None) => {
+                headers.remove("traceparent");
+                headers.remove("tracestate");
+            }
+        }
+        span
     }
 }
 
@@ -775,6 +977,46 @@ mod tests {
         assert!(!unset.allows(Some("http"), "127.0.0.1:8090"));
         let not_a_url = policy(&["${config.u}"], &[("u", "file:///etc/passwd")]);
         assert!(!not_a_url.allows(Some("http"), "localhost"));
+    }
+
+    #[test]
+    fn a_tool_cannot_set_the_trace_context_plinth_sends() {
+        let forged = "00-11111111111111111111111111111111-2222222222222222-01";
+        let request = || {
+            http::Request::get("http://api.example.com/")
+                .header("traceparent", forged)
+                .header("tracestate", "tool=forged")
+                .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
+                .unwrap()
+        };
+        // No caller's trace: the tool's headers are removed.
+        let mut untraced = request();
+        policy(&["api.example.com"], &[]).trace_request(&mut untraced, "api.example.com");
+        assert!(!untraced.headers().contains_key("traceparent") && !untraced.headers().contains_key("tracestate"));
+        // The caller's: it replaces them.
+        let caller: http::HeaderMap = [(
+            http::header::HeaderName::from_static("traceparent"),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".parse().unwrap(),
+        )]
+        .into_iter()
+        .collect();
+        let traced = policy(&["api.example.com"], &[]).traced(CallerTrace::from_headers(&caller));
+        let mut replaced = request();
+        traced.trace_request(&mut replaced, "api.example.com");
+        assert_eq!(replaced.headers()["traceparent"], "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        assert!(!replaced.headers().contains_key("tracestate"));
+    }
+
+    #[test]
+    fn requests_are_named_by_the_entry_that_allows_them() {
+        let p = policy(&["api.example.com", "*.example.org:8443", "${config.u}"], &[("u", "http://127.0.0.1:8090/x")]);
+        let declared = |scheme, authority| p.entry_for(Some(scheme), authority).map(AllowedHost::declared);
+        assert_eq!(declared("https", "API.example.com").as_deref(), Some("api.example.com"));
+        assert_eq!(declared("https", "secret-value.example.org:8443").as_deref(), Some("*.example.org:8443"));
+        assert_eq!(declared("http", "127.0.0.1:8090").as_deref(), Some("127.0.0.1:8090"));
+        assert_eq!(declared("https", "elsewhere.example"), None);
+        let v6 = policy(&["[::1]:8080"], &[]);
+        assert_eq!(v6.entry_for(Some("http"), "[::1]:8080").map(AllowedHost::declared).as_deref(), Some("[::1]:8080"));
     }
 
     #[test]

@@ -11,16 +11,20 @@
 //!
 //! The city "Stormville" geocodes, but its forecasts answer `503`, so tests can
 //! see how a tool reports a backend outage. Every request is counted, so tests
-//! can check that a refused invocation never reached the backend.
+//! can check that a refused invocation never reached the backend, and the
+//! `traceparent` headers it came with are kept (the first thousand), so
+//! tests can check how a trace continues into the backend.
 
-use axum::extract::{Query, State};
+use axum::extract::{Query, Request, State};
 use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::Response;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// `(name, country, latitude, longitude, temperature °C, wind km/h, conditions)`.
 type City = (&'static str, &'static str, f64, f64, f64, f64, &'static str);
@@ -35,15 +39,37 @@ const CITIES: &[City] = &[
     ("Stormville", "United States", 41.55, -73.73, 0.0, 0.0, "unavailable"),
 ];
 
-/// Counts the requests served, for tests.
+/// Counts the requests served, and keeps their `traceparent` headers, for
+/// tests.
 #[derive(Clone, Default)]
-pub struct Counter(Arc<AtomicUsize>);
+pub struct Counter(Arc<AtomicUsize>, Arc<Mutex<Vec<Option<String>>>>);
+
+/// `traceparent` headers kept at most.
+const KEPT_TRACEPARENTS: usize = 1000;
 
 impl Counter {
     /// Requests served so far.
     pub fn get(&self) -> usize {
         self.0.load(Ordering::SeqCst)
     }
+
+    /// The `traceparent` header of each request received, in order (`None`
+    /// for a request without one).
+    pub fn traceparents(&self) -> Vec<Option<String>> {
+        self.1.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Keeps the request's `traceparent` (see [`Counter::traceparents`]).
+async fn keep_traceparent(State(counter): State<Counter>, request: Request, next: Next) -> Response {
+    let traceparent = request.headers().get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_string);
+    {
+        let mut kept = counter.1.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() < KEPT_TRACEPARENTS {
+            kept.push(traceparent);
+        }
+    }
+    next.run(request).await
 }
 
 /// The service's routes.
@@ -52,6 +78,7 @@ pub fn router(counter: Counter) -> Router {
         .route("/v1/geocode", get(geocode))
         .route("/v1/forecast", get(forecast))
         .route("/v1/daily", get(daily))
+        .layer(axum::middleware::from_fn_with_state(counter.clone(), keep_traceparent))
         .with_state(counter)
 }
 
