@@ -20,11 +20,21 @@ pub struct Mcp<'a> {
     revision: &'static str,
     /// Declares URL elicitation (2026-07-28 clients).
     url_elicitation: bool,
+    /// Sends an `Accept` with weights, which the direct lane leaves to rmcp
+    /// (api/mcp/direct.rs): the same request, served by rmcp's dispatcher.
+    through_rmcp: bool,
 }
 
 impl<'a> Mcp<'a> {
     pub fn modern(server: &'a Server) -> Mcp<'a> {
-        Mcp { server, key: TOKEN.into(), root: String::new(), revision: MODERN, url_elicitation: true }
+        Mcp {
+            server,
+            key: TOKEN.into(),
+            root: String::new(),
+            revision: MODERN,
+            url_elicitation: true,
+            through_rmcp: false,
+        }
     }
 
     fn legacy(server: &'a Server) -> Mcp<'a> {
@@ -36,7 +46,14 @@ impl<'a> Mcp<'a> {
         let mut request = self
             .server
             .request_as(Some(&self.key), Method::POST, &format!("{}/mcp", self.root))
-            .header("accept", "application/json, text/event-stream")
+            .header(
+                "accept",
+                if self.through_rmcp {
+                    "application/json;q=1, text/event-stream;q=1"
+                } else {
+                    "application/json, text/event-stream"
+                },
+            )
             .header("mcp-protocol-version", self.revision);
         if self.revision == MODERN {
             let capabilities = if self.url_elicitation { json!({ "elicitation": { "url": {} } }) } else { json!({}) };
@@ -150,6 +167,37 @@ async fn calls_answer_structured_content_and_errors_the_model_can_act_on() {
         let answer = client.call("no_such_tool", json!({}), Value::Null).await;
         assert_eq!(answer["error"]["code"], -32602, "{answer}");
         assert_eq!(answer["error"]["data"]["code"], "unknown_tool");
+    }
+}
+
+/// A plain stateless `tools/call` is served by the direct lane, the same
+/// request with anything unusual by rmcp's dispatcher: both answer alike,
+/// status and message, whatever the outcome.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_direct_lane_answers_every_call_as_rmcp_does() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let (status, body) = server.deploy(fixture("echo_v2.wasm"), "").await;
+    assert_eq!(status, 201, "{body}");
+    let mut calls = vec![
+        ("echo", json!({ "text": "hi" }), Value::Null),
+        ("echo", json!({ "text": "hi" }), json!({ "version": 1 })),
+        ("echo", json!({ "text": 5 }), Value::Null),
+        ("echo", json!({}), json!({ "version": 7 })),
+        ("echo", json!({}), json!({ "sha256": "0".repeat(64) })),
+        ("echo", json!({}), json!({ "endUser": 3 })),
+        ("book_flight", arguments(&booking("ECONOMY", 12)), Value::Null),
+        ("no_such_tool", json!({}), Value::Null),
+    ];
+    // A call that needs a confirmation the client cannot show (-32021, 400).
+    calls.push(("transfer_funds", json!({ "amount_usd": 5 }), json!({ "endUser": "alice" })));
+    for (name, arguments, meta) in calls {
+        let lane = Mcp { url_elicitation: false, ..Mcp::modern(&server) };
+        let rmcp = Mcp { through_rmcp: true, ..Mcp { url_elicitation: false, ..Mcp::modern(&server) } };
+        let params = json!({ "name": name, "arguments": arguments });
+        let direct = lane.request("tools/call", params.clone(), meta.clone()).await;
+        let dispatched = rmcp.request("tools/call", params, meta.clone()).await;
+        assert_eq!(direct, dispatched, "{name} {meta}");
+        assert!(direct.1["jsonrpc"] == "2.0" && direct.1["id"] == 1, "{direct:?}");
     }
 }
 

@@ -19,6 +19,8 @@
 //!
 //! The mapping and the choices behind it are in `docs/mcp.md`.
 
+mod direct;
+
 use super::auth::{self, Access, Scope};
 use super::{ApiError, ApiOptions, AppState, Caller};
 use crate::host::{Call, ConfirmationNeed, FrontDoor, InvokeError, PendingConfirmation, State as TxState};
@@ -176,20 +178,15 @@ impl Default for McpOptions {
     }
 }
 
-/// The tower service that serves `/mcp`.
-pub fn service(options: Arc<ApiOptions>) -> StreamableHttpService<McpDoor, NeverSessionManager> {
+/// The tower service that serves `/mcp` with `door`.
+pub fn service(door: McpDoor) -> StreamableHttpService<McpDoor, NeverSessionManager> {
+    let options = door.options.clone();
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_allowed_hosts(options.mcp.allowed_hosts.clone())
         .with_allowed_origins(options.mcp.allowed_origins.clone())
         .with_max_request_body_bytes(options.max_request_bytes);
-    let door = McpDoor {
-        // 32 bytes: the minimum `try_new` checks for.
-        codec: Arc::new(rmcp::model::RequestStateCodec::new_unchecked(options.mcp.state_key.to_vec())),
-        listeners: Arc::new(tokio::sync::Semaphore::new(MAX_LISTENERS)),
-        options,
-    };
     StreamableHttpService::new(move || Ok(door.clone()), Arc::new(NeverSessionManager::default()), config)
 }
 
@@ -197,7 +194,11 @@ pub fn service(options: Arc<ApiOptions>) -> StreamableHttpService<McpDoor, Never
 /// of the lowest access any method needs ([`Access::Enumerate`], made
 /// before the body is read, so that a stranger costs no body): reads the
 /// method and checks the access it needs.
-pub(super) async fn per_method(request: Request, next: Next) -> Response {
+pub(super) async fn per_method(
+    axum::extract::State(door): axum::extract::State<McpDoor>,
+    request: Request,
+    next: Next,
+) -> Response {
     let limit = request.extensions().get::<Arc<ApiOptions>>().map_or(1 << 20, |o| o.max_request_bytes);
     let (parts, body) = request.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
@@ -215,6 +216,13 @@ pub(super) async fn per_method(request: Request, next: Next) -> Response {
     };
     if let Some(refusal) = auth::refusal_for(host, access, Scope::Tenant, caller) {
         return refusal;
+    }
+    if access == Access::Invoke
+        && let Some(call) = direct::plain_call(&parts, &door.options.mcp, &bytes)
+    {
+        let scope = CallScope::direct(host.clone(), caller.clone(), &call.params, &parts);
+        let answer = door.call(&call.params, &scope).await;
+        return direct::answer(call.id, answer);
     }
     let mut parts = parts;
     // rmcp runs the handler in a task of its own: it is put back in the
@@ -245,6 +253,86 @@ pub struct McpDoor {
     options: Arc<ApiOptions>,
     codec: Arc<rmcp::model::RequestStateCodec>,
     listeners: Arc<tokio::sync::Semaphore>,
+}
+
+impl McpDoor {
+    /// The door of a server set up with `options`.
+    pub fn new(options: Arc<ApiOptions>) -> McpDoor {
+        McpDoor {
+            // 32 bytes: the minimum `try_new` checks for.
+            codec: Arc::new(rmcp::model::RequestStateCodec::new_unchecked(options.mcp.state_key.to_vec())),
+            listeners: Arc::new(tokio::sync::Semaphore::new(MAX_LISTENERS)),
+            options,
+        }
+    }
+}
+
+/// What a `tools/call` needs of the request it came in, whether rmcp
+/// dispatched it or the direct lane took it ([`direct`]).
+struct CallScope<'a> {
+    host: AppState,
+    caller: Caller,
+    /// The request's `_meta`.
+    meta: Option<&'a JsonObject>,
+    /// The HTTP request's head: the end user's header, the caller's trace.
+    parts: Option<&'a http::request::Parts>,
+    /// The request's span, which the call runs in.
+    span: tracing::Span,
+    /// Of the stateless revision (2026-07-28 on).
+    stateless: bool,
+    /// The client declared URL elicitation (it can send its user to the
+    /// confirmation page).
+    can_open_urls: bool,
+}
+
+impl<'a> CallScope<'a> {
+    /// A call rmcp dispatched (which moves the request's `_meta` into the
+    /// context, and runs the handler in a task of its own).
+    fn of(request: &'a CallToolRequestParams, ctx: &'a RequestContext<RoleServer>) -> Result<Self, ErrorData> {
+        let (host, caller) = scope(ctx)?;
+        let parts = ctx.extensions.get::<http::request::Parts>();
+        Ok(CallScope {
+            host,
+            caller,
+            meta: Some(&ctx.meta.0.0).filter(|m| !m.is_empty()).or(request.meta.as_ref().map(|m| &m.0.0)),
+            parts,
+            span: parts
+                .and_then(|p| p.extensions.get::<RequestSpan>())
+                .map_or_else(tracing::Span::none, |s| s.0.clone()),
+            stateless: ctx.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28),
+            can_open_urls: ctx.client_capabilities().and_then(|c| c.elicitation).is_some_and(|e| e.url.is_some()),
+        })
+    }
+
+    /// A call the direct lane took: a 2026-07-28 request, whose `_meta`
+    /// carries the client's capabilities, served in the request's task.
+    fn direct(
+        host: AppState,
+        caller: Caller,
+        request: &'a CallToolRequestParams,
+        parts: &'a http::request::Parts,
+    ) -> Self {
+        let meta = request.meta.as_ref();
+        CallScope {
+            host,
+            caller,
+            meta: meta.map(|m| &m.0.0),
+            parts: Some(parts),
+            span: tracing::Span::current(),
+            stateless: true,
+            can_open_urls: meta
+                .and_then(|m| m.client_capabilities())
+                .and_then(|c| c.elicitation)
+                .is_some_and(|e| e.url.is_some()),
+        }
+    }
+
+    /// The end user the call is made for: `_meta.endUser`, else the A2T
+    /// header.
+    fn end_user(&self) -> Result<Option<String>, ErrorData> {
+        let empty = HeaderMap::new();
+        end_user(self.meta, self.parts.map_or(&empty, |p| &p.headers))
+    }
 }
 
 /// What a sealed `requestState` holds: the transaction a call waits for,
@@ -309,47 +397,8 @@ impl ServerHandler for McpDoor {
         request: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let (host, caller) = scope(&ctx)?;
-        if let Some(state) = &request.request_state {
-            return self.resume(&host, &caller, &request, state, &ctx).await;
-        }
-        // rmcp moves the request's `_meta` into the context.
-        let meta = Some(&ctx.meta.0.0).filter(|m| !m.is_empty()).or(request.meta.as_ref().map(|m| &m.0.0));
-        let (tool, version) = resolve(&host, &caller, &request.name, meta)?;
-        let end_user = end_user(meta, &ctx)?;
-        let arguments = request.arguments.clone().unwrap_or_default();
-        let pairs: Vec<(&str, &Value)> = arguments.iter().map(|(k, v)| (k.as_str(), v)).collect();
-        let input = match invocation::input_record(&version.signature, &pairs) {
-            Ok(input) => input,
-            Err(errors) => return Ok(invalid_input(errors).into()),
-        };
-        // Hashed only when needed: a 2025-11-25 client's call, or a call
-        // that waits for its end user.
-        let fingerprint = || call_fingerprint(&caller, &tool.name, &end_user, &arguments);
-        let stateless = is_stateless(&ctx);
-        if !stateless {
-            let fingerprint = fingerprint();
-            if let Some(transaction) = LegacyPending::get(&host, &caller.tenant, &fingerprint) {
-                return self.legacy_outcome(&host, &caller, &fingerprint, &transaction).await;
-            }
-        }
-        // A client that cannot send its user to the page gets no transaction
-        // that nobody would ever see.
-        if stateless && !can_open_urls(&ctx) && host.confirmation_need(&tool, &version) == ConfirmationNeed::Always {
-            return Err(cannot_confirm(&tool.name));
-        }
-        let mut call = Call::new(input, FrontDoor::Mcp);
-        call.end_user = end_user.clone();
-        let parts = ctx.extensions.get::<http::request::Parts>();
-        call.trace = parts.and_then(|p| p.extensions.get::<CallerTrace>()).cloned();
-        let span =
-            parts.and_then(|p| p.extensions.get::<RequestSpan>()).map_or_else(tracing::Span::none, |s| s.0.clone());
-        match host.invoke(tool.clone(), version, call).instrument(span).await {
-            Err(InvokeError::ConfirmationPending(pending)) => {
-                self.confirmation_required(&host, &caller, &tool.name, &pending, &fingerprint(), &ctx)
-            }
-            outcome => call_result(outcome).map(Into::into),
-        }
+        let scope = CallScope::of(&request, &ctx)?;
+        self.call(&request, &scope).await
     }
 
     /// 2025-11-25 clients: the same as `server/discover` says, but for
@@ -534,28 +583,74 @@ fn resolve(
 }
 
 impl McpDoor {
+    /// `tools/call`: the one implementation, whichever way the request came
+    /// in.
+    async fn call(
+        &self,
+        request: &CallToolRequestParams,
+        scope: &CallScope<'_>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let (host, caller) = (&scope.host, &scope.caller);
+        if let Some(state) = &request.request_state {
+            return self.resume(request, state, scope).await;
+        }
+        let (tool, version) = resolve(host, caller, &request.name, scope.meta)?;
+        let end_user = scope.end_user()?;
+        let arguments = request.arguments.clone().unwrap_or_default();
+        let pairs: Vec<(&str, &Value)> = arguments.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        let input = match invocation::input_record(&version.signature, &pairs) {
+            Ok(input) => input,
+            Err(errors) => return Ok(invalid_input(errors).into()),
+        };
+        // Hashed only when needed: a 2025-11-25 client's call, or a call
+        // that waits for its end user.
+        let fingerprint = || call_fingerprint(caller, &tool.name, &end_user, &arguments);
+        if !scope.stateless {
+            let fingerprint = fingerprint();
+            if let Some(transaction) = LegacyPending::get(host, &caller.tenant, &fingerprint) {
+                return self.legacy_outcome(host, caller, &fingerprint, &transaction).await;
+            }
+        }
+        // A client that cannot send its user to the page gets no transaction
+        // that nobody would ever see.
+        if scope.stateless
+            && !scope.can_open_urls
+            && host.confirmation_need(&tool, &version) == ConfirmationNeed::Always
+        {
+            return Err(cannot_confirm(&tool.name));
+        }
+        let mut call = Call::new(input, FrontDoor::Mcp);
+        call.end_user = end_user.clone();
+        call.trace = scope.parts.and_then(|p| p.extensions.get::<CallerTrace>()).cloned();
+        match host.invoke(tool.clone(), version, call).instrument(scope.span.clone()).await {
+            Err(InvokeError::ConfirmationPending(pending)) => {
+                self.confirmation_required(&tool.name, &pending, &fingerprint(), scope)
+            }
+            outcome => call_result(outcome).map(Into::into),
+        }
+    }
+
     /// The answer to a call now waiting for its end user: a URL elicitation
     /// to the confirmation page — an `input_required` result with the sealed
     /// state for 2026-07-28 clients, error -32042 for older ones.
     fn confirmation_required(
         &self,
-        host: &AppState,
-        caller: &Caller,
         tool: &str,
         pending: &PendingConfirmation,
         fingerprint: &str,
-        ctx: &RequestContext<RoleServer>,
+        scope: &CallScope<'_>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let (host, caller) = (&scope.host, &scope.caller);
         let url = confirmation_url(&self.options, pending);
         let message = format!(
             "`{tool}` runs only once you confirm it: open the link, log in and review the call (it expires at {}).",
             crate::host::rfc3339(pending.expires_at)
         );
-        if !is_stateless(ctx) {
+        if !scope.stateless {
             LegacyPending::insert(host, &caller.tenant, fingerprint, pending);
             return Err(url_elicitation_error(&pending.id, &url, &message));
         }
-        if !can_open_urls(ctx) {
+        if !scope.can_open_urls {
             // Nobody will be sent to the page: end the transaction now.
             let evidence = json!({ "by": "mcp-client", "reason": "the client cannot open a confirmation link" });
             if let Err(e) = host.reject_confirmation(&caller.tenant, &pending.id, evidence) {
@@ -585,12 +680,11 @@ impl McpDoor {
     /// same call (tool, arguments, end user) with the same key.
     async fn resume(
         &self,
-        host: &AppState,
-        caller: &Caller,
         request: &CallToolRequestParams,
         sealed: &str,
-        ctx: &RequestContext<RoleServer>,
+        scope: &CallScope<'_>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let (host, caller) = (&scope.host, &scope.caller);
         let invalid = |message: &str| {
             rpc_error(ErrorCode::INVALID_PARAMS.0, message.to_string(), "invalid_request_state", Map::new())
         };
@@ -601,9 +695,8 @@ impl McpDoor {
                 ),
                 _ => invalid("the requestState is not one this server gave this key"),
             })?;
-        let meta = Some(&ctx.meta.0.0).filter(|m| !m.is_empty()).or(request.meta.as_ref().map(|m| &m.0.0));
         let arguments = request.arguments.clone().unwrap_or_default();
-        let fingerprint = call_fingerprint(caller, &request.name, &end_user(meta, ctx)?, &arguments);
+        let fingerprint = call_fingerprint(caller, &request.name, &scope.end_user()?, &arguments);
         if state.tenant != caller.tenant || state.tool != request.name || state.call != fingerprint {
             return Err(invalid("the requestState belongs to another call: retry with the call's own arguments"));
         }
@@ -624,9 +717,7 @@ impl McpDoor {
             }
         }
         match outcome(host, &caller.tenant, &state.transaction).await? {
-            Outcome::Pending(pending) => {
-                self.confirmation_required(host, caller, &request.name, &pending, &fingerprint, ctx)
-            }
+            Outcome::Pending(pending) => self.confirmation_required(&request.name, &pending, &fingerprint, scope),
             Outcome::Running => Ok(still_running().into()),
             Outcome::Done(answer) => answer.map(Into::into),
         }
@@ -718,11 +809,6 @@ fn still_running() -> CallToolResult {
     error_result("confirmation_running", message, Map::new())
 }
 
-/// Whether the client declared URL elicitation (2026-07-28).
-fn can_open_urls(ctx: &RequestContext<RoleServer>) -> bool {
-    ctx.client_capabilities().and_then(|c| c.elicitation).is_some_and(|e| e.url.is_some())
-}
-
 /// Error -32021: the call needs a URL elicitation the client cannot show.
 fn cannot_confirm(tool: &str) -> ErrorData {
     let mut capabilities = rmcp::model::ClientCapabilities::default();
@@ -750,13 +836,8 @@ fn key_id(caller: &Caller) -> &str {
     caller.principal.as_ref().map_or("", |p| p.key_id.as_str())
 }
 
-/// Whether the request is of the stateless revision (2026-07-28 on).
-fn is_stateless(ctx: &RequestContext<RoleServer>) -> bool {
-    ctx.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
-}
-
 /// The end user a call is made for: `_meta.endUser`, else the A2T header.
-fn end_user(meta: Option<&JsonObject>, ctx: &RequestContext<RoleServer>) -> Result<Option<String>, ErrorData> {
+fn end_user(meta: Option<&JsonObject>, headers: &HeaderMap) -> Result<Option<String>, ErrorData> {
     let invalid =
         |e: ApiError| rpc_error(ErrorCode::INVALID_PARAMS.0, e.message().to_string(), "invalid_end_user", Map::new());
     match meta.and_then(|m| m.get(meta::END_USER)) {
@@ -764,11 +845,7 @@ fn end_user(meta: Option<&JsonObject>, ctx: &RequestContext<RoleServer>) -> Resu
             super::cheq::check_end_user(user).map_err(invalid)?;
             Ok(Some(user.clone()))
         }
-        Some(Value::Null) | None => {
-            let empty = HeaderMap::new();
-            let headers = ctx.extensions.get::<http::request::Parts>().map_or(&empty, |p| &p.headers);
-            super::cheq::end_user_header(headers).map_err(invalid)
-        }
+        Some(Value::Null) | None => super::cheq::end_user_header(headers).map_err(invalid),
         Some(_) => Err(rpc_error(
             ErrorCode::INVALID_PARAMS.0,
             format!("_meta.{} must be the end user's name", meta::END_USER),

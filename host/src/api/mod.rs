@@ -102,10 +102,11 @@ impl Routes {
     /// The MCP endpoint: every HTTP method goes to rmcp (which answers the
     /// ones the protocol does not use), access decided per JSON-RPC method.
     fn add_mcp(mut self, options: &ApiOptions) -> Self {
-        let service = mcp::service(Arc::new(options.clone()));
+        let door = mcp::McpDoor::new(Arc::new(options.clone()));
+        let service = mcp::service(door.clone());
         // `layer`, not `route_layer`: every method is the service's fallback.
         let route = axum::routing::any_service(service)
-            .layer(middleware::from_fn(mcp::per_method))
+            .layer(middleware::from_fn_with_state(door, mcp::per_method))
             .layer(middleware::from_fn(|request: Request, next: Next| {
                 auth::authorize(Access::Enumerate, Scope::Tenant, request, next)
             }))
