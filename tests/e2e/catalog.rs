@@ -436,3 +436,35 @@ async fn pages_share_one_stylesheet_under_a_strict_policy() {
         404
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_calls_page_shows_its_state_then_its_answer_in_its_doors_shape() {
+    let (server, _plugins) = crate::cheq::confirming_server(&[]).await;
+    let echo = server.tool_id("echo").await;
+    let path = format!("/admin/tools/{echo}/confirmation");
+    let (status, _) = server.call_as(Some(TOKEN), Method::PUT, &path, Some(&json!({ "required": true }))).await;
+    assert_eq!(status, 204);
+    // An agent's call through OTC, for alice.
+    let call = json!({ "tool_id": "Default.Echo", "input": { "text": "kept" }, "context": { "user_id": "alice" } });
+    let (status, pack) = server.post("/otc/tools/call", &call).await;
+    assert_eq!(status, 200, "{pack}");
+    let id = pack["resource uri"].as_str().unwrap().rsplit('/').next().unwrap().to_string();
+
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let designer = Designer::sign_in(&server.base, &key).await;
+    let (status, html) = designer.get(&format!("/catalog/confirmations/{id}")).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("It waits for its end user&#39;s confirmation") && html.contains("alice"), "{html}");
+
+    let session = crate::cheq::PageSession::log_in(&pack, "alice").await;
+    let (status, html) = session.decide(&pack, "accept").await;
+    assert_eq!(status, 200, "{html}");
+    let (status, html) = designer.get(&format!("/catalog/confirmations/{id}")).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("It ended with status <strong>200</strong>"), "{html}");
+    let kept = html.split("id=\"kept\">").nth(1).unwrap().split("</pre>").next().unwrap();
+    assert!(kept.contains("&#34;success&#34;: true") && kept.contains("&#34;kept&#34;"), "the OTC answer: {kept}");
+
+    // A made-up id is no call.
+    assert_eq!(designer.get("/catalog/confirmations/no-such-call").await.0, 404);
+}

@@ -984,6 +984,9 @@ enum Answer {
     Pending { end_user: String, expires: String, confirm_href: Option<String>, pack: String, status_href: String },
     /// A waiting call's state, not yet answered.
     Waiting { state: String, expires: String },
+    /// The kept answer of a call made through another door, in that door's
+    /// shape: its status and JSON.
+    Kept { status: u16, json: String },
 }
 
 impl Answer {
@@ -1352,7 +1355,10 @@ pub(super) async fn confirmation(
         TxState::Done => {
             let status = c.result_status.unwrap_or(200);
             let body: Value = c.result_body.as_deref().and_then(|b| serde_json::from_str(b).ok()).unwrap_or_default();
-            Answer::from_a2t(status, &body)
+            match c.door() {
+                FrontDoor::A2t => Answer::from_a2t(status, &body),
+                FrontDoor::Otc | FrontDoor::Mcp => Answer::Kept { status, json: pretty(&body) },
+            }
         }
         other => Answer::refused(ApiError::unanswered(other)),
     };
