@@ -6,7 +6,7 @@ PLUGINS    := echo book-flight lookup-weather-by-city
 # Extra tools the tests deploy (versions of echo), packed into target/fixtures/.
 FIXTURES   := echo-v2 echo-breaking spin-forever memory-bomb deep-recursion panic-at-once huge-output \
               call-undeclared-host call-loopback snoop slow-sleep use-secret transfer-funds outbound-flood log-flood huge-error \
-              describe-hostile
+              describe-hostile markup-docs
 # Python and JavaScript tools, built from source by `plinth pack` with the
 # pinned toolchains (make toolchains).
 # The Python and JavaScript examples go to their own folder: each takes
@@ -65,11 +65,16 @@ plugins: wasm-target build toolchains
 	done
 	$(call pack_portable,plugins,$(PORTABLE_PLUGINS),$(PORTABLE_OUT))
 
-# Serves the example tools, Rust, Python and JavaScript alike. The weather tools talk to a stand-in weather
-# service (tests/fake-weather), started here on $(WEATHER) and stopped with
-# the server.
+# Serves the example tools, Rust, Python and JavaScript alike, and a second,
+# compatible version of echo (tests/fixtures/echo-v2: `--plugins` deploys in
+# file name order, so echo.wasm is version 1 and echo_v2.wasm version 2), so
+# the catalog has two versions to compare. The weather tools talk to a
+# stand-in weather service (tests/fake-weather), started here on $(WEATHER)
+# and stopped with the server.
 run: plugins
+	$(CARGO) build --target wasm32-wasip2 --profile plugin -p fixture-echo-v2
 	@rm -rf target/run-plugins && mkdir -p target/run-plugins && cp $(PLUGIN_OUT)/*.wasm $(PORTABLE_OUT)/*.wasm target/run-plugins/
+	@./target/debug/plinth pack tests/fixtures/echo-v2 --wasm $(WASM_OUT)/fixture_echo_v2.wasm -o target/run-plugins/echo_v2.wasm
 	@./target/debug/fake-weather $(WEATHER) & weather=$$!; \
 	trap "kill $$weather 2>/dev/null" EXIT INT TERM; \
 	./target/debug/plinth serve --listen $(LISTEN) --data $(DATA) --plugins target/run-plugins \

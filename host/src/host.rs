@@ -5,6 +5,7 @@
 //! component, enumerate tools, invoke a version. Validation, limits and
 //! storage happen here, so every protocol gets them the same way.
 
+mod catalog;
 mod confirmations;
 mod executors;
 mod fleet;
@@ -12,6 +13,10 @@ mod retention;
 #[cfg(test)]
 mod tests;
 
+pub use catalog::{
+    Catalog, CatalogEntry, CatalogOrder, CatalogQuery, DesignerSession, MAX_SEARCH_CHARS,
+    SESSION_TTL as CATALOG_SESSION_TTL, SignInError,
+};
 pub use confirmations::{CheqOptions, JwksError, JwksOptions, LoginError, LoginOptions, PageSession};
 pub use confirmations::{
     ConfirmationNeed, ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor,
@@ -512,6 +517,8 @@ pub struct ToolHost {
     /// What the core did, for `/metrics` (shared with the tasks that
     /// count CHEQ expiries).
     metrics: Arc<crate::metrics::Metrics>,
+    /// The designer's catalog: its sign-in throttle.
+    catalog: catalog::CatalogState,
 }
 
 impl ToolHost {
@@ -567,6 +574,7 @@ impl ToolHost {
             changes: std::sync::Mutex::new(()),
             deploys: Arc::new(tokio::sync::Semaphore::new(options.max_concurrent_deploys.max(1))),
             metrics: Arc::default(),
+            catalog: catalog::CatalogState::new(&options.cheq.login),
         };
         // Where the change log stands before anything is read: a change
         // made while loading is then read again, never missed.
@@ -1122,7 +1130,7 @@ impl ToolHost {
             });
         }
         let configured = self.operator_key_sha256.as_deref()?;
-        tenancy::key_matches(key, configured).then(|| Principal::server("env:PLINTH_OPERATOR_KEY"))
+        tenancy::key_matches(key, configured).then(|| Principal::server(tenancy::ENV_OPERATOR_KEY_ID))
     }
 
     /// A page of the audit log, newest first.

@@ -24,3 +24,4 @@ pub mod telemetry;
 pub mod tenancy;
 #[doc(hidden)]
 pub mod testing;
+pub mod tool_ids;

@@ -333,11 +333,13 @@ struct ServeArgs {
     #[arg(long, env = "PLINTH_MAX_PASSWORD_CHECKS")]
     max_password_checks: Option<usize>,
     /// Failed confirmation-page logins of one user name (per tenant) before
-    /// it is locked out; each further failure doubles the lockout.
+    /// it is locked out; each further failure doubles the lockout. Catalog
+    /// sign-ins with one key id count the same way, in a table of their own.
     #[arg(long, env = "PLINTH_LOGIN_LOCKOUT_AFTER", default_value_t = 5)]
     login_lockout_after: u32,
     /// Failed confirmation-page logins from one client address (the TCP
-    /// peer: behind a proxy, the proxy's) before it is locked out.
+    /// peer: behind a proxy, the proxy's) before it is locked out; failed
+    /// catalog sign-ins count the same way, in a table of their own.
     #[arg(long, env = "PLINTH_LOGIN_ADDRESS_LOCKOUT_AFTER", default_value_t = 20)]
     login_address_lockout_after: u32,
     /// The first lockout after too many failed logins, in seconds; it
@@ -350,6 +352,7 @@ struct ServeArgs {
     /// Failed confirmation-page logins per minute for the whole server
     /// (that many at once at most, refilled evenly); beyond it every login
     /// is refused before hashing (`429 login_locked`) until one is earned.
+    /// Failed catalog sign-ins have a budget of this size of their own.
     #[arg(long, env = "PLINTH_MAX_FAILED_LOGINS_PER_MINUTE", default_value_t = 600)]
     max_failed_logins_per_minute: u32,
     /// Keys each failed-login throttle table (users, (user, address) pairs,

@@ -230,6 +230,10 @@ pub fn key_id(key: &str) -> Option<&str> {
     (id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()) && !secret.is_empty()).then_some(id)
 }
 
+/// The audit id of the operator key from the environment
+/// (`PLINTH_OPERATOR_KEY`).
+pub const ENV_OPERATOR_KEY_ID: &str = "env:PLINTH_OPERATOR_KEY";
+
 /// Compares a presented key with a stored hash in constant time.
 pub fn key_matches(key: &str, stored_sha256: &str) -> bool {
     key_sha256(key).as_bytes().ct_eq(stored_sha256.as_bytes()).into()

@@ -141,6 +141,77 @@ impl Browser {
         }
     }
 
+    /// Chooses `value` in the `<select>` `css` selects.
+    pub async fn select(&self, css: &str, value: &str) {
+        let element = self.find(css).await;
+        if let Err(e) = element.select_by_value(value).await {
+            panic!("cannot choose {value} in {css}: {e}; {}", self.context().await);
+        }
+    }
+
+    /// Empties the field `css` selects.
+    pub async fn clear(&self, css: &str) {
+        let element = self.find(css).await;
+        if let Err(e) = element.clear().await {
+            panic!("cannot empty {css}: {e}; {}", self.context().await);
+        }
+    }
+
+    /// How many elements `css` selects.
+    pub async fn count(&self, css: &str) -> usize {
+        let found = self.client.find_all(fantoccini::Locator::Css(css)).await;
+        found.unwrap_or_else(|e| panic!("cannot look for {css}: {e}")).len()
+    }
+
+    /// The visible text of the element `css` selects.
+    pub async fn text_of(&self, css: &str) -> String {
+        let element = self.find(css).await;
+        element.text().await.unwrap_or_else(|e| panic!("cannot read {css}: {e}"))
+    }
+
+    /// The value of attribute `name` of the element `css` selects.
+    pub async fn attribute(&self, css: &str, name: &str) -> Option<String> {
+        let element = self.find(css).await;
+        element.attr(name).await.unwrap_or_else(|e| panic!("cannot read {css}'s {name}: {e}"))
+    }
+
+    /// Evaluates `script` in the page (WebDriver's own channel: the page's
+    /// policy, which allows no script of its own, does not apply) and
+    /// returns its value.
+    pub async fn evaluate(&self, script: &str) -> serde_json::Value {
+        self.client.execute(script, Vec::new()).await.unwrap_or_else(|e| panic!("cannot run {script}: {e}"))
+    }
+
+    /// Makes the viewport `width` CSS pixels wide and as tall as the page
+    /// (at least `min_height`), so that a screenshot shows all of it.
+    pub async fn fit(&self, width: u32, min_height: u32) {
+        self.resize(width, min_height).await;
+        let height = self.evaluate("return document.documentElement.scrollHeight").await.as_u64().unwrap_or(0);
+        self.resize(width, (height as u32).max(min_height)).await;
+    }
+
+    /// Sets the viewport (not the window) to `width` × `height`.
+    async fn resize(&self, width: u32, height: u32) {
+        self.client.set_window_size(width, height).await.unwrap_or_else(|e| panic!("cannot resize the window: {e}"));
+        // The window's frame, if any, takes from the viewport: add it back.
+        let inner = self.evaluate("return [window.innerWidth, window.innerHeight]").await;
+        let (w, h) = (inner[0].as_u64().unwrap_or(0) as u32, inner[1].as_u64().unwrap_or(0) as u32);
+        if (w, h) != (width, height) {
+            let (dw, dh) = (width.saturating_sub(w), height.saturating_sub(h));
+            self.client.set_window_size(width + dw, height + dh).await.unwrap_or_else(|e| panic!("cannot resize: {e}"));
+        }
+    }
+
+    /// Saves a screenshot of the viewport as `path` (PNG).
+    pub async fn screenshot(&self, path: &Path) {
+        let png = self.client.screenshot().await.unwrap_or_else(|e| panic!("cannot take a screenshot: {e}"));
+        assert!(png.starts_with(b"\x89PNG"), "the screenshot is not a PNG");
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(path, png).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    }
+
     /// The page's visible text.
     pub async fn text(&self) -> String {
         let body = self.find("body").await;

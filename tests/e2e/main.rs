@@ -3,6 +3,8 @@
 
 mod a2t;
 mod browser;
+mod catalog;
+mod catalog_browser;
 mod cheq;
 mod cheq_browser;
 mod cheq_restart;

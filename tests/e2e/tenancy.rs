@@ -2,6 +2,7 @@
 //! one server, and no path from one tenant's key to another's tools, secrets
 //! or data.
 
+use crate::catalog::Designer;
 use crate::support::{Server, TOKEN, fixture, invocation, outputs, plinth_bin, plugins_dir};
 use plinth::api::{Access, Scope};
 use reqwest::Method;
@@ -74,6 +75,18 @@ fn decisions() -> BTreeMap<(&'static str, &'static str), (Access, Scope)> {
         (("POST", "/mcp tools/list"), (Enumerate, Tenant)),
         (("POST", "/mcp tools/call"), (Invoke, Tenant)),
         (("POST", "/mcp subscriptions/listen"), (Enumerate, Tenant)),
+        // The pages' stylesheet, and the designer's catalog: signing in is
+        // open, every page needs a catalog session of the tenant.
+        (("GET", "/assets/plinth.css"), (Open, Server)),
+        (("GET", "/catalog/sign-in"), (Open, Tenant)),
+        (("POST", "/catalog/sign-in"), (Open, Tenant)),
+        (("POST", "/catalog/sign-out"), (Catalog, Tenant)),
+        (("GET", "/catalog"), (Catalog, Tenant)),
+        (("GET", "/catalog/tools/{tool_id}"), (Catalog, Tenant)),
+        (("GET", "/catalog/tools/{tool_id}/diff"), (Catalog, Tenant)),
+        (("GET", "/catalog/tools/{tool_id}/try"), (Catalog, Tenant)),
+        (("POST", "/catalog/tools/{tool_id}/try"), (Catalog, Tenant)),
+        (("GET", "/catalog/confirmations/{id}"), (Catalog, Tenant)),
     ])
 }
 
@@ -107,6 +120,18 @@ fn expected(access: Access, scope: Scope, via_tenant_root: bool, root: &str, who
         return Expect::Allowed;
     }
     let exists = ["default", "acme", "public"].contains(&root);
+    // A catalog page reads a catalog session, never a bearer key: the
+    // caller's key opened one at its own tenant's root (an operator's at
+    // each existing root), and it opens that root's catalog only. A session
+    // presented anywhere else, a revoked key's or a made-up one is none.
+    if access == Access::Catalog {
+        let opened_here = match who {
+            Who::Consumer(t) | Who::Publisher(t) => t == root,
+            Who::Operator => exists,
+            Who::NoKey | Who::InvalidKey | Who::RevokedKey => false,
+        };
+        return if opened_here { Expect::Allowed } else { Expect::Unauthorized };
+    }
     let public = root == "public";
     let (role, tenant) = match who {
         Who::NoKey if access == Access::Enumerate && public && scope == Scope::Tenant => return Expect::Allowed,
@@ -123,6 +148,7 @@ fn expected(access: Access, scope: Scope, via_tenant_root: bool, root: &str, who
         Access::Publish | Access::Audit => 2,
         Access::Operate => 3,
         Access::Open => 0,
+        Access::Catalog => 1,
     };
     if role < least { Expect::Forbidden } else { Expect::Allowed }
 }
@@ -172,7 +198,10 @@ async fn every_route_answers_every_caller_as_decided() {
         decisions().into_iter().map(|((m, p), d)| ((m.to_string(), p.to_string()), d)).collect();
     assert_eq!(routed, decided, "every route needs a decision in this test, and every decision a route");
 
-    let server = Server::start(&[]);
+    // The walk signs in (and fails to) many times from one address: the
+    // throttle would lock it out halfway (its tests are in catalog.rs and
+    // hardening_net.rs).
+    let server = Server::start(&["--login-address-lockout-after", "1000000", "--login-lockout-after", "1000000"]);
     server.create_tenant("acme", json!({})).await;
     server.create_tenant("public", json!({})).await;
     let public = json!({ "publicEnumeration": true });
@@ -184,7 +213,32 @@ async fn every_route_answers_every_caller_as_decided() {
         keys.insert(format!("{role}:{tenant}"), server.create_key(Some(tenant), role).await.1);
     }
     let (revoked_id, revoked) = server.create_key(Some("acme"), "publisher").await;
+    // The revoked key's catalog session was opened while it was live.
+    let revoked_session = Designer::sign_in(&format!("{}/t/acme", server.base), &revoked).await;
     assert_eq!(server.call_as(Some(TOKEN), Method::DELETE, &format!("/admin/keys/{revoked_id}"), None).await.0, 200);
+    // Each key's catalog session where it opens one: its tenant's root (an
+    // operator's at every root that exists).
+    let root_url = |root: &str| {
+        if root == "default" { server.base.clone() } else { format!("{}/t/{root}", server.base) }
+    };
+    let key_of = |who: Who| match who {
+        Who::Consumer(t) => keys[&format!("consumer:{t}")].clone(),
+        Who::Publisher(t) => keys[&format!("publisher:{t}")].clone(),
+        _ => TOKEN.to_string(),
+    };
+    let mut sessions: BTreeMap<(String, String), Designer> = BTreeMap::new();
+    for (who, roots) in [
+        (Who::Consumer("acme"), &["acme"][..]),
+        (Who::Publisher("acme"), &["acme"][..]),
+        (Who::Consumer("default"), &["default"][..]),
+        (Who::Publisher("default"), &["default"][..]),
+        (Who::Operator, &["default", "acme", "public"][..]),
+    ] {
+        for root in roots {
+            let session = Designer::sign_in(&root_url(root), &key_of(who)).await;
+            sessions.insert((format!("{who:?}"), root.to_string()), session);
+        }
+    }
 
     let callers = [
         Who::NoKey,
@@ -211,8 +265,32 @@ async fn every_route_answers_every_caller_as_decided() {
                 };
                 let (filled, body) = concrete(method, path);
                 let url = format!("{prefix}{filled}");
-                let mut request = server.request_as(key.as_deref(), method.parse().unwrap(), &url);
-                if let Some(body) = body {
+                // A catalog page gets the caller's session, opened at this
+                // root or (when it opens none here) at its own tenant's.
+                let session = match who {
+                    Who::NoKey | Who::InvalidKey => None,
+                    Who::RevokedKey => Some(&revoked_session),
+                    Who::Operator => sessions
+                        .get(&(format!("{who:?}"), root.to_string()))
+                        .or_else(|| sessions.get(&(format!("{who:?}"), "default".to_string()))),
+                    Who::Consumer(t) | Who::Publisher(t) => sessions.get(&(format!("{who:?}"), t.to_string())),
+                };
+                let mut request = if access == Access::Catalog {
+                    let cookie = match (who, session) {
+                        (Who::InvalidKey, _) => "plinth_catalog_session=made-up".to_string(),
+                        (_, Some(session)) => session.cookie.clone(),
+                        (_, None) => String::new(),
+                    };
+                    let request = server.request_as(None, method.parse().unwrap(), &url).header("cookie", cookie);
+                    // Its form, with the session's token.
+                    match (method, session) {
+                        ("POST", Some(session)) => request.form(&[("form_token", session.form_token.as_str())]),
+                        _ => request,
+                    }
+                } else {
+                    server.request_as(key.as_deref(), method.parse().unwrap(), &url)
+                };
+                if let Some(body) = body.filter(|_| access != Access::Catalog) {
                     let content_type = if path == "/admin/tools" { "application/wasm" } else { "application/json" };
                     request = request.header("content-type", content_type).body(body);
                 }
@@ -235,6 +313,10 @@ async fn every_route_answers_every_caller_as_decided() {
                 let refused_404 =
                     status == 404 && (message.contains("this key may use") || message.starts_with("no such endpoint"));
                 let got = match status {
+                    // The catalog's refusals are pages (the sign-in form, a
+                    // forged form's notice); their status is the decision.
+                    401 if access == Access::Catalog => Expect::Unauthorized,
+                    403 if access == Access::Catalog => Expect::Forbidden,
                     _ if page => Expect::Allowed,
                     401 => Expect::Unauthorized,
                     403 => Expect::Forbidden,
@@ -246,6 +328,16 @@ async fn every_route_answers_every_caller_as_decided() {
                     wrong.push(format!("{method} {url} as {who:?}: expected {want:?}, got {status} {body}"));
                 }
                 checked += 1;
+                // Signing out ended that session: open another in its place.
+                if path == "/catalog/sign-out" && got == Expect::Allowed {
+                    let at = match who {
+                        Who::Consumer(t) | Who::Publisher(t) => t,
+                        _ if sessions.contains_key(&(format!("{who:?}"), root.to_string())) => root,
+                        _ => "default",
+                    };
+                    let fresh = Designer::sign_in(&root_url(at), &key_of(who)).await;
+                    sessions.insert((format!("{who:?}"), at.to_string()), fresh);
+                }
             }
         }
     }

@@ -10,15 +10,20 @@
 //!    one that does not exist (the two are indistinguishable).
 //! 3. `403` when the key belongs to the tenant but its role is too low.
 //!
+//! The catalog's pages (`Access::Catalog`) take their key from a catalog
+//! session instead (see [`authorize_designer`]): without a live session of
+//! the tenant they answer `401` with the sign-in page.
+//!
 //! Roles are ordered consumer < publisher < operator; each may do what the
 //! ones below it may.
 
-use super::{ApiError, AppState};
+use super::{ApiError, ApiOptions, AppState};
 use crate::tenancy::{DEFAULT_TENANT, Principal, Role};
 use axum::extract::Request;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
 
 /// What an endpoint needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -37,6 +42,12 @@ pub enum Access {
     Audit,
     /// Tenants, quotas and keys: an operator key.
     Operate,
+    /// The designer's catalog pages: a catalog session of the tenant,
+    /// opened at this root with one of its keys (a consumer key is enough)
+    /// that is still live. The session cookie is the credential (a bearer
+    /// key is not read), and every form posted must carry the session's
+    /// form token and come from this origin.
+    Catalog,
 }
 
 impl Access {
@@ -44,7 +55,7 @@ impl Access {
     pub fn least_role(self) -> Option<Role> {
         match self {
             Access::Open => None,
-            Access::Enumerate | Access::Invoke => Some(Role::Consumer),
+            Access::Enumerate | Access::Invoke | Access::Catalog => Some(Role::Consumer),
             Access::Publish | Access::Audit => Some(Role::Publisher),
             Access::Operate => Some(Role::Operator),
         }
@@ -149,6 +160,9 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
         return super::no_such_endpoint().into_response();
     }
     let tenant = root.unwrap_or_else(|| DEFAULT_TENANT.to_string());
+    if access == Access::Catalog {
+        return authorize_designer(host, tenant, request, next).await;
+    }
     let presented = bearer(&request).map(str::to_string);
     let principal = presented.as_deref().and_then(|key| host.authenticate(key));
     let decision = decide(&host, access, scope, &tenant, presented.is_some(), principal.as_ref());
@@ -156,6 +170,60 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
         return refusal(error, presented.is_some());
     }
     request.extensions_mut().insert(Caller { tenant, principal });
+    next.run(request).await
+}
+
+/// The decision for a catalog page: the request's catalog session must be
+/// a live one of `tenant` (its key found again among the live keys: a
+/// revoked key's sessions end with it), else `401` and the sign-in page.
+/// A form posted (any method but `GET` and `HEAD`) must also come from
+/// this origin (`Sec-Fetch-Site`, where the browser sends it) and carry
+/// the session's form token, else `403` and nothing is done. The handler
+/// gets the [`Caller`] and the [`DesignerSession`](crate::host::DesignerSession).
+async fn authorize_designer(host: AppState, tenant: String, mut request: Request, next: Next) -> Response {
+    let Some(options) = request.extensions().get::<Arc<ApiOptions>>().cloned() else {
+        return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the server is misconfigured")
+            .into_response();
+    };
+    let session = match super::catalog::session_token(request.headers()) {
+        None => None,
+        Some(token) => match host.designer_session(&tenant, &token) {
+            Ok(session) => session,
+            Err(e) => {
+                tracing::warn!(tenant, error = %e, "a catalog session could not be read");
+                return super::catalog::sessions_unreadable(&options, &tenant);
+            }
+        },
+    };
+    let session =
+        session.filter(|s| decide(&host, Access::Catalog, Scope::Tenant, &tenant, true, Some(&s.principal)).is_ok());
+    let Some(session) = session else {
+        return super::catalog::sign_in_required(&options, &tenant, request.method(), request.uri());
+    };
+    if !matches!(*request.method(), Method::GET | Method::HEAD) {
+        if super::catalog::from_elsewhere(request.headers()) {
+            tracing::warn!(tenant, "a catalog form posted from another site was refused");
+            return super::catalog::forged_form(&options, &session);
+        }
+        let (parts, body) = request.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, options.max_request_bytes).await else {
+            return ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                "the form is larger than this server accepts",
+            )
+            .into_response();
+        };
+        let token = form_urlencoded::parse(&bytes).find(|(k, _)| k == "form_token").map(|(_, v)| v.into_owned());
+        let token = token.unwrap_or_default();
+        if !bool::from(subtle::ConstantTimeEq::ct_eq(token.as_bytes(), session.form_token.as_bytes())) {
+            tracing::warn!(tenant, "a catalog form without its session's form token was refused");
+            return super::catalog::forged_form(&options, &session);
+        }
+        request = Request::from_parts(parts, axum::body::Body::from(bytes));
+    }
+    request.extensions_mut().insert(Caller { tenant, principal: Some(session.principal.clone()) });
+    request.extensions_mut().insert(session);
     next.run(request).await
 }
 

@@ -20,6 +20,7 @@
 //! `GET {resource uri}/cheq`, and `?accept`/`?reject` as HTTP clients write
 //! them.
 
+use super::pages::{self, Frame, Paragraph, Product, Revealed, field, form};
 use super::{ApiError, ApiOptions, AppState, Caller, openapi};
 use crate::host::{
     DecideError, InvokeError, LoginError, MAX_END_USER_CHARS, PageSession, PendingConfirmation, State as TxState,
@@ -27,12 +28,12 @@ use crate::host::{
 };
 use crate::store::StoredConfirmation;
 use crate::tenancy::unix_now;
+use askama::Template;
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
-use html_escape::{encode_double_quoted_attribute as attr, encode_text as text};
+use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -542,25 +543,10 @@ pub(super) async fn delete_end_user(
 
 // The built-in confirmation server.
 
-/// The session cookie's value in `headers`, if any.
-fn session_token(headers: &HeaderMap) -> Option<String> {
-    Some(
-        headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(cookie::Cookie::split_parse)
-            .filter_map(Result::ok)
-            .find(|c| c.name() == SESSION_COOKIE)?
-            .value()
-            .to_string(),
-    )
-}
-
 /// The logged-in end user of `tenant` whose session cookie `headers` carry.
 /// Sessions live in the store, so that any replica of a fleet knows them.
 fn session_of(host: &AppState, headers: &HeaderMap, tenant: &str) -> Option<PageSession> {
-    let token = session_token(headers)?;
+    let token = pages::cookie(headers, SESSION_COOKIE)?;
     match host.page_session(tenant, &token) {
         Ok(session) => session,
         Err(e) => {
@@ -568,15 +554,6 @@ fn session_of(host: &AppState, headers: &HeaderMap, tenant: &str) -> Option<Page
             None
         }
     }
-}
-
-/// Form fields, URL-decoded.
-fn form(body: &[u8]) -> Vec<(String, String)> {
-    form_urlencoded::parse(body).into_owned().collect()
-}
-
-fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
 /// The transaction a resource URI names, if it is one of this tenant's on
@@ -662,8 +639,8 @@ pub(super) async fn confirm_page(
     let (resource_uri, id) = match found {
         Ok(found) => found,
         Err(why) => {
-            let body = format!("<p>{why}: open the confirmation link the application gave you.</p>");
-            return page(StatusCode::BAD_REQUEST, "Nothing to confirm", &body);
+            let said = Paragraph::of(format!("{why}: open the confirmation link the application gave you."));
+            return notice(&options, StatusCode::BAD_REQUEST, "Nothing to confirm", vec![said]);
         }
     };
     match session_of(&host, &headers, &caller.tenant) {
@@ -710,17 +687,14 @@ pub(super) async fn login(
                 "The login could not be checked now; try again in a moment.".into()
             }
         };
-        return ApiError::from(e).onto(login_page(&options, &caller.tenant, &resource_uri, Some(&problem)));
+        return ApiError::from(e).onto(login_page(&options, &caller.tenant, &resource_uri, Some(problem)));
     }
     let token = match host.open_page_session(&caller.tenant, user, SESSION_TTL) {
         Ok(token) => token,
         Err(e) => {
             tracing::warn!(tenant = caller.tenant, error = %e, "a confirmation-page session could not be opened");
-            return page(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Try again",
-                "<p>The session could not be opened; try again in a moment.</p>",
-            );
+            let said = Paragraph::of("The session could not be opened; try again in a moment.");
+            return notice(&options, StatusCode::SERVICE_UNAVAILABLE, "Try again", vec![said]);
         }
     };
     let secure = options.public_url.starts_with("https://");
@@ -764,33 +738,30 @@ pub(super) async fn login(
 pub(super) async fn decide(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
+    Extension(options): Extension<Arc<ApiOptions>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let fields = form(&body);
     let Some(session) = session_of(&host, &headers, &caller.tenant) else {
-        return page(
-            StatusCode::UNAUTHORIZED,
-            "Log in first",
-            "<p>You are not logged in: open the confirmation link again.</p>",
-        );
+        let said = Paragraph::of("You are not logged in: open the confirmation link again.");
+        return notice(&options, StatusCode::UNAUTHORIZED, "Log in first", vec![said]);
     };
     let token = field(&fields, "form_token").unwrap_or("");
     if !bool::from(subtle::ConstantTimeEq::ct_eq(token.as_bytes(), session.form_token.as_bytes())) {
         tracing::warn!(tenant = caller.tenant, "a confirmation decision without the page's form token was refused");
-        return page(
-            StatusCode::FORBIDDEN,
-            "Not confirmed",
-            "<p>This request did not come from the confirmation page (its form token is missing or wrong). Nothing was decided.</p>",
+        let said = Paragraph::of(
+            "This request did not come from the confirmation page (its form token is missing or wrong). Nothing was decided.",
         );
+        return notice(&options, StatusCode::FORBIDDEN, "Not confirmed", vec![said]);
     }
     let id = field(&fields, "transaction").unwrap_or("");
     let c = match host.confirmation(&caller.tenant, id) {
         Ok(Some(c)) => c,
-        _ => return page(StatusCode::NOT_FOUND, "Unknown confirmation", "<p>There is no such confirmation.</p>"),
+        _ => return unknown_confirmation(&options),
     };
     if c.end_user != session.user {
-        return other_user_page(&session);
+        return other_user_page(&options, &session);
     }
     match field(&fields, "decision") {
         Some("accept") => {
@@ -801,111 +772,145 @@ pub(super) async fn decide(
             // A private value that does not fit is asked again, before the
             // transaction is spent.
             if let Err(InvokeError::Input(e)) = host.confirmed_input(&c, &private) {
-                let message = e.to_string();
-                return page(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "Check what you entered",
-                    &format!("<p id=\"problem\">{}</p><p>Go back and correct it.</p>", text(&message)),
-                );
+                let said = vec![Paragraph::of(e.to_string()).id("problem"), Paragraph::of("Go back and correct it.")];
+                return notice(&options, StatusCode::UNPROCESSABLE_ENTITY, "Check what you entered", said);
             }
             match host.accept_as_end_user(&caller.tenant, id, &session.user) {
                 Ok((c, confirmed)) => {
                     let name = operation(&c);
                     let status = complete(&host, c, confirmed, private).await;
                     let outcome = if status < 300 { "It ran" } else { "It was confirmed, but did not succeed" };
-                    page(
-                        StatusCode::OK,
-                        "Confirmed",
-                        &format!(
-                            "<p id=\"outcome\">You confirmed <strong>{}</strong>. {outcome}; the agent receives the answer.</p>",
-                            text(&name)
-                        ),
-                    )
+                    let said = Paragraph::new()
+                        .id("outcome")
+                        .text("You confirmed ")
+                        .strong(name)
+                        .text(format!(". {outcome}; the agent receives the answer."));
+                    notice(&options, StatusCode::OK, "Confirmed", vec![said])
                 }
-                Err(e) => decision_refused(e),
+                Err(e) => decision_refused(&options, e),
             }
         }
         Some("reject") => {
             let evidence =
                 json!({ "by": format!("end-user:{}", session.user), "via": "confirmation page", "at": unix_now() });
             match host.reject_confirmation(&caller.tenant, id, evidence) {
-                Ok(()) => page(
-                    StatusCode::OK,
-                    "Rejected",
-                    &format!(
-                        "<p id=\"outcome\">You rejected <strong>{}</strong>. It did not run.</p>",
-                        text(&operation(&c))
-                    ),
-                ),
-                Err(e) => decision_refused(e),
+                Ok(()) => {
+                    let said = Paragraph::new()
+                        .id("outcome")
+                        .text("You rejected ")
+                        .strong(operation(&c))
+                        .text(". It did not run.");
+                    notice(&options, StatusCode::OK, "Rejected", vec![said])
+                }
+                Err(e) => decision_refused(&options, e),
             }
         }
-        _ => page(StatusCode::BAD_REQUEST, "Not confirmed", "<p>Choose Accept or Reject.</p>"),
+        _ => {
+            notice(&options, StatusCode::BAD_REQUEST, "Not confirmed", vec![Paragraph::of("Choose Accept or Reject.")])
+        }
     }
 }
 
-fn decision_refused(e: DecideError) -> Response {
+/// A plain page of the confirmation server.
+fn notice(options: &ApiOptions, status: StatusCode, title: &str, paragraphs: Vec<Paragraph>) -> Response {
+    pages::notice(status, Frame::new(&options.public_url, Product::Confirmation, title), paragraphs)
+}
+
+fn unknown_confirmation(options: &ApiOptions) -> Response {
+    let said = Paragraph::of("There is no such confirmation.");
+    notice(options, StatusCode::NOT_FOUND, "Unknown confirmation", vec![said])
+}
+
+fn decision_refused(options: &ApiOptions, e: DecideError) -> Response {
     let message = e.to_string();
     let status = ApiError::from(e).status();
-    page(status, "Not confirmed", &format!("<p id=\"problem\">{}</p>", text(&message)))
+    notice(options, status, "Not confirmed", vec![Paragraph::of(message).id("problem")])
 }
 
 fn operation(c: &StoredConfirmation) -> String {
     c.cheq_object()["operation name"].as_str().unwrap_or("the call").to_string()
 }
 
-fn other_user_page(session: &PageSession) -> Response {
-    page(
-        StatusCode::FORBIDDEN,
-        "Not yours to confirm",
-        &format!(
-            "<p id=\"problem\">This call was made for another user; you are logged in as <strong>{}</strong>. Only the user it was made for can confirm it.</p>",
-            text(&session.user)
-        ),
-    )
+fn other_user_page(options: &ApiOptions, session: &PageSession) -> Response {
+    let said = Paragraph::new()
+        .id("problem")
+        .text("This call was made for another user; you are logged in as ")
+        .strong(&session.user)
+        .text(". Only the user it was made for can confirm it.");
+    notice(options, StatusCode::FORBIDDEN, "Not yours to confirm", vec![said])
+}
+
+/// The confirmation page: what the agent asks, what the tool says of it,
+/// the inputs, Accept and Reject.
+#[derive(Template)]
+#[template(path = "pages/cheq_confirm.html")]
+struct ConfirmationPage {
+    frame: Frame,
+    name: String,
+    user: String,
+    description: Revealed,
+    explanation: Option<Revealed>,
+    facts: Vec<FactRow>,
+    rows: Vec<ParameterRow>,
+    private: Vec<PrivateField>,
+    any_hidden: bool,
+    action: String,
+    id: String,
+    form_token: String,
+    expires: String,
+}
+
+/// A fact the tool's `describe` gave.
+struct FactRow {
+    name: String,
+    label: Revealed,
+    value: Revealed,
+}
+
+/// An input the agent gave.
+struct ParameterRow {
+    name: String,
+    words: String,
+    value: Revealed,
+    description: Revealed,
+}
+
+/// A private input the end user types.
+struct PrivateField {
+    name: String,
+    words: String,
+    description: Revealed,
 }
 
 fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, session: &PageSession, id: &str) -> Response {
     let c = match host.confirmation(tenant, id) {
         Ok(Some(c)) => c,
-        _ => return page(StatusCode::NOT_FOUND, "Unknown confirmation", "<p>There is no such confirmation.</p>"),
+        _ => return unknown_confirmation(options),
     };
     if c.end_user != session.user {
-        return other_user_page(session);
+        return other_user_page(options, session);
     }
     let object = c.cheq_object();
     let name = object["operation name"].as_str().unwrap_or("");
     match TxState::of(&c, unix_now()) {
         TxState::Pending => {}
         TxState::Expired => {
-            return page(
-                StatusCode::GONE,
-                "Expired",
-                &format!("<p id=\"problem\">This request to {} expired; it did not run.</p>", text(name)),
-            );
+            let said = Paragraph::of(format!("This request to {name} expired; it did not run.")).id("problem");
+            return notice(options, StatusCode::GONE, "Expired", vec![said]);
         }
         decided => {
-            return page(
-                StatusCode::CONFLICT,
-                "Already decided",
-                &format!("<p id=\"problem\">This request to {} was already {}.</p>", text(name), decided.as_str()),
-            );
+            let said = Paragraph::of(format!("This request to {name} was already {}.", decided.as_str())).id("problem");
+            return notice(options, StatusCode::CONFLICT, "Already decided", vec![said]);
         }
     }
-    let mut rows = String::new();
-    let mut private = String::new();
+    let mut rows = Vec::new();
+    let mut private = Vec::new();
     let mut any_hidden = false;
     for parameter in object["inputs"]["parameters"].as_array().into_iter().flatten() {
         let pname = parameter["parameter name"].as_str().unwrap_or("");
-        let description = parameter["parameter description"].as_str().unwrap_or("");
+        let description = Revealed::new(parameter["parameter description"].as_str().unwrap_or(""));
         if parameter["private"] == true {
-            private.push_str(&format!(
-                "<p><label for=\"private-{0}\">{1}</label><br><small>{2}</small><br>\
-                 <input id=\"private-{0}\" name=\"private.{0}\" type=\"text\" autocomplete=\"off\" required></p>",
-                attr(pname),
-                text(&as_words(pname)),
-                revealed(description)
-            ));
+            private.push(PrivateField { name: pname.to_string(), words: as_words(pname), description });
             continue;
         }
         let value = match &parameter["parameter value"] {
@@ -914,132 +919,65 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
             other => other.to_string(),
         };
         any_hidden |= crate::cheq::has_hidden(&value);
-        rows.push_str(&format!(
-            "<tr data-parameter=\"{}\"><th>{}</th><td class=\"value\" dir=\"ltr\">{}</td><td><small>{}</small></td></tr>",
-            attr(pname),
-            text(&as_words(pname)),
-            revealed(&value),
-            revealed(description)
-        ));
+        rows.push(ParameterRow {
+            name: pname.to_string(),
+            words: as_words(pname),
+            value: Revealed::new(&value),
+            description,
+        });
     }
-    let body = format!(
-        "<p>An AI agent asks to <strong id=\"operation\">{name}</strong> on behalf of <strong id=\"end-user\">{user}</strong>.</p>\
-         <p><small>{description}</small></p>\
-         {described}\
-         <table id=\"parameters\">{rows}</table>{warning}\
-         <form method=\"post\" action=\"{action}\">\
-         <input type=\"hidden\" name=\"transaction\" value=\"{id}\">\
-         <input type=\"hidden\" name=\"form_token\" value=\"{form_token}\">\
-         {private}\
-         <p><button id=\"accept\" name=\"decision\" value=\"accept\">Accept</button> \
-         <button id=\"reject\" name=\"decision\" value=\"reject\" formnovalidate>Reject</button></p></form>\
-         <p><small>Open until {expires}. Nothing happens unless you accept.</small></p>",
-        name = text(name),
-        user = text(&session.user),
-        description = revealed(object["operation description"].as_str().unwrap_or("")),
-        described = described(&object),
-        warning = if any_hidden { HIDDEN_WARNING } else { "" },
-        action = attr(&format!("{}/cheq/decide", root(options, tenant))),
-        id = attr(id),
-        form_token = attr(&session.form_token),
-        expires = text(&rfc3339(c.expires_at)),
-    );
-    page(StatusCode::OK, &format!("Confirm: {name}"), &body)
-}
-
-/// What the tool said of this call (its `describe` export), signed into
-/// the CHEQ: its explanation and facts, marked as the tool's words.
-fn described(object: &Value) -> String {
-    let explanation = object["explanation"].as_str().map(|e| format!("<p id=\"explanation\">{}</p>", revealed(e)));
-    let facts: String = object["facts"]
+    // What the tool said of this call (its `describe` export), signed into
+    // the CHEQ: its explanation and facts, marked as the tool's words.
+    let facts = object["facts"]
         .as_array()
         .into_iter()
         .flatten()
         .map(|fact| {
-            format!(
-                "<tr data-fact=\"{}\"><th>{}</th><td class=\"value\" dir=\"ltr\">{}</td></tr>",
-                attr(fact["fact name"].as_str().unwrap_or("")),
-                revealed(fact["fact name"].as_str().unwrap_or("")),
-                revealed(fact["fact value"].as_str().unwrap_or(""))
-            )
+            let name = fact["fact name"].as_str().unwrap_or("");
+            FactRow {
+                name: name.to_string(),
+                label: Revealed::new(name),
+                value: Revealed::new(fact["fact value"].as_str().unwrap_or("")),
+            }
         })
         .collect();
-    if explanation.is_none() && facts.is_empty() {
-        return String::new();
-    }
-    let facts = if facts.is_empty() { facts } else { format!("<table id=\"facts\">{facts}</table>") };
-    format!(
-        "<section id=\"described\" aria-labelledby=\"described-heading\"><h2 id=\"described-heading\">What the tool says this call will do</h2>{}{facts}</section>",
-        explanation.unwrap_or_default()
-    )
+    let page = ConfirmationPage {
+        frame: Frame::new(&options.public_url, Product::Confirmation, format!("Confirm: {name}")),
+        name: name.to_string(),
+        user: session.user.clone(),
+        description: Revealed::new(object["operation description"].as_str().unwrap_or("")),
+        explanation: object["explanation"].as_str().map(Revealed::new),
+        facts,
+        rows,
+        private,
+        any_hidden,
+        action: format!("{}/cheq/decide", root(options, tenant)),
+        id: id.to_string(),
+        form_token: session.form_token.clone(),
+        expires: rfc3339(c.expires_at),
+    };
+    pages::page(StatusCode::OK, &page)
 }
 
-/// Shown under the parameters when a value holds characters shown as markers.
-const HIDDEN_WARNING: &str = "<p id=\"hidden-warning\" class=\"warning\">A value above contains invisible, \
-     direction-changing or overlaid characters, shown as <span class=\"hidden-char\">&lt;U+…&gt;</span> markers. The tool gets them \
-     exactly as sent: reject unless you expected them.</p>";
-
-/// Text for the page, escaped, with every character a screen would not show
-/// as it is (`cheq::shown`: bidirectional overrides, zero-width and other
-/// format characters, combining marks struck through digits or Latin text)
-/// as a visible, distinctly styled `<U+XXXX>` marker: the end user sees
-/// exactly what the tool gets.
-fn revealed(value: &str) -> String {
-    crate::cheq::shown(value)
-        .into_iter()
-        .map(|piece| match piece {
-            crate::cheq::Shown::Text(t) => text(t).into_owned(),
-            crate::cheq::Shown::Hidden(c) => format!(
-                "<span class=\"hidden-char\" title=\"{}\">{}</span>",
-                if crate::cheq::is_combining_mark(c) { "combining mark" } else { "invisible character" },
-                text(&crate::cheq::marker(c))
-            ),
-        })
-        .collect()
+/// The login page of the confirmation server.
+#[derive(Template)]
+#[template(path = "pages/cheq_login.html")]
+struct LoginPage {
+    frame: Frame,
+    problem: Option<String>,
+    action: String,
+    resource_uri: String,
 }
 
-fn login_page(options: &ApiOptions, tenant: &str, resource_uri: &str, problem: Option<&str>) -> Response {
-    let problem = problem.map(|p| format!("<p id=\"problem\">{}</p>", text(p))).unwrap_or_default();
-    let body = format!(
-        "{problem}<p>Log in to see what you are asked to confirm.</p>\
-         <form method=\"post\" action=\"{action}\">\
-         <input type=\"hidden\" name=\"resource_uri\" value=\"{resource_uri}\">\
-         <p><label for=\"user\">User name</label><br><input id=\"user\" name=\"user\" autocomplete=\"username\" required></p>\
-         <p><label for=\"password\">Password</label><br><input id=\"password\" name=\"password\" type=\"password\" autocomplete=\"current-password\" required></p>\
-         <p><button id=\"login\">Log in</button></p></form>",
-        action = attr(&format!("{}/cheq/login", root(options, tenant))),
-        resource_uri = attr(resource_uri),
-    );
-    let status = if problem.is_empty() { StatusCode::OK } else { StatusCode::UNAUTHORIZED };
-    page(status, "Log in to confirm", &body)
-}
-
-/// A page of the confirmation server. Never cached, never framed (no
-/// clickjacking of the Accept button), no scripts at all.
-fn page(status: StatusCode, title: &str, body: &str) -> Response {
-    let html = format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{title}</title>\
-         <style>body{{font-family:system-ui,sans-serif;max-width:40rem;margin:2rem auto;padding:0 1rem}}\
-         th,td{{text-align:left;padding:.3rem .6rem;vertical-align:top}}button{{font-size:1rem;padding:.4rem 1.2rem}}\
-         .value{{unicode-bidi:isolate;white-space:pre-wrap}}\
-         .hidden-char{{font-family:monospace;font-size:.85em;color:#7a2e00;background:#ffe08a;border:1px solid #c77700;border-radius:3px;padding:0 .15em}}\
-         .warning{{color:#7a2e00}}</style>\
-         </head><body><h1>{title}</h1>{body}</body></html>",
-        title = text(title),
-    );
-    let mut response = (status, Html(html)).into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
-        ),
-    );
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-    response
+fn login_page(options: &ApiOptions, tenant: &str, resource_uri: &str, problem: Option<String>) -> Response {
+    let status = if problem.is_none() { StatusCode::OK } else { StatusCode::UNAUTHORIZED };
+    let page = LoginPage {
+        frame: Frame::new(&options.public_url, Product::Confirmation, "Log in to confirm"),
+        problem,
+        action: format!("{}/cheq/login", root(options, tenant)),
+        resource_uri: resource_uri.to_string(),
+    };
+    pages::page(status, &page)
 }
 
 #[cfg(test)]

@@ -10,7 +10,9 @@
 //! is temporary — an executor retries it — and carries `Retry-After`.
 
 use crate::cheq::ConditionError;
-use crate::host::{ChangeError, DecideError, DeployError, InvokeError, JwksError, LoginError, State as TxState};
+use crate::host::{
+    ChangeError, DecideError, DeployError, InvokeError, JwksError, LoginError, SignInError, State as TxState,
+};
 use crate::invocation::{InputError, ToolError};
 use crate::package::PackageError;
 use crate::runtime::CallError;
@@ -106,6 +108,12 @@ impl ApiError {
         &self.message
     }
 
+    /// The fields beside `code` and `message` (`parameter`, a tool
+    /// error's `canRetry`…).
+    pub fn fields(&self) -> &[(String, Value)] {
+        &self.fields
+    }
+
     /// When a retry may work, if waiting helps.
     pub fn retry_after_secs(&self) -> Option<u64> {
         self.retry_after_secs
@@ -158,6 +166,27 @@ impl From<LoginError> for ApiError {
             LoginError::Store(_) => {
                 tracing::error!(error = %e, "an end user could not be read");
                 return ApiError::storage_failed("the login could not be checked; try again");
+            }
+        };
+        let mut error = ApiError::new(status, code, e.to_string());
+        error.retry_after_secs = e.retry_after_secs();
+        error
+    }
+}
+
+impl From<SignInError> for ApiError {
+    /// `401 unauthorized` (whether the key is unknown, revoked or another
+    /// tenant's is not said), `429 login_locked` or `503 login_busy` with
+    /// `Retry-After`: a catalog sign-in is throttled as a confirmation-page
+    /// login is.
+    fn from(e: SignInError) -> Self {
+        let (status, code) = match &e {
+            SignInError::Invalid => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            SignInError::Locked { .. } => (StatusCode::TOO_MANY_REQUESTS, "login_locked"),
+            SignInError::Busy => (StatusCode::SERVICE_UNAVAILABLE, "login_busy"),
+            SignInError::Store(_) => {
+                tracing::error!(error = %e, "a catalog session could not be opened");
+                return ApiError::storage_failed("the sign-in could not be recorded; try again");
             }
         };
         let mut error = ApiError::new(status, code, e.to_string());

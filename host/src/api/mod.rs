@@ -9,11 +9,13 @@
 pub mod a2t;
 pub mod admin;
 pub mod auth;
+pub mod catalog;
 pub mod cheq;
 pub mod error;
 pub mod mcp;
 pub mod openapi;
 pub mod otc;
+pub mod pages;
 pub mod serve;
 
 use crate::host::{FrontDoor, InvokeError, ToolHost};
@@ -196,7 +198,25 @@ fn routes(options: &ApiOptions) -> Routes {
             Tenant,
             put(cheq::put_policy).layer(form_limit),
         )
-        .add(Method::DELETE, "/admin/tools/{tool_id}/confirmation", Publish, Tenant, delete(cheq::delete_policy));
+        .add(Method::DELETE, "/admin/tools/{tool_id}/confirmation", Publish, Tenant, delete(cheq::delete_policy))
+        // The pages' stylesheet, and the designer's catalog: its pages need
+        // a catalog session of the tenant (`Catalog`, decided in auth.rs).
+        .add(Method::GET, pages::STYLESHEET_PATH, Open, Server, get(pages::stylesheet))
+        .add(Method::GET, "/catalog/sign-in", Open, Tenant, get(catalog::sign_in_form))
+        .add(Method::POST, "/catalog/sign-in", Open, Tenant, post(catalog::sign_in).layer(form_limit))
+        .add(Method::POST, "/catalog/sign-out", Catalog, Tenant, post(catalog::sign_out).layer(form_limit))
+        .add(Method::GET, "/catalog", Catalog, Tenant, get(catalog::catalog))
+        .add(Method::GET, "/catalog/tools/{tool_id}", Catalog, Tenant, get(catalog::tool))
+        .add(Method::GET, "/catalog/tools/{tool_id}/diff", Catalog, Tenant, get(catalog::diff))
+        .add(Method::GET, "/catalog/tools/{tool_id}/try", Catalog, Tenant, get(catalog::try_form))
+        .add(
+            Method::POST,
+            "/catalog/tools/{tool_id}/try",
+            Catalog,
+            Tenant,
+            post(catalog::try_call).layer(invocation_limit),
+        )
+        .add(Method::GET, "/catalog/confirmations/{id}", Catalog, Tenant, get(catalog::confirmation));
     admin::routes(routes).add_mcp(options)
 }
 

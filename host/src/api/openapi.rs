@@ -33,6 +33,10 @@ const OTC_PREFIX: &str = "Otc";
 /// The name of the security scheme: a Plinth API key as a bearer token.
 const API_KEY: &str = "apiKey";
 
+/// The name of the catalog pages' security scheme: a catalog session's
+/// cookie.
+const CATALOG_SESSION: &str = "catalogSession";
+
 /// Every annotated handler, and the schemas the annotations do not reach.
 #[derive(OpenApi)]
 #[openapi(
@@ -88,6 +92,16 @@ const API_KEY: &str = "apiKey";
         super::admin::create_key,
         super::admin::revoke_key,
         super::admin::audit,
+        super::pages::stylesheet,
+        super::catalog::sign_in_form,
+        super::catalog::sign_in,
+        super::catalog::sign_out,
+        super::catalog::catalog,
+        super::catalog::tool,
+        super::catalog::diff,
+        super::catalog::try_form,
+        super::catalog::try_call,
+        super::catalog::confirmation,
     ),
     // What `IntoResponses` and `add_mcp` refer to (utoipa collects the rest
     // from the annotations).
@@ -99,6 +113,7 @@ const API_KEY: &str = "apiKey";
         (name = "CHEQ", description = "Human confirmation (draft-rosenberg-aiproto-cheq-00): the resource and result URIs and the built-in confirmation server; docs/cheq.md"),
         (name = "Admin", description = "Tools, secrets, config, tenants, keys, audit; docs/deploying.md and docs/tenancy.md"),
         (name = "Server", description = "Health, readiness, keys, metrics and this document"),
+        (name = "Catalog", description = "The designer's catalog: pages for people, signed in with an API key of the tenant; docs/catalog.md"),
     )
 )]
 struct Annotated;
@@ -821,6 +836,37 @@ pub mod schemas {
         pub resource_uri: Option<String>,
     }
 
+    /// The catalog's sign-in form.
+    #[derive(Debug, Deserialize, ToSchema)]
+    pub struct SignInForm {
+        /// An API key of the tenant.
+        #[schema(example = "plk_0123456789abcdef_not-a-real-key")]
+        pub key: String,
+        /// The catalog page to go on to (any other is the catalog).
+        #[schema(example = "/catalog?q=flight")]
+        pub next: Option<String>,
+    }
+
+    /// A catalog form that carries only its session's form token.
+    #[derive(Debug, Deserialize, ToSchema)]
+    pub struct FormTokenForm {
+        /// The session's form token (from any catalog page).
+        pub form_token: String,
+    }
+
+    /// The catalog's try form: the session's form token, the version, the
+    /// end user when the call may need confirmation, and each input the
+    /// agent gives as `input.{name}` (text, as typed).
+    #[derive(Debug, Deserialize, ToSchema)]
+    pub struct TryForm {
+        /// The session's form token.
+        pub form_token: String,
+        /// The version to call (the current one when left out).
+        pub version: Option<u32>,
+        /// The end user who confirms the call, when it may need confirmation.
+        pub end_user: Option<String>,
+    }
+
     /// The confirmation page's decision form.
     #[derive(Debug, Deserialize, ToSchema)]
     pub struct DecisionForm {
@@ -892,6 +938,12 @@ fn document() -> (Value, Vec<String>) {
             "type": "http",
             "scheme": "bearer",
             "description": "A Plinth API key (`plk_…`, or the operator key the server was started with): `Authorization: Bearer <key>`. Its role (consumer < publisher < operator) decides what it may do; see each operation's `x-plinth-access`.",
+        },
+        CATALOG_SESSION: {
+            "type": "apiKey",
+            "in": "cookie",
+            "name": "plinth_catalog_session",
+            "description": "The catalog pages' session, opened by signing in with an API key of the tenant (`POST catalog/sign-in`); scoped to that root's catalog. A bearer key is not read by these pages.",
         },
     });
     let endpoints = super::endpoints();
@@ -972,6 +1024,7 @@ fn access_name(access: Access) -> &'static str {
         Access::Publish => "publish",
         Access::Audit => "audit",
         Access::Operate => "operate",
+        Access::Catalog => "catalog",
     }
 }
 
@@ -1007,6 +1060,9 @@ fn apply_access(operation: &mut Value, endpoint: &Endpoint, endpoints: &[Endpoin
         access["publicEnumeration"] = "a tenant that made its enumeration public lists its tools without a key".into();
     }
     operation["x-plinth-access"] = access;
+    if endpoint.access == Access::Catalog {
+        return apply_catalog_access(operation, endpoint);
+    }
     let who = match (endpoint.access, endpoint.scope) {
         (Access::Open, _) => "Open to anyone: no key is needed.".to_string(),
         (Access::Enumerate, _) => {
@@ -1063,6 +1119,42 @@ fn apply_access(operation: &mut Value, endpoint: &Endpoint, endpoints: &[Endpoin
             error_answer("`not_found`: the tenant does not exist, or the key is another tenant's (the two look alike)"),
         );
     }
+}
+
+/// What the access layer decides for a catalog page: a catalog session of
+/// the tenant (its cookie), else the sign-in page; a form without its
+/// session's token is refused. Its refusals are pages.
+fn apply_catalog_access(operation: &mut Value, endpoint: &Endpoint) {
+    let who = "Needs a catalog session of the tenant: sign in at `catalog/sign-in` with any of its keys (a consumer key is enough). Forms carry the session's form token.";
+    let description = operation["description"].as_str().map(str::to_string);
+    operation["description"] = match description {
+        Some(text) if !text.is_empty() => format!("{text}\n\n{who}"),
+        _ => who.to_string(),
+    }
+    .into();
+    operation["security"] = json!([{ CATALOG_SESSION: [] }]);
+    let page = |description: &str| {
+        json!({ "description": description, "content": { "text/html": { "schema": { "type": "string" } } },
+            "headers": { "Plinth-Error-Code": { "description": "The error's code", "schema": { "type": "string" } } } })
+    };
+    let responses = &mut operation["responses"];
+    add_answer(
+        responses,
+        "401",
+        page(
+            "`unauthorized`: no live catalog session of this tenant (none, expired, another tenant's, or its key was revoked): the sign-in page",
+        ),
+    );
+    if endpoint.method != Method::GET {
+        add_answer(
+            responses,
+            "403",
+            page("`forbidden`: the form does not carry the session's form token, or came from another site"),
+        );
+    }
+    let mut unavailable = page("`storage_failed`: the session could not be checked");
+    unavailable["headers"]["Retry-After"] = json!({ "description": "Seconds", "schema": { "type": "integer" } });
+    add_answer(responses, "503", unavailable);
 }
 
 /// Adds `answer` as the response for `status`, or adds its description to
@@ -1270,6 +1362,13 @@ mod tests {
             );
             match endpoint.access.least_role() {
                 None => assert!(operation.get("security").is_none(), "{path} is open"),
+                Some(_) if endpoint.access == Access::Catalog => {
+                    assert_eq!(operation["security"], json!([{ CATALOG_SESSION: [] }]), "{path}");
+                    assert!(
+                        operation["responses"]["401"]["content"]["text/html"].is_object(),
+                        "{path}: the sign-in page"
+                    );
+                }
                 Some(_) => {
                     let schemes = operation["security"].as_array().unwrap();
                     assert_eq!(schemes[0], json!({ API_KEY: [] }), "{path}");

@@ -20,6 +20,7 @@ use crate::runtime::CallError;
 use crate::signature::schema;
 use crate::store::CallKey;
 use crate::telemetry::CallerTrace;
+use crate::tool_ids::{otc_tool_id, pascal_case, toolkit};
 use axum::Extension;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -44,29 +45,6 @@ const MAX_SECRET_CHARS: usize = 4096;
 /// Longest OTC `name` (the `ToolDefinition` pattern allows 64).
 const MAX_NAME_CHARS: usize = 64;
 
-/// `lookup_weather_by_city` → `LookupWeatherByCity`. A word that starts with
-/// a digit keeps its separator (`route_66` → `Route_66`), so no two snake
-/// case names meet and [`snake_case`] undoes it. Also turns tenant names
-/// (`acme-travel`) into default toolkit names (`AcmeTravel`).
-pub fn pascal_case(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for word in name.split(['_', '-']).filter(|w| !w.is_empty()) {
-        let mut chars = word.chars();
-        if let Some(first) = chars.next() {
-            if first.is_ascii_alphabetic() {
-                out.push(first.to_ascii_uppercase());
-            } else if !out.is_empty() {
-                out.push('_');
-                out.push(first);
-            } else {
-                out.push(first);
-            }
-            out.extend(chars);
-        }
-    }
-    out
-}
-
 /// The snake case name [`pascal_case`] made `name` from.
 fn snake_case(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 8);
@@ -81,11 +59,6 @@ fn snake_case(name: &str) -> String {
         }
     }
     out
-}
-
-/// The toolkit of a version: its `plinth.toml`'s, else its tenant's name.
-fn toolkit(tool: &Tool, version: &ToolVersion) -> String {
-    version.manifest.toolkit.clone().unwrap_or_else(|| pascal_case(&tool.tenant))
 }
 
 /// `Toolkit_Name`, shortened past 64 characters with a hash that keeps it
@@ -209,7 +182,7 @@ fn build_definition(tool: &Tool, version: &ToolVersion) -> Value {
     let toolkit = toolkit(tool, version);
     let name = pascal_case(&signature.name);
     json!({
-        "id": format!("{toolkit}.{name}@{}.0.0", version.number),
+        "id": otc_tool_id(tool, version),
         "name": otc_name(&toolkit, &name),
         "description": signature.description,
         "version": format!("{}.0.0", version.number),

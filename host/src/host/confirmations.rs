@@ -8,7 +8,7 @@
 //! built-in confirmation page) is `api::cheq`.
 
 mod jwks;
-mod login;
+pub(super) mod login;
 
 pub use jwks::{JwksError, JwksOptions};
 pub use login::{LoginError, LoginOptions};
@@ -262,7 +262,7 @@ impl ToolHost {
 }
 
 /// 32 random bytes, base64url.
-fn random_token() -> Result<String, StoreError> {
+pub(super) fn random_token() -> Result<String, StoreError> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| StoreError::Io(std::io::Error::other(e)))?;
     Ok(B64.encode(bytes))

@@ -233,6 +233,28 @@ pub struct StoredSession {
     pub expires_at: i64,
 }
 
+/// A designer signed in to the catalog pages with an API key
+/// (`host::catalog`). The key itself is never stored: its id and sha256
+/// let every request check that it is still live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredDesignerSession {
+    /// The sha256 of the session cookie's value (the value itself is never
+    /// stored).
+    pub token_sha256: String,
+    /// The tenant whose catalog it opens.
+    pub tenant: String,
+    /// The id of the key it was opened with (as the audit log names keys).
+    pub key_id: String,
+    /// The sha256 of that key, as `api_keys` stores it.
+    pub key_sha256: String,
+    /// The token every form of the session carries (CSRF).
+    pub form_token: String,
+    /// When it was opened (Unix seconds).
+    pub created_at: i64,
+    /// When it expires (Unix seconds).
+    pub expires_at: i64,
+}
+
 /// A CHEQ transaction as stored: a call that waits for (or was decided by)
 /// its end user's confirmation. Private input values are never stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -419,6 +441,20 @@ pub trait RegistryStore: Send + Sync {
     fn insert_session(&self, session: &StoredSession, now: i64) -> Result<(), StoreError>;
     /// The live session whose cookie hashes to `token_sha256`.
     fn session(&self, token_sha256: &str, now: i64) -> Result<Option<StoredSession>, StoreError>;
+
+    /// A designer's catalog session, stored (expired ones are dropped
+    /// first, and the oldest of its key's sessions beyond
+    /// `max_per_key`).
+    fn insert_designer_session(
+        &self,
+        session: &StoredDesignerSession,
+        now: i64,
+        max_per_key: usize,
+    ) -> Result<(), StoreError>;
+    /// The live catalog session whose cookie hashes to `token_sha256`.
+    fn designer_session(&self, token_sha256: &str, now: i64) -> Result<Option<StoredDesignerSession>, StoreError>;
+    /// Ends a catalog session (signing out).
+    fn delete_designer_session(&self, token_sha256: &str) -> Result<(), StoreError>;
 
     /// The transaction a 2025-11-25 MCP client's call (by tenant and
     /// fingerprint) waits on, while it is kept.

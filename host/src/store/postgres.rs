@@ -25,7 +25,7 @@
 
 use super::{
     CallKey, ChangeFeed, Claimed, RegistryStore, SecretsCipher, StoreError, StoredConfig, StoredConfirmation,
-    StoredSecret, StoredSession, StoredSetting, StoredVersion, Topic,
+    StoredDesignerSession, StoredSecret, StoredSession, StoredSetting, StoredVersion, Topic,
 };
 use crate::package::sha256_hex;
 use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord, unix_now};
@@ -1187,6 +1187,92 @@ impl RegistryStore for PostgresStore {
             })
             .transpose()
             .map_err(db)
+        })
+    }
+
+    fn insert_designer_session(
+        &self,
+        session: &StoredDesignerSession,
+        now: i64,
+        max_per_key: usize,
+    ) -> Result<(), StoreError> {
+        let (pool, s) = (self.pool.clone(), session.clone());
+        let others = i64::try_from(max_per_key.saturating_sub(1)).unwrap_or(i64::MAX);
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            sqlx::query("DELETE FROM designer_sessions WHERE expires_at <= $1")
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            sqlx::query(
+                "INSERT INTO designer_sessions (token_sha256, tenant, key_id, key_sha256, form_token, created_at, expires_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(&s.token_sha256)
+            .bind(&s.tenant)
+            .bind(&s.key_id)
+            .bind(&s.key_sha256)
+            .bind(&s.form_token)
+            .bind(s.created_at)
+            .bind(s.expires_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+            // The new session and the newest others, `max_per_key` in all, stay.
+            sqlx::query(
+                "DELETE FROM designer_sessions WHERE key_id = $1 AND token_sha256 <> $2 AND token_sha256 NOT IN
+                    (SELECT token_sha256 FROM designer_sessions WHERE key_id = $1 AND token_sha256 <> $2
+                     ORDER BY created_at DESC, token_sha256 LIMIT $3)",
+            )
+            .bind(&s.key_id)
+            .bind(&s.token_sha256)
+            .bind(others)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+            tx.commit().await.map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn designer_session(&self, token_sha256: &str, now: i64) -> Result<Option<StoredDesignerSession>, StoreError> {
+        let (pool, token) = (self.pool.clone(), token_sha256.to_string());
+        self.run(async move {
+            let row = sqlx::query(
+                "SELECT token_sha256, tenant, key_id, key_sha256, form_token, created_at, expires_at
+                 FROM designer_sessions WHERE token_sha256 = $1 AND expires_at > $2",
+            )
+            .bind(token)
+            .bind(now)
+            .fetch_optional(&pool)
+            .await
+            .map_err(db)?;
+            row.map(|r| {
+                Ok(StoredDesignerSession {
+                    token_sha256: r.try_get(0)?,
+                    tenant: r.try_get(1)?,
+                    key_id: r.try_get(2)?,
+                    key_sha256: r.try_get(3)?,
+                    form_token: r.try_get(4)?,
+                    created_at: r.try_get(5)?,
+                    expires_at: r.try_get(6)?,
+                })
+            })
+            .transpose()
+            .map_err(db)
+        })
+    }
+
+    fn delete_designer_session(&self, token_sha256: &str) -> Result<(), StoreError> {
+        let (pool, token) = (self.pool.clone(), token_sha256.to_string());
+        self.run(async move {
+            sqlx::query("DELETE FROM designer_sessions WHERE token_sha256 = $1")
+                .bind(token)
+                .execute(&pool)
+                .await
+                .map_err(db)?;
+            Ok(())
         })
     }
 

@@ -2,7 +2,7 @@
 
 use super::{
     BlobStore, CallKey, ChangeFeed, Claimed, RegistryStore, SecretsCipher, StoreError, StoredConfig,
-    StoredConfirmation, StoredSecret, StoredSession, StoredSetting, StoredVersion,
+    StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession, StoredSetting, StoredVersion,
 };
 use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord, unix_now};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -196,6 +196,22 @@ const MIGRATIONS: &[&str] = &[
         kept_until  INTEGER NOT NULL,
         PRIMARY KEY (tenant, fingerprint)
     );
+",
+    // Designers signed in to the catalog pages (by the sha256 of the
+    // cookie), with the id and hash of the key each was opened with: every
+    // request checks that key is still live.
+    "
+    CREATE TABLE designer_sessions (
+        token_sha256 TEXT PRIMARY KEY,
+        tenant       TEXT NOT NULL,
+        key_id       TEXT NOT NULL,
+        key_sha256   TEXT NOT NULL,
+        form_token   TEXT NOT NULL,
+        created_at   INTEGER NOT NULL,
+        expires_at   INTEGER NOT NULL
+    );
+    CREATE INDEX designer_sessions_by_expiry ON designer_sessions (expires_at);
+    CREATE INDEX designer_sessions_by_key ON designer_sessions (key_id, created_at);
 ",
 ];
 
@@ -868,6 +884,70 @@ impl RegistryStore for SqliteStore {
                 },
             )
             .optional()?)
+    }
+
+    fn insert_designer_session(
+        &self,
+        session: &StoredDesignerSession,
+        now: i64,
+        max_per_key: usize,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute("DELETE FROM designer_sessions WHERE expires_at <= ?1", [now])?;
+        tx.execute(
+            "INSERT INTO designer_sessions (token_sha256, tenant, key_id, key_sha256, form_token, created_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                session.token_sha256,
+                session.tenant,
+                session.key_id,
+                session.key_sha256,
+                session.form_token,
+                session.created_at,
+                session.expires_at
+            ],
+        )?;
+        // The new session and the newest others, `max_per_key` in all, stay.
+        tx.execute(
+            "DELETE FROM designer_sessions WHERE key_id = ?1 AND token_sha256 <> ?2 AND token_sha256 NOT IN
+                (SELECT token_sha256 FROM designer_sessions WHERE key_id = ?1 AND token_sha256 <> ?2
+                 ORDER BY created_at DESC, rowid DESC LIMIT ?3)",
+            params![
+                session.key_id,
+                session.token_sha256,
+                i64::try_from(max_per_key.saturating_sub(1)).unwrap_or(i64::MAX)
+            ],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn designer_session(&self, token_sha256: &str, now: i64) -> Result<Option<StoredDesignerSession>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT token_sha256, tenant, key_id, key_sha256, form_token, created_at, expires_at
+                 FROM designer_sessions WHERE token_sha256 = ?1 AND expires_at > ?2",
+                params![token_sha256, now],
+                |r| {
+                    Ok(StoredDesignerSession {
+                        token_sha256: r.get(0)?,
+                        tenant: r.get(1)?,
+                        key_id: r.get(2)?,
+                        key_sha256: r.get(3)?,
+                        form_token: r.get(4)?,
+                        created_at: r.get(5)?,
+                        expires_at: r.get(6)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    fn delete_designer_session(&self, token_sha256: &str) -> Result<(), StoreError> {
+        self.conn().execute("DELETE FROM designer_sessions WHERE token_sha256 = ?1", [token_sha256])?;
+        Ok(())
     }
 
     fn waiting_call(&self, tenant: &str, fingerprint: &str, now: i64) -> Result<Option<String>, StoreError> {

@@ -95,6 +95,7 @@ for_both_stores!(
     a_call_id_is_claimed_once_until_it_expires,
     secrets_config_settings_and_keys_round_trip,
     sessions_live_until_they_expire,
+    designer_sessions_end_when_they_expire_are_signed_out_or_crowded_out,
     waiting_calls_are_capped_per_tenant,
     a_server_key_is_made_once,
     a_transaction_is_decided_once,
@@ -251,6 +252,42 @@ fn sessions_live_until_they_expire(store: &dyn RegistryStore) {
     let later = StoredSession { token_sha256: "c".repeat(64), expires_at: 500, ..session.clone() };
     store.insert_session(&later, 200).unwrap();
     assert_eq!(store.session(&session.token_sha256, 0).unwrap(), None, "deleted once expired");
+}
+
+fn designer_sessions_end_when_they_expire_are_signed_out_or_crowded_out(store: &dyn RegistryStore) {
+    let session = |token: char, key: &str, created_at: i64| StoredDesignerSession {
+        token_sha256: token.to_string().repeat(64),
+        tenant: "default".into(),
+        key_id: key.into(),
+        key_sha256: "k".repeat(64),
+        form_token: "form".into(),
+        created_at,
+        expires_at: created_at + 100,
+    };
+    let first = session('a', "key1", 10);
+    store.insert_designer_session(&first, 10, 3).unwrap();
+    assert_eq!(store.designer_session(&first.token_sha256, 109).unwrap(), Some(first.clone()));
+    assert_eq!(store.designer_session(&first.token_sha256, 110).unwrap(), None, "expired");
+    assert_eq!(store.designer_session(&"z".repeat(64), 50).unwrap(), None);
+    // A CHEQ session's table is another: the same token opens nothing there.
+    assert_eq!(store.session(&first.token_sha256, 50).unwrap(), None);
+
+    // A key keeps its newest three; another key's are not counted.
+    let (b, c, d) = (session('b', "key1", 20), session('c', "key1", 30), session('d', "key1", 30));
+    let other = session('e', "key2", 5);
+    for s in [&other, &b, &c, &d] {
+        store.insert_designer_session(s, 20, 3).unwrap();
+    }
+    assert_eq!(store.designer_session(&first.token_sha256, 20).unwrap(), None, "the oldest made room");
+    for s in [&b, &c, &d, &other] {
+        assert_eq!(store.designer_session(&s.token_sha256, 20).unwrap().as_ref(), Some(s));
+    }
+
+    // Signing out ends one session; opening one drops the expired ones.
+    store.delete_designer_session(&b.token_sha256).unwrap();
+    assert_eq!(store.designer_session(&b.token_sha256, 20).unwrap(), None);
+    store.insert_designer_session(&session('f', "key3", 200), 200, 3).unwrap();
+    assert_eq!(store.designer_session(&c.token_sha256, 0).unwrap(), None, "deleted once expired");
 }
 
 fn waiting_calls_are_capped_per_tenant(store: &dyn RegistryStore) {

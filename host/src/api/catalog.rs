@@ -1,0 +1,1443 @@
+//! The designer's catalog: server-rendered pages over the core's one model,
+//! for the person who chooses, at design time, which tools (and which
+//! versions) an agent's instructions name (A2T draft section 5.2).
+//!
+//! Every path is under the tenant's platform root (`/catalog` for the
+//! default tenant, `/t/{tenant}/catalog` for every tenant):
+//!
+//! | path | what |
+//! | --- | --- |
+//! | `GET catalog/sign-in`, `POST catalog/sign-in` | sign in with an API key of the tenant |
+//! | `POST catalog/sign-out` | end the session |
+//! | `GET catalog` | every tool: search, tag filter, order |
+//! | `GET catalog/tools/{id}` | a version's signature, confirmation policy, outbound hosts, hash; the versions |
+//! | `GET catalog/tools/{id}/diff` | two versions side by side, from `SignatureDiff` |
+//! | `GET`/`POST catalog/tools/{id}/try` | a form generated from the signature; the call and its answer |
+//! | `GET catalog/confirmations/{id}` | the state and answer of a call that waits for its end user |
+//!
+//! Everything shown is a view of the core's model (`Signature`,
+//! `SignatureDiff`, the registry's versions, the confirmation policy, the
+//! manifest's hosts, the sha256); a call runs through
+//! [`ToolHost::invoke`](crate::host::ToolHost::invoke) after
+//! [`invocation::input_record`], as the other doors' do. Who may see a
+//! page is decided in `auth.rs` (`Access::Catalog`), as for every route.
+
+use super::pages::{self, DesignerBar, Frame, Paragraph, Product, field, form};
+use super::{ApiError, ApiOptions, AppState, Caller, openapi};
+use crate::host::{
+    CATALOG_SESSION_TTL, Call, CatalogOrder, CatalogQuery, ConfirmationNeed, DesignerSession, FrontDoor, InvokeError,
+    MAX_SEARCH_CHARS, State as TxState, as_words,
+};
+use crate::invocation::{self, InputError, ToolResult};
+use crate::registry::{Tool, ToolVersion};
+use crate::signature::{Change, EnumValue, InputParam, InputType, OutputType, SignatureDiff};
+use crate::tenancy::unix_now;
+use askama::Template;
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, FromRequestParts, Path, RawQuery, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// The session cookie. Its `Path` is the catalog of one platform root, so a
+/// browser sends a tenant's session to that tenant's catalog only (and the
+/// core refuses a session presented at another tenant's root anyway).
+const SESSION_COOKIE: &str = "plinth_catalog_session";
+/// Tools on one page of the catalog.
+const PAGE_SIZE: usize = 50;
+/// A string input gets a multi-line box unless it is at most this long.
+const ONE_LINE_CHARS: u32 = 120;
+
+/// The links of one tenant's catalog, all relative to the server
+/// (`{path of the public URL}{/t/tenant}/catalog…`).
+struct Links {
+    root: String,
+}
+
+impl Links {
+    fn new(options: &ApiOptions, tenant: &str) -> Links {
+        let prefix = pages::path_prefix(&options.public_url);
+        let root =
+            if tenant == crate::tenancy::DEFAULT_TENANT { prefix.to_string() } else { format!("{prefix}/t/{tenant}") };
+        Links { root }
+    }
+
+    fn home(&self) -> String {
+        format!("{}/catalog", self.root)
+    }
+
+    fn sign_in(&self) -> String {
+        format!("{}/catalog/sign-in", self.root)
+    }
+
+    fn sign_out(&self) -> String {
+        format!("{}/catalog/sign-out", self.root)
+    }
+
+    fn tagged(&self, tag: &str) -> String {
+        format!("{}/catalog?tag={}", self.root, encode(tag))
+    }
+
+    fn tool(&self, tool: &Tool) -> String {
+        format!("{}/catalog/tools/{}", self.root, tool.id)
+    }
+
+    fn version(&self, tool: &Tool, number: u32) -> String {
+        format!("{}?version={number}", self.tool(tool))
+    }
+
+    fn diff(&self, tool: &Tool) -> String {
+        format!("{}/diff", self.tool(tool))
+    }
+
+    fn diff_of(&self, tool: &Tool, from: u32, to: u32) -> String {
+        format!("{}?from={from}&to={to}", self.diff(tool))
+    }
+
+    fn try_it(&self, tool: &Tool) -> String {
+        format!("{}/try", self.tool(tool))
+    }
+
+    fn confirmation(&self, id: &str) -> String {
+        format!("{}/catalog/confirmations/{}", self.root, encode(id))
+    }
+
+    /// Where a request to `uri` (as routed, its platform root taken off)
+    /// came to: what a sign-in returns to.
+    fn here(&self, uri: &Uri) -> String {
+        format!("{}{}", self.root, uri.path_and_query().map_or("/catalog", |pq| pq.as_str()))
+    }
+
+    /// `next` if it is a page of this catalog, else the catalog: a sign-in
+    /// never sends the browser anywhere else.
+    fn within(&self, next: &str) -> String {
+        let home = self.home();
+        let inside = next == home || next.starts_with(&format!("{home}/")) || next.starts_with(&format!("{home}?"));
+        let plain =
+            !next.contains("..") && !next.contains("//") && !next.contains('\\') && !next.contains(char::is_control);
+        if inside && plain { next.to_string() } else { home }
+    }
+}
+
+/// A moment as the pages show it: `2026-12-24 09:30 UTC`.
+fn at(unix: i64) -> String {
+    chrono::DateTime::from_timestamp(unix, 0).map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string()).unwrap_or_default()
+}
+
+/// Text whose `quoted` parts (the core's messages quote names so) are
+/// shown as code: `(is code, text)` pieces.
+fn rich(text: &str) -> Vec<(bool, String)> {
+    let parts: Vec<&str> = text.split('`').collect();
+    // An odd number of backticks is not quoting: the text as it is.
+    if parts.len().is_multiple_of(2) {
+        return vec![(false, text.to_string())];
+    }
+    parts.iter().enumerate().filter(|(_, p)| !p.is_empty()).map(|(i, p)| (i % 2 == 1, p.to_string())).collect()
+}
+
+fn encode(text: &str) -> String {
+    form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+/// The catalog session cookie's value in `headers`, if any.
+pub(super) fn session_token(headers: &HeaderMap) -> Option<String> {
+    pages::cookie(headers, SESSION_COOKIE)
+}
+
+/// Whether the browser says the request came from another site (or
+/// another origin of this one): a form there cannot post to the catalog,
+/// whatever it carries. Browsers that do not send `Sec-Fetch-Site` rely on
+/// the SameSite cookie and the form token alone.
+pub(super) fn from_elsewhere(headers: &HeaderMap) -> bool {
+    headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|site| !matches!(site, "same-origin" | "none"))
+}
+
+/// A frame for a catalog page; with the designer's bar when signed in.
+fn frame(options: &ApiOptions, links: &Links, title: impl Into<String>, session: Option<&DesignerSession>) -> Frame {
+    let mut frame = Frame::new(&options.public_url, Product::Catalog, title);
+    frame.home = Some(links.home());
+    frame.designer = session.map(|s| DesignerBar {
+        tenant: s.tenant.clone(),
+        key_id: s.principal.key_id.clone(),
+        sign_out: links.sign_out(),
+        form_token: s.form_token.clone(),
+    });
+    frame
+}
+
+/// A plain catalog page.
+fn notice(
+    options: &ApiOptions,
+    links: &Links,
+    session: Option<&DesignerSession>,
+    status: StatusCode,
+    title: &str,
+    paragraphs: Vec<Paragraph>,
+) -> Response {
+    let page = pages::Notice {
+        frame: frame(options, links, title, session),
+        paragraphs,
+        link: Some((links.home(), "Back to the catalog".to_string())),
+    };
+    pages::page(status, &page)
+}
+
+// Signing in and out.
+
+/// The sign-in page.
+#[derive(Template)]
+#[template(path = "pages/catalog_sign_in.html")]
+struct SignInPage {
+    frame: Frame,
+    tenant: String,
+    problem: Option<String>,
+    action: String,
+    next: String,
+    hours: u64,
+}
+
+fn sign_in_page(options: &ApiOptions, tenant: &str, next: &str, problem: Option<String>) -> SignInPage {
+    let links = Links::new(options, tenant);
+    let mut frame = frame(options, &links, "Sign in to the catalog", None);
+    frame.width = "narrow";
+    SignInPage {
+        frame,
+        tenant: tenant.to_string(),
+        problem,
+        action: links.sign_in(),
+        next: links.within(next),
+        hours: CATALOG_SESSION_TTL.as_secs() / 3600,
+    }
+}
+
+/// The access layer's refusal of a catalog page without a live session of
+/// this tenant: `401` with the sign-in page, which returns here.
+pub(super) fn sign_in_required(options: &ApiOptions, tenant: &str, method: &Method, uri: &Uri) -> Response {
+    let links = Links::new(options, tenant);
+    // A form posted without a session returns to the catalog, not to a
+    // page that only answers posts.
+    let next = if method == Method::GET || method == Method::HEAD { links.here(uri) } else { links.home() };
+    let page = sign_in_page(options, tenant, &next, None);
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "sign in to the catalog first")
+        .onto(pages::page(StatusCode::UNAUTHORIZED, &page))
+}
+
+/// The access layer's refusal of a form that did not come from a catalog
+/// page of this session: `403`, nothing done.
+pub(super) fn forged_form(options: &ApiOptions, session: &DesignerSession) -> Response {
+    let links = Links::new(options, &session.tenant);
+    let said = Paragraph::of(
+        "This request did not come from a catalog page (its form token is missing or wrong, or it was sent from another site). Nothing was done.",
+    )
+    .id("problem");
+    ApiError::new(StatusCode::FORBIDDEN, "forbidden", "the form token is missing or wrong").onto(notice(
+        options,
+        &links,
+        Some(session),
+        StatusCode::FORBIDDEN,
+        "Not done",
+        vec![said],
+    ))
+}
+
+/// The access layer's answer when the sessions cannot be read.
+pub(super) fn sessions_unreadable(options: &ApiOptions, tenant: &str) -> Response {
+    let links = Links::new(options, tenant);
+    let said = Paragraph::of("The session could not be checked now; try again in a moment.").id("problem");
+    ApiError::storage_failed("the session could not be checked").onto(notice(
+        options,
+        &links,
+        None,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Try again",
+        vec![said],
+    ))
+}
+
+/// `GET catalog/sign-in[?next=…]`.
+#[utoipa::path(get, summary = "The catalog's sign-in page", description = "A form for an API key of the tenant, returning to `next` (a page of the same catalog) once signed in.", path = "/catalog/sign-in", tag = "Catalog", operation_id = "catalog_sign_in_form",
+    params(("next" = Option<String>, Query, description = "The catalog page to go on to")),
+    responses((status = 200, description = "The sign-in page", content_type = "text/html", body = String)))]
+pub(super) async fn sign_in_form(
+    Extension(caller): Extension<Caller>,
+    Extension(options): Extension<Arc<ApiOptions>>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let query = form(query.unwrap_or_default().as_bytes());
+    let page = sign_in_page(&options, &caller.tenant, field(&query, "next").unwrap_or(""), None);
+    pages::page(StatusCode::OK, &page)
+}
+
+/// `POST catalog/sign-in` with `key` (and `next`): opens a session and
+/// returns to `next`, or shows the form again with why not (`401`, `429`
+/// or `503`, with `Retry-After` when waiting helps).
+#[utoipa::path(post, summary = "Signs in to the catalog", description = "Checks the key (any live key of the tenant; a consumer key is enough) and opens a session. Failed sign-ins are throttled like the confirmation pages' logins; a refusal is the sign-in page again, with its status, `Retry-After` when waiting helps, and the code in `Plinth-Error-Code`.", path = "/catalog/sign-in", tag = "Catalog", operation_id = "catalog_sign_in",
+    request_body(content = openapi::SignInForm, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 303, description = "Signed in: on to `next`, with the session cookie", headers(
+            ("Location" = String, description = "The catalog page to go on to"),
+            ("Set-Cookie" = String, description = "The session (HttpOnly, SameSite=Strict, Path: this root's catalog)"),
+        )),
+        (status = 401, description = "The key does not open this tenant's catalog (`unauthorized`)", content_type = "text/html", body = String),
+        (status = 403, description = "The sign-in came from another site (`forbidden`)", content_type = "text/html", body = String),
+        (status = 429, description = "Too many failed sign-ins (`login_locked`)", content_type = "text/html", body = String,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 503, description = "The sign-in cannot be checked or recorded now (`login_busy`, `storage_failed`)", content_type = "text/html", body = String,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+    ))]
+pub(super) async fn sign_in(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Extension(options): Extension<Arc<ApiOptions>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let form = form(&body);
+    let next = field(&form, "next").unwrap_or("");
+    if from_elsewhere(&headers) {
+        let problem = "This sign-in came from another site; sign in from this page.".to_string();
+        let page = sign_in_page(&options, &caller.tenant, next, Some(problem));
+        return ApiError::new(StatusCode::FORBIDDEN, "forbidden", "a sign-in from another site")
+            .onto(pages::page(StatusCode::FORBIDDEN, &page));
+    }
+    let key = field(&form, "key").unwrap_or("").trim();
+    let token = match host.sign_in_designer(&caller.tenant, key, peer.ip()) {
+        Ok(token) => token,
+        Err(e) => {
+            tracing::info!(tenant = caller.tenant, client = %peer.ip(), error = %e, "a catalog sign-in failed");
+            let problem = match &e {
+                crate::host::SignInError::Invalid => {
+                    "This key does not open this tenant's catalog: it is unknown, revoked, or another tenant's."
+                        .to_string()
+                }
+                crate::host::SignInError::Store(_) => {
+                    "The sign-in could not be recorded; try again in a moment.".into()
+                }
+                _ => format!("{}.", as_words(&e.to_string())),
+            };
+            let page = sign_in_page(&options, &caller.tenant, next, Some(problem));
+            let error = ApiError::from(e);
+            let status = error.status();
+            return error.onto(pages::page(status, &page));
+        }
+    };
+    let links = Links::new(&options, &caller.tenant);
+    let cookie = session_cookie(&options, &links, token, CATALOG_SESSION_TTL.as_secs() as i64);
+    redirect(&links.within(next), Some(cookie))
+}
+
+/// `POST catalog/sign-out`: ends the session (the access layer checked
+/// its form token) and forgets the cookie.
+#[utoipa::path(post, summary = "Signs out of the catalog", description = "Ends the session and forgets its cookie.", path = "/catalog/sign-out", tag = "Catalog", operation_id = "catalog_sign_out",
+    request_body(content = openapi::FormTokenForm, content_type = "application/x-www-form-urlencoded"),
+    responses((status = 303, description = "Signed out: on to the sign-in page", headers(
+        ("Location" = String, description = "The sign-in page"),
+        ("Set-Cookie" = String, description = "The session cookie, expired"),
+    ))))]
+pub(super) async fn sign_out(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Extension(options): Extension<Arc<ApiOptions>>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(token) = session_token(&headers)
+        && let Err(e) = host.sign_out_designer(&token)
+    {
+        tracing::warn!(tenant = caller.tenant, error = %e, "a catalog session could not be ended");
+        return sessions_unreadable(&options, &caller.tenant);
+    }
+    let links = Links::new(&options, &caller.tenant);
+    redirect(&links.sign_in(), Some(session_cookie(&options, &links, String::new(), 0)))
+}
+
+/// The session cookie (an empty one that expires at once forgets it).
+fn session_cookie(options: &ApiOptions, links: &Links, token: String, max_age_secs: i64) -> cookie::Cookie<'static> {
+    cookie::Cookie::build((SESSION_COOKIE, token))
+        .path(links.home())
+        .http_only(true)
+        .secure(options.public_url.starts_with("https://"))
+        .same_site(cookie::SameSite::Strict)
+        .max_age(cookie::time::Duration::seconds(max_age_secs))
+        .build()
+}
+
+/// `303 See Other` to `location`, setting `cookie`.
+fn redirect(location: &str, cookie: Option<cookie::Cookie<'static>>) -> Response {
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    if let Ok(location) = HeaderValue::from_str(location) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    if let Some(cookie) = cookie
+        && let Ok(cookie) = HeaderValue::from_str(&cookie.to_string())
+    {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+// The catalog.
+
+/// `GET catalog?q=…&tag=…&sort=name|newest&page=N`.
+#[derive(Template)]
+#[template(path = "pages/catalog.html")]
+struct CatalogPage {
+    frame: Frame,
+    links: CatalogLinks,
+    tenant: String,
+    q: String,
+    max_search: usize,
+    tags: Vec<String>,
+    selected_tag: String,
+    newest_first: bool,
+    count_text: String,
+    entries: Vec<EntryView>,
+    previous: Option<String>,
+    next: Option<String>,
+}
+
+/// The links a template needs by name.
+struct CatalogLinks {
+    home: String,
+}
+
+/// One tool in the list.
+struct EntryView {
+    id: String,
+    name: String,
+    href: String,
+    description: String,
+    tags: Vec<(String, String)>,
+    version: u32,
+    deployed: String,
+    otc_id: String,
+    confirmation: Option<&'static str>,
+}
+
+/// The words a list shows for a tool's confirmation need.
+fn confirmation_badge(need: ConfirmationNeed) -> Option<&'static str> {
+    match need {
+        ConfirmationNeed::Never => None,
+        ConfirmationNeed::Sometimes => Some("some calls need confirmation"),
+        ConfirmationNeed::Always => Some("every call needs confirmation"),
+    }
+}
+
+#[utoipa::path(get, summary = "The tenant's tools", description = "Every tool with a live version: its name, description, tags, current version and the ids it is reachable by (A2T, OTC, MCP); searched by the words of names and descriptions, filtered by tag, ordered by name or newest deploy, 50 a page.", path = "/catalog", tag = "Catalog", operation_id = "catalog",
+    params(
+        ("q" = Option<String>, Query, description = "Words each tool has in its name or description"),
+        ("tag" = Option<String>, Query, description = "A tag each tool has"),
+        ("sort" = Option<String>, Query, description = "`name` (the default) or `newest`"),
+        ("page" = Option<u32>, Query, description = "The page, from 1"),
+    ),
+    responses((status = 200, description = "The catalog", content_type = "text/html", body = String)))]
+pub(super) async fn catalog(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Extension(options): Extension<Arc<ApiOptions>>,
+    Extension(session): Extension<DesignerSession>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let query = form(query.unwrap_or_default().as_bytes());
+    let q = field(&query, "q").unwrap_or("").chars().take(MAX_SEARCH_CHARS).collect::<String>();
+    let tag = field(&query, "tag").unwrap_or("").to_string();
+    let newest_first = field(&query, "sort") == Some("newest");
+    let page_number = field(&query, "page").and_then(|p| p.parse::<usize>().ok()).filter(|p| *p >= 1).unwrap_or(1);
+    let order = if newest_first { CatalogOrder::NewestDeploy } else { CatalogOrder::Name };
+    let found = host.catalog(&caller.tenant, &CatalogQuery::new(&q, Some(tag.clone()), order));
+    let links = Links::new(&options, &caller.tenant);
+    let total = found.entries.len();
+    let pages = total.div_ceil(PAGE_SIZE).max(1);
+    let page_number = page_number.min(pages);
+    let entries = found
+        .entries
+        .iter()
+        .skip((page_number - 1) * PAGE_SIZE)
+        .take(PAGE_SIZE)
+        .map(|entry| {
+            let (tool, current) = (&entry.tool, &entry.current);
+            EntryView {
+                id: tool.id.to_string(),
+                name: tool.name.clone(),
+                href: links.tool(tool),
+                description: current.signature.description.clone(),
+                tags: current.signature.tags.iter().map(|t| (t.clone(), links.tagged(t))).collect(),
+                version: current.number,
+                deployed: at(current.created_at),
+                otc_id: crate::tool_ids::otc_tool_id(tool, current),
+                confirmation: confirmation_badge(host.confirmation_need(tool, current)),
+            }
+        })
+        .collect();
+    let searched = !q.trim().is_empty() || !tag.is_empty();
+    let count_text = match (total, searched) {
+        (0, true) => "No tool matches.".to_string(),
+        (0, false) => "This tenant has no tools yet.".to_string(),
+        (1, _) => "1 tool.".to_string(),
+        (n, _) if pages > 1 => format!("{n} tools; page {page_number} of {pages}."),
+        (n, _) => format!("{n} tools."),
+    };
+    let page_link = |n: usize| {
+        format!(
+            "{}?q={}&tag={}&sort={}&page={n}",
+            links.home(),
+            encode(&q),
+            encode(&tag),
+            if newest_first { "newest" } else { "name" }
+        )
+    };
+    let previous = (page_number > 1).then(|| page_link(page_number - 1));
+    let next = (page_number < pages).then(|| page_link(page_number + 1));
+    let page = CatalogPage {
+        frame: frame(&options, &links, format!("Tools of {}", caller.tenant), Some(&session)),
+        links: CatalogLinks { home: links.home() },
+        tenant: caller.tenant.clone(),
+        q,
+        max_search: MAX_SEARCH_CHARS,
+        tags: found.tags,
+        selected_tag: tag,
+        newest_first,
+        count_text,
+        entries,
+        previous,
+        next,
+    };
+    pages::page(StatusCode::OK, &page)
+}
+
+// One tool.
+
+/// An input or output parameter as the pages show it.
+struct ParamView {
+    name: String,
+    kind: String,
+    constraint: Option<String>,
+    /// An input's `required`, `optional` or `private`: (class, words).
+    badge: Option<(&'static str, &'static str)>,
+    description: String,
+    values: Vec<(String, String)>,
+    /// `added`, `removed` or `changed` on the diff page.
+    class: Option<&'static str>,
+}
+
+fn enum_values(values: &[EnumValue]) -> Vec<(String, String)> {
+    values.iter().map(|v| (v.name.clone(), v.description.clone())).collect()
+}
+
+/// What an input takes, in words: its type, and the constraint on it.
+fn input_kind(param: &InputParam) -> (String, Option<String>) {
+    match &param.ty {
+        InputType::String { max_length: Some(max) } => ("string".into(), Some(format!("at most {max} characters"))),
+        InputType::String { max_length: None } => ("string".into(), None),
+        InputType::Int { wit, min, max } => {
+            ("integer".into(), Some(format!("from {min} to {max} ({})", format!("{wit:?}").to_lowercase())))
+        }
+        InputType::Boolean => ("boolean".into(), Some("true or false".into())),
+        InputType::Enum { values } => ("enum".into(), Some(format!("one of {} values", values.len()))),
+    }
+}
+
+fn input_views(
+    signature: &crate::signature::Signature,
+    class: impl Fn(&str) -> Option<&'static str>,
+) -> Vec<ParamView> {
+    signature
+        .inputs
+        .iter()
+        .map(|p| {
+            let (kind, constraint) = input_kind(p);
+            let badge = match (p.private, p.required) {
+                (true, _) => ("warn", "private: typed by the end user"),
+                (false, true) => ("", "required"),
+                (false, false) => ("muted", "optional"),
+            };
+            let values = if let InputType::Enum { values } = &p.ty { enum_values(values) } else { Vec::new() };
+            let (name, description) = (p.name.clone(), p.description.clone());
+            ParamView { name, kind, constraint, badge: Some(badge), description, values, class: class(&p.id) }
+        })
+        .collect()
+}
+
+fn output_views(
+    signature: &crate::signature::Signature,
+    class: impl Fn(&str) -> Option<&'static str>,
+) -> Vec<ParamView> {
+    signature
+        .outputs
+        .iter()
+        .map(|p| {
+            let kind = match &p.ty {
+                OutputType::Json => "JSON value".into(),
+                OutputType::Int => "integer".into(),
+                other => other.a2t_name().to_string(),
+            };
+            let values = if let OutputType::Enum { values } = &p.ty { enum_values(values) } else { Vec::new() };
+            let (name, description) = (p.name.clone(), p.description.clone());
+            ParamView { name, kind, constraint: None, badge: None, description, values, class: class(&p.id) }
+        })
+        .collect()
+}
+
+/// What a page was asked for that is not there, or may not be tried.
+enum Unavailable {
+    /// The tenant has no such tool.
+    Tool,
+    /// The tool (named) has no such version.
+    Version(String),
+    /// The core refused it (a retired version).
+    Refused(ApiError),
+}
+
+impl Unavailable {
+    /// The page that says so.
+    fn page(self, options: &ApiOptions, session: &DesignerSession) -> Response {
+        let links = Links::new(options, &session.tenant);
+        let (status, title, said, error) = match self {
+            Unavailable::Tool => (StatusCode::NOT_FOUND, "No such tool", "This tenant has no such tool.".into(), None),
+            Unavailable::Version(tool) => {
+                (StatusCode::NOT_FOUND, "No such version", format!("`{tool}` has no such version."), None)
+            }
+            Unavailable::Refused(e) => (e.status(), "Cannot be tried", e.message().to_string(), Some(e)),
+        };
+        let page = notice(options, &links, Some(session), status, title, vec![Paragraph::of(said).id("problem")]);
+        match error {
+            Some(e) => e.onto(page),
+            None => page,
+        }
+    }
+}
+
+/// What a page about one tool starts from: the tenant's tool its path
+/// names (`{tool_id}`), the session, the options and the query's fields.
+/// A tool the tenant does not have is the page that says so.
+pub(super) struct AboutTool {
+    host: AppState,
+    options: Arc<ApiOptions>,
+    session: DesignerSession,
+    tool: Arc<Tool>,
+    query: Vec<(String, String)>,
+}
+
+impl FromRequestParts<AppState> for AboutTool {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, host: &AppState) -> Result<Self, Response> {
+        // Both are there behind `Access::Catalog` (`auth.rs`).
+        let options = parts.extensions.get::<Arc<ApiOptions>>().cloned();
+        let session = parts.extensions.get::<DesignerSession>().cloned();
+        let (Some(options), Some(session)) = (options, session) else {
+            return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the server is misconfigured")
+                .into_response());
+        };
+        let Path(tool_id) = Path::<String>::from_request_parts(parts, host).await.map_err(|e| e.into_response())?;
+        let Some(tool) = host.tool(&session.tenant, &tool_id) else {
+            return Err(Unavailable::Tool.page(&options, &session));
+        };
+        let query = form(parts.uri.query().unwrap_or_default().as_bytes());
+        Ok(AboutTool { host: host.clone(), options, session, tool, query })
+    }
+}
+
+/// Version `n` of `tool` (its current one when `None`, else its newest).
+fn find_version(tool: &Tool, n: Option<&str>) -> Result<Arc<ToolVersion>, Unavailable> {
+    let found = match n {
+        Some(n) => n.parse::<u32>().ok().and_then(|n| tool.version(n)),
+        None => tool.current().or_else(|| tool.version(tool.newest_number())),
+    };
+    found.ok_or_else(|| Unavailable::Version(tool.name.clone()))
+}
+
+/// `GET catalog/tools/{id}[?version=N]`.
+#[derive(Template)]
+#[template(path = "pages/catalog_tool.html")]
+struct ToolPage {
+    frame: Frame,
+    crumbs: Vec<(String, Option<String>)>,
+    name: String,
+    description: String,
+    tags: Vec<(String, String)>,
+    version: u32,
+    current: Option<u32>,
+    is_current: bool,
+    retired: Option<String>,
+    try_href: String,
+    compare_href: Option<String>,
+    inputs: Vec<ParamView>,
+    outputs: Vec<ParamView>,
+    confirmation: String,
+    confirmation_note: Option<String>,
+    hosts: Vec<String>,
+    secrets: Vec<String>,
+    tool_id: String,
+    otc_id: String,
+    sha256: String,
+    deployed: String,
+    versions: Vec<VersionRow>,
+}
+
+/// A row of the versions table.
+struct VersionRow {
+    number: u32,
+    href: String,
+    deployed: String,
+    retired: Option<String>,
+    current: bool,
+    sha256: String,
+    short_sha256: String,
+    diff_href: Option<String>,
+}
+
+#[utoipa::path(get, summary = "A tool's page", description = "A version's signature for a human (inputs with their types, ranges, enum values and descriptions; outputs), its confirmation policy, the outbound hosts it may reach, its content hash, and every version.", path = "/catalog/tools/{tool_id}", tag = "Catalog", operation_id = "catalog_tool",
+    params(("tool_id" = String, Path, description = "The tool's `toolId`"), ("version" = Option<u32>, Query, description = "The version shown (the current one by default)")),
+    responses((status = 200, description = "The tool", content_type = "text/html", body = String), (status = 404, description = "No such tool or version", content_type = "text/html", body = String)))]
+pub(super) async fn tool(about: AboutTool) -> Response {
+    let AboutTool { host, options, session, tool, query } = about;
+    let version = match find_version(&tool, field(&query, "version")) {
+        Ok(version) => version,
+        Err(why) => return why.page(&options, &session),
+    };
+    let links = Links::new(&options, &session.tenant);
+    let current = tool.current().map(|v| v.number);
+    let signature = &version.signature;
+    let versions = tool.versions_before(None, usize::MAX);
+    let rows = versions
+        .iter()
+        .map(|v| VersionRow {
+            number: v.number,
+            href: links.version(&tool, v.number),
+            deployed: at(v.created_at),
+            retired: v.retired_at().map(at),
+            current: Some(v.number) == current,
+            sha256: v.sha256.clone(),
+            short_sha256: v.sha256.chars().take(12).collect(),
+            diff_href: current
+                .filter(|c| *c != v.number)
+                .map(|c| links.diff_of(&tool, v.number.min(c), v.number.max(c))),
+        })
+        .collect();
+    let (confirmation, confirmation_note) = confirmation_words(&host, &tool, &version);
+    let page = ToolPage {
+        frame: frame(&options, &links, tool.name.clone(), Some(&session)),
+        crumbs: vec![("Catalog".into(), Some(links.home())), (tool.name.clone(), None)],
+        name: tool.name.clone(),
+        description: signature.description.clone(),
+        tags: signature.tags.iter().map(|t| (t.clone(), links.tagged(t))).collect(),
+        version: version.number,
+        current,
+        is_current: Some(version.number) == current,
+        retired: version.retired_at().map(at),
+        try_href: format!("{}?version={}", links.try_it(&tool), version.number),
+        compare_href: (versions.len() > 1).then(|| links.diff(&tool)),
+        inputs: input_views(signature, |_| None),
+        outputs: output_views(signature, |_| None),
+        confirmation,
+        confirmation_note,
+        hosts: version.manifest.allowed_hosts.clone(),
+        secrets: version.manifest.secrets.clone(),
+        tool_id: tool.id.to_string(),
+        otc_id: crate::tool_ids::otc_tool_id(&tool, &version),
+        sha256: version.sha256.clone(),
+        deployed: at(version.created_at),
+        versions: rows,
+    };
+    pages::page(StatusCode::OK, &page)
+}
+
+/// The confirmation policy that applies to `version`'s calls, in words,
+/// and where it comes from.
+fn confirmation_words(host: &AppState, tool: &Tool, version: &ToolVersion) -> (String, Option<String>) {
+    let private = version.signature.inputs.iter().any(|p| p.private);
+    let overridden = host.confirmation_override(tool.id);
+    let policy = overridden.as_ref().unwrap_or(&version.manifest.confirmation);
+    let rule = if private {
+        "Every call needs its end user's confirmation: the end user types its private inputs on the confirmation page."
+            .to_string()
+    } else if policy.required {
+        "Every call needs its end user's confirmation before it runs.".to_string()
+    } else if let Some(when) = &policy.when {
+        format!(
+            "A call needs its end user's confirmation when this condition on its inputs holds (or cannot be evaluated): {when}"
+        )
+    } else {
+        "No call needs confirmation: calls run at once.".to_string()
+    };
+    let source = if overridden.is_some() {
+        Some("Set by the tenant's publisher, over what the tool declares in its plinth.toml.".to_string())
+    } else if !policy.is_empty() {
+        Some("Declared by the tool ([confirmation] in its plinth.toml).".to_string())
+    } else {
+        None
+    };
+    (rule, source)
+}
+
+// Comparing two versions.
+
+/// `GET catalog/tools/{id}/diff?from=A&to=B`.
+#[derive(Template)]
+#[template(path = "pages/catalog_diff.html")]
+struct DiffPage {
+    frame: Frame,
+    crumbs: Vec<(String, Option<String>)>,
+    action: String,
+    numbers: Vec<u32>,
+    from: u32,
+    to: u32,
+    compatible: bool,
+    from_retired: Option<String>,
+    groups: Vec<ChangeGroup>,
+    old: SideView,
+    new: SideView,
+}
+
+/// Changes of one kind.
+struct ChangeGroup {
+    title: &'static str,
+    id: &'static str,
+    changes: Vec<ChangeView>,
+}
+
+/// One change, as `SignatureDiff` says it.
+struct ChangeView {
+    code: &'static str,
+    breaking: bool,
+    message: Vec<(bool, String)>,
+}
+
+/// One side of the comparison.
+struct SideView {
+    deployed: String,
+    short_sha256: String,
+    inputs: Vec<ParamView>,
+    outputs: Vec<ParamView>,
+}
+
+#[utoipa::path(get, summary = "Two versions of a tool side by side", description = "What was added, changed and removed from the older to the newer (`SignatureDiff`), and whether a caller written against the older one keeps working.", path = "/catalog/tools/{tool_id}/diff", tag = "Catalog", operation_id = "catalog_diff",
+    params(
+        ("tool_id" = String, Path, description = "The tool's `toolId`"),
+        ("from" = Option<u32>, Query, description = "One version (by default the one before `to`)"),
+        ("to" = Option<u32>, Query, description = "The other (by default the current one)"),
+    ),
+    responses((status = 200, description = "The comparison", content_type = "text/html", body = String), (status = 404, description = "No such tool or version", content_type = "text/html", body = String)))]
+pub(super) async fn diff(about: AboutTool) -> Response {
+    let AboutTool { options, session, tool, query, .. } = about;
+    let links = Links::new(&options, &session.tenant);
+    let mut numbers: Vec<u32> = tool.versions_before(None, usize::MAX).iter().map(|v| v.number).collect();
+    numbers.reverse();
+    let newest = tool.current().map_or(tool.newest_number(), |v| v.number);
+    let to = field(&query, "to").map_or(Some(newest), |n| n.parse().ok());
+    let from = match field(&query, "from") {
+        Some(n) => n.parse().ok(),
+        None => to.map(|to| numbers.iter().copied().filter(|n| *n < to).max().unwrap_or(to)),
+    };
+    // The older one is compared with the newer, whichever way they came.
+    let versions = from.zip(to).map(|(a, b)| (a.min(b), a.max(b)));
+    let Some(((from, old), (to, new))) =
+        versions.and_then(|(from, to)| Some(((from, tool.version(from)?), (to, tool.version(to)?))))
+    else {
+        return Unavailable::Version(tool.name.clone()).page(&options, &session);
+    };
+    let diff = SignatureDiff::between(&old.signature, &new.signature);
+    let changed: BTreeSet<&str> = diff.changes.iter().filter_map(|c| c.parameter.as_deref()).collect();
+    let old_inputs: BTreeSet<&str> = old.signature.inputs.iter().map(|p| p.id.as_str()).collect();
+    let new_inputs: BTreeSet<&str> = new.signature.inputs.iter().map(|p| p.id.as_str()).collect();
+    let old_outputs: BTreeSet<&str> = old.signature.outputs.iter().map(|p| p.id.as_str()).collect();
+    let new_outputs: BTreeSet<&str> = new.signature.outputs.iter().map(|p| p.id.as_str()).collect();
+    let mark = |id: &str, other_side: &BTreeSet<&str>, missing: &'static str| {
+        if !other_side.contains(id) {
+            Some(missing)
+        } else if changed.contains(id) {
+            Some("changed")
+        } else {
+            None
+        }
+    };
+    let side = |version: &ToolVersion, inputs: Vec<ParamView>, outputs: Vec<ParamView>| SideView {
+        deployed: at(version.created_at),
+        short_sha256: version.sha256.chars().take(12).collect(),
+        inputs,
+        outputs,
+    };
+    let old_view = side(
+        &old,
+        input_views(&old.signature, |id| mark(id, &new_inputs, "removed")),
+        output_views(&old.signature, |id| mark(id, &new_outputs, "removed")),
+    );
+    let new_view = side(
+        &new,
+        input_views(&new.signature, |id| mark(id, &old_inputs, "added")),
+        output_views(&new.signature, |id| mark(id, &old_outputs, "added")),
+    );
+    let page = DiffPage {
+        frame: frame(&options, &links, format!("{}: version {from} and version {to}", tool.name), Some(&session)),
+        crumbs: vec![
+            ("Catalog".into(), Some(links.home())),
+            (tool.name.clone(), Some(links.tool(&tool))),
+            ("Compare versions".into(), None),
+        ],
+        action: links.diff(&tool),
+        numbers,
+        from,
+        to,
+        compatible: diff.is_compatible(),
+        from_retired: old.retired_at().map(at),
+        groups: change_groups(diff),
+        old: old_view,
+        new: new_view,
+    };
+    pages::page(StatusCode::OK, &page)
+}
+
+/// The diff's changes: what was added, what changed, what was removed.
+fn change_groups(diff: SignatureDiff) -> Vec<ChangeGroup> {
+    let mut groups = [
+        ChangeGroup { title: "Added", id: "added", changes: Vec::new() },
+        ChangeGroup { title: "Changed", id: "changed", changes: Vec::new() },
+        ChangeGroup { title: "Removed", id: "removed", changes: Vec::new() },
+    ];
+    for change in diff.changes {
+        let group = if change.code.ends_with("_added") {
+            0
+        } else if change.code.ends_with("_removed") {
+            2
+        } else {
+            1
+        };
+        let Change { code, breaking, message, .. } = change;
+        groups[group].changes.push(ChangeView { code, breaking, message: rich(&message) });
+    }
+    groups.into_iter().filter(|g| !g.changes.is_empty()).collect()
+}
+
+// Trying a tool.
+
+/// `GET`/`POST catalog/tools/{id}/try`.
+#[derive(Template)]
+#[template(path = "pages/catalog_try.html")]
+struct TryPage {
+    frame: Frame,
+    crumbs: Vec<(String, Option<String>)>,
+    name: String,
+    description: String,
+    action: String,
+    form_token: String,
+    versions: Vec<u32>,
+    version: u32,
+    current: u32,
+    problem: Option<Vec<(bool, String)>>,
+    fields: Vec<FieldView>,
+    private: Vec<String>,
+    end_user: Option<EndUserField>,
+    answer: Option<Answer>,
+}
+
+/// How a field is entered.
+enum Control {
+    /// A one-line text box.
+    Line,
+    /// A multi-line text box.
+    Text,
+    /// A whole number between two bounds.
+    Number(String, String),
+    /// One of a list (an enum's values, or true/false).
+    Choice(Vec<String>),
+}
+
+/// One input of the form.
+struct FieldView {
+    name: String,
+    required: bool,
+    hint: String,
+    description: String,
+    values: Vec<(String, String)>,
+    control: Control,
+    /// What was entered (kept when the form comes back with errors).
+    value: String,
+    /// Why the core refused it.
+    error: Option<Vec<(bool, String)>>,
+}
+
+/// The end user a call is made for, when it may need confirmation.
+struct EndUserField {
+    hint: String,
+    value: String,
+    error: Option<Vec<(bool, String)>>,
+}
+
+/// What came of a call.
+enum Answer {
+    /// The tool's outputs: `(name, value as JSON)`, and the A2T answer.
+    Outputs { outputs: Vec<(String, String)>, json: String },
+    /// Refused, or failed: the status, code and message the A2T door would
+    /// answer, and the fields an agent could act on.
+    Refused { status: u16, code: String, message: Vec<(bool, String)>, details: Vec<(String, String)> },
+    /// Waiting for its end user's confirmation.
+    Pending { end_user: String, expires: String, confirm_href: Option<String>, pack: String, status_href: String },
+    /// A waiting call's state, not yet answered.
+    Waiting { state: String, expires: String },
+    /// The kept answer of a call made through another door, in that door's
+    /// shape: its status and JSON.
+    Kept { status: u16, json: String },
+}
+
+impl Answer {
+    fn refused(error: ApiError) -> Answer {
+        let details = error
+            .fields()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+            .collect();
+        Answer::Refused {
+            status: error.status().as_u16(),
+            code: error.code().to_string(),
+            message: rich(error.message()),
+            details,
+        }
+    }
+
+    /// A call's answer as the A2T door's JSON (outputs or `error`).
+    fn from_a2t(status: u16, body: &Value) -> Answer {
+        if let Some(outputs) = body["output_parameters"].as_array() {
+            let outputs =
+                outputs.iter().map(|o| (o["name"].as_str().unwrap_or("").to_string(), pretty(&o["value"]))).collect();
+            return Answer::Outputs { outputs, json: pretty(body) };
+        }
+        let error = &body["error"];
+        let details = error
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| *k != "code" && *k != "message")
+            .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+            .collect();
+        Answer::Refused {
+            status,
+            code: error["code"].as_str().unwrap_or("").to_string(),
+            message: rich(error["message"].as_str().unwrap_or("")),
+            details,
+        }
+    }
+}
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+/// The form of `version`, with what was entered and the core's errors.
+fn try_page(
+    host: &AppState,
+    options: &ApiOptions,
+    session: &DesignerSession,
+    tool: &Tool,
+    version: &ToolVersion,
+    entered: &HashMap<String, String>,
+    errors: &HashMap<String, String>,
+) -> TryPage {
+    let links = Links::new(options, &session.tenant);
+    let signature = &version.signature;
+    let fields = signature
+        .inputs
+        .iter()
+        .filter(|p| !p.private)
+        .map(|p| {
+            let (kind, constraint) = input_kind(p);
+            let (control, values) = match &p.ty {
+                InputType::String { max_length: Some(max) } if *max <= ONE_LINE_CHARS => (Control::Line, Vec::new()),
+                InputType::String { .. } => (Control::Text, Vec::new()),
+                InputType::Int { min, max, .. } => (Control::Number(min.to_string(), max.to_string()), Vec::new()),
+                InputType::Boolean => (Control::Choice(vec!["true".into(), "false".into()]), Vec::new()),
+                InputType::Enum { values } => {
+                    (Control::Choice(values.iter().map(|v| v.name.clone()).collect()), enum_values(values))
+                }
+            };
+            FieldView {
+                name: p.name.clone(),
+                required: p.required,
+                hint: match constraint {
+                    Some(c) => format!("{kind}, {c}"),
+                    None => kind,
+                },
+                description: p.description.clone(),
+                values,
+                control,
+                value: entered.get(&p.name).cloned().unwrap_or_default(),
+                error: errors.get(&p.name).map(|e| rich(e)),
+            }
+        })
+        .collect();
+    let need = host.confirmation_need(tool, version);
+    let end_user = (need != ConfirmationNeed::Never).then(|| EndUserField {
+        hint: match need {
+            ConfirmationNeed::Always => "Every call of this tool waits for its end user's confirmation: name who confirms it (an end user of this tenant's confirmation server).".into(),
+            _ => "Some calls of this tool wait for their end user's confirmation: name who would confirm this one.".into(),
+        },
+        value: entered.get(END_USER_FIELD).cloned().unwrap_or_default(),
+        error: errors.get(END_USER_FIELD).map(|e| rich(e)),
+    });
+    let mut versions: Vec<u32> =
+        tool.versions_before(None, usize::MAX).iter().filter(|v| v.retired_at().is_none()).map(|v| v.number).collect();
+    versions.reverse();
+    TryPage {
+        frame: frame(options, &links, format!("Try {}", tool.name), Some(session)),
+        crumbs: vec![
+            ("Catalog".into(), Some(links.home())),
+            (tool.name.clone(), Some(links.version(tool, version.number))),
+            ("Try it".into(), None),
+        ],
+        name: tool.name.clone(),
+        description: signature.description.clone(),
+        action: links.try_it(tool),
+        form_token: session.form_token.clone(),
+        versions,
+        version: version.number,
+        current: tool.current().map_or(0, |v| v.number),
+        problem: errors.get("").map(|e| rich(e)),
+        fields,
+        private: signature.inputs.iter().filter(|p| p.private).map(|p| p.name.clone()).collect(),
+        end_user,
+        answer: None,
+    }
+}
+
+/// The form's field for the end user (apart from the tool's inputs,
+/// which are `input.{name}`).
+const END_USER_FIELD: &str = "end_user";
+
+/// The live version a form names (the current one by default).
+fn live_version(
+    host: &AppState,
+    session: &DesignerSession,
+    tool: &Tool,
+    n: Option<&str>,
+) -> Result<(Arc<Tool>, Arc<ToolVersion>), Unavailable> {
+    let number = match n {
+        Some(n) => Some(n.parse::<u32>().map_err(|_| Unavailable::Version(tool.name.clone()))?),
+        None => None,
+    };
+    host.resolve(&session.tenant, &tool.id.to_string(), number).map_err(|e| Unavailable::Refused(ApiError::from(e)))
+}
+
+/// `GET catalog/tools/{id}/try[?version=N]`: the form.
+#[utoipa::path(get, summary = "A form to try a tool", description = "A form generated from a live version's signature.", path = "/catalog/tools/{tool_id}/try", tag = "Catalog", operation_id = "catalog_try_form",
+    params(("tool_id" = String, Path, description = "The tool's `toolId`"), ("version" = Option<String>, Query, description = "The version (the current one by default)")),
+    responses(
+        (status = 200, description = "The form", content_type = "text/html", body = String),
+        (status = 404, description = "No such tool or version", content_type = "text/html", body = String),
+        (status = 410, description = "The version is retired", content_type = "text/html", body = String),
+    ))]
+pub(super) async fn try_form(about: AboutTool) -> Response {
+    let AboutTool { host, options, session, tool, query } = about;
+    let (tool, version) = match live_version(&host, &session, &tool, field(&query, "version")) {
+        Ok(found) => found,
+        Err(why) => return why.page(&options, &session),
+    };
+    let page = try_page(&host, &options, &session, &tool, &version, &HashMap::new(), &HashMap::new());
+    pages::page(StatusCode::OK, &page)
+}
+
+/// A form value as the JSON the signature asks for. A whole number that
+/// does not parse stays text, so that the core's validation names the
+/// parameter and what it takes.
+fn typed(param: &InputParam, text: &str) -> Value {
+    match &param.ty {
+        InputType::Int { .. } => {
+            let trimmed = text.trim();
+            trimmed
+                .parse::<i64>()
+                .map(Value::from)
+                .or_else(|_| trimmed.parse::<u64>().map(Value::from))
+                .unwrap_or_else(|_| Value::String(text.to_string()))
+        }
+        InputType::Boolean => match text {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            _ => Value::String(text.to_string()),
+        },
+        InputType::String { .. } | InputType::Enum { .. } => Value::String(text.to_string()),
+    }
+}
+
+/// `POST catalog/tools/{id}/try`: validates the form against the signature
+/// (the core's [`invocation::input_record`]: every bad field is named next
+/// to it) and runs the call through the core.
+#[utoipa::path(post, summary = "Tries a tool", description = "Checks the form against the signature (each bad field refused where it is) and runs the call through the core, as an A2T call: the tenant's quotas, the tool's limits and its confirmation policy apply. The page's status is the call's.", path = "/catalog/tools/{tool_id}/try", tag = "Catalog", operation_id = "catalog_try",
+    params(("tool_id" = String, Path, description = "The tool's `toolId`")),
+    request_body(content = openapi::TryForm, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "It ran: its outputs", content_type = "text/html", body = String),
+        (status = 202, description = "It waits for its end user's confirmation: the URI pack and the links on", content_type = "text/html", body = String),
+        (status = 404, description = "No such tool or version", content_type = "text/html", body = String),
+        (status = 410, description = "The version is retired", content_type = "text/html", body = String),
+        (status = 422, description = "A field is refused (at the field), or the tool failed for good", content_type = "text/html", body = String),
+        (status = 503, description = "Busy, over the tenant's rate, or the tool asks for a retry", content_type = "text/html", body = String, headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 504, description = "The tool did not answer in time", content_type = "text/html", body = String, headers(("Retry-After" = u64, description = "Seconds"))),
+    ))]
+pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
+    let AboutTool { host, options, session, tool, .. } = about;
+    let form = form(&body);
+    let (tool, version) = match live_version(&host, &session, &tool, field(&form, "version")) {
+        Ok(found) => found,
+        Err(why) => return why.page(&options, &session),
+    };
+    let signature = &version.signature;
+    let mut entered = HashMap::new();
+    let mut given = Vec::new();
+    for param in signature.inputs.iter().filter(|p| !p.private) {
+        let text = field(&form, &format!("input.{}", param.name)).unwrap_or("");
+        entered.insert(param.name.clone(), text.to_string());
+        // An empty field is a value left out.
+        if !text.is_empty() {
+            given.push((param.name.as_str(), typed(param, text)));
+        }
+    }
+    let mut errors = HashMap::new();
+    let end_user = field(&form, END_USER_FIELD).map(str::trim).filter(|u| !u.is_empty()).map(str::to_string);
+    if let Some(user) = &end_user {
+        entered.insert(END_USER_FIELD.to_string(), user.clone());
+        if let Err(e) = super::cheq::check_end_user(user) {
+            errors.insert(END_USER_FIELD.to_string(), e.message().to_string());
+        }
+    }
+    let arguments: Vec<(&str, &Value)> = given.iter().map(|(name, value)| (*name, value)).collect();
+    let input = match invocation::input_record(signature, &arguments) {
+        Ok(input) if errors.is_empty() => Some(input),
+        Ok(_) => None,
+        Err(refused) => {
+            for e in refused {
+                errors.entry(e.parameter.clone().unwrap_or_default()).or_insert(e.message);
+            }
+            None
+        }
+    };
+    let Some(input) = input else {
+        let page = try_page(&host, &options, &session, &tool, &version, &entered, &errors);
+        return ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", "the form has errors")
+            .onto(pages::page(StatusCode::UNPROCESSABLE_ENTITY, &page));
+    };
+    let mut call = Call::new(input, FrontDoor::A2t);
+    call.end_user = end_user.clone();
+    let call_id = call.call_id.clone();
+    let number = version.number;
+    let outcome = host.invoke(tool.clone(), version.clone(), call).await;
+    tracing::info!(
+        tenant = session.tenant,
+        key = session.principal.key_id,
+        tool = tool.name,
+        version = number,
+        call_id,
+        "a call was tried from the catalog"
+    );
+    let links = Links::new(&options, &session.tenant);
+    let (status, answer) = match outcome {
+        Ok(ToolResult::Outputs(outputs)) => {
+            let json = serde_json::json!({ "output_parameters": outputs });
+            let shown = outputs.iter().map(|o| (o.name.clone(), pretty(&o.value))).collect();
+            (StatusCode::OK, Answer::Outputs { outputs: shown, json: pretty(&json) })
+        }
+        Ok(ToolResult::Failed(refused)) => {
+            let error = ApiError::from(refused);
+            (error.status(), Answer::refused(error))
+        }
+        Err(InvokeError::ConfirmationPending(pending)) => {
+            let pack = super::cheq::uri_pack_body(&options, &pending);
+            // The built-in confirmation page takes the resource URI in its
+            // query; an external confirmation server takes the pack its own way.
+            let confirm_href = pending.confirmation_uri.is_none().then(|| {
+                format!(
+                    "{}?resource_uri={}",
+                    pack[super::cheq::CONFIRMATION_URI].as_str().unwrap_or(""),
+                    encode(pack[super::cheq::RESOURCE_URI].as_str().unwrap_or(""))
+                )
+            });
+            let answer = Answer::Pending {
+                end_user: end_user.clone().unwrap_or_default(),
+                expires: at(pending.expires_at),
+                confirm_href,
+                pack: pretty(&pack),
+                status_href: links.confirmation(&pending.id),
+            };
+            (StatusCode::ACCEPTED, answer)
+        }
+        Err(InvokeError::Input(e)) => {
+            record_error(&mut errors, e);
+            let page = try_page(&host, &options, &session, &tool, &version, &entered, &errors);
+            return pages::page(StatusCode::UNPROCESSABLE_ENTITY, &page);
+        }
+        Err(InvokeError::EndUserRequired(_)) => {
+            let message = "This call needs its end user's confirmation: name the end user who confirms it.";
+            errors.insert(END_USER_FIELD.to_string(), message.to_string());
+            let page = try_page(&host, &options, &session, &tool, &version, &entered, &errors);
+            return pages::page(StatusCode::UNPROCESSABLE_ENTITY, &page);
+        }
+        Err(e) => {
+            let error = ApiError::from(e);
+            (error.status(), Answer::refused(error))
+        }
+    };
+    let mut page = try_page(&host, &options, &session, &tool, &version, &entered, &errors);
+    page.answer = Some(answer);
+    pages::page(status, &page)
+}
+
+fn record_error(errors: &mut HashMap<String, String>, e: InputError) {
+    errors.entry(e.parameter.unwrap_or_default()).or_insert(e.message);
+}
+
+// A call that waits for its end user.
+
+/// `GET catalog/confirmations/{id}`.
+#[derive(Template)]
+#[template(path = "pages/catalog_confirmation.html")]
+struct ConfirmationStatusPage {
+    frame: Frame,
+    crumbs: Vec<(String, Option<String>)>,
+    tool: String,
+    tool_href: String,
+    version: u32,
+    end_user: String,
+    created: String,
+    answer: Answer,
+}
+
+/// The state of a call made for an end user, and once it ran, its answer
+/// (as the result URI gives it, to a consumer key of the tenant: a catalog
+/// session is one).
+#[utoipa::path(get, summary = "A call waiting for its end user", description = "Its state and, once it ran, its answer (what its result URI gives).", path = "/catalog/confirmations/{id}", tag = "Catalog", operation_id = "catalog_confirmation",
+    params(("id" = String, Path, description = "The transaction id")),
+    responses(
+        (status = 200, description = "The call", content_type = "text/html", body = String),
+        (status = 404, description = "No such call", content_type = "text/html", body = String),
+        (status = 503, description = "It could not be read", content_type = "text/html", body = String, headers(("Retry-After" = u64, description = "Seconds"))),
+    ))]
+pub(super) async fn confirmation(
+    State(host): State<AppState>,
+    Extension(options): Extension<Arc<ApiOptions>>,
+    Extension(session): Extension<DesignerSession>,
+    Path(id): Path<String>,
+) -> Response {
+    let links = Links::new(&options, &session.tenant);
+    let c = match host.confirmation(&session.tenant, &id) {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            let said = Paragraph::of("There is no such call waiting for confirmation.").id("problem");
+            return notice(&options, &links, Some(&session), StatusCode::NOT_FOUND, "No such call", vec![said]);
+        }
+        Err(e) => {
+            tracing::warn!(tenant = session.tenant, error = %e, "a CHEQ transaction could not be read");
+            let said = Paragraph::of("The call could not be read now; try again in a moment.").id("problem");
+            return ApiError::storage_failed("the call could not be read").onto(notice(
+                &options,
+                &links,
+                Some(&session),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Try again",
+                vec![said],
+            ));
+        }
+    };
+    let state = TxState::of(&c, unix_now());
+    let answer = match state {
+        TxState::Pending => {
+            Answer::Waiting { state: "It waits for its end user's confirmation".into(), expires: at(c.expires_at) }
+        }
+        TxState::Running => {
+            Answer::Waiting { state: "It was confirmed and runs now".into(), expires: at(c.expires_at) }
+        }
+        TxState::Done => {
+            let status = c.result_status.unwrap_or(200);
+            let body: Value = c.result_body.as_deref().and_then(|b| serde_json::from_str(b).ok()).unwrap_or_default();
+            match c.door() {
+                FrontDoor::A2t => Answer::from_a2t(status, &body),
+                FrontDoor::Otc | FrontDoor::Mcp => Answer::Kept { status, json: pretty(&body) },
+            }
+        }
+        other => Answer::refused(ApiError::unanswered(other)),
+    };
+    let tool = host.registry().get_in(&session.tenant, &c.tool_id);
+    let (name, href) = match &tool {
+        Some(tool) => (tool.name.clone(), links.version(tool, c.version)),
+        None => (c.tool_id.to_string(), links.home()),
+    };
+    let page = ConfirmationStatusPage {
+        frame: frame(&options, &links, "A call waiting for confirmation", Some(&session)),
+        crumbs: vec![("Catalog".into(), Some(links.home())), (name.clone(), Some(href.clone())), ("Call".into(), None)],
+        tool: name,
+        tool_href: href,
+        version: c.version,
+        end_user: c.end_user.clone(),
+        created: at(c.created_at),
+        answer,
+    };
+    pages::page(StatusCode::OK, &page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn links(public_url: &str, tenant: &str) -> Links {
+        Links::new(&ApiOptions { public_url: public_url.into(), ..ApiOptions::default() }, tenant)
+    }
+
+    #[test]
+    fn a_sign_in_returns_within_its_own_catalog_only() {
+        let acme = links("https://tools.example.com/plinth", "acme");
+        assert_eq!(acme.home(), "/plinth/t/acme/catalog");
+        for kept in ["/plinth/t/acme/catalog", "/plinth/t/acme/catalog?q=x", "/plinth/t/acme/catalog/tools/1/try"] {
+            assert_eq!(acme.within(kept), kept);
+        }
+        for refused in [
+            "",
+            "/catalog",
+            "/plinth/t/acme/catalogue",
+            "/plinth/t/globex/catalog",
+            "https://evil.example/plinth/t/acme/catalog",
+            "//evil.example/plinth/t/acme/catalog",
+            "/plinth/t/acme/catalog/../../../admin",
+            "/plinth/t/acme/catalog/\\evil",
+            "/plinth/t/acme/catalog/\r\nSet-Cookie: x",
+        ] {
+            assert_eq!(acme.within(refused), acme.home(), "{refused:?}");
+        }
+        assert_eq!(links("http://127.0.0.1:8080", "default").home(), "/catalog");
+    }
+
+    #[test]
+    fn quoted_names_in_messages_become_code() {
+        assert_eq!(
+            rich("parameter `passengers` must be from 1 to 9"),
+            [(false, "parameter ".to_string()), (true, "passengers".into()), (false, " must be from 1 to 9".into())]
+        );
+        assert_eq!(rich("an odd ` backtick"), [(false, "an odd ` backtick".to_string())]);
+    }
+
+    #[test]
+    fn form_text_becomes_the_json_the_signature_asks_for() {
+        let param = |ty| InputParam {
+            id: "p".into(),
+            name: "p".into(),
+            field: "p".into(),
+            description: "d".into(),
+            required: true,
+            ty,
+            private: false,
+        };
+        let int = param(InputType::Int { wit: crate::signature::IntKind::U64, min: 0, max: u64::MAX.into() });
+        assert_eq!(typed(&int, " 12 "), json!(12));
+        assert_eq!(typed(&int, "18446744073709551615"), json!(u64::MAX));
+        assert_eq!(typed(&int, "twelve"), json!("twelve"), "left for the core to refuse, by name");
+        let boolean = param(InputType::Boolean);
+        assert_eq!((typed(&boolean, "true"), typed(&boolean, "false")), (json!(true), json!(false)));
+        assert_eq!(typed(&param(InputType::String { max_length: None }), "12"), json!("12"));
+    }
+}

@@ -1,0 +1,292 @@
+//! What every page people read shares — the designer's catalog
+//! (`catalog.rs`) and the built-in CHEQ confirmation pages (`cheq.rs`): one
+//! layout (`host/templates/pages/base.html`, askama, compile-time checked,
+//! every value HTML-escaped unless a template says otherwise), one
+//! stylesheet served by the server, and one set of headers — never cached,
+//! never framed, no script, no inline style.
+
+use askama::Template;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+
+/// Where the stylesheet is served, under the server's root (`Scope::Server`).
+pub const STYLESHEET_PATH: &str = "/assets/plinth.css";
+
+/// The stylesheet, built into the binary.
+const STYLESHEET: &str = include_str!("../../assets/plinth.css");
+
+/// The policy of every page: nothing but this server's stylesheet, forms
+/// posted to this server, never framed (no clickjacking of a button).
+const CONTENT_SECURITY_POLICY: &str =
+    "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// `GET /assets/plinth.css`. Its URL carries its hash, so it may be cached
+/// long: a new stylesheet has a new URL.
+#[utoipa::path(get, summary = "The pages' stylesheet", description = "The one stylesheet of the catalog's and the confirmation pages; the pages link it with `?v=` and a digest of its content.", path = "/assets/plinth.css", tag = "Server", operation_id = "stylesheet",
+    params(("v" = Option<String>, Query, description = "A digest of the stylesheet, so that a new one has a new URL (not checked)")),
+    responses((status = 200, description = "The stylesheet", content_type = "text/css", body = String)))]
+pub(super) async fn stylesheet() -> Response {
+    let mut response = ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLESHEET).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=86400"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response
+}
+
+/// The path part of the public URL (`https://host/plinth` → `/plinth`;
+/// usually empty): what the pages' own links start with, so that they work
+/// behind a proxy that serves the server under a path, whatever name the
+/// browser reached it by.
+pub fn path_prefix(public_url: &str) -> &str {
+    let after_scheme = public_url.split_once("://").map_or(public_url, |(_, rest)| rest);
+    after_scheme.find('/').map_or("", |at| after_scheme[at..].trim_end_matches('/'))
+}
+
+/// The stylesheet's URL, with a digest of its content so that browsers
+/// never keep an old one.
+fn stylesheet_url(public_url: &str) -> String {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let version = VERSION.get_or_init(|| crate::package::sha256_hex(STYLESHEET.as_bytes())[..12].to_string());
+    format!("{}{STYLESHEET_PATH}?v={version}", path_prefix(public_url))
+}
+
+/// Which product a page belongs to, named in its top bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Product {
+    /// The designer's catalog.
+    Catalog,
+    /// The built-in confirmation server.
+    Confirmation,
+}
+
+/// What the layout shows around a page's content.
+pub struct Frame {
+    /// The page's title (the `<title>` and, unless the page says otherwise,
+    /// its `<h1>`).
+    pub title: String,
+    /// The stylesheet's URL.
+    pub stylesheet: String,
+    /// `Catalog` or `Confirmation`.
+    pub product: &'static str,
+    /// The top bar's link home, if the product has one.
+    pub home: Option<String>,
+    /// `narrow` for pages of a single form, `wide` otherwise.
+    pub width: &'static str,
+    /// The signed-in designer's bar, on catalog pages.
+    pub designer: Option<DesignerBar>,
+}
+
+/// Who is signed in to the catalog, and how to sign out.
+pub struct DesignerBar {
+    /// The tenant whose catalog it is.
+    pub tenant: String,
+    /// The key's id (never the key).
+    pub key_id: String,
+    /// Where the sign-out form posts.
+    pub sign_out: String,
+    /// The session's form token.
+    pub form_token: String,
+}
+
+impl Frame {
+    /// A frame for a page of `product` titled `title`.
+    pub fn new(public_url: &str, product: Product, title: impl Into<String>) -> Frame {
+        let (product, width) = match product {
+            Product::Catalog => ("Catalog", "wide"),
+            Product::Confirmation => ("Confirmation", "narrow"),
+        };
+        Frame {
+            title: title.into(),
+            stylesheet: stylesheet_url(public_url),
+            product,
+            home: None,
+            width,
+            designer: None,
+        }
+    }
+}
+
+/// A paragraph of a plain page: text, some of it strong, and an id the
+/// tests and screen readers can find it by.
+pub struct Paragraph {
+    /// The element's id.
+    pub id: Option<&'static str>,
+    /// Its pieces, in order.
+    pub spans: Vec<Span>,
+}
+
+/// A piece of a [`Paragraph`].
+pub enum Span {
+    /// Plain text.
+    Text(String),
+    /// Text in `<strong>`.
+    Strong(String),
+}
+
+impl Paragraph {
+    /// An empty paragraph.
+    pub fn new() -> Paragraph {
+        Paragraph { id: None, spans: Vec::new() }
+    }
+
+    /// A paragraph of plain `text`.
+    pub fn of(text: impl Into<String>) -> Paragraph {
+        Paragraph::new().text(text)
+    }
+
+    /// With an id.
+    pub fn id(mut self, id: &'static str) -> Paragraph {
+        self.id = Some(id);
+        self
+    }
+
+    /// Followed by plain text.
+    pub fn text(mut self, text: impl Into<String>) -> Paragraph {
+        self.spans.push(Span::Text(text.into()));
+        self
+    }
+
+    /// Followed by strong text.
+    pub fn strong(mut self, text: impl Into<String>) -> Paragraph {
+        self.spans.push(Span::Strong(text.into()));
+        self
+    }
+}
+
+impl Default for Paragraph {
+    fn default() -> Self {
+        Paragraph::new()
+    }
+}
+
+/// Form (or query) fields, URL-decoded, in order.
+pub fn form(raw: &[u8]) -> Vec<(String, String)> {
+    form_urlencoded::parse(raw).into_owned().collect()
+}
+
+/// The first value of the field `name`.
+pub fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+/// The value of the cookie `name` in `headers`, if any.
+pub fn cookie(headers: &axum::http::HeaderMap, name: &str) -> Option<String> {
+    Some(
+        headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(cookie::Cookie::split_parse)
+            .filter_map(Result::ok)
+            .find(|c| c.name() == name)?
+            .value()
+            .to_string(),
+    )
+}
+
+/// A page that says something: a title and paragraphs, and a link on.
+#[derive(Template)]
+#[template(path = "pages/notice.html")]
+pub struct Notice {
+    /// The layout.
+    pub frame: Frame,
+    /// What it says.
+    pub paragraphs: Vec<Paragraph>,
+    /// A link on (`(href, text)`), if any.
+    pub link: Option<(String, String)>,
+}
+
+/// `template` as a page with `status`, with the headers every page has:
+/// never cached, never framed, no script (the CSP). A template that cannot
+/// be rendered (a bug, not input) answers a plain `500`.
+pub fn page(status: StatusCode, template: &impl Template) -> Response {
+    let mut response = match template.render() {
+        Ok(html) => (status, Html(html)).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "a page could not be rendered");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Html("<!doctype html><title>Error</title><p>The page could not be shown.</p>"),
+            )
+                .into_response()
+        }
+    };
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response
+}
+
+/// A [`Notice`] page.
+pub fn notice(status: StatusCode, frame: Frame, paragraphs: Vec<Paragraph>) -> Response {
+    page(status, &Notice { frame, paragraphs, link: None })
+}
+
+/// Text as an end user must see it on a confirmation page: escaped by the
+/// template, with every character a screen would not show as it is
+/// (`cheq::shown`) as a visible, distinctly styled `<U+XXXX>` marker.
+pub struct Revealed {
+    /// The pieces, in order.
+    pub pieces: Vec<Piece>,
+}
+
+/// A piece of [`Revealed`] text.
+pub struct Piece {
+    /// Text shown as it is (empty for a marker).
+    pub text: String,
+    /// A hidden character: its code point in hex and what it is.
+    pub hidden: Option<(String, &'static str)>,
+}
+
+impl Revealed {
+    /// `value`, split as `cheq::shown` splits it.
+    pub fn new(value: &str) -> Revealed {
+        let pieces = crate::cheq::shown(value)
+            .into_iter()
+            .map(|piece| match piece {
+                crate::cheq::Shown::Text(t) => Piece { text: t.to_string(), hidden: None },
+                crate::cheq::Shown::Hidden(c) => {
+                    let what = if crate::cheq::is_combining_mark(c) { "combining mark" } else { "invisible character" };
+                    Piece { text: String::new(), hidden: Some((format!("{:04X}", u32::from(c)), what)) }
+                }
+            })
+            .collect();
+        Revealed { pieces }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_start_with_the_public_urls_path() {
+        assert_eq!(path_prefix("http://127.0.0.1:8080"), "");
+        assert_eq!(path_prefix("https://tools.example.com/"), "");
+        assert_eq!(path_prefix("https://tools.example.com/plinth/"), "/plinth");
+        assert_eq!(path_prefix("https://tools.example.com/a/b"), "/a/b");
+    }
+
+    #[test]
+    fn vendor_text_is_escaped_and_hidden_characters_are_markers() {
+        let frame = Frame::new("http://x", Product::Confirmation, "<script>alert(1)</script>");
+        let html = Notice {
+            frame,
+            paragraphs: vec![Paragraph::of("<img src=x onerror=alert(1)>").id("problem").strong("\"&'")],
+            link: None,
+        }
+        .render()
+        .unwrap();
+        assert!(!html.contains("<script>alert") && !html.contains("<img src"), "{html}");
+        assert!(html.contains("&#60;img src=x onerror=alert(1)&#62;"), "{html}");
+        assert!(html.contains("<p id=\"problem\">"), "{html}");
+        assert!(html.contains("<strong>&#34;&#38;&#39;</strong>"), "{html}");
+
+        let revealed = Revealed::new("a\u{202E}b");
+        assert_eq!(revealed.pieces.len(), 3);
+        assert_eq!(revealed.pieces[1].hidden, Some(("202E".to_string(), "invisible character")));
+    }
+}

@@ -1,0 +1,470 @@
+//! The designer's catalog over plain HTTP: signing in with a key of the
+//! tenant, sessions (stored by hash, ended by sign-out, by the key's
+//! revocation, scoped to one tenant's root), CSRF, the sign-in throttle,
+//! escaping of vendor text, the try form's errors at their fields, and
+//! calls that go through the same core path as A2T's (quotas apply).
+//! `catalog_browser.rs` drives the same pages in Chromium.
+
+use crate::support::{Server, TOKEN, fixture, plugins_dir};
+use reqwest::Method;
+use serde_json::json;
+
+/// A designer's browser, reduced to what the tests need: its session
+/// cookie and the session's form token, for one platform root.
+pub struct Designer {
+    client: reqwest::Client,
+    /// `http://127.0.0.1:PORT` or `…/t/{tenant}`.
+    pub root: String,
+    /// `plinth_catalog_session=…`.
+    pub cookie: String,
+    /// The session's form token, read from a page.
+    pub form_token: String,
+}
+
+/// A client that shows redirects instead of following them.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}
+
+/// The value of `name="form_token"` on a page.
+fn form_token(html: &str) -> String {
+    html.split("name=\"form_token\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no form token on the page:\n{html}"))
+        .to_string()
+}
+
+impl Designer {
+    /// Signs in at `root` with `key`; panics unless the catalog opens.
+    pub async fn sign_in(root: &str, key: &str) -> Designer {
+        let client = client();
+        let response = client.post(format!("{root}/catalog/sign-in")).form(&[("key", key)]).send().await.unwrap();
+        assert_eq!(response.status(), 303, "{}", response.text().await.unwrap());
+        let cookie = response.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+        let mut designer = Designer { client, root: root.to_string(), cookie, form_token: String::new() };
+        let (status, html) = designer.get("/catalog").await;
+        assert_eq!(status, 200, "{html}");
+        designer.form_token = form_token(&html);
+        designer
+    }
+
+    /// `GET {root}{path}` with the session → (status, HTML).
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let response =
+            self.client.get(format!("{}{path}", self.root)).header("cookie", &self.cookie).send().await.unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    /// `POST {root}{path}` of a form with the session and its token →
+    /// (status, HTML).
+    pub async fn post(&self, path: &str, form: &[(&str, &str)]) -> (u16, String) {
+        let mut fields = vec![("form_token", self.form_token.as_str())];
+        fields.extend_from_slice(form);
+        self.post_raw(path, &fields, &[]).await
+    }
+
+    /// A form post with exactly these fields and extra headers.
+    pub async fn post_raw(&self, path: &str, form: &[(&str, &str)], headers: &[(&str, &str)]) -> (u16, String) {
+        let mut request = self.client.post(format!("{}{path}", self.root)).header("cookie", &self.cookie).form(form);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+}
+
+/// A server with the example tools, the second version of echo, the tool
+/// whose descriptions are markup, and `transfer_funds` (private inputs);
+/// `extra` are more flags.
+pub fn catalog_server(extra: &[&str]) -> (Server, tempfile::TempDir) {
+    let plugins = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(plugins_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, plugins.path().join(path.file_name().unwrap())).unwrap();
+    }
+    // `--plugins` deploys in file name order: echo.wasm, then echo_v2.wasm.
+    for name in ["echo_v2.wasm", "markup_docs.wasm", "transfer_funds.wasm"] {
+        std::fs::write(plugins.path().join(name), fixture(name)).unwrap();
+    }
+    let mut args = vec!["--plugins", plugins.path().to_str().unwrap()];
+    args.extend_from_slice(extra);
+    (Server::start_in(tempfile::tempdir().unwrap(), &args), plugins)
+}
+
+/// The catalog's link to the tool called `name` (from a search).
+pub async fn tool_path(designer: &Designer, name: &str) -> String {
+    let (status, html) = designer.get(&format!("/catalog?q={name}")).await;
+    assert_eq!(status, 200, "{html}");
+    let marker = format!("data-tool=\"{name}\"");
+    let card = html.split(&marker).nth(1).unwrap_or_else(|| panic!("no {name} in the catalog:\n{html}"));
+    let href = card.split("href=\"").nth(1).unwrap().split('"').next().unwrap();
+    // Links are relative to the server; the designer's root may be a tenant's.
+    let prefix = designer.root.split_once("://").map_or("", |(_, rest)| rest.find('/').map_or("", |at| &rest[at..]));
+    href.strip_prefix(prefix).unwrap_or(href).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_designer_signs_in_with_a_key_of_the_tenant_and_only_for_that_tenant() {
+    let server = Server::start(&[]);
+    server.create_tenant("acme", json!({})).await;
+    let (_, consumer) = server.create_key(Some("default"), "consumer").await;
+    let (_, acme) = server.create_key(Some("acme"), "consumer").await;
+
+    // No session: the sign-in page, as a 401, that returns here.
+    let response = client().get(format!("{}/catalog/tools/x?q=1", server.base)).send().await.unwrap();
+    assert_eq!(response.status(), 401);
+    assert_eq!(response.headers()["plinth-error-code"], "unauthorized");
+    let html = response.text().await.unwrap();
+    assert!(html.contains("id=\"key\"") && html.contains("name=\"next\" value=\"/catalog/tools/x?q=1\""), "{html}");
+    // A bearer key is not a session: the pages read the cookie only.
+    let response = client().get(format!("{}/catalog", server.base)).bearer_auth(&consumer).send().await.unwrap();
+    assert_eq!(response.status(), 401);
+
+    // Another tenant's key, an unknown one, a made-up one: the same refusal.
+    for key in [acme.as_str(), "plk_0123456789abcdef_not-a-real-key", "", "test"] {
+        let response =
+            client().post(format!("{}/catalog/sign-in", server.base)).form(&[("key", key)]).send().await.unwrap();
+        assert_eq!(response.status(), 401, "{key}");
+        assert!(response.headers().get("set-cookie").is_none());
+        assert!(response.text().await.unwrap().contains("does not open this tenant"), "{key}");
+    }
+
+    // The tenant's consumer key: a session cookie scoped to this catalog,
+    // and back to where the designer was going (never off the catalog, and
+    // never a key in a URL).
+    for (next, lands) in [
+        ("/catalog/tools/x?q=1", "/catalog/tools/x?q=1"),
+        ("//evil.example/catalog", "/catalog"),
+        ("https://evil.example/catalog", "/catalog"),
+        ("/catalog/../admin/keys", "/catalog"),
+        ("/t/acme/catalog", "/catalog"),
+    ] {
+        let response = client()
+            .post(format!("{}/catalog/sign-in", server.base))
+            .form(&[("key", consumer.as_str()), ("next", next)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 303);
+        assert_eq!(response.headers()["location"], lands, "{next}");
+        let cookie = response.headers()["set-cookie"].to_str().unwrap().to_string();
+        for attribute in ["HttpOnly", "SameSite=Strict", "Path=/catalog", "Max-Age=28800"] {
+            assert!(cookie.contains(attribute), "{cookie}");
+        }
+        assert!(!cookie.contains(&consumer));
+    }
+
+    // A session opens its own tenant's catalog only.
+    let default = Designer::sign_in(&server.base, &consumer).await;
+    let acme_root = format!("{}/t/acme", server.base);
+    let at_acme = Designer::sign_in(&acme_root, &acme).await;
+    let response = client().post(format!("{acme_root}/catalog/sign-in")).form(&[("key", &acme)]).send().await.unwrap();
+    assert!(response.headers()["set-cookie"].to_str().unwrap().contains("Path=/t/acme/catalog"));
+    let (status, html) = at_acme.get("/catalog").await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("Tools of acme") && html.contains("This tenant has no tools yet"), "{html}");
+    let swapped = Designer { root: server.base.clone(), ..at_acme };
+    assert_eq!(swapped.get("/catalog").await.0, 401, "acme's session is not default's");
+    let swapped = Designer { root: acme_root.clone(), ..default };
+    assert_eq!(swapped.get("/catalog").await.0, 401, "default's session is not acme's");
+    // The operator key opens any tenant's catalog, one root at a time.
+    Designer::sign_in(&acme_root, TOKEN).await;
+    // A tenant that does not exist looks like a wrong key.
+    let response =
+        client().post(format!("{}/t/ghost/catalog/sign-in", server.base)).form(&[("key", TOKEN)]).send().await.unwrap();
+    assert_eq!(response.status(), 401);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn revoking_the_key_ends_its_sessions_at_once_and_signing_out_ends_one() {
+    let server = Server::start(&[]);
+    let (id, key) = server.create_key(Some("default"), "consumer").await;
+    let first = Designer::sign_in(&server.base, &key).await;
+    let second = Designer::sign_in(&server.base, &key).await;
+
+    // Signing out needs the form token; with it the session ends, and the
+    // browser is told to forget the cookie.
+    let (status, html) = first.post_raw("/catalog/sign-out", &[], &[]).await;
+    assert_eq!(status, 403, "{html}");
+    assert_eq!(first.get("/catalog").await.0, 200, "still signed in");
+    let response = client()
+        .post(format!("{}/catalog/sign-out", server.base))
+        .header("cookie", &first.cookie)
+        .form(&[("form_token", first.form_token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    assert_eq!(response.headers()["location"], "/catalog/sign-in");
+    assert!(response.headers()["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
+    assert_eq!(first.get("/catalog").await.0, 401);
+    assert_eq!(second.get("/catalog").await.0, 200, "the other session lives on");
+
+    // Revoked, the key's every session ends with the next request.
+    let (status, body) = server.call_as(Some(TOKEN), Method::DELETE, &format!("/admin/keys/{id}"), None).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, html) = second.get("/catalog").await;
+    assert_eq!(status, 401, "{html}");
+    assert!(html.contains("id=\"key\""), "the sign-in page: {html}");
+    let response =
+        client().post(format!("{}/catalog/sign-in", server.base)).form(&[("key", key.as_str())]).send().await.unwrap();
+    assert_eq!(response.status(), 401, "a revoked key signs in no more");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_keeps_at_most_sixteen_sessions() {
+    let server = Server::start(&[]);
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let mut sessions = Vec::new();
+    for _ in 0..17 {
+        sessions.push(Designer::sign_in(&server.base, &key).await);
+    }
+    assert_eq!(server.stored_count("SELECT count(*) FROM designer_sessions"), 16);
+    assert_eq!(sessions[0].get("/catalog").await.0, 401, "the oldest ended");
+    for session in &sessions[1..] {
+        assert_eq!(session.get("/catalog").await.0, 200);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_are_stored_by_hash_and_outlive_a_restart() {
+    let server = Server::start(&[]);
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let designer = Designer::sign_in(&server.base, &key).await;
+    let token = designer.cookie.split_once('=').unwrap().1.to_string();
+    assert_eq!(server.stored_count("SELECT count(*) FROM designer_sessions"), 1);
+    let hash = plinth::package::sha256_hex(token.as_bytes());
+    assert_eq!(
+        server.stored_count(&format!("SELECT count(*) FROM designer_sessions WHERE token_sha256 = '{hash}'")),
+        1
+    );
+    // Neither the cookie nor the key is anywhere in the database.
+    let data = server.data.path().to_path_buf();
+    let database: Vec<u8> = ["registry.sqlite3", "registry.sqlite3-wal"]
+        .iter()
+        .flat_map(|f| std::fs::read(data.join(f)).unwrap_or_default())
+        .collect();
+    let contains = |needle: &str| database.windows(needle.len()).any(|w| w == needle.as_bytes());
+    assert!(!contains(&token) && !contains(&key));
+
+    let data = server.stop();
+    let plugins = plugins_dir();
+    let server = Server::start_in(data, &["--plugins", plugins.to_str().unwrap()]);
+    let designer = Designer { root: server.base.clone(), ..designer };
+    let (status, html) = designer.get("/catalog").await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("book_flight"), "{html}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_form_without_the_sessions_token_or_from_another_site_does_nothing() {
+    let server = Server::start(&[]);
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let designer = Designer::sign_in(&server.base, &key).await;
+    let echo = tool_path(&designer, "echo").await;
+    let call = [("version", "1"), ("input.text", "hello")];
+
+    let (status, html) = designer.post_raw(&format!("{echo}/try"), &call, &[]).await;
+    assert_eq!(status, 403, "{html}");
+    assert!(html.contains("form token"), "{html}");
+    let mut wrong = vec![("form_token", "not-the-token")];
+    wrong.extend_from_slice(&call);
+    assert_eq!(designer.post_raw(&format!("{echo}/try"), &wrong, &[]).await.0, 403);
+    let mut right = vec![("form_token", designer.form_token.as_str())];
+    right.extend_from_slice(&call);
+    for site in ["cross-site", "same-site"] {
+        let (status, html) = designer.post_raw(&format!("{echo}/try"), &right, &[("sec-fetch-site", site)]).await;
+        assert_eq!(status, 403, "{site}: {html}");
+    }
+    assert!(!server.logs().contains("a call was tried from the catalog"), "nothing ran:\n{}", server.logs());
+
+    // The page's own form does.
+    let (status, html) = designer.post_raw(&format!("{echo}/try"), &right, &[("sec-fetch-site", "same-origin")]).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("id=\"outputs\"") && html.contains("&#34;hello&#34;"), "{html}");
+    assert!(server.logs().contains("a call was tried from the catalog"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_sign_ins_are_throttled_like_confirmation_page_logins() {
+    let server = Server::start(&["--login-address-lockout-after", "3", "--login-lockout-secs", "600"]);
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let sign_in = |key: String| {
+        let url = format!("{}/catalog/sign-in", server.base);
+        async move { client().post(url).form(&[("key", key)]).send().await.unwrap() }
+    };
+    for attempt in 0..3 {
+        let response = sign_in(format!("plk_0123456789abcdef_guess-{attempt}")).await;
+        assert_eq!(response.status(), 401);
+    }
+    // This address is locked out now, the right key included.
+    let response = sign_in(key.clone()).await;
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()["plinth-error-code"], "login_locked");
+    assert!(response.headers().contains_key("retry-after"));
+    assert!(response.text().await.unwrap().contains("Too many failed sign-ins"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vendor_text_is_escaped_on_every_page() {
+    let (server, _plugins) = catalog_server(&[]);
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let designer = Designer::sign_in(&server.base, &key).await;
+    let tool = tool_path(&designer, "markup_docs").await;
+    for path in [
+        "/catalog".to_string(),
+        "/catalog?tag=%3Cb%3Emarkup%3C%2Fb%3E".to_string(),
+        tool.clone(),
+        format!("{tool}/try"),
+        format!("{tool}/diff"),
+    ] {
+        let (status, html) = designer.get(&path).await;
+        assert_eq!(status, 200, "{path}: {html}");
+        for raw in ["<script>document", "<img src=x", "<b>markup", "<em>note"] {
+            assert!(!html.contains(raw), "{path} has {raw} as markup:\n{html}");
+        }
+        assert!(!html.contains("<script") && !html.contains("<img") && !html.contains("style="), "{path}");
+    }
+    let (_, html) = designer.get(&tool).await;
+    for escaped in [
+        "&#60;script&#62;document.title = &#34;pwned by the description&#34;&#60;/script&#62;",
+        "&#60;img src=x onerror=&#34;document.title = &#39;pwned by a parameter image&#39;&#34;&#62;",
+        "&#60;script&#62;document.title = &#34;pwned by an enum value&#34;&#60;/script&#62;",
+        "&#60;b&#62;markup&#60;/b&#62;",
+    ] {
+        assert!(html.contains(escaped), "{escaped} is not on the page:\n{html}");
+    }
+    // What a call returns is text too.
+    let (status, html) =
+        designer.post(&format!("{tool}/try"), &[("version", "1"), ("input.note", "<script>alert(1)</script>")]).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(
+        html.contains("&#34;&#60;script&#62;alert(1)&#60;/script&#62;&#34;") && !html.contains("<script>"),
+        "{html}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_try_form_names_each_bad_field_where_it_is() {
+    let (server, _plugins) = catalog_server(&[]);
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let designer = Designer::sign_in(&server.base, &key).await;
+    let book = tool_path(&designer, "book_flight").await;
+    let (status, html) = designer.get(&format!("{book}/try")).await;
+    assert_eq!(status, 200, "{html}");
+    for field in
+        ["input-flight_number", "input-date", "input-passengers", "input-cabin_class", "input-quoted_price_usd"]
+    {
+        assert!(html.contains(&format!("id=\"{field}\"")), "{field}: {html}");
+    }
+    assert!(html.contains("<label for=\"input-passengers\">"), "every field has its label: {html}");
+
+    let (status, html) = designer
+        .post(
+            &format!("{book}/try"),
+            &[
+                ("version", "1"),
+                ("input.flight_number", "UA123"),
+                ("input.date", "2026-12-24 at noon"),
+                ("input.passengers", "12"),
+                ("input.cabin_class", ""),
+            ],
+        )
+        .await;
+    assert_eq!(status, 422, "{html}");
+    let error_at = |field: &str| {
+        html.split(&format!("id=\"error-{field}\">"))
+            .nth(1)
+            .map(|rest| rest.split("</p>").next().unwrap().to_string())
+            .unwrap_or_else(|| panic!("no error at {field}:\n{html}"))
+    };
+    assert!(error_at("passengers").contains("from 1 to 9; got 12"));
+    assert!(error_at("date").contains("at most 10 characters"));
+    assert!(error_at("cabin_class").contains("is required"));
+    assert!(!html.contains("id=\"error-flight_number\""), "a good field has no error");
+    assert!(html.contains("aria-invalid=\"true\""));
+    assert!(html.contains("value=\"UA123\""), "what was entered stays: {html}");
+    assert!(!server.logs().contains("a call was tried from the catalog"), "nothing ran");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_from_the_catalog_counts_against_the_tenants_quota() {
+    let server = Server::start(&[]);
+    server.create_tenant("acme", json!({ "invocationsPerSecond": 1, "invocationBurst": 1 })).await;
+    let (_, publisher) = server.create_key(Some("acme"), "publisher").await;
+    let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
+    assert_eq!(server.deploy_as(&publisher, "acme", echo).await.0, 201);
+    let designer = Designer::sign_in(&format!("{}/t/acme", server.base), &publisher).await;
+    let echo = tool_path(&designer, "echo").await;
+    let (status, html) = designer.post(&format!("{echo}/try"), &[("version", "1"), ("input.text", "one")]).await;
+    assert_eq!(status, 200, "{html}");
+    let (status, html) = designer.post(&format!("{echo}/try"), &[("version", "1"), ("input.text", "two")]).await;
+    assert_eq!(status, 503, "{html}");
+    assert!(html.contains("id=\"error-code\">rate_limited"), "{html}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pages_share_one_stylesheet_under_a_strict_policy() {
+    let (server, _plugins) = catalog_server(&[]);
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let designer = Designer::sign_in(&server.base, &key).await;
+    let response =
+        client().get(format!("{}/catalog", server.base)).header("cookie", &designer.cookie).send().await.unwrap();
+    let policy = response.headers()["content-security-policy"].to_str().unwrap().to_string();
+    assert!(policy.contains("default-src 'none'") && policy.contains("style-src 'self'"), "{policy}");
+    assert!(!policy.contains("unsafe-inline") && !policy.contains("script-src"), "{policy}");
+    assert_eq!(response.headers()["x-frame-options"], "DENY");
+    let html = response.text().await.unwrap();
+    let href = html.split("rel=\"stylesheet\" href=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    assert!(href.starts_with("/assets/plinth.css?v="), "{href}");
+
+    // The confirmation pages link the same one.
+    let confirm = client().get(format!("{}/cheq/confirm", server.base)).send().await.unwrap();
+    assert_eq!(confirm.status(), 400);
+    assert_eq!(confirm.headers()["content-security-policy"].to_str().unwrap(), policy);
+    assert!(confirm.text().await.unwrap().contains(&format!("href=\"{href}\"")));
+
+    let css = client().get(format!("{}{href}", server.base)).send().await.unwrap();
+    assert_eq!(css.status(), 200);
+    assert_eq!(css.headers()["content-type"], "text/css; charset=utf-8");
+    assert!(css.text().await.unwrap().contains(".hidden-char"));
+    // Only under the server's root.
+    assert_eq!(
+        client().get(format!("{}/t/default/assets/plinth.css", server.base)).send().await.unwrap().status(),
+        404
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_calls_page_shows_its_state_then_its_answer_in_its_doors_shape() {
+    let (server, _plugins) = crate::cheq::confirming_server(&[]).await;
+    let echo = server.tool_id("echo").await;
+    let path = format!("/admin/tools/{echo}/confirmation");
+    let (status, _) = server.call_as(Some(TOKEN), Method::PUT, &path, Some(&json!({ "required": true }))).await;
+    assert_eq!(status, 204);
+    // An agent's call through OTC, for alice.
+    let call = json!({ "tool_id": "Default.Echo", "input": { "text": "kept" }, "context": { "user_id": "alice" } });
+    let (status, pack) = server.post("/otc/tools/call", &call).await;
+    assert_eq!(status, 200, "{pack}");
+    let id = pack["resource uri"].as_str().unwrap().rsplit('/').next().unwrap().to_string();
+
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let designer = Designer::sign_in(&server.base, &key).await;
+    let (status, html) = designer.get(&format!("/catalog/confirmations/{id}")).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("It waits for its end user&#39;s confirmation") && html.contains("alice"), "{html}");
+
+    let session = crate::cheq::PageSession::log_in(&pack, "alice").await;
+    let (status, html) = session.decide(&pack, "accept").await;
+    assert_eq!(status, 200, "{html}");
+    let (status, html) = designer.get(&format!("/catalog/confirmations/{id}")).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("It ended with status <strong>200</strong>"), "{html}");
+    let kept = html.split("id=\"kept\">").nth(1).unwrap().split("</pre>").next().unwrap();
+    assert!(kept.contains("&#34;success&#34;: true") && kept.contains("&#34;kept&#34;"), "the OTC answer: {kept}");
+
+    // A made-up id is no call.
+    assert_eq!(designer.get("/catalog/confirmations/no-such-call").await.0, 404);
+}

@@ -1,0 +1,305 @@
+//! The designer's catalog in a real headless Chromium: sign in with a
+//! consumer key, search, filter by tag, read a signature, compare two
+//! versions of echo, book a flight from the form and see a bad field
+//! refused where it is; a call that needs its end user's confirmation,
+//! completed through the confirmation pages; vendor markup that stays text;
+//! the pages at a phone's width.
+//!
+//! The tests save what the designer sees into `docs/catalog/` (the README
+//! and docs/catalog.md show those pictures).
+
+use crate::browser::{self, Browser};
+use crate::catalog::catalog_server;
+use crate::support::TOKEN;
+use reqwest::Method;
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(10);
+/// The width of the desktop screenshots, in CSS pixels.
+const DESKTOP: u32 = 1200;
+/// A phone's width (an iPhone 12–15's viewport).
+const PHONE: u32 = 390;
+
+/// Where a screenshot goes: `docs/catalog/{name}.png`.
+fn picture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/catalog").join(format!("{name}.png"))
+}
+
+/// Saves the whole page at `width` as `docs/catalog/{name}.png`.
+async fn capture(browser: &Browser, name: &str, width: u32) {
+    browser.fit(width, if width == PHONE { 844 } else { 720 }).await;
+    browser.screenshot(&picture(name)).await;
+}
+
+/// Whether the page is wider than the viewport (a phone would scroll
+/// sideways).
+async fn overflows(browser: &Browser) -> bool {
+    let widths = browser.evaluate("return [document.documentElement.scrollWidth, window.innerWidth]").await;
+    widths[0].as_u64() > widths[1].as_u64()
+}
+
+/// Signs in on the page the browser is on (the sign-in form).
+async fn sign_in(browser: &Browser, key: &str) {
+    browser.wait_for_text("Sign in with an API key", WAIT).await;
+    browser.fill("#key", key).await;
+    browser.click("#sign-in").await;
+}
+
+/// The names of the tools the catalog lists, in order.
+async fn listed(browser: &Browser) -> Vec<String> {
+    let cards = browser.client().find_all(fantoccini::Locator::Css("#results article")).await.unwrap();
+    let mut names = Vec::new();
+    for card in cards {
+        names.push(card.attr("data-tool").await.unwrap().unwrap_or_default());
+    }
+    names
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_designer_finds_reads_compares_and_books_a_flight_in_a_browser() {
+    let (server, _plugins) = catalog_server(&[]);
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let browser = browser::start().await;
+
+    // Signed out, the catalog is the sign-in form.
+    browser.goto(&format!("{}/catalog", server.base)).await;
+    browser.wait_for_text("Sign in with an API key", WAIT).await;
+    capture(&browser, "sign-in", DESKTOP).await;
+    browser.fill("#key", "plk_0123456789abcdef_wrong").await;
+    browser.click("#sign-in").await;
+    browser.wait_for_text("does not open this tenant's catalog", WAIT).await;
+    sign_in(&browser, &key).await;
+    browser.wait_for_text("Tools of default", WAIT).await;
+    assert!(!browser.current_url().await.contains(&key), "no key in a URL");
+    assert_eq!(
+        listed(&browser).await,
+        ["book_flight", "echo", "lookup_weather_by_city", "markup_docs", "transfer_funds"]
+    );
+
+    // Search "flight": book_flight, with what identifies it in each protocol.
+    browser.fill("#q", "flight").await;
+    browser.click("#search").await;
+    browser.wait_for_text("1 tool.", WAIT).await;
+    assert_eq!(listed(&browser).await, ["book_flight"]);
+    let card = browser.text_of("[data-tool=book_flight]").await;
+    let id = browser.attribute("[data-tool=book_flight] h2", "id").await.unwrap();
+    let ids = browser.text_of("[data-tool=book_flight] .ids").await;
+    let lines: Vec<&str> = ids.lines().collect();
+    assert_eq!(
+        lines,
+        ["A2T", id.strip_prefix("tool-").unwrap(), "OTC", "Travel.BookFlight@1.0.0", "MCP", "book_flight"]
+    );
+    for shown in ["Books seats on a scheduled flight", "travel", "bookings", "Version 1"] {
+        assert!(card.contains(shown), "the card does not show {shown}:\n{card}");
+    }
+    capture(&browser, "search", DESKTOP).await;
+
+    // Filter by tag (the search cleared).
+    browser.clear("#q").await;
+    browser.select("#tag", "diagnostics").await;
+    browser.click("#search").await;
+    browser.wait_for_text("2 tools.", WAIT).await;
+    assert_eq!(listed(&browser).await, ["echo", "markup_docs"]);
+    browser.goto(&format!("{}/catalog", server.base)).await;
+    capture(&browser, "catalog", DESKTOP).await;
+
+    // Open book_flight and read its signature.
+    browser.fill("#q", "flight").await;
+    browser.click("#search").await;
+    browser.wait_for_text("1 tool.", WAIT).await;
+    browser.click("[data-tool=book_flight] h2 a").await;
+    browser.wait_for_text("Inputs", WAIT).await;
+    assert_eq!(browser.text_of("#tool-name").await, "book_flight");
+    let passengers = browser.text_of("[data-input=passengers]").await;
+    assert!(passengers.contains("integer") && passengers.contains("from 1 to 9"), "{passengers}");
+    let cabin = browser.text_of("[data-input=cabin_class]").await;
+    for value in ["ECONOMY", "PREMIUM_ECONOMY", "BUSINESS", "FIRST", "Lie down seating"] {
+        assert!(cabin.contains(value), "{value} is not listed:\n{cabin}");
+    }
+    assert!(browser.text_of("[data-input=flight_number]").await.contains("at most 6 characters"));
+    assert!(browser.text_of("[data-input=quoted_price_usd]").await.contains("optional"));
+    assert!(browser.text_of("[data-output=confirmation_code]").await.contains("string"));
+    assert!(browser.text_of("#confirmation").await.contains("No call needs confirmation"));
+    assert!(browser.text_of("#outbound").await.contains("None"));
+    assert!(browser.text_of("#content-hash").await.starts_with("sha256:"));
+    assert_eq!(browser.text_of("#otc-id").await, "Travel.BookFlight@1.0.0");
+    capture(&browser, "tool", DESKTOP).await;
+
+    // Book a flight from the form.
+    browser.click("#try-it").await;
+    browser.wait_for_text("Call book_flight", WAIT).await;
+    browser.fill("#input-flight_number", "UA123").await;
+    browser.fill("#input-date", "2026-12-24").await;
+    browser.fill("#input-passengers", "2").await;
+    browser.select("#input-cabin_class", "PREMIUM_ECONOMY").await;
+    browser.click("#call").await;
+    browser.wait_for_text("It ran: the tool answered.", WAIT).await;
+    let code = browser.text_of("[data-output=confirmation_code] td").await;
+    assert_eq!(code.trim_matches('"').len(), 6, "a confirmation code: {code}");
+    assert_eq!(browser.text_of("[data-output=cabin_class] td").await, "\"PREMIUM_ECONOMY\"");
+    capture(&browser, "try", DESKTOP).await;
+
+    // A passenger too many: the core's error, at its field; nothing else.
+    browser.clear("#input-passengers").await;
+    browser.fill("#input-passengers", "12").await;
+    browser.click("#call").await;
+    browser.wait_for_text("must be an integer from 1 to 9; got 12", WAIT).await;
+    let error = browser.text_of("#field-passengers .field-error").await;
+    assert!(error.contains("passengers") && error.contains("got 12"), "{error}");
+    assert_eq!(browser.attribute("#input-passengers", "aria-invalid").await.as_deref(), Some("true"));
+    assert_eq!(browser.count(".field-error").await, 1, "only the bad field");
+    assert_eq!(browser.count("#answer").await, 0, "nothing ran");
+    capture(&browser, "try-invalid", DESKTOP).await;
+
+    // Compare the two versions of echo.
+    browser.goto(&format!("{}/catalog?q=echo", server.base)).await;
+    browser.click("[data-tool=echo] h2 a").await;
+    browser.wait_for_text("Versions", WAIT).await;
+    assert_eq!(browser.count("#versions tbody tr").await, 2);
+    browser.click("#compare").await;
+    browser.wait_for_text("What changed from 1 to 2", WAIT).await;
+    let verdict = browser.text_of("#verdict").await;
+    assert!(verdict.contains("A caller written against version 1 keeps working with version 2"), "{verdict}");
+    let added = browser.text_of("#added").await;
+    assert!(added.contains("optional input shout was added") && added.contains("output length was added"), "{added}");
+    assert_eq!(browser.count("#new tr.added").await, 2, "shout and length, marked on the newer side");
+    assert_eq!(browser.count("#old tr.removed").await, 0);
+    capture(&browser, "diff", DESKTOP).await;
+
+    // Signing out ends it.
+    browser.click("#sign-out").await;
+    browser.wait_for_text("Sign in with an API key", WAIT).await;
+    browser.goto(&format!("{}/catalog", server.base)).await;
+    browser.wait_for_text("Sign in with an API key", WAIT).await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn markup_in_vendor_text_stays_text_in_the_browser() {
+    let (server, _plugins) = catalog_server(&[]);
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let browser = browser::start().await;
+    browser.goto(&format!("{}/catalog?q=note", server.base)).await;
+    sign_in(&browser, &key).await;
+    browser.wait_for_text("1 tool.", WAIT).await;
+
+    let description = "<script>document.title = \"pwned by the description\"</script>";
+    let image = "<img src=x onerror=\"document.title = 'pwned by an image'\">";
+    let parameter = "The <em>note</em> to send back. <script>document.title = \"pwned by a parameter\"</script>";
+    let enum_value = "<script>document.title = \"pwned by an enum value\"</script>";
+    for page in ["the list", "the tool", "the form"] {
+        match page {
+            "the tool" => browser.click("[data-tool=markup_docs] h2 a").await,
+            "the form" => browser.click("#try-it").await,
+            _ => {}
+        }
+        let text = browser.wait_for_text("pwned by the description", WAIT).await;
+        let mut shown = vec![description, image, "<b>markup</b>"];
+        if page != "the list" {
+            shown.extend([parameter, enum_value]);
+        }
+        if page == "the form" {
+            shown.retain(|s| *s != "<b>markup</b>");
+        }
+        for text_of_it in shown {
+            assert!(text.contains(text_of_it), "{page} does not show {text_of_it} as text:\n{text}");
+        }
+        // Text only: no element was made of it, and nothing ran.
+        for element in ["script", "img", "main b", "main em"] {
+            assert_eq!(browser.count(element).await, 0, "{page} has a {element} element");
+        }
+        let title = browser.client().title().await.unwrap();
+        assert!(!title.contains("pwned"), "{page}: {title}");
+    }
+    browser.goto(&format!("{}/catalog?q=note", server.base)).await;
+    browser.click("[data-tool=markup_docs] h2 a").await;
+    browser.wait_for_text("Inputs", WAIT).await;
+    capture(&browser, "markup", DESKTOP).await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_that_needs_confirmation_is_completed_on_the_confirmation_page() {
+    let (server, _plugins) = catalog_server(&[]);
+    let password = json!({ "password": "alice-password" });
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&password)).await;
+    assert_eq!(status, 204, "{body}");
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let browser = browser::start().await;
+    browser.goto(&format!("{}/catalog?q=transfer", server.base)).await;
+    sign_in(&browser, &key).await;
+    browser.wait_for_text("1 tool.", WAIT).await;
+    assert!(browser.text_of("[data-tool=transfer_funds]").await.contains("every call needs confirmation"));
+    browser.click("[data-tool=transfer_funds] h2 a").await;
+    browser.wait_for_text("Every call needs its end user's confirmation", WAIT).await;
+    browser.click("#try-it").await;
+
+    // The account numbers are the end user's to type: not on this form.
+    let form = browser.wait_for_text("Call transfer_funds", WAIT).await;
+    assert!(form.contains("Not asked here: from_account, to_account"), "{form}");
+    assert_eq!(browser.count("#input-from_account").await, 0);
+    browser.fill("#input-amount_usd", "250").await;
+    browser.click("#call").await;
+    browser.wait_for_text("name the end user who confirms it", WAIT).await;
+    browser.fill("#end-user", "alice").await;
+    browser.click("#call").await;
+    let waiting = browser.wait_for_text("The call waits for alice to confirm it.", WAIT).await;
+    assert!(waiting.contains("resource uri") && waiting.contains("result uri"), "the URI pack: {waiting}");
+    capture(&browser, "pending", DESKTOP).await;
+    let status_page = browser.attribute("#status-link", "href").await.unwrap();
+
+    // What a human does next: the confirmation page, as the end user.
+    browser.click("#confirm-link").await;
+    browser.wait_for_text("Log in to see what you are asked to confirm", WAIT).await;
+    browser.fill("#user", "alice").await;
+    browser.fill("#password", "alice-password").await;
+    browser.click("#login").await;
+    let page = browser.wait_for_text("Transfer funds", WAIT).await;
+    assert!(page.contains("250"), "{page}");
+    browser.fill("#private-from_account", "DE89370400440532013000").await;
+    browser.fill("#private-to_account", "GB29NWBK60161331926819").await;
+    capture(&browser, "confirmation-page", PHONE).await;
+    assert!(!overflows(&browser).await, "the confirmation page fits a phone");
+    browser.click("#accept").await;
+    browser.wait_for_text("You confirmed", WAIT).await;
+
+    // Back in the catalog, the call's answer.
+    browser.goto(&format!("{}{status_page}", server.base)).await;
+    browser.wait_for_text("It ran: the tool answered.", WAIT).await;
+    assert_eq!(browser.text_of("[data-output=to_account_last4] td").await, "\"6819\"");
+    let summary = browser.text_of("[data-output=summary] td").await;
+    assert!(summary.contains("[redacted]") && !summary.contains("GB29"), "{summary}");
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pages_fit_a_phone() {
+    let (server, _plugins) = catalog_server(&[]);
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let browser = browser::start().await;
+    browser.fit(PHONE, 844).await;
+    browser.goto(&format!("{}/catalog", server.base)).await;
+    sign_in(&browser, &key).await;
+    browser.wait_for_text("Tools of default", WAIT).await;
+    assert!(!overflows(&browser).await, "the catalog scrolls sideways on a phone");
+    capture(&browser, "phone-catalog", PHONE).await;
+
+    browser.goto(&format!("{}/catalog?q=flight", server.base)).await;
+    browser.click("[data-tool=book_flight] h2 a").await;
+    browser.wait_for_text("Inputs", WAIT).await;
+    assert!(!overflows(&browser).await, "the tool page scrolls sideways on a phone");
+    capture(&browser, "phone-tool", PHONE).await;
+
+    browser.click("#try-it").await;
+    browser.wait_for_text("Call book_flight", WAIT).await;
+    assert!(!overflows(&browser).await, "the form scrolls sideways on a phone");
+
+    browser.goto(&format!("{}/catalog?q=echo", server.base)).await;
+    browser.click("[data-tool=echo] h2 a").await;
+    browser.click("#compare").await;
+    browser.wait_for_text("What changed", WAIT).await;
+    assert!(!overflows(&browser).await, "the diff scrolls sideways on a phone");
+    browser.close().await;
+}
