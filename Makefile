@@ -33,7 +33,7 @@ LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
 DATA       ?= ./plinth-data
 
-.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients schemathesis openapi run test check bench bench-smoke wrk peer
+.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients schemathesis openapi screenshots run test check bench bench-smoke wrk peer
 
 help:
 	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
@@ -41,6 +41,7 @@ help:
 	@echo "make plugins  build and pack the example tools into $(PLUGIN_OUT)/"
 	@echo "make build    build the plinth binary"
 	@echo "make openapi  write the server's OpenAPI document to docs/openapi.json"
+	@echo "make screenshots  retake the catalog's pictures in docs/catalog/ (browser tests)"
 	@echo "make bench    run the benchmark harness (release build) and write bench/RESULTS.md"
 
 # The tools are WebAssembly components: they need Rust's wasm32-wasip2 target.
@@ -99,6 +100,13 @@ test: fixtures browser mcp-clients toolchains postgres schemathesis
 		PLINTH_TEST_SCHEMATHESIS=$(CURDIR)/target/schemathesis \
 		$(CARGO) test --no-fail-fast 2>&1 | tee target/test.log
 	@awk '/^test result:/ { passed += $$4; failed += $$6 } END { printf "summary: %d passed, %d failed\n", passed, failed }' target/test.log
+
+# Retakes the catalog's pictures in docs/catalog/ (the README shows them):
+# the catalog's browser tests, saving their screenshots there instead of in
+# target/screenshots/.
+screenshots: fixtures browser
+	PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures \
+		PLINTH_SCREENSHOTS=$(CURDIR)/docs/catalog $(CARGO) test -p plinth --test e2e catalog_browser
 
 # The browser tests (tests/e2e/browser.rs) drive a headless Chromium through
 # ChromeDriver, both from Debian.

@@ -5,8 +5,9 @@
 //! completed through the confirmation pages; vendor markup that stays text;
 //! the pages at a phone's width.
 //!
-//! The tests save what the designer sees into `docs/catalog/` (the README
-//! and docs/catalog.md show those pictures).
+//! The tests save what the designer sees as PNGs, into `target/screenshots/`
+//! or the folder `PLINTH_SCREENSHOTS` names: `make screenshots` runs them
+//! into `docs/catalog/`, the pictures the README and docs/catalog.md show.
 
 use crate::browser::{self, Browser};
 use crate::catalog::catalog_server;
@@ -22,12 +23,17 @@ const DESKTOP: u32 = 1200;
 /// A phone's width (an iPhone 12–15's viewport).
 const PHONE: u32 = 390;
 
-/// Where a screenshot goes: `docs/catalog/{name}.png`.
+/// Where a screenshot goes: `{name}.png` in `PLINTH_SCREENSHOTS`, else in
+/// `target/screenshots/` (a test run leaves the committed pictures alone).
 fn picture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/catalog").join(format!("{name}.png"))
+    let dir = std::env::var_os("PLINTH_SCREENSHOTS").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots")
+    });
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    dir.join(format!("{name}.png"))
 }
 
-/// Saves the whole page at `width` as `docs/catalog/{name}.png`.
+/// Saves the whole page at `width` as `{name}.png` ([`picture`]).
 async fn capture(browser: &Browser, name: &str, width: u32) {
     browser.fit(width, if width == PHONE { 844 } else { 720 }).await;
     browser.screenshot(&picture(name)).await;
