@@ -997,3 +997,88 @@ pub async fn languages(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Arm 9: what observability costs a call. Metrics are always on (their
+/// cost per call is a stage in arm 2); traces are exported only with
+/// `--otlp-endpoint`. Echo over A2T on a server that exports every
+/// request's spans to a local OTLP sink, against the same server without,
+/// both scraped by a Prometheus-like client every second; the rounds
+/// alternate and the medians are compared.
+pub async fn observability(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
+    let duration = load_duration(opts);
+    // The sink: accepts every OTLP/HTTP export and counts its bytes.
+    let received = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = received.clone();
+    let sink = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            counted.fetch_add(body.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            async { axum::http::StatusCode::OK }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let sink_url = format!("http://{}", listener.local_addr()?);
+    let sink = tokio::spawn(async move { axum::serve(listener, sink).await });
+
+    let dir = tempfile::tempdir()?;
+    std::fs::copy(opts.plugins.join("echo.wasm"), dir.path().join("echo.wasm"))?;
+    let plugins = dir.path().to_string_lossy().to_string();
+    let (plain_data, traced_data) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let plain = Server::plinth(opts, plain_data.path(), &["--plugins", &plugins])?;
+    let traced = Server::plinth(opts, traced_data.path(), &["--plugins", &plugins, "--otlp-endpoint", &sink_url])?;
+    let body = echo_body("hello, tools");
+    let mut urls = Vec::new();
+    for server in [&plain, &traced] {
+        unthrottle(&server.base).await?;
+        urls.push(format!("{}/tools/{}:invoke", server.base, tool_id(&server.base, "echo").await?));
+    }
+    // Prometheus scraping both, once a second, all along.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let scrapes: Vec<_> = [&plain, &traced]
+        .iter()
+        .map(|server| {
+            let (url, stop) = (format!("{}/metrics", server.base), stop.clone());
+            tokio::spawn(async move {
+                let client = client();
+                let mut scraped = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if client.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
+                        scraped += 1;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                scraped
+            })
+        })
+        .collect();
+    let rounds = if opts.smoke { 1 } else { 3 };
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        without.push(tokio::task::block_in_place(|| wrk(&urls[0], Some(&body), duration, CONNECTIONS))?);
+        with.push(tokio::task::block_in_place(|| wrk(&urls[1], Some(&body), duration, CONNECTIONS))?);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut scraped = 0;
+    for scrape in scrapes {
+        scraped += scrape.await?;
+    }
+    // The last batch leaves within the exporter's 2 s interval.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    sink.abort();
+    let median = |loads: &mut Vec<Load>| {
+        loads.sort_by(|x, y| x.rps.total_cmp(&y.rps));
+        loads.swap_remove(loads.len() / 2)
+    };
+    let (without, with) = (median(&mut without), median(&mut with));
+    load_row(report, &format!("9 echo, metrics scraped, no traces (median of {rounds})"), &without);
+    load_row(report, &format!("9 echo, metrics scraped, every request traced to OTLP (median of {rounds})"), &with);
+    let ratio = with.rps / without.rps;
+    report.row("9 traces on ÷ off", "requests/s", format!("{ratio:.2}"), "", None);
+    let bytes = received.load(std::sync::atomic::Ordering::Relaxed);
+    anyhow::ensure!(bytes > 0, "the traced server exported nothing to the sink");
+    report.note(format!(
+        "arm 9: {scraped} scrapes of /metrics during the loads; the sink received {:.1} MB of OTLP spans",
+        bytes as f64 / 1e6
+    ));
+    Ok(())
+}

@@ -26,9 +26,9 @@ const PHONE: u32 = 390;
 /// Where a screenshot goes: `{name}.png` in `PLINTH_SCREENSHOTS`, else in
 /// `target/screenshots/` (a test run leaves the committed pictures alone).
 fn picture(name: &str) -> PathBuf {
-    let dir = std::env::var_os("PLINTH_SCREENSHOTS").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots")
-    });
+    let dir = std::env::var_os("PLINTH_SCREENSHOTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots"));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
     dir.join(format!("{name}.png"))
 }
