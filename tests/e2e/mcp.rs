@@ -172,10 +172,18 @@ async fn calls_answer_structured_content_and_errors_the_model_can_act_on() {
 
 /// A plain stateless `tools/call` is served by the direct lane, the same
 /// request with anything unusual by rmcp's dispatcher: both answer alike,
-/// status and message, whatever the outcome.
+/// status and message, whatever the outcome. (The lane says in the debug
+/// log which calls it served.)
 #[tokio::test(flavor = "multi_thread")]
 async fn the_direct_lane_answers_every_call_as_rmcp_does() {
-    let (server, _plugins) = confirming_server(&[]).await;
+    let plugins = tempfile::tempdir().unwrap();
+    for tool in ["echo.wasm", "book_flight.wasm"] {
+        std::fs::copy(plugins_dir().join(tool), plugins.path().join(tool)).unwrap();
+    }
+    std::fs::write(plugins.path().join("transfer_funds.wasm"), fixture("transfer_funds.wasm")).unwrap();
+    let log = [("PLINTH_LOG".to_string(), "info,plinth::api::mcp=debug".to_string())];
+    let args = ["--plugins", plugins.path().to_str().unwrap()];
+    let (server, _) = Server::start_on(tempfile::tempdir().unwrap(), "127.0.0.1:0", &args, Some(TOKEN), &log);
     let (status, body) = server.deploy(fixture("echo_v2.wasm"), "").await;
     assert_eq!(status, 201, "{body}");
     let mut calls = vec![
@@ -190,14 +198,49 @@ async fn the_direct_lane_answers_every_call_as_rmcp_does() {
     ];
     // A call that needs a confirmation the client cannot show (-32021, 400).
     calls.push(("transfer_funds", json!({ "amount_usd": 5 }), json!({ "endUser": "alice" })));
-    for (name, arguments, meta) in calls {
+    let served_by_lane = || server.logs().matches("served by the direct lane").count();
+    for (n, (name, arguments, meta)) in calls.into_iter().enumerate() {
         let lane = Mcp { url_elicitation: false, ..Mcp::modern(&server) };
         let rmcp = Mcp { through_rmcp: true, ..Mcp { url_elicitation: false, ..Mcp::modern(&server) } };
         let params = json!({ "name": name, "arguments": arguments });
         let direct = lane.request("tools/call", params.clone(), meta.clone()).await;
+        assert_eq!(served_by_lane(), n + 1, "the lane served {name} {meta}");
         let dispatched = rmcp.request("tools/call", params, meta.clone()).await;
+        assert_eq!(served_by_lane(), n + 1, "rmcp served the weighted request");
         assert_eq!(direct, dispatched, "{name} {meta}");
         assert!(direct.1["jsonrpc"] == "2.0" && direct.1["id"] == 1, "{direct:?}");
+    }
+
+    // A call that waits for its end user: the same result both ways but
+    // for its transaction and sealed state, and each way resumes the
+    // other's state.
+    let (lane, rmcp) = (Mcp::modern(&server), Mcp { through_rmcp: true, ..Mcp::modern(&server) });
+    let params = json!({ "name": "transfer_funds", "arguments": { "amount_usd": 5 } });
+    let alice = json!({ "endUser": "alice" });
+    let direct = lane.request("tools/call", params.clone(), alice.clone()).await;
+    let dispatched = rmcp.request("tools/call", params.clone(), alice.clone()).await;
+    assert_eq!(direct.1["result"]["resultType"], "input_required", "{direct:?}");
+    assert_eq!((direct.0, shape(&direct.1)), (dispatched.0, shape(&dispatched.1)));
+    for (client, answer) in [(&lane, &dispatched.1), (&rmcp, &direct.1)] {
+        let mut params = params.clone();
+        params["requestState"] = answer["result"]["requestState"].clone();
+        let (status, resumed) = client.request("tools/call", params, alice.clone()).await;
+        assert_eq!(status, 200, "{resumed}");
+        assert_eq!(resumed["result"]["resultType"], "input_required", "still waiting: {resumed}");
+        let url = |a: &Value| a["result"]["inputRequests"]["confirmation"]["params"]["url"].clone();
+        assert_eq!(url(&resumed), url(answer), "the same transaction");
+    }
+}
+
+/// A JSON value with every string and number blanked: its keys, types and
+/// lengths of arrays.
+fn shape(value: &Value) -> Value {
+    match value {
+        Value::String(_) => json!(""),
+        Value::Number(_) => json!(0),
+        Value::Array(items) => items.iter().map(shape).collect(),
+        Value::Object(map) => map.iter().map(|(k, v)| (k.clone(), shape(v))).collect(),
+        other => other.clone(),
     }
 }
 

@@ -220,6 +220,7 @@ pub(super) async fn per_method(
     if access == Access::Invoke
         && let Some(call) = direct::plain_call(&parts, &door.options.mcp, &bytes)
     {
+        tracing::debug!(tool = %call.params.name, "tools/call served by the direct lane");
         let scope = CallScope::direct(host.clone(), caller.clone(), &call.params, &parts);
         let answer = door.call(&call.params, &scope).await;
         return direct::answer(call.id, answer);

@@ -128,9 +128,8 @@ impl Executors {
                 let demotion = entry.get_mut();
                 if demotion.until > now {
                     // Offending again while demoted: rest, longer each time.
-                    let rest = ran_for * REST_PER_OFFENCE * 2u32.pow(demotion.repeated.min(MAX_DOUBLINGS));
-                    demotion.rest_until = now + rest.min(DEMOTION);
-                    demotion.repeated += 1;
+                    demotion.rest_until = now + rest_after(ran_for, demotion.repeated);
+                    demotion.repeated = demotion.repeated.saturating_add(1);
                     demotion.until = now + DEMOTION;
                 } else if demotion.offended + DEMOTION > now {
                     demotion.until = now + DEMOTION;
@@ -185,6 +184,15 @@ impl Executors {
     }
 }
 
+/// How long a demoted tool rests after a call that ran for `ran_for` and
+/// offended again, its `repeated`-th offence since it was demoted (0 for
+/// the first): [`REST_PER_OFFENCE`] times the call, doubled at each further
+/// offence, at most [`DEMOTION`].
+fn rest_after(ran_for: Duration, repeated: u32) -> Duration {
+    let factor = REST_PER_OFFENCE.saturating_mul(2u32.saturating_pow(repeated.min(MAX_DOUBLINGS)));
+    ran_for.saturating_mul(factor).min(DEMOTION)
+}
+
 /// A demoted tool's call that is running; the next waits until it is
 /// dropped.
 pub(super) struct Turn(#[allow(dead_code)] tokio::sync::OwnedMutexGuard<()>);
@@ -226,5 +234,21 @@ fn lower_priority() {
         if libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) != 0 {
             tracing::debug!("could not lower a low-priority tool thread's priority");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rest_is_three_times_the_call_doubled_at_each_further_offence_up_to_the_demotion() {
+        let call = Duration::from_millis(100);
+        assert_eq!(rest_after(call, 0), Duration::from_millis(300));
+        assert_eq!(rest_after(call, 1), Duration::from_millis(600));
+        assert_eq!(rest_after(call, 2), Duration::from_millis(1200));
+        assert_eq!(rest_after(call, 6), Duration::from_millis(19_200));
+        assert_eq!(rest_after(call, 7), DEMOTION, "capped");
+        assert_eq!(rest_after(Duration::MAX, u32::MAX), DEMOTION, "no overflow");
     }
 }
