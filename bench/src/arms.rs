@@ -2,7 +2,9 @@
 //! after itself.
 
 use crate::Opts;
-use crate::measure::{Load, Report, Server, Summary, client, fmt, time_each, unthrottle, wrk, wrk_with_headers};
+use crate::measure::{
+    Load, Report, Server, Summary, client, fmt, time_each, unthrottle, warm_up, wrk, wrk_with_headers,
+};
 use plinth::invocation::input_value;
 use plinth::manifest::ToolManifest;
 use plinth::package::{self, ToolPackage};
@@ -164,6 +166,7 @@ pub async fn http_overhead(opts: &Opts, report: &mut Report) -> anyhow::Result<(
     let native_url = format!("http://{}/echo", listener.local_addr()?);
     let native = tokio::spawn(async move { axum::serve(listener, app).await });
     let body = echo_body("hello, tools");
+    tokio::task::block_in_place(|| warm_up(&native_url, Some(&body), &[], opts.smoke))?;
     let a = tokio::task::block_in_place(|| wrk(&native_url, Some(&body), duration, CONNECTIONS))?;
     // One connection: latency without queueing, for the per-call overhead.
     let a1 = tokio::task::block_in_place(|| wrk(&native_url, Some(&body), duration, 1))?;
@@ -183,6 +186,8 @@ pub async fn http_overhead(opts: &Opts, report: &mut Report) -> anyhow::Result<(
     unthrottle(&plinth.base).await?;
     let echo = tool_id(&plinth.base, "echo").await?;
     let echo_url = format!("{}/tools/{echo}:invoke", plinth.base);
+    let cold = tokio::task::block_in_place(|| warm_up(&echo_url, Some(&body), &[], opts.smoke))?;
+    load_row(report, "1b Plinth echo, the first seconds of a fresh server (warm-up, not compared)", &cold);
     let b = tokio::task::block_in_place(|| wrk(&echo_url, Some(&body), duration, CONNECTIONS))?;
     let b1 = tokio::task::block_in_place(|| wrk(&echo_url, Some(&body), duration, 1))?;
     load_row(report, "1b Plinth echo", &b);
@@ -254,6 +259,7 @@ async fn peer(opts: &Opts, report: &mut Report, plinth_url: &str, body: &str) ->
     // The peer answers what Plinth answers, or the comparison means nothing.
     let answer: Value = client().post(&peer_url).body(body.to_string()).send().await?.json().await?;
     anyhow::ensure!(answer["output_parameters"][0]["value"] == "hello, tools", "the peer echo answered {answer}");
+    tokio::task::block_in_place(|| warm_up(&peer_url, Some(body), &[], opts.smoke))?;
     let (rounds, duration) = if opts.smoke { (1, Duration::from_secs(1)) } else { (5, Duration::from_secs(5)) };
     let (mut plinth_runs, mut peer_runs, mut plinth_one, mut peer_one) = (vec![], vec![], vec![], vec![]);
     for _ in 0..rounds {
@@ -870,6 +876,7 @@ pub async fn under_faults(opts: &Opts, report: &mut Report) -> anyhow::Result<()
     let body = echo_body("hello, tools");
     // p99 is the tail, and one stall of this shared machine moves it:
     // rounds without and with faults alternate, and the medians are compared.
+    tokio::task::block_in_place(|| warm_up(&url, Some(&body), &[], opts.smoke))?;
     let rounds = if opts.smoke { 1 } else { 3 };
     let (mut calm, mut stormy) = (Vec::new(), Vec::new());
     let (mut ran, mut refused) = (0, 0);
@@ -1051,6 +1058,9 @@ pub async fn observability(opts: &Opts, report: &mut Report) -> anyhow::Result<(
             })
         })
         .collect();
+    for url in &urls {
+        tokio::task::block_in_place(|| warm_up(url, Some(&body), &[], opts.smoke))?;
+    }
     let rounds = if opts.smoke { 1 } else { 3 };
     let (mut without, mut with) = (Vec::new(), Vec::new());
     for _ in 0..rounds {

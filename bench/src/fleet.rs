@@ -72,12 +72,14 @@ pub async fn fleet(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     // The same load generator for both: two `wrk` processes, half the
     // connections each — both at A, then one at A and one at B.
     let url_a = format!("{}/tools/{echo}:invoke", a.base);
+    crate::measure::warm_up(&url_a, Some(&body), &[], opts.smoke)?;
     let one = two_loads([&url_a, &url_a], &body, duration)?;
     load_row(report, "8 fleet: 1 replica, echo (2 wrk × 4 connections)", &one);
 
     let b = replica(opts, &database, &data_b, &["--plugins", &plugins_arg])?;
     until(|| async { Ok(client().get(format!("{}/ready", b.base)).send().await?.status() == 200) }).await?;
     let url_b = format!("{}/tools/{echo}:invoke", b.base);
+    crate::measure::warm_up(&url_b, Some(&body), &[], opts.smoke)?;
     let two = two_loads([&url_a, &url_b], &body, duration)?;
     load_row(report, "8 fleet: 2 replicas, echo (one wrk × 4 connections each)", &two);
     report.row(

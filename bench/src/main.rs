@@ -4,7 +4,9 @@
 //! the table compares arms measured in the same run: absolute numbers move
 //! between runs on a shared machine, ratios much less. End-to-end arms drive
 //! the real `plinth` binary over real HTTP with `wrk` (a separate process,
-//! keep-alive, fixed concurrency). In-process arms time a loop and report the
+//! keep-alive, fixed concurrency); each server gets 2 s of the same load
+//! before it is measured (`measure::warm_up`), and arm 1 reports what those
+//! first seconds of a fresh server measured. In-process arms time a loop and report the
 //! median and p99 of the iterations (criterion's statistics would not fit in
 //! one table with the HTTP arms; a plain loop of thousands of iterations is
 //! enough for medians of microsecond operations).

@@ -190,6 +190,16 @@ pub fn wrk(url: &str, body: Option<&str>, duration: Duration, connections: u32) 
     wrk_with_headers(url, body, &[], duration, connections)
 }
 
+/// The load before a server is measured: a fresh server spends its first
+/// seconds faulting in its instance slots and growing its allocator's
+/// arenas, which is not what it costs per call afterwards. The same load as
+/// the measurement, for 2 s (1 s in smoke mode); what it measured is
+/// returned, for the report to show.
+pub fn warm_up(url: &str, body: Option<&str>, headers: &[(&str, &str)], smoke: bool) -> anyhow::Result<Load> {
+    let duration = Duration::from_secs(if smoke { 1 } else { 2 });
+    wrk_with_headers(url, body, headers, duration, crate::arms::CONNECTIONS)
+}
+
 /// [`wrk`], sending `headers` (names and values without quotes or
 /// backslashes) with every request as well.
 pub fn wrk_with_headers(
