@@ -210,6 +210,7 @@ impl SpanExport {
             ])
             .build();
         let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_sampler(sampler())
             .with_span_processor(processor)
             .with_resource(resource)
             .build();
@@ -242,6 +243,18 @@ impl SpanExport {
             tracing::warn!(error = %e, "not every span could be exported before the server stopped");
         }
     }
+}
+
+/// Which spans are recorded: every one. The SDK's default follows the
+/// sampled flag of a remote parent, but that parent is the caller's
+/// `traceparent`, which anyone may send: `…-00` would keep the requests of
+/// whoever sent it out of the operator's traces. So a caller's span is a
+/// parent (its trace id is kept, the trace continues) but never decides;
+/// Plinth's own spans follow their parent as usual, so a trace is whole.
+/// The flag Plinth passes on to a tool's backend is then its own: sampled.
+fn sampler() -> opentelemetry_sdk::trace::ParentBasedSampler {
+    use opentelemetry_sdk::trace::Sampler;
+    Sampler::parent_based(Sampler::AlwaysOn).with_remote_parent_not_sampled(Sampler::AlwaysOn)
 }
 
 /// The OTLP exporter's HTTP client: reqwest's blocking client, already in
@@ -338,6 +351,27 @@ mod tests {
         ] {
             assert_eq!(redacted_endpoint(given), shown, "{given}");
         }
+    }
+
+    #[test]
+    fn a_callers_unsampled_flag_does_not_keep_its_spans_out() {
+        use opentelemetry::trace::{SpanKind, TraceId};
+        use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample as _};
+        let decide = |traceparent: &str| {
+            let caller = CallerTrace::from_headers(&headers(&[("traceparent", traceparent)])).expect("valid");
+            let trace_id = caller.span_context().trace_id();
+            sampler().should_sample(Some(&caller.context()), trace_id, "request", &SpanKind::Server, &[], &[]).decision
+        };
+        assert_eq!(
+            decide("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"),
+            SamplingDecision::RecordAndSample
+        );
+        assert_eq!(
+            decide("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            SamplingDecision::RecordAndSample
+        );
+        let root = sampler().should_sample(None, TraceId::from(7), "request", &SpanKind::Server, &[], &[]);
+        assert_eq!(root.decision, SamplingDecision::RecordAndSample);
     }
 
     #[test]

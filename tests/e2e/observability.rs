@@ -390,6 +390,17 @@ async fn a_traced_weather_call_continues_the_callers_trace_into_the_backend() {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
+    // A caller whose traceparent says "not sampled" is traced all the same,
+    // in its own trace: it cannot keep its requests out of the operator's.
+    let unsampled = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let response = server
+        .request(Method::POST, &format!("/tools/{id}:invoke"))
+        .header("traceparent", format!("00-{unsampled}-{CALLER_SPAN}-00"))
+        .json(&invocation("lookup_weather_by_city", &[("city", json!("Tokyo"))]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
     // A graceful stop sends what is still queued.
     tokio::task::block_in_place(|| server.terminate());
 
@@ -400,16 +411,18 @@ async fn a_traced_weather_call_continues_the_callers_trace_into_the_backend() {
         assert!(attribute(&span.resource, "service.instance.id").is_some());
     }
     let host = backend.strip_prefix("http://").unwrap();
-    let outbound = weather_trace(&exported, CALLER_TRACE, CALLER_SPAN, "POST /tools/{tool_ref}", host);
+    let mut outbound = weather_trace(&exported, CALLER_TRACE, CALLER_SPAN, "POST /tools/{tool_ref}", host);
+    outbound.extend(weather_trace(&exported, unsampled, CALLER_SPAN, "POST /tools/{tool_ref}", host));
+    outbound.sort();
 
-    // The weather service got the trace: each request carries its own span.
+    // The weather service got the traces: each request carries its own span.
     let mut received: Vec<String> = weather.traceparents().into_iter().map(|t| t.expect("a traceparent")).collect();
     received.sort();
     assert_eq!(received, outbound);
 
     // Never an input, a query or a path a tool chose in what is exported.
     let exported = format!("{exported:?}");
-    for private in ["Paris", "geocode", "latitude"] {
+    for private in ["Paris", "Tokyo", "geocode", "latitude"] {
         assert!(!exported.contains(private), "`{private}` was exported: {exported}");
     }
 }
