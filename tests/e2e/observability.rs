@@ -186,6 +186,26 @@ async fn outbound_requests_are_counted_by_tool_declared_host_and_status() {
     assert!(!text.contains("geocode") && !text.contains("Paris") && !text.contains("Stormville"), "{text}");
 }
 
+/// A tool that declares no host at all is counted too when it tries to
+/// reach one: an exfiltration attempt is what the series is there to show.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_that_declares_no_hosts_is_counted_when_it_tries() {
+    let server = Server::start(&[]);
+    let hostless = with_manifest(&fixture("call_undeclared_host.wasm"), |m| {
+        m.as_object_mut().unwrap().remove("allowed-hosts").expect("the fixture declares a host");
+    });
+    let (status, body) = server.deploy(hostless, "").await;
+    assert_eq!(status, 201, "{body}");
+    for _ in 0..2 {
+        let url = format!("{}/health", server.base);
+        let (status, body) = server.invoke("call_undeclared_host", &[("url", json!(url))]).await;
+        assert_eq!((status, &body["error"]["code"]), (422, &json!("outbound_denied")), "{body}");
+    }
+    let text = scrape(&server).await;
+    let labels = r#"tenant="default",tool="call_undeclared_host",host="undeclared",status="denied""#;
+    assert_eq!(sample(&text, "plinth_outbound_requests_total", labels), Some(2.0), "{text}");
+}
+
 /// CHEQ transactions are counted by what happened to them, per tool:
 /// opened, accepted (and its call done), rejected, and expired unanswered.
 #[tokio::test(flavor = "multi_thread")]
