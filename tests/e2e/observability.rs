@@ -177,11 +177,16 @@ async fn outbound_requests_are_counted_by_tool_declared_host_and_status() {
     assert_eq!(calls.get(), 4);
 
     let text = scrape(&server).await;
-    let host = backend.strip_prefix("http://").unwrap();
-    let labels =
-        |status: &str| format!(r#"tenant="default",tool="lookup_weather_by_city",host="{host}",status="{status}""#);
+    // The tool declares `${config.backend-url}`: that is the label, never
+    // the configured URL (its value is the config's, which could name an
+    // internal address, or change at every call to make series without end).
+    let labels = |status: &str| {
+        format!(r#"tenant="default",tool="lookup_weather_by_city",host="${{config.backend-url}}",status="{status}""#)
+    };
     assert_eq!(sample(&text, "plinth_outbound_requests_total", &labels("2xx")), Some(3.0), "{text}");
     assert_eq!(sample(&text, "plinth_outbound_requests_total", &labels("5xx")), Some(1.0), "{text}");
+    let host = backend.strip_prefix("http://").unwrap();
+    assert!(!text.contains(host), "the configured URL's address is in no label: {text}");
     // Nothing a tool chose (the path, the query, the city) is a label.
     assert!(!text.contains("geocode") && !text.contains("Paris") && !text.contains("Stormville"), "{text}");
 }
@@ -430,9 +435,8 @@ async fn a_traced_weather_call_continues_the_callers_trace_into_the_backend() {
         assert!(attribute(&span.resource, "service.version").is_some());
         assert!(attribute(&span.resource, "service.instance.id").is_some());
     }
-    let host = backend.strip_prefix("http://").unwrap();
-    let mut outbound = weather_trace(&exported, CALLER_TRACE, CALLER_SPAN, "POST /tools/{tool_ref}", host);
-    outbound.extend(weather_trace(&exported, unsampled, CALLER_SPAN, "POST /tools/{tool_ref}", host));
+    let mut outbound = weather_trace(&exported, CALLER_TRACE, CALLER_SPAN, "POST /tools/{tool_ref}");
+    outbound.extend(weather_trace(&exported, unsampled, CALLER_SPAN, "POST /tools/{tool_ref}"));
     outbound.sort();
 
     // The weather service got the traces: each request carries its own span.
@@ -440,18 +444,21 @@ async fn a_traced_weather_call_continues_the_callers_trace_into_the_backend() {
     received.sort();
     assert_eq!(received, outbound);
 
-    // Never an input, a query or a path a tool chose in what is exported.
+    // Never an input, a query or a path a tool chose, nor the configured
+    // backend's address, in what is exported.
     let exported = format!("{exported:?}");
-    for private in ["Paris", "Tokyo", "geocode", "latitude"] {
+    let address = backend.strip_prefix("http://").unwrap().split(':').next().unwrap();
+    for private in ["Paris", "Tokyo", "geocode", "latitude", address] {
         assert!(!exported.contains(private), "`{private}` was exported: {exported}");
     }
 }
 
 /// Checks that trace `trace` of `exported` is one weather call: a server
 /// span `request` (child of the caller's span `parent`) → `invoke` → the
-/// tool's execution → two `GET`s to `host`, and no other span. Returns the
+/// tool's execution → two `GET`s named by the tool's manifest entry, and no
+/// other span. Returns the
 /// `traceparent` each `GET` sent, sorted.
-fn weather_trace(exported: &[ExportedSpan], trace: &str, parent: &str, request: &str, host: &str) -> Vec<String> {
+fn weather_trace(exported: &[ExportedSpan], trace: &str, parent: &str, request: &str) -> Vec<String> {
     use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
     let hex = |bytes: &[u8]| hex::encode(bytes);
     // Other requests (finding the tool's id) are traces of their own.
@@ -475,9 +482,10 @@ fn weather_trace(exported: &[ExportedSpan], trace: &str, parent: &str, request: 
     for span in &outbound {
         assert_eq!(span.parent_span_id, tool.span_id, "an outbound request is the tool's child");
         assert_eq!(span.kind, SpanKind::Client as i32);
-        let (address, port) = host.rsplit_once(':').unwrap();
-        assert_eq!(attribute(&span.attributes, "server.address").as_deref(), Some(address));
-        assert_eq!(attribute(&span.attributes, "server.port").as_deref(), Some(port));
+        // Named by the manifest's entry, not the configured URL: neither
+        // its address nor its port is exported.
+        assert_eq!(attribute(&span.attributes, "server.address").as_deref(), Some("${config.backend-url}"));
+        assert_eq!(attribute(&span.attributes, "server.port"), None);
         assert_eq!(attribute(&span.attributes, "http.request.method").as_deref(), Some("GET"));
         assert_eq!(attribute(&span.attributes, "http.response.status_code").as_deref(), Some("200"));
     }
@@ -531,9 +539,8 @@ async fn otc_and_mcp_calls_continue_the_callers_trace_too() {
     tokio::task::block_in_place(|| server.terminate());
 
     let exported = collector.spans();
-    let host = backend.strip_prefix("http://").unwrap();
-    let mut sent = weather_trace(&exported, otc_trace, CALLER_SPAN, "POST /otc/tools/call", host);
-    sent.extend(weather_trace(&exported, mcp_trace, CALLER_SPAN, "POST /mcp", host));
+    let mut sent = weather_trace(&exported, otc_trace, CALLER_SPAN, "POST /otc/tools/call");
+    sent.extend(weather_trace(&exported, mcp_trace, CALLER_SPAN, "POST /mcp"));
     sent.sort();
     let mut received: Vec<String> = weather.traceparents().into_iter().map(|t| t.expect("a traceparent")).collect();
     received.sort();
