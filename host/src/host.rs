@@ -514,8 +514,8 @@ pub struct ToolHost {
     /// 32 MiB and compilation takes seconds of CPU and much memory, so their
     /// number is bounded and the excess refused at once.
     deploys: Arc<tokio::sync::Semaphore>,
-    /// What the core did, for `/metrics` (shared with the tasks that
-    /// count CHEQ expiries).
+    /// What the core did, for `/metrics` (shared with the sweep that
+    /// counts CHEQ expiries).
     metrics: Arc<crate::metrics::Metrics>,
     /// The designer's catalog: its sign-in throttle.
     catalog: catalog::CatalogState,
