@@ -325,6 +325,17 @@ impl StoredConfirmation {
 /// transactions were claimed for counting.
 const EXPIRIES_CLAIMED_UNTIL: &str = "cheq-expiries-claimed-until";
 
+/// The stored [`EXPIRIES_CLAIMED_UNTIL`] mark, read.
+fn claimed_until(stored: Option<String>) -> Result<Option<i64>, StoreError> {
+    stored
+        .map(|mark| {
+            mark.parse::<i64>().map_err(|_| {
+                StoreError::Inconsistent(format!("store_meta `{EXPIRIES_CLAIMED_UNTIL}` is not a time: {mark}"))
+            })
+        })
+        .transpose()
+}
+
 /// How many CHEQ transactions of one tool expired unanswered in a window
 /// [`RegistryStore::claim_expired_confirmations`] claimed.
 #[derive(Debug, Clone, PartialEq, Eq)]

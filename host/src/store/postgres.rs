@@ -1026,12 +1026,7 @@ impl RegistryStore for PostgresStore {
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(db)?;
-            let mark = match mark {
-                None => None,
-                Some(mark) => Some(mark.parse::<i64>().map_err(|_| {
-                    StoreError::Inconsistent(format!("store_meta `{EXPIRIES_CLAIMED_UNTIL}` is not a time: {mark}"))
-                })?),
-            };
+            let mark = super::claimed_until(mark)?;
             let claimed = match mark {
                 Some(mark) if mark >= until => return Ok(Vec::new()),
                 None => Vec::new(),

@@ -786,12 +786,7 @@ impl RegistryStore for SqliteStore {
         let mark: Option<String> = tx
             .query_row("SELECT value FROM store_meta WHERE key = ?1", [EXPIRIES_CLAIMED_UNTIL], |r| r.get(0))
             .optional()?;
-        let mark = match mark {
-            None => None,
-            Some(mark) => Some(mark.parse::<i64>().map_err(|_| {
-                StoreError::Inconsistent(format!("store_meta `{EXPIRIES_CLAIMED_UNTIL}` is not a time: {mark}"))
-            })?),
-        };
+        let mark = super::claimed_until(mark)?;
         let claimed = match mark {
             Some(mark) if mark >= until => return Ok(Vec::new()),
             None => Vec::new(),
