@@ -514,8 +514,8 @@ pub struct ToolHost {
     /// 32 MiB and compilation takes seconds of CPU and much memory, so their
     /// number is bounded and the excess refused at once.
     deploys: Arc<tokio::sync::Semaphore>,
-    /// What the core did, for `/metrics` (shared with the tasks that
-    /// count CHEQ expiries).
+    /// What the core did, for `/metrics` (shared with the sweep that
+    /// counts CHEQ expiries).
     metrics: Arc<crate::metrics::Metrics>,
     /// The designer's catalog: its sign-in throttle.
     catalog: catalog::CatalogState,
@@ -1453,12 +1453,11 @@ impl ToolHost {
         })?;
 
         let memory_mib = limits.memory_mib.map_or(quotas.max_memory_mib, |m| m.min(quotas.max_memory_mib));
-        let mut outbound = OutboundPolicy::new(&version.host_patterns, &config, self.limits.outbound.clone())
-            .traced(run.trace.cloned());
-        // Only a tool that declares hosts can send a request to count.
-        if !version.host_patterns.is_empty() {
-            outbound = outbound.counted(self.metrics.outbound(&tool.tenant, &tool.name));
-        }
+        // Every tool's requests are counted, a tool that declares no host
+        // included: its attempts (`undeclared`, `denied`) are the ones to see.
+        let outbound = OutboundPolicy::new(&version.host_patterns, &config, self.limits.outbound.clone())
+            .traced(run.trace.cloned())
+            .counted(self.metrics.outbound(&tool.tenant, &tool.name));
         // `describe` runs before anyone has confirmed the call: it may read, not act.
         let outbound = if run.export == Export::Describe { outbound.read_only() } else { outbound };
         let denials = outbound.denials();

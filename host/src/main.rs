@@ -569,7 +569,7 @@ fn init_logs(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<O
         tracing_subscriber::filter::filter_fn(plinth::telemetry::logged),
     );
     tracing_subscriber::registry().with(logs.with_filter(filter)).with(export.layer()).init();
-    tracing::info!(endpoint, "exporting traces over OTLP");
+    tracing::info!(endpoint = plinth::telemetry::redacted_endpoint(endpoint), "exporting traces over OTLP");
     Ok(Some(export))
 }
 

@@ -332,6 +332,13 @@ impl Metrics {
         self.cheq.get_or_create(&labels).inc();
     }
 
+    /// `count` CHEQ transactions of `tenant`'s `tool` expired unanswered.
+    pub fn cheq_expired(&self, tenant: &str, tool: &str, count: u64) {
+        let labels =
+            CheqLabels { tenant: tenant.to_string(), tool: tool.to_string(), state: CheqEvent::Expired.as_str() };
+        self.cheq.get_or_create(&labels).inc_by(count);
+    }
+
     /// `count` accepted transactions were found running at start.
     pub fn cheq_interrupted(&self, count: u64) {
         self.cheq_interrupted.inc_by(count);

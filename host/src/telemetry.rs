@@ -149,6 +149,18 @@ impl Injector for HeadersMut<'_> {
     }
 }
 
+/// `endpoint` as it may be logged or shown in an error: scheme, host, port
+/// and path, without the `user:password@` or the query a collector's
+/// credentials may be in. What does not parse as a URL is not shown at all.
+pub fn redacted_endpoint(endpoint: &str) -> String {
+    let Ok(uri) = endpoint.parse::<http::Uri>() else { return "(not a URL)".to_string() };
+    let Some(authority) = uri.authority() else { return "(not a URL)".to_string() };
+    let port = authority.port().map_or_else(String::new, |p| format!(":{p}"));
+    let scheme = uri.scheme_str().map_or_else(String::new, |s| format!("{s}://"));
+    let path = if uri.path() == "/" && !endpoint.ends_with('/') { "" } else { uri.path() };
+    format!("{scheme}{}{port}{path}", authority.host())
+}
+
 /// Exports spans to an OTLP collector: the tracer behind the
 /// `tracing-opentelemetry` layer. Dropping it does not flush; call
 /// [`SpanExport::shutdown`] at a graceful stop.
@@ -166,11 +178,12 @@ impl SpanExport {
     pub fn to(endpoint: &str) -> anyhow::Result<SpanExport> {
         use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
         let endpoint = endpoint.trim_end_matches('/');
+        let shown = redacted_endpoint(endpoint);
         let uri: http::Uri =
-            endpoint.parse().map_err(|e| anyhow::anyhow!("--otlp-endpoint `{endpoint}` is not a URL: {e}"))?;
+            endpoint.parse().map_err(|e| anyhow::anyhow!("--otlp-endpoint `{shown}` is not a URL: {e}"))?;
         if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
             anyhow::bail!(
-                "--otlp-endpoint `{endpoint}` must be an http:// or https:// URL, such as http://127.0.0.1:4318"
+                "--otlp-endpoint `{shown}` must be an http:// or https:// URL, such as http://127.0.0.1:4318"
             );
         }
         let traces =
@@ -197,6 +210,7 @@ impl SpanExport {
             ])
             .build();
         let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_sampler(sampler())
             .with_span_processor(processor)
             .with_resource(resource)
             .build();
@@ -231,6 +245,18 @@ impl SpanExport {
     }
 }
 
+/// Which spans are recorded: every one. The SDK's default follows the
+/// sampled flag of a remote parent, but that parent is the caller's
+/// `traceparent`, which anyone may send: `…-00` would keep the requests of
+/// whoever sent it out of the operator's traces. So a caller's span is a
+/// parent (its trace id is kept, the trace continues) but never decides;
+/// Plinth's own spans follow their parent as usual, so a trace is whole.
+/// The flag Plinth passes on to a tool's backend is then its own: sampled.
+fn sampler() -> opentelemetry_sdk::trace::ParentBasedSampler {
+    use opentelemetry_sdk::trace::Sampler;
+    Sampler::parent_based(Sampler::AlwaysOn).with_remote_parent_not_sampled(Sampler::AlwaysOn)
+}
+
 /// The OTLP exporter's HTTP client: reqwest's blocking client, already in
 /// the build with rustls, used from the batch processor's own thread.
 #[derive(Debug)]
@@ -254,8 +280,15 @@ impl opentelemetry_http::HttpClient for BlockingClient {
         request: http::Request<opentelemetry_http::Bytes>,
     ) -> Result<http::Response<opentelemetry_http::Bytes>, opentelemetry_http::HttpError> {
         let (parts, body) = request.into_parts();
-        let response =
-            self.0.request(parts.method, parts.uri.to_string()).headers(parts.headers).body(body.to_vec()).send()?;
+        // The SDK logs an export's error: without the URL, which may carry
+        // the collector's credentials.
+        let response = self
+            .0
+            .request(parts.method, parts.uri.to_string())
+            .headers(parts.headers)
+            .body(body.to_vec())
+            .send()
+            .map_err(reqwest::Error::without_url)?;
         let mut answer = http::Response::builder().status(response.status());
         if let Some(headers) = answer.headers_mut() {
             *headers = response.headers().clone();
@@ -301,6 +334,44 @@ mod tests {
             assert_eq!(CallerTrace::from_headers(&headers(&[("traceparent", bad)])), None, "{bad}");
         }
         assert_eq!(CallerTrace::from_headers(&http::HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn an_endpoint_is_shown_without_its_credentials_or_query() {
+        for (given, shown) in [
+            ("http://user:pass@collector:4318", "http://collector:4318"),
+            (
+                "https://token@collector.example.com/otlp/v1/traces?api_key=secret",
+                "https://collector.example.com/otlp/v1/traces",
+            ),
+            ("http://[::1]:4318/", "http://[::1]:4318/"),
+            ("http://127.0.0.1:4318", "http://127.0.0.1:4318"),
+            ("not a url: user:pass", "(not a URL)"),
+            ("/v1/traces?key=secret", "(not a URL)"),
+        ] {
+            assert_eq!(redacted_endpoint(given), shown, "{given}");
+        }
+    }
+
+    #[test]
+    fn a_callers_unsampled_flag_does_not_keep_its_spans_out() {
+        use opentelemetry::trace::{SpanKind, TraceId};
+        use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample as _};
+        let decide = |traceparent: &str| {
+            let caller = CallerTrace::from_headers(&headers(&[("traceparent", traceparent)])).expect("valid");
+            let trace_id = caller.span_context().trace_id();
+            sampler().should_sample(Some(&caller.context()), trace_id, "request", &SpanKind::Server, &[], &[]).decision
+        };
+        assert_eq!(
+            decide("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"),
+            SamplingDecision::RecordAndSample
+        );
+        assert_eq!(
+            decide("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            SamplingDecision::RecordAndSample
+        );
+        let root = sampler().should_sample(None, TraceId::from(7), "request", &SpanKind::Server, &[], &[]);
+        assert_eq!(root.decision, SamplingDecision::RecordAndSample);
     }
 
     #[test]

@@ -177,13 +177,38 @@ async fn outbound_requests_are_counted_by_tool_declared_host_and_status() {
     assert_eq!(calls.get(), 4);
 
     let text = scrape(&server).await;
-    let host = backend.strip_prefix("http://").unwrap();
-    let labels =
-        |status: &str| format!(r#"tenant="default",tool="lookup_weather_by_city",host="{host}",status="{status}""#);
+    // The tool declares `${config.backend-url}`: that is the label, never
+    // the configured URL (its value is the config's, which could name an
+    // internal address, or change at every call to make series without end).
+    let labels = |status: &str| {
+        format!(r#"tenant="default",tool="lookup_weather_by_city",host="${{config.backend-url}}",status="{status}""#)
+    };
     assert_eq!(sample(&text, "plinth_outbound_requests_total", &labels("2xx")), Some(3.0), "{text}");
     assert_eq!(sample(&text, "plinth_outbound_requests_total", &labels("5xx")), Some(1.0), "{text}");
+    let host = backend.strip_prefix("http://").unwrap();
+    assert!(!text.contains(host), "the configured URL's address is in no label: {text}");
     // Nothing a tool chose (the path, the query, the city) is a label.
     assert!(!text.contains("geocode") && !text.contains("Paris") && !text.contains("Stormville"), "{text}");
+}
+
+/// A tool that declares no host at all is counted too when it tries to
+/// reach one: an exfiltration attempt is what the series is there to show.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_that_declares_no_hosts_is_counted_when_it_tries() {
+    let server = Server::start(&[]);
+    let hostless = with_manifest(&fixture("call_undeclared_host.wasm"), |m| {
+        m.as_object_mut().unwrap().remove("allowed-hosts").expect("the fixture declares a host");
+    });
+    let (status, body) = server.deploy(hostless, "").await;
+    assert_eq!(status, 201, "{body}");
+    for _ in 0..2 {
+        let url = format!("{}/health", server.base);
+        let (status, body) = server.invoke("call_undeclared_host", &[("url", json!(url))]).await;
+        assert_eq!((status, &body["error"]["code"]), (422, &json!("outbound_denied")), "{body}");
+    }
+    let text = scrape(&server).await;
+    let labels = r#"tenant="default",tool="call_undeclared_host",host="undeclared",status="denied""#;
+    assert_eq!(sample(&text, "plinth_outbound_requests_total", labels), Some(2.0), "{text}");
 }
 
 /// CHEQ transactions are counted by what happened to them, per tool:
@@ -212,11 +237,19 @@ async fn cheq_transactions_are_counted_by_state() {
     );
     assert!(text.lines().any(|line| line == "plinth_cheq_interrupted_total 0"), "{text}");
 
-    // Unanswered, a transaction expires by the clock: it is counted once
-    // its expiry has passed.
-    let (server, _plugins) = confirming_server(&["--confirmation-ttl-secs", "1"]).await;
+    // Unanswered, a transaction expires by the clock, with no event of its
+    // own: a periodic sweep counts it once it has expired. The store keeps
+    // how far expiries were counted, not the server: stopped at once after
+    // the call, the server that opened it never counts it, and its restart
+    // on the same data does (in a fleet, whichever replica sweeps first).
+    let args = ["--confirmation-ttl-secs", "1", "--confirmation-retention-secs", "10"];
+    let (server, plugins) = confirming_server(&args).await;
     let (status, _, pack) = call_for(&server, Some("alice"), "book_flight", &booking("BUSINESS", 1)).await;
     assert_eq!(status, 202, "{pack}");
+    let data = server.stop();
+    let mut restart = vec!["--plugins", plugins.path().to_str().unwrap()];
+    restart.extend(args);
+    let server = Server::start_in(data, &restart);
     let expired = r#"tenant="default",tool="book_flight",state="expired""#;
     let mut text = scrape(&server).await;
     for _ in 0..300 {
@@ -390,6 +423,17 @@ async fn a_traced_weather_call_continues_the_callers_trace_into_the_backend() {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
+    // A caller whose traceparent says "not sampled" is traced all the same,
+    // in its own trace: it cannot keep its requests out of the operator's.
+    let unsampled = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let response = server
+        .request(Method::POST, &format!("/tools/{id}:invoke"))
+        .header("traceparent", format!("00-{unsampled}-{CALLER_SPAN}-00"))
+        .json(&invocation("lookup_weather_by_city", &[("city", json!("Tokyo"))]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
     // A graceful stop sends what is still queued.
     tokio::task::block_in_place(|| server.terminate());
 
@@ -399,26 +443,30 @@ async fn a_traced_weather_call_continues_the_callers_trace_into_the_backend() {
         assert!(attribute(&span.resource, "service.version").is_some());
         assert!(attribute(&span.resource, "service.instance.id").is_some());
     }
-    let host = backend.strip_prefix("http://").unwrap();
-    let outbound = weather_trace(&exported, CALLER_TRACE, CALLER_SPAN, "POST /tools/{tool_ref}", host);
+    let mut outbound = weather_trace(&exported, CALLER_TRACE, CALLER_SPAN, "POST /tools/{tool_ref}");
+    outbound.extend(weather_trace(&exported, unsampled, CALLER_SPAN, "POST /tools/{tool_ref}"));
+    outbound.sort();
 
-    // The weather service got the trace: each request carries its own span.
+    // The weather service got the traces: each request carries its own span.
     let mut received: Vec<String> = weather.traceparents().into_iter().map(|t| t.expect("a traceparent")).collect();
     received.sort();
     assert_eq!(received, outbound);
 
-    // Never an input, a query or a path a tool chose in what is exported.
+    // Never an input, a query or a path a tool chose, nor the configured
+    // backend's address, in what is exported.
     let exported = format!("{exported:?}");
-    for private in ["Paris", "geocode", "latitude"] {
+    let address = backend.strip_prefix("http://").unwrap().split(':').next().unwrap();
+    for private in ["Paris", "Tokyo", "geocode", "latitude", address] {
         assert!(!exported.contains(private), "`{private}` was exported: {exported}");
     }
 }
 
 /// Checks that trace `trace` of `exported` is one weather call: a server
 /// span `request` (child of the caller's span `parent`) → `invoke` → the
-/// tool's execution → two `GET`s to `host`, and no other span. Returns the
+/// tool's execution → two `GET`s named by the tool's manifest entry, and no
+/// other span. Returns the
 /// `traceparent` each `GET` sent, sorted.
-fn weather_trace(exported: &[ExportedSpan], trace: &str, parent: &str, request: &str, host: &str) -> Vec<String> {
+fn weather_trace(exported: &[ExportedSpan], trace: &str, parent: &str, request: &str) -> Vec<String> {
     use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
     let hex = |bytes: &[u8]| hex::encode(bytes);
     // Other requests (finding the tool's id) are traces of their own.
@@ -442,9 +490,10 @@ fn weather_trace(exported: &[ExportedSpan], trace: &str, parent: &str, request: 
     for span in &outbound {
         assert_eq!(span.parent_span_id, tool.span_id, "an outbound request is the tool's child");
         assert_eq!(span.kind, SpanKind::Client as i32);
-        let (address, port) = host.rsplit_once(':').unwrap();
-        assert_eq!(attribute(&span.attributes, "server.address").as_deref(), Some(address));
-        assert_eq!(attribute(&span.attributes, "server.port").as_deref(), Some(port));
+        // Named by the manifest's entry, not the configured URL: neither
+        // its address nor its port is exported.
+        assert_eq!(attribute(&span.attributes, "server.address").as_deref(), Some("${config.backend-url}"));
+        assert_eq!(attribute(&span.attributes, "server.port"), None);
         assert_eq!(attribute(&span.attributes, "http.request.method").as_deref(), Some("GET"));
         assert_eq!(attribute(&span.attributes, "http.response.status_code").as_deref(), Some("200"));
     }
@@ -498,9 +547,8 @@ async fn otc_and_mcp_calls_continue_the_callers_trace_too() {
     tokio::task::block_in_place(|| server.terminate());
 
     let exported = collector.spans();
-    let host = backend.strip_prefix("http://").unwrap();
-    let mut sent = weather_trace(&exported, otc_trace, CALLER_SPAN, "POST /otc/tools/call", host);
-    sent.extend(weather_trace(&exported, mcp_trace, CALLER_SPAN, "POST /mcp", host));
+    let mut sent = weather_trace(&exported, otc_trace, CALLER_SPAN, "POST /otc/tools/call");
+    sent.extend(weather_trace(&exported, mcp_trace, CALLER_SPAN, "POST /mcp"));
     sent.sort();
     let mut received: Vec<String> = weather.traceparents().into_iter().map(|t| t.expect("a traceparent")).collect();
     received.sort();

@@ -34,6 +34,50 @@ pub fn fixture(name: &str) -> Vec<u8> {
         .unwrap_or_else(|e| panic!("fixture {name} is missing from {} ({e}): run `make test`", dir.display()))
 }
 
+/// Reads an unsigned LEB128 at `at`, moving past it.
+fn leb128(bytes: &[u8], at: &mut usize) -> usize {
+    let (mut value, mut shift) = (0, 0);
+    loop {
+        let byte = bytes[*at];
+        *at += 1;
+        value |= usize::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return value;
+        }
+        shift += 7;
+    }
+}
+
+/// A packed tool with its embedded manifest (the `plinth-manifest` custom
+/// section) changed by `edit`.
+pub fn with_manifest(packed: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
+    let mut out = packed[..8].to_vec();
+    let mut manifest = None;
+    let mut at = 8;
+    while at < packed.len() {
+        let start = at;
+        let id = packed[at];
+        at += 1;
+        let size = leb128(packed, &mut at);
+        let end = at + size;
+        let name_len = leb128(packed, &mut at);
+        if id == 0 && &packed[at..at + name_len] == plinth::manifest::SECTION_NAME.as_bytes() {
+            manifest = Some(serde_json::from_slice::<Value>(&packed[at + name_len..end]).unwrap());
+        } else {
+            out.extend_from_slice(&packed[start..end]);
+        }
+        at = end;
+    }
+    let mut manifest = manifest.expect("a packed tool has a manifest section");
+    edit(&mut manifest);
+    plinth::package::append_custom_section(
+        &mut out,
+        plinth::manifest::SECTION_NAME,
+        &serde_json::to_vec(&manifest).unwrap(),
+    );
+    out
+}
+
 /// A packed tool with an extra custom section: the same signature, other
 /// bytes (and so another sha256).
 pub fn relabeled(packed: &[u8], label: &str) -> Vec<u8> {

@@ -152,8 +152,7 @@ fn no_such_tenant(tenant: &str) -> ApiError {
 pub async fn authorize(access: Access, scope: Scope, mut request: Request, next: Next) -> Response {
     // Put there by `super::router`, before routing.
     let Some(host) = request.extensions().get::<AppState>().cloned() else {
-        return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the server is misconfigured")
-            .into_response();
+        return ApiError::internal("the server is misconfigured").into_response();
     };
     let root = request.extensions().get::<TenantRoot>().and_then(|r| r.0.clone());
     if scope == Scope::Server && root.is_some() {
@@ -182,8 +181,7 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
 /// gets the [`Caller`] and the [`DesignerSession`](crate::host::DesignerSession).
 async fn authorize_designer(host: AppState, tenant: String, mut request: Request, next: Next) -> Response {
     let Some(options) = request.extensions().get::<Arc<ApiOptions>>().cloned() else {
-        return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the server is misconfigured")
-            .into_response();
+        return ApiError::internal("the server is misconfigured").into_response();
     };
     let session = match super::catalog::session_token(request.headers()) {
         None => None,

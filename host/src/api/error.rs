@@ -50,6 +50,14 @@ impl ApiError {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "storage_failed", message).retry_after(STORAGE_RETRY_SECS)
     }
 
+    /// `500 internal` with `Retry-After`: Plinth itself failed (a bug, or
+    /// the server going down mid-call). `message` is Plinth's own words,
+    /// never a lower layer's error text. When a retry may work is not
+    /// known: the header is a hint, as for `storage_failed`.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message).retry_after(INTERNAL_RETRY_SECS)
+    }
+
     /// `503 busy` with `Retry-After: 1`.
     fn busy(message: String) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message).retry_after(RETRY_SOON_SECS)
@@ -144,6 +152,9 @@ const RETRY_SOON_SECS: u64 = 1;
 /// `Retry-After` of `storage_failed` (a hint: when a full or failing disk
 /// recovers is not known).
 const STORAGE_RETRY_SECS: u64 = 5;
+/// `Retry-After` of `internal` (a hint: a restart, or a replica that
+/// works, takes a few seconds).
+const INTERNAL_RETRY_SECS: u64 = 5;
 /// `Retry-After` of `jwks_unavailable`: a failed fetch of a confirmation
 /// server's keys is remembered this long by default
 /// (`--cheq-jwks-failure-cache-secs`), so an earlier retry gets the same answer.
@@ -261,7 +272,7 @@ impl From<InvokeError> for ApiError {
             InvokeError::EndUserRequired(_) | InvokeError::CannotWait(_) => ApiError::bad_request(code, message),
             InvokeError::Internal(_) => {
                 tracing::error!(error = %message, "a call was interrupted inside the server");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, code, message)
+                ApiError::internal(message)
             }
             InvokeError::Storage(_) => {
                 tracing::error!(error = %message, "a call could not be recorded");
@@ -387,8 +398,12 @@ impl From<ChangeError> for ApiError {
 /// error shape: axum's own refusals (a body over a route's limit, a path
 /// parameter that is not UTF-8, a method the route does not take) and
 /// rmcp's (Host or Origin not allowed, a missing `Accept`, a body that is
-/// not JSON). Every other answer passes as it is. The router runs every
-/// answer through it (`api::router`).
+/// not JSON). A refusal (`4xx`) keeps its text: it says what was wrong with
+/// the request, in terms of the request. A failure (`5xx`) becomes
+/// `internal` with a fixed message and `Retry-After`: its text is a lower
+/// layer's error (rmcp writes its internal error into the body), logged
+/// for the operator, never sent. Every other answer passes as it is. The
+/// router runs every answer through it (`api::router`).
 pub async fn as_error_body(response: Response) -> Response {
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {
@@ -404,21 +419,25 @@ pub async fn as_error_body(response: Response) -> Response {
     let (parts, body) = response.into_parts();
     let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
     let text = String::from_utf8_lossy(&text).trim().to_string();
-    let (code, message) = match status {
-        StatusCode::FORBIDDEN => ("forbidden", text),
-        StatusCode::NOT_ACCEPTABLE => ("not_acceptable", text),
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => ("unsupported_media_type", text),
+    let error = match status {
+        StatusCode::FORBIDDEN => ApiError::new(status, "forbidden", text),
+        StatusCode::NOT_ACCEPTABLE => ApiError::new(status, "not_acceptable", text),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::new(status, "unsupported_media_type", text),
         StatusCode::PAYLOAD_TOO_LARGE => {
-            ("request_too_large", "the request body is larger than this endpoint accepts".to_string())
+            ApiError::new(status, "request_too_large", "the request body is larger than this endpoint accepts")
         }
-        StatusCode::METHOD_NOT_ALLOWED => (
+        StatusCode::METHOD_NOT_ALLOWED => ApiError::new(
+            status,
             "method_not_allowed",
-            "this endpoint does not take this method; the Allow header lists those it takes".to_string(),
+            "this endpoint does not take this method; the Allow header lists those it takes",
         ),
-        _ if status.is_server_error() => ("internal", text),
-        _ => ("invalid_request", text),
+        _ if status.is_server_error() => {
+            tracing::error!(status = status.as_u16(), error = text, "a request failed inside the server");
+            ApiError { status, ..ApiError::internal("the server failed to answer this request; retry later") }
+        }
+        _ => ApiError::new(status, "invalid_request", text),
     };
-    let mut error = ApiError::new(status, code, message).into_response();
+    let mut error = error.into_response();
     // Keep what the refusal said besides its body (`Allow` on a 405).
     for (name, value) in &parts.headers {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
@@ -547,8 +566,8 @@ mod tests {
                 );
             }
         }
-        // Every temporary failure says when to retry (a bug's `internal` aside).
-        for error in sent.iter().filter(|e| e.status().is_server_error() && e.code() != "internal") {
+        // Every temporary failure says when to retry.
+        for error in sent.iter().filter(|e| e.status().is_server_error()) {
             assert!(error.retry_after_secs().is_some(), "`{}` is a 5xx without Retry-After", error.code());
         }
     }
@@ -594,5 +613,59 @@ mod tests {
         for status in [StatusCode::OK, StatusCode::UNPROCESSABLE_ENTITY, StatusCode::BAD_REQUEST] {
             assert_eq!(settled(status), status);
         }
+    }
+
+    /// An answer as a lower layer gave it, in plain text.
+    fn plain(status: StatusCode, text: &'static str) -> Response {
+        Response::builder()
+            .status(status)
+            .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+            .body(axum::body::Body::from(text))
+            .unwrap()
+    }
+
+    async fn shaped(response: Response) -> (StatusCode, Option<String>, Value) {
+        let response = as_error_body(response).await;
+        let status = response.status();
+        let retry = response.headers().get(header::RETRY_AFTER).map(|v| v.to_str().unwrap().to_string());
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
+        (status, retry, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_lower_layers_failure_is_answered_without_its_text_and_with_retry_after() {
+        // What rmcp answers when it fails inside: its error, verbatim.
+        let failed = plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Encounter an error when serialize json response: key must be a string at /srv/plinth/data",
+        );
+        let (status, retry, body) = shaped(failed).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(retry.as_deref(), Some("5"));
+        assert_eq!(body["error"]["code"], "internal");
+        assert_eq!(body["error"]["message"], "the server failed to answer this request; retry later");
+        // Any 5xx, with a body or none.
+        let empty = Response::builder().status(StatusCode::BAD_GATEWAY).body(axum::body::Body::empty()).unwrap();
+        let (status, retry, body) = shaped(empty).await;
+        assert_eq!(
+            (status, retry.as_deref(), &body["error"]["code"]),
+            (StatusCode::BAD_GATEWAY, Some("5"), &json!("internal"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refusal_keeps_its_reason() {
+        let refused = plain(StatusCode::FORBIDDEN, "Forbidden: Host header is not allowed");
+        let (status, retry, body) = shaped(refused).await;
+        assert_eq!((status, retry), (StatusCode::FORBIDDEN, None));
+        assert_eq!(body["error"], json!({ "code": "forbidden", "message": "Forbidden: Host header is not allowed" }));
+        let refused = plain(StatusCode::BAD_REQUEST, "Bad Request: Unsupported MCP-Protocol-Version: 1999-01-01");
+        let (_, _, body) = shaped(refused).await;
+        assert_eq!(body["error"]["code"], "invalid_request");
+        assert_eq!(body["error"]["message"], "Bad Request: Unsupported MCP-Protocol-Version: 1999-01-01");
+        // A JSON answer is Plinth's (or rmcp's JSON-RPC) already: untouched.
+        let json_answer = ApiError::not_found("no such tool").into_response();
+        let (status, _, body) = shaped(json_answer).await;
+        assert_eq!((status, &body["error"]["code"]), (StatusCode::NOT_FOUND, &json!("not_found")));
     }
 }

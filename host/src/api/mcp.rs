@@ -211,8 +211,7 @@ pub(super) async fn per_method(
     };
     let access = rpc_method(&bytes).map_or(Access::Enumerate, |m| access_of(&m));
     let (Some(caller), Some(host)) = (parts.extensions.get::<Caller>(), parts.extensions.get::<AppState>()) else {
-        return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the server is misconfigured")
-            .into_response();
+        return ApiError::internal("the server is misconfigured").into_response();
     };
     if let Some(refusal) = auth::refusal_for(host, access, Scope::Tenant, caller) {
         return refusal;

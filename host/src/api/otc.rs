@@ -409,7 +409,7 @@ pub(super) async fn call_tool(
         run_call(host, options, caller.tenant, key_id, tool, version, input, request)
             .instrument(tracing::Span::current()),
     );
-    call.await.map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the call was interrupted"))?
+    call.await.map_err(|_| ApiError::internal("the call was interrupted"))?
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -468,8 +468,8 @@ impl ToolHost {
         };
         self.store.insert_confirmation(&record).map_err(storage)?;
         tracing::info!(transaction = id, end_user, "the call waits for its end user's confirmation");
+        // Its expiry, if nobody decides, is counted by the retention sweep.
         self.metrics.cheq(&tool.tenant, &tool.name, CheqEvent::Opened);
-        self.count_expiry(&record);
         Ok(PendingConfirmation {
             id,
             expires_at,
@@ -861,31 +861,6 @@ impl ToolHost {
             Some(tool) => self.metrics.cheq(&c.tenant, &tool.name, event),
             None => self.metrics.cheq(&c.tenant, &c.tool_id.to_string(), event),
         }
-    }
-
-    /// Counts `c` expired if it is still undecided once it expires: a
-    /// transaction expires by the clock, with no event of its own, so a
-    /// task waits for its expiry (on the tool executor; one per pending
-    /// transaction, which the tenant's rate and the expiry bound) and then
-    /// reads it from the store — where, in a fleet, any replica may have
-    /// decided it. A restart forgets the wait: that expiry goes uncounted.
-    fn count_expiry(&self, c: &StoredConfirmation) {
-        let Some(executor) = &self.executor else { return };
-        let (store, metrics) = (self.store.clone(), self.metrics.clone());
-        let (id, tenant) = (c.id.clone(), c.tenant.clone());
-        let tool =
-            self.registry.get_in(&c.tenant, &c.tool_id).map_or_else(|| c.tool_id.to_string(), |t| t.name.clone());
-        let wait = Duration::from_secs(u64::try_from(c.expires_at.saturating_sub(unix_now())).unwrap_or(0) + 1);
-        executor.normal().spawn(async move {
-            tokio::time::sleep(wait).await;
-            // SQLite blocks: off the threads that run tools' async work.
-            let now = tokio::task::spawn_blocking(move || store.confirmation(&id)).await;
-            if let Ok(Ok(Some(c))) = now
-                && State::of(&c, unix_now()) == State::Expired
-            {
-                metrics.cheq(&tenant, &tool, CheqEvent::Expired);
-            }
-        });
     }
 
     /// The input record a confirmed call runs with: the stored inputs and

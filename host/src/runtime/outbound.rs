@@ -42,19 +42,35 @@ const BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
 /// One allowed host, with config references already resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum AllowedHost {
-    Exact { host: String, port: Option<u16> },
-    Subdomains { suffix: String, port: Option<u16> },
+    Exact {
+        host: String,
+        port: Option<u16>,
+    },
+    Subdomains {
+        suffix: String,
+        port: Option<u16>,
+    },
+    /// A `${config.KEY}` entry: the host and port of the URL configured
+    /// under `key`, which whoever sets the config chooses (a publisher, for
+    /// stored config) — so it is named by the entry, never by that URL.
+    Configured {
+        key: String,
+        host: String,
+        port: u16,
+    },
 }
 
 impl AllowedHost {
     /// The entry as the manifest declares it (`api.example.com`,
-    /// `*.example.com:8443`): what metrics and traces name a request's
-    /// host by, so that no name a tool makes up (a subdomain carrying an
-    /// input, say) reaches them.
+    /// `*.example.com:8443`, `${config.backend-url}`): what metrics and
+    /// traces name a request's host by, so that no name a tool makes up (a
+    /// subdomain carrying an input, say) nor a configured URL (an internal
+    /// address, a value cycled to make series without end) reaches them.
     fn declared(&self) -> String {
         let host = self.declared_host();
         let port = match self {
             AllowedHost::Exact { port, .. } | AllowedHost::Subdomains { port, .. } => port,
+            AllowedHost::Configured { .. } => &None,
         };
         match port {
             Some(port) if host.contains(':') => format!("[{host}]:{port}"),
@@ -69,7 +85,14 @@ impl AllowedHost {
         match self {
             AllowedHost::Exact { host, .. } => host.clone(),
             AllowedHost::Subdomains { suffix, .. } => format!("*.{suffix}"),
+            AllowedHost::Configured { key, .. } => format!("${{config.{key}}}"),
         }
+    }
+
+    /// Whether traces may name the port a request went to: not for a
+    /// `${config.KEY}` entry, whose port is the configured URL's.
+    fn shows_port(&self) -> bool {
+        !matches!(self, AllowedHost::Configured { .. })
     }
 }
 
@@ -239,7 +262,7 @@ impl OutboundPolicy {
                 }
                 HostPattern::ConfigUrl(key) => {
                     let (host, port) = url_host_port(config.get(key)?)?;
-                    Some(AllowedHost::Exact { host, port: Some(port) })
+                    Some(AllowedHost::Configured { key: key.clone(), host, port })
                 }
             })
             .collect();
@@ -292,6 +315,7 @@ impl OutboundPolicy {
         let port = port.unwrap_or(if scheme == Some("http") { 80 } else { 443 });
         self.allowed.iter().find(|allowed| match allowed {
             AllowedHost::Exact { host: h, port: p } => *h == host && p.is_none_or(|p| p == port),
+            AllowedHost::Configured { host: h, port: p, .. } => *h == host && *p == port,
             AllowedHost::Subdomains { suffix, port: p } => {
                 host.len() > suffix.len() + 1
                     && host.ends_with(suffix.as_str())
@@ -347,8 +371,7 @@ impl WasiHttpHooks for OutboundPolicy {
         // traces name the host by.
         let entry = uri.authority().and_then(|a| self.entry_for(uri.scheme_str(), a.as_str()));
         let declared = entry.map_or_else(|| "undeclared".to_string(), AllowedHost::declared);
-        let address = entry.map_or_else(|| "undeclared".to_string(), AllowedHost::declared_host);
-        let allowed = entry.is_some();
+        let entry = entry.cloned();
         // Every attempt spends the budget, refused or not, so that a tool
         // cannot make requests without end by aiming them at what it may not
         // reach.
@@ -366,9 +389,9 @@ impl WasiHttpHooks for OutboundPolicy {
             self.count(&declared, OutboundStatus::Denied);
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
-        if !allowed {
+        let Some(entry) = entry else {
             return deny(format!("`{target}` is not among the hosts the tool declares"));
-        }
+        };
         if self.read_only && !matches!(*request.method(), http::Method::GET | http::Method::HEAD) {
             return deny(format!(
                 "a {} request to `{target}` while describing a call: before the end user confirms it, a tool may only read (GET, HEAD)",
@@ -382,7 +405,7 @@ impl WasiHttpHooks for OutboundPolicy {
             between_bytes_timeout: options.between_bytes_timeout.or(Some(BETWEEN_BYTES_TIMEOUT)),
         };
         let mut request = request;
-        let span = self.trace_request(&mut request, &address);
+        let span = self.trace_request(&mut request, &entry);
         let (limits, denials, counter) = (self.limits.clone(), self.denials.clone(), self.counter.clone());
         let checked = limits.clone();
         let sent = async move {
@@ -435,11 +458,13 @@ impl OutboundPolicy {
     /// own: any `traceparent` or `tracestate` the tool set is replaced or
     /// removed. With spans exported, the request gets a span of its own
     /// (OpenTelemetry's semantic conventions for HTTP clients: method,
-    /// declared host (`address`), port, scheme and status; never the path, query or
-    /// headers, which may carry the tool's inputs or secrets), a child of
-    /// the tool's, and its `traceparent` names that span. Otherwise the
-    /// caller's trace context is passed on as it came, if there is one.
-    fn trace_request(&self, request: &mut http::Request<WasiBody>, address: &str) -> tracing::Span {
+    /// the manifest `entry` that allowed it as the host, the port (unless the
+    /// entry is a configured URL's), scheme and status; never the path,
+    /// query or headers, which may carry the tool's inputs or secrets), a
+    /// child of the tool's, and its `traceparent` names that span.
+    /// Otherwise the caller's trace context is passed on as it came, if
+    /// there is one.
+    fn trace_request(&self, request: &mut http::Request<WasiBody>, entry: &AllowedHost) -> tracing::Span {
         use opentelemetry::trace::TraceContextExt as _;
         use tracing_opentelemetry::OpenTelemetrySpanExt as _;
         let span = if crate::telemetry::exporting() {
@@ -451,8 +476,8 @@ impl OutboundPolicy {
                 otel.kind = "client",
                 otel.status_code = tracing::field::Empty,
                 http.request.method = %request.method(),
-                server.address = %address,
-                server.port = port,
+                server.address = %entry.declared_host(),
+                server.port = entry.shows_port().then_some(port),
                 url.scheme = uri.scheme_str().unwrap_or("https"),
                 http.response.status_code = tracing::field::Empty,
                 error.type = tracing::field::Empty,
@@ -991,7 +1016,8 @@ mod tests {
         };
         // No caller's trace: the tool's headers are removed.
         let mut untraced = request();
-        policy(&["api.example.com"], &[]).trace_request(&mut untraced, "api.example.com");
+        let entry = AllowedHost::Exact { host: "api.example.com".into(), port: None };
+        policy(&["api.example.com"], &[]).trace_request(&mut untraced, &entry);
         assert!(!untraced.headers().contains_key("traceparent") && !untraced.headers().contains_key("tracestate"));
         // The caller's: it replaces them.
         let caller: http::HeaderMap = [(
@@ -1002,7 +1028,7 @@ mod tests {
         .collect();
         let traced = policy(&["api.example.com"], &[]).traced(CallerTrace::from_headers(&caller));
         let mut replaced = request();
-        traced.trace_request(&mut replaced, "api.example.com");
+        traced.trace_request(&mut replaced, &entry);
         assert_eq!(replaced.headers()["traceparent"], "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
         assert!(!replaced.headers().contains_key("tracestate"));
     }
@@ -1013,7 +1039,13 @@ mod tests {
         let declared = |scheme, authority| p.entry_for(Some(scheme), authority).map(AllowedHost::declared);
         assert_eq!(declared("https", "API.example.com").as_deref(), Some("api.example.com"));
         assert_eq!(declared("https", "secret-value.example.org:8443").as_deref(), Some("*.example.org:8443"));
-        assert_eq!(declared("http", "127.0.0.1:8090").as_deref(), Some("127.0.0.1:8090"));
+        // A configured URL is named by its entry, never by the URL.
+        assert_eq!(declared("http", "127.0.0.1:8090").as_deref(), Some("${config.u}"));
+        assert_eq!(
+            p.entry_for(Some("http"), "127.0.0.1:8090").map(AllowedHost::declared_host).as_deref(),
+            Some("${config.u}")
+        );
+        assert_eq!(declared("http", "127.0.0.1:8091"), None, "only the configured URL's port");
         assert_eq!(declared("https", "elsewhere.example"), None);
         let v6 = policy(&["[::1]:8080"], &[]);
         assert_eq!(v6.entry_for(Some("http"), "[::1]:8080").map(AllowedHost::declared).as_deref(), Some("[::1]:8080"));

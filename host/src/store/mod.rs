@@ -321,6 +321,33 @@ impl StoredConfirmation {
     }
 }
 
+/// The `store_meta` row up to which (Unix seconds) expired CHEQ
+/// transactions were claimed for counting.
+const EXPIRIES_CLAIMED_UNTIL: &str = "cheq-expiries-claimed-until";
+
+/// The stored [`EXPIRIES_CLAIMED_UNTIL`] mark, read.
+fn claimed_until(stored: Option<String>) -> Result<Option<i64>, StoreError> {
+    stored
+        .map(|mark| {
+            mark.parse::<i64>().map_err(|_| {
+                StoreError::Inconsistent(format!("store_meta `{EXPIRIES_CLAIMED_UNTIL}` is not a time: {mark}"))
+            })
+        })
+        .transpose()
+}
+
+/// How many CHEQ transactions of one tool expired unanswered in a window
+/// [`RegistryStore::claim_expired_confirmations`] claimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredConfirmations {
+    /// The tenant of the tool.
+    pub tenant: String,
+    /// The tool's name (its id, should the tool be gone).
+    pub tool: String,
+    /// How many expired.
+    pub count: u64,
+}
+
 /// The host's persistent rows: the registry of versions, tenants, keys, the
 /// secrets and config publishers store for tools, and the audit log.
 ///
@@ -416,6 +443,16 @@ pub trait RegistryStore: Send + Sync {
     /// pending transaction is never deleted before it expires, nor a running
     /// (`accepted`) one at all. Returns how many were deleted.
     fn sweep_confirmations(&self, before: i64) -> Result<usize, StoreError>;
+    /// Claims, for counting, the transactions that expired unanswered (still
+    /// `pending`, their expiry passed) since the last claim and at or before
+    /// `until` (Unix seconds), by tenant and tool. The mark of how far
+    /// expiries were claimed is stored with them and moved in the same
+    /// transaction, so each expiry is claimed once: across restarts, and by
+    /// one replica of a fleet (they take turns on the mark). The first claim
+    /// on a store claims nothing and sets the mark at `until`; a mark at or
+    /// past `until` (another replica's clock ahead) claims nothing and is
+    /// not moved back.
+    fn claim_expired_confirmations(&self, until: i64) -> Result<Vec<ExpiredConfirmations>, StoreError>;
 
     /// Every tenant setting.
     fn settings(&self) -> Result<Vec<StoredSetting>, StoreError>;

@@ -24,8 +24,9 @@
 //!   version that is not the tool's next.
 
 use super::{
-    CallKey, ChangeFeed, Claimed, RegistryStore, SecretsCipher, StoreError, StoredConfig, StoredConfirmation,
-    StoredDesignerSession, StoredSecret, StoredSession, StoredSetting, StoredVersion, Topic,
+    CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, RegistryStore, SecretsCipher,
+    StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession, StoredSetting,
+    StoredVersion, Topic,
 };
 use crate::package::sha256_hex;
 use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord, unix_now};
@@ -1011,6 +1012,63 @@ impl RegistryStore for PostgresStore {
                     return Ok(deleted);
                 }
             }
+        })
+    }
+
+    fn claim_expired_confirmations(&self, until: i64) -> Result<Vec<ExpiredConfirmations>, StoreError> {
+        let pool = self.pool.clone();
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            // The mark's row lock makes replicas take turns: the next one
+            // waits, then reads the mark this one moved.
+            let mark: Option<String> = sqlx::query_scalar("SELECT value FROM store_meta WHERE key = $1 FOR UPDATE")
+                .bind(EXPIRIES_CLAIMED_UNTIL)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+            let mark = super::claimed_until(mark)?;
+            let claimed = match mark {
+                Some(mark) if mark >= until => return Ok(Vec::new()),
+                None => Vec::new(),
+                // A pending transaction settles when it expires: the indexed
+                // `COALESCE(decided_at, expires_at)` is its expiry.
+                Some(mark) => sqlx::query(
+                    "SELECT c.tenant, COALESCE(t.name, c.tool_id), COUNT(*)
+                     FROM confirmations c LEFT JOIN tools t ON t.tool_id = c.tool_id
+                     WHERE c.state = 'pending'
+                       AND COALESCE(c.decided_at, c.expires_at) > $1 AND COALESCE(c.decided_at, c.expires_at) <= $2
+                     GROUP BY c.tenant, COALESCE(t.name, c.tool_id)",
+                )
+                .bind(mark)
+                .bind(until)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db)?
+                .iter()
+                .map(|r| {
+                    Ok(ExpiredConfirmations {
+                        tenant: r.try_get(0)?,
+                        tool: r.try_get(1)?,
+                        count: r.try_get::<i64, _>(2)?.unsigned_abs(),
+                    })
+                })
+                .collect::<Result<_, sqlx::Error>>()
+                .map_err(db)?,
+            };
+            // Two first claims may race: the one that inserts second
+            // leaves the mark as it is.
+            sqlx::query(
+                "INSERT INTO store_meta (key, value) VALUES ($1, $2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE $3",
+            )
+            .bind(EXPIRIES_CLAIMED_UNTIL)
+            .bind(until.to_string())
+            .bind(mark.is_some())
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+            tx.commit().await.map_err(db)?;
+            Ok(claimed)
         })
     }
 

@@ -1,8 +1,9 @@
 //! The embedded registry: SQLite in the data dir.
 
 use super::{
-    BlobStore, CallKey, ChangeFeed, Claimed, RegistryStore, SecretsCipher, StoreError, StoredConfig,
-    StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession, StoredSetting, StoredVersion,
+    BlobStore, CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, RegistryStore,
+    SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession,
+    StoredSetting, StoredVersion,
 };
 use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord, unix_now};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -777,6 +778,45 @@ impl RegistryStore for SqliteStore {
                 return Ok(deleted);
             }
         }
+    }
+
+    fn claim_expired_confirmations(&self, until: i64) -> Result<Vec<ExpiredConfirmations>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let mark: Option<String> = tx
+            .query_row("SELECT value FROM store_meta WHERE key = ?1", [EXPIRIES_CLAIMED_UNTIL], |r| r.get(0))
+            .optional()?;
+        let mark = super::claimed_until(mark)?;
+        let claimed = match mark {
+            Some(mark) if mark >= until => return Ok(Vec::new()),
+            None => Vec::new(),
+            // A pending transaction settles when it expires: the indexed
+            // `COALESCE(decided_at, expires_at)` is its expiry.
+            Some(mark) => {
+                let mut stmt = tx.prepare(
+                    "SELECT c.tenant, COALESCE(t.name, c.tool_id), COUNT(*)
+                     FROM confirmations c LEFT JOIN tools t ON t.tool_id = c.tool_id
+                     WHERE c.state = 'pending'
+                       AND COALESCE(c.decided_at, c.expires_at) > ?1 AND COALESCE(c.decided_at, c.expires_at) <= ?2
+                     GROUP BY c.tenant, COALESCE(t.name, c.tool_id)",
+                )?;
+                let rows = stmt.query_map(params![mark, until], |r| {
+                    Ok(ExpiredConfirmations {
+                        tenant: r.get(0)?,
+                        tool: r.get(1)?,
+                        count: r.get::<_, i64>(2)?.unsigned_abs(),
+                    })
+                })?;
+                rows.collect::<Result<_, _>>()?
+            }
+        };
+        tx.execute(
+            "INSERT INTO store_meta (key, value) VALUES (?1, ?2)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            params![EXPIRIES_CLAIMED_UNTIL, until.to_string()],
+        )?;
+        tx.commit()?;
+        Ok(claimed)
     }
 
     fn settings(&self) -> Result<Vec<StoredSetting>, StoreError> {

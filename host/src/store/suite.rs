@@ -99,6 +99,7 @@ for_both_stores!(
     waiting_calls_are_capped_per_tenant,
     a_server_key_is_made_once,
     a_transaction_is_decided_once,
+    expiries_are_claimed_once_by_tool,
 );
 
 fn versions_are_kept_with_their_bytes_and_never_overwritten(store: &dyn RegistryStore) {
@@ -324,7 +325,61 @@ fn a_transaction_is_decided_once(store: &dyn RegistryStore) {
     assert!(!store.decide_confirmation("t2", "accepted", None, &at).unwrap(), "an expired one is not decided");
 }
 
+/// A pending transaction of tool `tool_id` expiring at `expires_at`.
+fn pending(id: &str, tool_id: Uuid, expires_at: i64) -> StoredConfirmation {
+    StoredConfirmation { tool_id, ..StoredConfirmation::pending_for_test(id, expires_at) }
+}
+
+fn expiries_are_claimed_once_by_tool(store: &dyn RegistryStore) {
+    let (echo, gone) = (Uuid::new_v4(), Uuid::new_v4());
+    store.insert_version(&version(echo, 1), &component(1), &audit("tool.deploy")).unwrap();
+    // Times ahead of the clock, so that one can still be decided.
+    let t = unix_now() + 1000;
+    store.insert_confirmation(&pending("before-the-first-claim", echo, t)).unwrap();
+    assert_eq!(store.claim_expired_confirmations(t).unwrap(), [], "the first claim only sets the mark");
+    for (id, tool, expires_at) in [("e1", echo, t + 1), ("e2", echo, t + 5), ("e3", echo, t + 10), ("g1", gone, t + 2)]
+    {
+        store.insert_confirmation(&pending(id, tool, expires_at)).unwrap();
+    }
+    store.insert_confirmation(&pending("decided", echo, t + 3)).unwrap();
+    let at = AuditEntry { at: unix_now(), ..audit("cheq.accept") };
+    assert!(store.decide_confirmation("decided", "accepted", Some("{}"), &at).unwrap());
+
+    let claimed = |until| {
+        let mut claimed = store.claim_expired_confirmations(until).unwrap();
+        claimed.sort_by(|a, b| a.tool.cmp(&b.tool));
+        claimed.into_iter().map(|e| (e.tenant, e.tool, e.count)).collect::<Vec<_>>()
+    };
+    let default = || "default".to_string();
+    // Up to t + 5, inclusive: e1 and e2 by the tool's name; g1 by its id
+    // (no such tool); not the decided one.
+    let mut expected = vec![(default(), "echo".to_string(), 2), (default(), gone.to_string(), 1)];
+    expected.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(claimed(t + 5), expected);
+    assert_eq!(claimed(t + 5), [], "each expiry is claimed once");
+    assert_eq!(claimed(t + 4), [], "the mark does not move back");
+    assert_eq!(claimed(t + 10), [(default(), "echo".to_string(), 1)]);
+}
+
 // What only a store shared by replicas does.
+
+#[test]
+fn replicas_claiming_expiries_at_once_count_each_once() {
+    let (a, b) = two_replicas();
+    let t = unix_now() + 1000;
+    a.claim_expired_confirmations(t).unwrap();
+    for n in 1..=40 {
+        a.insert_confirmation(&pending(&format!("tx{n}"), Uuid::nil(), t + n)).unwrap();
+    }
+    // Both sweep the same windows at the same time, as replicas do.
+    let counted: u64 = std::thread::scope(|s| {
+        let sweeps = [&a, &b].map(|store| {
+            s.spawn(move || (1..=40).map(|n| store.claim_expired_confirmations(t + n).unwrap()).collect::<Vec<_>>())
+        });
+        sweeps.into_iter().flat_map(|sweep| sweep.join().unwrap()).flatten().map(|e| e.count).sum()
+    });
+    assert_eq!(counted, 40);
+}
 
 /// Two replicas' stores on one database.
 fn two_replicas() -> (Box<dyn RegistryStore>, Box<dyn RegistryStore>) {
