@@ -216,7 +216,7 @@ async fn authorize_designer(host: AppState, tenant: String, mut request: Request
         };
         let token = form_urlencoded::parse(&bytes).find(|(k, _)| k == "form_token").map(|(_, v)| v.into_owned());
         let token = token.unwrap_or_default();
-        if !bool::from(subtle::ConstantTimeEq::ct_eq(token.as_bytes(), session.form_token.as_bytes())) {
+        if !super::pages::form_token_matches(&token, &session.form_token) {
             tracing::warn!(tenant, "a catalog form without its session's form token was refused");
             return super::catalog::forged_form(&options, &session);
         }

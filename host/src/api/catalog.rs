@@ -37,7 +37,7 @@ use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequestParts, Path, RawQuery, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
@@ -332,7 +332,7 @@ pub(super) async fn sign_in(
     };
     let links = Links::new(&options, &caller.tenant);
     let cookie = session_cookie(&options, &links, token, CATALOG_SESSION_TTL.as_secs() as i64);
-    redirect(&links.within(next), Some(cookie))
+    pages::see_other(&links.within(next), &[cookie])
 }
 
 /// `POST catalog/sign-out`: ends the session (the access layer checked
@@ -356,33 +356,13 @@ pub(super) async fn sign_out(
         return sessions_unreadable(&options, &caller.tenant);
     }
     let links = Links::new(&options, &caller.tenant);
-    redirect(&links.sign_in(), Some(session_cookie(&options, &links, String::new(), 0)))
+    pages::see_other(&links.sign_in(), &[session_cookie(&options, &links, String::new(), 0)])
 }
 
-/// The session cookie (an empty one that expires at once forgets it).
+/// The session cookie, scoped to this root's catalog (an empty one that
+/// expires at once forgets it).
 fn session_cookie(options: &ApiOptions, links: &Links, token: String, max_age_secs: i64) -> cookie::Cookie<'static> {
-    cookie::Cookie::build((SESSION_COOKIE, token))
-        .path(links.home())
-        .http_only(true)
-        .secure(options.public_url.starts_with("https://"))
-        .same_site(cookie::SameSite::Strict)
-        .max_age(cookie::time::Duration::seconds(max_age_secs))
-        .build()
-}
-
-/// `303 See Other` to `location`, setting `cookie`.
-fn redirect(location: &str, cookie: Option<cookie::Cookie<'static>>) -> Response {
-    let mut response = StatusCode::SEE_OTHER.into_response();
-    if let Ok(location) = HeaderValue::from_str(location) {
-        response.headers_mut().insert(header::LOCATION, location);
-    }
-    if let Some(cookie) = cookie
-        && let Ok(cookie) = HeaderValue::from_str(&cookie.to_string())
-    {
-        response.headers_mut().insert(header::SET_COOKIE, cookie);
-    }
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+    pages::page_cookie(&options.public_url, SESSION_COOKIE, token, links.home(), max_age_secs)
 }
 
 // The catalog.

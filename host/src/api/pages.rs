@@ -184,6 +184,49 @@ pub fn cookie(headers: &axum::http::HeaderMap, name: &str) -> Option<String> {
     )
 }
 
+/// Whether the form token `presented` is `expected`, compared in constant
+/// time (how long the comparison takes says nothing of the token). An
+/// empty `expected` matches nothing.
+pub fn form_token_matches(presented: &str, expected: &str) -> bool {
+    !expected.is_empty() && bool::from(subtle::ConstantTimeEq::ct_eq(presented.as_bytes(), expected.as_bytes()))
+}
+
+/// A cookie of the pages (a session, or a sign-in form's token): never read
+/// by script (`HttpOnly`), never sent with a request from another site
+/// (`SameSite=Strict`), only over TLS when the public URL is https, sent to
+/// `path` and below only, for `max_age_secs` (`0` forgets it).
+pub fn page_cookie(
+    public_url: &str,
+    name: &'static str,
+    value: String,
+    path: String,
+    max_age_secs: i64,
+) -> cookie::Cookie<'static> {
+    cookie::Cookie::build((name, value))
+        .path(path)
+        .http_only(true)
+        .secure(public_url.starts_with("https://"))
+        .same_site(cookie::SameSite::Strict)
+        .max_age(cookie::time::Duration::seconds(max_age_secs))
+        .build()
+}
+
+/// `303 See Other` to `location`, setting `cookies`, never cached.
+pub fn see_other(location: &str, cookies: &[cookie::Cookie<'static>]) -> Response {
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    let headers = response.headers_mut();
+    if let Ok(location) = HeaderValue::from_str(location) {
+        headers.insert(header::LOCATION, location);
+    }
+    for cookie in cookies {
+        if let Ok(cookie) = HeaderValue::from_str(&cookie.to_string()) {
+            headers.append(header::SET_COOKIE, cookie);
+        }
+    }
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
 /// A page that says something: a title and paragraphs, and a link on.
 #[derive(Template)]
 #[template(path = "pages/notice.html")]
@@ -268,6 +311,13 @@ mod tests {
         assert_eq!(path_prefix("https://tools.example.com/"), "");
         assert_eq!(path_prefix("https://tools.example.com/plinth/"), "/plinth");
         assert_eq!(path_prefix("https://tools.example.com/a/b"), "/a/b");
+    }
+
+    #[test]
+    fn a_form_token_matches_only_itself_and_an_empty_one_nothing() {
+        assert!(form_token_matches("abc", "abc"));
+        assert!(!form_token_matches("abd", "abc") && !form_token_matches("ab", "abc"));
+        assert!(!form_token_matches("", ""), "a missing token is no token");
     }
 
     #[test]
