@@ -1229,15 +1229,9 @@ pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
         }
         Err(InvokeError::ConfirmationPending(pending)) => {
             let pack = super::cheq::uri_pack_body(&options, &pending);
-            // The built-in confirmation page takes the resource URI in its
-            // query; an external confirmation server takes the pack its own way.
-            let confirm_href = pending.confirmation_uri.is_none().then(|| {
-                format!(
-                    "{}?resource_uri={}",
-                    pack[super::cheq::CONFIRMATION_URI].as_str().unwrap_or(""),
-                    encode(pack[super::cheq::RESOURCE_URI].as_str().unwrap_or(""))
-                )
-            });
+            // A link to the built-in confirmation page only: an external
+            // confirmation server takes the pack its own way.
+            let confirm_href = pending.confirmation_uri.is_none().then(|| super::confirmation_link(&options, &pending));
             let answer = Answer::Pending {
                 end_user: end_user.clone().unwrap_or_default(),
                 expires: at(pending.expires_at),
