@@ -35,11 +35,41 @@ fn form_token(html: &str) -> String {
         .to_string()
 }
 
+/// What a browser holds of the sign-in page at `root`: its token's cookie
+/// (`plinth_catalog_sign_in=…`) and the same token, from its form.
+pub async fn sign_in_form(root: &str) -> (String, String) {
+    let response = client().get(format!("{root}/catalog/sign-in")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let cookie = response.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let html = response.text().await.unwrap();
+    let token = html
+        .split("name=\"sign_in_token\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no sign-in token on the page:\n{html}"))
+        .to_string();
+    assert_eq!(cookie, format!("plinth_catalog_sign_in={token}"));
+    (cookie, token)
+}
+
+/// A sign-in at `root` from its page (with the page's token and cookie):
+/// `fields` and `headers` besides.
+pub async fn post_sign_in(root: &str, fields: &[(&str, &str)], headers: &[(&str, &str)]) -> reqwest::Response {
+    let (cookie, token) = sign_in_form(root).await;
+    let mut form = vec![("sign_in_token", token.as_str())];
+    form.extend_from_slice(fields);
+    let mut request = client().post(format!("{root}/catalog/sign-in")).header("cookie", cookie).form(&form);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap()
+}
+
 impl Designer {
     /// Signs in at `root` with `key`; panics unless the catalog opens.
     pub async fn sign_in(root: &str, key: &str) -> Designer {
         let client = client();
-        let response = client.post(format!("{root}/catalog/sign-in")).form(&[("key", key)]).send().await.unwrap();
+        let response = post_sign_in(root, &[("key", key)], &[]).await;
         assert_eq!(response.status(), 303, "{}", response.text().await.unwrap());
         let cookie = response.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
         let mut designer = Designer { client, root: root.to_string(), cookie, form_token: String::new() };
@@ -124,10 +154,10 @@ async fn a_designer_signs_in_with_a_key_of_the_tenant_and_only_for_that_tenant()
 
     // Another tenant's key, an unknown one, a made-up one: the same refusal.
     for key in [acme.as_str(), "plk_0123456789abcdef_not-a-real-key", "", "test"] {
-        let response =
-            client().post(format!("{}/catalog/sign-in", server.base)).form(&[("key", key)]).send().await.unwrap();
+        let response = post_sign_in(&server.base, &[("key", key)], &[]).await;
         assert_eq!(response.status(), 401, "{key}");
-        assert!(response.headers().get("set-cookie").is_none());
+        let cookies: Vec<_> = response.headers().get_all("set-cookie").iter().map(|c| c.to_str().unwrap()).collect();
+        assert!(cookies.iter().all(|c| c.starts_with("plinth_catalog_sign_in=")), "no session: {cookies:?}");
         assert!(response.text().await.unwrap().contains("does not open this tenant"), "{key}");
     }
 
@@ -141,12 +171,7 @@ async fn a_designer_signs_in_with_a_key_of_the_tenant_and_only_for_that_tenant()
         ("/catalog/../admin/keys", "/catalog"),
         ("/t/acme/catalog", "/catalog"),
     ] {
-        let response = client()
-            .post(format!("{}/catalog/sign-in", server.base))
-            .form(&[("key", consumer.as_str()), ("next", next)])
-            .send()
-            .await
-            .unwrap();
+        let response = post_sign_in(&server.base, &[("key", consumer.as_str()), ("next", next)], &[]).await;
         assert_eq!(response.status(), 303);
         assert_eq!(response.headers()["location"], lands, "{next}");
         let cookie = response.headers()["set-cookie"].to_str().unwrap().to_string();
@@ -160,7 +185,7 @@ async fn a_designer_signs_in_with_a_key_of_the_tenant_and_only_for_that_tenant()
     let default = Designer::sign_in(&server.base, &consumer).await;
     let acme_root = format!("{}/t/acme", server.base);
     let at_acme = Designer::sign_in(&acme_root, &acme).await;
-    let response = client().post(format!("{acme_root}/catalog/sign-in")).form(&[("key", &acme)]).send().await.unwrap();
+    let response = post_sign_in(&acme_root, &[("key", &acme)], &[]).await;
     assert!(response.headers()["set-cookie"].to_str().unwrap().contains("Path=/t/acme/catalog"));
     let (status, html) = at_acme.get("/catalog").await;
     assert_eq!(status, 200, "{html}");
@@ -172,8 +197,7 @@ async fn a_designer_signs_in_with_a_key_of_the_tenant_and_only_for_that_tenant()
     // The operator key opens any tenant's catalog, one root at a time.
     Designer::sign_in(&acme_root, TOKEN).await;
     // A tenant that does not exist looks like a wrong key.
-    let response =
-        client().post(format!("{}/t/ghost/catalog/sign-in", server.base)).form(&[("key", TOKEN)]).send().await.unwrap();
+    let response = post_sign_in(&format!("{}/t/ghost", server.base), &[("key", TOKEN)], &[]).await;
     assert_eq!(response.status(), 401);
 }
 
@@ -208,8 +232,7 @@ async fn revoking_the_key_ends_its_sessions_at_once_and_signing_out_ends_one() {
     let (status, html) = second.get("/catalog").await;
     assert_eq!(status, 401, "{html}");
     assert!(html.contains("id=\"key\""), "the sign-in page: {html}");
-    let response =
-        client().post(format!("{}/catalog/sign-in", server.base)).form(&[("key", key.as_str())]).send().await.unwrap();
+    let response = post_sign_in(&server.base, &[("key", key.as_str())], &[]).await;
     assert_eq!(response.status(), 401, "a revoked key signs in no more");
 }
 
@@ -274,9 +297,18 @@ async fn a_form_without_the_sessions_token_or_from_another_site_does_nothing() {
     assert_eq!(designer.post_raw(&format!("{echo}/try"), &wrong, &[]).await.0, 403);
     let mut right = vec![("form_token", designer.form_token.as_str())];
     right.extend_from_slice(&call);
-    for site in ["cross-site", "same-site"] {
-        let (status, html) = designer.post_raw(&format!("{echo}/try"), &right, &[("sec-fetch-site", site)]).await;
-        assert_eq!(status, 403, "{site}: {html}");
+    // Another site or origin, as the browser says: by Fetch Metadata (a
+    // user-made navigation, `none`, is never this page's form either), or
+    // by `Origin` from a browser that sends none.
+    for header in [
+        ("sec-fetch-site", "cross-site"),
+        ("sec-fetch-site", "same-site"),
+        ("sec-fetch-site", "none"),
+        ("origin", "https://evil.example"),
+        ("origin", "http://127.0.0.1:1"),
+    ] {
+        let (status, html) = designer.post_raw(&format!("{echo}/try"), &right, &[header]).await;
+        assert_eq!(status, 403, "{header:?}: {html}");
     }
     assert!(!server.logs().contains("a call was tried from the catalog"), "nothing ran:\n{}", server.logs());
 
@@ -288,12 +320,71 @@ async fn a_form_without_the_sessions_token_or_from_another_site_does_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_sign_in_not_posted_from_the_sign_in_page_is_refused() {
+    let server = Server::start(&[]);
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let url = format!("{}/catalog/sign-in", server.base);
+
+    // The page sets its token's cookie, for the sign-in path only.
+    let response = client().get(&url).send().await.unwrap();
+    let cookie = response.headers()["set-cookie"].to_str().unwrap().to_string();
+    for attribute in ["plinth_catalog_sign_in=", "HttpOnly", "SameSite=Strict", "Path=/catalog/sign-in"] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    let (cookie, token) = sign_in_form(&server.base).await;
+
+    // What a page of another site can post: the key (its own, say), but
+    // neither the cookie (SameSite) nor its token. Refused, whatever the
+    // browser says or does not say of where it came from.
+    let refused = |response: reqwest::Response| async move {
+        assert_eq!(response.status(), 403);
+        assert_eq!(response.headers()["plinth-error-code"], "forbidden");
+        let cookies: Vec<_> = response.headers().get_all("set-cookie").iter().collect();
+        assert!(!cookies.iter().any(|c| c.to_str().unwrap().starts_with("plinth_catalog_session=")), "no session");
+        let html = response.text().await.unwrap();
+        assert!(html.contains("did not come from this page") && html.contains("id=\"key\""), "{html}");
+    };
+    refused(client().post(&url).form(&[("key", key.as_str())]).send().await.unwrap()).await;
+    let forged = [("key", key.as_str()), ("sign_in_token", token.as_str())];
+    refused(client().post(&url).form(&forged).send().await.unwrap()).await;
+    let wrong = [("key", key.as_str()), ("sign_in_token", "0123456789abcdef0123456789abcdef")];
+    refused(client().post(&url).header("cookie", &cookie).form(&wrong).send().await.unwrap()).await;
+    // With the page's token and cookie, still refused when the browser says
+    // it came from elsewhere: Fetch Metadata, or else a foreign Origin.
+    for header in [
+        ("sec-fetch-site", "cross-site"),
+        ("sec-fetch-site", "same-site"),
+        ("sec-fetch-site", "none"),
+        ("origin", "https://evil.example"),
+        ("origin", "http://localhost:1"),
+    ] {
+        refused(post_sign_in(&server.base, &[("key", &key)], &[header]).await).await;
+    }
+    assert!(server.logs().contains("a catalog sign-in not from its form was refused"));
+
+    // The page's own form, as browsers post it: with Fetch Metadata, with
+    // this server's Origin and no Fetch Metadata, or with `Origin: null`
+    // (the page's `no-referrer` policy makes a browser send that).
+    let own = server.base.clone();
+    for header in [("sec-fetch-site", "same-origin"), ("origin", own.as_str()), ("origin", "null")] {
+        let response = post_sign_in(&server.base, &[("key", &key)], &[header]).await;
+        assert_eq!(response.status(), 303, "{header:?}");
+        assert!(response.headers()["set-cookie"].to_str().unwrap().starts_with("plinth_catalog_session="));
+    }
+    // A browser that keeps the cookie gets the same token on the next page,
+    // so two sign-in forms open at once both work.
+    let response = client().get(&url).header("cookie", &cookie).send().await.unwrap();
+    assert!(response.headers()["set-cookie"].to_str().unwrap().starts_with(&cookie));
+    assert!(response.text().await.unwrap().contains(&format!("value=\"{token}\"")));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn failed_sign_ins_are_throttled_like_confirmation_page_logins() {
     let server = Server::start(&["--login-address-lockout-after", "3", "--login-lockout-secs", "600"]);
     let (_, key) = server.create_key(Some("default"), "consumer").await;
     let sign_in = |key: String| {
-        let url = format!("{}/catalog/sign-in", server.base);
-        async move { client().post(url).form(&[("key", key)]).send().await.unwrap() }
+        let root = server.base.clone();
+        async move { post_sign_in(&root, &[("key", &key)], &[]).await }
     };
     for attempt in 0..3 {
         let response = sign_in(format!("plk_0123456789abcdef_guess-{attempt}")).await;

@@ -48,6 +48,16 @@ use std::sync::Arc;
 /// browser sends a tenant's session to that tenant's catalog only (and the
 /// core refuses a session presented at another tenant's root anyway).
 const SESSION_COOKIE: &str = "plinth_catalog_session";
+/// The sign-in form's cookie: a random token that the form carries too (a
+/// double submit), so that a page of another site cannot sign the browser
+/// in with a key of its choosing (login CSRF), whatever the browser says of
+/// where a post came from: that page can neither read the cookie nor make
+/// the browser send it (`SameSite=Strict`). Sent to the sign-in path only.
+const SIGN_IN_COOKIE: &str = "plinth_catalog_sign_in";
+/// The sign-in form's field with the cookie's token.
+const SIGN_IN_TOKEN_FIELD: &str = "sign_in_token";
+/// How long a sign-in form's token lasts.
+const SIGN_IN_TOKEN_SECS: i64 = 24 * 3600;
 /// Tools on one page of the catalog.
 const PAGE_SIZE: usize = 50;
 /// A string input gets a multi-line box unless it is at most this long.
@@ -149,17 +159,6 @@ pub(super) fn session_token(headers: &HeaderMap) -> Option<String> {
     pages::cookie(headers, SESSION_COOKIE)
 }
 
-/// Whether the browser says the request came from another site (or
-/// another origin of this one): a form there cannot post to the catalog,
-/// whatever it carries. Browsers that do not send `Sec-Fetch-Site` rely on
-/// the SameSite cookie and the form token alone.
-pub(super) fn from_elsewhere(headers: &HeaderMap) -> bool {
-    headers
-        .get("sec-fetch-site")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|site| !matches!(site, "same-origin" | "none"))
-}
-
 /// A frame for a catalog page; with the designer's bar when signed in.
 fn frame(options: &ApiOptions, links: &Links, title: impl Into<String>, session: Option<&DesignerSession>) -> Frame {
     let mut frame = Frame::new(&options.public_url, Product::Catalog, title);
@@ -201,33 +200,65 @@ struct SignInPage {
     problem: Option<String>,
     action: String,
     next: String,
+    token: String,
     hours: u64,
 }
 
-fn sign_in_page(options: &ApiOptions, tenant: &str, next: &str, problem: Option<String>) -> SignInPage {
+/// The sign-in page with `status`, returning to `next`, and its token's
+/// cookie: the browser's if it has a well-formed one (so two open sign-in
+/// forms both work), else a new one.
+fn sign_in_page(
+    options: &ApiOptions,
+    tenant: &str,
+    headers: &HeaderMap,
+    status: StatusCode,
+    next: &str,
+    problem: Option<String>,
+) -> Response {
     let links = Links::new(options, tenant);
     let mut frame = frame(options, &links, "Sign in to the catalog", None);
     frame.width = "narrow";
-    SignInPage {
+    let token = pages::cookie(headers, SIGN_IN_COOKIE)
+        .filter(|t| t.len() == 32 && t.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
+        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+    let page = SignInPage {
         frame,
         tenant: tenant.to_string(),
         problem,
         action: links.sign_in(),
         next: links.within(next),
+        token: token.clone(),
         hours: CATALOG_SESSION_TTL.as_secs() / 3600,
+    };
+    let mut response = pages::page(status, &page);
+    let cookie = pages::page_cookie(&options.public_url, SIGN_IN_COOKIE, token, links.sign_in(), SIGN_IN_TOKEN_SECS);
+    if let Ok(cookie) = axum::http::HeaderValue::from_str(&cookie.to_string()) {
+        response.headers_mut().append(axum::http::header::SET_COOKIE, cookie);
     }
+    response
 }
 
 /// The access layer's refusal of a catalog page without a live session of
 /// this tenant: `401` with the sign-in page, which returns here.
-pub(super) fn sign_in_required(options: &ApiOptions, tenant: &str, method: &Method, uri: &Uri) -> Response {
+pub(super) fn sign_in_required(
+    options: &ApiOptions,
+    tenant: &str,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Response {
     let links = Links::new(options, tenant);
     // A form posted without a session returns to the catalog, not to a
     // page that only answers posts.
     let next = if method == Method::GET || method == Method::HEAD { links.here(uri) } else { links.home() };
-    let page = sign_in_page(options, tenant, &next, None);
-    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "sign in to the catalog first")
-        .onto(pages::page(StatusCode::UNAUTHORIZED, &page))
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "sign in to the catalog first").onto(sign_in_page(
+        options,
+        tenant,
+        headers,
+        StatusCode::UNAUTHORIZED,
+        &next,
+        None,
+    ))
 }
 
 /// The access layer's refusal of a form that did not come from a catalog
@@ -265,21 +296,23 @@ pub(super) fn sessions_unreadable(options: &ApiOptions, tenant: &str) -> Respons
 /// `GET catalog/sign-in[?next=…]`.
 #[utoipa::path(get, summary = "The catalog's sign-in page", description = "A form for an API key of the tenant, returning to `next` (a page of the same catalog) once signed in.", path = "/catalog/sign-in", tag = "Catalog", operation_id = "catalog_sign_in_form",
     params(("next" = Option<String>, Query, description = "The catalog page to go on to")),
-    responses((status = 200, description = "The sign-in page", content_type = "text/html", body = String)))]
+    responses((status = 200, description = "The sign-in page", content_type = "text/html", body = String, headers(
+        ("Set-Cookie" = String, description = "The sign-in form's token (`plinth_catalog_sign_in`; HttpOnly, SameSite=Strict, Path: this root's sign-in), which its form carries too"),
+    ))))]
 pub(super) async fn sign_in_form(
     Extension(caller): Extension<Caller>,
     Extension(options): Extension<Arc<ApiOptions>>,
     RawQuery(query): RawQuery,
+    headers: HeaderMap,
 ) -> Response {
     let query = form(query.unwrap_or_default().as_bytes());
-    let page = sign_in_page(&options, &caller.tenant, field(&query, "next").unwrap_or(""), None);
-    pages::page(StatusCode::OK, &page)
+    sign_in_page(&options, &caller.tenant, &headers, StatusCode::OK, field(&query, "next").unwrap_or(""), None)
 }
 
 /// `POST catalog/sign-in` with `key` (and `next`): opens a session and
 /// returns to `next`, or shows the form again with why not (`401`, `429`
 /// or `503`, with `Retry-After` when waiting helps).
-#[utoipa::path(post, summary = "Signs in to the catalog", description = "Checks the key (any live key of the tenant; a consumer key is enough) and opens a session. Failed sign-ins are throttled like the confirmation pages' logins; a refusal is the sign-in page again, with its status, `Retry-After` when waiting helps, and the code in `Plinth-Error-Code`.", path = "/catalog/sign-in", tag = "Catalog", operation_id = "catalog_sign_in",
+#[utoipa::path(post, summary = "Signs in to the catalog", description = "Checks that the form is the sign-in page's (its token is its cookie's; the browser does not say it came from elsewhere), then the key (any live key of the tenant; a consumer key is enough), and opens a session. Failed sign-ins are throttled like the confirmation pages' logins; a refusal is the sign-in page again, with its status, `Retry-After` when waiting helps, and the code in `Plinth-Error-Code`.", path = "/catalog/sign-in", tag = "Catalog", operation_id = "catalog_sign_in",
     request_body(content = openapi::SignInForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 303, description = "Signed in: on to `next`, with the session cookie", headers(
@@ -287,7 +320,7 @@ pub(super) async fn sign_in_form(
             ("Set-Cookie" = String, description = "The session (HttpOnly, SameSite=Strict, Path: this root's catalog)"),
         )),
         (status = 401, description = "The key does not open this tenant's catalog (`unauthorized`)", content_type = "text/html", body = String),
-        (status = 403, description = "The sign-in came from another site (`forbidden`)", content_type = "text/html", body = String),
+        (status = 403, description = "The sign-in did not come from the sign-in page: from another site or origin, or without the token of the page's cookie (`forbidden`)", content_type = "text/html", body = String),
         (status = 429, description = "Too many failed sign-ins (`login_locked`)", content_type = "text/html", body = String,
             headers(("Retry-After" = u64, description = "Seconds"))),
         (status = 503, description = "The sign-in cannot be checked or recorded now (`login_busy`, `storage_failed`)", content_type = "text/html", body = String,
@@ -303,11 +336,14 @@ pub(super) async fn sign_in(
 ) -> Response {
     let form = form(&body);
     let next = field(&form, "next").unwrap_or("");
-    if from_elsewhere(&headers) {
-        let problem = "This sign-in came from another site; sign in from this page.".to_string();
-        let page = sign_in_page(&options, &caller.tenant, next, Some(problem));
-        return ApiError::new(StatusCode::FORBIDDEN, "forbidden", "a sign-in from another site")
-            .onto(pages::page(StatusCode::FORBIDDEN, &page));
+    // The form must be this server's sign-in page's, in this browser.
+    let token = pages::cookie(&headers, SIGN_IN_COOKIE).unwrap_or_default();
+    let forged = pages::posted_from_elsewhere(&headers, &options.public_url);
+    if forged || !pages::form_token_matches(field(&form, SIGN_IN_TOKEN_FIELD).unwrap_or(""), &token) {
+        tracing::warn!(tenant = caller.tenant, client = %peer.ip(), "a catalog sign-in not from its form was refused");
+        let problem = "This sign-in did not come from this page (it was sent from another site, or its form expired); sign in here.";
+        let page = sign_in_page(&options, &caller.tenant, &headers, StatusCode::FORBIDDEN, next, Some(problem.into()));
+        return ApiError::new(StatusCode::FORBIDDEN, "forbidden", "a sign-in not from the sign-in page").onto(page);
     }
     let key = field(&form, "key").unwrap_or("").trim();
     let token = match host.sign_in_designer(&caller.tenant, key, peer.ip()) {
@@ -324,10 +360,9 @@ pub(super) async fn sign_in(
                 }
                 _ => format!("{}.", as_words(&e.to_string())),
             };
-            let page = sign_in_page(&options, &caller.tenant, next, Some(problem));
             let error = ApiError::from(e);
-            let status = error.status();
-            return error.onto(pages::page(status, &page));
+            let page = sign_in_page(&options, &caller.tenant, &headers, error.status(), next, Some(problem));
+            return error.onto(page);
         }
     };
     let links = Links::new(&options, &caller.tenant);

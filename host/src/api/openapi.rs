@@ -842,6 +842,11 @@ pub mod schemas {
         /// An API key of the tenant.
         #[schema(example = "plk_0123456789abcdef_not-a-real-key")]
         pub key: String,
+        /// The token of the sign-in page's `plinth_catalog_sign_in` cookie,
+        /// which the page puts in its form: a sign-in without it is refused
+        /// (`403`).
+        #[schema(example = "0123456789abcdef0123456789abcdef")]
+        pub sign_in_token: String,
         /// The catalog page to go on to (any other is the catalog).
         #[schema(example = "/catalog?q=flight")]
         pub next: Option<String>,
