@@ -990,8 +990,8 @@ struct EndUserField {
 
 /// What came of a call.
 enum Answer {
-    /// The tool's outputs: `(name, value as JSON)`, and the A2T answer.
-    Outputs { outputs: Vec<(String, String)>, json: String },
+    /// The tool's outputs: `(name, value as JSON)`.
+    Outputs { outputs: Vec<(String, String)> },
     /// Refused, or failed: the status, code and message the A2T door would
     /// answer, and the fields an agent could act on.
     Refused { status: u16, code: String, message: Vec<(bool, String)>, details: Vec<(String, String)> },
@@ -1005,7 +1005,7 @@ enum Answer {
 }
 
 impl Answer {
-    fn refused(error: ApiError) -> Answer {
+    fn refused(error: &ApiError) -> Answer {
         let details = error
             .fields()
             .iter()
@@ -1015,29 +1015,6 @@ impl Answer {
             status: error.status().as_u16(),
             code: error.code().to_string(),
             message: rich(error.message()),
-            details,
-        }
-    }
-
-    /// A call's answer as the A2T door's JSON (outputs or `error`).
-    fn from_a2t(status: u16, body: &Value) -> Answer {
-        if let Some(outputs) = body["output_parameters"].as_array() {
-            let outputs =
-                outputs.iter().map(|o| (o["name"].as_str().unwrap_or("").to_string(), pretty(&o["value"]))).collect();
-            return Answer::Outputs { outputs, json: pretty(body) };
-        }
-        let error = &body["error"];
-        let details = error
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(k, _)| *k != "code" && *k != "message")
-            .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_string)))
-            .collect();
-        Answer::Refused {
-            status,
-            code: error["code"].as_str().unwrap_or("").to_string(),
-            message: rich(error["message"].as_str().unwrap_or("")),
             details,
         }
     }
@@ -1252,15 +1229,15 @@ pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
         "a call was tried from the catalog"
     );
     let links = Links::new(&options, &session.tenant);
-    let (status, answer) = match outcome {
+    // The refusal, if it is one: its status and headers go on the page.
+    let (answer, refusal) = match outcome {
         Ok(ToolResult::Outputs(outputs)) => {
-            let json = serde_json::json!({ "output_parameters": outputs });
             let shown = outputs.iter().map(|o| (o.name.clone(), pretty(&o.value))).collect();
-            (StatusCode::OK, Answer::Outputs { outputs: shown, json: pretty(&json) })
+            (Answer::Outputs { outputs: shown }, None)
         }
         Ok(ToolResult::Failed(refused)) => {
             let error = ApiError::from(refused);
-            (error.status(), Answer::refused(error))
+            (Answer::refused(&error), Some(error))
         }
         Err(InvokeError::ConfirmationPending(pending)) => {
             let pack = super::cheq::uri_pack_body(&options, &pending);
@@ -1274,7 +1251,7 @@ pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
                 pack: pretty(&pack),
                 status_href: links.confirmation(&pending.id),
             };
-            (StatusCode::ACCEPTED, answer)
+            (answer, None)
         }
         Err(InvokeError::Input(e)) => {
             record_error(&mut errors, e);
@@ -1289,12 +1266,16 @@ pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
         }
         Err(e) => {
             let error = ApiError::from(e);
-            (error.status(), Answer::refused(error))
+            (Answer::refused(&error), Some(error))
         }
     };
+    let status = if matches!(answer, Answer::Pending { .. }) { StatusCode::ACCEPTED } else { StatusCode::OK };
     let mut page = try_page(&host, &options, &session, &tool, &version, &entered, &errors);
     page.answer = Some(answer);
-    pages::page(status, &page)
+    match refusal {
+        Some(error) => error.onto(pages::page(status, &page)),
+        None => pages::page(status, &page),
+    }
 }
 
 fn record_error(errors: &mut HashMap<String, String>, e: InputError) {
@@ -1361,15 +1342,15 @@ pub(super) async fn confirmation(
         TxState::Running => {
             Answer::Waiting { state: "It was confirmed and runs now".into(), expires: at(c.expires_at) }
         }
+        // What the result URI gives, as its door keeps it: not read back
+        // into outputs (the catalog does not parse a door's answers).
         TxState::Done => {
             let status = c.result_status.unwrap_or(200);
-            let body: Value = c.result_body.as_deref().and_then(|b| serde_json::from_str(b).ok()).unwrap_or_default();
-            match c.door() {
-                FrontDoor::A2t => Answer::from_a2t(status, &body),
-                FrontDoor::Otc | FrontDoor::Mcp => Answer::Kept { status, json: pretty(&body) },
-            }
+            let body = c.result_body.as_deref().unwrap_or_default();
+            let json = serde_json::from_str::<Value>(body).map_or_else(|_| body.to_string(), |json| pretty(&json));
+            Answer::Kept { status, json }
         }
-        other => Answer::refused(ApiError::unanswered(other)),
+        other => Answer::refused(&ApiError::unanswered(other)),
     };
     let tool = host.registry().get_in(&session.tenant, &c.tool_id);
     let (name, href) = match &tool {
