@@ -96,13 +96,43 @@ impl Designer {
 
     /// A form post with exactly these fields and extra headers.
     pub async fn post_raw(&self, path: &str, form: &[(&str, &str)], headers: &[(&str, &str)]) -> (u16, String) {
+        let response = self.send(path, form, headers).await;
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    /// A form post with exactly these fields and extra headers → the response.
+    pub async fn send(&self, path: &str, form: &[(&str, &str)], headers: &[(&str, &str)]) -> reqwest::Response {
         let mut request = self.client.post(format!("{}{path}", self.root)).header("cookie", &self.cookie).form(form);
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
-        let response = request.send().await.unwrap();
-        (response.status().as_u16(), response.text().await.unwrap())
+        request.send().await.unwrap()
     }
+
+    /// The call id of a new try form of the tool at `tool` (its path).
+    pub async fn call_id(&self, tool: &str) -> String {
+        let (status, html) = self.get(&format!("{tool}/try")).await;
+        assert_eq!(status, 200, "{html}");
+        call_id_of(&html)
+    }
+
+    /// Sends a new try form of the tool at `tool` with `fields` →
+    /// (status, HTML).
+    pub async fn try_call(&self, tool: &str, fields: &[(&str, &str)]) -> (u16, String) {
+        let call_id = self.call_id(tool).await;
+        let mut form = vec![("call_id", call_id.as_str())];
+        form.extend_from_slice(fields);
+        self.post(&format!("{tool}/try"), &form).await
+    }
+}
+
+/// The value of `name="call_id"` on a try page.
+fn call_id_of(html: &str) -> String {
+    html.split("name=\"call_id\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no call id on the page:\n{html}"))
+        .to_string()
 }
 
 /// A server with the example tools, the second version of echo, the tool
@@ -287,7 +317,8 @@ async fn a_form_without_the_sessions_token_or_from_another_site_does_nothing() {
     let (_, key) = server.create_key(Some("default"), "consumer").await;
     let designer = Designer::sign_in(&server.base, &key).await;
     let echo = tool_path(&designer, "echo").await;
-    let call = [("version", "1"), ("input.text", "hello")];
+    let call_id = designer.call_id(&echo).await;
+    let call = [("version", "1"), ("input.text", "hello"), ("call_id", call_id.as_str())];
 
     let (status, html) = designer.post_raw(&format!("{echo}/try"), &call, &[]).await;
     assert_eq!(status, 403, "{html}");
@@ -429,7 +460,7 @@ async fn vendor_text_is_escaped_on_every_page() {
     }
     // What a call returns is text too.
     let (status, html) =
-        designer.post(&format!("{tool}/try"), &[("version", "1"), ("input.note", "<script>alert(1)</script>")]).await;
+        designer.try_call(&tool, &[("version", "1"), ("input.note", "<script>alert(1)</script>")]).await;
     assert_eq!(status, 200, "{html}");
     assert!(
         html.contains("&#34;&#60;script&#62;alert(1)&#60;/script&#62;&#34;") && !html.contains("<script>"),
@@ -453,8 +484,8 @@ async fn the_try_form_names_each_bad_field_where_it_is() {
     assert!(html.contains("<label for=\"input-passengers\">"), "every field has its label: {html}");
 
     let (status, html) = designer
-        .post(
-            &format!("{book}/try"),
+        .try_call(
+            &book,
             &[
                 ("version", "1"),
                 ("input.flight_number", "UA123"),
@@ -489,11 +520,129 @@ async fn a_call_from_the_catalog_counts_against_the_tenants_quota() {
     assert_eq!(server.deploy_as(&publisher, "acme", echo).await.0, 201);
     let designer = Designer::sign_in(&format!("{}/t/acme", server.base), &publisher).await;
     let echo = tool_path(&designer, "echo").await;
-    let (status, html) = designer.post(&format!("{echo}/try"), &[("version", "1"), ("input.text", "one")]).await;
+    let (status, html) = designer.try_call(&echo, &[("version", "1"), ("input.text", "one")]).await;
     assert_eq!(status, 200, "{html}");
-    let (status, html) = designer.post(&format!("{echo}/try"), &[("version", "1"), ("input.text", "two")]).await;
-    assert_eq!(status, 503, "{html}");
+    let call_id = designer.call_id(&echo).await;
+    let form =
+        [("form_token", designer.form_token.as_str()), ("version", "1"), ("input.text", "two"), ("call_id", &call_id)];
+    let response = designer.send(&format!("{echo}/try"), &form, &[]).await;
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["plinth-error-code"], "rate_limited");
+    assert!(response.headers().contains_key("retry-after"));
+    let html = response.text().await.unwrap();
     assert!(html.contains("id=\"error-code\">rate_limited"), "{html}");
+    // Refused before it ran, the call gave its id back: the same form sent
+    // again is a call (whichever way the quota answers it), not a replay.
+    let response = designer.send(&format!("{echo}/try"), &form, &[]).await;
+    assert!(!response.headers().contains_key("idempotent-replayed"), "{:?}", response.headers());
+    assert!(!response.text().await.unwrap().contains("id=\"resent\""));
+}
+
+/// The value of the sample `name{labels}` in `/metrics`, if there is one.
+async fn metric(server: &Server, name: &str, labels: &str) -> Option<f64> {
+    let response = server.request(Method::GET, "/metrics").send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    let prefix = format!("{name}{{{labels}}} ");
+    text.lines().find_map(|line| line.strip_prefix(&prefix)).and_then(|value| value.parse().ok())
+}
+
+/// `book_flight`'s calls from the catalog (and A2T) that ran, by `/metrics`.
+pub async fn bookings(server: &Server) -> f64 {
+    let labels = r#"tenant="default",tool="book_flight",version="1",door="a2t",outcome="ok""#;
+    metric(server, "plinth_invocations_total", labels).await.unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_form_sent_again_is_answered_from_its_record_and_books_once() {
+    let (server, _plugins) = catalog_server(&[]);
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let designer = Designer::sign_in(&server.base, &key).await;
+    let book = tool_path(&designer, "book_flight").await;
+    let call_id = designer.call_id(&book).await;
+    let booking = |passengers: &'static str, call_id: String| {
+        vec![
+            ("form_token", designer.form_token.clone()),
+            ("version", "1".to_string()),
+            ("input.flight_number", "UA123".to_string()),
+            ("input.date", "2026-12-24".to_string()),
+            ("input.passengers", passengers.to_string()),
+            ("input.cabin_class", "ECONOMY".to_string()),
+            ("call_id", call_id),
+        ]
+    };
+    let send = |form: Vec<(&'static str, String)>| {
+        let path = format!("{book}/try");
+        let designer = &designer;
+        async move {
+            let fields: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let response = designer.send(&path, &fields, &[]).await;
+            let replayed = response.headers().get("idempotent-replayed").is_some();
+            (response.status().as_u16(), replayed, response.text().await.unwrap())
+        }
+    };
+    let code_of = |html: &str| {
+        let row = html.split("data-output=\"confirmation_code\"").nth(1).unwrap_or_else(|| panic!("{html}"));
+        row.split("<pre class=\"value\">").nth(1).unwrap().split("</pre>").next().unwrap().to_string()
+    };
+
+    // The form books once.
+    let (status, replayed, first) = send(booking("2", call_id.clone())).await;
+    assert_eq!((status, replayed), (200, false), "{first}");
+    assert!(!first.contains("id=\"resent\""), "{first}");
+    assert_eq!(bookings(&server).await, 1.0);
+    // The page it answers with is a new form: a new call.
+    let next_call_id = call_id_of(&first);
+    assert_ne!(next_call_id, call_id);
+
+    // The same form again (a reload, back and send again): the first
+    // call's answer, said to be that, and no second booking.
+    for _ in 0..2 {
+        let (status, replayed, again) = send(booking("2", call_id.clone())).await;
+        assert_eq!((status, replayed), (200, true), "{again}");
+        assert!(again.contains("id=\"resent\"") && again.contains("The tool did not run again"), "{again}");
+        assert_eq!(code_of(&again), code_of(&first), "the same booking");
+        assert_ne!(call_id_of(&again), call_id, "its form is a new call");
+    }
+    assert_eq!(bookings(&server).await, 1.0, "booked once");
+    let recorded =
+        format!("SELECT count(*) FROM idempotent_calls WHERE call_id = 'catalog:{call_id}' AND response IS NOT NULL");
+    assert_eq!(server.stored_count(&recorded), 1, "the ledger keeps the answer");
+
+    // The same call id with other values is not that call, nor a new one.
+    let (status, _, html) = send(booking("3", call_id.clone())).await;
+    assert_eq!(status, 409, "{html}");
+    assert!(html.contains("already sent with other values") && !html.contains("id=\"answer\""), "{html}");
+    // Without a call id, nothing runs.
+    let mut no_id = booking("2", String::new());
+    no_id.pop();
+    let (status, _, html) = send(no_id).await;
+    assert_eq!(status, 400, "{html}");
+    assert_eq!(bookings(&server).await, 1.0);
+
+    // The next form is the next booking.
+    let (status, replayed, second) = send(booking("2", next_call_id)).await;
+    assert_eq!((status, replayed), (200, false), "{second}");
+    assert_eq!(bookings(&server).await, 2.0);
+
+    // A call that waits for its end user, sent again, waits once: one
+    // transaction, the same pack.
+    let transfer = tool_path(&designer, "transfer_funds").await;
+    let call_id = designer.call_id(&transfer).await;
+    let form = [
+        ("form_token", designer.form_token.as_str()),
+        ("input.amount_usd", "250"),
+        ("end_user", "alice"),
+        ("call_id", call_id.as_str()),
+    ];
+    let (status, first) = designer.post_raw(&format!("{transfer}/try"), &form, &[]).await;
+    assert_eq!(status, 202, "{first}");
+    let (status, again) = designer.post_raw(&format!("{transfer}/try"), &form, &[]).await;
+    assert_eq!(status, 202, "{again}");
+    assert!(again.contains("id=\"resent\""), "{again}");
+    let pack = |html: &str| html.split("id=\"pack\">").nth(1).unwrap().split("</pre>").next().unwrap().to_string();
+    assert_eq!(pack(&again), pack(&first));
+    assert_eq!(server.stored_confirmations(), 1, "one transaction");
 }
 
 #[tokio::test(flavor = "multi_thread")]

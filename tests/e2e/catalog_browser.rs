@@ -10,7 +10,7 @@
 //! into `docs/catalog/`, the pictures the README and docs/catalog.md show.
 
 use crate::browser::{self, Browser};
-use crate::catalog::catalog_server;
+use crate::catalog::{bookings, catalog_server};
 use crate::support::TOKEN;
 use reqwest::Method;
 use serde_json::json;
@@ -146,6 +146,15 @@ async fn a_designer_finds_reads_compares_and_books_a_flight_in_a_browser() {
     assert_eq!(code.trim_matches('"').len(), 6, "a confirmation code: {code}");
     assert_eq!(browser.text_of("[data-output=cabin_class] td").await, "\"PREMIUM_ECONOMY\"");
     capture(&browser, "try", DESKTOP).await;
+    assert_eq!(bookings(&server).await, 1.0);
+
+    // A reload posts the form again: the page says so and shows the same
+    // booking; the flight is not booked twice.
+    browser.client().refresh().await.unwrap();
+    let resent = browser.wait_for_text("This form was sent before", WAIT).await;
+    assert!(resent.contains("The tool did not run again"), "{resent}");
+    assert_eq!(browser.text_of("[data-output=confirmation_code] td").await, code);
+    assert_eq!(bookings(&server).await, 1.0, "booked once");
 
     // A passenger too many: the core's error, at its field; nothing else.
     browser.clear("#input-passengers").await;

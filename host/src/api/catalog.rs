@@ -19,8 +19,11 @@
 //! `SignatureDiff`, the registry's versions, the confirmation policy, the
 //! manifest's hosts, the sha256); a call runs through
 //! [`ToolHost::invoke`](crate::host::ToolHost::invoke) after
-//! [`invocation::input_record`], as the other doors' do. Who may see a
-//! page is decided in `auth.rs` (`Access::Catalog`), as for every route.
+//! [`invocation::input_record`], as the other doors' do, once per form: the
+//! form's call id is claimed in the core's call ledger
+//! ([`crate::idempotency`]), so a browser that sends it again gets the first
+//! call's answer. Who may see a page is decided in `auth.rs`
+//! (`Access::Catalog`), as for every route.
 
 use super::pages::{self, DesignerBar, Frame, Paragraph, Product, field, form};
 use super::{ApiError, ApiOptions, AppState, Caller, openapi};
@@ -28,9 +31,11 @@ use crate::host::{
     CATALOG_SESSION_TTL, Call, CatalogOrder, CatalogQuery, ConfirmationNeed, DesignerSession, FrontDoor, InvokeError,
     MAX_SEARCH_CHARS, State as TxState, as_words,
 };
-use crate::invocation::{self, InputError, ToolResult};
+use crate::idempotency::Claim;
+use crate::invocation::{self, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::{Change, EnumValue, InputParam, InputType, OutputType, SignatureDiff};
+use crate::store::CallKey;
 use crate::tenancy::unix_now;
 use askama::Template;
 use axum::Extension;
@@ -39,6 +44,7 @@ use axum::extract::{ConnectInfo, FromRequestParts, Path, RawQuery, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -150,6 +156,17 @@ fn rich(text: &str) -> Vec<(bool, String)> {
     parts.iter().enumerate().filter(|(_, p)| !p.is_empty()).map(|(i, p)| (i % 2 == 1, p.to_string())).collect()
 }
 
+/// A new random id for a form (a sign-in form's token, a try form's call
+/// id): 122 random bits, as 32 lowercase hex digits.
+fn new_form_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// Whether `id` has the shape [`new_form_id`] gives.
+fn is_form_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 fn encode(text: &str) -> String {
     form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
@@ -218,9 +235,7 @@ fn sign_in_page(
     let links = Links::new(options, tenant);
     let mut frame = frame(options, &links, "Sign in to the catalog", None);
     frame.width = "narrow";
-    let token = pages::cookie(headers, SIGN_IN_COOKIE)
-        .filter(|t| t.len() == 32 && t.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()))
-        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+    let token = pages::cookie(headers, SIGN_IN_COOKIE).filter(|t| is_form_id(t)).unwrap_or_else(new_form_id);
     let page = SignInPage {
         frame,
         tenant: tenant.to_string(),
@@ -945,6 +960,10 @@ struct TryPage {
     description: String,
     action: String,
     form_token: String,
+    /// This form's call id: new on every page, so each form sent is one call.
+    call_id: String,
+    /// On the answer to a form sent again: how many hours its answer is kept.
+    resent: Option<u64>,
     versions: Vec<u32>,
     version: u32,
     current: u32,
@@ -988,7 +1007,9 @@ struct EndUserField {
     error: Option<Vec<(bool, String)>>,
 }
 
-/// What came of a call.
+/// What came of a call; kept as JSON in the call ledger, to answer the
+/// same form sent again.
+#[derive(Clone, Serialize, Deserialize)]
 enum Answer {
     /// The tool's outputs: `(name, value as JSON)`.
     Outputs { outputs: Vec<(String, String)> },
@@ -1089,6 +1110,8 @@ fn try_page(
         description: signature.description.clone(),
         action: links.try_it(tool),
         form_token: session.form_token.clone(),
+        call_id: new_form_id(),
+        resent: None,
         versions,
         version: version.number,
         current: tool.current().map_or(0, |v| v.number),
@@ -1161,16 +1184,20 @@ fn typed(param: &InputParam, text: &str) -> Value {
 /// `POST catalog/tools/{id}/try`: validates the form against the signature
 /// (the core's [`invocation::input_record`]: every bad field is named next
 /// to it) and runs the call through the core.
-#[utoipa::path(post, summary = "Tries a tool", description = "Checks the form against the signature (each bad field refused where it is) and runs the call through the core, as an A2T call: the tenant's quotas, the tool's limits and its confirmation policy apply. The page's status is the call's.", path = "/catalog/tools/{tool_id}/try", tag = "Catalog", operation_id = "catalog_try",
+#[utoipa::path(post, summary = "Tries a tool", description = "Checks the form against the signature (each bad field refused where it is) and runs the call through the core, as an A2T call: the tenant's quotas, the tool's limits and its confirmation policy apply. The page's status is the call's. The form's `call_id` makes it one call: the same form sent again (a reload) is answered from the record of its first call, marked `idempotent-replayed: true`, and the tool does not run again.", path = "/catalog/tools/{tool_id}/try", tag = "Catalog", operation_id = "catalog_try",
     params(("tool_id" = String, Path, description = "The tool's `toolId`")),
     request_body(content = openapi::TryForm, content_type = "application/x-www-form-urlencoded"),
     responses(
-        (status = 200, description = "It ran: its outputs", content_type = "text/html", body = String),
-        (status = 202, description = "It waits for its end user's confirmation: the URI pack and the links on", content_type = "text/html", body = String),
+        (status = 200, description = "It ran: its outputs (or, for the form sent again, its first call's)", content_type = "text/html", body = String,
+            headers(("idempotent-replayed" = Option<String>, description = "`true` when the answer is the recorded one of this form's first call"))),
+        (status = 202, description = "It waits for its end user's confirmation: the URI pack and the links on", content_type = "text/html", body = String,
+            headers(("idempotent-replayed" = Option<String>, description = "`true` when the answer is the recorded one of this form's first call"))),
+        (status = 400, description = "The form has no call id (`invalid_request`): nothing ran", content_type = "text/html", body = String),
         (status = 404, description = "No such tool or version", content_type = "text/html", body = String),
+        (status = 409, description = "The form's call id was sent before with other values (`call_id_reused`): nothing ran", content_type = "text/html", body = String),
         (status = 410, description = "The version is retired", content_type = "text/html", body = String),
-        (status = 422, description = "A field is refused (at the field), or the tool failed for good", content_type = "text/html", body = String),
-        (status = 503, description = "Busy, over the tenant's rate, or the tool asks for a retry", content_type = "text/html", body = String, headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 422, description = "A field is refused (at the field), the tool failed for good, or the form's first call has no answer to show (`call_outcome_unknown`: not run again)", content_type = "text/html", body = String),
+        (status = 503, description = "Busy, over the tenant's rate, the tool asks for a retry, the call cannot be recorded (`storage_failed`), or the form's first call still runs on another replica (`call_in_progress`)", content_type = "text/html", body = String, headers(("Retry-After" = u64, description = "Seconds"))),
         (status = 504, description = "The tool did not answer in time", content_type = "text/html", body = String, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
 pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
@@ -1215,11 +1242,161 @@ pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
         return ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", "the form has errors")
             .onto(pages::page(StatusCode::UNPROCESSABLE_ENTITY, &page));
     };
+    // The form's call id makes it one call: the same form sent again (a
+    // reload, back and send again, a second click) is answered from the
+    // ledger's record of the first, and the tool does not run again.
+    let show =
+        |errors: &HashMap<String, String>| try_page(&host, &options, &session, &tool, &version, &entered, errors);
+    let Some(form_call_id) = field(&form, CALL_ID_FIELD).filter(|id| is_form_id(id)) else {
+        let mut page = show(&errors);
+        page.problem = Some(rich(
+            "This form has no call id (it did not come from this page): nothing ran. Send it again from here.",
+        ));
+        return ApiError::bad_request("invalid_request", "the form has no call id")
+            .onto(pages::page(StatusCode::BAD_REQUEST, &page));
+    };
+    let key = CallKey {
+        tenant: session.tenant.clone(),
+        caller: session.principal.key_id.clone(),
+        // Apart from the OTC door's call ids, which its callers choose.
+        call_id: format!("catalog:{form_call_id}"),
+    };
+    let retention_hours = host.call_retention().as_secs() / 3600;
+    let resent = |answer: Answer, status: StatusCode| {
+        let mut page = show(&errors);
+        page.answer = Some(answer);
+        page.resent = Some(retention_hours);
+        let mut response = pages::page(status, &page);
+        response.headers_mut().insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));
+        response
+    };
+    let ticket = match host.claim_call(&key, &form_sha256(&tool, &form)).await {
+        Ok(Claim::Run(ticket)) => ticket,
+        Ok(Claim::Recorded(kept)) => {
+            let kept = serde_json::from_str::<KeptAnswer>(&kept).ok();
+            return match kept {
+                // Final: what was temporary then is not retried by a reload.
+                Some(KeptAnswer { status, answer }) => {
+                    resent(answer, super::error::settled(StatusCode::from_u16(status).unwrap_or(StatusCode::OK)))
+                }
+                None => {
+                    let error = outcome_unknown("This form's call ran before, but its answer cannot be shown again.");
+                    resent(Answer::refused(&error), error.status())
+                }
+            };
+        }
+        Ok(Claim::Unfinished) => {
+            let error = outcome_unknown(
+                "This form's call began, but its outcome was never recorded (the server stopped while it ran): it may or may not have taken effect.",
+            );
+            return resent(Answer::refused(&error), error.status());
+        }
+        Ok(Claim::RunningElsewhere) => {
+            let error = ApiError::call_in_progress(
+                "This form's call still runs (on another replica of the server): reload this page in a moment to see its answer.",
+            );
+            return resent(Answer::refused(&error), error.status());
+        }
+        Ok(Claim::Conflict) => {
+            let mut page = show(&errors);
+            page.problem = Some(rich(
+                "This form was already sent with other values: nothing ran now. Check the values and send the form again.",
+            ));
+            return ApiError::new(StatusCode::CONFLICT, "call_id_reused", "the form was sent before with other values")
+                .onto(pages::page(StatusCode::CONFLICT, &page));
+        }
+        Err(e) => {
+            tracing::error!(tenant = session.tenant, error = %e, "a catalog call id could not be claimed");
+            let error = ApiError::storage_failed("the call could not be recorded; it did not run");
+            let mut page = show(&errors);
+            page.answer = Some(Answer::refused(&error));
+            return error.onto(pages::page(StatusCode::SERVICE_UNAVAILABLE, &page));
+        }
+    };
     let mut call = Call::new(input, FrontDoor::A2t);
-    call.end_user = end_user.clone();
-    let call_id = call.call_id.clone();
-    let number = version.number;
-    let outcome = host.invoke(tool.clone(), version.clone(), call).await;
+    call.call_id = key.call_id;
+    call.end_user = end_user;
+    // Its own task: a browser that goes away mid-call must not leave the
+    // call id claimed and unrecorded while the tool runs on.
+    let run = run_once(host.clone(), options.clone(), session.clone(), tool.clone(), version.clone(), call, ticket);
+    let Ok(came) = tokio::spawn(tracing::Instrument::instrument(run, tracing::Span::current())).await else {
+        let error = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the call was interrupted");
+        let mut page = show(&errors);
+        page.answer = Some(Answer::refused(&error));
+        return error.onto(pages::page(StatusCode::INTERNAL_SERVER_ERROR, &page));
+    };
+    match came {
+        Came::AtField(name, message) => {
+            errors.entry(name).or_insert(message);
+            pages::page(StatusCode::UNPROCESSABLE_ENTITY, &show(&errors))
+        }
+        Came::Answer { status, answer, refusal } => {
+            let mut page = show(&errors);
+            page.answer = Some(answer);
+            match refusal {
+                Some(error) => error.onto(pages::page(status, &page)),
+                None => pages::page(status, &page),
+            }
+        }
+    }
+}
+
+/// The form's field with its call id.
+const CALL_ID_FIELD: &str = "call_id";
+
+/// What identifies a try form's request in the ledger: the tool and every
+/// field but the tokens, in order. The same form sent again hashes the
+/// same; the same call id with other values is a conflict.
+fn form_sha256(tool: &Tool, form: &[(String, String)]) -> String {
+    let mut fields: Vec<&(String, String)> =
+        form.iter().filter(|(name, _)| name != "form_token" && name != CALL_ID_FIELD).collect();
+    fields.sort();
+    let request = serde_json::json!({ "catalog_try": tool.id.to_string(), "fields": fields });
+    crate::package::sha256_hex(request.to_string().as_bytes())
+}
+
+/// `422 call_outcome_unknown`: a form sent again whose first call's answer
+/// cannot be shown; it is not run again.
+fn outcome_unknown(said: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "call_outcome_unknown",
+        format!("{said} It was not run again; check before calling again."),
+    )
+}
+
+/// A call's answer as the ledger keeps it for its form.
+#[derive(Serialize, Deserialize)]
+struct KeptAnswer {
+    /// The page's status.
+    status: u16,
+    answer: Answer,
+}
+
+/// What came of a call the catalog ran.
+enum Came {
+    /// Its answer: what the tool gave, a refusal, or that it waits.
+    Answer { status: StatusCode, answer: Answer, refusal: Option<ApiError> },
+    /// A field the core refused as the call was made (named, and why): the
+    /// tool did not run.
+    AtField(String, String),
+}
+
+/// Runs a claimed call through the core and settles its claim: the answer
+/// kept for the form sent again when the tool ran (or may have) or the call
+/// now waits for its end user (a second post must not open a second
+/// transaction); the call id given back when it was refused before it ran.
+async fn run_once(
+    host: AppState,
+    options: Arc<ApiOptions>,
+    session: DesignerSession,
+    tool: Arc<Tool>,
+    version: Arc<ToolVersion>,
+    call: Call,
+    ticket: crate::idempotency::Ticket,
+) -> Came {
+    let (call_id, end_user, number) = (call.call_id.clone(), call.end_user.clone(), version.number);
+    let outcome = host.invoke(tool.clone(), version, call).await;
     tracing::info!(
         tenant = session.tenant,
         key = session.principal.key_id,
@@ -1228,58 +1405,75 @@ pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
         call_id,
         "a call was tried from the catalog"
     );
-    let links = Links::new(&options, &session.tenant);
-    // The refusal, if it is one: its status and headers go on the page.
-    let (answer, refusal) = match outcome {
+    let keep = match &outcome {
+        Ok(_) | Err(InvokeError::ConfirmationPending(_)) => true,
+        Err(e) => e.tool_ran(),
+    };
+    let came = came_of(&options, &session, end_user, outcome);
+    let kept = match &came {
+        Came::Answer { status, answer, .. } if keep => {
+            serde_json::to_string(&KeptAnswer { status: status.as_u16(), answer: answer.clone() }).ok()
+        }
+        _ => None,
+    };
+    let settled = match (keep, kept) {
+        (true, Some(kept)) => host.settle_call(ticket, Some(&kept)),
+        (false, _) => host.settle_call(ticket, None),
+        // Not recordable: left unfinished, so a resubmission says the
+        // outcome is unknown rather than run it again.
+        (true, None) => {
+            drop(ticket);
+            Ok(())
+        }
+    };
+    if let Err(e) = settled {
+        // The page still shows the answer; the form sent again is told its
+        // outcome is unknown rather than run again.
+        tracing::error!(error = %e, "a catalog call's answer could not be recorded");
+    }
+    came
+}
+
+/// The page's answer to a call's typed outcome.
+fn came_of(
+    options: &ApiOptions,
+    session: &DesignerSession,
+    end_user: Option<String>,
+    outcome: Result<ToolResult, InvokeError>,
+) -> Came {
+    let refused = |error: ApiError| Came::Answer {
+        status: error.status(),
+        answer: Answer::refused(&error),
+        refusal: Some(error),
+    };
+    match outcome {
         Ok(ToolResult::Outputs(outputs)) => {
-            let shown = outputs.iter().map(|o| (o.name.clone(), pretty(&o.value))).collect();
-            (Answer::Outputs { outputs: shown }, None)
+            let outputs = outputs.iter().map(|o| (o.name.clone(), pretty(&o.value))).collect();
+            Came::Answer { status: StatusCode::OK, answer: Answer::Outputs { outputs }, refusal: None }
         }
-        Ok(ToolResult::Failed(refused)) => {
-            let error = ApiError::from(refused);
-            (Answer::refused(&error), Some(error))
-        }
+        Ok(ToolResult::Failed(failed)) => refused(ApiError::from(failed)),
         Err(InvokeError::ConfirmationPending(pending)) => {
-            let pack = super::cheq::uri_pack_body(&options, &pending);
+            let links = Links::new(options, &session.tenant);
+            let pack = super::cheq::uri_pack_body(options, &pending);
             // A link to the built-in confirmation page only: an external
             // confirmation server takes the pack its own way.
-            let confirm_href = pending.confirmation_uri.is_none().then(|| super::confirmation_link(&options, &pending));
+            let confirm_href = pending.confirmation_uri.is_none().then(|| super::confirmation_link(options, &pending));
             let answer = Answer::Pending {
-                end_user: end_user.clone().unwrap_or_default(),
+                end_user: end_user.unwrap_or_default(),
                 expires: at(pending.expires_at),
                 confirm_href,
                 pack: pretty(&pack),
                 status_href: links.confirmation(&pending.id),
             };
-            (answer, None)
+            Came::Answer { status: StatusCode::ACCEPTED, answer, refusal: None }
         }
-        Err(InvokeError::Input(e)) => {
-            record_error(&mut errors, e);
-            let page = try_page(&host, &options, &session, &tool, &version, &entered, &errors);
-            return pages::page(StatusCode::UNPROCESSABLE_ENTITY, &page);
-        }
-        Err(InvokeError::EndUserRequired(_)) => {
-            let message = "This call needs its end user's confirmation: name the end user who confirms it.";
-            errors.insert(END_USER_FIELD.to_string(), message.to_string());
-            let page = try_page(&host, &options, &session, &tool, &version, &entered, &errors);
-            return pages::page(StatusCode::UNPROCESSABLE_ENTITY, &page);
-        }
-        Err(e) => {
-            let error = ApiError::from(e);
-            (Answer::refused(&error), Some(error))
-        }
-    };
-    let status = if matches!(answer, Answer::Pending { .. }) { StatusCode::ACCEPTED } else { StatusCode::OK };
-    let mut page = try_page(&host, &options, &session, &tool, &version, &entered, &errors);
-    page.answer = Some(answer);
-    match refusal {
-        Some(error) => error.onto(pages::page(status, &page)),
-        None => pages::page(status, &page),
+        Err(InvokeError::Input(e)) => Came::AtField(e.parameter.unwrap_or_default(), e.message),
+        Err(InvokeError::EndUserRequired(_)) => Came::AtField(
+            END_USER_FIELD.to_string(),
+            "This call needs its end user's confirmation: name the end user who confirms it.".to_string(),
+        ),
+        Err(e) => refused(ApiError::from(e)),
     }
-}
-
-fn record_error(errors: &mut HashMap<String, String>, e: InputError) {
-    errors.entry(e.parameter.unwrap_or_default()).or_insert(e.message);
 }
 
 // A call that waits for its end user.

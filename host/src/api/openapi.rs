@@ -866,6 +866,10 @@ pub mod schemas {
     pub struct TryForm {
         /// The session's form token.
         pub form_token: String,
+        /// The form's call id (32 hex digits, new on every page): the same
+        /// form sent again is answered from its first call's record.
+        #[schema(example = "0123456789abcdef0123456789abcdef")]
+        pub call_id: String,
         /// The version to call (the current one when left out).
         pub version: Option<u32>,
         /// The end user who confirms the call, when it may need confirmation.
