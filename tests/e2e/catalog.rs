@@ -26,12 +26,12 @@ fn client() -> reqwest::Client {
     reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
 }
 
-/// The value of `name="form_token"` on a page.
-fn form_token(html: &str) -> String {
-    html.split("name=\"form_token\" value=\"")
+/// The value of the hidden field `name` of a page's form.
+fn hidden(html: &str, name: &str) -> String {
+    html.split(&format!("name=\"{name}\" value=\""))
         .nth(1)
         .and_then(|rest| rest.split('"').next())
-        .unwrap_or_else(|| panic!("no form token on the page:\n{html}"))
+        .unwrap_or_else(|| panic!("no {name} on the page:\n{html}"))
         .to_string()
 }
 
@@ -42,12 +42,7 @@ pub async fn sign_in_form(root: &str) -> (String, String) {
     assert_eq!(response.status(), 200);
     let cookie = response.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
     let html = response.text().await.unwrap();
-    let token = html
-        .split("name=\"sign_in_token\" value=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap_or_else(|| panic!("no sign-in token on the page:\n{html}"))
-        .to_string();
+    let token = hidden(&html, "sign_in_token");
     assert_eq!(cookie, format!("plinth_catalog_sign_in={token}"));
     (cookie, token)
 }
@@ -75,7 +70,7 @@ impl Designer {
         let mut designer = Designer { client, root: root.to_string(), cookie, form_token: String::new() };
         let (status, html) = designer.get("/catalog").await;
         assert_eq!(status, 200, "{html}");
-        designer.form_token = form_token(&html);
+        designer.form_token = hidden(&html, "form_token");
         designer
     }
 
@@ -113,7 +108,7 @@ impl Designer {
     pub async fn call_id(&self, tool: &str) -> String {
         let (status, html) = self.get(&format!("{tool}/try")).await;
         assert_eq!(status, 200, "{html}");
-        call_id_of(&html)
+        hidden(&html, "call_id")
     }
 
     /// Sends a new try form of the tool at `tool` with `fields` →
@@ -124,15 +119,6 @@ impl Designer {
         form.extend_from_slice(fields);
         self.post(&format!("{tool}/try"), &form).await
     }
-}
-
-/// The value of `name="call_id"` on a try page.
-fn call_id_of(html: &str) -> String {
-    html.split("name=\"call_id\" value=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap_or_else(|| panic!("no call id on the page:\n{html}"))
-        .to_string()
 }
 
 /// A server with the example tools, the second version of echo, the tool
@@ -542,9 +528,7 @@ async fn a_call_from_the_catalog_counts_against_the_tenants_quota() {
 async fn metric(server: &Server, name: &str, labels: &str) -> Option<f64> {
     let response = server.request(Method::GET, "/metrics").send().await.unwrap();
     assert_eq!(response.status(), 200);
-    let text = response.text().await.unwrap();
-    let prefix = format!("{name}{{{labels}}} ");
-    text.lines().find_map(|line| line.strip_prefix(&prefix)).and_then(|value| value.parse().ok())
+    crate::observability::sample(&response.text().await.unwrap(), name, labels)
 }
 
 /// `book_flight`'s calls from the catalog (and A2T) that ran, by `/metrics`.
@@ -592,7 +576,7 @@ async fn a_form_sent_again_is_answered_from_its_record_and_books_once() {
     assert!(!first.contains("id=\"resent\""), "{first}");
     assert_eq!(bookings(&server).await, 1.0);
     // The page it answers with is a new form: a new call.
-    let next_call_id = call_id_of(&first);
+    let next_call_id = hidden(&first, "call_id");
     assert_ne!(next_call_id, call_id);
 
     // The same form again (a reload, back and send again): the first
@@ -602,7 +586,7 @@ async fn a_form_sent_again_is_answered_from_its_record_and_books_once() {
         assert_eq!((status, replayed), (200, true), "{again}");
         assert!(again.contains("id=\"resent\"") && again.contains("The tool did not run again"), "{again}");
         assert_eq!(code_of(&again), code_of(&first), "the same booking");
-        assert_ne!(call_id_of(&again), call_id, "its form is a new call");
+        assert_ne!(hidden(&again, "call_id"), call_id, "its form is a new call");
     }
     assert_eq!(bookings(&server).await, 1.0, "booked once");
     let recorded =

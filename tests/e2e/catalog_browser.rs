@@ -155,6 +155,7 @@ async fn a_designer_finds_reads_compares_and_books_a_flight_in_a_browser() {
     assert!(resent.contains("The tool did not run again"), "{resent}");
     assert_eq!(browser.text_of("[data-output=confirmation_code] td").await, code);
     assert_eq!(bookings(&server).await, 1.0, "booked once");
+    capture(&browser, "try-resent", DESKTOP).await;
 
     // A passenger too many: the core's error, at its field; nothing else.
     browser.clear("#input-passengers").await;
