@@ -1262,26 +1262,29 @@ pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
         call_id: format!("catalog:{form_call_id}"),
     };
     let retention_hours = host.call_retention().as_secs() / 3600;
-    let resent = |answer: Answer, status: StatusCode| {
+    // The answer to the form sent again; `kept` when it is the first
+    // call's answer (not that it has none to show).
+    let resent = |answer: Answer, status: StatusCode, kept: bool| {
         let mut page = show(&errors);
         page.answer = Some(answer);
-        page.resent = Some(retention_hours);
+        page.resent = kept.then_some(retention_hours);
         let mut response = pages::page(status, &page);
         response.headers_mut().insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));
         response
     };
-    let ticket = match host.claim_call(&key, &form_sha256(&tool, &form)).await {
+    let ticket = match host.claim_call(&key, &form_sha256(tool.id, &form)).await {
         Ok(Claim::Run(ticket)) => ticket,
         Ok(Claim::Recorded(kept)) => {
             let kept = serde_json::from_str::<KeptAnswer>(&kept).ok();
             return match kept {
                 // Final: what was temporary then is not retried by a reload.
                 Some(KeptAnswer { status, answer }) => {
-                    resent(answer, super::error::settled(StatusCode::from_u16(status).unwrap_or(StatusCode::OK)))
+                    let status = super::error::settled(StatusCode::from_u16(status).unwrap_or(StatusCode::OK));
+                    resent(answer, status, true)
                 }
                 None => {
                     let error = outcome_unknown("This form's call ran before, but its answer cannot be shown again.");
-                    resent(Answer::refused(&error), error.status())
+                    resent(Answer::refused(&error), error.status(), false)
                 }
             };
         }
@@ -1289,13 +1292,13 @@ pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
             let error = outcome_unknown(
                 "This form's call began, but its outcome was never recorded (the server stopped while it ran): it may or may not have taken effect.",
             );
-            return resent(Answer::refused(&error), error.status());
+            return resent(Answer::refused(&error), error.status(), false);
         }
         Ok(Claim::RunningElsewhere) => {
             let error = ApiError::call_in_progress(
                 "This form's call still runs (on another replica of the server): reload this page in a moment to see its answer.",
             );
-            return resent(Answer::refused(&error), error.status());
+            return resent(Answer::refused(&error), error.status(), false);
         }
         Ok(Claim::Conflict) => {
             let mut page = show(&errors);
@@ -1347,11 +1350,11 @@ const CALL_ID_FIELD: &str = "call_id";
 /// What identifies a try form's request in the ledger: the tool and every
 /// field but the tokens, in order. The same form sent again hashes the
 /// same; the same call id with other values is a conflict.
-fn form_sha256(tool: &Tool, form: &[(String, String)]) -> String {
+fn form_sha256(tool_id: uuid::Uuid, form: &[(String, String)]) -> String {
     let mut fields: Vec<&(String, String)> =
         form.iter().filter(|(name, _)| name != "form_token" && name != CALL_ID_FIELD).collect();
     fields.sort();
-    let request = serde_json::json!({ "catalog_try": tool.id.to_string(), "fields": fields });
+    let request = serde_json::json!({ "catalog_try": tool_id.to_string(), "fields": fields });
     crate::package::sha256_hex(request.to_string().as_bytes())
 }
 
@@ -1594,6 +1597,30 @@ mod tests {
             assert_eq!(acme.within(refused), acme.home(), "{refused:?}");
         }
         assert_eq!(links("http://127.0.0.1:8080", "default").home(), "/catalog");
+    }
+
+    #[test]
+    fn a_try_form_is_the_same_request_whatever_its_tokens_and_field_order() {
+        let tool = |id: &str| id.parse::<uuid::Uuid>().unwrap();
+        let form =
+            |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
+        let echo = tool("3a468a71-b869-4a46-8c8f-7612f18bfa39");
+        let sent = form(&[("form_token", "a"), ("version", "1"), ("input.text", "hi"), ("call_id", "x")]);
+        let again = form(&[("input.text", "hi"), ("call_id", "y"), ("version", "1"), ("form_token", "b")]);
+        assert_eq!(form_sha256(echo, &sent), form_sha256(echo, &again));
+        let other = form(&[("form_token", "a"), ("version", "1"), ("input.text", "ho"), ("call_id", "x")]);
+        assert_ne!(form_sha256(echo, &sent), form_sha256(echo, &other));
+        let elsewhere = tool("5b468a71-b869-4a46-8c8f-7612f18bfa39");
+        assert_ne!(form_sha256(echo, &sent), form_sha256(elsewhere, &sent));
+    }
+
+    #[test]
+    fn form_ids_are_new_each_time_and_only_their_shape_is_taken() {
+        let (a, b) = (new_form_id(), new_form_id());
+        assert!(is_form_id(&a) && is_form_id(&b) && a != b);
+        for refused in ["", "0123", "0123456789ABCDEF0123456789abcdef", "0123456789abcdef0123456789abcdeg", "../../x"] {
+            assert!(!is_form_id(refused), "{refused}");
+        }
     }
 
     #[test]
