@@ -2,8 +2,10 @@
 //!
 //! Clients retry — after a timeout, a dropped connection, a crash of their
 //! own — and a tool like `book_flight` must not book twice. A front door that
-//! carries call ids ([OTC](crate::api::otc)) claims each one here before the
-//! tool runs and settles it with the response afterwards:
+//! carries call ids ([OTC](crate::api::otc)'s `call_id`, the
+//! [catalog](crate::api::catalog)'s try forms, which a browser may send
+//! again) claims each one here before the tool runs and settles it with the
+//! response afterwards:
 //!
 //! - the first claim of a call id wins and runs the tool;
 //! - a claim of the same call id for the same request, while the first runs,

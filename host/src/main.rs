@@ -319,8 +319,8 @@ struct ServeArgs {
     #[arg(long, env = "PLINTH_TOOL_THREADS")]
     tool_threads: Option<usize>,
     /// How long a call id's response is kept, in hours: an OTC retry with
-    /// the same `call_id` within it gets the recorded response and the tool
-    /// does not run again.
+    /// the same `call_id` within it (or a catalog try form sent again) gets
+    /// the recorded response and the tool does not run again.
     #[arg(long, env = "PLINTH_CALL_RETENTION_HOURS", default_value_t = 24)]
     call_retention_hours: u64,
     /// How long a call that needs its end user's confirmation (CHEQ) waits

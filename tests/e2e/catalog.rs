@@ -26,26 +26,51 @@ fn client() -> reqwest::Client {
     reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
 }
 
-/// The value of `name="form_token"` on a page.
-fn form_token(html: &str) -> String {
-    html.split("name=\"form_token\" value=\"")
+/// The value of the hidden field `name` of a page's form.
+fn hidden(html: &str, name: &str) -> String {
+    html.split(&format!("name=\"{name}\" value=\""))
         .nth(1)
         .and_then(|rest| rest.split('"').next())
-        .unwrap_or_else(|| panic!("no form token on the page:\n{html}"))
+        .unwrap_or_else(|| panic!("no {name} on the page:\n{html}"))
         .to_string()
+}
+
+/// What a browser holds of the sign-in page at `root`: its token's cookie
+/// (`plinth_catalog_sign_in=…`) and the same token, from its form.
+pub async fn sign_in_form(root: &str) -> (String, String) {
+    let response = client().get(format!("{root}/catalog/sign-in")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let cookie = response.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let html = response.text().await.unwrap();
+    let token = hidden(&html, "sign_in_token");
+    assert_eq!(cookie, format!("plinth_catalog_sign_in={token}"));
+    (cookie, token)
+}
+
+/// A sign-in at `root` from its page (with the page's token and cookie):
+/// `fields` and `headers` besides.
+pub async fn post_sign_in(root: &str, fields: &[(&str, &str)], headers: &[(&str, &str)]) -> reqwest::Response {
+    let (cookie, token) = sign_in_form(root).await;
+    let mut form = vec![("sign_in_token", token.as_str())];
+    form.extend_from_slice(fields);
+    let mut request = client().post(format!("{root}/catalog/sign-in")).header("cookie", cookie).form(&form);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap()
 }
 
 impl Designer {
     /// Signs in at `root` with `key`; panics unless the catalog opens.
     pub async fn sign_in(root: &str, key: &str) -> Designer {
         let client = client();
-        let response = client.post(format!("{root}/catalog/sign-in")).form(&[("key", key)]).send().await.unwrap();
+        let response = post_sign_in(root, &[("key", key)], &[]).await;
         assert_eq!(response.status(), 303, "{}", response.text().await.unwrap());
         let cookie = response.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
         let mut designer = Designer { client, root: root.to_string(), cookie, form_token: String::new() };
         let (status, html) = designer.get("/catalog").await;
         assert_eq!(status, 200, "{html}");
-        designer.form_token = form_token(&html);
+        designer.form_token = hidden(&html, "form_token");
         designer
     }
 
@@ -66,12 +91,33 @@ impl Designer {
 
     /// A form post with exactly these fields and extra headers.
     pub async fn post_raw(&self, path: &str, form: &[(&str, &str)], headers: &[(&str, &str)]) -> (u16, String) {
+        let response = self.send(path, form, headers).await;
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    /// A form post with exactly these fields and extra headers → the response.
+    pub async fn send(&self, path: &str, form: &[(&str, &str)], headers: &[(&str, &str)]) -> reqwest::Response {
         let mut request = self.client.post(format!("{}{path}", self.root)).header("cookie", &self.cookie).form(form);
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
-        let response = request.send().await.unwrap();
-        (response.status().as_u16(), response.text().await.unwrap())
+        request.send().await.unwrap()
+    }
+
+    /// The call id of a new try form of the tool at `tool` (its path).
+    pub async fn call_id(&self, tool: &str) -> String {
+        let (status, html) = self.get(&format!("{tool}/try")).await;
+        assert_eq!(status, 200, "{html}");
+        hidden(&html, "call_id")
+    }
+
+    /// Sends a new try form of the tool at `tool` with `fields` →
+    /// (status, HTML).
+    pub async fn try_call(&self, tool: &str, fields: &[(&str, &str)]) -> (u16, String) {
+        let call_id = self.call_id(tool).await;
+        let mut form = vec![("call_id", call_id.as_str())];
+        form.extend_from_slice(fields);
+        self.post(&format!("{tool}/try"), &form).await
     }
 }
 
@@ -124,10 +170,10 @@ async fn a_designer_signs_in_with_a_key_of_the_tenant_and_only_for_that_tenant()
 
     // Another tenant's key, an unknown one, a made-up one: the same refusal.
     for key in [acme.as_str(), "plk_0123456789abcdef_not-a-real-key", "", "test"] {
-        let response =
-            client().post(format!("{}/catalog/sign-in", server.base)).form(&[("key", key)]).send().await.unwrap();
+        let response = post_sign_in(&server.base, &[("key", key)], &[]).await;
         assert_eq!(response.status(), 401, "{key}");
-        assert!(response.headers().get("set-cookie").is_none());
+        let cookies: Vec<_> = response.headers().get_all("set-cookie").iter().map(|c| c.to_str().unwrap()).collect();
+        assert!(cookies.iter().all(|c| c.starts_with("plinth_catalog_sign_in=")), "no session: {cookies:?}");
         assert!(response.text().await.unwrap().contains("does not open this tenant"), "{key}");
     }
 
@@ -141,12 +187,7 @@ async fn a_designer_signs_in_with_a_key_of_the_tenant_and_only_for_that_tenant()
         ("/catalog/../admin/keys", "/catalog"),
         ("/t/acme/catalog", "/catalog"),
     ] {
-        let response = client()
-            .post(format!("{}/catalog/sign-in", server.base))
-            .form(&[("key", consumer.as_str()), ("next", next)])
-            .send()
-            .await
-            .unwrap();
+        let response = post_sign_in(&server.base, &[("key", consumer.as_str()), ("next", next)], &[]).await;
         assert_eq!(response.status(), 303);
         assert_eq!(response.headers()["location"], lands, "{next}");
         let cookie = response.headers()["set-cookie"].to_str().unwrap().to_string();
@@ -160,7 +201,7 @@ async fn a_designer_signs_in_with_a_key_of_the_tenant_and_only_for_that_tenant()
     let default = Designer::sign_in(&server.base, &consumer).await;
     let acme_root = format!("{}/t/acme", server.base);
     let at_acme = Designer::sign_in(&acme_root, &acme).await;
-    let response = client().post(format!("{acme_root}/catalog/sign-in")).form(&[("key", &acme)]).send().await.unwrap();
+    let response = post_sign_in(&acme_root, &[("key", &acme)], &[]).await;
     assert!(response.headers()["set-cookie"].to_str().unwrap().contains("Path=/t/acme/catalog"));
     let (status, html) = at_acme.get("/catalog").await;
     assert_eq!(status, 200, "{html}");
@@ -172,8 +213,7 @@ async fn a_designer_signs_in_with_a_key_of_the_tenant_and_only_for_that_tenant()
     // The operator key opens any tenant's catalog, one root at a time.
     Designer::sign_in(&acme_root, TOKEN).await;
     // A tenant that does not exist looks like a wrong key.
-    let response =
-        client().post(format!("{}/t/ghost/catalog/sign-in", server.base)).form(&[("key", TOKEN)]).send().await.unwrap();
+    let response = post_sign_in(&format!("{}/t/ghost", server.base), &[("key", TOKEN)], &[]).await;
     assert_eq!(response.status(), 401);
 }
 
@@ -208,8 +248,7 @@ async fn revoking_the_key_ends_its_sessions_at_once_and_signing_out_ends_one() {
     let (status, html) = second.get("/catalog").await;
     assert_eq!(status, 401, "{html}");
     assert!(html.contains("id=\"key\""), "the sign-in page: {html}");
-    let response =
-        client().post(format!("{}/catalog/sign-in", server.base)).form(&[("key", key.as_str())]).send().await.unwrap();
+    let response = post_sign_in(&server.base, &[("key", key.as_str())], &[]).await;
     assert_eq!(response.status(), 401, "a revoked key signs in no more");
 }
 
@@ -264,7 +303,8 @@ async fn a_form_without_the_sessions_token_or_from_another_site_does_nothing() {
     let (_, key) = server.create_key(Some("default"), "consumer").await;
     let designer = Designer::sign_in(&server.base, &key).await;
     let echo = tool_path(&designer, "echo").await;
-    let call = [("version", "1"), ("input.text", "hello")];
+    let call_id = designer.call_id(&echo).await;
+    let call = [("version", "1"), ("input.text", "hello"), ("call_id", call_id.as_str())];
 
     let (status, html) = designer.post_raw(&format!("{echo}/try"), &call, &[]).await;
     assert_eq!(status, 403, "{html}");
@@ -274,9 +314,18 @@ async fn a_form_without_the_sessions_token_or_from_another_site_does_nothing() {
     assert_eq!(designer.post_raw(&format!("{echo}/try"), &wrong, &[]).await.0, 403);
     let mut right = vec![("form_token", designer.form_token.as_str())];
     right.extend_from_slice(&call);
-    for site in ["cross-site", "same-site"] {
-        let (status, html) = designer.post_raw(&format!("{echo}/try"), &right, &[("sec-fetch-site", site)]).await;
-        assert_eq!(status, 403, "{site}: {html}");
+    // Another site or origin, as the browser says: by Fetch Metadata (a
+    // user-made navigation, `none`, is never this page's form either), or
+    // by `Origin` from a browser that sends none.
+    for header in [
+        ("sec-fetch-site", "cross-site"),
+        ("sec-fetch-site", "same-site"),
+        ("sec-fetch-site", "none"),
+        ("origin", "https://evil.example"),
+        ("origin", "http://127.0.0.1:1"),
+    ] {
+        let (status, html) = designer.post_raw(&format!("{echo}/try"), &right, &[header]).await;
+        assert_eq!(status, 403, "{header:?}: {html}");
     }
     assert!(!server.logs().contains("a call was tried from the catalog"), "nothing ran:\n{}", server.logs());
 
@@ -288,12 +337,71 @@ async fn a_form_without_the_sessions_token_or_from_another_site_does_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_sign_in_not_posted_from_the_sign_in_page_is_refused() {
+    let server = Server::start(&[]);
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let url = format!("{}/catalog/sign-in", server.base);
+
+    // The page sets its token's cookie, for the sign-in path only.
+    let response = client().get(&url).send().await.unwrap();
+    let cookie = response.headers()["set-cookie"].to_str().unwrap().to_string();
+    for attribute in ["plinth_catalog_sign_in=", "HttpOnly", "SameSite=Strict", "Path=/catalog/sign-in"] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    let (cookie, token) = sign_in_form(&server.base).await;
+
+    // What a page of another site can post: the key (its own, say), but
+    // neither the cookie (SameSite) nor its token. Refused, whatever the
+    // browser says or does not say of where it came from.
+    let refused = |response: reqwest::Response| async move {
+        assert_eq!(response.status(), 403);
+        assert_eq!(response.headers()["plinth-error-code"], "forbidden");
+        let cookies: Vec<_> = response.headers().get_all("set-cookie").iter().collect();
+        assert!(!cookies.iter().any(|c| c.to_str().unwrap().starts_with("plinth_catalog_session=")), "no session");
+        let html = response.text().await.unwrap();
+        assert!(html.contains("did not come from this page") && html.contains("id=\"key\""), "{html}");
+    };
+    refused(client().post(&url).form(&[("key", key.as_str())]).send().await.unwrap()).await;
+    let forged = [("key", key.as_str()), ("sign_in_token", token.as_str())];
+    refused(client().post(&url).form(&forged).send().await.unwrap()).await;
+    let wrong = [("key", key.as_str()), ("sign_in_token", "0123456789abcdef0123456789abcdef")];
+    refused(client().post(&url).header("cookie", &cookie).form(&wrong).send().await.unwrap()).await;
+    // With the page's token and cookie, still refused when the browser says
+    // it came from elsewhere: Fetch Metadata, or else a foreign Origin.
+    for header in [
+        ("sec-fetch-site", "cross-site"),
+        ("sec-fetch-site", "same-site"),
+        ("sec-fetch-site", "none"),
+        ("origin", "https://evil.example"),
+        ("origin", "http://localhost:1"),
+    ] {
+        refused(post_sign_in(&server.base, &[("key", &key)], &[header]).await).await;
+    }
+    assert!(server.logs().contains("a catalog sign-in not from its form was refused"));
+
+    // The page's own form, as browsers post it: with Fetch Metadata, with
+    // this server's Origin and no Fetch Metadata, or with `Origin: null`
+    // (the page's `no-referrer` policy makes a browser send that).
+    let own = server.base.clone();
+    for header in [("sec-fetch-site", "same-origin"), ("origin", own.as_str()), ("origin", "null")] {
+        let response = post_sign_in(&server.base, &[("key", &key)], &[header]).await;
+        assert_eq!(response.status(), 303, "{header:?}");
+        assert!(response.headers()["set-cookie"].to_str().unwrap().starts_with("plinth_catalog_session="));
+    }
+    // A browser that keeps the cookie gets the same token on the next page,
+    // so two sign-in forms open at once both work.
+    let response = client().get(&url).header("cookie", &cookie).send().await.unwrap();
+    assert!(response.headers()["set-cookie"].to_str().unwrap().starts_with(&cookie));
+    assert!(response.text().await.unwrap().contains(&format!("value=\"{token}\"")));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn failed_sign_ins_are_throttled_like_confirmation_page_logins() {
     let server = Server::start(&["--login-address-lockout-after", "3", "--login-lockout-secs", "600"]);
     let (_, key) = server.create_key(Some("default"), "consumer").await;
     let sign_in = |key: String| {
-        let url = format!("{}/catalog/sign-in", server.base);
-        async move { client().post(url).form(&[("key", key)]).send().await.unwrap() }
+        let root = server.base.clone();
+        async move { post_sign_in(&root, &[("key", &key)], &[]).await }
     };
     for attempt in 0..3 {
         let response = sign_in(format!("plk_0123456789abcdef_guess-{attempt}")).await;
@@ -338,7 +446,7 @@ async fn vendor_text_is_escaped_on_every_page() {
     }
     // What a call returns is text too.
     let (status, html) =
-        designer.post(&format!("{tool}/try"), &[("version", "1"), ("input.note", "<script>alert(1)</script>")]).await;
+        designer.try_call(&tool, &[("version", "1"), ("input.note", "<script>alert(1)</script>")]).await;
     assert_eq!(status, 200, "{html}");
     assert!(
         html.contains("&#34;&#60;script&#62;alert(1)&#60;/script&#62;&#34;") && !html.contains("<script>"),
@@ -362,8 +470,8 @@ async fn the_try_form_names_each_bad_field_where_it_is() {
     assert!(html.contains("<label for=\"input-passengers\">"), "every field has its label: {html}");
 
     let (status, html) = designer
-        .post(
-            &format!("{book}/try"),
+        .try_call(
+            &book,
             &[
                 ("version", "1"),
                 ("input.flight_number", "UA123"),
@@ -398,11 +506,127 @@ async fn a_call_from_the_catalog_counts_against_the_tenants_quota() {
     assert_eq!(server.deploy_as(&publisher, "acme", echo).await.0, 201);
     let designer = Designer::sign_in(&format!("{}/t/acme", server.base), &publisher).await;
     let echo = tool_path(&designer, "echo").await;
-    let (status, html) = designer.post(&format!("{echo}/try"), &[("version", "1"), ("input.text", "one")]).await;
+    let (status, html) = designer.try_call(&echo, &[("version", "1"), ("input.text", "one")]).await;
     assert_eq!(status, 200, "{html}");
-    let (status, html) = designer.post(&format!("{echo}/try"), &[("version", "1"), ("input.text", "two")]).await;
-    assert_eq!(status, 503, "{html}");
+    let call_id = designer.call_id(&echo).await;
+    let form =
+        [("form_token", designer.form_token.as_str()), ("version", "1"), ("input.text", "two"), ("call_id", &call_id)];
+    let response = designer.send(&format!("{echo}/try"), &form, &[]).await;
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["plinth-error-code"], "rate_limited");
+    assert!(response.headers().contains_key("retry-after"));
+    let html = response.text().await.unwrap();
     assert!(html.contains("id=\"error-code\">rate_limited"), "{html}");
+    // Refused before it ran, the call gave its id back: the same form sent
+    // again is a call (whichever way the quota answers it), not a replay.
+    let response = designer.send(&format!("{echo}/try"), &form, &[]).await;
+    assert!(!response.headers().contains_key("idempotent-replayed"), "{:?}", response.headers());
+    assert!(!response.text().await.unwrap().contains("id=\"resent\""));
+}
+
+/// The value of the sample `name{labels}` in `/metrics`, if there is one.
+async fn metric(server: &Server, name: &str, labels: &str) -> Option<f64> {
+    let response = server.request(Method::GET, "/metrics").send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    crate::observability::sample(&response.text().await.unwrap(), name, labels)
+}
+
+/// `book_flight`'s calls from the catalog (and A2T) that ran, by `/metrics`.
+pub async fn bookings(server: &Server) -> f64 {
+    let labels = r#"tenant="default",tool="book_flight",version="1",door="a2t",outcome="ok""#;
+    metric(server, "plinth_invocations_total", labels).await.unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_form_sent_again_is_answered_from_its_record_and_books_once() {
+    let (server, _plugins) = catalog_server(&[]);
+    let (_, key) = server.create_key(Some("default"), "consumer").await;
+    let designer = Designer::sign_in(&server.base, &key).await;
+    let book = tool_path(&designer, "book_flight").await;
+    let call_id = designer.call_id(&book).await;
+    let booking = |passengers: &'static str, call_id: String| {
+        vec![
+            ("form_token", designer.form_token.clone()),
+            ("version", "1".to_string()),
+            ("input.flight_number", "UA123".to_string()),
+            ("input.date", "2026-12-24".to_string()),
+            ("input.passengers", passengers.to_string()),
+            ("input.cabin_class", "ECONOMY".to_string()),
+            ("call_id", call_id),
+        ]
+    };
+    let send = |form: Vec<(&'static str, String)>| {
+        let path = format!("{book}/try");
+        let designer = &designer;
+        async move {
+            let fields: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let response = designer.send(&path, &fields, &[]).await;
+            let replayed = response.headers().get("idempotent-replayed").is_some();
+            (response.status().as_u16(), replayed, response.text().await.unwrap())
+        }
+    };
+    let code_of = |html: &str| {
+        let row = html.split("data-output=\"confirmation_code\"").nth(1).unwrap_or_else(|| panic!("{html}"));
+        row.split("<pre class=\"value\">").nth(1).unwrap().split("</pre>").next().unwrap().to_string()
+    };
+
+    // The form books once.
+    let (status, replayed, first) = send(booking("2", call_id.clone())).await;
+    assert_eq!((status, replayed), (200, false), "{first}");
+    assert!(!first.contains("id=\"resent\""), "{first}");
+    assert_eq!(bookings(&server).await, 1.0);
+    // The page it answers with is a new form: a new call.
+    let next_call_id = hidden(&first, "call_id");
+    assert_ne!(next_call_id, call_id);
+
+    // The same form again (a reload, back and send again): the first
+    // call's answer, said to be that, and no second booking.
+    for _ in 0..2 {
+        let (status, replayed, again) = send(booking("2", call_id.clone())).await;
+        assert_eq!((status, replayed), (200, true), "{again}");
+        assert!(again.contains("id=\"resent\"") && again.contains("The tool did not run again"), "{again}");
+        assert_eq!(code_of(&again), code_of(&first), "the same booking");
+        assert_ne!(hidden(&again, "call_id"), call_id, "its form is a new call");
+    }
+    assert_eq!(bookings(&server).await, 1.0, "booked once");
+    let recorded =
+        format!("SELECT count(*) FROM idempotent_calls WHERE call_id = 'catalog:{call_id}' AND response IS NOT NULL");
+    assert_eq!(server.stored_count(&recorded), 1, "the ledger keeps the answer");
+
+    // The same call id with other values is not that call, nor a new one.
+    let (status, _, html) = send(booking("3", call_id.clone())).await;
+    assert_eq!(status, 409, "{html}");
+    assert!(html.contains("already sent with other values") && !html.contains("id=\"answer\""), "{html}");
+    // Without a call id, nothing runs.
+    let mut no_id = booking("2", String::new());
+    no_id.pop();
+    let (status, _, html) = send(no_id).await;
+    assert_eq!(status, 400, "{html}");
+    assert_eq!(bookings(&server).await, 1.0);
+
+    // The next form is the next booking.
+    let (status, replayed, second) = send(booking("2", next_call_id)).await;
+    assert_eq!((status, replayed), (200, false), "{second}");
+    assert_eq!(bookings(&server).await, 2.0);
+
+    // A call that waits for its end user, sent again, waits once: one
+    // transaction, the same pack.
+    let transfer = tool_path(&designer, "transfer_funds").await;
+    let call_id = designer.call_id(&transfer).await;
+    let form = [
+        ("form_token", designer.form_token.as_str()),
+        ("input.amount_usd", "250"),
+        ("end_user", "alice"),
+        ("call_id", call_id.as_str()),
+    ];
+    let (status, first) = designer.post_raw(&format!("{transfer}/try"), &form, &[]).await;
+    assert_eq!(status, 202, "{first}");
+    let (status, again) = designer.post_raw(&format!("{transfer}/try"), &form, &[]).await;
+    assert_eq!(status, 202, "{again}");
+    assert!(again.contains("id=\"resent\""), "{again}");
+    let pack = |html: &str| html.split("id=\"pack\">").nth(1).unwrap().split("</pre>").next().unwrap().to_string();
+    assert_eq!(pack(&again), pack(&first));
+    assert_eq!(server.stored_confirmations(), 1, "one transaction");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -10,7 +10,7 @@
 //! into `docs/catalog/`, the pictures the README and docs/catalog.md show.
 
 use crate::browser::{self, Browser};
-use crate::catalog::catalog_server;
+use crate::catalog::{bookings, catalog_server};
 use crate::support::TOKEN;
 use reqwest::Method;
 use serde_json::json;
@@ -146,6 +146,16 @@ async fn a_designer_finds_reads_compares_and_books_a_flight_in_a_browser() {
     assert_eq!(code.trim_matches('"').len(), 6, "a confirmation code: {code}");
     assert_eq!(browser.text_of("[data-output=cabin_class] td").await, "\"PREMIUM_ECONOMY\"");
     capture(&browser, "try", DESKTOP).await;
+    assert_eq!(bookings(&server).await, 1.0);
+
+    // A reload posts the form again: the page says so and shows the same
+    // booking; the flight is not booked twice.
+    browser.client().refresh().await.unwrap();
+    let resent = browser.wait_for_text("This form was sent before", WAIT).await;
+    assert!(resent.contains("The tool did not run again"), "{resent}");
+    assert_eq!(browser.text_of("[data-output=confirmation_code] td").await, code);
+    assert_eq!(bookings(&server).await, 1.0, "booked once");
+    capture(&browser, "try-resent", DESKTOP).await;
 
     // A passenger too many: the core's error, at its field; nothing else.
     browser.clear("#input-passengers").await;
@@ -271,12 +281,12 @@ async fn a_call_that_needs_confirmation_is_completed_on_the_confirmation_page() 
     browser.click("#accept").await;
     browser.wait_for_text("You confirmed", WAIT).await;
 
-    // Back in the catalog, the call's answer.
+    // Back in the catalog, the call's answer, as its result URI gives it.
     browser.goto(&format!("{}{status_page}", server.base)).await;
-    browser.wait_for_text("It ran: the tool answered.", WAIT).await;
-    assert_eq!(browser.text_of("[data-output=to_account_last4] td").await, "\"6819\"");
-    let summary = browser.text_of("[data-output=summary] td").await;
-    assert!(summary.contains("[redacted]") && !summary.contains("GB29"), "{summary}");
+    browser.wait_for_text("It ended with status 200", WAIT).await;
+    let kept = browser.text_of("#kept").await;
+    assert!(kept.contains("\"to_account_last4\"") && kept.contains("\"6819\""), "{kept}");
+    assert!(kept.contains("[redacted]") && !kept.contains("GB29"), "{kept}");
     browser.close().await;
 }
 

@@ -5,7 +5,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 /// The value of the sample `name{labels}` in a text exposition, if present.
-fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
+pub fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
     let prefix = format!("{name}{{{labels}}} ");
     text.lines().find_map(|line| line.strip_prefix(&prefix)).and_then(|value| value.parse().ok())
 }

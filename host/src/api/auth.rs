@@ -176,7 +176,8 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
 /// a live one of `tenant` (its key found again among the live keys: a
 /// revoked key's sessions end with it), else `401` and the sign-in page.
 /// A form posted (any method but `GET` and `HEAD`) must also come from
-/// this origin (`Sec-Fetch-Site`, where the browser sends it) and carry
+/// this origin (`Sec-Fetch-Site`, else `Origin`, where the browser sends
+/// them: [`super::pages::posted_from_elsewhere`]) and carry
 /// the session's form token, else `403` and nothing is done. The handler
 /// gets the [`Caller`] and the [`DesignerSession`](crate::host::DesignerSession).
 async fn authorize_designer(host: AppState, tenant: String, mut request: Request, next: Next) -> Response {
@@ -196,10 +197,10 @@ async fn authorize_designer(host: AppState, tenant: String, mut request: Request
     let session =
         session.filter(|s| decide(&host, Access::Catalog, Scope::Tenant, &tenant, true, Some(&s.principal)).is_ok());
     let Some(session) = session else {
-        return super::catalog::sign_in_required(&options, &tenant, request.method(), request.uri());
+        return super::catalog::sign_in_required(&options, &tenant, request.method(), request.uri(), request.headers());
     };
     if !matches!(*request.method(), Method::GET | Method::HEAD) {
-        if super::catalog::from_elsewhere(request.headers()) {
+        if super::pages::posted_from_elsewhere(request.headers(), &options.public_url) {
             tracing::warn!(tenant, "a catalog form posted from another site was refused");
             return super::catalog::forged_form(&options, &session);
         }
@@ -214,7 +215,7 @@ async fn authorize_designer(host: AppState, tenant: String, mut request: Request
         };
         let token = form_urlencoded::parse(&bytes).find(|(k, _)| k == "form_token").map(|(_, v)| v.into_owned());
         let token = token.unwrap_or_default();
-        if !bool::from(subtle::ConstantTimeEq::ct_eq(token.as_bytes(), session.form_token.as_bytes())) {
+        if !super::pages::form_token_matches(&token, &session.form_token) {
             tracing::warn!(tenant, "a catalog form without its session's form token was refused");
             return super::catalog::forged_form(&options, &session);
         }

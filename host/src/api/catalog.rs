@@ -19,8 +19,11 @@
 //! `SignatureDiff`, the registry's versions, the confirmation policy, the
 //! manifest's hosts, the sha256); a call runs through
 //! [`ToolHost::invoke`](crate::host::ToolHost::invoke) after
-//! [`invocation::input_record`], as the other doors' do. Who may see a
-//! page is decided in `auth.rs` (`Access::Catalog`), as for every route.
+//! [`invocation::input_record`], as the other doors' do, once per form: the
+//! form's call id is claimed in the core's call ledger
+//! ([`crate::idempotency`]), so a browser that sends it again gets the first
+//! call's answer. Who may see a page is decided in `auth.rs`
+//! (`Access::Catalog`), as for every route.
 
 use super::pages::{self, DesignerBar, Frame, Paragraph, Product, field, form};
 use super::{ApiError, ApiOptions, AppState, Caller, openapi};
@@ -28,17 +31,20 @@ use crate::host::{
     CATALOG_SESSION_TTL, Call, CatalogOrder, CatalogQuery, ConfirmationNeed, DesignerSession, FrontDoor, InvokeError,
     MAX_SEARCH_CHARS, State as TxState, as_words,
 };
-use crate::invocation::{self, InputError, ToolResult};
+use crate::idempotency::Claim;
+use crate::invocation::{self, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::{Change, EnumValue, InputParam, InputType, OutputType, SignatureDiff};
+use crate::store::CallKey;
 use crate::tenancy::unix_now;
 use askama::Template;
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequestParts, Path, RawQuery, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -48,6 +54,16 @@ use std::sync::Arc;
 /// browser sends a tenant's session to that tenant's catalog only (and the
 /// core refuses a session presented at another tenant's root anyway).
 const SESSION_COOKIE: &str = "plinth_catalog_session";
+/// The sign-in form's cookie: a random token that the form carries too (a
+/// double submit), so that a page of another site cannot sign the browser
+/// in with a key of its choosing (login CSRF), whatever the browser says of
+/// where a post came from: that page can neither read the cookie nor make
+/// the browser send it (`SameSite=Strict`). Sent to the sign-in path only.
+const SIGN_IN_COOKIE: &str = "plinth_catalog_sign_in";
+/// The sign-in form's field with the cookie's token.
+const SIGN_IN_TOKEN_FIELD: &str = "sign_in_token";
+/// How long a sign-in form's token lasts.
+const SIGN_IN_TOKEN_SECS: i64 = 24 * 3600;
 /// Tools on one page of the catalog.
 const PAGE_SIZE: usize = 50;
 /// A string input gets a multi-line box unless it is at most this long.
@@ -140,6 +156,17 @@ fn rich(text: &str) -> Vec<(bool, String)> {
     parts.iter().enumerate().filter(|(_, p)| !p.is_empty()).map(|(i, p)| (i % 2 == 1, p.to_string())).collect()
 }
 
+/// A new random id for a form (a sign-in form's token, a try form's call
+/// id): 122 random bits, as 32 lowercase hex digits.
+fn new_form_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// Whether `id` has the shape [`new_form_id`] gives.
+fn is_form_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 fn encode(text: &str) -> String {
     form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
@@ -147,17 +174,6 @@ fn encode(text: &str) -> String {
 /// The catalog session cookie's value in `headers`, if any.
 pub(super) fn session_token(headers: &HeaderMap) -> Option<String> {
     pages::cookie(headers, SESSION_COOKIE)
-}
-
-/// Whether the browser says the request came from another site (or
-/// another origin of this one): a form there cannot post to the catalog,
-/// whatever it carries. Browsers that do not send `Sec-Fetch-Site` rely on
-/// the SameSite cookie and the form token alone.
-pub(super) fn from_elsewhere(headers: &HeaderMap) -> bool {
-    headers
-        .get("sec-fetch-site")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|site| !matches!(site, "same-origin" | "none"))
 }
 
 /// A frame for a catalog page; with the designer's bar when signed in.
@@ -201,33 +217,63 @@ struct SignInPage {
     problem: Option<String>,
     action: String,
     next: String,
+    token: String,
     hours: u64,
 }
 
-fn sign_in_page(options: &ApiOptions, tenant: &str, next: &str, problem: Option<String>) -> SignInPage {
+/// The sign-in page with `status`, returning to `next`, and its token's
+/// cookie: the browser's if it has a well-formed one (so two open sign-in
+/// forms both work), else a new one.
+fn sign_in_page(
+    options: &ApiOptions,
+    tenant: &str,
+    headers: &HeaderMap,
+    status: StatusCode,
+    next: &str,
+    problem: Option<String>,
+) -> Response {
     let links = Links::new(options, tenant);
     let mut frame = frame(options, &links, "Sign in to the catalog", None);
     frame.width = "narrow";
-    SignInPage {
+    let token = pages::cookie(headers, SIGN_IN_COOKIE).filter(|t| is_form_id(t)).unwrap_or_else(new_form_id);
+    let page = SignInPage {
         frame,
         tenant: tenant.to_string(),
         problem,
         action: links.sign_in(),
         next: links.within(next),
+        token: token.clone(),
         hours: CATALOG_SESSION_TTL.as_secs() / 3600,
+    };
+    let mut response = pages::page(status, &page);
+    let cookie = pages::page_cookie(&options.public_url, SIGN_IN_COOKIE, token, links.sign_in(), SIGN_IN_TOKEN_SECS);
+    if let Ok(cookie) = axum::http::HeaderValue::from_str(&cookie.to_string()) {
+        response.headers_mut().append(axum::http::header::SET_COOKIE, cookie);
     }
+    response
 }
 
 /// The access layer's refusal of a catalog page without a live session of
 /// this tenant: `401` with the sign-in page, which returns here.
-pub(super) fn sign_in_required(options: &ApiOptions, tenant: &str, method: &Method, uri: &Uri) -> Response {
+pub(super) fn sign_in_required(
+    options: &ApiOptions,
+    tenant: &str,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Response {
     let links = Links::new(options, tenant);
     // A form posted without a session returns to the catalog, not to a
     // page that only answers posts.
     let next = if method == Method::GET || method == Method::HEAD { links.here(uri) } else { links.home() };
-    let page = sign_in_page(options, tenant, &next, None);
-    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "sign in to the catalog first")
-        .onto(pages::page(StatusCode::UNAUTHORIZED, &page))
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "sign in to the catalog first").onto(sign_in_page(
+        options,
+        tenant,
+        headers,
+        StatusCode::UNAUTHORIZED,
+        &next,
+        None,
+    ))
 }
 
 /// The access layer's refusal of a form that did not come from a catalog
@@ -265,21 +311,23 @@ pub(super) fn sessions_unreadable(options: &ApiOptions, tenant: &str) -> Respons
 /// `GET catalog/sign-in[?next=…]`.
 #[utoipa::path(get, summary = "The catalog's sign-in page", description = "A form for an API key of the tenant, returning to `next` (a page of the same catalog) once signed in.", path = "/catalog/sign-in", tag = "Catalog", operation_id = "catalog_sign_in_form",
     params(("next" = Option<String>, Query, description = "The catalog page to go on to")),
-    responses((status = 200, description = "The sign-in page", content_type = "text/html", body = String)))]
+    responses((status = 200, description = "The sign-in page", content_type = "text/html", body = String, headers(
+        ("Set-Cookie" = String, description = "The sign-in form's token (`plinth_catalog_sign_in`; HttpOnly, SameSite=Strict, Path: this root's sign-in), which its form carries too"),
+    ))))]
 pub(super) async fn sign_in_form(
     Extension(caller): Extension<Caller>,
     Extension(options): Extension<Arc<ApiOptions>>,
     RawQuery(query): RawQuery,
+    headers: HeaderMap,
 ) -> Response {
     let query = form(query.unwrap_or_default().as_bytes());
-    let page = sign_in_page(&options, &caller.tenant, field(&query, "next").unwrap_or(""), None);
-    pages::page(StatusCode::OK, &page)
+    sign_in_page(&options, &caller.tenant, &headers, StatusCode::OK, field(&query, "next").unwrap_or(""), None)
 }
 
 /// `POST catalog/sign-in` with `key` (and `next`): opens a session and
 /// returns to `next`, or shows the form again with why not (`401`, `429`
 /// or `503`, with `Retry-After` when waiting helps).
-#[utoipa::path(post, summary = "Signs in to the catalog", description = "Checks the key (any live key of the tenant; a consumer key is enough) and opens a session. Failed sign-ins are throttled like the confirmation pages' logins; a refusal is the sign-in page again, with its status, `Retry-After` when waiting helps, and the code in `Plinth-Error-Code`.", path = "/catalog/sign-in", tag = "Catalog", operation_id = "catalog_sign_in",
+#[utoipa::path(post, summary = "Signs in to the catalog", description = "Checks that the form is the sign-in page's (its token is its cookie's; the browser does not say it came from elsewhere), then the key (any live key of the tenant; a consumer key is enough), and opens a session. Failed sign-ins are throttled like the confirmation pages' logins; a refusal is the sign-in page again, with its status, `Retry-After` when waiting helps, and the code in `Plinth-Error-Code`.", path = "/catalog/sign-in", tag = "Catalog", operation_id = "catalog_sign_in",
     request_body(content = openapi::SignInForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 303, description = "Signed in: on to `next`, with the session cookie", headers(
@@ -287,7 +335,7 @@ pub(super) async fn sign_in_form(
             ("Set-Cookie" = String, description = "The session (HttpOnly, SameSite=Strict, Path: this root's catalog)"),
         )),
         (status = 401, description = "The key does not open this tenant's catalog (`unauthorized`)", content_type = "text/html", body = String),
-        (status = 403, description = "The sign-in came from another site (`forbidden`)", content_type = "text/html", body = String),
+        (status = 403, description = "The sign-in did not come from the sign-in page: from another site or origin, or without the token of the page's cookie (`forbidden`)", content_type = "text/html", body = String),
         (status = 429, description = "Too many failed sign-ins (`login_locked`)", content_type = "text/html", body = String,
             headers(("Retry-After" = u64, description = "Seconds"))),
         (status = 503, description = "The sign-in cannot be checked or recorded now (`login_busy`, `storage_failed`)", content_type = "text/html", body = String,
@@ -303,11 +351,14 @@ pub(super) async fn sign_in(
 ) -> Response {
     let form = form(&body);
     let next = field(&form, "next").unwrap_or("");
-    if from_elsewhere(&headers) {
-        let problem = "This sign-in came from another site; sign in from this page.".to_string();
-        let page = sign_in_page(&options, &caller.tenant, next, Some(problem));
-        return ApiError::new(StatusCode::FORBIDDEN, "forbidden", "a sign-in from another site")
-            .onto(pages::page(StatusCode::FORBIDDEN, &page));
+    // The form must be this server's sign-in page's, in this browser.
+    let token = pages::cookie(&headers, SIGN_IN_COOKIE).unwrap_or_default();
+    let forged = pages::posted_from_elsewhere(&headers, &options.public_url);
+    if forged || !pages::form_token_matches(field(&form, SIGN_IN_TOKEN_FIELD).unwrap_or(""), &token) {
+        tracing::warn!(tenant = caller.tenant, client = %peer.ip(), "a catalog sign-in not from its form was refused");
+        let problem = "This sign-in did not come from this page (it was sent from another site, or its form expired); sign in here.";
+        let page = sign_in_page(&options, &caller.tenant, &headers, StatusCode::FORBIDDEN, next, Some(problem.into()));
+        return ApiError::new(StatusCode::FORBIDDEN, "forbidden", "a sign-in not from the sign-in page").onto(page);
     }
     let key = field(&form, "key").unwrap_or("").trim();
     let token = match host.sign_in_designer(&caller.tenant, key, peer.ip()) {
@@ -324,15 +375,14 @@ pub(super) async fn sign_in(
                 }
                 _ => format!("{}.", as_words(&e.to_string())),
             };
-            let page = sign_in_page(&options, &caller.tenant, next, Some(problem));
             let error = ApiError::from(e);
-            let status = error.status();
-            return error.onto(pages::page(status, &page));
+            let page = sign_in_page(&options, &caller.tenant, &headers, error.status(), next, Some(problem));
+            return error.onto(page);
         }
     };
     let links = Links::new(&options, &caller.tenant);
     let cookie = session_cookie(&options, &links, token, CATALOG_SESSION_TTL.as_secs() as i64);
-    redirect(&links.within(next), Some(cookie))
+    pages::see_other(&links.within(next), &[cookie])
 }
 
 /// `POST catalog/sign-out`: ends the session (the access layer checked
@@ -356,33 +406,13 @@ pub(super) async fn sign_out(
         return sessions_unreadable(&options, &caller.tenant);
     }
     let links = Links::new(&options, &caller.tenant);
-    redirect(&links.sign_in(), Some(session_cookie(&options, &links, String::new(), 0)))
+    pages::see_other(&links.sign_in(), &[session_cookie(&options, &links, String::new(), 0)])
 }
 
-/// The session cookie (an empty one that expires at once forgets it).
+/// The session cookie, scoped to this root's catalog (an empty one that
+/// expires at once forgets it).
 fn session_cookie(options: &ApiOptions, links: &Links, token: String, max_age_secs: i64) -> cookie::Cookie<'static> {
-    cookie::Cookie::build((SESSION_COOKIE, token))
-        .path(links.home())
-        .http_only(true)
-        .secure(options.public_url.starts_with("https://"))
-        .same_site(cookie::SameSite::Strict)
-        .max_age(cookie::time::Duration::seconds(max_age_secs))
-        .build()
-}
-
-/// `303 See Other` to `location`, setting `cookie`.
-fn redirect(location: &str, cookie: Option<cookie::Cookie<'static>>) -> Response {
-    let mut response = StatusCode::SEE_OTHER.into_response();
-    if let Ok(location) = HeaderValue::from_str(location) {
-        response.headers_mut().insert(header::LOCATION, location);
-    }
-    if let Some(cookie) = cookie
-        && let Ok(cookie) = HeaderValue::from_str(&cookie.to_string())
-    {
-        response.headers_mut().insert(header::SET_COOKIE, cookie);
-    }
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+    pages::page_cookie(&options.public_url, SESSION_COOKIE, token, links.home(), max_age_secs)
 }
 
 // The catalog.
@@ -635,8 +665,7 @@ impl FromRequestParts<AppState> for AboutTool {
         let options = parts.extensions.get::<Arc<ApiOptions>>().cloned();
         let session = parts.extensions.get::<DesignerSession>().cloned();
         let (Some(options), Some(session)) = (options, session) else {
-            return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the server is misconfigured")
-                .into_response());
+            return Err(ApiError::internal("the server is misconfigured").into_response());
         };
         let Path(tool_id) = Path::<String>::from_request_parts(parts, host).await.map_err(|e| e.into_response())?;
         let Some(tool) = host.tool(&session.tenant, &tool_id) else {
@@ -930,6 +959,10 @@ struct TryPage {
     description: String,
     action: String,
     form_token: String,
+    /// This form's call id: new on every page, so each form sent is one call.
+    call_id: String,
+    /// On the answer to a form sent again: how many hours its answer is kept.
+    resent: Option<u64>,
     versions: Vec<u32>,
     version: u32,
     current: u32,
@@ -973,10 +1006,12 @@ struct EndUserField {
     error: Option<Vec<(bool, String)>>,
 }
 
-/// What came of a call.
+/// What came of a call; kept as JSON in the call ledger, to answer the
+/// same form sent again.
+#[derive(Clone, Serialize, Deserialize)]
 enum Answer {
-    /// The tool's outputs: `(name, value as JSON)`, and the A2T answer.
-    Outputs { outputs: Vec<(String, String)>, json: String },
+    /// The tool's outputs: `(name, value as JSON)`.
+    Outputs { outputs: Vec<(String, String)> },
     /// Refused, or failed: the status, code and message the A2T door would
     /// answer, and the fields an agent could act on.
     Refused { status: u16, code: String, message: Vec<(bool, String)>, details: Vec<(String, String)> },
@@ -990,7 +1025,7 @@ enum Answer {
 }
 
 impl Answer {
-    fn refused(error: ApiError) -> Answer {
+    fn refused(error: &ApiError) -> Answer {
         let details = error
             .fields()
             .iter()
@@ -1000,29 +1035,6 @@ impl Answer {
             status: error.status().as_u16(),
             code: error.code().to_string(),
             message: rich(error.message()),
-            details,
-        }
-    }
-
-    /// A call's answer as the A2T door's JSON (outputs or `error`).
-    fn from_a2t(status: u16, body: &Value) -> Answer {
-        if let Some(outputs) = body["output_parameters"].as_array() {
-            let outputs =
-                outputs.iter().map(|o| (o["name"].as_str().unwrap_or("").to_string(), pretty(&o["value"]))).collect();
-            return Answer::Outputs { outputs, json: pretty(body) };
-        }
-        let error = &body["error"];
-        let details = error
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(k, _)| *k != "code" && *k != "message")
-            .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_string)))
-            .collect();
-        Answer::Refused {
-            status,
-            code: error["code"].as_str().unwrap_or("").to_string(),
-            message: rich(error["message"].as_str().unwrap_or("")),
             details,
         }
     }
@@ -1097,6 +1109,8 @@ fn try_page(
         description: signature.description.clone(),
         action: links.try_it(tool),
         form_token: session.form_token.clone(),
+        call_id: new_form_id(),
+        resent: None,
         versions,
         version: version.number,
         current: tool.current().map_or(0, |v| v.number),
@@ -1169,16 +1183,20 @@ fn typed(param: &InputParam, text: &str) -> Value {
 /// `POST catalog/tools/{id}/try`: validates the form against the signature
 /// (the core's [`invocation::input_record`]: every bad field is named next
 /// to it) and runs the call through the core.
-#[utoipa::path(post, summary = "Tries a tool", description = "Checks the form against the signature (each bad field refused where it is) and runs the call through the core, as an A2T call: the tenant's quotas, the tool's limits and its confirmation policy apply. The page's status is the call's.", path = "/catalog/tools/{tool_id}/try", tag = "Catalog", operation_id = "catalog_try",
+#[utoipa::path(post, summary = "Tries a tool", description = "Checks the form against the signature (each bad field refused where it is) and runs the call through the core, as an A2T call: the tenant's quotas, the tool's limits and its confirmation policy apply. The page's status is the call's. The form's `call_id` makes it one call: the same form sent again (a reload) is answered from the record of its first call, marked `idempotent-replayed: true`, and the tool does not run again.", path = "/catalog/tools/{tool_id}/try", tag = "Catalog", operation_id = "catalog_try",
     params(("tool_id" = String, Path, description = "The tool's `toolId`")),
     request_body(content = openapi::TryForm, content_type = "application/x-www-form-urlencoded"),
     responses(
-        (status = 200, description = "It ran: its outputs", content_type = "text/html", body = String),
-        (status = 202, description = "It waits for its end user's confirmation: the URI pack and the links on", content_type = "text/html", body = String),
+        (status = 200, description = "It ran: its outputs (or, for the form sent again, its first call's)", content_type = "text/html", body = String,
+            headers(("idempotent-replayed" = Option<String>, description = "`true` when the answer is the recorded one of this form's first call"))),
+        (status = 202, description = "It waits for its end user's confirmation: the URI pack and the links on", content_type = "text/html", body = String,
+            headers(("idempotent-replayed" = Option<String>, description = "`true` when the answer is the recorded one of this form's first call"))),
+        (status = 400, description = "The form has no call id (`invalid_request`): nothing ran", content_type = "text/html", body = String),
         (status = 404, description = "No such tool or version", content_type = "text/html", body = String),
+        (status = 409, description = "The form's call id was sent before with other values (`call_id_reused`): nothing ran", content_type = "text/html", body = String),
         (status = 410, description = "The version is retired", content_type = "text/html", body = String),
-        (status = 422, description = "A field is refused (at the field), or the tool failed for good", content_type = "text/html", body = String),
-        (status = 503, description = "Busy, over the tenant's rate, or the tool asks for a retry", content_type = "text/html", body = String, headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 422, description = "A field is refused (at the field), the tool failed for good, or the form's first call has no answer to show (`call_outcome_unknown`: not run again)", content_type = "text/html", body = String),
+        (status = 503, description = "Busy, over the tenant's rate, the tool asks for a retry, the call cannot be recorded (`storage_failed`), or the form's first call still runs on another replica (`call_in_progress`)", content_type = "text/html", body = String, headers(("Retry-After" = u64, description = "Seconds"))),
         (status = 504, description = "The tool did not answer in time", content_type = "text/html", body = String, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
 pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
@@ -1223,11 +1241,164 @@ pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
         return ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", "the form has errors")
             .onto(pages::page(StatusCode::UNPROCESSABLE_ENTITY, &page));
     };
+    // The form's call id makes it one call: the same form sent again (a
+    // reload, back and send again, a second click) is answered from the
+    // ledger's record of the first, and the tool does not run again.
+    let show =
+        |errors: &HashMap<String, String>| try_page(&host, &options, &session, &tool, &version, &entered, errors);
+    let Some(form_call_id) = field(&form, CALL_ID_FIELD).filter(|id| is_form_id(id)) else {
+        let mut page = show(&errors);
+        page.problem = Some(rich(
+            "This form has no call id (it did not come from this page): nothing ran. Send it again from here.",
+        ));
+        return ApiError::bad_request("invalid_request", "the form has no call id")
+            .onto(pages::page(StatusCode::BAD_REQUEST, &page));
+    };
+    let key = CallKey {
+        tenant: session.tenant.clone(),
+        caller: session.principal.key_id.clone(),
+        // Apart from the OTC door's call ids, which its callers choose.
+        call_id: format!("catalog:{form_call_id}"),
+    };
+    let retention_hours = host.call_retention().as_secs() / 3600;
+    // The answer to the form sent again; `kept` when it is the first
+    // call's answer (not that it has none to show).
+    let resent = |answer: Answer, status: StatusCode, kept: bool| {
+        let mut page = show(&errors);
+        page.answer = Some(answer);
+        page.resent = kept.then_some(retention_hours);
+        let mut response = pages::page(status, &page);
+        response.headers_mut().insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));
+        response
+    };
+    let ticket = match host.claim_call(&key, &form_sha256(tool.id, &form)).await {
+        Ok(Claim::Run(ticket)) => ticket,
+        Ok(Claim::Recorded(kept)) => {
+            let kept = serde_json::from_str::<KeptAnswer>(&kept).ok();
+            return match kept {
+                // Final: what was temporary then is not retried by a reload.
+                Some(KeptAnswer { status, answer }) => {
+                    let status = super::error::settled(StatusCode::from_u16(status).unwrap_or(StatusCode::OK));
+                    resent(answer, status, true)
+                }
+                None => {
+                    let error = outcome_unknown("This form's call ran before, but its answer cannot be shown again.");
+                    resent(Answer::refused(&error), error.status(), false)
+                }
+            };
+        }
+        Ok(Claim::Unfinished) => {
+            let error = outcome_unknown(
+                "This form's call began, but its outcome was never recorded (the server stopped while it ran): it may or may not have taken effect.",
+            );
+            return resent(Answer::refused(&error), error.status(), false);
+        }
+        Ok(Claim::RunningElsewhere) => {
+            let error = ApiError::call_in_progress(
+                "This form's call still runs (on another replica of the server): reload this page in a moment to see its answer.",
+            );
+            return resent(Answer::refused(&error), error.status(), false);
+        }
+        Ok(Claim::Conflict) => {
+            let mut page = show(&errors);
+            page.problem = Some(rich(
+                "This form was already sent with other values: nothing ran now. Check the values and send the form again.",
+            ));
+            return ApiError::new(StatusCode::CONFLICT, "call_id_reused", "the form was sent before with other values")
+                .onto(pages::page(StatusCode::CONFLICT, &page));
+        }
+        Err(e) => {
+            tracing::error!(tenant = session.tenant, error = %e, "a catalog call id could not be claimed");
+            let error = ApiError::storage_failed("the call could not be recorded; it did not run");
+            let mut page = show(&errors);
+            page.answer = Some(Answer::refused(&error));
+            return error.onto(pages::page(StatusCode::SERVICE_UNAVAILABLE, &page));
+        }
+    };
     let mut call = Call::new(input, FrontDoor::A2t);
-    call.end_user = end_user.clone();
-    let call_id = call.call_id.clone();
-    let number = version.number;
-    let outcome = host.invoke(tool.clone(), version.clone(), call).await;
+    call.call_id = key.call_id;
+    call.end_user = end_user;
+    // Its own task: a browser that goes away mid-call must not leave the
+    // call id claimed and unrecorded while the tool runs on.
+    let run = run_once(host.clone(), options.clone(), session.clone(), tool.clone(), version.clone(), call, ticket);
+    let Ok(came) = tokio::spawn(tracing::Instrument::instrument(run, tracing::Span::current())).await else {
+        let error = ApiError::internal("the call was interrupted");
+        let mut page = show(&errors);
+        page.answer = Some(Answer::refused(&error));
+        return error.onto(pages::page(StatusCode::INTERNAL_SERVER_ERROR, &page));
+    };
+    match came {
+        Came::AtField(name, message) => {
+            errors.entry(name).or_insert(message);
+            pages::page(StatusCode::UNPROCESSABLE_ENTITY, &show(&errors))
+        }
+        Came::Answer { status, answer, refusal } => {
+            let mut page = show(&errors);
+            page.answer = Some(answer);
+            match refusal {
+                Some(error) => error.onto(pages::page(status, &page)),
+                None => pages::page(status, &page),
+            }
+        }
+    }
+}
+
+/// The form's field with its call id.
+const CALL_ID_FIELD: &str = "call_id";
+
+/// What identifies a try form's request in the ledger: the tool and every
+/// field but the tokens, in order. The same form sent again hashes the
+/// same; the same call id with other values is a conflict.
+fn form_sha256(tool_id: uuid::Uuid, form: &[(String, String)]) -> String {
+    let mut fields: Vec<&(String, String)> =
+        form.iter().filter(|(name, _)| name != "form_token" && name != CALL_ID_FIELD).collect();
+    fields.sort();
+    let request = serde_json::json!({ "catalog_try": tool_id.to_string(), "fields": fields });
+    crate::package::sha256_hex(request.to_string().as_bytes())
+}
+
+/// `422 call_outcome_unknown`: a form sent again whose first call's answer
+/// cannot be shown; it is not run again.
+fn outcome_unknown(said: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "call_outcome_unknown",
+        format!("{said} It was not run again; check before calling again."),
+    )
+}
+
+/// A call's answer as the ledger keeps it for its form.
+#[derive(Serialize, Deserialize)]
+struct KeptAnswer {
+    /// The page's status.
+    status: u16,
+    answer: Answer,
+}
+
+/// What came of a call the catalog ran.
+enum Came {
+    /// Its answer: what the tool gave, a refusal, or that it waits.
+    Answer { status: StatusCode, answer: Answer, refusal: Option<ApiError> },
+    /// A field the core refused as the call was made (named, and why): the
+    /// tool did not run.
+    AtField(String, String),
+}
+
+/// Runs a claimed call through the core and settles its claim: the answer
+/// kept for the form sent again when the tool ran (or may have) or the call
+/// now waits for its end user (a second post must not open a second
+/// transaction); the call id given back when it was refused before it ran.
+async fn run_once(
+    host: AppState,
+    options: Arc<ApiOptions>,
+    session: DesignerSession,
+    tool: Arc<Tool>,
+    version: Arc<ToolVersion>,
+    call: Call,
+    ticket: crate::idempotency::Ticket,
+) -> Came {
+    let (call_id, end_user, number) = (call.call_id.clone(), call.end_user.clone(), version.number);
+    let outcome = host.invoke(tool.clone(), version, call).await;
     tracing::info!(
         tenant = session.tenant,
         key = session.principal.key_id,
@@ -1236,60 +1407,75 @@ pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
         call_id,
         "a call was tried from the catalog"
     );
-    let links = Links::new(&options, &session.tenant);
-    let (status, answer) = match outcome {
+    let keep = match &outcome {
+        Ok(_) | Err(InvokeError::ConfirmationPending(_)) => true,
+        Err(e) => e.tool_ran(),
+    };
+    let came = came_of(&options, &session, end_user, outcome);
+    let kept = match &came {
+        Came::Answer { status, answer, .. } if keep => {
+            serde_json::to_string(&KeptAnswer { status: status.as_u16(), answer: answer.clone() }).ok()
+        }
+        _ => None,
+    };
+    let settled = match (keep, kept) {
+        (true, Some(kept)) => host.settle_call(ticket, Some(&kept)),
+        (false, _) => host.settle_call(ticket, None),
+        // Not recordable: left unfinished, so a resubmission says the
+        // outcome is unknown rather than run it again.
+        (true, None) => {
+            drop(ticket);
+            Ok(())
+        }
+    };
+    if let Err(e) = settled {
+        // The page still shows the answer; the form sent again is told its
+        // outcome is unknown rather than run again.
+        tracing::error!(error = %e, "a catalog call's answer could not be recorded");
+    }
+    came
+}
+
+/// The page's answer to a call's typed outcome.
+fn came_of(
+    options: &ApiOptions,
+    session: &DesignerSession,
+    end_user: Option<String>,
+    outcome: Result<ToolResult, InvokeError>,
+) -> Came {
+    let refused = |error: ApiError| Came::Answer {
+        status: error.status(),
+        answer: Answer::refused(&error),
+        refusal: Some(error),
+    };
+    match outcome {
         Ok(ToolResult::Outputs(outputs)) => {
-            let json = serde_json::json!({ "output_parameters": outputs });
-            let shown = outputs.iter().map(|o| (o.name.clone(), pretty(&o.value))).collect();
-            (StatusCode::OK, Answer::Outputs { outputs: shown, json: pretty(&json) })
+            let outputs = outputs.iter().map(|o| (o.name.clone(), pretty(&o.value))).collect();
+            Came::Answer { status: StatusCode::OK, answer: Answer::Outputs { outputs }, refusal: None }
         }
-        Ok(ToolResult::Failed(refused)) => {
-            let error = ApiError::from(refused);
-            (error.status(), Answer::refused(error))
-        }
+        Ok(ToolResult::Failed(failed)) => refused(ApiError::from(failed)),
         Err(InvokeError::ConfirmationPending(pending)) => {
-            let pack = super::cheq::uri_pack_body(&options, &pending);
-            // The built-in confirmation page takes the resource URI in its
-            // query; an external confirmation server takes the pack its own way.
-            let confirm_href = pending.confirmation_uri.is_none().then(|| {
-                format!(
-                    "{}?resource_uri={}",
-                    pack[super::cheq::CONFIRMATION_URI].as_str().unwrap_or(""),
-                    encode(pack[super::cheq::RESOURCE_URI].as_str().unwrap_or(""))
-                )
-            });
+            let links = Links::new(options, &session.tenant);
+            let pack = super::cheq::uri_pack_body(options, &pending);
+            // A link to the built-in confirmation page only: an external
+            // confirmation server takes the pack its own way.
+            let confirm_href = pending.confirmation_uri.is_none().then(|| super::confirmation_link(options, &pending));
             let answer = Answer::Pending {
-                end_user: end_user.clone().unwrap_or_default(),
+                end_user: end_user.unwrap_or_default(),
                 expires: at(pending.expires_at),
                 confirm_href,
                 pack: pretty(&pack),
                 status_href: links.confirmation(&pending.id),
             };
-            (StatusCode::ACCEPTED, answer)
+            Came::Answer { status: StatusCode::ACCEPTED, answer, refusal: None }
         }
-        Err(InvokeError::Input(e)) => {
-            record_error(&mut errors, e);
-            let page = try_page(&host, &options, &session, &tool, &version, &entered, &errors);
-            return pages::page(StatusCode::UNPROCESSABLE_ENTITY, &page);
-        }
-        Err(InvokeError::EndUserRequired(_)) => {
-            let message = "This call needs its end user's confirmation: name the end user who confirms it.";
-            errors.insert(END_USER_FIELD.to_string(), message.to_string());
-            let page = try_page(&host, &options, &session, &tool, &version, &entered, &errors);
-            return pages::page(StatusCode::UNPROCESSABLE_ENTITY, &page);
-        }
-        Err(e) => {
-            let error = ApiError::from(e);
-            (error.status(), Answer::refused(error))
-        }
-    };
-    let mut page = try_page(&host, &options, &session, &tool, &version, &entered, &errors);
-    page.answer = Some(answer);
-    pages::page(status, &page)
-}
-
-fn record_error(errors: &mut HashMap<String, String>, e: InputError) {
-    errors.entry(e.parameter.unwrap_or_default()).or_insert(e.message);
+        Err(InvokeError::Input(e)) => Came::AtField(e.parameter.unwrap_or_default(), e.message),
+        Err(InvokeError::EndUserRequired(_)) => Came::AtField(
+            END_USER_FIELD.to_string(),
+            "This call needs its end user's confirmation: name the end user who confirms it.".to_string(),
+        ),
+        Err(e) => refused(ApiError::from(e)),
+    }
 }
 
 // A call that waits for its end user.
@@ -1352,15 +1538,15 @@ pub(super) async fn confirmation(
         TxState::Running => {
             Answer::Waiting { state: "It was confirmed and runs now".into(), expires: at(c.expires_at) }
         }
+        // What the result URI gives, as its door keeps it: not read back
+        // into outputs (the catalog does not parse a door's answers).
         TxState::Done => {
             let status = c.result_status.unwrap_or(200);
-            let body: Value = c.result_body.as_deref().and_then(|b| serde_json::from_str(b).ok()).unwrap_or_default();
-            match c.door() {
-                FrontDoor::A2t => Answer::from_a2t(status, &body),
-                FrontDoor::Otc | FrontDoor::Mcp => Answer::Kept { status, json: pretty(&body) },
-            }
+            let body = c.result_body.as_deref().unwrap_or_default();
+            let json = serde_json::from_str::<Value>(body).map_or_else(|_| body.to_string(), |json| pretty(&json));
+            Answer::Kept { status, json }
         }
-        other => Answer::refused(ApiError::unanswered(other)),
+        other => Answer::refused(&ApiError::unanswered(other)),
     };
     let tool = host.registry().get_in(&session.tenant, &c.tool_id);
     let (name, href) = match &tool {
@@ -1410,6 +1596,30 @@ mod tests {
             assert_eq!(acme.within(refused), acme.home(), "{refused:?}");
         }
         assert_eq!(links("http://127.0.0.1:8080", "default").home(), "/catalog");
+    }
+
+    #[test]
+    fn a_try_form_is_the_same_request_whatever_its_tokens_and_field_order() {
+        let tool = |id: &str| id.parse::<uuid::Uuid>().unwrap();
+        let form =
+            |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
+        let echo = tool("3a468a71-b869-4a46-8c8f-7612f18bfa39");
+        let sent = form(&[("form_token", "a"), ("version", "1"), ("input.text", "hi"), ("call_id", "x")]);
+        let again = form(&[("input.text", "hi"), ("call_id", "y"), ("version", "1"), ("form_token", "b")]);
+        assert_eq!(form_sha256(echo, &sent), form_sha256(echo, &again));
+        let other = form(&[("form_token", "a"), ("version", "1"), ("input.text", "ho"), ("call_id", "x")]);
+        assert_ne!(form_sha256(echo, &sent), form_sha256(echo, &other));
+        let elsewhere = tool("5b468a71-b869-4a46-8c8f-7612f18bfa39");
+        assert_ne!(form_sha256(echo, &sent), form_sha256(elsewhere, &sent));
+    }
+
+    #[test]
+    fn form_ids_are_new_each_time_and_only_their_shape_is_taken() {
+        let (a, b) = (new_form_id(), new_form_id());
+        assert!(is_form_id(&a) && is_form_id(&b) && a != b);
+        for refused in ["", "0123", "0123456789ABCDEF0123456789abcdef", "0123456789abcdef0123456789abcdeg", "../../x"] {
+            assert!(!is_form_id(refused), "{refused}");
+        }
     }
 
     #[test]

@@ -697,26 +697,14 @@ pub(super) async fn login(
             return notice(&options, StatusCode::SERVICE_UNAVAILABLE, "Try again", vec![said]);
         }
     };
-    let secure = options.public_url.starts_with("https://");
-    let cookie = cookie::Cookie::build((SESSION_COOKIE, token))
-        .path("/")
-        .http_only(true)
-        .secure(secure)
-        .same_site(cookie::SameSite::Strict)
-        .max_age(cookie::time::Duration::seconds(SESSION_TTL.as_secs() as i64));
+    let cookie =
+        pages::page_cookie(&options.public_url, SESSION_COOKIE, token, "/".into(), SESSION_TTL.as_secs() as i64);
     let target = format!(
         "{}/cheq/confirm?resource_uri={}",
         root(&options, &caller.tenant),
         form_urlencoded::byte_serialize(resource_uri.as_bytes()).collect::<String>()
     );
-    let mut response = StatusCode::SEE_OTHER.into_response();
-    if let (Ok(location), Ok(cookie)) =
-        (HeaderValue::from_str(&target), HeaderValue::from_str(&cookie.build().to_string()))
-    {
-        response.headers_mut().insert(header::LOCATION, location);
-        response.headers_mut().insert(header::SET_COOKIE, cookie);
-    }
-    response
+    pages::see_other(&target, &[cookie])
 }
 
 /// `POST cheq/decide`: the end user's Accept or Reject on the confirmation
@@ -748,7 +736,7 @@ pub(super) async fn decide(
         return notice(&options, StatusCode::UNAUTHORIZED, "Log in first", vec![said]);
     };
     let token = field(&fields, "form_token").unwrap_or("");
-    if !bool::from(subtle::ConstantTimeEq::ct_eq(token.as_bytes(), session.form_token.as_bytes())) {
+    if !pages::form_token_matches(token, &session.form_token) {
         tracing::warn!(tenant = caller.tenant, "a confirmation decision without the page's form token was refused");
         let said = Paragraph::of(
             "This request did not come from the confirmation page (its form token is missing or wrong). Nothing was decided.",

@@ -58,6 +58,13 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message).retry_after(INTERNAL_RETRY_SECS)
     }
 
+    /// `503 call_in_progress` with `Retry-After: 1`: the call with this id
+    /// still runs elsewhere (another replica); the same request again, in a
+    /// moment, gets its answer.
+    pub fn call_in_progress(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "call_in_progress", message).retry_after(RETRY_SOON_SECS)
+    }
+
     /// `503 busy` with `Retry-After: 1`.
     fn busy(message: String) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message).retry_after(RETRY_SOON_SECS)

@@ -641,7 +641,7 @@ impl McpDoor {
         scope: &CallScope<'_>,
     ) -> Result<CallToolResponse, ErrorData> {
         let (host, caller) = (&scope.host, &scope.caller);
-        let url = confirmation_url(&self.options, pending);
+        let url = super::confirmation_link(&self.options, pending);
         let message = format!(
             "`{tool}` runs only once you confirm it: open the link, log in and review the call (it expires at {}).",
             crate::host::rfc3339(pending.expires_at)
@@ -735,7 +735,7 @@ impl McpDoor {
     ) -> Result<CallToolResponse, ErrorData> {
         match outcome(host, &caller.tenant, transaction).await? {
             Outcome::Pending(pending) => {
-                let url = confirmation_url(&self.options, &pending);
+                let url = super::confirmation_link(&self.options, &pending);
                 let message = "The call still waits for its end user's confirmation: open the link to review it.";
                 Err(url_elicitation_error(&pending.id, &url, message))
             }
@@ -987,18 +987,6 @@ pub(super) fn stored_answer(outcome: Result<ToolResult, InvokeError>) -> (Status
         Ok(result) => (StatusCode::OK, serde_json::to_string(&result).unwrap_or_default()),
         Err(error) => (StatusCode::UNPROCESSABLE_ENTITY, serde_json::to_string(&error).unwrap_or_default()),
     }
-}
-
-/// The link the end user opens: the confirmation page with the call's
-/// resource URI (no credential: accepting still needs the end user's login
-/// or their confirmation server's signature).
-fn confirmation_url(options: &ApiOptions, pending: &PendingConfirmation) -> String {
-    let pack = super::cheq::uri_pack_body(options, pending);
-    let page = pack[super::cheq::CONFIRMATION_URI].as_str().unwrap_or_default();
-    let resource = pack[super::cheq::RESOURCE_URI].as_str().unwrap_or_default();
-    let query: String = form_urlencoded::Serializer::new(String::new()).append_pair("resource_uri", resource).finish();
-    let separator = if page.contains('?') { '&' } else { '?' };
-    format!("{page}{separator}{query}")
 }
 
 /// The `inputRequests` of an `input_required` result: one URL elicitation.

@@ -420,6 +420,20 @@ pub(crate) async fn render_outcome(
     }
 }
 
+/// The link an end user opens to confirm a waiting call: the confirmation
+/// page with the call's resource URI in its query (no credential:
+/// accepting still needs the end user's login or their confirmation
+/// server's signature). What the MCP door elicits and the catalog links to.
+pub(crate) fn confirmation_link(options: &ApiOptions, pending: &crate::host::PendingConfirmation) -> String {
+    let pack = cheq::uri_pack_body(options, pending);
+    let page = pack[cheq::CONFIRMATION_URI].as_str().unwrap_or_default();
+    let resource = pack[cheq::RESOURCE_URI].as_str().unwrap_or_default();
+    let query: String = form_urlencoded::Serializer::new(String::new()).append_pair("resource_uri", resource).finish();
+    // An external confirmation server's URI may have a query of its own.
+    let separator = if page.contains('?') { '&' } else { '?' };
+    format!("{page}{separator}{query}")
+}
+
 /// An error in the shape of `door`'s errors.
 pub(crate) async fn render_error(door: FrontDoor, error: ApiError) -> axum::response::Response {
     use axum::response::IntoResponse;
@@ -506,4 +520,29 @@ fn no_such_endpoint() -> ApiError {
 
 async fn not_found() -> ApiError {
     no_such_endpoint()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::PendingConfirmation;
+
+    #[test]
+    fn the_confirmation_link_carries_the_resource_uri_whatever_query_the_page_has() {
+        let options = ApiOptions { public_url: "https://tools.example.com".into(), ..ApiOptions::default() };
+        let pending = |tenant: &str, confirmation_uri: Option<&str>| PendingConfirmation {
+            id: "tx1".into(),
+            expires_at: 0,
+            tenant: tenant.into(),
+            confirmation_uri: confirmation_uri.map(str::to_string),
+        };
+        assert_eq!(
+            confirmation_link(&options, &pending("default", None)),
+            "https://tools.example.com/cheq/confirm?resource_uri=https%3A%2F%2Ftools.example.com%2Fcheq%2Ftransactions%2Ftx1"
+        );
+        assert_eq!(
+            confirmation_link(&options, &pending("acme", Some("https://confirm.example/page?realm=acme"))),
+            "https://confirm.example/page?realm=acme&resource_uri=https%3A%2F%2Ftools.example.com%2Ft%2Facme%2Fcheq%2Ftransactions%2Ftx1"
+        );
+    }
 }

@@ -842,6 +842,11 @@ pub mod schemas {
         /// An API key of the tenant.
         #[schema(example = "plk_0123456789abcdef_not-a-real-key")]
         pub key: String,
+        /// The token of the sign-in page's `plinth_catalog_sign_in` cookie,
+        /// which the page puts in its form: a sign-in without it is refused
+        /// (`403`).
+        #[schema(example = "0123456789abcdef0123456789abcdef")]
+        pub sign_in_token: String,
         /// The catalog page to go on to (any other is the catalog).
         #[schema(example = "/catalog?q=flight")]
         pub next: Option<String>,
@@ -861,6 +866,10 @@ pub mod schemas {
     pub struct TryForm {
         /// The session's form token.
         pub form_token: String,
+        /// The form's call id (32 hex digits, new on every page): the same
+        /// form sent again is answered from its first call's record.
+        #[schema(example = "0123456789abcdef0123456789abcdef")]
+        pub call_id: String,
         /// The version to call (the current one when left out).
         pub version: Option<u32>,
         /// The end user who confirms the call, when it may need confirmation.

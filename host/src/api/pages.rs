@@ -184,6 +184,109 @@ pub fn cookie(headers: &axum::http::HeaderMap, name: &str) -> Option<String> {
     )
 }
 
+/// Whether the form token `presented` is `expected`, compared in constant
+/// time (how long the comparison takes says nothing of the token). An
+/// empty `expected` matches nothing.
+pub fn form_token_matches(presented: &str, expected: &str) -> bool {
+    !expected.is_empty() && bool::from(subtle::ConstantTimeEq::ct_eq(presented.as_bytes(), expected.as_bytes()))
+}
+
+/// A cookie of the pages (a session, or a sign-in form's token): never read
+/// by script (`HttpOnly`), never sent with a request from another site
+/// (`SameSite=Strict`), only over TLS when the public URL is https, sent to
+/// `path` and below only, for `max_age_secs` (`0` forgets it).
+pub fn page_cookie(
+    public_url: &str,
+    name: &'static str,
+    value: String,
+    path: String,
+    max_age_secs: i64,
+) -> cookie::Cookie<'static> {
+    cookie::Cookie::build((name, value))
+        .path(path)
+        .http_only(true)
+        .secure(public_url.starts_with("https://"))
+        .same_site(cookie::SameSite::Strict)
+        .max_age(cookie::time::Duration::seconds(max_age_secs))
+        .build()
+}
+
+/// `303 See Other` to `location`, setting `cookies`, never cached.
+pub fn see_other(location: &str, cookies: &[cookie::Cookie<'static>]) -> Response {
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    let headers = response.headers_mut();
+    if let Ok(location) = HeaderValue::from_str(location) {
+        headers.insert(header::LOCATION, location);
+    }
+    for cookie in cookies {
+        if let Ok(cookie) = HeaderValue::from_str(&cookie.to_string()) {
+            headers.append(header::SET_COOKIE, cookie);
+        }
+    }
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Whether a form post came from another site, or another origin of this
+/// one, as far as the browser says: a `Sec-Fetch-Site` other than
+/// `same-origin`, or — from a browser that sends no Fetch Metadata — an
+/// `Origin` other than this server's own (the public URL's, or the one the
+/// browser reached it by, its `Host`).
+///
+/// `Sec-Fetch-Site: none` (a navigation the user made: typed, a bookmark)
+/// is refused too: a form of these pages posts `same-origin`, a reload of
+/// its answer too, and a user-made navigation is never a post. `Origin:
+/// null` (what a page under `Referrer-Policy: no-referrer`, ours among
+/// them, posts with) and no `Origin` at all (a client that is not a
+/// browser) say nothing either way: the form's token decides.
+pub fn posted_from_elsewhere(headers: &axum::http::HeaderMap, public_url: &str) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return site.as_bytes() != b"same-origin";
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else { return false };
+    if origin.as_bytes() == b"null" {
+        return false;
+    }
+    // An origin that does not even parse is not this server's.
+    let Some(theirs) = origin.to_str().ok().and_then(Origin::parse) else { return true };
+    let ours = Origin::parse(public_url).is_some_and(|ours| ours == theirs);
+    let reached = headers
+        .get(header::HOST)
+        .and_then(|host| host.to_str().ok())
+        .and_then(|host| host.parse::<axum::http::uri::Authority>().ok())
+        .is_some_and(|host| {
+            host.host().eq_ignore_ascii_case(&theirs.host)
+                && host.port_u16().unwrap_or(theirs.default_port()) == theirs.port
+        });
+    !(ours || reached)
+}
+
+/// A web origin: scheme, host and port (the scheme's default when the URL
+/// names none), in lower case.
+#[derive(Debug, PartialEq, Eq)]
+struct Origin {
+    scheme: String,
+    host: String,
+    port: u16,
+}
+
+impl Origin {
+    /// The origin of `url` (`scheme://host[:port]`, with or without a path).
+    fn parse(url: &str) -> Option<Origin> {
+        let uri: axum::http::Uri = url.parse().ok()?;
+        let scheme = uri.scheme_str()?.to_ascii_lowercase();
+        let host = uri.host()?.to_ascii_lowercase();
+        let mut origin = Origin { scheme, host, port: 0 };
+        origin.port = uri.port_u16().unwrap_or(origin.default_port());
+        Some(origin)
+    }
+
+    /// The port of this scheme when a URL names none.
+    fn default_port(&self) -> u16 {
+        if self.scheme == "https" { 443 } else { 80 }
+    }
+}
+
 /// A page that says something: a title and paragraphs, and a link on.
 #[derive(Template)]
 #[template(path = "pages/notice.html")]
@@ -268,6 +371,47 @@ mod tests {
         assert_eq!(path_prefix("https://tools.example.com/"), "");
         assert_eq!(path_prefix("https://tools.example.com/plinth/"), "/plinth");
         assert_eq!(path_prefix("https://tools.example.com/a/b"), "/a/b");
+    }
+
+    #[test]
+    fn a_post_from_another_site_or_origin_is_known_by_fetch_metadata_or_else_its_origin() {
+        let posted = |pairs: &[(&'static str, &str)]| {
+            let mut headers = axum::http::HeaderMap::new();
+            for (name, value) in pairs {
+                headers.insert(*name, value.parse().unwrap());
+            }
+            posted_from_elsewhere(&headers, "https://tools.example.com/plinth")
+        };
+        // Fetch Metadata: this origin's own forms only.
+        assert!(!posted(&[("sec-fetch-site", "same-origin"), ("origin", "https://evil.example")]));
+        for site in ["cross-site", "same-site", "none", "Same-Origin"] {
+            assert!(posted(&[("sec-fetch-site", site), ("origin", "https://tools.example.com")]), "{site}");
+        }
+        // Without it, the Origin: the public URL's, or the one reached.
+        assert!(!posted(&[("origin", "https://tools.example.com")]));
+        assert!(!posted(&[("origin", "https://TOOLS.example.com:443")]));
+        assert!(!posted(&[("origin", "http://127.0.0.1:8080"), ("host", "127.0.0.1:8080")]));
+        assert!(!posted(&[("origin", "http://localhost"), ("host", "LOCALHOST:80")]));
+        for foreign in [
+            "https://evil.example",
+            "http://tools.example.com",
+            "https://tools.example.com:8443",
+            "https://tools.example.com.evil.example",
+            "not an origin",
+        ] {
+            assert!(posted(&[("origin", foreign), ("host", "127.0.0.1:8080")]), "{foreign}");
+        }
+        assert!(posted(&[("origin", "http://127.0.0.1:9090"), ("host", "127.0.0.1:8080")]));
+        // Nothing said: the form's token decides.
+        assert!(!posted(&[]));
+        assert!(!posted(&[("origin", "null")]));
+    }
+
+    #[test]
+    fn a_form_token_matches_only_itself_and_an_empty_one_nothing() {
+        assert!(form_token_matches("abc", "abc"));
+        assert!(!form_token_matches("abd", "abc") && !form_token_matches("ab", "abc"));
+        assert!(!form_token_matches("", ""), "a missing token is no token");
     }
 
     #[test]
