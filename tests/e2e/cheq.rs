@@ -1179,3 +1179,57 @@ async fn a_confirmed_calls_kept_answer_is_never_a_5xx() {
     let (_, evidence) = server.get(&format!("/admin/cheq/{transaction}")).await;
     assert_eq!(evidence["result_status"], 422, "{evidence}");
 }
+
+/// The confirmation pages' login and decision are posted only by the pages
+/// themselves: another site's form (a browser marks it, by Fetch Metadata
+/// or by its `Origin`) neither logs the browser in (login CSRF) nor
+/// decides anything, even with the page's session and form token.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_login_and_the_decision_are_refused_when_another_site_posts_them() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let (status, _, pack) = call_for(&server, Some("alice"), "book_flight", &booking("BUSINESS", 1)).await;
+    assert_eq!(status, 202, "{pack}");
+    let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let form = [
+        ("user", "alice".to_string()),
+        ("password", "alice-password".to_string()),
+        ("resource_uri", pack["resource uri"].as_str().unwrap().to_string()),
+    ];
+    for (name, value) in
+        [("sec-fetch-site", "cross-site"), ("sec-fetch-site", "same-site"), ("origin", "https://evil.example")]
+    {
+        let response =
+            client.post(format!("{}/cheq/login", server.base)).header(name, value).form(&form).send().await.unwrap();
+        assert_eq!(response.status(), 403, "{name}: {value}");
+        assert!(response.headers().get("set-cookie").is_none(), "no session for {name}: {value}");
+    }
+    // The page's own post (same-origin) logs in; a decision another site
+    // posts with that session is refused, and the transaction still waits.
+    let response = client
+        .post(format!("{}/cheq/login", server.base))
+        .header("sec-fetch-site", "same-origin")
+        .form(&form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    let session = PageSession::log_in(&pack, "alice").await;
+    let (status, html) = session.page(&pack).await;
+    assert_eq!(status, 200, "{html}");
+    let token = html.split("name=\"form_token\" value=\"").nth(1).unwrap().split('"').next().unwrap();
+    let transaction = pack["resource uri"].as_str().unwrap().rsplit('/').next().unwrap();
+    let decision = [("transaction", transaction), ("form_token", token), ("decision", "accept")];
+    let response = session
+        .client
+        .post(format!("{}/cheq/decide", session.root))
+        .header("cookie", &session.cookie)
+        .header("sec-fetch-site", "cross-site")
+        .form(&decision)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    let (status, html) = session.page(&pack).await;
+    assert_eq!(status, 200, "still waiting: {html}");
+    assert!(html.contains("name=\"form_token\""), "the decision is still to be made: {html}");
+}

@@ -672,8 +672,17 @@ pub(super) async fn login(
     Extension(caller): Extension<Caller>,
     Extension(options): Extension<Arc<ApiOptions>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    // A login posted by another site would log this browser in as someone
+    // else (login CSRF): only this server's own page may post it.
+    if pages::posted_from_elsewhere(&headers, &options.public_url) {
+        tracing::warn!(tenant = caller.tenant, client = %peer.ip(), "a confirmation-page login from another site was refused");
+        let said =
+            Paragraph::of("This login did not come from the confirmation page. Open the confirmation link again.");
+        return notice(&options, StatusCode::FORBIDDEN, "Not logged in", vec![said]);
+    }
     let fields = form(&body);
     let user = field(&fields, "user").unwrap_or("");
     let password = field(&fields, "password").unwrap_or("");
@@ -730,6 +739,11 @@ pub(super) async fn decide(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    if pages::posted_from_elsewhere(&headers, &options.public_url) {
+        tracing::warn!(tenant = caller.tenant, "a confirmation decision from another site was refused");
+        let said = Paragraph::of("This request did not come from the confirmation page. Nothing was decided.");
+        return notice(&options, StatusCode::FORBIDDEN, "Not confirmed", vec![said]);
+    }
     let fields = form(&body);
     let Some(session) = session_of(&host, &headers, &caller.tenant) else {
         let said = Paragraph::of("You are not logged in: open the confirmation link again.");
