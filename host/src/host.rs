@@ -1192,8 +1192,9 @@ impl ToolHost {
         if call.confirmed.is_none()
             && let Err(not_until) = quota.rate.check()
         {
-            let retry_after =
-                not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
+            // The limiter's own clock: building a new one runs CPUID, which
+            // traps to the hypervisor in a VM, on every refused call.
+            let retry_after = not_until.wait_time_from(governor::clock::Clock::now(quota.rate.clock()));
             return Err(InvokeError::RateLimited { tenant, retry_after });
         }
         let span =

@@ -179,7 +179,7 @@ impl Default for McpOptions {
 }
 
 /// The tower service that serves `/mcp` with `door`.
-pub fn service(door: McpDoor) -> StreamableHttpService<McpDoor, NeverSessionManager> {
+pub fn service(door: McpDoor) -> SharedService {
     let options = door.options.clone();
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
@@ -187,7 +187,31 @@ pub fn service(door: McpDoor) -> StreamableHttpService<McpDoor, NeverSessionMana
         .with_allowed_hosts(options.mcp.allowed_hosts.clone())
         .with_allowed_origins(options.mcp.allowed_origins.clone())
         .with_max_request_body_bytes(options.max_request_bytes);
-    StreamableHttpService::new(move || Ok(door.clone()), Arc::new(NeverSessionManager::default()), config)
+    let service =
+        StreamableHttpService::new(move || Ok(door.clone()), Arc::new(NeverSessionManager::default()), config);
+    SharedService(Arc::new(service))
+}
+
+/// rmcp's service behind one `Arc`. The router and each middleware layer
+/// clone the service they wrap for every request; rmcp's clone copies its
+/// whole config (the allowed hosts and origins, a cancellation token), which
+/// cost the MCP door a measurable share of its throughput.
+#[derive(Clone)]
+pub struct SharedService(Arc<StreamableHttpService<McpDoor, NeverSessionManager>>);
+
+impl tower::Service<Request> for SharedService {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move { Ok(service.handle(request).await.into_response()) })
+    }
 }
 
 /// Decides access per JSON-RPC method, behind the access layer's check
