@@ -487,6 +487,15 @@ struct PackArgs {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Inspect { .. } | Command::Diff { .. } | Command::Openapi) {
+        // Commands that only print what they read from files end quietly,
+        // like any Unix filter, when their reader goes (`plinth inspect x |
+        // head`), instead of panicking in `println!` on a broken pipe. The
+        // server and the network commands keep Rust's default (EPIPE is an
+        // error they handle).
+        // SAFETY: at the start of main, before any thread exists.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match cli.command {
         Command::Serve(args) => serve(*args),
         Command::New { name, lang, dir } => new_tool(&name, lang.into(), dir),

@@ -36,6 +36,27 @@ fn inspect_prints_the_signature_the_server_serves() {
 }
 
 #[test]
+fn a_reader_that_stops_early_ends_the_print_quietly() {
+    // `plinth openapi | head -1`: the reader closes the pipe after one line.
+    use std::io::Read;
+    let mut child = Command::new(plinth_bin())
+        .arg("openapi")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 1];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // The pipe's read end is closed here (dropped), before the ~100 KB are written.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    use std::os::unix::process::ExitStatusExt;
+    // 13 is SIGPIPE on Linux.
+    assert_eq!(out.status.signal(), Some(13), "ended by SIGPIPE, as `cat` would be: {:?}", out.status);
+}
+
+#[test]
 fn inspect_refuses_what_is_not_a_packed_tool() {
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.wasm");
