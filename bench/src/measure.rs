@@ -281,12 +281,17 @@ impl Report {
             }
         }
         out.push_str(&format!("| **Plinth A2T echo, end to end** | **{}** |\n", fmt(a2t)));
+        // p50s of separate loads do not subtract exactly: when the stages sum
+        // to more than the whole difference, the rest is below what this
+        // table can resolve, and says so rather than printing a zero.
+        let rest = a2t.saturating_sub(native).checked_sub(extra).map_or_else(
+            || format!("not resolved (the stages alone sum to {}, more than Plinth − native)", fmt(extra)),
+            fmt,
+        );
         out.push_str(&format!(
-            "| of which not in the rows above (routing, middleware, quotas, log span, answer headers, scheduling) | {} |\n",
-            fmt(a2t.saturating_sub(native).saturating_sub(extra))
+            "| of which not in the rows above (routing, middleware, quotas, log span, answer headers, scheduling) | {rest} |\n"
         ));
-        for (name, what) in [("OTC", "request and answer envelopes"), ("MCP", "rmcp: JSON-RPC, a service per request")]
-        {
+        for (name, what) in [("OTC", "request and answer envelopes"), ("MCP", "JSON-RPC envelope, the direct lane")] {
             if let Some(p50) = door(name) {
                 let delta = p50.as_secs_f64() - a2t.as_secs_f64();
                 out.push_str(&format!(
