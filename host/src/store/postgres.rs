@@ -1281,7 +1281,7 @@ impl RegistryStore for PostgresStore {
             sqlx::query(
                 "DELETE FROM designer_sessions WHERE key_id = $1 AND token_sha256 <> $2 AND token_sha256 NOT IN
                     (SELECT token_sha256 FROM designer_sessions WHERE key_id = $1 AND token_sha256 <> $2
-                     ORDER BY created_at DESC, token_sha256 LIMIT $3)",
+                     ORDER BY created_at DESC, seq DESC LIMIT $3)",
             )
             .bind(&s.key_id)
             .bind(&s.token_sha256)

@@ -284,6 +284,17 @@ fn designer_sessions_end_when_they_expire_are_signed_out_or_crowded_out(store: &
         assert_eq!(store.designer_session(&s.token_sha256, 20).unwrap().as_ref(), Some(s));
     }
 
+    // Sessions opened in the same second: the one opened first goes first
+    // (not the one whose token sorts last).
+    let same_second: Vec<_> = ['m', 'n', 'o', 'p'].map(|token| session(token, "key4", 40)).into();
+    for s in &same_second {
+        store.insert_designer_session(s, 40, 3).unwrap();
+    }
+    assert_eq!(store.designer_session(&same_second[0].token_sha256, 40).unwrap(), None, "the first opened made room");
+    for s in &same_second[1..] {
+        assert_eq!(store.designer_session(&s.token_sha256, 40).unwrap().as_ref(), Some(s));
+    }
+
     // Signing out ends one session; opening one drops the expired ones.
     store.delete_designer_session(&b.token_sha256).unwrap();
     assert_eq!(store.designer_session(&b.token_sha256, 20).unwrap(), None);
