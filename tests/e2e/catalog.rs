@@ -5,7 +5,7 @@
 //! calls that go through the same core path as A2T's (quotas apply).
 //! `catalog_browser.rs` drives the same pages in Chromium.
 
-use crate::support::{Server, TOKEN, fixture, plugins_dir};
+use crate::support::{Server, TOKEN, fixture, hidden, plugins_dir};
 use reqwest::Method;
 use serde_json::json;
 
@@ -24,15 +24,6 @@ pub struct Designer {
 /// A client that shows redirects instead of following them.
 fn client() -> reqwest::Client {
     reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
-}
-
-/// The value of the hidden field `name` of a page's form.
-fn hidden(html: &str, name: &str) -> String {
-    html.split(&format!("name=\"{name}\" value=\""))
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap_or_else(|| panic!("no {name} on the page:\n{html}"))
-        .to_string()
 }
 
 /// What a browser holds of the sign-in page at `root`: its token's cookie

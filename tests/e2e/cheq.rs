@@ -508,12 +508,7 @@ impl PageSession {
         let confirm = pack["confirmation uri"].as_str().unwrap();
         let root = confirm.strip_suffix("/cheq/confirm").unwrap().to_string();
         let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-        let form = [
-            ("user", user.to_string()),
-            ("password", format!("{user}-password")),
-            ("resource_uri", pack["resource uri"].as_str().unwrap().to_string()),
-        ];
-        let response = client.post(format!("{root}/cheq/login")).form(&form).send().await.unwrap();
+        let response = client.post(format!("{root}/cheq/login")).form(&login_form(pack, user)).send().await.unwrap();
         assert_eq!(response.status(), 303, "{user} logs in");
         let cookie = response.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
         PageSession { client, cookie, root }
@@ -540,26 +535,45 @@ impl PageSession {
     /// [`PageSession::decide`], with the private inputs typed on the page
     /// (`(name, value)`).
     async fn decide_with(&self, pack: &Value, decision: &str, private: &[(&str, &str)]) -> (u16, String) {
+        self.post_decision(pack, decision, private, &[]).await
+    }
+
+    /// The page's decision form, posted with `headers` besides the session's
+    /// cookie → (status, HTML).
+    async fn post_decision(
+        &self,
+        pack: &Value,
+        decision: &str,
+        private: &[(&str, &str)],
+        headers: &[(&str, &str)],
+    ) -> (u16, String) {
         let (status, html) = self.page(pack).await;
         assert_eq!(status, 200, "{html}");
-        let token = html.split("name=\"form_token\" value=\"").nth(1).unwrap().split('"').next().unwrap();
         let transaction = pack["resource uri"].as_str().unwrap().rsplit('/').next().unwrap();
         let mut form = vec![
             ("transaction".to_string(), transaction.to_string()),
-            ("form_token".to_string(), token.to_string()),
+            ("form_token".to_string(), crate::support::hidden(&html, "form_token")),
             ("decision".to_string(), decision.to_string()),
         ];
         form.extend(private.iter().map(|(name, value)| (format!("private.{name}"), value.to_string())));
-        let response = self
-            .client
-            .post(format!("{}/cheq/decide", self.root))
-            .header("cookie", &self.cookie)
-            .form(&form)
-            .send()
-            .await
-            .unwrap();
+        let mut request =
+            self.client.post(format!("{}/cheq/decide", self.root)).header("cookie", &self.cookie).form(&form);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.unwrap();
         (response.status().as_u16(), response.text().await.unwrap())
     }
+}
+
+/// The login form's fields for `user` (whose password the test directory
+/// sets as `{user}-password`), on `pack`'s transaction.
+fn login_form(pack: &Value, user: &str) -> [(&'static str, String); 3] {
+    [
+        ("user", user.to_string()),
+        ("password", format!("{user}-password")),
+        ("resource_uri", pack["resource uri"].as_str().unwrap().to_string()),
+    ]
 }
 
 /// `[0,1,…,n-1]`.
@@ -1190,11 +1204,7 @@ async fn the_login_and_the_decision_are_refused_when_another_site_posts_them() {
     let (status, _, pack) = call_for(&server, Some("alice"), "book_flight", &booking("BUSINESS", 1)).await;
     assert_eq!(status, 202, "{pack}");
     let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-    let form = [
-        ("user", "alice".to_string()),
-        ("password", "alice-password".to_string()),
-        ("resource_uri", pack["resource uri"].as_str().unwrap().to_string()),
-    ];
+    let form = login_form(&pack, "alice");
     for (name, value) in
         [("sec-fetch-site", "cross-site"), ("sec-fetch-site", "same-site"), ("origin", "https://evil.example")]
     {
@@ -1214,21 +1224,8 @@ async fn the_login_and_the_decision_are_refused_when_another_site_posts_them() {
         .unwrap();
     assert_eq!(response.status(), 303);
     let session = PageSession::log_in(&pack, "alice").await;
-    let (status, html) = session.page(&pack).await;
-    assert_eq!(status, 200, "{html}");
-    let token = html.split("name=\"form_token\" value=\"").nth(1).unwrap().split('"').next().unwrap();
-    let transaction = pack["resource uri"].as_str().unwrap().rsplit('/').next().unwrap();
-    let decision = [("transaction", transaction), ("form_token", token), ("decision", "accept")];
-    let response = session
-        .client
-        .post(format!("{}/cheq/decide", session.root))
-        .header("cookie", &session.cookie)
-        .header("sec-fetch-site", "cross-site")
-        .form(&decision)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 403);
+    let (status, _) = session.post_decision(&pack, "accept", &[], &[("sec-fetch-site", "cross-site")]).await;
+    assert_eq!(status, 403);
     let (status, html) = session.page(&pack).await;
     assert_eq!(status, 200, "still waiting: {html}");
     assert!(html.contains("name=\"form_token\""), "the decision is still to be made: {html}");

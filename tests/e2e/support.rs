@@ -353,6 +353,16 @@ impl Drop for Server {
     }
 }
 
+/// The value of the hidden field `name` of a page's form (the catalog's,
+/// the confirmation page's).
+pub fn hidden(html: &str, name: &str) -> String {
+    html.split(&format!("name=\"{name}\" value=\""))
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no {name} on the page:\n{html}"))
+        .to_string()
+}
+
 /// An A2T invocation body.
 pub fn invocation(name: &str, params: &[(&str, Value)]) -> Value {
     let params: Vec<Value> = params.iter().map(|(n, v)| serde_json::json!({"name": n, "value": v})).collect();
