@@ -98,6 +98,13 @@ struct PoolLabels {
     kind: &'static str,
 }
 
+/// How freed pool slots are reset, and whether swap was on at start.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SlotResetLabels {
+    method: &'static str,
+    swap: &'static str,
+}
+
 /// What happened to a CHEQ transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheqEvent {
@@ -165,6 +172,9 @@ pub struct RuntimeState {
     /// The pooling allocator's slots in use, by kind, and their number
     /// (none with `--allocator on-demand`).
     pub pool: Option<crate::runtime::PoolSlots>,
+    /// How freed pool slots are reset (none without the pooling
+    /// allocator), and whether swap was on when the runtime started.
+    pub slot_reset: Option<(crate::runtime::SlotReset, bool)>,
 }
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -191,6 +201,7 @@ pub struct Metrics {
     compiled_cache: Family<CacheLabels, Counter>,
     pool_in_use: Family<PoolLabels, Gauge>,
     pool_slots: Family<PoolLabels, Gauge>,
+    slot_reset: Family<SlotResetLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -260,6 +271,13 @@ impl Default for Metrics {
         );
         let pool_slots = Family::default();
         registry.register("pool_slots", "Pooling-allocator slots, by kind", pool_slots.clone());
+        let slot_reset = Family::default();
+        registry.register(
+            "pool_slot_reset",
+            "1 for how freed pool slots are reset (prefix: sound whatever the kernel does with the pages; scan: \
+             PAGEMAP_SCAN, written and present pages only) and whether swap was on at start (docs/sandbox.md)",
+            slot_reset.clone(),
+        );
         Metrics {
             registry,
             invocations,
@@ -276,6 +294,7 @@ impl Default for Metrics {
             compiled_cache,
             pool_in_use,
             pool_slots,
+            slot_reset,
         }
     }
 }
@@ -363,6 +382,14 @@ impl Metrics {
                 self.pool_in_use.get_or_create(&PoolLabels { kind }).set(gauge(in_use));
                 self.pool_slots.get_or_create(&PoolLabels { kind }).set(gauge(slots));
             }
+        }
+        if let Some((method, swap)) = runtime.slot_reset {
+            let method = match method {
+                crate::runtime::SlotReset::Prefix => "prefix",
+                crate::runtime::SlotReset::Scan => "scan",
+            };
+            let swap = if swap { "on" } else { "off" };
+            self.slot_reset.get_or_create(&SlotResetLabels { method, swap }).set(1);
         }
         let mut text = String::new();
         // Writing into a String cannot fail.

@@ -11,6 +11,8 @@
 //! directories, no environment, no arguments and no network sockets.
 
 pub mod outbound;
+#[cfg(test)]
+mod slot_isolation;
 
 use crate::manifest::ToolManifest;
 use outbound::OutboundPolicy;
@@ -64,14 +66,35 @@ pub struct RuntimeConfig {
     pub pooling: bool,
     /// Where compiled components are cached across restarts (none: no cache).
     pub cache_dir: Option<PathBuf>,
-    /// Of the pages an instance wrote in its linear memories and tables, how
-    /// many bytes are reset in place (copied back from the component's
-    /// initial image, or zeroed) when its slot is freed, rather than handed
-    /// back to the kernel. Resetting in place keeps `madvise` — and the TLB
-    /// shootdowns it sends to every core running the process — off the
-    /// call path; the written pages are found with Linux's `PAGEMAP_SCAN`
-    /// (6.7 and later), so only those are reset. 0: hand them all back.
+    /// How many bytes of each linear memory and table are reset in place
+    /// (copied back from the component's initial image, or zeroed) when
+    /// its slot is freed, rather than handed back to the kernel. Resetting
+    /// in place keeps `madvise` — and the TLB shootdowns it sends to every
+    /// core running the process — off the call path. 0: hand them all back.
     pub keep_resident_bytes: usize,
+    /// Which bytes those are: see [`SlotReset`].
+    pub slot_reset: SlotReset,
+}
+
+/// How a freed pool slot's memories and tables are made fresh for the next
+/// instance, which may be another tenant's tool. docs/sandbox.md has the
+/// reasoning and the measured cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotReset {
+    /// The first `keep_resident_bytes` are rewritten whatever the kernel
+    /// has done with their pages (a write brings a swapped-out or migrating
+    /// page back first), and the rest is handed back with
+    /// `madvise(MADV_DONTNEED)`, which discards swapped-out pages too. Sound
+    /// on every machine.
+    Prefix,
+    /// Linux's `PAGEMAP_SCAN` (6.7 and later) finds the written pages, and
+    /// only those are rewritten: cheaper for a tool that writes little of
+    /// a large memory. But wasmtime 48's scan asks for pages that are
+    /// written *and present*: a written page that is in swap (swap, zram,
+    /// zswap), or being migrated by the kernel, at that moment is neither
+    /// rewritten nor handed back, and the next instance in the slot reads
+    /// it. Only ever used where no swap is on; see docs/sandbox.md.
+    Scan,
 }
 
 impl Default for RuntimeConfig {
@@ -83,6 +106,7 @@ impl Default for RuntimeConfig {
             pooling: true,
             cache_dir: None,
             keep_resident_bytes: 1 << 20,
+            slot_reset: SlotReset::Prefix,
         }
     }
 }
@@ -579,6 +603,8 @@ pub struct Runtime {
     stop_ticker: Arc<AtomicBool>,
     /// The pooling allocator's live counts and sizes, for the metrics.
     pool: Option<(wasmtime::PoolingAllocatorMetrics, PoolTotals)>,
+    /// Whether swap was on when the runtime started.
+    swap_at_start: bool,
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
 }
@@ -637,7 +663,20 @@ impl Drop for Runtime {
 
 impl Runtime {
     /// Builds the engine (pooling allocator unless disabled) and the linker.
-    pub fn new(config: RuntimeConfig) -> anyhow::Result<Self> {
+    pub fn new(mut config: RuntimeConfig) -> anyhow::Result<Self> {
+        let swap = active_swap();
+        if config.pooling {
+            tracing::info!(reset = ?config.slot_reset, swap = swap.as_deref().unwrap_or("none"), "pool slots");
+        }
+        if config.slot_reset == SlotReset::Scan
+            && let Some(swap) = &swap
+        {
+            tracing::warn!(
+                swap,
+                "swap is on: freed pool slots are reset by prefix, not by PAGEMAP_SCAN, which misses swapped-out pages"
+            );
+            config.slot_reset = SlotReset::Prefix;
+        }
         let mut wasm = Config::new();
         wasm.wasm_component_model(true).epoch_interruption(true);
         let totals = PoolTotals::for_instances(config.max_instances);
@@ -661,7 +700,10 @@ impl Runtime {
                 .max_tables_per_component(8)
                 .linear_memory_keep_resident(config.keep_resident_bytes)
                 .table_keep_resident(config.keep_resident_bytes)
-                .pagemap_scan(wasmtime::Enabled::Auto);
+                .pagemap_scan(match config.slot_reset {
+                    SlotReset::Prefix => wasmtime::Enabled::No,
+                    SlotReset::Scan => wasmtime::Enabled::Auto,
+                });
             wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
         let engine = Engine::new(&wasm)?;
@@ -727,6 +769,7 @@ impl Runtime {
             engine_key,
             stop_ticker,
             pool,
+            swap_at_start: swap.is_some(),
             cache_hits: 0.into(),
             cache_misses: 0.into(),
         })
@@ -751,6 +794,12 @@ impl Runtime {
             ],
             totals: *totals,
         })
+    }
+
+    /// How freed pool slots are reset (none without the pooling
+    /// allocator), and whether swap was on at start.
+    pub fn slot_reset(&self) -> Option<(SlotReset, bool)> {
+        self.pool.as_ref().map(|_| (self.config.slot_reset, self.swap_at_start))
     }
 
     /// The limits in force.
@@ -910,6 +959,15 @@ impl Runtime {
             Ok(Err(error)) => Err(classify(&error, store.data().limits.refused, deadline)),
         }
     }
+}
+
+/// The swap areas the kernel has on (`/proc/swaps`: swap files and
+/// partitions, zram devices used as swap; zswap needs one of them), as
+/// their names, or none.
+pub fn active_swap() -> Option<String> {
+    let swaps = std::fs::read_to_string("/proc/swaps").ok()?;
+    let names: Vec<&str> = swaps.lines().skip(1).filter_map(|line| line.split_whitespace().next()).collect();
+    (!names.is_empty()).then(|| names.join(", "))
 }
 
 /// Turns a wasmtime error into what the caller is told. Only a one-line
