@@ -450,8 +450,11 @@ pub struct Tenant {
     share: u32,
     /// The invocation-rate token bucket.
     rate: governor::DefaultDirectRateLimiter,
-    /// Its running invocations.
-    running: Arc<tokio::sync::Semaphore>,
+    /// Its running invocations on this replica, shared with the `Tenant`
+    /// that replaces this one when its settings or the fleet's size change.
+    running: Arc<std::sync::atomic::AtomicUsize>,
+    /// How many may run at once on this replica.
+    max_running: usize,
 }
 
 impl Tenant {
@@ -463,8 +466,50 @@ impl Tenant {
         let rate = governor::RateLimiter::direct(
             governor::Quota::per_second(split(q.invocations_per_second)).allow_burst(split(q.invocation_burst)),
         );
-        let running = Arc::new(tokio::sync::Semaphore::new(q.max_concurrent_invocations.div_ceil(share) as usize));
-        Tenant { record, share, rate, running }
+        let max_running = q.max_concurrent_invocations.div_ceil(share) as usize;
+        Tenant { record, share, rate, running: Arc::default(), max_running }
+    }
+
+    /// The tenant with new settings or a new share, after `self`: the
+    /// calls running now still count. When the number of replicas changed,
+    /// its token bucket starts empty, refilling at the new rate: a replica
+    /// joining or leaving never grants a fresh burst. (A quota the operator
+    /// edits starts afresh, as a new tenant does.)
+    fn succeeding(&self, record: TenantRecord, share: u32) -> Self {
+        let next = Tenant { running: self.running.clone(), ..Tenant::new(record, share) };
+        let burst = next.record.quotas.invocation_burst.div_ceil(next.share);
+        if next.share != self.share
+            && let Some(burst) = std::num::NonZeroU32::new(burst)
+        {
+            let _ = next.rate.check_n(burst);
+        }
+        next
+    }
+
+    /// A place for one more running invocation, or none while as many run
+    /// as the quota allows here.
+    fn start_call(&self) -> Option<RunningCall> {
+        use std::sync::atomic::Ordering::AcqRel;
+        if self.running.fetch_add(1, AcqRel) >= self.max_running {
+            self.running.fetch_sub(1, AcqRel);
+            return None;
+        }
+        Some(RunningCall(self.running.clone()))
+    }
+
+    /// How many more invocations may start here now.
+    #[cfg(test)]
+    fn free_slots(&self) -> usize {
+        self.max_running.saturating_sub(self.running.load(std::sync::atomic::Ordering::Acquire))
+    }
+}
+
+/// A running invocation of a tenant, counted until dropped.
+struct RunningCall(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for RunningCall {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -730,8 +775,10 @@ impl ToolHost {
         }
         let number = existing.as_ref().map_or(1, |t| t.newest_number() + 1);
         self.check_version_quota(tenant, quotas, package)?;
-        let adds_live_tool = existing.as_ref().is_none_or(|t| t.current().is_none());
-        if adds_live_tool && self.registry.live_tools(tenant) >= quotas.max_tools as usize {
+        // Stored tools count, retired or not: retiring frees no room (the
+        // tool keeps its versions and blobs), else deploy, retire, deploy
+        // another would store tools without end.
+        if existing.is_none() && self.registry.stored_tools(tenant) >= quotas.max_tools as usize {
             return Err(DeployError::TooManyTools { tenant: tenant.to_string(), max: quotas.max_tools });
         }
         if let Some(expected) = expect_version.filter(|e| *e != number) {
@@ -844,6 +891,7 @@ impl ToolHost {
             cache_hits,
             cache_misses,
             pool: self.runtime.pool_slots(),
+            slot_reset: self.runtime.slot_reset(),
         })
     }
 
@@ -1025,9 +1073,21 @@ impl ToolHost {
         let detail = serde_json::json!({ "publicEnumeration": record.public_enumeration, "quotas": record.quotas });
         let audit = AuditEntry::new(actor, Some(&record.name), action, &record.name).detail(detail);
         self.store.put_tenant(&record, &audit)?;
-        self.tenants.insert(record.name.clone(), Arc::new(Tenant::new(record.clone(), self.fleet.replicas())));
+        self.put_tenant_state(record.clone());
         tracing::info!(tenant = record.name, action, "tenant settings stored");
         Ok(record)
+    }
+
+    /// Makes `record` the settings calls see, carrying over what the
+    /// tenant had running ([`Tenant::succeeding`]) unless nothing changed.
+    fn put_tenant_state(&self, record: TenantRecord) {
+        let share = self.fleet.replicas();
+        let next = match self.tenants.get(&record.name).map(|t| t.clone()) {
+            Some(current) if current.record == record && current.share == share => return,
+            Some(current) => current.succeeding(record, share),
+            None => Tenant::new(record, share),
+        };
+        self.tenants.insert(next.record.name.clone(), Arc::new(next));
     }
 
     /// Creates an API key; the returned key text is the only copy.
@@ -1443,7 +1503,7 @@ impl ToolHost {
             })?,
             None => None,
         };
-        let _tenant_slot = tenant.running.clone().try_acquire_owned().map_err(|_| {
+        let _tenant_slot = tenant.start_call().ok_or_else(|| {
             InvokeError::Busy(format!(
                 "tenant `{}` is running as many invocations as its quota allows; retry shortly",
                 tenant.record.name

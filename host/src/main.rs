@@ -7,8 +7,8 @@ use plinth::host::{CheqOptions, HostLimits, HostOptions, JwksOptions, LoginOptio
 use plinth::invocation::OutputLimits;
 use plinth::manifest::ToolManifest;
 use plinth::package::{self, ToolPackage};
-use plinth::runtime::RuntimeConfig;
 use plinth::runtime::outbound::OutboundLimits;
+use plinth::runtime::{RuntimeConfig, SlotReset};
 use plinth::telemetry::SpanExport;
 use plinth::tenancy::{DEFAULT_TENANT, Principal, Role, is_tenant_name};
 use std::net::SocketAddr;
@@ -418,6 +418,16 @@ struct ServeArgs {
     /// or attempted (docs/observability.md).
     #[arg(long, env = "PLINTH_OTLP_ENDPOINT", value_name = "URL")]
     otlp_endpoint: Option<String>,
+    /// Keys of a caller's `tracestate` passed on to tools' backends with
+    /// its `traceparent` (repeatable; in the environment, comma-separated).
+    /// None by default: a caller's `tracestate` carries other vendors' data.
+    #[arg(long = "forward-tracestate", env = "PLINTH_FORWARD_TRACESTATE", value_delimiter = ',', value_name = "KEY")]
+    forward_tracestate: Vec<String>,
+    /// How freed pool slots are reset for the next instance: `prefix`
+    /// (sound on every machine) or `scan` (Linux's PAGEMAP_SCAN; refused,
+    /// with a warning, while any swap is on). See docs/sandbox.md.
+    #[arg(long, env = "PLINTH_SLOT_RESET", value_enum, default_value_t = SlotResetArg::Prefix)]
+    slot_reset: SlotResetArg,
     /// How long a decided or expired CHEQ transaction, with its evidence,
     /// is kept, in days; then it is deleted and its result URI answers 404.
     #[arg(long, env = "PLINTH_CONFIRMATION_RETENTION_DAYS", default_value_t = 30)]
@@ -443,6 +453,16 @@ enum Allocator {
     Pooling,
     /// Allocate per instance (for hosts that restrict virtual memory).
     OnDemand,
+}
+
+/// How freed pool slots are reset (`plinth::runtime::SlotReset`).
+#[derive(Clone, Copy, ValueEnum)]
+enum SlotResetArg {
+    /// Rewrite the first MiB of each memory and table, hand back the rest:
+    /// sound whatever the kernel did with the pages.
+    Prefix,
+    /// Rewrite only the pages PAGEMAP_SCAN finds written and present.
+    Scan,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -606,6 +626,9 @@ fn parse_tool_config(entries: &[String]) -> anyhow::Result<ToolConfig> {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let export = init_logs(args.log_format, args.otlp_endpoint.as_deref().filter(|e| !e.is_empty()))?;
+    plinth::telemetry::forward_tracestate_keys(
+        args.forward_tracestate.iter().map(|k| k.trim().to_string()).filter(|k| !k.is_empty()).collect(),
+    );
     let served = run_server(args);
     // After the runtime is gone: the spans of the last requests are sent.
     if let Some(export) = export {
@@ -624,6 +647,10 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             max_memory_bytes: args.max_memory_mib.max(1) << 20,
             max_instances: args.max_instances.max(1),
             pooling: matches!(args.allocator, Allocator::Pooling),
+            slot_reset: match args.slot_reset {
+                SlotResetArg::Prefix => SlotReset::Prefix,
+                SlotResetArg::Scan => SlotReset::Scan,
+            },
             cache_dir: None,
             ..RuntimeConfig::default()
         },

@@ -266,8 +266,15 @@ impl Registry {
         self.by_id.iter().map(|t| t.value().clone()).collect()
     }
 
-    /// How many of the tenant's tools have a live version (what the
-    /// `maxTools` quota counts).
+    /// How many tools `tenant` has stored, fully retired ones included
+    /// (each keeps its id, its versions and their blobs): what the
+    /// `maxTools` quota counts.
+    pub fn stored_tools(&self, tenant: &str) -> usize {
+        let by_name = self.by_name.read().unwrap_or_else(|p| p.into_inner());
+        by_name.get(tenant).map_or(0, |names| names.len())
+    }
+
+    /// How many of the tenant's tools have a live version.
     pub fn live_tools(&self, tenant: &str) -> usize {
         let by_name = self.by_name.read().unwrap_or_else(|p| p.into_inner());
         let Some(names) = by_name.get(tenant) else { return 0 };

@@ -34,6 +34,18 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// recommendation: 512 characters), the `traceparent` kept.
 const MAX_TRACESTATE_BYTES: usize = 512;
 
+/// The `tracestate` list-members (by key) a caller's trace context keeps
+/// on its way to tools' backends, set once at start; none by default: a
+/// caller's `tracestate` carries other vendors' data, which is not the
+/// tool vendor's to read.
+static FORWARDED_TRACESTATE_KEYS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// Sets which `tracestate` keys are passed on (the operator's
+/// `--forward-tracestate`); the first call wins.
+pub fn forward_tracestate_keys(keys: Vec<String>) {
+    let _ = FORWARDED_TRACESTATE_KEYS.set(keys);
+}
+
 /// Whether spans are exported. Code that makes spans only for traces
 /// (the tool's, the outbound requests') asks this first.
 pub fn exporting() -> bool {
@@ -49,12 +61,24 @@ impl CallerTrace {
     /// The caller's trace context, if it sent a valid one. A request
     /// without `traceparent` costs one header lookup.
     pub fn from_headers(headers: &http::HeaderMap) -> Option<CallerTrace> {
+        Self::keeping(headers, FORWARDED_TRACESTATE_KEYS.get().map_or(&[], Vec::as_slice))
+    }
+
+    /// The same, keeping of its `tracestate` only the list-members whose
+    /// keys are `allowed`.
+    fn keeping(headers: &http::HeaderMap, allowed: &[String]) -> Option<CallerTrace> {
         if !headers.contains_key("traceparent") {
             return None;
         }
         let context = TraceContextPropagator::new().extract(&Headers(headers));
         let span = context.span().span_context().clone();
-        span.is_valid().then_some(CallerTrace(span))
+        if !span.is_valid() {
+            return None;
+        }
+        let members = span.trace_state().header();
+        let kept = members.split(',').filter_map(|m| m.split_once('=')).filter(|(k, _)| allowed.iter().any(|a| a == k));
+        let state = opentelemetry::trace::TraceState::from_key_value(kept).unwrap_or_default();
+        Some(CallerTrace(SpanContext::new(span.trace_id(), span.span_id(), span.trace_flags(), true, state)))
     }
 
     /// As an OpenTelemetry context, to parent a span with.
@@ -308,17 +332,29 @@ mod tests {
     }
 
     #[test]
-    fn a_valid_traceparent_is_taken_and_passed_on_whole() {
+    fn a_valid_traceparent_is_passed_on_with_only_the_allowed_tracestate() {
         let given = headers(&[
             ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
-            ("tracestate", "vendor=abc,other=1"),
+            ("tracestate", "vendor=abc,other=1,third=x"),
         ]);
-        let caller = CallerTrace::from_headers(&given).expect("valid");
-        assert_eq!(caller.span_context().trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
-        let mut out = headers(&[("traceparent", "00-11111111111111111111111111111111-2222222222222222-01")]);
-        inject(&caller.context(), &mut out);
-        assert_eq!(out["traceparent"], "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
-        assert_eq!(out["tracestate"], "vendor=abc,other=1");
+        let passed_on = |allowed: &[&str]| {
+            let allowed: Vec<String> = allowed.iter().map(|k| k.to_string()).collect();
+            let caller = CallerTrace::keeping(&given, &allowed).expect("valid");
+            assert_eq!(caller.span_context().trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+            let mut out = headers(&[
+                ("traceparent", "00-11111111111111111111111111111111-2222222222222222-01"),
+                ("tracestate", "tool=forged"),
+            ]);
+            inject(&caller.context(), &mut out);
+            assert_eq!(out["traceparent"], "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+            out.get("tracestate").map(|v| v.to_str().unwrap().to_string())
+        };
+        // By default none of the caller's tracestate reaches a backend.
+        assert_eq!(passed_on(&[]), None);
+        assert_eq!(CallerTrace::from_headers(&given).unwrap().span_context().trace_state().header(), "");
+        // The operator's keys, in the caller's order; absent keys are skipped.
+        assert_eq!(passed_on(&["vendor"]).as_deref(), Some("vendor=abc"));
+        assert_eq!(passed_on(&["other", "vendor", "absent"]).as_deref(), Some("vendor=abc,other=1"));
     }
 
     #[test]

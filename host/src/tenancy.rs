@@ -91,7 +91,8 @@ impl Principal {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Quotas {
-    /// Tools with at least one live version.
+    /// Tools stored, fully retired ones included (a retired tool keeps its
+    /// id, versions and blobs; a new version of it needs no more room).
     pub max_tools: u32,
     /// Largest packed component a deploy may send, in bytes.
     pub max_component_bytes: u64,

@@ -447,6 +447,8 @@ async fn a_traced_weather_call_continues_the_callers_trace_into_the_backend() {
     let mut received: Vec<String> = weather.traceparents().into_iter().map(|t| t.expect("a traceparent")).collect();
     received.sort();
     assert_eq!(received, outbound);
+    // But none of the caller's tracestate: the operator allowed no key.
+    assert!(weather.tracestates().iter().all(Option::is_none), "{:?}", weather.tracestates());
 
     // Never an input, a query or a path a tool chose, nor the configured
     // backend's address, in what is exported.
@@ -553,9 +555,10 @@ async fn otc_and_mcp_calls_continue_the_callers_trace_too() {
 
 /// Without `--otlp-endpoint` nothing is exported or even attempted — not
 /// even with the standard OpenTelemetry variables set — and the caller's
-/// trace context reaches the tool's backend as it came.
+/// trace context reaches the tool's backend as it came, its `tracestate`
+/// cut to the keys the operator allows (`--forward-tracestate`).
 #[tokio::test(flavor = "multi_thread")]
-async fn without_an_otlp_endpoint_nothing_is_exported_and_the_callers_trace_context_goes_on_as_it_came() {
+async fn without_an_otlp_endpoint_nothing_is_exported_and_the_callers_trace_context_goes_on_as_allowed() {
     let collector = Collector::start().await;
     let (backend, weather) = crate::weather::backend().await;
     let plugins = plugins_dir();
@@ -564,14 +567,23 @@ async fn without_an_otlp_endpoint_nothing_is_exported_and_the_callers_trace_cont
         ("OTEL_EXPORTER_OTLP_ENDPOINT".to_string(), collector.url.clone()),
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT".to_string(), format!("{}/v1/traces", collector.url)),
     ];
-    let args =
-        ["--plugins", plugins.to_str().unwrap(), "--tool-config", &config, "--allow-private-cidr", "127.0.0.0/8"];
+    let args = [
+        "--plugins",
+        plugins.to_str().unwrap(),
+        "--tool-config",
+        &config,
+        "--allow-private-cidr",
+        "127.0.0.0/8",
+        "--forward-tracestate",
+        "agent",
+    ];
     let (server, _) = Server::start_on(tempfile::tempdir().unwrap(), "127.0.0.1:0", &args, Some(TOKEN), &env);
     let id = server.tool_id("lookup_weather_by_city").await;
     let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
     let response = server
         .request(Method::POST, &format!("/tools/{id}:invoke"))
         .header("traceparent", &traceparent)
+        .header("tracestate", "private=customer-7,agent=run-42")
         .json(&invocation("lookup_weather_by_city", &[("city", json!("Paris"))]))
         .send()
         .await
@@ -584,4 +596,7 @@ async fn without_an_otlp_endpoint_nothing_is_exported_and_the_callers_trace_cont
 
     assert_eq!(collector.requests(), 0, "nothing was sent to a collector");
     assert_eq!(weather.traceparents(), [Some(traceparent.clone()), Some(traceparent), None, None]);
+    // Of the caller's tracestate, only what the operator allows goes on.
+    let agent = Some("agent=run-42".to_string());
+    assert_eq!(weather.tracestates(), [agent.clone(), agent, None, None]);
 }

@@ -588,9 +588,19 @@ async fn quotas_refuse_the_tenant_over_them_and_no_one_else() {
     assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")), "{body}");
 
     // Tools and component size.
-    assert_eq!(s.deploy_as(&v.acme_publisher, "acme", echo()).await.0, 201);
+    let (status, deployed) = s.deploy_as(&v.acme_publisher, "acme", echo()).await;
+    assert_eq!(status, 201, "{deployed}");
     let (status, body) = s.deploy_as(&v.acme_publisher, "acme", fixture("slow_sleep.wasm")).await;
     assert_eq!((status, body["error"]["code"].as_str()), (409, Some("quota_exceeded")), "{body}");
+    // Retiring frees no room: the retired tool is still stored (else
+    // deploy, retire, deploy another would store tools without end)...
+    let retire = format!("/t/acme/admin/tools/{}/versions/1", deployed["toolId"].as_str().unwrap());
+    assert_eq!(s.call_as(Some(&v.acme_publisher), Method::DELETE, &retire, None).await.0, 200);
+    let (status, body) = s.deploy_as(&v.acme_publisher, "acme", fixture("slow_sleep.wasm")).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("quota_exceeded")), "{body}");
+    // ...and a new version of the retired tool needs none.
+    let (status, body) = s.deploy_as(&v.acme_publisher, "acme", fixture("echo_v2.wasm")).await;
+    assert_eq!(status, 201, "{body}");
     assert_eq!(s.deploy_as(&v.globex_publisher, "globex", fixture("slow_sleep.wasm")).await.0, 201);
     assert_eq!(s.deploy_as(&v.globex_publisher, "globex", echo()).await.0, 201, "globex has the default quotas");
     let mut big = echo();

@@ -7,6 +7,14 @@
 //! moves to a pool of tool threads of its own, so no tool holds a thread
 //! serving HTTP for longer than one tick.
 //!
+//! A tool whose recent calls ran longer than [`INLINE_LIMIT`] (an average
+//! that follows the last few calls: one that computes for a millisecond, a
+//! large component whose instantiation alone takes that long, one that
+//! waits on its backend) starts on the tool threads instead: on a 2-core
+//! machine, two such calls held inline up to their first tick would hold
+//! every thread serving HTTP. Its first call runs inline; the ones after it
+//! do not.
+//!
 //! Two pools. Calls move to the first, at the server's own CPU priority. A
 //! tool whose calls ran into their deadline while computing, or into their
 //! memory limit, twice within [`DEMOTION`] (once may be bad luck) is
@@ -39,6 +47,12 @@ use tokio::runtime::{Builder, Handle, Runtime};
 /// How long a tool that misbehaved runs at low priority.
 pub const DEMOTION: Duration = Duration::from_secs(30);
 
+/// A tool whose recent calls ran longer than this on average starts its
+/// calls on the tool threads, not on the thread that received them: far
+/// above an echo's microseconds, far below the 2 ms tick a call may hold
+/// its thread for.
+const INLINE_LIMIT: Duration = Duration::from_micros(250);
+
 /// After a demoted tool's call offends again, how many times that call's
 /// running time the tool rests before its next call starts; each further
 /// offence while demoted doubles it.
@@ -68,6 +82,9 @@ pub(super) struct Executors {
     low: Runtime,
     /// Demoted tools.
     demoted: dashmap::DashMap<Uuid, Demotion>,
+    /// Each tool's recent run time per call, in microseconds: an average
+    /// weighting the last call a quarter.
+    recent: dashmap::DashMap<Uuid, u64>,
 }
 
 impl Executors {
@@ -84,7 +101,7 @@ impl Executors {
             .on_thread_start(lower_priority)
             .enable_all()
             .build()?;
-        Ok(Executors { normal, low, demoted: dashmap::DashMap::new() })
+        Ok(Executors { normal, low, demoted: dashmap::DashMap::new(), recent: dashmap::DashMap::new() })
     }
 
     /// The pool the host's own periodic work runs on.
@@ -94,7 +111,14 @@ impl Executors {
 
     /// The pool `tool`'s next call runs on.
     pub fn for_tool(&self, tool: Uuid) -> Pool<'_> {
-        if self.demoted(tool).is_some() { Pool::Low(self.low.handle()) } else { Pool::Normal(self.normal.handle()) }
+        if self.demoted(tool).is_some() {
+            return Pool::Low(self.low.handle());
+        }
+        let limit = INLINE_LIMIT.as_micros() as u64;
+        if self.recent.get(&tool).is_some_and(|micros| *micros > limit) {
+            return Pool::Costly(self.normal.handle());
+        }
+        Pool::Normal(self.normal.handle())
     }
 
     /// Looks at how a call of `tool`, which ran for `ran_for`, ended: a
@@ -107,6 +131,11 @@ impl Executors {
         outcome: &Result<wasmtime::component::Val, CallError>,
         ran_for: Duration,
     ) {
+        let micros = u64::try_from(ran_for.as_micros()).unwrap_or(u64::MAX);
+        self.recent
+            .entry(tool)
+            .and_modify(|recent| *recent = (*recent / 4).saturating_mul(3).saturating_add(micros / 4))
+            .or_insert(micros);
         let offence = match outcome {
             Err(CallError::Timeout { computing: true, .. }) => "ran into its deadline while computing",
             Err(CallError::ResourceExhausted) => "ran out of memory",
@@ -205,6 +234,9 @@ pub(super) struct NoTurn;
 pub(super) enum Pool<'a> {
     /// The tool threads at the server's priority.
     Normal(&'a Handle),
+    /// The same threads, for a tool whose calls have run long lately:
+    /// from their start.
+    Costly(&'a Handle),
     /// The low-priority threads of demoted tools.
     Low(&'a Handle),
 }
@@ -213,13 +245,13 @@ impl Pool<'_> {
     /// The pool's runtime.
     pub fn handle(&self) -> &Handle {
         match self {
-            Pool::Normal(handle) | Pool::Low(handle) => handle,
+            Pool::Normal(handle) | Pool::Costly(handle) | Pool::Low(handle) => handle,
         }
     }
 
     /// Whether a call may start on the thread that received it (and move
-    /// here at its first pause): not a demoted tool's, which runs only at
-    /// low priority.
+    /// here at its first pause): not a costly tool's, nor a demoted tool's,
+    /// which runs only at low priority.
     pub fn starts_inline(&self) -> bool {
         matches!(self, Pool::Normal(_))
     }
@@ -240,6 +272,26 @@ fn lower_priority() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tool_whose_calls_run_long_lately_starts_them_off_the_http_threads() {
+        let executors = Executors::new(1).unwrap();
+        let tool = Uuid::new_v4();
+        let ok = Ok(wasmtime::component::Val::Bool(true));
+        assert!(executors.for_tool(tool).starts_inline(), "an unknown tool starts inline");
+        executors.ran(tool, "echo", &ok, Duration::from_micros(5));
+        assert!(executors.for_tool(tool).starts_inline(), "a cheap call");
+        // One call computing 1.5 ms is enough to move the next ones.
+        executors.ran(tool, "compute", &ok, Duration::from_micros(1500));
+        assert!(matches!(executors.for_tool(tool), Pool::Costly(_)));
+        assert!(!executors.for_tool(tool).starts_inline());
+        // A few cheap calls bring it back.
+        for _ in 0..10 {
+            executors.ran(tool, "compute", &ok, Duration::from_micros(5));
+        }
+        assert!(executors.for_tool(tool).starts_inline(), "cheap again");
+        executors.shutdown();
+    }
 
     #[test]
     fn the_rest_is_three_times_the_call_doubled_at_each_further_offence_up_to_the_demotion() {

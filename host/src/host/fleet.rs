@@ -14,7 +14,7 @@
 //! With the embedded SQLite store only this process writes, its memory
 //! changes with the store, and nothing here runs.
 
-use super::{Tenant, ToolHost};
+use super::ToolHost;
 use crate::store::{StoreError, Topic};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -135,16 +135,13 @@ impl ToolHost {
     pub(super) fn reload(&self, topic: Topic) -> Result<(), StoreError> {
         match topic {
             Topic::Tenants => {
-                let share = self.fleet.replicas();
                 let stored = self.store.tenants()?;
                 let names: HashSet<String> = stored.iter().map(|t| t.name.clone()).collect();
                 for record in stored {
-                    // An unchanged tenant keeps its token bucket and its
-                    // count of running calls.
-                    let same = self.tenants.get(&record.name).is_some_and(|t| t.record == record && t.share == share);
-                    if !same {
-                        self.tenants.insert(record.name.clone(), Arc::new(Tenant::new(record, share)));
-                    }
+                    // An unchanged tenant keeps its token bucket; a changed
+                    // one keeps its count of running calls and gets no
+                    // fresh burst.
+                    self.put_tenant_state(record);
                 }
                 self.tenants.retain(|name, _| names.contains(name));
             }

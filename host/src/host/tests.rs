@@ -177,14 +177,32 @@ fn each_replica_enforces_its_share_of_a_tenants_rate_and_concurrency() {
         Quotas { invocations_per_second: 1, invocation_burst: 5, max_concurrent_invocations: 3, ..Quotas::default() };
     let admitted = |tenant: &Tenant| (0..10).take_while(|_| tenant.rate.check().is_ok()).count();
     let alone = Tenant::new(record(quotas.clone()), 1);
-    assert_eq!((admitted(&alone), alone.running.available_permits()), (5, 3));
+    assert_eq!((admitted(&alone), alone.free_slots()), (5, 3));
     // Two replicas: half of each, rounded up, so the fleet admits the quota
     // plus at most one per replica.
     let one_of_two = Tenant::new(record(quotas.clone()), 2);
-    assert_eq!((admitted(&one_of_two), one_of_two.running.available_permits()), (3, 2));
+    assert_eq!((admitted(&one_of_two), one_of_two.free_slots()), (3, 2));
     // More replicas than the quota: each still admits one.
-    let one_of_ten = Tenant::new(record(quotas), 10);
-    assert_eq!((admitted(&one_of_ten), one_of_ten.running.available_permits()), (1, 1));
+    let one_of_ten = Tenant::new(record(quotas.clone()), 10);
+    assert_eq!((admitted(&one_of_ten), one_of_ten.free_slots()), (1, 1));
+
+    // The fleet grows or shrinks: the calls running go on counting, and
+    // the new token bucket starts empty — no fresh burst, no fresh slots.
+    let before = Tenant::new(record(quotas.clone()), 1);
+    let running: Vec<_> = (0..3).map(|_| before.start_call().unwrap()).collect();
+    assert!(before.start_call().is_none(), "3 of 3 running");
+    let shrunk = before.succeeding(record(quotas.clone()), 2);
+    assert_eq!((admitted(&shrunk), shrunk.free_slots()), (0, 0), "still 3 running, over the new 2");
+    let grown = shrunk.succeeding(record(quotas.clone()), 1);
+    assert_eq!((admitted(&grown), grown.free_slots()), (0, 0));
+    // A quota the operator edits starts its bucket afresh; the running
+    // calls still count.
+    let edited = Quotas { invocation_burst: 4, ..quotas.clone() };
+    let grown = grown.succeeding(record(edited), 1);
+    assert_eq!((admitted(&grown), grown.free_slots()), (4, 0));
+    drop(running);
+    assert_eq!(grown.free_slots(), 3, "the calls that ended are given back to the tenant as it is now");
+    assert!(grown.start_call().is_some());
 }
 
 #[test]
@@ -278,15 +296,24 @@ fn a_tool_that_spins_to_its_deadline_or_bombs_its_memory_runs_at_low_priority() 
     };
     offend();
     for once in [spinner, bomb] {
-        assert_eq!(runs_on(once), normal, "a first offence may be bad luck: not demoted");
+        // Not demoted; its calls ran long, so they start off the HTTP threads.
+        let costly = (false, normal.1.clone(), normal.2);
+        assert_eq!(runs_on(once), costly, "a first offence may be bad luck: not demoted");
     }
     offend();
     for demoted in [spinner, bomb] {
         let (inline, name, (_, nice)) = runs_on(demoted);
         assert_eq!((inline, name.as_str(), nice), (false, "plinth-tool-low", 19));
     }
-    for kept in [flaky, waiting, other] {
-        assert_eq!(runs_on(kept), normal, "only a tool that burned CPU or memory is demoted");
+    assert_eq!(runs_on(other), normal);
+    // Only a tool that burned CPU or memory is demoted; one whose calls ran
+    // long lately starts them on the normal tool threads, not inline.
+    for kept in [flaky, waiting] {
+        assert_eq!(
+            runs_on(kept),
+            (false, "plinth-tool".to_string(), ours),
+            "only a tool that burned CPU or memory is demoted"
+        );
     }
     executors.shutdown();
 }
@@ -340,4 +367,30 @@ fn a_demoted_tools_calls_take_turns_and_rest_after_each_new_offence() {
         assert!(rested >= Duration::from_millis(600), "rested {rested:?}");
     });
     executors.shutdown();
+}
+
+/// A request without a key for a tenant that does not exist — a CHEQ
+/// transaction, a confirmation-page or catalog session with a made-up
+/// cookie — is answered from memory: the store is never asked (here it
+/// is down, and only a real tenant's lookup finds out).
+#[test]
+fn lookups_for_a_tenant_that_does_not_exist_never_reach_the_store() {
+    let postgres = crate::testing::TestPostgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let host = ToolHost::open(HostOptions {
+        database_url: Some(postgres.fresh_database()),
+        secrets_key: Some("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=".into()),
+        ..options(dir.path())
+    })
+    .unwrap();
+    postgres.stop();
+    let id = uuid::Uuid::new_v4().to_string();
+    for tenant in ["nosuch", "made-up-7"] {
+        assert!(matches!(host.page_session(tenant, "made-up-cookie"), Ok(None)), "{tenant}");
+        assert!(matches!(host.designer_session(tenant, "made-up-cookie"), Ok(None)), "{tenant}");
+        assert!(matches!(host.confirmation(tenant, &id), Ok(None)), "{tenant}");
+    }
+    // The same lookups for a tenant that exists do ask the store, and fail.
+    assert!(host.page_session(DEFAULT_TENANT, "made-up-cookie").is_err());
+    assert!(host.confirmation(DEFAULT_TENANT, &id).is_err());
 }

@@ -39,10 +39,11 @@ const CITIES: &[City] = &[
     ("Stormville", "United States", 41.55, -73.73, 0.0, 0.0, "unavailable"),
 ];
 
-/// Counts the requests served, and keeps their `traceparent` headers, for
+/// Counts the requests served, and keeps their `traceparent` and
+/// `tracestate` headers, for
 /// tests.
 #[derive(Clone, Default)]
-pub struct Counter(Arc<AtomicUsize>, Arc<Mutex<Vec<Option<String>>>>);
+pub struct Counter(Arc<AtomicUsize>, Arc<Mutex<Vec<(Option<String>, Option<String>)>>>);
 
 /// `traceparent` headers kept at most.
 const KEPT_TRACEPARENTS: usize = 1000;
@@ -56,17 +57,24 @@ impl Counter {
     /// The `traceparent` header of each request received, in order (`None`
     /// for a request without one).
     pub fn traceparents(&self) -> Vec<Option<String>> {
-        self.1.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.1.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(parent, _)| parent.clone()).collect()
+    }
+
+    /// The `tracestate` header of each request received, in order.
+    pub fn tracestates(&self) -> Vec<Option<String>> {
+        self.1.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(_, state)| state.clone()).collect()
     }
 }
 
-/// Keeps the request's `traceparent` (see [`Counter::traceparents`]).
+/// Keeps the request's `traceparent` and `tracestate` (see
+/// [`Counter::traceparents`]).
 async fn keep_traceparent(State(counter): State<Counter>, request: Request, next: Next) -> Response {
-    let traceparent = request.headers().get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_string);
     {
+        let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let context = (header("traceparent"), header("tracestate"));
         let mut kept = counter.1.lock().unwrap_or_else(|p| p.into_inner());
         if kept.len() < KEPT_TRACEPARENTS {
-            kept.push(traceparent);
+            kept.push(context);
         }
     }
     next.run(request).await
