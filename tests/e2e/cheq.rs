@@ -508,7 +508,9 @@ impl PageSession {
         let confirm = pack["confirmation uri"].as_str().unwrap();
         let root = confirm.strip_suffix("/cheq/confirm").unwrap().to_string();
         let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-        let response = client.post(format!("{root}/cheq/login")).form(&login_form(pack, user)).send().await.unwrap();
+        let (form, cookie) = login_form(&client, pack, user).await;
+        let response =
+            client.post(format!("{root}/cheq/login")).header("cookie", cookie).form(&form).send().await.unwrap();
         assert_eq!(response.status(), 303, "{user} logs in");
         let cookie = response.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
         PageSession { client, cookie, root }
@@ -568,12 +570,25 @@ impl PageSession {
 
 /// The login form's fields for `user` (whose password the test directory
 /// sets as `{user}-password`), on `pack`'s transaction.
-fn login_form(pack: &Value, user: &str) -> [(&'static str, String); 3] {
-    [
+/// The login form for `pack`'s confirmation page as its login page gives
+/// it (its token among the fields), and the cookie that page set.
+async fn login_form(client: &reqwest::Client, pack: &Value, user: &str) -> ([(&'static str, String); 4], String) {
+    let response = client
+        .get(pack["confirmation uri"].as_str().unwrap())
+        .query(&[("resource_uri", pack["resource uri"].as_str().unwrap())])
+        .send()
+        .await
+        .unwrap();
+    let cookie = response.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    assert!(cookie.starts_with("plinth_cheq_login="), "{cookie}");
+    let page = response.text().await.unwrap();
+    let form = [
         ("user", user.to_string()),
         ("password", format!("{user}-password")),
         ("resource_uri", pack["resource uri"].as_str().unwrap().to_string()),
-    ]
+        ("login_token", crate::support::hidden(&page, "login_token")),
+    ];
+    (form, cookie)
 }
 
 /// `[0,1,…,n-1]`.
@@ -1204,19 +1219,34 @@ async fn the_login_and_the_decision_are_refused_when_another_site_posts_them() {
     let (status, _, pack) = call_for(&server, Some("alice"), "book_flight", &booking("BUSINESS", 1)).await;
     assert_eq!(status, 202, "{pack}");
     let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-    let form = login_form(&pack, "alice");
+    let (form, cookie) = login_form(&client, &pack, "alice").await;
+    let login = format!("{}/cheq/login", server.base);
     for (name, value) in
         [("sec-fetch-site", "cross-site"), ("sec-fetch-site", "same-site"), ("origin", "https://evil.example")]
     {
         let response =
-            client.post(format!("{}/cheq/login", server.base)).header(name, value).form(&form).send().await.unwrap();
+            client.post(&login).header("cookie", &cookie).header(name, value).form(&form).send().await.unwrap();
         assert_eq!(response.status(), 403, "{name}: {value}");
         assert!(response.headers().get("set-cookie").is_none(), "no session for {name}: {value}");
+    }
+    // A browser that says nothing of where the post came from (`Origin:
+    // null`, or no Fetch Metadata) is let in only by the page's token: a
+    // post without the cookie, or with another token, is refused.
+    let foreign = [form[0].clone(), form[1].clone(), form[2].clone(), ("login_token", "f".repeat(32))];
+    for (cookie, form) in [(None, &form), (Some(cookie.as_str()), &foreign)] {
+        let mut post = client.post(&login).header("origin", "null").form(form);
+        if let Some(cookie) = cookie {
+            post = post.header("cookie", cookie);
+        }
+        let response = post.send().await.unwrap();
+        assert_eq!(response.status(), 403, "cookie {cookie:?}");
+        assert!(response.headers().get("set-cookie").is_none());
     }
     // The page's own post (same-origin) logs in; a decision another site
     // posts with that session is refused, and the transaction still waits.
     let response = client
-        .post(format!("{}/cheq/login", server.base))
+        .post(&login)
+        .header("cookie", &cookie)
         .header("sec-fetch-site", "same-origin")
         .form(&form)
         .send()

@@ -25,12 +25,18 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
 
 /// `POST {base}{path}` with a form body, from a client without a key and
 /// without redirects → (status, headers, body).
+/// A confirmation-page login, with the login form's double-submit token
+/// as a client that is not a browser sends it: the same value in the
+/// cookie and in the form.
 async fn post_form(
     client: &reqwest::Client,
     url: &str,
     form: &[(&str, &str)],
 ) -> (u16, reqwest::header::HeaderMap, String) {
-    let response = client.post(url).form(form).send().await.unwrap();
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+    let form: Vec<(&str, &str)> = form.iter().copied().chain([("login_token", TOKEN)]).collect();
+    let cookie = format!("plinth_cheq_login={TOKEN}");
+    let response = client.post(url).header("cookie", cookie).form(&form).send().await.unwrap();
     let status = response.status().as_u16();
     let headers = response.headers().clone();
     (status, headers, response.text().await.unwrap_or_default())
@@ -741,4 +747,30 @@ async fn an_accept_without_the_keys_decides_nothing_and_its_retry_works_once_the
     assert_eq!(external.requests(), 2, "one failed fetch, one that found the keys");
     let (status, _, result) = fetch(&resource.replace("/transactions/", "/results/")).await;
     assert_eq!(status, 200, "{result}");
+}
+
+/// The tenant segment of a URL never reaches a header: one that is not a
+/// tenant name (`acme;SameSite=None;…` would append cookie attributes to
+/// the sign-in token's `Path`) is no route at all, with no cookie, for
+/// every page that sets one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_segment_that_is_not_a_name_reaches_no_page_and_no_cookie() {
+    let server = Server::start(&[]);
+    let client = no_redirects();
+    for forged in ["acme;SameSite=None;Max-Age=99999", "acme%3BSameSite=None", "Acme", "-acme", "acme%0d%0aX-Evil:1"] {
+        for page in ["catalog/sign-in", "cheq/confirm", "catalog"] {
+            let url = format!("{}/t/{forged}/{page}", server.base);
+            let response = client.get(&url).send().await.unwrap();
+            assert_eq!(response.status(), 404, "{url}");
+            assert!(response.headers().get("set-cookie").is_none(), "{url}: {:?}", response.headers());
+        }
+    }
+    // A real tenant's sign-in page sets its token for its own path only.
+    let (status, body) =
+        server.call_as(Some(TOKEN), Method::POST, "/admin/tenants", Some(&json!({"name": "acme"}))).await;
+    assert_eq!(status, 201, "{body}");
+    let response = client.get(format!("{}/t/acme/catalog/sign-in", server.base)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let cookie = response.headers()["set-cookie"].to_str().unwrap();
+    assert!(cookie.contains("; Path=/t/acme/catalog/sign-in;"), "{cookie}");
 }

@@ -18,7 +18,7 @@
 //! ones below it may.
 
 use super::{ApiError, ApiOptions, AppState};
-use crate::tenancy::{DEFAULT_TENANT, Principal, Role};
+use crate::tenancy::{DEFAULT_TENANT, Principal, Role, is_tenant_name};
 use axum::extract::Request;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
@@ -107,6 +107,13 @@ pub fn strip_tenant_root(mut request: Request) -> Request {
         request.extensions_mut().insert(TenantRoot(None));
         return request;
     };
+    // Not a tenant name: no route, so that no handler sees the text (it
+    // would go into cookie paths and links).
+    if !is_tenant_name(&tenant) {
+        *request.uri_mut() = axum::http::Uri::from_static("/t/invalid");
+        request.extensions_mut().insert(TenantRoot(None));
+        return request;
+    }
     let path_and_query = match request.uri().query() {
         Some(q) => format!("{tail}?{q}"),
         None => tail,

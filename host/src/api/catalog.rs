@@ -59,11 +59,8 @@ const SESSION_COOKIE: &str = "plinth_catalog_session";
 /// in with a key of its choosing (login CSRF), whatever the browser says of
 /// where a post came from: that page can neither read the cookie nor make
 /// the browser send it (`SameSite=Strict`). Sent to the sign-in path only.
-const SIGN_IN_COOKIE: &str = "plinth_catalog_sign_in";
-/// The sign-in form's field with the cookie's token.
-const SIGN_IN_TOKEN_FIELD: &str = "sign_in_token";
-/// How long a sign-in form's token lasts.
-const SIGN_IN_TOKEN_SECS: i64 = 24 * 3600;
+const SIGN_IN_TOKEN: pages::SignInToken =
+    pages::SignInToken { cookie: "plinth_catalog_sign_in", field: "sign_in_token" };
 /// Tools on one page of the catalog.
 const PAGE_SIZE: usize = 50;
 /// A string input gets a multi-line box unless it is at most this long.
@@ -156,17 +153,6 @@ fn rich(text: &str) -> Vec<(bool, String)> {
     parts.iter().enumerate().filter(|(_, p)| !p.is_empty()).map(|(i, p)| (i % 2 == 1, p.to_string())).collect()
 }
 
-/// A new random id for a form (a sign-in form's token, a try form's call
-/// id): 122 random bits, as 32 lowercase hex digits.
-fn new_form_id() -> String {
-    uuid::Uuid::new_v4().simple().to_string()
-}
-
-/// Whether `id` has the shape [`new_form_id`] gives.
-fn is_form_id(id: &str) -> bool {
-    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
 fn encode(text: &str) -> String {
     form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
@@ -235,7 +221,7 @@ fn sign_in_page(
     let links = Links::new(options, tenant);
     let mut frame = frame(options, &links, "Sign in to the catalog", None);
     frame.width = "narrow";
-    let token = pages::cookie(headers, SIGN_IN_COOKIE).filter(|t| is_form_id(t)).unwrap_or_else(new_form_id);
+    let token = SIGN_IN_TOKEN.for_page(headers);
     let page = SignInPage {
         frame,
         tenant: tenant.to_string(),
@@ -245,12 +231,7 @@ fn sign_in_page(
         token: token.clone(),
         hours: CATALOG_SESSION_TTL.as_secs() / 3600,
     };
-    let mut response = pages::page(status, &page);
-    let cookie = pages::page_cookie(&options.public_url, SIGN_IN_COOKIE, token, links.sign_in(), SIGN_IN_TOKEN_SECS);
-    if let Ok(cookie) = axum::http::HeaderValue::from_str(&cookie.to_string()) {
-        response.headers_mut().append(axum::http::header::SET_COOKIE, cookie);
-    }
-    response
+    SIGN_IN_TOKEN.set(pages::page(status, &page), &options.public_url, token, links.sign_in())
 }
 
 /// The access layer's refusal of a catalog page without a live session of
@@ -352,9 +333,7 @@ pub(super) async fn sign_in(
     let form = form(&body);
     let next = field(&form, "next").unwrap_or("");
     // The form must be this server's sign-in page's, in this browser.
-    let token = pages::cookie(&headers, SIGN_IN_COOKIE).unwrap_or_default();
-    let forged = pages::posted_from_elsewhere(&headers, &options.public_url);
-    if forged || !pages::form_token_matches(field(&form, SIGN_IN_TOKEN_FIELD).unwrap_or(""), &token) {
+    if !SIGN_IN_TOKEN.posted_by_its_page(&headers, &form, &options.public_url) {
         tracing::warn!(tenant = caller.tenant, client = %peer.ip(), "a catalog sign-in not from its form was refused");
         let problem = "This sign-in did not come from this page (it was sent from another site, or its form expired); sign in here.";
         let page = sign_in_page(&options, &caller.tenant, &headers, StatusCode::FORBIDDEN, next, Some(problem.into()));
@@ -1040,8 +1019,41 @@ impl Answer {
     }
 }
 
-fn pretty(value: &Value) -> String {
-    serde_json::to_string_pretty(value).unwrap_or_default()
+/// Bytes of JSON a page shows of one value (and the call ledger keeps of
+/// a try form's answer); past it the value is cut, and says so.
+const SHOWN_JSON_BYTES: usize = 64 * 1024;
+
+/// `value` as a page shows it: indented when that fits in
+/// [`SHOWN_JSON_BYTES`], else compact — indentation grows with nesting, so
+/// a deep value indented can be many times its own size — and cut there
+/// with a note. Never more work than that many bytes of output.
+fn shown_json(value: &Value) -> String {
+    /// A writer that refuses what goes past its room.
+    struct Bounded(Vec<u8>);
+    impl std::io::Write for Bounded {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            if self.0.len() + bytes.len() > SHOWN_JSON_BYTES {
+                return Err(std::io::ErrorKind::OutOfMemory.into());
+            }
+            self.0.extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Bounded(Vec::new());
+    if serde_json::to_writer_pretty(&mut out, value).is_ok() {
+        return String::from_utf8(out.0).unwrap_or_default();
+    }
+    let mut out = Bounded(Vec::new());
+    if serde_json::to_writer(&mut out, value).is_ok() {
+        return String::from_utf8(out.0).unwrap_or_default();
+    }
+    // Full: what was written, cut at a character boundary.
+    let text = String::from_utf8_lossy(&out.0);
+    let text = text.trim_end_matches(char::REPLACEMENT_CHARACTER);
+    format!("{text}… (shown in part: the first {} KiB)", SHOWN_JSON_BYTES / 1024)
 }
 
 /// The form of `version`, with what was entered and the core's errors.
@@ -1109,7 +1121,7 @@ fn try_page(
         description: signature.description.clone(),
         action: links.try_it(tool),
         form_token: session.form_token.clone(),
-        call_id: new_form_id(),
+        call_id: pages::new_form_id(),
         resent: None,
         versions,
         version: version.number,
@@ -1246,7 +1258,7 @@ pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
     // ledger's record of the first, and the tool does not run again.
     let show =
         |errors: &HashMap<String, String>| try_page(&host, &options, &session, &tool, &version, &entered, errors);
-    let Some(form_call_id) = field(&form, CALL_ID_FIELD).filter(|id| is_form_id(id)) else {
+    let Some(form_call_id) = field(&form, CALL_ID_FIELD).filter(|id| pages::is_form_id(id)) else {
         let mut page = show(&errors);
         page.problem = Some(rich(
             "This form has no call id (it did not come from this page): nothing ran. Send it again from here.",
@@ -1450,7 +1462,7 @@ fn came_of(
     };
     match outcome {
         Ok(ToolResult::Outputs(outputs)) => {
-            let outputs = outputs.iter().map(|o| (o.name.clone(), pretty(&o.value))).collect();
+            let outputs = outputs.iter().map(|o| (o.name.clone(), shown_json(&o.value))).collect();
             Came::Answer { status: StatusCode::OK, answer: Answer::Outputs { outputs }, refusal: None }
         }
         Ok(ToolResult::Failed(failed)) => refused(ApiError::from(failed)),
@@ -1464,7 +1476,7 @@ fn came_of(
                 end_user: end_user.unwrap_or_default(),
                 expires: at(pending.expires_at),
                 confirm_href,
-                pack: pretty(&pack),
+                pack: shown_json(&pack),
                 status_href: links.confirmation(&pending.id),
             };
             Came::Answer { status: StatusCode::ACCEPTED, answer, refusal: None }
@@ -1543,7 +1555,8 @@ pub(super) async fn confirmation(
         TxState::Done => {
             let status = c.result_status.unwrap_or(200);
             let body = c.result_body.as_deref().unwrap_or_default();
-            let json = serde_json::from_str::<Value>(body).map_or_else(|_| body.to_string(), |json| pretty(&json));
+            let json = serde_json::from_str::<Value>(body)
+                .map_or_else(|_| shown_json(&Value::String(body.to_string())), |json| shown_json(&json));
             Answer::Kept { status, json }
         }
         other => Answer::refused(&ApiError::unanswered(other)),
@@ -1573,6 +1586,43 @@ mod tests {
 
     fn links(public_url: &str, tenant: &str) -> Links {
         Links::new(&ApiOptions { public_url: public_url.into(), ..ApiOptions::default() }, tenant)
+    }
+
+    #[test]
+    fn a_deep_or_large_value_is_shown_compact_and_in_part() {
+        // Small: indented.
+        assert_eq!(shown_json(&json!({"a": [1]})), "{\n  \"a\": [\n    1\n  ]\n}");
+        // 1 MB of lists nested 80 deep: indented it would be ~80 MB.
+        let mut deep = json!("x".repeat(100));
+        for _ in 0..80 {
+            deep = json!([deep.clone(), deep.clone()]);
+            if deep.to_string().len() > 1 << 20 {
+                break;
+            }
+        }
+        let mut wide = Vec::new();
+        while serde_json::to_string(&wide).unwrap().len() < 1 << 20 {
+            let mut v = json!(1);
+            for _ in 0..80 {
+                v = json!([v]);
+            }
+            wide.push(v);
+        }
+        for value in [deep, Value::Array(wide)] {
+            let shown = shown_json(&value);
+            assert!(shown.len() <= SHOWN_JSON_BYTES + 64, "{}", shown.len());
+            assert!(shown.ends_with("(shown in part: the first 64 KiB)"), "{}", &shown[shown.len() - 80..]);
+            assert!(!shown.contains('\n'), "compact once indenting does not fit");
+        }
+        // Compact fits: compact, whole.
+        let mut nested = json!(1);
+        for _ in 0..80 {
+            nested = json!([nested, nested.clone()]);
+            if nested.to_string().len() > 20_000 {
+                break;
+            }
+        }
+        assert_eq!(shown_json(&nested), nested.to_string());
     }
 
     #[test]
@@ -1615,10 +1665,10 @@ mod tests {
 
     #[test]
     fn form_ids_are_new_each_time_and_only_their_shape_is_taken() {
-        let (a, b) = (new_form_id(), new_form_id());
-        assert!(is_form_id(&a) && is_form_id(&b) && a != b);
+        let (a, b) = (pages::new_form_id(), pages::new_form_id());
+        assert!(pages::is_form_id(&a) && pages::is_form_id(&b) && a != b);
         for refused in ["", "0123", "0123456789ABCDEF0123456789abcdef", "0123456789abcdef0123456789abcdeg", "../../x"] {
-            assert!(!is_form_id(refused), "{refused}");
+            assert!(!pages::is_form_id(refused), "{refused}");
         }
     }
 

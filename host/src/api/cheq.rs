@@ -644,7 +644,7 @@ pub(super) async fn confirm_page(
         }
     };
     match session_of(&host, &headers, &caller.tenant) {
-        None => login_page(&options, &caller.tenant, &resource_uri, None),
+        None => login_page(&options, &caller.tenant, &headers, &resource_uri, None),
         Some(session) => confirmation_page(&host, &options, &caller.tenant, &session, &id),
     }
 }
@@ -662,6 +662,7 @@ pub(super) async fn confirm_page(
             ("Set-Cookie" = String, description = "The session (HttpOnly, SameSite=Strict)"),
         )),
         (status = 401, description = "Wrong user name or password: the login page again (`Plinth-Error-Code: login_failed`)", content_type = "text/html", body = String),
+        (status = 403, description = "The login did not come from the login page in this browser: sent from another site or origin, or without the token of the page's cookie", content_type = "text/html", body = String),
         (status = 429, description = "Too many failed logins: the login page (`login_locked`)", content_type = "text/html", body = String,
             headers(("Retry-After" = u64, description = "Seconds"))),
         (status = 503, description = "The login cannot be checked now (`login_busy`, `storage_failed`)", content_type = "text/html", body = String,
@@ -676,14 +677,17 @@ pub(super) async fn login(
     body: Bytes,
 ) -> Response {
     // A login posted by another site would log this browser in as someone
-    // else (login CSRF): only this server's own page may post it.
-    if pages::posted_from_elsewhere(&headers, &options.public_url) {
-        tracing::warn!(tenant = caller.tenant, client = %peer.ip(), "a confirmation-page login from another site was refused");
-        let said =
-            Paragraph::of("This login did not come from the confirmation page. Open the confirmation link again.");
+    // else (login CSRF): only this server's own page, in this browser, may
+    // post it.
+    let fields = form(&body);
+    if !LOGIN_TOKEN.posted_by_its_page(&headers, &fields, &options.public_url) {
+        tracing::warn!(tenant = caller.tenant, client = %peer.ip(), "a confirmation-page login not from its page was refused");
+        let said = Paragraph::of(
+            "This login did not come from the confirmation page (it was sent from another site, or its form expired). \
+             Open the confirmation link again.",
+        );
         return notice(&options, StatusCode::FORBIDDEN, "Not logged in", vec![said]);
     }
-    let fields = form(&body);
     let user = field(&fields, "user").unwrap_or("");
     let password = field(&fields, "password").unwrap_or("");
     let resource_uri = field(&fields, "resource_uri").unwrap_or("").to_string();
@@ -696,7 +700,8 @@ pub(super) async fn login(
                 "The login could not be checked now; try again in a moment.".into()
             }
         };
-        return ApiError::from(e).onto(login_page(&options, &caller.tenant, &resource_uri, Some(problem)));
+        let page = login_page(&options, &caller.tenant, &headers, &resource_uri, Some(problem));
+        return ApiError::from(e).onto(page);
     }
     let token = match host.open_page_session(&caller.tenant, user, SESSION_TTL) {
         Ok(token) => token,
@@ -969,17 +974,33 @@ struct LoginPage {
     problem: Option<String>,
     action: String,
     resource_uri: String,
+    token: String,
 }
 
-fn login_page(options: &ApiOptions, tenant: &str, resource_uri: &str, problem: Option<String>) -> Response {
+/// The login form's double-submit token (as the catalog's sign-in has).
+const LOGIN_TOKEN: pages::SignInToken = pages::SignInToken { cookie: "plinth_cheq_login", field: "login_token" };
+
+fn login_page(
+    options: &ApiOptions,
+    tenant: &str,
+    headers: &HeaderMap,
+    resource_uri: &str,
+    problem: Option<String>,
+) -> Response {
     let status = if problem.is_none() { StatusCode::OK } else { StatusCode::UNAUTHORIZED };
+    let action = format!("{}/cheq/login", root(options, tenant));
+    let token = LOGIN_TOKEN.for_page(headers);
+    // The cookie goes to the form's action only: its path on this server.
+    let tenant_root = if tenant == crate::tenancy::DEFAULT_TENANT { String::new() } else { format!("/t/{tenant}") };
+    let action_path = format!("{}{tenant_root}/cheq/login", pages::path_prefix(&options.public_url));
     let page = LoginPage {
         frame: Frame::new(&options.public_url, Product::Confirmation, "Log in to confirm"),
         problem,
-        action: format!("{}/cheq/login", root(options, tenant)),
+        action,
         resource_uri: resource_uri.to_string(),
+        token: token.clone(),
     };
-    pages::page(status, &page)
+    LOGIN_TOKEN.set(pages::page(status, &page), &options.public_url, token, action_path)
 }
 
 #[cfg(test)]

@@ -834,6 +834,9 @@ pub mod schemas {
         pub password: String,
         /// The resource URI to confirm, to go on to.
         pub resource_uri: Option<String>,
+        /// The login page's token, which its cookie (`plinth_cheq_login`)
+        /// holds too: a login from anywhere else is refused (`403`).
+        pub login_token: String,
     }
 
     /// The catalog's sign-in form.

@@ -211,6 +211,63 @@ pub fn page_cookie(
         .build()
 }
 
+/// A new random id for a form (a sign-in form's token, a try form's call
+/// id): 122 random bits, as 32 lowercase hex digits.
+pub fn new_form_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// Whether `id` has the shape [`new_form_id`] gives.
+pub fn is_form_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// A sign-in form's double-submit token, against login CSRF (another site
+/// signing this browser in as someone else): the page sets it in a cookie
+/// sent to the form's action only and carries it in a hidden field, and a
+/// post counts only when the two agree. Another site can neither read the
+/// cookie nor make the browser send it (`SameSite=Strict`).
+pub struct SignInToken {
+    /// The cookie's name.
+    pub cookie: &'static str,
+    /// The form field's name.
+    pub field: &'static str,
+}
+
+impl SignInToken {
+    /// How long a sign-in form's token lasts.
+    const SECS: i64 = 24 * 3600;
+
+    /// The token for a sign-in page: this browser's, when its cookie holds
+    /// a sound one (so that two open tabs agree), else a new one.
+    pub fn for_page(&self, headers: &axum::http::HeaderMap) -> String {
+        cookie(headers, self.cookie).filter(|t| is_form_id(t)).unwrap_or_else(new_form_id)
+    }
+
+    /// `page` with the cookie holding `token`, sent to `action` only.
+    pub fn set(&self, mut page: Response, public_url: &str, token: String, action: String) -> Response {
+        let cookie = page_cookie(public_url, self.cookie, token, action, Self::SECS);
+        if let Ok(cookie) = HeaderValue::from_str(&cookie.to_string()) {
+            page.headers_mut().append(header::SET_COOKIE, cookie);
+        }
+        page
+    }
+
+    /// Whether a sign-in post came from its page in this browser: not sent
+    /// from elsewhere ([`posted_from_elsewhere`]), and its field holds its
+    /// cookie's token.
+    pub fn posted_by_its_page(
+        &self,
+        headers: &axum::http::HeaderMap,
+        fields: &[(String, String)],
+        public_url: &str,
+    ) -> bool {
+        let token = cookie(headers, self.cookie).unwrap_or_default();
+        !posted_from_elsewhere(headers, public_url)
+            && form_token_matches(field(fields, self.field).unwrap_or(""), &token)
+    }
+}
+
 /// `303 See Other` to `location`, setting `cookies`, never cached.
 pub fn see_other(location: &str, cookies: &[cookie::Cookie<'static>]) -> Response {
     let mut response = StatusCode::SEE_OTHER.into_response();
