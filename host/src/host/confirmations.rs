@@ -991,7 +991,9 @@ impl ToolHost {
     /// async threads, in a hashing slot). An unknown name costs the same as
     /// a wrong password.
     fn check_end_user(&self, tenant: &str, name: &str, password: &str) -> Result<bool, StoreError> {
-        let stored = self.store.end_user(tenant, name)?;
+        // A tenant that does not exist is not looked up (the hash below
+        // still runs: it answers as late as an unknown user's).
+        let stored = if self.tenant(tenant).is_some() { self.store.end_user(tenant, name)? } else { None };
         let hash = stored.as_deref().unwrap_or(UNKNOWN_USER_HASH);
         let matches = PasswordHash::new(hash)
             .is_ok_and(|hash| Argon2::default().verify_password(password.as_bytes(), &hash).is_ok());

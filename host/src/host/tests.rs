@@ -377,13 +377,23 @@ fn a_demoted_tools_calls_take_turns_and_rest_after_each_new_offence() {
 fn lookups_for_a_tenant_that_does_not_exist_never_reach_the_store() {
     let postgres = crate::testing::TestPostgres::start();
     let dir = tempfile::tempdir().unwrap();
-    let host = ToolHost::open(HostOptions {
-        database_url: Some(postgres.fresh_database()),
-        secrets_key: Some("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=".into()),
-        ..options(dir.path())
-    })
-    .unwrap();
+    let host = Arc::new(
+        ToolHost::open(HostOptions {
+            database_url: Some(postgres.fresh_database()),
+            secrets_key: Some("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=".into()),
+            ..options(dir.path())
+        })
+        .unwrap(),
+    );
     postgres.stop();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let log_in = |tenant: &str| {
+        runtime.block_on(host.log_in_end_user(tenant, "alice", "a-password", std::net::Ipv4Addr::LOCALHOST.into()))
+    };
+    // An end user of a made-up tenant is refused like a wrong password, not
+    // looked up; of a real tenant, the store is asked.
+    assert!(matches!(log_in("nosuch"), Err(LoginError::Invalid)));
+    assert!(matches!(log_in(DEFAULT_TENANT), Err(LoginError::Store(_))));
     let id = uuid::Uuid::new_v4().to_string();
     for tenant in ["nosuch", "made-up-7"] {
         assert!(matches!(host.page_session(tenant, "made-up-cookie"), Ok(None)), "{tenant}");
