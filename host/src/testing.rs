@@ -106,6 +106,18 @@ impl TestPostgres {
         self.url_of(&name)
     }
 
+    /// Runs `sql` in a session of its own against `database_url` (one of
+    /// this cluster's), in the background: what another client holding a
+    /// lock looks like. Kill the child to end the session.
+    pub fn psql_in_background(&self, database_url: &str, sql: &str) -> Child {
+        Command::new(self.bin.join("psql"))
+            .args(["-d", database_url, "-XAtc", sql])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("psql runs")
+    }
+
     /// Runs one SQL statement against the `postgres` database.
     pub fn psql(&self, sql: &str) -> Result<String, String> {
         let out = Command::new(self.bin.join("psql"))

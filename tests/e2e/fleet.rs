@@ -395,3 +395,48 @@ async fn replicas_ride_out_a_database_restart() {
     let (status, body) = invoke_echo(b, &id, Some(2), "back").await;
     assert_eq!(status, 200, "{body}");
 }
+
+/// Requests waiting on the database — here on a table another session
+/// holds locked — leave the threads that serve HTTP free: `/health` is
+/// answered while every one of them still waits (before, they held every
+/// async worker until the lock was let go, and `/health` came after them).
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_waiting_on_the_database_leave_the_http_threads_free() {
+    let postgres = TestPostgres::start();
+    let database = postgres.fresh_database();
+    let fleet = Fleet::start(1, database.clone(), &[]);
+    let server = fleet.replica(0);
+    let mut holder = postgres.psql_in_background(
+        &database,
+        "BEGIN; LOCK TABLE designer_sessions IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(20); COMMIT;",
+    );
+    eventually("the other session holds the lock", || async {
+        let sleeping = "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%pg_sleep(20)%' \
+                        AND pid <> pg_backend_pid()";
+        tokio::task::block_in_place(|| postgres.psql(sleeping)).is_ok_and(|n| n == "1")
+    })
+    .await;
+    // Catalog pages with a session cookie: each looks the session up, and waits.
+    let client = reqwest::Client::new();
+    let waiting: Vec<_> = (0..8)
+        .map(|_| {
+            let request =
+                client.get(format!("{}/catalog", server.base)).header("cookie", "plinth_catalog_session=made-up");
+            tokio::spawn(async move { request.send().await.map(|r| r.status().as_u16()) })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, body) = server.get("/health").await;
+    assert_eq!(status, 200, "{body}");
+    let still_waiting = waiting.iter().filter(|w| !w.is_finished()).count();
+    assert_eq!(still_waiting, 8, "/health was answered only after requests that waited on the database");
+    // Let go: they are answered.
+    let end = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(20)%' \
+               AND pid <> pg_backend_pid()";
+    tokio::task::block_in_place(|| postgres.psql(end)).unwrap();
+    let _ = holder.wait();
+    for request in waiting {
+        let status = request.await.unwrap().unwrap();
+        assert!(matches!(status, 401 | 503), "{status}");
+    }
+}

@@ -60,6 +60,20 @@ pub enum StoreError {
     WrongSecretsKey,
 }
 
+/// Runs `wait` — a wait for the database: SQLite's lock, held by a write
+/// that fsyncs, or a PostgreSQL answer, up to seconds — without holding up
+/// the other requests of the async worker it is called on: on a
+/// multi-threaded runtime's worker, the worker's other tasks move to
+/// another thread for as long as it lasts (`block_in_place`). Elsewhere (a
+/// blocking thread, a current-thread runtime, no runtime) it just runs.
+pub(crate) fn off_the_workers<T>(wait: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(wait),
+        _ => wait(),
+    }
+}
+
 /// Creates `dir` (and its parents) readable by its owner only, and tightens
 /// an existing one that others could read, saying so: the data dir holds
 /// secrets, key hashes and evidence.

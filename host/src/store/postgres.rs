@@ -154,8 +154,8 @@ impl PostgresStore {
         runtime.spawn(async move {
             let _ = answer.send(work.await);
         });
-        let answer =
-            receive.recv_timeout(STATEMENT_WAIT).map_err(|_| StoreError::Postgres(sqlx::Error::PoolTimedOut))?;
+        let answer = super::off_the_workers(|| receive.recv_timeout(STATEMENT_WAIT))
+            .map_err(|_| StoreError::Postgres(sqlx::Error::PoolTimedOut))?;
         self.reachability.observe(&answer);
         answer
     }

@@ -336,7 +336,15 @@ impl SqliteStore {
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave SQLite inconsistent
         // (transactions roll back), so a poisoned lock is still usable.
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        match self.conn.try_lock() {
+            Ok(conn) => conn,
+            // Another request holds it (a write that fsyncs): wait for it
+            // without holding up the worker's other requests.
+            Err(std::sync::TryLockError::WouldBlock) => {
+                super::off_the_workers(|| self.conn.lock().unwrap_or_else(|p| p.into_inner()))
+            }
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        }
     }
 
     /// Deletes at most `limit` of the transactions
