@@ -106,6 +106,7 @@ async fn main() -> anyhow::Result<()> {
     if runs(2) {
         arms::in_process(&opts, &mut report).await?;
         arms::conditions(&opts, &mut report).await?;
+        arms::slot_reset_cost(&opts, &mut report).await?;
     }
     if runs(3) {
         arms::enumeration_and_start(&opts, &mut report).await?;
@@ -115,6 +116,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if runs(5) {
         arms::under_faults(&opts, &mut report).await?;
+    }
+    if runs(6) {
+        arms::busy_neighbour(&opts, &mut report).await?;
     }
     if runs(7) {
         arms::languages(&opts, &mut report).await?;
