@@ -285,7 +285,8 @@ fn a_tool_that_spins_to_its_deadline_or_bombs_its_memory_runs_at_low_priority() 
         (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     let normal = runs_on(other);
     assert!(normal.0 && normal.1 == "plinth-tool", "{normal:?}");
-    assert_eq!(normal.2, ours, "the normal tool threads keep the server's priority");
+    let nicer = (ours.0, (ours.1 + 10).min(19));
+    assert_eq!(normal.2, nicer, "the normal tool threads run below the server's priority");
 
     let deadline = Duration::from_millis(200);
     let offend = || {
@@ -311,7 +312,7 @@ fn a_tool_that_spins_to_its_deadline_or_bombs_its_memory_runs_at_low_priority() 
     for kept in [flaky, waiting] {
         assert_eq!(
             runs_on(kept),
-            (false, "plinth-tool".to_string(), ours),
+            (false, "plinth-tool".to_string(), nicer),
             "only a tool that burned CPU or memory is demoted"
         );
     }
