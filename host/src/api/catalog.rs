@@ -1600,15 +1600,14 @@ mod tests {
                 break;
             }
         }
-        let mut wide = Vec::new();
-        while serde_json::to_string(&wide).unwrap().len() < 1 << 20 {
-            let mut v = json!(1);
-            for _ in 0..80 {
-                v = json!([v]);
-            }
-            wide.push(v);
+        let mut nested = json!(1);
+        for _ in 0..80 {
+            nested = json!([nested]);
         }
+        let each = nested.to_string().len() + 1;
+        let wide = vec![nested; (1 << 20) / each + 1];
         for value in [deep, Value::Array(wide)] {
+            assert!(value.to_string().len() >= 1 << 20);
             let shown = shown_json(&value);
             assert!(shown.len() <= SHOWN_JSON_BYTES + 64, "{}", shown.len());
             assert!(shown.ends_with("(shown in part: the first 64 KiB)"), "{}", &shown[shown.len() - 80..]);

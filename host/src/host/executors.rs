@@ -15,9 +15,7 @@
 //! every thread serving HTTP. Its first call runs inline; the ones after it
 //! do not.
 //!
-//! Two pools. Calls move to the first, below the server's own CPU priority
-//! (nice +10: the threads serving HTTP come first, and a busy tool gets what
-//! they leave). A
+//! Two pools. Calls move to the first, at the server's own CPU priority. A
 //! tool whose calls ran into their deadline while computing, or into their
 //! memory limit, twice within [`DEMOTION`] (once may be bad luck) is
 //! *demoted* for that long: its calls then run only on the second pool,
@@ -95,7 +93,6 @@ impl Executors {
         let normal = Builder::new_multi_thread()
             .worker_threads(threads.max(1))
             .thread_name("plinth-tool")
-            .on_thread_start(tool_priority)
             .enable_all()
             .build()?;
         let low = Builder::new_multi_thread()
@@ -263,32 +260,11 @@ impl Pool<'_> {
 /// Lowers the calling thread's CPU priority to nice 19. Failing is
 /// harmless: the thread runs at normal priority.
 fn lower_priority() {
-    set_nice(|_| 19);
-}
-
-/// How much nicer than the server the normal tool threads run: at nice
-/// +10 a thread weighs 110 against a nice-0 thread's 1024, so the threads
-/// serving HTTP (and the calls that run inline on them) get about nine
-/// times a busy tool thread's share of a core, while the tools still get
-/// all the CPU the HTTP threads leave. (+5, weight 335, left `/health`'s
-/// p99 at 5.2 ms beside a busy tool in bench arm 6; +10 at 4.7 ms.)
-const TOOL_THREAD_NICENESS: i32 = 10;
-
-/// Runs the calling thread [`TOOL_THREAD_NICENESS`] nicer than the server.
-fn tool_priority() {
-    set_nice(|server| (server + TOOL_THREAD_NICENESS).min(19));
-}
-
-/// Sets the calling thread's nice value to `nice(its current one)`.
-/// Failing is harmless: the thread keeps its priority.
-fn set_nice(nice: impl FnOnce(i32) -> i32) {
     #[cfg(target_os = "linux")]
-    // SAFETY: getpriority and setpriority of the calling thread's own id.
+    // SAFETY: setpriority of the calling thread's own id.
     unsafe {
-        let tid = libc::gettid() as libc::id_t;
-        let current = libc::getpriority(libc::PRIO_PROCESS, tid);
-        if libc::setpriority(libc::PRIO_PROCESS, tid, nice(current)) != 0 {
-            tracing::debug!("could not lower a tool thread's priority");
+        if libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) != 0 {
+            tracing::debug!("could not lower a low-priority tool thread's priority");
         }
     }
 }
