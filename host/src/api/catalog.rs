@@ -74,10 +74,7 @@ struct Links {
 
 impl Links {
     fn new(options: &ApiOptions, tenant: &str) -> Links {
-        let prefix = pages::path_prefix(&options.public_url);
-        let root =
-            if tenant == crate::tenancy::DEFAULT_TENANT { prefix.to_string() } else { format!("{prefix}/t/{tenant}") };
-        Links { root }
+        Links { root: pages::tenant_root_path(&options.public_url, tenant) }
     }
 
     fn home(&self) -> String {

@@ -991,8 +991,7 @@ fn login_page(
     let action = format!("{}/cheq/login", root(options, tenant));
     let token = LOGIN_TOKEN.for_page(headers);
     // The cookie goes to the form's action only: its path on this server.
-    let tenant_root = if tenant == crate::tenancy::DEFAULT_TENANT { String::new() } else { format!("/t/{tenant}") };
-    let action_path = format!("{}{tenant_root}/cheq/login", pages::path_prefix(&options.public_url));
+    let action_path = format!("{}/cheq/login", pages::tenant_root_path(&options.public_url, tenant));
     let page = LoginPage {
         frame: Frame::new(&options.public_url, Product::Confirmation, "Log in to confirm"),
         problem,

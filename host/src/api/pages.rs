@@ -42,6 +42,13 @@ pub fn path_prefix(public_url: &str) -> &str {
     after_scheme.find('/').map_or("", |at| after_scheme[at..].trim_end_matches('/'))
 }
 
+/// The path on this server of `tenant`'s platform root: the public URL's
+/// path, then `/t/{tenant}` for every tenant but the default one.
+pub fn tenant_root_path(public_url: &str, tenant: &str) -> String {
+    let prefix = path_prefix(public_url);
+    if tenant == crate::tenancy::DEFAULT_TENANT { prefix.to_string() } else { format!("{prefix}/t/{tenant}") }
+}
+
 /// The stylesheet's URL, with a digest of its content so that browsers
 /// never keep an old one.
 fn stylesheet_url(public_url: &str) -> String {
