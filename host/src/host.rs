@@ -1365,7 +1365,10 @@ impl ToolHost {
     /// never ran) releases the call id.
     pub fn settle_call(&self, ticket: Ticket, response: Option<&str>) -> Result<(), StoreError> {
         match response {
-            Some(response) => ticket.record(&*self.store, response),
+            Some(response) => {
+                let bound = self.tenant(ticket.tenant()).map(|t| t.record.quotas.ledger_bound());
+                ticket.record(&*self.store, response, bound.unwrap_or_else(|| Quotas::default().ledger_bound()))
+            }
             None => ticket.release(&*self.store),
         }
     }

@@ -23,7 +23,7 @@
 //! took effect, so it is not run again. A graceful stop waits until nothing
 //! is in flight ([`CallLedger::in_flight`]), so only a death leaves one.
 
-use crate::store::{CallKey, Claimed, RegistryStore, StoreError};
+use crate::store::{CallKey, Claimed, LedgerBound, RegistryStore, StoreError};
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use std::sync::Arc;
@@ -164,16 +164,22 @@ impl CallLedger {
 }
 
 impl Ticket {
-    /// Records the response the call produced (the tool ran).
-    pub fn record(mut self, store: &dyn RegistryStore, response: &str) -> Result<(), StoreError> {
-        let stored = store.finish_call(&self.key, Some(response));
+    /// The tenant whose call this is.
+    pub fn tenant(&self) -> &str {
+        &self.key.tenant
+    }
+
+    /// Records the response the call produced (the tool ran), keeping its
+    /// tenant's ledger within `bound`.
+    pub fn record(mut self, store: &dyn RegistryStore, response: &str, bound: LedgerBound) -> Result<(), StoreError> {
+        let stored = store.record_call(&self.key, response, bound);
         self.finish(Settled::Recorded(response.into()));
         stored
     }
 
     /// Gives the call id back: the tool never ran, so a retry may run it.
     pub fn release(mut self, store: &dyn RegistryStore) -> Result<(), StoreError> {
-        let stored = store.finish_call(&self.key, None);
+        let stored = store.release_call(&self.key);
         self.finish(Settled::Released);
         stored
     }
@@ -225,7 +231,7 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished(), "the second claim waits while the first runs");
-        ticket.record(&*store, "response").unwrap();
+        ticket.record(&*store, "response", crate::tenancy::Quotas::default().ledger_bound()).unwrap();
         assert!(matches!(waiter.await.unwrap(), Claim::Recorded(r) if r == "response"));
         assert!(matches!(ledger.claim(&*store, &key("a"), "h").await.unwrap(), Claim::Recorded(r) if r == "response"));
     }

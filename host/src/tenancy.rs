@@ -110,6 +110,13 @@ pub struct Quotas {
     /// Versions one tool may have, retired ones included (they keep their
     /// rows and blobs).
     pub max_versions_per_tool: u32,
+    /// Call ids remembered for retries (OTC `call_id`, the catalog's try
+    /// forms), running ones included. Past it, the oldest settled ones are
+    /// forgotten before their retention ends: a retry of one runs again.
+    pub max_recorded_calls: u64,
+    /// Bytes of recorded responses kept for retries. Past it, the oldest
+    /// are forgotten as for `maxRecordedCalls`.
+    pub max_recorded_call_bytes: u64,
 }
 
 impl Default for Quotas {
@@ -123,11 +130,18 @@ impl Default for Quotas {
             max_memory_mib: 64,
             max_deadline_ms: 5_000,
             max_versions_per_tool: 100,
+            max_recorded_calls: 100_000,
+            max_recorded_call_bytes: 256 << 20,
         }
     }
 }
 
 impl Quotas {
+    /// How much of the tenant's call ledger is kept.
+    pub fn ledger_bound(&self) -> crate::store::LedgerBound {
+        crate::store::LedgerBound { records: self.max_recorded_calls, bytes: self.max_recorded_call_bytes }
+    }
+
     /// These quotas with the fields of `patch` (a JSON object of the same
     /// fields) replaced. Unknown fields and values below 1 are refused.
     pub fn patched(&self, patch: &serde_json::Value) -> Result<Quotas, String> {
@@ -148,6 +162,8 @@ impl Quotas {
             ("maxMemoryMib", quotas.max_memory_mib),
             ("maxDeadlineMs", quotas.max_deadline_ms),
             ("maxVersionsPerTool", u64::from(quotas.max_versions_per_tool)),
+            ("maxRecordedCalls", quotas.max_recorded_calls),
+            ("maxRecordedCallBytes", quotas.max_recorded_call_bytes),
         ]
         .into_iter()
         .find(|(_, v)| *v == 0);

@@ -104,6 +104,11 @@ pub fn request(tool_id: &str, input: Value) -> Value {
     json!({ "request": { "tool_id": tool_id, "input": input } })
 }
 
+/// A wrapped `CallToolRequest` with a call id.
+fn request_with_id(call_id: &str, tool_id: &str, input: Value) -> Value {
+    json!({ "request": { "call_id": call_id, "tool_id": tool_id, "input": input } })
+}
+
 fn booking() -> Value {
     json!({ "flight_number": "UA123", "date": "2026-12-24", "passengers": 2, "cabin_class": "ECONOMY" })
 }
@@ -438,6 +443,28 @@ async fn a_retried_call_id_runs_the_tool_once() {
     let server = Server::start_in(server.stop(), &args);
     let after = call(&server, "/otc/tools/call", &omaha("trip-1")).await;
     assert_eq!((after.body, after.replayed, backend_calls.get()), (first.body, true, 10));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenants_call_ledger_forgets_its_oldest_records_past_its_quota() {
+    let server = Server::start(&[]);
+    let quota = json!({ "quotas": { "maxRecordedCalls": 64 } });
+    let (status, body) = server.call_as(Some(TOKEN), Method::PATCH, "/admin/tenants/default", Some(&quota)).await;
+    assert_eq!((status, &body["quotas"]["maxRecordedCalls"]), (200, &json!(64)), "{body}");
+    let echo = |n: usize| request_with_id(&format!("c{n}"), "Default.Echo", json!({ "text": n.to_string() }));
+    for n in 0..100 {
+        let answer = call(&server, "/otc/tools/call", &echo(n)).await;
+        assert_eq!((answer.status, answer.replayed), (200, false), "{}", answer.body);
+    }
+    // The newest calls are still answered from their records...
+    for n in [99, 60] {
+        let retry = call(&server, "/otc/tools/call", &echo(n)).await;
+        assert!(retry.replayed, "c{n} was forgotten: {}", retry.body);
+    }
+    // ...the oldest were forgotten to keep the tenant within its quota: a
+    // retry runs again.
+    let retry = call(&server, "/otc/tools/call", &echo(0)).await;
+    assert_eq!((retry.status, retry.replayed), (200, false), "{}", retry.body);
 }
 
 /// The bytes under `dir`, every file counted.

@@ -148,6 +148,33 @@ pub type StoredSetting = (String, String, String);
 /// A tool config value as stored: `(tenant, tool, key, value)`.
 pub type StoredConfig = (String, String, String, String);
 
+/// How much of one tenant's call ledger is kept (its quotas
+/// `maxRecordedCalls` and `maxRecordedCallBytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerBound {
+    /// Records kept, settled or running.
+    pub records: u64,
+    /// Bytes of recorded responses kept.
+    pub bytes: u64,
+}
+
+impl LedgerBound {
+    /// How many of the oldest records to forget from a ledger holding
+    /// `records` and `bytes`: `None` when it is within bounds. Past the
+    /// record bound, it trims the excess and a sixty-fourth of the bound
+    /// more, so that a tenant at its bound does not trim on every call.
+    pub fn trim_batch(&self, records: u64, bytes: u64) -> Option<u64> {
+        let slack = (self.records / 64).max(1);
+        if records > self.records {
+            Some(records - self.records + slack)
+        } else if bytes > self.bytes {
+            Some(slack.min(64))
+        } else {
+            None
+        }
+    }
+}
+
 /// Whose call id this is: call ids are the caller's idempotency keys, so
 /// they are scoped to the tenant and the key that sent them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -421,9 +448,12 @@ pub trait RegistryStore: Send + Sync {
         now: i64,
         expired_before: i64,
     ) -> Result<Claimed, StoreError>;
-    /// Records the response of a claimed call, or (`None`: the tool never
-    /// ran) releases the claim.
-    fn finish_call(&self, key: &CallKey, response: Option<&str>) -> Result<(), StoreError>;
+    /// Records the response of a claimed call. When its tenant's ledger is
+    /// then past `bound`, its oldest settled records are forgotten until it
+    /// is within it again (never the one just recorded, nor a running one).
+    fn record_call(&self, key: &CallKey, response: &str, bound: LedgerBound) -> Result<(), StoreError>;
+    /// Releases the claim of a call whose tool never ran.
+    fn release_call(&self, key: &CallKey) -> Result<(), StoreError>;
 
     /// Stores a new pending CHEQ transaction.
     fn insert_confirmation(&self, confirmation: &StoredConfirmation) -> Result<(), StoreError>;

@@ -24,7 +24,7 @@
 //!   version that is not the tool's next.
 
 use super::{
-    CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, RegistryStore, SecretsCipher,
+    CallKey, LedgerBound, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, RegistryStore, SecretsCipher,
     StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession, StoredSetting,
     StoredVersion, Topic,
 };
@@ -819,23 +819,64 @@ impl RegistryStore for PostgresStore {
         })
     }
 
-    fn finish_call(&self, key: &CallKey, response: Option<&str>) -> Result<(), StoreError> {
-        let (pool, key, response) = (self.pool.clone(), key.clone(), response.map(str::to_string));
+    fn record_call(&self, key: &CallKey, response: &str, bound: LedgerBound) -> Result<(), StoreError> {
+        let (pool, key, response) = (self.pool.clone(), key.clone(), response.to_string());
         self.run(async move {
-            let query = match response {
-                Some(response) => sqlx::query(
-                    "UPDATE idempotent_calls SET response = $4 WHERE tenant = $1 AND caller = $2 AND call_id = $3",
+            let mut tx = pool.begin().await.map_err(db)?;
+            sqlx::query("UPDATE idempotent_calls SET response = $4 WHERE tenant = $1 AND caller = $2 AND call_id = $3")
+                .bind(&key.tenant)
+                .bind(&key.caller)
+                .bind(&key.call_id)
+                .bind(response)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            loop {
+                // The update above holds the usage row's lock: replicas
+                // recording for one tenant trim one at a time.
+                let (records, bytes): (i64, i64) =
+                    sqlx::query_as("SELECT records, bytes FROM call_ledger_usage WHERE tenant = $1")
+                        .bind(&key.tenant)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(db)?;
+                let usage = |n: i64| u64::try_from(n).unwrap_or(0);
+                let Some(batch) = bound.trim_batch(usage(records), usage(bytes)) else { break };
+                // The oldest settled records go first; one still running
+                // keeps its claim, and the one just recorded stays.
+                let trimmed = sqlx::query(
+                    "DELETE FROM idempotent_calls WHERE (tenant, caller, call_id) IN (
+                         SELECT tenant, caller, call_id FROM idempotent_calls
+                         WHERE tenant = $1 AND response IS NOT NULL AND NOT (caller = $2 AND call_id = $3)
+                         ORDER BY created_at LIMIT $4)",
                 )
+                .bind(&key.tenant)
+                .bind(&key.caller)
+                .bind(&key.call_id)
+                .bind(i64::try_from(batch).unwrap_or(i64::MAX))
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?
+                .rows_affected();
+                if trimmed == 0 {
+                    break;
+                }
+            }
+            tx.commit().await.map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn release_call(&self, key: &CallKey) -> Result<(), StoreError> {
+        let (pool, key) = (self.pool.clone(), key.clone());
+        self.run(async move {
+            sqlx::query("DELETE FROM idempotent_calls WHERE tenant = $1 AND caller = $2 AND call_id = $3")
                 .bind(key.tenant)
                 .bind(key.caller)
                 .bind(key.call_id)
-                .bind(response),
-                None => sqlx::query("DELETE FROM idempotent_calls WHERE tenant = $1 AND caller = $2 AND call_id = $3")
-                    .bind(key.tenant)
-                    .bind(key.caller)
-                    .bind(key.call_id),
-            };
-            query.execute(&pool).await.map_err(db)?;
+                .execute(&pool)
+                .await
+                .map_err(db)?;
             Ok(())
         })
     }

@@ -1,6 +1,7 @@
 //! The embedded registry: SQLite in the data dir.
 
 use super::{
+    LedgerBound,
     BlobStore, CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, RegistryStore,
     SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession,
     StoredSetting, StoredVersion,
@@ -213,6 +214,36 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX designer_sessions_by_expiry ON designer_sessions (expires_at);
     CREATE INDEX designer_sessions_by_key ON designer_sessions (key_id, created_at);
+",
+    // What each tenant's call ledger holds, kept by triggers so that every
+    // statement that adds, settles, expires or trims a record counts; and an
+    // index to find a tenant's oldest records when it is over its quota.
+    "
+    CREATE TABLE call_ledger_usage (
+        tenant  TEXT PRIMARY KEY,
+        records INTEGER NOT NULL,
+        bytes   INTEGER NOT NULL
+    );
+    INSERT INTO call_ledger_usage (tenant, records, bytes)
+        SELECT tenant, count(*), coalesce(sum(length(CAST(response AS BLOB))), 0)
+        FROM idempotent_calls GROUP BY tenant;
+    CREATE TRIGGER call_ledger_insert AFTER INSERT ON idempotent_calls BEGIN
+        INSERT INTO call_ledger_usage (tenant, records, bytes)
+            VALUES (NEW.tenant, 1, coalesce(length(CAST(NEW.response AS BLOB)), 0))
+            ON CONFLICT (tenant) DO UPDATE SET records = records + 1, bytes = bytes + excluded.bytes;
+    END;
+    CREATE TRIGGER call_ledger_update AFTER UPDATE OF response ON idempotent_calls BEGIN
+        UPDATE call_ledger_usage
+            SET bytes = bytes - coalesce(length(CAST(OLD.response AS BLOB)), 0)
+                              + coalesce(length(CAST(NEW.response AS BLOB)), 0)
+            WHERE tenant = NEW.tenant;
+    END;
+    CREATE TRIGGER call_ledger_delete AFTER DELETE ON idempotent_calls BEGIN
+        UPDATE call_ledger_usage
+            SET records = records - 1, bytes = bytes - coalesce(length(CAST(OLD.response AS BLOB)), 0)
+            WHERE tenant = OLD.tenant;
+    END;
+    CREATE INDEX idempotent_calls_by_tenant_age ON idempotent_calls (tenant, created_at);
 ",
 ];
 
@@ -653,18 +684,42 @@ impl RegistryStore for SqliteStore {
         Ok(claimed)
     }
 
-    fn finish_call(&self, key: &CallKey, response: Option<&str>) -> Result<(), StoreError> {
-        let conn = self.conn();
-        match response {
-            Some(response) => conn.execute(
-                "UPDATE idempotent_calls SET response = ?4 WHERE tenant = ?1 AND caller = ?2 AND call_id = ?3",
-                params![key.tenant, key.caller, key.call_id, response],
-            )?,
-            None => conn.execute(
-                "DELETE FROM idempotent_calls WHERE tenant = ?1 AND caller = ?2 AND call_id = ?3",
-                params![key.tenant, key.caller, key.call_id],
-            )?,
-        };
+    fn record_call(&self, key: &CallKey, response: &str, bound: LedgerBound) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "UPDATE idempotent_calls SET response = ?4 WHERE tenant = ?1 AND caller = ?2 AND call_id = ?3",
+            params![key.tenant, key.caller, key.call_id, response],
+        )?;
+        loop {
+            let (records, bytes): (u64, u64) = tx.query_row(
+                "SELECT records, bytes FROM call_ledger_usage WHERE tenant = ?1",
+                [&key.tenant],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            let Some(batch) = bound.trim_batch(records, bytes) else { break };
+            // The oldest settled records go first; one still running keeps
+            // its claim, and the one just recorded stays.
+            let trimmed = tx.execute(
+                "DELETE FROM idempotent_calls WHERE rowid IN (
+                     SELECT rowid FROM idempotent_calls
+                     WHERE tenant = ?1 AND response IS NOT NULL AND NOT (caller = ?2 AND call_id = ?3)
+                     ORDER BY created_at, rowid LIMIT ?4)",
+                params![key.tenant, key.caller, key.call_id, batch],
+            )?;
+            if trimmed == 0 {
+                break;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn release_call(&self, key: &CallKey) -> Result<(), StoreError> {
+        self.conn().execute(
+            "DELETE FROM idempotent_calls WHERE tenant = ?1 AND caller = ?2 AND call_id = ?3",
+            params![key.tenant, key.caller, key.call_id],
+        )?;
         Ok(())
     }
 

@@ -93,6 +93,7 @@ for_both_stores!(
     a_failed_change_leaves_no_audit_entry,
     audit_pages_newest_first_and_filters_by_tenant,
     a_call_id_is_claimed_once_until_it_expires,
+    a_tenants_call_ledger_keeps_within_its_bound,
     secrets_config_settings_and_keys_round_trip,
     sessions_live_until_they_expire,
     designer_sessions_end_when_they_expire_are_signed_out_or_crowded_out,
@@ -182,7 +183,7 @@ fn a_call_id_is_claimed_once_until_it_expires(store: &dyn RegistryStore) {
     // Claimed by this very process: not running elsewhere.
     let pending = Claimed::Existing { request_sha256: "h1".into(), response: None, running_elsewhere: false };
     assert_eq!(store.claim_call(&key, "h2", 101, 0).unwrap(), pending);
-    store.finish_call(&key, Some("{\"ok\":1}")).unwrap();
+    store.record_call(&key, "{\"ok\":1}", Quotas::default().ledger_bound()).unwrap();
     let done = Claimed::Existing {
         request_sha256: "h1".into(),
         response: Some("{\"ok\":1}".into()),
@@ -193,10 +194,67 @@ fn a_call_id_is_claimed_once_until_it_expires(store: &dyn RegistryStore) {
     let other = CallKey { caller: "k2".into(), ..key.clone() };
     assert_eq!(store.claim_call(&other, "h1", 102, 0).unwrap(), Claimed::Fresh);
     // Released (the tool never ran): claimable again.
-    store.finish_call(&other, None).unwrap();
+    store.release_call(&other).unwrap();
     assert_eq!(store.claim_call(&other, "h1", 103, 0).unwrap(), Claimed::Fresh);
     // Past the retention window the record is gone.
     assert_eq!(store.claim_call(&key, "h9", 200, 150).unwrap(), Claimed::Fresh);
+}
+
+/// Whether each of `keys` is still remembered (a claim of a forgotten one
+/// is fresh: it is released again).
+fn remembered(store: &dyn RegistryStore, keys: &[CallKey]) -> Vec<bool> {
+    keys.iter()
+        .map(|key| match store.claim_call(key, "h", 1_000, 0).unwrap() {
+            Claimed::Fresh => {
+                store.release_call(key).unwrap();
+                false
+            }
+            Claimed::Existing { .. } => true,
+        })
+        .collect()
+}
+
+fn a_tenants_call_ledger_keeps_within_its_bound(store: &dyn RegistryStore) {
+    let key = |tenant: &str, n: usize| CallKey { tenant: tenant.into(), caller: "k".into(), call_id: format!("c{n}") };
+    let bound = LedgerBound { records: 128, bytes: 1 << 20 };
+    // Another tenant's records are not this one's to forget.
+    let neighbour: Vec<CallKey> = (0..10).map(|n| key("other", n)).collect();
+    for k in &neighbour {
+        assert_eq!(store.claim_call(k, "h", 10, 0).unwrap(), Claimed::Fresh);
+        store.record_call(k, "x", bound).unwrap();
+    }
+    // Past 128 records, the oldest settled ones go; a running one stays.
+    let running = key("acme", 9_999);
+    assert_eq!(store.claim_call(&running, "h", 11, 0).unwrap(), Claimed::Fresh);
+    let keys: Vec<CallKey> = (0..300).map(|n| key("acme", n)).collect();
+    for (n, k) in keys.iter().enumerate() {
+        assert_eq!(store.claim_call(k, "h", 20 + n as i64, 0).unwrap(), Claimed::Fresh);
+        store.record_call(k, "{\"ok\":1}", bound).unwrap();
+    }
+    let kept = remembered(store, &keys);
+    let count = kept.iter().filter(|k| **k).count();
+    assert!((100..=128).contains(&count), "{count} records kept for a bound of 128");
+    assert!(kept[300 - count..].iter().all(|k| *k), "the newest records are the ones kept: {kept:?}");
+    assert!(remembered(store, std::slice::from_ref(&running))[0], "a running call keeps its claim");
+    assert!(remembered(store, &neighbour).iter().all(|k| *k), "another tenant lost records");
+
+    // Past the byte bound, likewise: 64 KiB responses under a 1 MiB bound.
+    let big = "x".repeat(64 << 10);
+    let keys: Vec<CallKey> = (0..40).map(|n| key("bytes", n)).collect();
+    for (n, k) in keys.iter().enumerate() {
+        assert_eq!(store.claim_call(k, "h", 20 + n as i64, 0).unwrap(), Claimed::Fresh);
+        store.record_call(k, &big, bound).unwrap();
+    }
+    let kept = remembered(store, &keys);
+    let count = kept.iter().filter(|k| **k).count();
+    assert!((1..=16).contains(&count), "{count} responses of 64 KiB kept for a bound of 1 MiB");
+    assert!(kept[40 - count..].iter().all(|k| *k), "the newest responses are the ones kept: {kept:?}");
+    // The newest response is kept even when it alone is past the bound.
+    let huge = key("bytes", 1_000);
+    assert_eq!(store.claim_call(&huge, "h", 100, 0).unwrap(), Claimed::Fresh);
+    store.record_call(&huge, &"y".repeat(2 << 20), bound).unwrap();
+    assert!(remembered(store, &[huge])[0]);
+    assert_eq!(remembered(store, &keys).iter().filter(|k| **k).count(), 0);
 }
 
 fn secrets_config_settings_and_keys_round_trip(store: &dyn RegistryStore) {
@@ -450,7 +508,7 @@ fn a_call_another_live_replica_claimed_is_running_elsewhere() {
         b.claim_call(&key, "h", 100, 0).unwrap(),
         Claimed::Existing { request_sha256: "h".into(), response: None, running_elsewhere: true }
     );
-    a.finish_call(&key, Some("answer")).unwrap();
+    a.record_call(&key, "answer", Quotas::default().ledger_bound()).unwrap();
     assert_eq!(
         b.claim_call(&key, "h", 100, 0).unwrap(),
         Claimed::Existing { request_sha256: "h".into(), response: Some("answer".into()), running_elsewhere: false }

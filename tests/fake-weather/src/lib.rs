@@ -39,11 +39,12 @@ const CITIES: &[City] = &[
     ("Stormville", "United States", 41.55, -73.73, 0.0, 0.0, "unavailable"),
 ];
 
-/// Counts the requests served, and keeps their `traceparent` and
-/// `tracestate` headers, for
-/// tests.
+/// A request's `traceparent` and `tracestate` headers.
+type TraceHeaders = (Option<String>, Option<String>);
+
+/// Counts the requests served, and keeps their trace headers, for tests.
 #[derive(Clone, Default)]
-pub struct Counter(Arc<AtomicUsize>, Arc<Mutex<Vec<(Option<String>, Option<String>)>>>);
+pub struct Counter(Arc<AtomicUsize>, Arc<Mutex<Vec<TraceHeaders>>>);
 
 /// `traceparent` headers kept at most.
 const KEPT_TRACEPARENTS: usize = 1000;
