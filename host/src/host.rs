@@ -9,6 +9,7 @@ mod catalog;
 mod confirmations;
 mod executors;
 mod fleet;
+pub mod oauth;
 mod retention;
 #[cfg(test)]
 mod tests;
@@ -1187,6 +1188,7 @@ impl ToolHost {
                 key_id: record.id.clone(),
                 role: record.role,
                 tenant: record.tenant.clone(),
+                token: None,
             });
         }
         let configured = self.operator_key_sha256.as_deref()?;

@@ -69,13 +69,16 @@ pub struct Principal {
     pub role: Role,
     /// The tenant the key belongs to; `None` for an operator key.
     pub tenant: Option<String>,
+    /// For an OAuth access token rather than a key: what it grants (its
+    /// end user, scopes and resource).
+    pub token: Option<std::sync::Arc<crate::host::oauth::TokenGrant>>,
 }
 
 impl Principal {
     /// The server itself acting on the operator's behalf (tools deployed
     /// from `--plugins`/`--watch`, the first operator key).
     pub fn server(what: &str) -> Principal {
-        Principal { key_id: what.to_string(), role: Role::Operator, tenant: None }
+        Principal { key_id: what.to_string(), role: Role::Operator, tenant: None, token: None }
     }
 
     /// Whether the principal may act in `tenant` at all (its own tenant, or
@@ -436,7 +439,7 @@ mod tests {
 
     #[test]
     fn principals_see_only_their_tenant_unless_operators() {
-        let consumer = Principal { key_id: "k".into(), role: Role::Consumer, tenant: Some("acme".into()) };
+        let consumer = Principal { key_id: "k".into(), role: Role::Consumer, tenant: Some("acme".into()), token: None };
         assert!(consumer.sees("acme"));
         assert!(!consumer.sees("globex"));
         assert!(Principal::server("x").sees("globex"));

@@ -170,13 +170,46 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
         return authorize_designer(host, tenant, request, next).await;
     }
     let presented = bearer(&request).map(str::to_string);
-    let principal = presented.as_deref().and_then(|key| host.authenticate(key));
+    let options = request.extensions().get::<Arc<ApiOptions>>().cloned();
+    // The MCP URL is an OAuth protected resource: its refusals say where
+    // to get a token.
+    let oauth = options
+        .as_deref()
+        .filter(|_| request.uri().path() == "/mcp" && host.oauth_enabled(&tenant))
+        .map(|options| (options, tenant.as_str()));
+    let principal = match presented.as_deref() {
+        Some(token) if token.starts_with(crate::host::oauth::ACCESS_PREFIX) => match token_principal(&host, oauth, token) {
+            Ok(principal) => principal,
+            Err(error) => return error.into_response(),
+        },
+        Some(key) => host.authenticate(key),
+        None => None,
+    };
     let decision = decide(&host, access, scope, &tenant, presented.is_some(), principal.as_ref());
     if let Err(error) = decision {
-        return refusal(error, presented.is_some());
+        return refusal(error, presented.is_some(), oauth);
     }
     request.extensions_mut().insert(Caller { tenant, principal });
     next.run(request).await
+}
+
+/// The principal of an OAuth access token: valid, issued by the tenant's
+/// authorization server for its MCP URL, and presented there (`oauth` is
+/// `Some` only at the MCP URL of a tenant whose authorization server is
+/// on). Anywhere else a token is no credential: A2T, OTC and the admin API
+/// take keys.
+fn token_principal(host: &AppState, oauth: Option<(&ApiOptions, &str)>, token: &str) -> Result<Option<Principal>, ApiError> {
+    let Some((options, tenant)) = oauth else { return Ok(None) };
+    let grant = host
+        .access_grant(tenant, token)
+        .map_err(|e| ApiError::storage_failed(format!("the token could not be checked: {e}")))?;
+    let resource = super::oauth::mcp_resource(options, tenant);
+    Ok(grant.filter(|g| g.resource == resource).map(|grant| Principal {
+        key_id: format!("oauth:{}", grant.family),
+        role: Role::Consumer,
+        tenant: Some(tenant.to_string()),
+        token: Some(Arc::new(grant)),
+    }))
 }
 
 /// The decision for a catalog page: the request's catalog session must be
@@ -237,20 +270,43 @@ async fn authorize_designer(host: AppState, tenant: String, mut request: Request
 /// a lower access (the MCP door decides per JSON-RPC method, once it has
 /// read which). A caller without a principal presented no key: a bad key
 /// is refused before.
-pub fn refusal_for(host: &AppState, access: Access, scope: Scope, caller: &Caller) -> Option<Response> {
+pub fn refusal_for(
+    host: &AppState,
+    options: Option<&ApiOptions>,
+    access: Access,
+    scope: Scope,
+    caller: &Caller,
+) -> Option<Response> {
     let principal = caller.principal.as_ref();
+    let oauth = options.filter(|_| host.oauth_enabled(&caller.tenant)).map(|o| (o, caller.tenant.as_str()));
     decide(host, access, scope, &caller.tenant, principal.is_some(), principal)
         .err()
-        .map(|e| refusal(e, principal.is_some()))
+        .map(|e| refusal(e, principal.is_some(), oauth))
 }
 
-/// A refusal, with the `WWW-Authenticate` challenge a `401` carries.
-fn refusal(error: ApiError, key_presented: bool) -> Response {
+/// A refusal, with the `WWW-Authenticate` challenge a `401` carries: at an
+/// OAuth protected resource (`oauth`: its options and tenant), with where
+/// its metadata is and the scope needed, on a `403` for a scope too.
+fn refusal(error: ApiError, key_presented: bool, oauth: Option<(&ApiOptions, &str)>) -> Response {
     let invalid = error.status() == StatusCode::UNAUTHORIZED && key_presented;
+    let needed = error.fields().iter().find(|(k, _)| k == "scope").and_then(|(_, v)| v.as_str().map(str::to_string));
+    let insufficient = error.code() == "insufficient_scope";
     let mut response = error.into_response();
-    if response.status() == StatusCode::UNAUTHORIZED {
-        let challenge = if invalid { "Bearer error=\"invalid_token\"" } else { "Bearer" };
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+    let challenge = match (response.status(), oauth) {
+        (StatusCode::UNAUTHORIZED, Some((options, tenant))) => {
+            let error = invalid.then_some("invalid_token");
+            Some(super::oauth::challenge(options, tenant, error, &super::oauth::all_scopes()))
+        }
+        (StatusCode::UNAUTHORIZED, None) => {
+            Some(if invalid { "Bearer error=\"invalid_token\"" } else { "Bearer" }.to_string())
+        }
+        (StatusCode::FORBIDDEN, Some((options, tenant))) if insufficient => {
+            Some(super::oauth::challenge(options, tenant, Some("insufficient_scope"), needed.as_deref().unwrap_or("")))
+        }
+        _ => None,
+    };
+    if let Some(value) = challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
     }
     response
 }
@@ -274,6 +330,23 @@ fn decide(
     };
     if scope == Scope::Tenant && (!principal.sees(tenant) || host.tenant(tenant).is_none()) {
         return Err(no_such_tenant(tenant));
+    }
+    // A token carries what its scopes allow, and never more than a
+    // consumer key.
+    if let Some(token) = &principal.token {
+        let needed = match access {
+            Access::Enumerate => "tools:read",
+            Access::Invoke => "tools:call",
+            _ => "",
+        };
+        if needed.is_empty() || !token.has(needed) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "insufficient_scope",
+                format!("this token was not granted the scope this needs (`{needed}`)"),
+            )
+            .with("scope", needed));
+        }
     }
     if principal.role < least {
         return Err(ApiError::new(

@@ -80,7 +80,7 @@ fn bad_end_user() -> ApiError {
 }
 
 /// `https://host/t/acme` (or the bare public URL for the default tenant).
-fn root(options: &ApiOptions, tenant: &str) -> String {
+pub(super) fn root(options: &ApiOptions, tenant: &str) -> String {
     if tenant == crate::tenancy::DEFAULT_TENANT {
         options.public_url.clone()
     } else {

@@ -243,7 +243,8 @@ pub(super) async fn per_method(
     let (Some(caller), Some(host)) = (parts.extensions.get::<Caller>(), parts.extensions.get::<AppState>()) else {
         return ApiError::internal("the server is misconfigured").into_response();
     };
-    if let Some(refusal) = auth::refusal_for(host, access, Scope::Tenant, caller) {
+    let options = parts.extensions.get::<Arc<ApiOptions>>().map(|o| o.as_ref());
+    if let Some(refusal) = auth::refusal_for(host, options, access, Scope::Tenant, caller) {
         return refusal;
     }
     if access == Access::Invoke
@@ -420,11 +421,22 @@ impl<'a> CallScope<'a> {
         }
     }
 
-    /// The end user the call is made for: `_meta.endUser`, else the A2T
-    /// header.
+    /// The end user the call is made for: with an OAuth token, the person
+    /// who signed in (an agent naming anyone else is refused); with a key,
+    /// `_meta.endUser`, else the A2T header.
     fn end_user(&self) -> Result<Option<String>, ErrorData> {
         let empty = HeaderMap::new();
-        end_user(self.meta, self.parts.map_or(&empty, |p| &p.headers))
+        let named = end_user(self.meta, self.parts.map_or(&empty, |p| &p.headers))?;
+        let Some(token) = self.caller.principal.as_ref().and_then(|p| p.token.as_ref()) else { return Ok(named) };
+        match named {
+            Some(other) if other != token.end_user => Err(rpc_error(
+                ErrorCode::INVALID_PARAMS.0,
+                "this token acts for the person who signed in; a call cannot name another end user",
+                "end_user_mismatch",
+                Map::new(),
+            )),
+            _ => Ok(Some(token.end_user.clone())),
+        }
     }
 }
 

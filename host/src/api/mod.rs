@@ -13,6 +13,7 @@ pub mod catalog;
 pub mod cheq;
 pub mod error;
 pub mod mcp;
+pub mod oauth;
 pub mod openapi;
 pub mod otc;
 pub mod pages;
@@ -216,7 +217,39 @@ fn routes(options: &ApiOptions) -> Routes {
             Tenant,
             post(catalog::try_call).layer(invocation_limit),
         )
-        .add(Method::GET, "/catalog/confirmations/{id}", Catalog, Tenant, get(catalog::confirmation));
+        .add(Method::GET, "/catalog/confirmations/{id}", Catalog, Tenant, get(catalog::confirmation))
+        // OAuth 2.1 for the MCP door: metadata where RFC 9728 and RFC 8414
+        // put it (and under each tenant's root), the tenant's authorization
+        // server.
+        .add(Method::GET, "/.well-known/oauth-protected-resource", Open, Tenant, get(oauth::resource_metadata_here))
+        .add(
+            Method::GET,
+            "/.well-known/oauth-protected-resource/mcp",
+            Open,
+            Server,
+            get(oauth::default_resource_metadata),
+        )
+        .add(
+            Method::GET,
+            "/.well-known/oauth-protected-resource/t/{tenant}/mcp",
+            Open,
+            Server,
+            get(oauth::tenant_resource_metadata),
+        )
+        .add(Method::GET, "/.well-known/oauth-authorization-server", Open, Tenant, get(oauth::server_metadata_here))
+        .add(
+            Method::GET,
+            "/.well-known/oauth-authorization-server/t/{tenant}",
+            Open,
+            Server,
+            get(oauth::tenant_server_metadata),
+        )
+        .add(Method::GET, "/oauth/authorize", Open, Tenant, get(oauth::authorize_form))
+        .add(Method::POST, "/oauth/authorize", Open, Tenant, post(oauth::authorize).layer(form_limit))
+        .add(Method::POST, "/oauth/token", Open, Tenant, post(oauth::token).layer(form_limit))
+        .add(Method::POST, "/oauth/register", Open, Tenant, post(oauth::register).layer(form_limit))
+        .add(Method::POST, "/oauth/revoke", Open, Tenant, post(oauth::revoke).layer(form_limit))
+        .add(Method::PUT, "/admin/tenants/{tenant}/oauth", Operate, Server, put(oauth::put_tenant_oauth).layer(form_limit));
     admin::routes(routes).add_mcp(options)
 }
 

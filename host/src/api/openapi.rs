@@ -102,6 +102,17 @@ const CATALOG_SESSION: &str = "catalogSession";
         super::catalog::try_form,
         super::catalog::try_call,
         super::catalog::confirmation,
+        super::oauth::resource_metadata_here,
+        super::oauth::default_resource_metadata,
+        super::oauth::tenant_resource_metadata,
+        super::oauth::server_metadata_here,
+        super::oauth::tenant_server_metadata,
+        super::oauth::authorize_form,
+        super::oauth::authorize,
+        super::oauth::token,
+        super::oauth::register,
+        super::oauth::revoke,
+        super::oauth::put_tenant_oauth,
     ),
     // What `IntoResponses` and `add_mcp` refer to (utoipa collects the rest
     // from the annotations).
@@ -113,6 +124,7 @@ const CATALOG_SESSION: &str = "catalogSession";
         (name = "CHEQ", description = "Human confirmation (draft-rosenberg-aiproto-cheq-00): the resource and result URIs and the built-in confirmation server; docs/cheq.md"),
         (name = "Admin", description = "Tools, secrets, config, tenants, keys, audit; docs/deploying.md and docs/tenancy.md"),
         (name = "Server", description = "Health, readiness, keys, metrics and this document"),
+        (name = "OAuth", description = "OAuth 2.1 for the MCP door: each tenant's MCP URL is a protected resource, each tenant's root an authorization server whose people are its end users; docs/oauth.md"),
         (name = "Catalog", description = "The designer's catalog: pages for people, signed in with an API key of the tenant; docs/catalog.md"),
     )
 )]
@@ -837,6 +849,78 @@ pub mod schemas {
         /// The login page's token, which its cookie (`plinth_cheq_login`)
         /// holds too: a login from anywhere else is refused (`403`).
         pub login_token: String,
+    }
+
+    /// The OAuth sign-in and consent form: the authorization request's
+    /// fields as the page carries them, and the person's answer.
+    #[derive(Debug, Deserialize, ToSchema)]
+    pub struct AuthorizeForm {
+        /// `code`.
+        pub response_type: String,
+        /// The client's id, or its metadata document's URL.
+        pub client_id: String,
+        /// One of the client's redirect URIs.
+        pub redirect_uri: Option<String>,
+        /// Returned to the client as is.
+        pub state: Option<String>,
+        /// The PKCE S256 challenge.
+        pub code_challenge: String,
+        /// `S256`.
+        pub code_challenge_method: String,
+        /// The scopes asked, space-separated.
+        pub scope: Option<String>,
+        /// The tenant's MCP URL.
+        pub resource: Option<String>,
+        /// The end user's name.
+        #[schema(example = "alice")]
+        pub user: String,
+        /// The end user's password.
+        pub password: String,
+        /// `allow` or `deny`.
+        pub decision: String,
+        /// The page's token, which its cookie (`plinth_oauth_sign_in`) holds
+        /// too.
+        pub login_token: String,
+    }
+
+    /// A token request (RFC 6749 §4.1.3, §6).
+    #[derive(Debug, Deserialize, ToSchema)]
+    pub struct TokenForm {
+        /// `authorization_code` or `refresh_token`.
+        pub grant_type: String,
+        /// The client's id.
+        pub client_id: String,
+        /// The code (`authorization_code`).
+        pub code: Option<String>,
+        /// The redirect URI the code was issued with.
+        pub redirect_uri: Option<String>,
+        /// The PKCE verifier.
+        pub code_verifier: Option<String>,
+        /// The refresh token (`refresh_token`).
+        pub refresh_token: Option<String>,
+        /// Narrower scopes on refresh.
+        pub scope: Option<String>,
+        /// The tenant's MCP URL (RFC 8707).
+        pub resource: Option<String>,
+    }
+
+    /// A revocation request (RFC 7009).
+    #[derive(Debug, Deserialize, ToSchema)]
+    pub struct RevokeForm {
+        /// The token to revoke.
+        pub token: String,
+        /// `access_token` or `refresh_token` (a hint; not needed).
+        pub token_type_hint: Option<String>,
+        /// The client it was issued to.
+        pub client_id: String,
+    }
+
+    /// Whether a tenant's OAuth authorization server is on.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct OAuthSetting {
+        /// `false` turns it off.
+        pub enabled: bool,
     }
 
     /// The catalog's sign-in form.

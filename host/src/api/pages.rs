@@ -64,6 +64,8 @@ pub enum Product {
     Catalog,
     /// The built-in confirmation server.
     Confirmation,
+    /// The built-in OAuth authorization server's sign-in and consent.
+    SignIn,
 }
 
 /// What the layout shows around a page's content.
@@ -101,6 +103,7 @@ impl Frame {
         let (product, width) = match product {
             Product::Catalog => ("Catalog", "wide"),
             Product::Confirmation => ("Confirmation", "narrow"),
+            Product::SignIn => ("Sign-in", "narrow"),
         };
         Frame {
             title: title.into(),
@@ -384,6 +387,28 @@ pub fn page(status: StatusCode, template: &impl Template) -> Response {
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response
+}
+
+/// A page whose form's answer is a redirect to `target` as well as this
+/// server: the CSP's `form-action` applies to the redirects that follow a
+/// post too, so it names `target`'s origin (or, for an app's own scheme,
+/// that scheme). A target that cannot be named leaves the page as it is.
+pub fn page_posting_to(status: StatusCode, template: &impl Template, target: &str) -> Response {
+    let mut response = page(status, template);
+    let source = reqwest::Url::parse(target).ok().and_then(|url| match url.scheme() {
+        "http" | "https" => {
+            let origin = url.origin().ascii_serialization();
+            (origin != "null").then_some(origin)
+        }
+        scheme => Some(format!("{scheme}:")),
+    });
+    let policy = source.filter(|s| s.bytes().all(|b| b.is_ascii_graphic() && b != b';' && b != b',')).map(|s| {
+        CONTENT_SECURITY_POLICY.replace("form-action 'self'", &format!("form-action 'self' {s}"))
+    });
+    if let Some(policy) = policy.and_then(|p| HeaderValue::from_str(&p).ok()) {
+        response.headers_mut().insert(header::CONTENT_SECURITY_POLICY, policy);
+    }
     response
 }
 

@@ -235,6 +235,7 @@ impl ToolHost {
                 key_id: record.id.clone(),
                 role: record.role,
                 tenant: record.tenant.clone(),
+                token: None,
             });
         }
         let configured = self.operator_key_sha256.as_deref()?;

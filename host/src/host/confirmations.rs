@@ -161,6 +161,12 @@ pub(super) struct CheqState {
     jwks: jwks::JwksFetcher,
     /// Confirmed calls running or keeping their answers ([`RunningConfirmed`]).
     running: Arc<tokio::sync::watch::Sender<usize>>,
+    /// Tenants whose operator turned their built-in OAuth authorization
+    /// server off (`host/oauth.rs`).
+    pub oauth_off: dashmap::DashSet<String>,
+    /// OAuth clients' metadata documents, fetched and cached under the
+    /// same rules as confirmation servers' keys.
+    pub documents: jwks::JwksFetcher,
 }
 
 impl CheqState {
@@ -187,8 +193,10 @@ impl CheqState {
             servers: Default::default(),
             overrides: Default::default(),
             login: login::LoginGuard::new(&options.login),
-            jwks: jwks::JwksFetcher::new(options.jwks.clone(), outbound),
+            jwks: jwks::JwksFetcher::new(options.jwks.clone(), outbound.clone()),
             running: Arc::new(tokio::sync::watch::Sender::new(0)),
+            oauth_off: Default::default(),
+            documents: jwks::JwksFetcher::documents(options.jwks.clone(), outbound),
         })
     }
 }
@@ -517,9 +525,12 @@ impl ToolHost {
     pub(super) fn load_cheq_settings(&self) -> Result<(), StoreError> {
         let mut servers = std::collections::HashMap::new();
         let mut overrides = std::collections::HashMap::new();
+        let mut oauth_off = std::collections::HashSet::new();
         for (tenant, key, value) in self.store.settings()? {
             let what = format!("tenant {tenant} setting {key}");
-            if key == SERVER_SETTING {
+            if key == super::oauth::OAUTH_SETTING {
+                oauth_off.insert(tenant);
+            } else if key == SERVER_SETTING {
                 let server: ConfirmationServer =
                     serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
                 servers.insert(tenant, server);
@@ -528,6 +539,10 @@ impl ToolHost {
                     serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
                 overrides.insert(tool_id, (tenant, policy));
             }
+        }
+        self.cheq.oauth_off.retain(|tenant| oauth_off.contains(tenant));
+        for tenant in oauth_off {
+            self.cheq.oauth_off.insert(tenant);
         }
         self.cheq.servers.retain(|tenant, _| servers.contains_key(tenant));
         for (tenant, server) in servers {

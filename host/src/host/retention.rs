@@ -58,6 +58,12 @@ pub(super) fn count_expiries(store: &dyn RegistryStore, metrics: &Metrics) -> Re
 pub(super) fn sweep(store: &dyn RegistryStore, retention: Duration, counted_until: i64) -> Result<usize, StoreError> {
     let before = unix_now().saturating_sub(i64::try_from(retention.as_secs()).unwrap_or(i64::MAX)).min(counted_until);
     let deleted = store.sweep_confirmations(before)?;
+    // Expired OAuth codes and tokens are of no use to anyone: a day after
+    // their expiry (so a replay is still told apart from nonsense) they go.
+    let expired = store.sweep_oauth_grants(unix_now().saturating_sub(24 * 3600))?;
+    if expired > 0 {
+        tracing::info!(expired, "deleted expired OAuth codes and tokens");
+    }
     if deleted > 0 {
         tracing::info!(deleted, retention_secs = retention.as_secs(), "deleted CHEQ transactions past their retention");
     }

@@ -175,6 +175,38 @@ impl LedgerBound {
     }
 }
 
+/// What an OAuth credential the built-in authorization server issued is
+/// (`api/oauth.rs`, `host/oauth.rs`). Only the sha256 of the credential
+/// itself is stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuthGrant {
+    /// The sha256 (hex) of the code or token.
+    pub token_sha256: String,
+    /// `code`, `access` or `refresh`.
+    pub kind: String,
+    /// The tenant whose authorization server issued it.
+    pub tenant: String,
+    /// The client it was issued to.
+    pub client_id: String,
+    /// The end user who signed in and consented.
+    pub end_user: String,
+    /// The scopes granted, space-separated.
+    pub scope: String,
+    /// The resource (the tenant's MCP URL) it is for.
+    pub resource: String,
+    /// The grant it belongs to: a code and every token issued from it,
+    /// refreshed or not, share it, and are revoked together.
+    pub family: String,
+    /// A code's `redirect_uri` and `code_challenge` (JSON); `{}` otherwise.
+    pub detail: String,
+    /// When it stops being valid (Unix seconds).
+    pub expires_at: i64,
+    /// When a code was exchanged or a refresh token rotated.
+    pub used_at: Option<i64>,
+    /// When it (or its family) was revoked.
+    pub revoked_at: Option<i64>,
+}
+
 /// Whose call id this is: call ids are the caller's idempotency keys, so
 /// they are scoped to the tenant and the key that sent them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -504,6 +536,34 @@ pub trait RegistryStore: Send + Sync {
     fn put_setting(&self, setting: &StoredSetting, audit: &AuditEntry) -> Result<(), StoreError>;
     /// Removes a tenant setting.
     fn delete_setting(&self, tenant: &str, key: &str, audit: &AuditEntry) -> Result<bool, StoreError>;
+
+    /// Whether the tenant has any end user.
+    fn has_end_users(&self, tenant: &str) -> Result<bool, StoreError>;
+
+    /// Stores OAuth credentials, all or none.
+    fn insert_oauth_grants(&self, grants: &[OAuthGrant]) -> Result<(), StoreError>;
+    /// The credential whose sha256 this is.
+    fn oauth_grant(&self, token_sha256: &str) -> Result<Option<OAuthGrant>, StoreError>;
+    /// Marks a code or refresh token used at `now`, once: returns it as it
+    /// was before (so `used_at` is `Some` when it had been used already:
+    /// a replay), or `None` when there is no such credential.
+    fn use_oauth_grant(&self, token_sha256: &str, now: i64) -> Result<Option<OAuthGrant>, StoreError>;
+    /// Revokes one credential (`Some`) or its whole family (`None`).
+    fn revoke_oauth(&self, token_sha256: &str, family: Option<&str>, now: i64) -> Result<(), StoreError>;
+    /// Deletes credentials that expired before `before`; returns how many.
+    fn sweep_oauth_grants(&self, before: i64) -> Result<usize, StoreError>;
+    /// Registers an OAuth client (RFC 7591) of a tenant, unless the tenant
+    /// already has `max` registered: then `false` and nothing is stored.
+    fn register_oauth_client(
+        &self,
+        tenant: &str,
+        client_id: &str,
+        metadata: &str,
+        now: i64,
+        max: u64,
+    ) -> Result<bool, StoreError>;
+    /// A registered client's metadata (JSON).
+    fn oauth_client(&self, tenant: &str, client_id: &str) -> Result<Option<String>, StoreError>;
 
     /// The password hash of a tenant's end user.
     fn end_user(&self, tenant: &str, name: &str) -> Result<Option<String>, StoreError>;

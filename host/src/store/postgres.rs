@@ -24,7 +24,7 @@
 //!   version that is not the tool's next.
 
 use super::{
-    CallKey, LedgerBound, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, RegistryStore, SecretsCipher,
+    CallKey, LedgerBound, OAuthGrant, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, RegistryStore, SecretsCipher,
     StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession, StoredSetting,
     StoredVersion, Topic,
 };
@@ -46,6 +46,15 @@ const STATEMENT_WAIT: Duration = Duration::from_secs(10);
 const ACQUIRE_WAIT: Duration = Duration::from_secs(3);
 /// How often a replica beats.
 const HEARTBEAT: Duration = Duration::from_secs(1);
+/// One `oauth_grants` row by its sha256, its columns in [`oauth_grant_row`]'s
+/// order.
+macro_rules! oauth_grant_select {
+    () => {
+        "SELECT token_sha256, kind, tenant, client_id, end_user, scope, resource, family, detail, expires_at,
+             used_at, revoked_at FROM oauth_grants WHERE token_sha256 = $1"
+    };
+}
+
 /// A replica whose last beat is older than this is gone (its claims and
 /// running transactions are orphans): SQL, spliced into statements.
 macro_rules! live_since {
@@ -1156,6 +1165,153 @@ impl RegistryStore for PostgresStore {
         Ok(deleted == 1)
     }
 
+    fn has_end_users(&self, tenant: &str) -> Result<bool, StoreError> {
+        let (pool, tenant) = (self.pool.clone(), tenant.to_string());
+        self.run(async move {
+            let row = sqlx::query("SELECT 1 FROM end_users WHERE tenant = $1 LIMIT 1")
+                .bind(tenant)
+                .fetch_optional(&pool)
+                .await
+                .map_err(db)?;
+            Ok(row.is_some())
+        })
+    }
+
+    fn insert_oauth_grants(&self, grants: &[OAuthGrant]) -> Result<(), StoreError> {
+        let (pool, grants) = (self.pool.clone(), grants.to_vec());
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            for g in grants {
+                sqlx::query(
+                    "INSERT INTO oauth_grants (token_sha256, kind, tenant, client_id, end_user, scope, resource,
+                         family, detail, expires_at, used_at, revoked_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                )
+                .bind(g.token_sha256)
+                .bind(g.kind)
+                .bind(g.tenant)
+                .bind(g.client_id)
+                .bind(g.end_user)
+                .bind(g.scope)
+                .bind(g.resource)
+                .bind(g.family)
+                .bind(g.detail)
+                .bind(g.expires_at)
+                .bind(g.used_at)
+                .bind(g.revoked_at)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            }
+            tx.commit().await.map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn oauth_grant(&self, token_sha256: &str) -> Result<Option<OAuthGrant>, StoreError> {
+        let (pool, sha) = (self.pool.clone(), token_sha256.to_string());
+        self.run(async move {
+            let row = sqlx::query(oauth_grant_select!()).bind(sha).fetch_optional(&pool).await.map_err(db)?;
+            row.map(|r| oauth_grant_row(&r)).transpose()
+        })
+    }
+
+    fn use_oauth_grant(&self, token_sha256: &str, now: i64) -> Result<Option<OAuthGrant>, StoreError> {
+        let (pool, sha) = (self.pool.clone(), token_sha256.to_string());
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            // The row lock makes two replicas exchanging one code take turns:
+            // the second sees it used.
+            let row = sqlx::query(concat!(oauth_grant_select!(), " FOR UPDATE"))
+                .bind(&sha).fetch_optional(&mut *tx).await.map_err(db)?;
+            let grant = row.map(|r| oauth_grant_row(&r)).transpose()?;
+            if grant.as_ref().is_some_and(|g| g.used_at.is_none()) {
+                sqlx::query("UPDATE oauth_grants SET used_at = $2 WHERE token_sha256 = $1")
+                    .bind(&sha)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            }
+            tx.commit().await.map_err(db)?;
+            Ok(grant)
+        })
+    }
+
+    fn revoke_oauth(&self, token_sha256: &str, family: Option<&str>, now: i64) -> Result<(), StoreError> {
+        let (pool, sha, family) = (self.pool.clone(), token_sha256.to_string(), family.map(str::to_string));
+        self.run(async move {
+            let query = match family {
+                Some(family) => {
+                    sqlx::query("UPDATE oauth_grants SET revoked_at = $2 WHERE family = $1 AND revoked_at IS NULL")
+                        .bind(family)
+                }
+                None => sqlx::query(
+                    "UPDATE oauth_grants SET revoked_at = $2 WHERE token_sha256 = $1 AND revoked_at IS NULL",
+                )
+                .bind(sha),
+            };
+            query.bind(now).execute(&pool).await.map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn sweep_oauth_grants(&self, before: i64) -> Result<usize, StoreError> {
+        let pool = self.pool.clone();
+        self.run(async move {
+            let deleted = sqlx::query("DELETE FROM oauth_grants WHERE expires_at < $1")
+                .bind(before)
+                .execute(&pool)
+                .await
+                .map_err(db)?
+                .rows_affected();
+            Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
+        })
+    }
+
+    fn register_oauth_client(
+        &self,
+        tenant: &str,
+        client_id: &str,
+        metadata: &str,
+        now: i64,
+        max: u64,
+    ) -> Result<bool, StoreError> {
+        let (pool, tenant, id, metadata) =
+            (self.pool.clone(), tenant.to_string(), client_id.to_string(), metadata.to_string());
+        self.run(async move {
+            // One statement: the count and the insert cannot be split by
+            // another replica's registration beyond a few over the bound.
+            let inserted = sqlx::query(
+                "INSERT INTO oauth_clients (tenant, client_id, metadata, created_at)
+                 SELECT $1, $2, $3, $4 WHERE (SELECT count(*) FROM oauth_clients WHERE tenant = $1) < $5",
+            )
+            .bind(tenant)
+            .bind(id)
+            .bind(metadata)
+            .bind(now)
+            .bind(i64::try_from(max).unwrap_or(i64::MAX))
+            .execute(&pool)
+            .await
+            .map_err(db)?
+            .rows_affected();
+            Ok(inserted == 1)
+        })
+    }
+
+    fn oauth_client(&self, tenant: &str, client_id: &str) -> Result<Option<String>, StoreError> {
+        let (pool, tenant, id) = (self.pool.clone(), tenant.to_string(), client_id.to_string());
+        self.run(async move {
+            let row = sqlx::query("SELECT metadata FROM oauth_clients WHERE tenant = $1 AND client_id = $2")
+                .bind(tenant)
+                .bind(id)
+                .fetch_optional(&pool)
+                .await
+                .map_err(db)?;
+            row.map(|r| r.try_get(0)).transpose().map_err(db)
+        })
+    }
+
     fn end_user(&self, tenant: &str, name: &str) -> Result<Option<String>, StoreError> {
         let (pool, tenant, name) = (self.pool.clone(), tenant.to_string(), name.to_string());
         self.run(async move {
@@ -1517,4 +1673,22 @@ impl RegistryStore for PostgresStore {
     fn live_replicas(&self) -> usize {
         self.live.load(Ordering::Acquire).max(1)
     }
+}
+
+
+fn oauth_grant_row(r: &sqlx::postgres::PgRow) -> Result<OAuthGrant, StoreError> {
+    Ok(OAuthGrant {
+        token_sha256: r.try_get(0).map_err(db)?,
+        kind: r.try_get(1).map_err(db)?,
+        tenant: r.try_get(2).map_err(db)?,
+        client_id: r.try_get(3).map_err(db)?,
+        end_user: r.try_get(4).map_err(db)?,
+        scope: r.try_get(5).map_err(db)?,
+        resource: r.try_get(6).map_err(db)?,
+        family: r.try_get(7).map_err(db)?,
+        detail: r.try_get(8).map_err(db)?,
+        expires_at: r.try_get(9).map_err(db)?,
+        used_at: r.try_get(10).map_err(db)?,
+        revoked_at: r.try_get(11).map_err(db)?,
+    })
 }

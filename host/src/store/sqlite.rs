@@ -1,7 +1,7 @@
 //! The embedded registry: SQLite in the data dir.
 
 use super::{
-    LedgerBound,
+    LedgerBound, OAuthGrant,
     BlobStore, CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, RegistryStore,
     SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession,
     StoredSetting, StoredVersion,
@@ -245,7 +245,52 @@ const MIGRATIONS: &[&str] = &[
     END;
     CREATE INDEX idempotent_calls_by_tenant_age ON idempotent_calls (tenant, created_at);
 ",
+    // The built-in OAuth authorization server: codes and tokens (by their
+    // sha256), and the clients registered dynamically.
+    "
+    CREATE TABLE oauth_grants (
+        token_sha256 TEXT PRIMARY KEY,
+        kind         TEXT NOT NULL,
+        tenant       TEXT NOT NULL,
+        client_id    TEXT NOT NULL,
+        end_user     TEXT NOT NULL,
+        scope        TEXT NOT NULL,
+        resource     TEXT NOT NULL,
+        family       TEXT NOT NULL,
+        detail       TEXT NOT NULL,
+        expires_at   INTEGER NOT NULL,
+        used_at      INTEGER,
+        revoked_at   INTEGER
+    );
+    CREATE INDEX oauth_grants_by_family ON oauth_grants (family);
+    CREATE INDEX oauth_grants_by_expiry ON oauth_grants (expires_at);
+    CREATE TABLE oauth_clients (
+        tenant     TEXT NOT NULL,
+        client_id  TEXT NOT NULL,
+        metadata   TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (tenant, client_id)
+    );
+",
 ];
+
+/// An `oauth_grants` row, its columns in the table's order.
+fn oauth_grant_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<OAuthGrant> {
+    Ok(OAuthGrant {
+        token_sha256: r.get(0)?,
+        kind: r.get(1)?,
+        tenant: r.get(2)?,
+        client_id: r.get(3)?,
+        end_user: r.get(4)?,
+        scope: r.get(5)?,
+        resource: r.get(6)?,
+        family: r.get(7)?,
+        detail: r.get(8)?,
+        expires_at: r.get(9)?,
+        used_at: r.get(10)?,
+        revoked_at: r.get(11)?,
+    })
+}
 
 /// The database file in the data dir.
 const DB_FILE: &str = "registry.sqlite3";
@@ -905,6 +950,135 @@ impl RegistryStore for SqliteStore {
             tx.execute("DELETE FROM tenant_settings WHERE tenant = ?1 AND key = ?2", [tenant, key])
         })?;
         Ok(deleted == 1)
+    }
+
+    fn has_end_users(&self, tenant: &str) -> Result<bool, StoreError> {
+        let found: Option<i64> =
+            self.conn().query_row("SELECT 1 FROM end_users WHERE tenant = ?1 LIMIT 1", [tenant], |r| r.get(0)).optional()?;
+        Ok(found.is_some())
+    }
+
+    fn insert_oauth_grants(&self, grants: &[OAuthGrant]) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        for g in grants {
+            tx.execute(
+                "INSERT INTO oauth_grants (token_sha256, kind, tenant, client_id, end_user, scope, resource, family,
+                     detail, expires_at, used_at, revoked_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                params![
+                    g.token_sha256,
+                    g.kind,
+                    g.tenant,
+                    g.client_id,
+                    g.end_user,
+                    g.scope,
+                    g.resource,
+                    g.family,
+                    g.detail,
+                    g.expires_at,
+                    g.used_at,
+                    g.revoked_at
+                ],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn oauth_grant(&self, token_sha256: &str) -> Result<Option<OAuthGrant>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT token_sha256, kind, tenant, client_id, end_user, scope, resource, family, detail, expires_at,
+                     used_at, revoked_at
+                 FROM oauth_grants WHERE token_sha256 = ?1",
+                [token_sha256],
+                oauth_grant_row,
+            )
+            .optional()?)
+    }
+
+    fn use_oauth_grant(&self, token_sha256: &str, now: i64) -> Result<Option<OAuthGrant>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let grant = tx
+            .query_row(
+                "SELECT token_sha256, kind, tenant, client_id, end_user, scope, resource, family, detail, expires_at,
+                     used_at, revoked_at
+                 FROM oauth_grants WHERE token_sha256 = ?1",
+                [token_sha256],
+                oauth_grant_row,
+            )
+            .optional()?;
+        if grant.as_ref().is_some_and(|g| g.used_at.is_none()) {
+            tx.execute("UPDATE oauth_grants SET used_at = ?2 WHERE token_sha256 = ?1", params![token_sha256, now])?;
+        }
+        tx.commit()?;
+        Ok(grant)
+    }
+
+    fn revoke_oauth(&self, token_sha256: &str, family: Option<&str>, now: i64) -> Result<(), StoreError> {
+        let conn = self.conn();
+        match family {
+            Some(family) => conn.execute(
+                "UPDATE oauth_grants SET revoked_at = ?2 WHERE family = ?1 AND revoked_at IS NULL",
+                params![family, now],
+            )?,
+            None => conn.execute(
+                "UPDATE oauth_grants SET revoked_at = ?2 WHERE token_sha256 = ?1 AND revoked_at IS NULL",
+                params![token_sha256, now],
+            )?,
+        };
+        Ok(())
+    }
+
+    fn sweep_oauth_grants(&self, before: i64) -> Result<usize, StoreError> {
+        let mut deleted = 0;
+        loop {
+            let batch = self.conn().execute(
+                "DELETE FROM oauth_grants WHERE rowid IN (
+                     SELECT rowid FROM oauth_grants WHERE expires_at < ?1 LIMIT ?2)",
+                params![before, SWEEP_BATCH],
+            )?;
+            deleted += batch;
+            if batch < SWEEP_BATCH {
+                return Ok(deleted);
+            }
+        }
+    }
+
+    fn register_oauth_client(
+        &self,
+        tenant: &str,
+        client_id: &str,
+        metadata: &str,
+        now: i64,
+        max: u64,
+    ) -> Result<bool, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let count: u64 = tx.query_row("SELECT count(*) FROM oauth_clients WHERE tenant = ?1", [tenant], |r| r.get(0))?;
+        if count >= max {
+            return Ok(false);
+        }
+        tx.execute(
+            "INSERT INTO oauth_clients (tenant, client_id, metadata, created_at) VALUES (?1, ?2, ?3, ?4)",
+            params![tenant, client_id, metadata, now],
+        )?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    fn oauth_client(&self, tenant: &str, client_id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT metadata FROM oauth_clients WHERE tenant = ?1 AND client_id = ?2",
+                [tenant, client_id],
+                |r| r.get(0),
+            )
+            .optional()?)
     }
 
     fn end_user(&self, tenant: &str, name: &str) -> Result<Option<String>, StoreError> {

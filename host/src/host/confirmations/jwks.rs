@@ -99,6 +99,8 @@ pub(crate) struct JwksFetcher {
     cache: Mutex<HashMap<String, (Instant, Fetched)>>,
     /// By URL, while a fetch of it runs: whoever holds the lock fetches.
     flights: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// What a fetched document must be: a key set, or any JSON object.
+    shape: fn(&Value) -> bool,
 }
 
 impl JwksFetcher {
@@ -111,7 +113,22 @@ impl JwksFetcher {
             .build()
             .inspect_err(|e| tracing::error!(error = %e, "no HTTP client for confirmation servers' keys"))
             .ok();
-        JwksFetcher { options, limits, client, cache: Mutex::new(HashMap::new()), flights: Mutex::new(HashMap::new()) }
+        JwksFetcher {
+            options,
+            limits,
+            client,
+            cache: Mutex::new(HashMap::new()),
+            flights: Mutex::new(HashMap::new()),
+            shape: |keys| keys["keys"].is_array(),
+        }
+    }
+
+    /// A fetcher of JSON objects other than key sets (OAuth clients'
+    /// metadata documents), under the same rules, capped at
+    /// [`crate::host::oauth::MAX_CLIENT_METADATA_BYTES`].
+    pub(crate) fn documents(options: JwksOptions, limits: Arc<OutboundLimits>) -> JwksFetcher {
+        let options = JwksOptions { max_bytes: crate::host::oauth::MAX_CLIENT_METADATA_BYTES, ..options };
+        JwksFetcher { shape: Value::is_object, ..JwksFetcher::new(options, limits) }
     }
 
     /// Whether `url` may be a JWKS URL at all (checked when a publisher
@@ -219,11 +236,11 @@ impl JwksFetcher {
             }
             body.extend_from_slice(&chunk);
         }
-        let keys: Value = serde_json::from_slice(&body).map_err(|_| JwksError::Invalid)?;
-        if !keys["keys"].is_array() {
+        let document: Value = serde_json::from_slice(&body).map_err(|_| JwksError::Invalid)?;
+        if !(self.shape)(&document) {
             return Err(JwksError::Invalid);
         }
-        Ok(keys)
+        Ok(document)
     }
 }
 

@@ -1,0 +1,637 @@
+//! OAuth 2.1 for the MCP door (MCP authorization, 2025-11-25): each
+//! tenant's MCP URL is a protected resource (RFC 9728 metadata, `401` with
+//! `WWW-Authenticate: Bearer resource_metadata=…`), and each tenant's root
+//! is an authorization server (RFC 8414 metadata; authorization code with
+//! PKCE S256; Client ID Metadata Documents and RFC 7591 registration;
+//! refresh with rotation; RFC 7009 revocation). The person signs in as one
+//! of the tenant's end users on a page of the same templates and headers as
+//! the confirmation pages. The grants themselves are the core's
+//! (`host/oauth.rs`); docs/oauth.md is the user's view.
+//!
+//! | path | what |
+//! | --- | --- |
+//! | `/.well-known/oauth-protected-resource[/t/{tenant}]/mcp` | the MCP URL's resource metadata |
+//! | `/.well-known/oauth-authorization-server[/t/{tenant}]` | the tenant's authorization server metadata |
+//! | `{root}/oauth/authorize` | sign-in and consent (`GET` the page, `POST` its form) |
+//! | `{root}/oauth/token`, `…/register`, `…/revoke` | the token, registration and revocation endpoints |
+
+use super::pages::{self, Frame, Paragraph, Product, field, form};
+use super::{ApiError, ApiOptions, AppState, Caller, openapi};
+use crate::host::LoginError;
+use crate::host::oauth::{self as core, Authorization, OAuthClient, OAuthError, SCOPES};
+use askama::Template;
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// The sign-in form's double-submit token.
+const SIGN_IN_TOKEN: pages::SignInToken = pages::SignInToken { cookie: "plinth_oauth_sign_in", field: "login_token" };
+
+/// The authorization request's parameters the page carries in its form.
+const CARRIED: [&str; 7] =
+    ["response_type", "client_id", "redirect_uri", "state", "code_challenge", "code_challenge_method", "scope"];
+
+/// The tenant's issuer: its platform root's URL.
+pub fn issuer(options: &ApiOptions, tenant: &str) -> String {
+    super::cheq::root(options, tenant)
+}
+
+/// The tenant's MCP URL: the resource its tokens are for.
+pub fn mcp_resource(options: &ApiOptions, tenant: &str) -> String {
+    format!("{}/mcp", issuer(options, tenant))
+}
+
+/// `url` with `/.well-known/{name}` put between its origin and its path
+/// (RFC 9728 §3.1, RFC 8414 §3.1).
+fn well_known(url: &str, name: &str) -> String {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let path_at = url[after_scheme..].find('/').map_or(url.len(), |i| after_scheme + i);
+    let (origin, path) = url.split_at(path_at);
+    format!("{origin}/.well-known/{name}{}", path.trim_end_matches('/'))
+}
+
+/// The URL of the resource metadata of `tenant`'s MCP URL.
+pub fn resource_metadata_url(options: &ApiOptions, tenant: &str) -> String {
+    well_known(&mcp_resource(options, tenant), "oauth-protected-resource")
+}
+
+/// The scopes, space-separated, as a challenge names them.
+pub fn all_scopes() -> String {
+    SCOPES.iter().map(|(s, _)| *s).collect::<Vec<_>>().join(" ")
+}
+
+/// The `WWW-Authenticate` value of a refusal at `tenant`'s MCP URL:
+/// `error` (`invalid_token`, `insufficient_scope`) when there is one, the
+/// scope needed, and where the resource metadata is.
+pub fn challenge(options: &ApiOptions, tenant: &str, error: Option<&str>, scope: &str) -> String {
+    let mut value = String::from("Bearer ");
+    if let Some(error) = error {
+        value.push_str(&format!("error=\"{error}\", "));
+    }
+    value.push_str(&format!(
+        "scope=\"{scope}\", resource_metadata=\"{}\"",
+        resource_metadata_url(options, tenant)
+    ));
+    value
+}
+
+fn resource_metadata(options: &ApiOptions, tenant: &str) -> Value {
+    json!({
+        "resource": mcp_resource(options, tenant),
+        "authorization_servers": [issuer(options, tenant)],
+        "scopes_supported": SCOPES.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        "bearer_methods_supported": ["header"],
+        "resource_name": format!("Plinth tools of {tenant}"),
+    })
+}
+
+fn server_metadata(options: &ApiOptions, tenant: &str) -> Value {
+    let issuer = issuer(options, tenant);
+    json!({
+        "issuer": issuer,
+        "authorization_endpoint": format!("{issuer}/oauth/authorize"),
+        "token_endpoint": format!("{issuer}/oauth/token"),
+        "registration_endpoint": format!("{issuer}/oauth/register"),
+        "revocation_endpoint": format!("{issuer}/oauth/revoke"),
+        "scopes_supported": SCOPES.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        "response_types_supported": ["code"],
+        "response_modes_supported": ["query"],
+        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "token_endpoint_auth_methods_supported": ["none"],
+        "revocation_endpoint_auth_methods_supported": ["none"],
+        "code_challenge_methods_supported": ["S256"],
+        "client_id_metadata_document_supported": true,
+        "authorization_response_iss_parameter_supported": true,
+    })
+}
+
+/// A JSON answer that is never cached.
+fn no_store(status: StatusCode, body: Value) -> Response {
+    let mut response = (status, axum::Json(body)).into_response();
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response.headers_mut().insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// An OAuth error answer (RFC 6749 §5.2).
+fn oauth_error(e: &OAuthError) -> Response {
+    let status = match e.code {
+        "invalid_client" => StatusCode::UNAUTHORIZED,
+        "temporarily_unavailable" => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    let mut response = no_store(status, json!({ "error": e.code, "error_description": e.description }));
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
+}
+
+/// The answer for a tenant without an authorization server (none such,
+/// or its operator turned it off): the same as an unknown path.
+fn no_authorization_server(tenant: &str) -> Response {
+    ApiError::not_found(format!("tenant `{tenant}` has no OAuth authorization server here")).into_response()
+}
+
+/// `GET /.well-known/oauth-protected-resource` (under a tenant's root too:
+/// `/t/{tenant}/.well-known/…`).
+#[utoipa::path(get, summary = "The MCP URL's protected resource metadata (RFC 9728)", description = "Where clients of the MCP door get their tokens: the tenant's authorization server, and the scopes. The same document is served at the RFC 9728 location `/.well-known/oauth-protected-resource/t/{tenant}/mcp` (`/.well-known/oauth-protected-resource/mcp` for the default tenant).", path = "/.well-known/oauth-protected-resource", tag = "OAuth", operation_id = "resource_metadata",
+    responses(
+        (status = 200, description = "The metadata", body = Value),
+        (status = 404, description = "The tenant has no authorization server (it does not exist, or its operator turned it off)", body = openapi::ErrorBody),
+    ))]
+pub(super) async fn resource_metadata_here(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Extension(options): Extension<Arc<ApiOptions>>,
+) -> Response {
+    resource_metadata_of(&host, &options, &caller.tenant)
+}
+
+/// `GET /.well-known/oauth-protected-resource/mcp`: the default tenant's,
+/// where RFC 9728 puts it.
+#[utoipa::path(get, summary = "The default tenant's MCP URL's protected resource metadata (RFC 9728)", description = "As `/.well-known/oauth-protected-resource`, at the location RFC 9728 derives from the MCP URL `/mcp`.", path = "/.well-known/oauth-protected-resource/mcp", tag = "OAuth", operation_id = "default_resource_metadata",
+    responses(
+        (status = 200, description = "The metadata", body = Value),
+        (status = 404, description = "The default tenant has no authorization server", body = openapi::ErrorBody),
+    ))]
+pub(super) async fn default_resource_metadata(
+    State(host): State<AppState>,
+    Extension(options): Extension<Arc<ApiOptions>>,
+) -> Response {
+    resource_metadata_of(&host, &options, crate::tenancy::DEFAULT_TENANT)
+}
+
+/// `GET /.well-known/oauth-protected-resource/t/{tenant}/mcp`.
+#[utoipa::path(get, summary = "A tenant's MCP URL's protected resource metadata (RFC 9728)", description = "As `/.well-known/oauth-protected-resource`, at the location RFC 9728 derives from the MCP URL `/t/{tenant}/mcp`.", path = "/.well-known/oauth-protected-resource/t/{tenant}/mcp", tag = "OAuth", operation_id = "tenant_resource_metadata",
+    params(("tenant" = String, Path, description = "The tenant")),
+    responses(
+        (status = 200, description = "The metadata", body = Value),
+        (status = 404, description = "No such tenant, or it has no authorization server", body = openapi::ErrorBody),
+    ))]
+pub(super) async fn tenant_resource_metadata(
+    State(host): State<AppState>,
+    Extension(options): Extension<Arc<ApiOptions>>,
+    Path(tenant): Path<String>,
+) -> Response {
+    resource_metadata_of(&host, &options, &tenant)
+}
+
+fn resource_metadata_of(host: &AppState, options: &ApiOptions, tenant: &str) -> Response {
+    if !host.oauth_enabled(tenant) {
+        return no_authorization_server(tenant);
+    }
+    no_store(StatusCode::OK, resource_metadata(options, tenant))
+}
+
+/// `GET /.well-known/oauth-authorization-server` (under a tenant's root
+/// too).
+#[utoipa::path(get, summary = "The tenant's authorization server metadata (RFC 8414)", description = "Its endpoints and what it supports: the authorization code grant with PKCE S256, public clients, Client ID Metadata Documents, dynamic registration, refresh, revocation. Also served at the RFC 8414 location `/.well-known/oauth-authorization-server/t/{tenant}`.", path = "/.well-known/oauth-authorization-server", tag = "OAuth", operation_id = "server_metadata",
+    responses(
+        (status = 200, description = "The metadata", body = Value),
+        (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
+    ))]
+pub(super) async fn server_metadata_here(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Extension(options): Extension<Arc<ApiOptions>>,
+) -> Response {
+    server_metadata_of(&host, &options, &caller.tenant)
+}
+
+/// `GET /.well-known/oauth-authorization-server/t/{tenant}`.
+#[utoipa::path(get, summary = "A tenant's authorization server metadata (RFC 8414)", description = "As `/.well-known/oauth-authorization-server`, at the location RFC 8414 derives from the issuer `/t/{tenant}`.", path = "/.well-known/oauth-authorization-server/t/{tenant}", tag = "OAuth", operation_id = "tenant_server_metadata",
+    params(("tenant" = String, Path, description = "The tenant")),
+    responses(
+        (status = 200, description = "The metadata", body = Value),
+        (status = 404, description = "No such tenant, or it has no authorization server", body = openapi::ErrorBody),
+    ))]
+pub(super) async fn tenant_server_metadata(
+    State(host): State<AppState>,
+    Extension(options): Extension<Arc<ApiOptions>>,
+    Path(tenant): Path<String>,
+) -> Response {
+    server_metadata_of(&host, &options, &tenant)
+}
+
+fn server_metadata_of(host: &AppState, options: &ApiOptions, tenant: &str) -> Response {
+    if !host.oauth_enabled(tenant) {
+        return no_authorization_server(tenant);
+    }
+    no_store(StatusCode::OK, server_metadata(options, tenant))
+}
+
+/// The sign-in and consent page.
+#[derive(Template)]
+#[template(path = "pages/oauth_authorize.html")]
+struct AuthorizePage {
+    frame: Frame,
+    problem: Option<String>,
+    client_name: String,
+    client_id: String,
+    metadata_document: bool,
+    tenant: String,
+    scopes: Vec<(&'static str, &'static str)>,
+    redirect_uri: String,
+    action: String,
+    hidden: Vec<(&'static str, String)>,
+    token: String,
+}
+
+/// An authorization request checked: its client, where to send the answer,
+/// and what it asks.
+struct Checked {
+    client: OAuthClient,
+    asked: Authorization,
+    state: Option<String>,
+}
+
+/// Why an authorization request is not shown: before its redirect URI is
+/// known good, a page (never a redirect: that would be an open redirect);
+/// after, a redirect with the error (RFC 6749 §4.1.2.1).
+enum Refused {
+    Page(StatusCode, String),
+    Redirect(Response),
+}
+
+fn sign_in_notice(options: &ApiOptions, status: StatusCode, title: &str, said: String) -> Response {
+    pages::notice(status, Frame::new(&options.public_url, Product::SignIn, title), vec![Paragraph::of(said)])
+}
+
+/// `redirect_uri` with `params` added to its query.
+fn with_query(redirect_uri: &str, params: &[(&str, &str)]) -> String {
+    let Ok(mut url) = reqwest::Url::parse(redirect_uri) else { return redirect_uri.to_string() };
+    {
+        let mut query = url.query_pairs_mut();
+        for (k, v) in params {
+            query.append_pair(k, v);
+        }
+    }
+    url.to_string()
+}
+
+/// A redirect to the client with `params`, `state` and `iss` (RFC 9207).
+fn back_to_client(options: &ApiOptions, tenant: &str, checked_uri: &str, state: Option<&str>, params: &[(&str, &str)]) -> Response {
+    let issuer = issuer(options, tenant);
+    let mut all: Vec<(&str, &str)> = params.to_vec();
+    if let Some(state) = state {
+        all.push(("state", state));
+    }
+    all.push(("iss", &issuer));
+    pages::see_other(&with_query(checked_uri, &all), &[])
+}
+
+/// Checks an authorization request's fields (from the query or the form).
+async fn check_request(host: &AppState, options: &ApiOptions, tenant: &str, fields: &[(String, String)]) -> Result<Checked, Refused> {
+    let one = |name: &str| field(fields, name).filter(|v| !v.is_empty());
+    let client_id = one("client_id").ok_or_else(|| Refused::Page(StatusCode::BAD_REQUEST, "The request names no client (`client_id`).".into()))?;
+    let client = host
+        .oauth_client(tenant, client_id)
+        .await
+        .map_err(|e| Refused::Page(StatusCode::BAD_REQUEST, format!("The client cannot be used: {}.", e.description)))?;
+    let redirect_uri = match one("redirect_uri") {
+        Some(uri) => uri.to_string(),
+        None if client.redirect_uris.len() == 1 => client.redirect_uris[0].clone(),
+        None => return Err(Refused::Page(StatusCode::BAD_REQUEST, "The request names no `redirect_uri`.".into())),
+    };
+    if !core::redirect_matches(&client.redirect_uris, &redirect_uri) {
+        return Err(Refused::Page(
+            StatusCode::BAD_REQUEST,
+            "The address this request would send you back to is not one the client registered; nothing was sent there.".into(),
+        ));
+    }
+    let state = one("state").map(str::to_string);
+    let refuse = |code: &str, description: &str| {
+        Refused::Redirect(back_to_client(
+            options,
+            tenant,
+            &redirect_uri,
+            state.as_deref(),
+            &[("error", code), ("error_description", description)],
+        ))
+    };
+    if one("response_type") != Some("code") {
+        return Err(refuse("unsupported_response_type", "only response_type=code is supported"));
+    }
+    let Some(challenge) = one("code_challenge") else {
+        return Err(refuse("invalid_request", "PKCE is required: send code_challenge (S256)"));
+    };
+    if one("code_challenge_method") != Some("S256") || challenge.len() != 43 {
+        return Err(refuse("invalid_request", "code_challenge_method must be S256, with its 43-character challenge"));
+    }
+    let scopes = core::requested_scopes(one("scope")).map_err(|e| refuse(e.code, &e.description))?;
+    let resource = mcp_resource(options, tenant);
+    if fields.iter().any(|(k, v)| k == "resource" && *v != resource) {
+        return Err(refuse("invalid_target", "this authorization server issues tokens for its tenant's MCP URL only"));
+    }
+    let asked = Authorization {
+        client_id: client.client_id.clone(),
+        redirect_uri,
+        code_challenge: challenge.to_string(),
+        scopes,
+        resource,
+    };
+    Ok(Checked { client, asked, state })
+}
+
+fn authorize_page(
+    options: &ApiOptions,
+    tenant: &str,
+    headers: &HeaderMap,
+    fields: &[(String, String)],
+    checked: &Checked,
+    problem: Option<String>,
+    status: StatusCode,
+) -> Response {
+    let action = format!("{}/oauth/authorize", issuer(options, tenant));
+    let mut hidden: Vec<(&'static str, String)> = CARRIED
+        .iter()
+        .filter_map(|name| field(fields, name).map(|v| (*name, v.to_string())))
+        .collect();
+    hidden.extend(fields.iter().filter(|(k, _)| k == "resource").map(|(_, v)| ("resource", v.clone())));
+    let token = SIGN_IN_TOKEN.for_page(headers);
+    let scopes = SCOPES.iter().filter(|(s, _)| checked.asked.scopes.iter().any(|a| a == s)).copied().collect();
+    let page = AuthorizePage {
+        frame: Frame::new(&options.public_url, Product::SignIn, format!("Allow {}?", checked.client.name)),
+        problem,
+        client_name: checked.client.name.clone(),
+        client_id: checked.client.client_id.clone(),
+        metadata_document: checked.client.metadata_document,
+        tenant: tenant.to_string(),
+        scopes,
+        redirect_uri: checked.asked.redirect_uri.clone(),
+        action,
+        hidden,
+        token: token.clone(),
+    };
+    let action_path = format!("{}/oauth/authorize", pages::tenant_root_path(&options.public_url, tenant));
+    let page = pages::page_posting_to(status, &page, &checked.asked.redirect_uri);
+    SIGN_IN_TOKEN.set(page, &options.public_url, token, action_path)
+}
+
+/// `GET oauth/authorize`: the sign-in and consent page.
+#[utoipa::path(get, summary = "Sign-in and consent (the authorization endpoint)", description = "An authorization code request (OAuth 2.1: `response_type=code`, PKCE S256 required). Shows the person the client (its name from its registration or metadata document), the tenant and the scopes, and a form to sign in as one of the tenant's end users and allow or deny. A request whose client or redirect URI is not known good is answered with a page, never a redirect.", path = "/oauth/authorize", tag = "OAuth", operation_id = "authorize_page",
+    params(
+        ("response_type" = Option<String>, Query, description = "`code`"),
+        ("client_id" = Option<String>, Query, description = "A registered client's id, or the URL of the client's metadata document"),
+        ("redirect_uri" = Option<String>, Query, description = "One of the client's redirect URIs (a loopback one with any port)"),
+        ("state" = Option<String>, Query, description = "Returned to the client as is"),
+        ("code_challenge" = Option<String>, Query, description = "The PKCE S256 challenge"),
+        ("code_challenge_method" = Option<String>, Query, description = "`S256`"),
+        ("scope" = Option<String>, Query, description = "`tools:read`, `tools:call` (both when absent)"),
+        ("resource" = Option<String>, Query, description = "The tenant's MCP URL (RFC 8707)"),
+    ),
+    responses(
+        (status = 200, description = "The sign-in and consent page", content_type = "text/html", body = String),
+        (status = 303, description = "A refused request, back to the client with `error`", headers(("Location" = String, description = "The client's redirect URI"))),
+        (status = 400, description = "No usable client or redirect URI: a page saying so", content_type = "text/html", body = String),
+        (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
+    ))]
+pub(super) async fn authorize_form(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Extension(options): Extension<Arc<ApiOptions>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let tenant = &caller.tenant;
+    if !host.oauth_enabled(tenant) {
+        return no_authorization_server(tenant);
+    }
+    let fields = form(query.unwrap_or_default().as_bytes());
+    let checked = match check_request(&host, &options, tenant, &fields).await {
+        Ok(checked) => checked,
+        Err(Refused::Redirect(response)) => return response,
+        Err(Refused::Page(status, said)) => return sign_in_notice(&options, status, "Cannot sign in", said),
+    };
+    let problem = match crate::store::off_the_workers(|| host.tenant_has_end_users(tenant)) {
+        Ok(true) => None,
+        Ok(false) => Some(format!("{tenant} has no accounts to sign in with yet: ask its publisher for one.")),
+        Err(_) => Some("Accounts cannot be checked right now; try again in a moment.".into()),
+    };
+    authorize_page(&options, tenant, &headers, &fields, &checked, problem, StatusCode::OK)
+}
+
+/// `POST oauth/authorize`: the page's form. Signs the end user in (the
+/// same throttles as the confirmation page) and, when they allow, sends
+/// the browser back to the client with a code.
+#[utoipa::path(post, summary = "Signs in and answers the client (the authorization endpoint's form)", description = "The sign-in and consent form: the authorization request's fields, the end user's name and password, `decision` (`allow` or `deny`) and the page's `login_token` (its cookie holds it too). Failed sign-ins are throttled like the confirmation page's.", path = "/oauth/authorize", tag = "OAuth", operation_id = "authorize",
+    request_body(content = openapi::AuthorizeForm, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 303, description = "Back to the client: with `code` (allowed) or `error=access_denied`", headers(("Location" = String, description = "The client's redirect URI"))),
+        (status = 400, description = "No usable client or redirect URI", content_type = "text/html", body = String),
+        (status = 401, description = "Wrong user name or password: the page again (`Plinth-Error-Code: login_failed`)", content_type = "text/html", body = String),
+        (status = 403, description = "Not posted from the page in this browser", content_type = "text/html", body = String),
+        (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
+        (status = 429, description = "Too many failed sign-ins (`login_locked`)", content_type = "text/html", body = String, headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 503, description = "The sign-in cannot be checked now", content_type = "text/html", body = String, headers(("Retry-After" = u64, description = "Seconds"))),
+    ))]
+pub(super) async fn authorize(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Extension(options): Extension<Arc<ApiOptions>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let tenant = &caller.tenant;
+    if !host.oauth_enabled(tenant) {
+        return no_authorization_server(tenant);
+    }
+    let fields = form(&body);
+    // Another site's form would sign this browser in (login CSRF) or make
+    // it consent: only the page itself, in this browser, may post.
+    if !SIGN_IN_TOKEN.posted_by_its_page(&headers, &fields, &options.public_url) {
+        tracing::warn!(tenant, client = %peer.ip(), "an OAuth sign-in not from its page was refused");
+        let said = "This sign-in did not come from its page (it was sent from another site, or the page expired). Start again from the application.".to_string();
+        return sign_in_notice(&options, StatusCode::FORBIDDEN, "Not signed in", said);
+    }
+    let checked = match check_request(&host, &options, tenant, &fields).await {
+        Ok(checked) => checked,
+        Err(Refused::Redirect(response)) => return response,
+        Err(Refused::Page(status, said)) => return sign_in_notice(&options, status, "Cannot sign in", said),
+    };
+    let back = |params: &[(&str, &str)]| {
+        back_to_client(&options, tenant, &checked.asked.redirect_uri, checked.state.as_deref(), params)
+    };
+    if field(&fields, "decision") != Some("allow") {
+        return back(&[("error", "access_denied"), ("error_description", "the person denied the request")]);
+    }
+    let user = field(&fields, "user").unwrap_or("");
+    let password = field(&fields, "password").unwrap_or("");
+    if let Err(e) = host.log_in_end_user(tenant, user, password, peer.ip()).await {
+        tracing::info!(tenant, client = %peer.ip(), error = %e, "an OAuth sign-in failed");
+        let problem = match &e {
+            LoginError::Invalid => "Wrong user name or password.".to_string(),
+            LoginError::Locked { .. } => format!("{}.", crate::host::as_words(&e.to_string())),
+            LoginError::Busy | LoginError::Store(_) => "The sign-in could not be checked now; try again in a moment.".into(),
+        };
+        let error = ApiError::from(e);
+        let page = authorize_page(&options, tenant, &headers, &fields, &checked, Some(problem), error.status());
+        return error.onto(page);
+    }
+    match host.issue_code(tenant, user, &checked.asked) {
+        Ok(code) => {
+            tracing::info!(tenant, client = %checked.client.client_id, "an end user allowed an OAuth client");
+            back(&[("code", &code)])
+        }
+        Err(e) => back(&[("error", "temporarily_unavailable"), ("error_description", &e.description)]),
+    }
+}
+
+/// `POST oauth/token`.
+#[utoipa::path(post, summary = "The token endpoint", description = "`grant_type=authorization_code` (with `code`, `redirect_uri`, `client_id`, `code_verifier`, optionally `resource`) or `grant_type=refresh_token` (with `refresh_token`, `client_id`, optionally `scope` and `resource`). Public clients only: no client secret. A refresh token is used once; presenting a used one again revokes its grant.", path = "/oauth/token", tag = "OAuth", operation_id = "token",
+    request_body(content = openapi::TokenForm, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "The tokens", body = Value),
+        (status = 400, description = "An OAuth error (`invalid_request`, `invalid_grant`, `unsupported_grant_type`, `invalid_scope`, `invalid_target`)", body = Value),
+        (status = 401, description = "`invalid_client`", body = Value),
+        (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
+        (status = 503, description = "`temporarily_unavailable`", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
+    ))]
+pub(super) async fn token(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Response {
+    let tenant = &caller.tenant;
+    if !host.oauth_enabled(tenant) {
+        return no_authorization_server(tenant);
+    }
+    let fields = form(&body);
+    let one = |name: &str| field(&fields, name).filter(|v| !v.is_empty());
+    let missing = |name: &str| oauth_error(&OAuthError::new("invalid_request", format!("`{name}` is required")));
+    let Some(client_id) = one("client_id") else { return missing("client_id") };
+    let resource = one("resource");
+    let issued = match one("grant_type") {
+        Some("authorization_code") => {
+            let (Some(code), Some(redirect_uri), Some(verifier)) =
+                (one("code"), one("redirect_uri"), one("code_verifier"))
+            else {
+                return missing("code, redirect_uri and code_verifier");
+            };
+            host.exchange_code(tenant, code, client_id, redirect_uri, verifier, resource)
+        }
+        Some("refresh_token") => {
+            let Some(refresh_token) = one("refresh_token") else { return missing("refresh_token") };
+            host.refresh_tokens(tenant, refresh_token, client_id, one("scope"), resource)
+        }
+        Some(_) => Err(OAuthError::new("unsupported_grant_type", "authorization_code and refresh_token only")),
+        None => return missing("grant_type"),
+    };
+    match issued {
+        Ok(tokens) => no_store(StatusCode::OK, tokens.to_json()),
+        Err(e) => {
+            tracing::info!(tenant, error = e.code, "a token request was refused");
+            oauth_error(&e)
+        }
+    }
+}
+
+/// `POST oauth/register`.
+#[utoipa::path(post, summary = "Dynamic client registration (RFC 7591)", description = "Registers a public client from its metadata (`redirect_uris`, `client_name`; `token_endpoint_auth_method` `none` if given). A tenant keeps a bounded number of registered clients; clients that publish a Client ID Metadata Document need no registration.", path = "/oauth/register", tag = "OAuth", operation_id = "register",
+    request_body(content = Value, content_type = "application/json"),
+    responses(
+        (status = 201, description = "The client's id and its metadata", body = Value),
+        (status = 400, description = "`invalid_client_metadata`, `invalid_redirect_uri`", body = Value),
+        (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
+        (status = 503, description = "`temporarily_unavailable` (the tenant keeps as many clients as it may)", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
+    ))]
+pub(super) async fn register(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Response {
+    let tenant = &caller.tenant;
+    if !host.oauth_enabled(tenant) {
+        return no_authorization_server(tenant);
+    }
+    let Ok(metadata) = serde_json::from_slice::<Value>(&body) else {
+        return oauth_error(&OAuthError::new("invalid_client_metadata", "the body must be a JSON object"));
+    };
+    match host.register_oauth_client(tenant, &metadata) {
+        Ok(registered) => no_store(StatusCode::CREATED, registered),
+        Err(e) => oauth_error(&e),
+    }
+}
+
+/// `POST oauth/revoke`.
+#[utoipa::path(post, summary = "Token revocation (RFC 7009)", description = "Revokes `token` (a refresh token with every token of its grant, an access token alone) of the client `client_id`. Answers `200` whether or not the token was known.", path = "/oauth/revoke", tag = "OAuth", operation_id = "revoke",
+    request_body(content = openapi::RevokeForm, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "Revoked, or there was nothing to revoke"),
+        (status = 400, description = "`invalid_request`", body = Value),
+        (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
+        (status = 503, description = "`temporarily_unavailable`", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
+    ))]
+pub(super) async fn revoke(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Response {
+    let tenant = &caller.tenant;
+    if !host.oauth_enabled(tenant) {
+        return no_authorization_server(tenant);
+    }
+    let fields = form(&body);
+    let (Some(token), Some(client_id)) = (field(&fields, "token"), field(&fields, "client_id")) else {
+        return oauth_error(&OAuthError::new("invalid_request", "`token` and `client_id` are required"));
+    };
+    match host.revoke_token(tenant, token, client_id) {
+        Ok(()) => no_store(StatusCode::OK, json!({})),
+        Err(e) => oauth_error(&e),
+    }
+}
+
+/// `PUT /admin/tenants/{tenant}/oauth`: an operator turns a tenant's
+/// authorization server on or off.
+#[utoipa::path(put, summary = "Turns a tenant's OAuth authorization server on or off", description = "`{\"enabled\": false}` turns it off: its metadata answers 404, its tokens stop working, and clients use keys. On by default. Audited.", path = "/admin/tenants/{tenant}/oauth", tag = "Admin", operation_id = "put_tenant_oauth",
+    params(("tenant" = String, Path, description = "The tenant")),
+    request_body(content = openapi::OAuthSetting, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The setting as it now is", body = openapi::OAuthSetting),
+        (status = 400, description = "`invalid_request`", body = openapi::ErrorBody),
+        (status = 404, description = "No such tenant", body = openapi::ErrorBody),
+    ))]
+pub(super) async fn put_tenant_oauth(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(tenant): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let setting: openapi::OAuthSetting = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request("invalid_request", format!("expected {{\"enabled\": true|false}}: {e}")))?;
+    host.set_oauth_enabled(caller.principal()?, &tenant, setting.enabled)?;
+    Ok(axum::Json(json!({ "enabled": setting.enabled })).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn well_known_urls_go_between_the_origin_and_the_path() {
+        assert_eq!(
+            well_known("http://127.0.0.1:8080/t/acme/mcp", "oauth-protected-resource"),
+            "http://127.0.0.1:8080/.well-known/oauth-protected-resource/t/acme/mcp"
+        );
+        assert_eq!(
+            well_known("https://tools.example", "oauth-authorization-server"),
+            "https://tools.example/.well-known/oauth-authorization-server"
+        );
+    }
+
+    #[test]
+    fn a_challenge_names_the_metadata_and_the_scope() {
+        let options = ApiOptions::default();
+        assert_eq!(
+            challenge(&options, "acme", Some("insufficient_scope"), "tools:call"),
+            "Bearer error=\"insufficient_scope\", scope=\"tools:call\", resource_metadata=\"http://127.0.0.1:8080/.well-known/oauth-protected-resource/t/acme/mcp\""
+        );
+    }
+}

@@ -1,0 +1,570 @@
+//! The built-in OAuth 2.1 authorization server of each tenant, in the core:
+//! clients, codes, tokens. Its HTTP surface (metadata, the sign-in and
+//! consent page, the token, registration and revocation endpoints) is
+//! `api/oauth.rs`; docs/oauth.md says what it does and why.
+//!
+//! - **Clients** are public (PKCE, no secret): registered dynamically
+//!   (RFC 7591, stored, a bounded number per tenant) or named by the URL of
+//!   their Client ID Metadata Document, fetched under the outbound policy
+//!   (https, public addresses unless the operator allows, size and time
+//!   bounds, no redirects) and cached briefly.
+//! - **Codes** last a minute and are exchanged once, with the PKCE S256
+//!   verifier, by the client they were issued to, for the redirect URI they
+//!   were issued with. A code exchanged twice revokes what the first
+//!   exchange issued.
+//! - **Tokens** are opaque random strings; the store keeps their sha256
+//!   with the grant (tenant, client, end user, scopes, resource), so every
+//!   replica of a fleet validates, refreshes and revokes them. A refresh
+//!   token is used once: refreshing rotates it, and presenting a used one
+//!   again (a stolen copy) revokes its whole family.
+
+use super::ToolHost;
+use super::confirmations::random_token;
+use crate::package::sha256_hex;
+use crate::store::{OAuthGrant, StoreError};
+use crate::tenancy::unix_now;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// The scopes an agent's token may carry: what a consumer key may do.
+/// Publishing and operating are never granted to an agent.
+pub const SCOPES: [(&str, &str); 2] = [
+    ("tools:read", "list the tools and read their signatures"),
+    ("tools:call", "call the tools, as you"),
+];
+
+/// How long an access token lasts.
+pub const ACCESS_TTL: Duration = Duration::from_secs(3600);
+/// How long a refresh token lasts (each refresh issues a new one).
+pub const REFRESH_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How long a code lasts.
+pub const CODE_TTL: Duration = Duration::from_secs(60);
+/// Clients a tenant may have registered dynamically: registration is open
+/// to anyone, so what it can make the server keep is bounded.
+pub const MAX_REGISTERED_CLIENTS: u64 = 10_000;
+/// The longest client metadata (registered or fetched) accepted.
+pub const MAX_CLIENT_METADATA_BYTES: usize = 16 * 1024;
+
+/// The prefixes of the credentials this server issues: a bearer that
+/// starts with one is a token, not an API key.
+pub const ACCESS_PREFIX: &str = "plinth_at_";
+const REFRESH_PREFIX: &str = "plinth_rt_";
+const CODE_PREFIX: &str = "plinth_ac_";
+
+/// The tenant setting that turns the built-in authorization server off.
+pub(super) const OAUTH_SETTING: &str = "oauth";
+
+/// What a valid access token grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenGrant {
+    /// The client it was issued to.
+    pub client_id: String,
+    /// The end user who signed in: calls made with it are theirs.
+    pub end_user: String,
+    /// The scopes granted.
+    pub scopes: Vec<String>,
+    /// The resource (a tenant's MCP URL) it is for.
+    pub resource: String,
+    /// Its grant's id (a code and every token issued from it).
+    pub family: String,
+}
+
+impl TokenGrant {
+    /// Whether it carries `scope`.
+    pub fn has(&self, scope: &str) -> bool {
+        self.scopes.iter().any(|s| s == scope)
+    }
+}
+
+/// A client, as the authorization page and the token endpoint see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuthClient {
+    pub client_id: String,
+    /// Its `client_name`, else its id.
+    pub name: String,
+    pub redirect_uris: Vec<String>,
+    /// Whether its id is the URL of its metadata document.
+    pub metadata_document: bool,
+}
+
+/// Why an OAuth request was refused: the RFC 6749 error code and what to
+/// tell the client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {description}")]
+pub struct OAuthError {
+    pub code: &'static str,
+    pub description: String,
+}
+
+impl OAuthError {
+    pub fn new(code: &'static str, description: impl Into<String>) -> OAuthError {
+        OAuthError { code, description: description.into() }
+    }
+
+    fn grant(description: &str) -> OAuthError {
+        OAuthError::new("invalid_grant", description)
+    }
+}
+
+impl From<StoreError> for OAuthError {
+    fn from(e: StoreError) -> Self {
+        tracing::warn!(error = %e, "the OAuth store failed");
+        OAuthError::new("temporarily_unavailable", "the authorization server's store failed; try again")
+    }
+}
+
+/// What the token endpoint answers (RFC 6749 §5.1).
+#[derive(Debug, Clone)]
+pub struct IssuedTokens {
+    pub access_token: String,
+    pub refresh_token: String,
+    pub scope: String,
+}
+
+impl IssuedTokens {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "access_token": self.access_token,
+            "token_type": "Bearer",
+            "expires_in": ACCESS_TTL.as_secs(),
+            "refresh_token": self.refresh_token,
+            "scope": self.scope,
+        })
+    }
+}
+
+/// The scopes of a request: `None` (none asked) means all; an unknown scope
+/// is refused.
+pub fn requested_scopes(scope: Option<&str>) -> Result<Vec<String>, OAuthError> {
+    let asked: Vec<&str> = scope.unwrap_or("").split(' ').filter(|s| !s.is_empty()).collect();
+    if asked.is_empty() {
+        return Ok(SCOPES.iter().map(|(s, _)| s.to_string()).collect());
+    }
+    let mut granted = Vec::new();
+    for s in asked {
+        if !SCOPES.iter().any(|(known, _)| *known == s) {
+            return Err(OAuthError::new("invalid_scope", format!("unknown scope `{s}`")));
+        }
+        if !granted.iter().any(|g| g == s) {
+            granted.push(s.to_string());
+        }
+    }
+    Ok(granted)
+}
+
+/// Whether `given` matches one of `registered` (OAuth 2.1 §2.3.1): exactly,
+/// or, for an `http` loopback address, with any port.
+pub fn redirect_matches(registered: &[String], given: &str) -> bool {
+    let Ok(given_url) = reqwest::Url::parse(given) else { return false };
+    registered.iter().any(|r| {
+        if r == given {
+            return true;
+        }
+        let Ok(mut r) = reqwest::Url::parse(r) else { return false };
+        let loopback = r.scheme() == "http" && matches!(r.host_str(), Some("127.0.0.1" | "[::1]" | "localhost"));
+        loopback && r.set_port(given_url.port()).is_ok() && r == given_url
+    })
+}
+
+/// Checks a redirect URI a client declares: absolute, no fragment, `https`
+/// or an `http` loopback address, or a private-use scheme of a native app
+/// (`com.example.app:/callback`).
+fn sound_redirect_uri(uri: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(uri) else { return false };
+    if url.fragment().is_some() || !url.username().is_empty() || url.password().is_some() {
+        return false;
+    }
+    match url.scheme() {
+        "https" => url.host_str().is_some(),
+        "http" => matches!(url.host_str(), Some("127.0.0.1" | "[::1]" | "localhost")),
+        // javascript:, data: and the like would run in the browser.
+        "javascript" | "data" | "file" | "vbscript" | "blob" | "about" => false,
+        scheme => scheme.contains('.'),
+    }
+}
+
+/// A client's metadata (registered or fetched) checked: its redirect URIs
+/// and name.
+fn client_from_metadata(client_id: &str, metadata: &Value, document: bool) -> Result<OAuthClient, OAuthError> {
+    let invalid = |why: &str| OAuthError::new("invalid_client_metadata", why);
+    let uris = metadata["redirect_uris"].as_array().ok_or_else(|| invalid("`redirect_uris` must be a list"))?;
+    let mut redirect_uris = Vec::new();
+    for uri in uris {
+        let uri = uri.as_str().filter(|u| sound_redirect_uri(u)).ok_or_else(|| {
+            OAuthError::new(
+                "invalid_redirect_uri",
+                "every redirect URI must be https://, http:// on a loopback address, or an app's own scheme, without a fragment",
+            )
+        })?;
+        redirect_uris.push(uri.to_string());
+    }
+    if redirect_uris.is_empty() || redirect_uris.len() > 16 {
+        return Err(invalid("`redirect_uris` must list 1 to 16 URIs"));
+    }
+    // Every client is public (PKCE, no secret): a registration asking for
+    // a secret method is answered `none` (RFC 7591 §3.2.1 lets the server
+    // replace what it does not support), a document's is not used.
+    let name = metadata["client_name"].as_str().filter(|n| !n.trim().is_empty()).unwrap_or(client_id);
+    let name: String = name.chars().filter(|c| !c.is_control()).take(100).collect();
+    Ok(OAuthClient { client_id: client_id.to_string(), name, redirect_uris, metadata_document: document })
+}
+
+/// Whether a client id is a Client ID Metadata Document's URL.
+pub fn is_metadata_document_url(client_id: &str) -> bool {
+    client_id.starts_with("https://") || client_id.starts_with("http://")
+}
+
+/// Why a client's metadata document was not used, in words.
+fn document_refusal(e: &super::confirmations::JwksError) -> &'static str {
+    use super::confirmations::JwksError;
+    match e {
+        JwksError::Insecure => "must be at an https:// URL",
+        JwksError::Credentials => "URL must not contain a user name or password",
+        JwksError::InternalAddress => {
+            "is on this server's own or a private network, which its operator does not allow"
+        }
+        JwksError::TooLarge(_) => "is larger than this server reads",
+        JwksError::Invalid => "is not a JSON object",
+        JwksError::Unavailable => "could not be fetched (unreachable, too slow, redirected or not 200)",
+    }
+}
+
+/// The S256 code challenge of `verifier` (RFC 7636 §4.2).
+fn s256(verifier: &str) -> String {
+    use base64::Engine;
+    use sha2::Digest;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(verifier.as_bytes()))
+}
+
+/// A verifier RFC 7636 §4.1 allows: 43 to 128 unreserved characters.
+fn sound_verifier(verifier: &str) -> bool {
+    (43..=128).contains(&verifier.len())
+        && verifier.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
+}
+
+/// What an authorization request asked, once its client and redirect URI
+/// are known good.
+#[derive(Debug, Clone)]
+pub struct Authorization {
+    pub client_id: String,
+    pub redirect_uri: String,
+    pub code_challenge: String,
+    pub scopes: Vec<String>,
+    pub resource: String,
+}
+
+impl ToolHost {
+    /// Whether `tenant` has its built-in authorization server on: it exists
+    /// and its operator did not turn it off. Answered from memory: every
+    /// unauthenticated request to an MCP URL asks.
+    pub fn oauth_enabled(&self, tenant: &str) -> bool {
+        self.tenant(tenant).is_some() && !self.cheq.oauth_off.contains(tenant)
+    }
+
+    /// Whether anyone can sign in to `tenant`'s authorization server.
+    pub fn tenant_has_end_users(&self, tenant: &str) -> Result<bool, StoreError> {
+        self.store.has_end_users(tenant)
+    }
+
+    /// Turns a tenant's built-in authorization server on or off (an
+    /// operator's choice, audited). Tokens already issued stop working
+    /// while it is off.
+    pub fn set_oauth_enabled(
+        &self,
+        actor: &crate::tenancy::Principal,
+        tenant: &str,
+        enabled: bool,
+    ) -> Result<(), super::ChangeError> {
+        if self.tenant(tenant).is_none() {
+            return Err(super::ChangeError::NotFound(format!("there is no tenant `{tenant}`")));
+        }
+        let audit = crate::tenancy::AuditEntry::new(actor, Some(tenant), "oauth.put", tenant)
+            .detail(json!({ "enabled": enabled }));
+        if enabled {
+            self.store.delete_setting(tenant, OAUTH_SETTING, &audit)?;
+            self.cheq.oauth_off.remove(tenant);
+        } else {
+            let value = json!({ "enabled": false }).to_string();
+            self.store.put_setting(&(tenant.to_string(), OAUTH_SETTING.into(), value), &audit)?;
+            self.cheq.oauth_off.insert(tenant.to_string());
+        }
+        Ok(())
+    }
+
+    /// Registers a client (RFC 7591) from its metadata; answers the
+    /// registration response.
+    pub fn register_oauth_client(&self, tenant: &str, metadata: &Value) -> Result<Value, OAuthError> {
+        let raw = metadata.to_string();
+        if raw.len() > MAX_CLIENT_METADATA_BYTES {
+            return Err(OAuthError::new("invalid_client_metadata", "the client metadata is too long"));
+        }
+        let client_id = format!("plinth_client_{}", random_token()?.trim_end_matches('='));
+        let client = client_from_metadata(&client_id, metadata, false)?;
+        let stored = json!({
+            "client_name": client.name,
+            "redirect_uris": client.redirect_uris,
+        });
+        let now = unix_now();
+        let registered = crate::store::off_the_workers(|| {
+            self.store.register_oauth_client(tenant, &client_id, &stored.to_string(), now, MAX_REGISTERED_CLIENTS)
+        })?;
+        if !registered {
+            return Err(OAuthError::new(
+                "temporarily_unavailable",
+                "this tenant has as many registered clients as it may keep; use a client metadata document",
+            ));
+        }
+        Ok(json!({
+            "client_id": client_id,
+            "client_id_issued_at": now,
+            "client_name": client.name,
+            "redirect_uris": client.redirect_uris,
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+        }))
+    }
+
+    /// The client `client_id` of `tenant`: a registered one, or the one its
+    /// metadata document describes (fetched under the outbound policy).
+    pub async fn oauth_client(&self, tenant: &str, client_id: &str) -> Result<OAuthClient, OAuthError> {
+        let unknown = || OAuthError::new("invalid_client", "this authorization server knows no such client");
+        if is_metadata_document_url(client_id) {
+            let document = self.cheq.documents.get(client_id).await.map_err(|e| {
+                OAuthError::new("invalid_client", format!("the client's metadata document {}", document_refusal(&e)))
+            })?;
+            // The document must name itself (draft-ietf-oauth-client-id-metadata-document §4.1).
+            if document["client_id"].as_str() != Some(client_id) {
+                return Err(OAuthError::new(
+                    "invalid_client",
+                    "the client's metadata document does not name its own URL as its client_id",
+                ));
+            }
+            return client_from_metadata(client_id, &document, true);
+        }
+        if !client_id.starts_with("plinth_client_") || client_id.len() > 100 {
+            return Err(unknown());
+        }
+        let stored = crate::store::off_the_workers(|| self.store.oauth_client(tenant, client_id))?;
+        let stored = stored.ok_or_else(unknown)?;
+        let metadata: Value = serde_json::from_str(&stored).map_err(|_| unknown())?;
+        client_from_metadata(client_id, &metadata, false)
+    }
+
+    /// Issues a code for what `end_user` consented to.
+    pub fn issue_code(&self, tenant: &str, end_user: &str, asked: &Authorization) -> Result<String, OAuthError> {
+        let code = format!("{CODE_PREFIX}{}", random_token()?.trim_end_matches('='));
+        let detail = json!({ "redirect_uri": asked.redirect_uri, "code_challenge": asked.code_challenge });
+        let grant = OAuthGrant {
+            token_sha256: sha256_hex(code.as_bytes()),
+            kind: "code".into(),
+            tenant: tenant.to_string(),
+            client_id: asked.client_id.clone(),
+            end_user: end_user.to_string(),
+            scope: asked.scopes.join(" "),
+            resource: asked.resource.clone(),
+            family: uuid::Uuid::new_v4().to_string(),
+            detail: detail.to_string(),
+            expires_at: unix_now() + CODE_TTL.as_secs() as i64,
+            used_at: None,
+            revoked_at: None,
+        };
+        crate::store::off_the_workers(|| self.store.insert_oauth_grants(std::slice::from_ref(&grant)))?;
+        Ok(code)
+    }
+
+    /// Exchanges a code (authorization_code grant).
+    pub fn exchange_code(
+        &self,
+        tenant: &str,
+        code: &str,
+        client_id: &str,
+        redirect_uri: &str,
+        verifier: &str,
+        resource: Option<&str>,
+    ) -> Result<IssuedTokens, OAuthError> {
+        let now = unix_now();
+        let sha = sha256_hex(code.as_bytes());
+        let used = crate::store::off_the_workers(|| self.store.use_oauth_grant(&sha, now))?;
+        let grant = used
+            .filter(|g| g.kind == "code" && g.tenant == tenant)
+            .ok_or_else(|| OAuthError::grant("the code is not valid"))?;
+        if grant.used_at.is_some() {
+            // A code replayed: whoever holds it may have stolen it; what the
+            // first exchange issued is revoked (OAuth 2.1 §4.1.3).
+            crate::store::off_the_workers(|| self.store.revoke_oauth(&sha, Some(&grant.family), now))?;
+            return Err(OAuthError::grant("the code was already used; the tokens issued for it are revoked"));
+        }
+        if grant.revoked_at.is_some() || grant.expires_at <= now {
+            return Err(OAuthError::grant("the code has expired"));
+        }
+        if grant.client_id != client_id {
+            return Err(OAuthError::grant("the code was issued to another client"));
+        }
+        let detail: Value = serde_json::from_str(&grant.detail).unwrap_or_default();
+        if detail["redirect_uri"].as_str() != Some(redirect_uri) {
+            return Err(OAuthError::grant("redirect_uri is not the one the code was issued with"));
+        }
+        if !sound_verifier(verifier) || detail["code_challenge"].as_str() != Some(&s256(verifier)) {
+            return Err(OAuthError::grant("the code_verifier does not match the code_challenge"));
+        }
+        if resource.is_some_and(|r| r != grant.resource) {
+            return Err(OAuthError::new("invalid_target", "the code was issued for another resource"));
+        }
+        self.issue_tokens(&grant, &grant.scope.split(' ').map(str::to_string).collect::<Vec<_>>())
+    }
+
+    /// Refreshes (refresh_token grant): the refresh token is used once;
+    /// presenting a used one revokes its family.
+    pub fn refresh_tokens(
+        &self,
+        tenant: &str,
+        refresh_token: &str,
+        client_id: &str,
+        scope: Option<&str>,
+        resource: Option<&str>,
+    ) -> Result<IssuedTokens, OAuthError> {
+        let now = unix_now();
+        let sha = sha256_hex(refresh_token.as_bytes());
+        let used = crate::store::off_the_workers(|| self.store.use_oauth_grant(&sha, now))?;
+        let grant = used
+            .filter(|g| g.kind == "refresh" && g.tenant == tenant && g.client_id == client_id)
+            .ok_or_else(|| OAuthError::grant("the refresh token is not valid"))?;
+        if grant.used_at.is_some() {
+            crate::store::off_the_workers(|| self.store.revoke_oauth(&sha, Some(&grant.family), now))?;
+            tracing::warn!(tenant, "a used refresh token was presented again: its grant is revoked");
+            return Err(OAuthError::grant("the refresh token was already used; its grant is revoked"));
+        }
+        if grant.revoked_at.is_some() || grant.expires_at <= now || self.cheq.oauth_off.contains(tenant) {
+            return Err(OAuthError::grant("the refresh token has expired or was revoked"));
+        }
+        if resource.is_some_and(|r| r != grant.resource) {
+            return Err(OAuthError::new("invalid_target", "the refresh token was issued for another resource"));
+        }
+        let granted: Vec<String> = grant.scope.split(' ').map(str::to_string).collect();
+        let scopes = match scope {
+            None => granted,
+            Some(asked) => {
+                let asked = requested_scopes(Some(asked))?;
+                if asked.iter().any(|s| !granted.contains(s)) {
+                    return Err(OAuthError::new("invalid_scope", "a refresh cannot widen the scopes granted"));
+                }
+                asked
+            }
+        };
+        self.issue_tokens(&grant, &scopes)
+    }
+
+    fn issue_tokens(&self, from: &OAuthGrant, scopes: &[String]) -> Result<IssuedTokens, OAuthError> {
+        let now = unix_now();
+        let access_token = format!("{ACCESS_PREFIX}{}", random_token()?.trim_end_matches('='));
+        let refresh_token = format!("{REFRESH_PREFIX}{}", random_token()?.trim_end_matches('='));
+        let grant = |token: &str, kind: &str, ttl: Duration| OAuthGrant {
+            token_sha256: sha256_hex(token.as_bytes()),
+            kind: kind.into(),
+            scope: scopes.join(" "),
+            detail: "{}".into(),
+            expires_at: now + ttl.as_secs() as i64,
+            used_at: None,
+            revoked_at: None,
+            ..from.clone()
+        };
+        let grants = [grant(&access_token, "access", ACCESS_TTL), grant(&refresh_token, "refresh", REFRESH_TTL)];
+        crate::store::off_the_workers(|| self.store.insert_oauth_grants(&grants))?;
+        Ok(IssuedTokens { access_token, refresh_token, scope: scopes.join(" ") })
+    }
+
+    /// Revokes a token (RFC 7009): a refresh token with its whole grant, an
+    /// access token alone. A token that is not the client's, or unknown, is
+    /// left alone (and the answer is the same).
+    pub fn revoke_token(&self, tenant: &str, token: &str, client_id: &str) -> Result<(), OAuthError> {
+        let sha = sha256_hex(token.as_bytes());
+        let Some(grant) = crate::store::off_the_workers(|| self.store.oauth_grant(&sha))? else { return Ok(()) };
+        if grant.tenant != tenant || grant.client_id != client_id {
+            return Ok(());
+        }
+        let family = (grant.kind == "refresh").then_some(grant.family.as_str());
+        crate::store::off_the_workers(|| self.store.revoke_oauth(&sha, family, unix_now()))?;
+        Ok(())
+    }
+
+    /// What the access token `token` grants at `tenant`, if it is valid:
+    /// issued by this tenant, live, not revoked, and the tenant's
+    /// authorization server still on.
+    pub fn access_grant(&self, tenant: &str, token: &str) -> Result<Option<TokenGrant>, StoreError> {
+        if !token.starts_with(ACCESS_PREFIX) || token.len() > 100 || self.tenant(tenant).is_none() {
+            return Ok(None);
+        }
+        let sha = sha256_hex(token.as_bytes());
+        let Some(g) = crate::store::off_the_workers(|| self.store.oauth_grant(&sha))? else { return Ok(None) };
+        let live = g.kind == "access"
+            && g.tenant == tenant
+            && g.revoked_at.is_none()
+            && g.expires_at > unix_now()
+            && !self.cheq.oauth_off.contains(tenant);
+        Ok(live.then(|| TokenGrant {
+            client_id: g.client_id,
+            end_user: g.end_user,
+            scopes: g.scope.split(' ').filter(|s| !s.is_empty()).map(str::to_string).collect(),
+            resource: g.resource,
+            family: g.family,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_redirect_uri_matches_exactly_or_on_loopback_with_any_port() {
+        let registered = vec!["https://app.example/cb".to_string(), "http://127.0.0.1/callback".to_string()];
+        assert!(redirect_matches(&registered, "https://app.example/cb"));
+        assert!(redirect_matches(&registered, "http://127.0.0.1:53211/callback"));
+        for other in [
+            "https://app.example/cb/",
+            "https://app.example/cb?x=1",
+            "https://app.example.evil/cb",
+            "https://app.example:8443/cb",
+            "http://127.0.0.1:5/other",
+            "http://localhost:5/callback",
+            "not a url",
+        ] {
+            assert!(!redirect_matches(&registered, other), "{other}");
+        }
+    }
+
+    #[test]
+    fn only_sound_redirect_uris_are_registered() {
+        for good in ["https://app.example/cb", "http://127.0.0.1:3000/cb", "http://localhost/cb", "com.example.app:/cb"] {
+            assert!(sound_redirect_uri(good), "{good}");
+        }
+        for bad in [
+            "http://app.example/cb",
+            "https://app.example/cb#frag",
+            "javascript:alert(1)",
+            "data:text/html,x",
+            "https://user:pw@app.example/cb",
+            "/relative",
+            "custom:/cb",
+        ] {
+            assert!(!sound_redirect_uri(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn scopes_default_to_all_and_unknown_ones_are_refused() {
+        assert_eq!(requested_scopes(None).unwrap(), ["tools:read", "tools:call"]);
+        assert_eq!(requested_scopes(Some("tools:read tools:read")).unwrap(), ["tools:read"]);
+        assert_eq!(requested_scopes(Some("admin")).unwrap_err().code, "invalid_scope");
+    }
+
+    #[test]
+    fn pkce_is_s256_of_a_sound_verifier() {
+        // RFC 7636 appendix B.
+        assert_eq!(s256("dBjftJeZ4CVP-1mB8yWV06DgA7PkYq1P-i6hQ2f6M1w"), "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM");
+        assert!(sound_verifier("dBjftJeZ4CVP-1mB8yWV06DgA7PkYq1P-i6hQ2f6M1w"));
+        assert!(!sound_verifier("short"));
+        assert!(!sound_verifier(&"a b".repeat(20)));
+    }
+}
