@@ -17,6 +17,7 @@ mod mcp_conformance;
 mod mcp_inspector;
 mod mcp_python;
 mod mcp_support;
+mod oauth;
 mod observability;
 mod openapi;
 mod otc;

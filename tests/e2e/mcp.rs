@@ -37,6 +37,12 @@ impl<'a> Mcp<'a> {
         }
     }
 
+    /// A 2026-07-28 client with URL elicitation, sending `key` (a key or an
+    /// OAuth token) to the MCP URL under `root`.
+    pub fn with_key(server: &'a Server, key: &str, root: &str) -> Mcp<'a> {
+        Mcp { key: key.into(), root: root.into(), ..Mcp::modern(server) }
+    }
+
     fn legacy(server: &'a Server) -> Mcp<'a> {
         Mcp { revision: LEGACY, ..Mcp::modern(server) }
     }

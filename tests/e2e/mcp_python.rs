@@ -38,6 +38,12 @@ struct Script {
 impl Script {
     /// Starts `script` with `args`, sending `key` as its bearer key.
     fn start(script: &str, args: &[&str], key: Option<&str>) -> Script {
+        Script::start_with(script, args, key, &[])
+    }
+
+    /// Starts `script` with `args`, `key` and more environment (secrets
+    /// stay off the command line, which other users can read).
+    fn start_with(script: &str, args: &[&str], key: Option<&str>, env: &[(&str, &str)]) -> Script {
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp-clients/python");
         let dir = tempfile::tempdir().unwrap();
         let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
@@ -51,6 +57,7 @@ impl Script {
         if let Some(key) = key {
             command.env("PLINTH_KEY", key);
         }
+        command.envs(env.iter().copied());
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -529,4 +536,52 @@ async fn a_legacy_client_repeats_the_call_once_the_end_user_decided() {
     assert_eq!(rejected["isError"], true, "{rejected}");
     assert_eq!(rejected["_meta"]["code"], "confirmation_rejected", "{rejected}");
     assert_eq!(agent.finish().await, Vec::<Value>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sdks_oauth_client_signs_in_lists_calls_and_refreshes_in_both_revisions() {
+    let server = Server::start(&[]);
+    server.create_tenant("acme", json!({})).await;
+    let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
+    assert_eq!(server.deploy_as(TOKEN, "acme", echo).await.0, 201);
+    let password = json!({ "password": "alice-password" });
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, "/t/acme/admin/end-users/alice", Some(&password)).await;
+    assert_eq!(status, 204, "{body}");
+    let url = format!("{}/t/acme/mcp", server.base);
+    let secret = [("PLINTH_END_USER_PASSWORD", "alice-password")];
+    for mode in ["legacy", "2026-07-28"] {
+        let args = [url.as_str(), "echo", r#"{"text": "hi"}"#, "--mode", mode, "--refresh"];
+        let lines = Script::start_with("oauth_client.py", &args, None, &secret).finish().await;
+        let field = |name: &str| {
+            lines.iter().find_map(|l| l.get(name).cloned()).unwrap_or_else(|| panic!("{mode}: no {name} in {lines:?}"))
+        };
+        assert_eq!(field("listed"), json!(["echo"]), "{mode}");
+        assert_eq!(field("result")["structuredContent"], json!({ "text": "hi" }), "{mode}: {lines:?}");
+        let refreshed = field("refreshed");
+        assert_eq!(refreshed["newToken"], true, "{mode}: {lines:?}");
+        assert_eq!(refreshed["result"]["structuredContent"], json!({ "text": "hi" }), "{mode}");
+        assert_eq!(refreshed["pages"], 1, "{mode}: the refresh needed no sign-in");
+        // Discovery where RFC 9728 and RFC 8414 put the documents,
+        // registration, the code exchange and the refresh.
+        assert_eq!(
+            field("oauth"),
+            json!([
+                "GET /.well-known/oauth-protected-resource/t/acme/mcp 200",
+                "GET /.well-known/oauth-authorization-server/t/acme 200",
+                "POST /t/acme/oauth/register 201",
+                "POST /t/acme/oauth/token 200",
+                "POST /t/acme/oauth/token 200",
+            ]),
+            "{mode}"
+        );
+    }
+    // A wrong password or a person who denies: no token, no call.
+    for (args, env) in [
+        (vec![url.as_str(), "echo", "{}", "--deny"], secret),
+        (vec![url.as_str(), "echo", "{}"], [("PLINTH_END_USER_PASSWORD", "wrong")]),
+    ] {
+        let lines = Script::start_with("oauth_client.py", &args, None, &env).finish().await;
+        assert!(lines.iter().any(|l| l.get("clientError").is_some()), "{lines:?}");
+        assert!(!lines.iter().any(|l| l.get("result").is_some()), "{lines:?}");
+    }
 }

@@ -87,6 +87,19 @@ fn decisions() -> BTreeMap<(&'static str, &'static str), (Access, Scope)> {
         (("GET", "/catalog/tools/{tool_id}/try"), (Catalog, Tenant)),
         (("POST", "/catalog/tools/{tool_id}/try"), (Catalog, Tenant)),
         (("GET", "/catalog/confirmations/{id}"), (Catalog, Tenant)),
+        // OAuth: the metadata and the authorization server are open (its
+        // sign-in is the end user's password); an operator turns it off.
+        (("GET", "/.well-known/oauth-protected-resource"), (Open, Tenant)),
+        (("GET", "/.well-known/oauth-protected-resource/mcp"), (Open, Server)),
+        (("GET", "/.well-known/oauth-protected-resource/t/{tenant}/mcp"), (Open, Server)),
+        (("GET", "/.well-known/oauth-authorization-server"), (Open, Tenant)),
+        (("GET", "/.well-known/oauth-authorization-server/t/{tenant}"), (Open, Server)),
+        (("GET", "/oauth/authorize"), (Open, Tenant)),
+        (("POST", "/oauth/authorize"), (Open, Tenant)),
+        (("POST", "/oauth/token"), (Open, Tenant)),
+        (("POST", "/oauth/register"), (Open, Tenant)),
+        (("POST", "/oauth/revoke"), (Open, Tenant)),
+        (("PUT", "/admin/tenants/{tenant}/oauth"), (Operate, Server)),
     ])
 }
 
@@ -166,7 +179,8 @@ fn concrete(method: &str, path: &str) -> (String, Option<Vec<u8>>) {
         .replace("{id}", "matrix-probe")
         .replace("{tool}", "probe")
         .replace("{key}", "probe-key")
-        .replace("{name}", "no-such-tenant");
+        .replace("{name}", "no-such-tenant")
+        .replace("{tenant}", "no-such-tenant");
     // `/mcp tools/call`: a JSON-RPC request of that method to /mcp.
     if let Some(rpc) = path.strip_prefix("/mcp ") {
         let body = json!({ "jsonrpc": "2.0", "id": 1, "method": rpc, "params": { "name": "probe", "arguments": {} } });

@@ -141,6 +141,9 @@ pub struct CheqOptions {
     pub login: LoginOptions,
     /// Fetching external confirmation servers' keys.
     pub jwks: JwksOptions,
+    /// Accept `http://` OAuth client metadata documents (fetched under
+    /// the rules of `jwks` otherwise).
+    pub client_documents_allow_http: bool,
 }
 
 /// The keys of both CHEQ roles this server plays, how long a confirmation
@@ -196,7 +199,10 @@ impl CheqState {
             jwks: jwks::JwksFetcher::new(options.jwks.clone(), outbound.clone()),
             running: Arc::new(tokio::sync::watch::Sender::new(0)),
             oauth_off: Default::default(),
-            documents: jwks::JwksFetcher::documents(options.jwks.clone(), outbound),
+            documents: jwks::JwksFetcher::documents(
+                JwksOptions { allow_http: options.client_documents_allow_http, ..options.jwks.clone() },
+                outbound,
+            ),
         })
     }
 }

@@ -426,10 +426,16 @@ impl ToolHost {
     ) -> Result<IssuedTokens, OAuthError> {
         let now = unix_now();
         let sha = sha256_hex(refresh_token.as_bytes());
+        let invalid = || OAuthError::grant("the refresh token is not valid");
+        let ours = |g: &OAuthGrant| g.kind == "refresh" && g.tenant == tenant && g.client_id == client_id;
+        // Checked before it is marked used: another client presenting it
+        // must not spend its owner's token.
+        let found = crate::store::off_the_workers(|| self.store.oauth_grant(&sha))?;
+        if !found.as_ref().is_some_and(ours) {
+            return Err(invalid());
+        }
         let used = crate::store::off_the_workers(|| self.store.use_oauth_grant(&sha, now))?;
-        let grant = used
-            .filter(|g| g.kind == "refresh" && g.tenant == tenant && g.client_id == client_id)
-            .ok_or_else(|| OAuthError::grant("the refresh token is not valid"))?;
+        let grant = used.filter(ours).ok_or_else(invalid)?;
         if grant.used_at.is_some() {
             crate::store::off_the_workers(|| self.store.revoke_oauth(&sha, Some(&grant.family), now))?;
             tracing::warn!(tenant, "a used refresh token was presented again: its grant is revoked");
@@ -562,8 +568,8 @@ mod tests {
     #[test]
     fn pkce_is_s256_of_a_sound_verifier() {
         // RFC 7636 appendix B.
-        assert_eq!(s256("dBjftJeZ4CVP-1mB8yWV06DgA7PkYq1P-i6hQ2f6M1w"), "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM");
-        assert!(sound_verifier("dBjftJeZ4CVP-1mB8yWV06DgA7PkYq1P-i6hQ2f6M1w"));
+        assert_eq!(s256("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"), "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM");
+        assert!(sound_verifier("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"));
         assert!(!sound_verifier("short"));
         assert!(!sound_verifier(&"a b".repeat(20)));
     }

@@ -404,3 +404,50 @@ fn lookups_for_a_tenant_that_does_not_exist_never_reach_the_store() {
     assert!(host.page_session(DEFAULT_TENANT, "made-up-cookie").is_err());
     assert!(host.confirmation(DEFAULT_TENANT, &id).is_err());
 }
+
+#[test]
+fn an_access_token_past_its_expiry_or_revoked_grants_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = ToolHost::open(options(dir.path())).unwrap();
+    let asked = super::oauth::Authorization {
+        client_id: "plinth_client_x".into(),
+        redirect_uri: "http://127.0.0.1/cb".into(),
+        code_challenge: "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM".into(),
+        scopes: vec!["tools:read".into()],
+        resource: "http://127.0.0.1:8080/mcp".into(),
+    };
+    let code = host.issue_code("default", "alice", &asked).unwrap();
+    let verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+    let tokens = host.exchange_code("default", &code, "plinth_client_x", "http://127.0.0.1/cb", verifier, None).unwrap();
+    let grant = host.access_grant("default", &tokens.access_token).unwrap().expect("a fresh token is valid");
+    assert_eq!((grant.end_user.as_str(), grant.scopes.as_slice()), ("alice", ["tools:read".to_string()].as_slice()));
+    assert!(host.access_grant("acme", &tokens.access_token).unwrap().is_none(), "another tenant's");
+
+    // Expired: its row says so.
+    let sha = crate::package::sha256_hex(tokens.access_token.as_bytes());
+    let mut row = host.store.oauth_grant(&sha).unwrap().unwrap();
+    row.token_sha256 = crate::package::sha256_hex(b"plinth_at_expired");
+    row.expires_at = crate::tenancy::unix_now() - 1;
+    host.store.insert_oauth_grants(&[row]).unwrap();
+    assert!(host.access_grant("default", "plinth_at_expired").unwrap().is_none());
+
+    // Revoked with its grant.
+    host.revoke_token("default", &tokens.refresh_token, "plinth_client_x").unwrap();
+    assert!(host.access_grant("default", &tokens.access_token).unwrap().is_none());
+}
+
+#[test]
+fn open_registration_keeps_a_bounded_number_of_clients_per_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = ToolHost::open(options(dir.path())).unwrap();
+    let metadata = serde_json::json!({ "client_name": "x", "redirect_uris": ["http://127.0.0.1/cb"] });
+    for _ in 0..super::oauth::MAX_REGISTERED_CLIENTS {
+        host.register_oauth_client("default", &metadata).unwrap();
+    }
+    let refused = host.register_oauth_client("default", &metadata).unwrap_err();
+    assert_eq!(refused.code, "temporarily_unavailable");
+    assert!(host.register_oauth_client("acme", &metadata).is_ok(), "another tenant has its own bound");
+    // Metadata past 16 KiB is refused before anything is stored.
+    let huge = serde_json::json!({ "client_name": "x".repeat(20_000), "redirect_uris": ["http://127.0.0.1/cb"] });
+    assert_eq!(host.register_oauth_client("acme", &huge).unwrap_err().code, "invalid_client_metadata");
+}

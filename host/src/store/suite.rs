@@ -94,6 +94,7 @@ for_both_stores!(
     audit_pages_newest_first_and_filters_by_tenant,
     a_call_id_is_claimed_once_until_it_expires,
     a_tenants_call_ledger_keeps_within_its_bound,
+    oauth_credentials_are_used_once_and_revoked_by_family,
     secrets_config_settings_and_keys_round_trip,
     sessions_live_until_they_expire,
     designer_sessions_end_when_they_expire_are_signed_out_or_crowded_out,
@@ -255,6 +256,46 @@ fn a_tenants_call_ledger_keeps_within_its_bound(store: &dyn RegistryStore) {
     store.record_call(&huge, &"y".repeat(2 << 20), bound).unwrap();
     assert!(remembered(store, &[huge])[0]);
     assert_eq!(remembered(store, &keys).iter().filter(|k| **k).count(), 0);
+}
+
+fn oauth_credentials_are_used_once_and_revoked_by_family(store: &dyn RegistryStore) {
+    let grant = |sha: &str, kind: &str, family: &str| OAuthGrant {
+        token_sha256: sha.into(),
+        kind: kind.into(),
+        tenant: "default".into(),
+        client_id: "c".into(),
+        end_user: "alice".into(),
+        scope: "tools:read".into(),
+        resource: "http://x/mcp".into(),
+        family: family.into(),
+        detail: "{}".into(),
+        expires_at: 2_000,
+        used_at: None,
+        revoked_at: None,
+    };
+    store.insert_oauth_grants(&[grant("r1", "refresh", "f1"), grant("a1", "access", "f1")]).unwrap();
+    store.insert_oauth_grants(&[grant("a2", "access", "f2")]).unwrap();
+    // Used once: the second use sees the first.
+    assert_eq!(store.use_oauth_grant("r1", 100).unwrap().unwrap().used_at, None);
+    assert_eq!(store.use_oauth_grant("r1", 101).unwrap().unwrap().used_at, Some(100));
+    assert_eq!(store.use_oauth_grant("nothing", 101).unwrap(), None);
+    // A family is revoked together; another is not.
+    store.revoke_oauth("r1", Some("f1"), 102).unwrap();
+    assert_eq!(store.oauth_grant("a1").unwrap().unwrap().revoked_at, Some(102));
+    assert_eq!(store.oauth_grant("a2").unwrap().unwrap().revoked_at, None);
+    store.revoke_oauth("a2", None, 103).unwrap();
+    assert_eq!(store.oauth_grant("a2").unwrap().unwrap().revoked_at, Some(103));
+    // Expired ones are swept.
+    assert_eq!(store.sweep_oauth_grants(2_001).unwrap(), 3);
+    assert_eq!(store.oauth_grant("a1").unwrap(), None);
+    // Registered clients, a bounded number per tenant.
+    assert!(store.register_oauth_client("default", "c1", "{}", 1, 2).unwrap());
+    assert!(store.register_oauth_client("default", "c2", "{\"n\":2}", 1, 2).unwrap());
+    assert!(!store.register_oauth_client("default", "c3", "{}", 1, 2).unwrap());
+    assert!(store.register_oauth_client("acme", "c3", "{}", 1, 2).unwrap());
+    assert_eq!(store.oauth_client("default", "c2").unwrap().as_deref(), Some("{\"n\":2}"));
+    assert_eq!(store.oauth_client("acme", "c2").unwrap(), None);
+    assert!(!store.has_end_users("default").unwrap());
 }
 
 fn secrets_config_settings_and_keys_round_trip(store: &dyn RegistryStore) {

@@ -1,0 +1,535 @@
+//! OAuth 2.1 for the MCP door, over raw HTTP: the metadata, the sign-in and
+//! consent page, the token endpoint, and every refusal a stranger or a
+//! careless client meets — each answered with the right error, and nothing
+//! stored. The official Python SDK's OAuth client is in `mcp_python.rs`.
+
+use crate::cheq::{booking, confirming_server};
+use crate::mcp::{Mcp, arguments};
+use crate::support::{Server, TOKEN, plugins_dir};
+use base64::Engine;
+use reqwest::Method;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+
+const REDIRECT: &str = "http://127.0.0.1:41873/callback";
+const VERIFIER: &str = "a-verifier-of-more-than-forty-three-characters-0123456789";
+
+fn challenge(verifier: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
+}
+
+/// A browser and a client of one tenant's authorization server.
+struct Flow<'a> {
+    server: &'a Server,
+    /// `""` or `/t/{tenant}`.
+    root: String,
+    http: reqwest::Client,
+}
+
+/// Where the sign-in form sent the browser.
+#[derive(Debug)]
+enum SentBack {
+    /// To the client, with these query fields.
+    Client(HashMap<String, String>),
+    /// Not: the page's status and text.
+    Page(u16, String),
+}
+
+impl<'a> Flow<'a> {
+    fn new(server: &'a Server, root: &str) -> Flow<'a> {
+        let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        Flow { server, root: root.into(), http }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}{path}", self.server.base, self.root)
+    }
+
+    /// Registers a client with `redirect_uris` → its id.
+    async fn register(&self, redirect_uris: &[&str]) -> String {
+        let metadata = json!({ "client_name": "Test host", "redirect_uris": redirect_uris,
+                               "token_endpoint_auth_method": "none" });
+        let response = self.http.post(self.url("/oauth/register")).json(&metadata).send().await.unwrap();
+        assert_eq!(response.status(), 201);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["token_endpoint_auth_method"], "none");
+        body["client_id"].as_str().unwrap().to_string()
+    }
+
+    /// The authorization request's query fields.
+    fn request(&self, client_id: &str, redirect_uri: &str) -> Vec<(String, String)> {
+        [
+            ("response_type", "code"),
+            ("client_id", client_id),
+            ("redirect_uri", redirect_uri),
+            ("state", "st-1"),
+            ("code_challenge", &challenge(VERIFIER)),
+            ("code_challenge_method", "S256"),
+            ("resource", &format!("{}{}/mcp", self.server.base, self.root)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    /// `GET` the authorization page → (status, headers, text).
+    async fn page(&self, query: &[(String, String)]) -> (u16, reqwest::header::HeaderMap, String) {
+        let response = self.http.get(self.url("/oauth/authorize")).query(query).send().await.unwrap();
+        let (status, headers) = (response.status().as_u16(), response.headers().clone());
+        (status, headers, response.text().await.unwrap())
+    }
+
+    /// Opens the page and posts its form as `user` with `password`,
+    /// answering `decision`.
+    async fn sign_in(&self, query: &[(String, String)], user: &str, password: &str, decision: &str) -> SentBack {
+        let (status, headers, page) = self.page(query).await;
+        if status != 200 {
+            return SentBack::Page(status, page);
+        }
+        let cookie = headers[reqwest::header::SET_COOKIE].to_str().unwrap().split(';').next().unwrap().to_string();
+        let mut form: Vec<(String, String)> = query.to_vec();
+        form.push(("login_token".into(), crate::support::hidden(&page, "login_token")));
+        form.extend([("user", user), ("password", password), ("decision", decision)].map(|(k, v)| (k.into(), v.into())));
+        let response = self
+            .http
+            .post(self.url("/oauth/authorize"))
+            .header(reqwest::header::COOKIE, cookie)
+            .form(&form)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        if status != 303 {
+            return SentBack::Page(status, response.text().await.unwrap());
+        }
+        let location = response.headers()[reqwest::header::LOCATION].to_str().unwrap().to_string();
+        let url = reqwest::Url::parse(&location).unwrap();
+        assert_eq!(format!("{}://{}{}", url.scheme(), url.authority(), url.path()), REDIRECT.split('?').next().unwrap());
+        SentBack::Client(url.query_pairs().into_owned().collect())
+    }
+
+    /// Signs alice in and allows → the code.
+    async fn code(&self, client_id: &str) -> String {
+        match self.sign_in(&self.request(client_id, REDIRECT), "alice", "alice-password", "allow").await {
+            SentBack::Client(fields) => fields["code"].clone(),
+            other => panic!("no code: {other:?}"),
+        }
+    }
+
+    /// `POST oauth/token` with `form` → (status, body).
+    async fn token(&self, form: &[(&str, &str)]) -> (u16, Value) {
+        let response = self.http.post(self.url("/oauth/token")).form(form).send().await.unwrap();
+        let status = response.status().as_u16();
+        if status == 200 {
+            assert_eq!(response.headers()[reqwest::header::CACHE_CONTROL], "no-store");
+        }
+        (status, response.json().await.unwrap())
+    }
+
+    /// Exchanges `code` with the right verifier → the token response.
+    async fn exchange(&self, client_id: &str, code: &str) -> Value {
+        let form = [
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("redirect_uri", REDIRECT),
+            ("client_id", client_id),
+            ("code_verifier", VERIFIER),
+        ];
+        let (status, body) = self.token(&form).await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    async fn refresh(&self, client_id: &str, refresh_token: &str) -> (u16, Value) {
+        self.token(&[("grant_type", "refresh_token"), ("refresh_token", refresh_token), ("client_id", client_id)]).await
+    }
+
+    /// Tokens for alice, from a fresh client → (client id, token response).
+    async fn tokens(&self) -> (String, Value) {
+        let client_id = self.register(&[REDIRECT]).await;
+        let code = self.code(&client_id).await;
+        let tokens = self.exchange(&client_id, &code).await;
+        (client_id, tokens)
+    }
+}
+
+/// `tools/list` at `root`'s MCP URL with `token` → (status, WWW-Authenticate, body).
+async fn list_with(server: &Server, root: &str, token: &str) -> (u16, String, Value) {
+    let response = server
+        .request_as(Some(token), Method::POST, &format!("{root}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {} }))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let challenge = response
+        .headers()
+        .get(reqwest::header::WWW_AUTHENTICATE)
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, challenge, response.json().await.unwrap_or(Value::Null))
+}
+
+fn grants(server: &Server) -> i64 {
+    server.stored_count("SELECT count(*) FROM oauth_grants")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_mcp_url_says_where_to_get_a_token_and_the_metadata_agrees() {
+    let server = Server::start(&[]);
+    server.create_tenant("acme", json!({})).await;
+    for (root, resource_metadata) in [
+        ("", "/.well-known/oauth-protected-resource/mcp"),
+        ("/t/acme", "/.well-known/oauth-protected-resource/t/acme/mcp"),
+    ] {
+        let (status, challenge, _) = list_with(&server, root, "").await;
+        assert_eq!(status, 401);
+        assert_eq!(
+            challenge,
+            format!("Bearer scope=\"tools:read tools:call\", resource_metadata=\"{}{resource_metadata}\"", server.base)
+        );
+        let (status, metadata) = server.get(resource_metadata).await;
+        assert_eq!(status, 200, "{metadata}");
+        let issuer = format!("{}{root}", server.base);
+        assert_eq!(metadata["resource"], format!("{issuer}/mcp"));
+        assert_eq!(metadata["authorization_servers"], json!([issuer]));
+        // The issuer's metadata, where RFC 8414 puts it, names it exactly.
+        let (status, server_metadata) =
+            server.get(&format!("/.well-known/oauth-authorization-server{root}")).await;
+        assert_eq!(status, 200, "{server_metadata}");
+        assert_eq!(server_metadata["issuer"], issuer);
+        assert_eq!(server_metadata["code_challenge_methods_supported"], json!(["S256"]));
+        assert_eq!(server_metadata["client_id_metadata_document_supported"], true);
+        assert_eq!(server_metadata["token_endpoint"], format!("{issuer}/oauth/token"));
+    }
+    // A bad key is still told it is one, with where tokens come from.
+    let (status, challenge, _) = list_with(&server, "", "not-a-key").await;
+    assert_eq!(status, 401);
+    assert!(challenge.starts_with("Bearer error=\"invalid_token\", scope="), "{challenge}");
+    // No such tenant: no metadata, and nothing says it might exist.
+    assert_eq!(server.get("/.well-known/oauth-protected-resource/t/nobody/mcp").await.0, 404);
+    assert_eq!(server.get("/.well-known/oauth-authorization-server/t/nobody").await.0, 404);
+
+    // The operator turns a tenant's authorization server off: no metadata,
+    // no challenge naming it, and keys as before.
+    let off = json!({ "enabled": false });
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, "/admin/tenants/acme/oauth", Some(&off)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(server.get("/.well-known/oauth-protected-resource/t/acme/mcp").await.0, 404);
+    let (status, challenge, _) = list_with(&server, "/t/acme", "").await;
+    assert_eq!((status, challenge.as_str()), (401, "Bearer"));
+    let audit = server.call_as(Some(TOKEN), Method::GET, "/admin/audit?tenant=acme", None).await.1;
+    assert!(audit.to_string().contains("oauth.put"), "{audit}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_signed_in_end_user_gets_tokens_that_list_call_and_act_as_them() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let flow = Flow::new(&server, "");
+    let (client_id, tokens) = flow.tokens().await;
+    assert_eq!(tokens["token_type"], "Bearer");
+    assert_eq!(tokens["scope"], "tools:read tools:call");
+    let access = tokens["access_token"].as_str().unwrap();
+    let (status, _, listed) = list_with(&server, "", access).await;
+    assert_eq!(status, 200, "{listed}");
+    assert!(listed["result"]["tools"].as_array().unwrap().iter().any(|t| t["name"] == "book_flight"));
+
+    // The call needing confirmation goes to the person who signed in: no
+    // `endUser` needed, and an agent naming someone else is refused.
+    let client = Mcp::with_key(&server, access, "");
+    let answer = client.call("book_flight", arguments(&booking("FIRST", 2)), json!({ "endUser": "bob" })).await;
+    assert_eq!(answer["error"]["data"]["code"], "end_user_mismatch", "{answer}");
+    let answer = client.call("book_flight", arguments(&booking("FIRST", 2)), Value::Null).await;
+    assert_eq!(answer["result"]["resultType"], "input_required", "{answer}");
+    assert_eq!(server.stored_count("SELECT count(*) FROM confirmations WHERE end_user = 'alice'"), 1);
+    assert_eq!(server.stored_count("SELECT count(*) FROM confirmations WHERE end_user <> 'alice'"), 0);
+
+    // Refreshing rotates: a new pair, and the old refresh token is spent.
+    let refresh = tokens["refresh_token"].as_str().unwrap();
+    let (status, renewed) = flow.refresh(&client_id, refresh).await;
+    assert_eq!(status, 200, "{renewed}");
+    assert_ne!(renewed["access_token"], tokens["access_token"]);
+    assert_eq!(list_with(&server, "", renewed["access_token"].as_str().unwrap()).await.0, 200);
+    // Narrower scopes on refresh; never wider.
+    let (status, narrower) = flow
+        .token(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", renewed["refresh_token"].as_str().unwrap()),
+            ("client_id", &client_id),
+            ("scope", "tools:read"),
+        ])
+        .await;
+    assert_eq!((status, &narrower["scope"]), (200, &json!("tools:read")), "{narrower}");
+    let read_only = narrower["access_token"].as_str().unwrap();
+    assert_eq!(list_with(&server, "", read_only).await.0, 200);
+    // A call with a token lacking `tools:call`: 403 with the scope needed.
+    let response = server
+        .request_as(Some(read_only), Method::POST, "/mcp")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": { "name": "echo", "arguments": { "text": "x" } } }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    let challenge = response.headers()[reqwest::header::WWW_AUTHENTICATE].to_str().unwrap();
+    assert!(challenge.starts_with("Bearer error=\"insufficient_scope\", scope=\"tools:call\""), "{challenge}");
+    let (status, wider) = flow
+        .token(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", narrower["refresh_token"].as_str().unwrap()),
+            ("client_id", &client_id),
+            ("scope", "tools:read tools:call"),
+        ])
+        .await;
+    assert_eq!((status, &wider["error"]), (400, &json!("invalid_scope")), "{wider}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_works_only_at_the_mcp_url_of_the_tenant_it_was_issued_for() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    server.create_tenant("acme", json!({})).await;
+    let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
+    assert_eq!(server.deploy_as(TOKEN, "acme", echo).await.0, 201);
+    let (_, tokens) = Flow::new(&server, "").tokens().await;
+    let access = tokens["access_token"].as_str().unwrap();
+    assert_eq!(list_with(&server, "", access).await.0, 200);
+    // Another tenant's MCP URL: not its audience.
+    let (status, challenge, _) = list_with(&server, "/t/acme", access).await;
+    assert_eq!(status, 401);
+    assert!(challenge.starts_with("Bearer error=\"invalid_token\""), "{challenge}");
+    // A2T, OTC and the admin API take keys, not tokens.
+    for (method, path) in [(Method::GET, "/tools"), (Method::GET, "/otc/tools"), (Method::GET, "/admin/tenant")] {
+        let response = server.request_as(Some(access), method, path).send().await.unwrap();
+        assert_eq!(response.status(), 401, "{path}");
+    }
+    // A token is never handed to a tool: the echo of every header a tool
+    // could see is in the sandbox tests; here, its text is not in any log.
+    assert!(!server.logs().contains(access), "the token was logged");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stolen_replayed_or_mismatched_credentials_are_refused() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let flow = Flow::new(&server, "");
+    let client_id = flow.register(&[REDIRECT]).await;
+
+    // PKCE: the wrong verifier is refused, and the code is spent.
+    let code = flow.code(&client_id).await;
+    let wrong = "another-verifier-of-more-than-forty-three-characters-000000";
+    let form = |code: &str, verifier: &str, redirect: &str, client: &str| {
+        vec![
+            ("grant_type", "authorization_code".to_string()),
+            ("code", code.to_string()),
+            ("redirect_uri", redirect.to_string()),
+            ("client_id", client.to_string()),
+            ("code_verifier", verifier.to_string()),
+        ]
+    };
+    let send = |fields: Vec<(&'static str, String)>| {
+        let flow = &flow;
+        async move {
+            let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            flow.token(&fields).await
+        }
+    };
+    let before = grants(&server);
+    let (status, body) = send(form(&code, wrong, REDIRECT, &client_id)).await;
+    assert_eq!((status, &body["error"]), (400, &json!("invalid_grant")), "{body}");
+    let (status, body) = send(form(&code, VERIFIER, REDIRECT, &client_id)).await;
+    assert_eq!((status, &body["error"]), (400, &json!("invalid_grant")), "a spent code: {body}");
+    assert_eq!(grants(&server), before, "a refused exchange stores nothing");
+
+    // The redirect URI and the client must be the code's.
+    let code = flow.code(&client_id).await;
+    let (status, body) = send(form(&code, VERIFIER, "http://127.0.0.1:41873/other", &client_id)).await;
+    assert_eq!((status, &body["error"]), (400, &json!("invalid_grant")), "{body}");
+    let other_client = flow.register(&[REDIRECT]).await;
+    let code = flow.code(&client_id).await;
+    let (status, body) = send(form(&code, VERIFIER, REDIRECT, &other_client)).await;
+    assert_eq!((status, &body["error"]), (400, &json!("invalid_grant")), "{body}");
+
+    // A code exchanged twice: the second is refused and what the first
+    // issued is revoked.
+    let code = flow.code(&client_id).await;
+    let tokens = flow.exchange(&client_id, &code).await;
+    let (status, body) = send(form(&code, VERIFIER, REDIRECT, &client_id)).await;
+    assert_eq!((status, &body["error"]), (400, &json!("invalid_grant")), "{body}");
+    assert_eq!(list_with(&server, "", tokens["access_token"].as_str().unwrap()).await.0, 401);
+
+    // A refresh token used twice (a stolen copy): refused, and its whole
+    // grant revoked, the thief's new tokens and the owner's alike.
+    let (owner, tokens) = flow.tokens().await;
+    let refresh = tokens["refresh_token"].as_str().unwrap();
+    let (status, stolen) = flow.refresh(&owner, refresh).await;
+    assert_eq!(status, 200, "{stolen}");
+    let (status, body) = flow.refresh(&owner, refresh).await;
+    assert_eq!((status, &body["error"]), (400, &json!("invalid_grant")), "{body}");
+    assert_eq!(list_with(&server, "", stolen["access_token"].as_str().unwrap()).await.0, 401);
+    let (status, _) = flow.refresh(&owner, stolen["refresh_token"].as_str().unwrap()).await;
+    assert_eq!(status, 400, "the rotated refresh token is revoked with its grant");
+    // Another client cannot use a client's refresh token, nor spend it.
+    let (owner, tokens) = flow.tokens().await;
+    let refresh = tokens["refresh_token"].as_str().unwrap();
+    let (status, body) = flow.refresh(&other_client, refresh).await;
+    assert_eq!((status, &body["error"]), (400, &json!("invalid_grant")), "{body}");
+    assert_eq!(flow.refresh(&owner, refresh).await.0, 200, "the owner's token still works");
+
+    // Revocation (RFC 7009): the refresh token and its grant's access token.
+    let (client_id, tokens) = flow.tokens().await;
+    let revoke = [("token", tokens["refresh_token"].as_str().unwrap()), ("client_id", client_id.as_str())];
+    let response = flow.http.post(flow.url("/oauth/revoke")).form(&revoke).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(list_with(&server, "", tokens["access_token"].as_str().unwrap()).await.0, 401);
+    let (status, _) = flow.refresh(&client_id, tokens["refresh_token"].as_str().unwrap()).await;
+    assert_eq!(status, 400);
+
+    // Made-up tokens, and the wrong grant types.
+    assert_eq!(list_with(&server, "", "plinth_at_madeup").await.0, 401);
+    let (status, body) = flow.token(&[("grant_type", "client_credentials"), ("client_id", &client_id)]).await;
+    assert_eq!((status, &body["error"]), (400, &json!("unsupported_grant_type")), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_authorization_page_never_sends_a_browser_where_the_client_did_not_register() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let flow = Flow::new(&server, "");
+    let client_id = flow.register(&[REDIRECT]).await;
+    let before = grants(&server);
+
+    // A redirect URI the client did not register: a page, never a redirect.
+    for elsewhere in ["https://evil.example/cb", "http://127.0.0.1:41873/callback/../x", "http://localhost:41873/callback"] {
+        let (status, headers, page) = flow.page(&flow.request(&client_id, elsewhere)).await;
+        assert_eq!(status, 400, "{elsewhere}: {page}");
+        assert!(headers.get(reqwest::header::LOCATION).is_none());
+    }
+    // The same loopback callback on another port is the client's (OAuth 2.1).
+    let (status, _, _) = flow.page(&flow.request(&client_id, "http://127.0.0.1:50000/callback")).await;
+    assert_eq!(status, 200);
+    // An unknown client: a page.
+    let (status, _, _) = flow.page(&flow.request("plinth_client_nobody", REDIRECT)).await;
+    assert_eq!(status, 400);
+    // No PKCE, or plain: back to the client with an error, never a code.
+    let mut plain = flow.request(&client_id, REDIRECT);
+    plain.retain(|(k, _)| k != "code_challenge_method");
+    plain.push(("code_challenge_method".into(), "plain".into()));
+    let response = flow.http.get(flow.url("/oauth/authorize")).query(&plain).send().await.unwrap();
+    assert_eq!(response.status(), 303);
+    let location = response.headers()[reqwest::header::LOCATION].to_str().unwrap();
+    assert!(location.starts_with(REDIRECT) && location.contains("error=invalid_request"), "{location}");
+    // Another resource than the tenant's MCP URL.
+    let mut other = flow.request(&client_id, REDIRECT);
+    other.retain(|(k, _)| k != "resource");
+    other.push(("resource".into(), "https://elsewhere.example/mcp".into()));
+    let response = flow.http.get(flow.url("/oauth/authorize")).query(&other).send().await.unwrap();
+    let location = response.headers()[reqwest::header::LOCATION].to_str().unwrap();
+    assert!(location.contains("error=invalid_target"), "{location}");
+
+    // The page is never framed, runs no script, and posts only here and to
+    // the client.
+    let (_, headers, page) = flow.page(&flow.request(&client_id, REDIRECT)).await;
+    assert_eq!(headers["x-frame-options"], "DENY");
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("frame-ancestors 'none'") && csp.contains("default-src 'none'"), "{csp}");
+    assert!(csp.contains("form-action 'self' http://127.0.0.1:41873"), "{csp}");
+    assert!(page.contains("Test host") && page.contains("tools:call"), "the consent names the client and scopes");
+
+    // The person denies: back with access_denied, no code.
+    match flow.sign_in(&flow.request(&client_id, REDIRECT), "alice", "alice-password", "deny").await {
+        SentBack::Client(fields) => {
+            assert_eq!(fields.get("error").map(String::as_str), Some("access_denied"));
+            assert!(!fields.contains_key("code"));
+            assert_eq!(fields["state"], "st-1");
+            assert_eq!(fields["iss"], server.base);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A form posted without the page's cookie (another site's form).
+    let mut forged = flow.request(&client_id, REDIRECT);
+    forged.extend([("user", "alice"), ("password", "alice-password"), ("decision", "allow"), ("login_token", "x")]
+        .map(|(k, v)| (k.to_string(), v.to_string())));
+    let response = flow.http.post(flow.url("/oauth/authorize")).form(&forged).send().await.unwrap();
+    assert_eq!(response.status(), 403);
+    assert_eq!(grants(&server), before, "nothing was issued");
+
+    // Guessing passwords: the confirmation page's throttle.
+    let mut statuses = Vec::new();
+    for _ in 0..7 {
+        match flow.sign_in(&flow.request(&client_id, REDIRECT), "alice", "wrong", "allow").await {
+            SentBack::Page(status, page) => {
+                assert!(page.contains(if status == 401 { "Wrong user name" } else { "Too many failed" }), "{page}");
+                statuses.push(status);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(&statuses[..5], [401; 5], "{statuses:?}");
+    assert!(statuses[5..].iter().all(|s| *s == 429), "{statuses:?}");
+    assert_eq!(grants(&server), before, "nothing was issued");
+}
+
+/// Serves `document` at `/client.json` on 127.0.0.1 (after `delay`) → its URL.
+async fn client_document(document: impl Fn(&str) -> String + Send + Sync + 'static, delay: std::time::Duration) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/client.json", listener.local_addr().unwrap());
+    let body = document(&url);
+    let app = axum::Router::new().route(
+        "/client.json",
+        axum::routing::get(move || {
+            let body = body.clone();
+            async move {
+                tokio::time::sleep(delay).await;
+                ([(axum::http::header::CONTENT_TYPE, "application/json")], body)
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_metadata_document_is_fetched_within_the_outbound_policy() {
+    let document = |url: &str| {
+        json!({ "client_id": url, "client_name": "Document host", "redirect_uris": [REDIRECT],
+                "token_endpoint_auth_method": "none" })
+        .to_string()
+    };
+    let good = client_document(document, std::time::Duration::ZERO).await;
+    let huge = client_document(|url: &str| {
+        json!({ "client_id": url, "redirect_uris": [REDIRECT], "padding": "x".repeat(64 * 1024) }).to_string()
+    }, std::time::Duration::ZERO)
+    .await;
+    let slow = client_document(document, std::time::Duration::from_secs(30)).await;
+    let liar = client_document(|_: &str| json!({ "client_id": "https://someone.else/c.json", "redirect_uris": [REDIRECT] }).to_string(), std::time::Duration::ZERO).await;
+
+    // Without the operator allowing loopback addresses, a document there
+    // is never fetched.
+    let strict = Server::start(&["--oauth-allow-http-client-metadata"]);
+    strict.call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&json!({"password": "alice-password"}))).await;
+    let flow = Flow::new(&strict, "");
+    let (status, _, page) = flow.page(&flow.request(&good, REDIRECT)).await;
+    assert_eq!(status, 400);
+    assert!(page.contains("private network"), "{page}");
+
+    let server = Server::start(&["--oauth-allow-http-client-metadata", "--allow-private-cidr", "127.0.0.0/8"]);
+    server.call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&json!({"password": "alice-password"}))).await;
+    let flow = Flow::new(&server, "");
+    let (status, _, page) = flow.page(&flow.request(&good, REDIRECT)).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Document host"), "the page names the client from its document");
+    let code = flow.code(&good).await;
+    let tokens = flow.exchange(&good, &code).await;
+    assert_eq!(list_with(&server, "", tokens["access_token"].as_str().unwrap()).await.0, 200);
+
+    for (url, said) in [(&huge, "larger"), (&liar, "does not name its own URL"), (&slow, "could not be fetched")] {
+        let started = std::time::Instant::now();
+        let (status, _, page) = flow.page(&flow.request(url, REDIRECT)).await;
+        assert_eq!(status, 400, "{url}: {page}");
+        assert!(page.contains(said), "{said}: {page}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(15), "a slow document is given up on");
+    }
+}
