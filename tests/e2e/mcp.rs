@@ -62,7 +62,12 @@ impl<'a> Mcp<'a> {
             )
             .header("mcp-protocol-version", self.revision);
         if self.revision == MODERN {
-            let capabilities = if self.url_elicitation { json!({ "elicitation": { "url": {} } }) } else { json!({}) };
+            // Without URL mode, what Claude Code declares: form elicitation only.
+            let capabilities = if self.url_elicitation {
+                json!({ "elicitation": { "url": {} } })
+            } else {
+                json!({ "elicitation": {} })
+            };
             let mut meta = json!({
                 "io.modelcontextprotocol/protocolVersion": MODERN,
                 "io.modelcontextprotocol/clientCapabilities": capabilities,
@@ -363,12 +368,51 @@ async fn a_call_that_needs_confirmation_completes_through_url_elicitation() {
     assert_eq!(result["isError"], false, "{answer}");
     assert_eq!(result["structuredContent"]["cabin_class"], "FIRST", "{answer}");
     assert!(result["structuredContent"]["confirmation_code"].is_string(), "{answer}");
+}
 
-    // A client that cannot open URLs is told what it lacks.
-    let blind = Mcp { url_elicitation: false, ..Mcp::modern(&server) };
-    let params = json!({ "name": "book_flight", "arguments": arguments(&booking("FIRST", 2)) });
-    let (status, answer) = blind.request("tools/call", params, json!({ "endUser": "alice" })).await;
-    assert_eq!((status, &answer["error"]["code"]), (400, &json!(-32021)), "{answer}");
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_without_url_elicitation_gets_the_link_in_a_result_and_its_repetition_the_outcome() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    // Declares elicitation without URL mode, as Claude Code does.
+    let client = Mcp { url_elicitation: false, ..Mcp::modern(&server) };
+    let alice = json!({ "endUser": "alice" });
+    let call = || client.call("book_flight", arguments(&booking("FIRST", 2)), alice.clone());
+    let answer = call().await;
+    let result = &answer["result"];
+    assert_eq!(
+        (&result["isError"], &result["_meta"]["code"]),
+        (&json!(true), &json!("confirmation_required")),
+        "{answer}"
+    );
+    let url = result["_meta"]["url"].as_str().unwrap().to_string();
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains(&url) && text.contains("alice") && text.contains("same call again"), "{text}");
+    assert!(url.starts_with(&format!("{}/cheq/confirm?resource_uri=", server.base)), "{url}");
+
+    // Repeated before a decision: the same link, no second transaction,
+    // and the tool has not run.
+    let again = call().await;
+    assert_eq!(again["result"]["_meta"]["url"], url.as_str(), "{again}");
+    assert_eq!(server.stored_count("SELECT count(*) FROM confirmations"), 1);
+    assert_eq!(server.stored_count("SELECT count(*) FROM confirmations WHERE state <> 'pending'"), 0);
+    // Another end user's identical call is another call.
+    let bob = client.call("book_flight", arguments(&booking("FIRST", 2)), json!({ "endUser": "bob" })).await;
+    assert_ne!(bob["result"]["_meta"]["url"], url.as_str(), "{bob}");
+
+    let pack = pack_of(&url);
+    let (status, html) = PageSession::log_in(&pack, "alice").await.decide(&pack, "accept").await;
+    assert_eq!(status, 200, "{html}");
+    let answer = call().await;
+    let result = &answer["result"];
+    assert_eq!(result["isError"], false, "{answer}");
+    assert_eq!(result["structuredContent"]["cabin_class"], "FIRST", "{answer}");
+    let code = result["structuredContent"]["confirmation_code"].clone();
+    assert!(code.is_string(), "{answer}");
+
+    // The outcome was delivered: the same call again is a new one.
+    let answer = call().await;
+    assert_eq!(answer["result"]["_meta"]["code"], "confirmation_required", "{answer}");
+    assert_ne!(answer["result"]["_meta"]["url"], url.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -381,6 +425,8 @@ async fn a_legacy_client_gets_the_link_as_error_32042_and_its_repetition_the_out
     let elicitation = &answer["error"]["data"]["elicitations"][0];
     assert_eq!(elicitation["mode"], "url");
     let url = elicitation["url"].as_str().unwrap().to_string();
+    // The link is in the message too, for clients that show only that.
+    assert!(answer["error"]["message"].as_str().unwrap().contains(&url), "{answer}");
 
     // Repeated before a decision: the same link, no second transaction.
     let again = client.call("book_flight", arguments(&booking("BUSINESS", 1)), bob.clone()).await;

@@ -545,7 +545,8 @@ async fn the_sdks_oauth_client_signs_in_lists_calls_and_refreshes_in_both_revisi
     let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
     assert_eq!(server.deploy_as(TOKEN, "acme", echo).await.0, 201);
     let password = json!({ "password": "alice-password" });
-    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, "/t/acme/admin/end-users/alice", Some(&password)).await;
+    let (status, body) =
+        server.call_as(Some(TOKEN), Method::PUT, "/t/acme/admin/end-users/alice", Some(&password)).await;
     assert_eq!(status, 204, "{body}");
     let url = format!("{}/t/acme/mcp", server.base);
     let secret = [("PLINTH_END_USER_PASSWORD", "alice-password")];

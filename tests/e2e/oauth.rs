@@ -90,7 +90,9 @@ impl<'a> Flow<'a> {
         let cookie = headers[reqwest::header::SET_COOKIE].to_str().unwrap().split(';').next().unwrap().to_string();
         let mut form: Vec<(String, String)> = query.to_vec();
         form.push(("login_token".into(), crate::support::hidden(&page, "login_token")));
-        form.extend([("user", user), ("password", password), ("decision", decision)].map(|(k, v)| (k.into(), v.into())));
+        form.extend(
+            [("user", user), ("password", password), ("decision", decision)].map(|(k, v)| (k.into(), v.into())),
+        );
         let response = self
             .http
             .post(self.url("/oauth/authorize"))
@@ -105,7 +107,10 @@ impl<'a> Flow<'a> {
         }
         let location = response.headers()[reqwest::header::LOCATION].to_str().unwrap().to_string();
         let url = reqwest::Url::parse(&location).unwrap();
-        assert_eq!(format!("{}://{}{}", url.scheme(), url.authority(), url.path()), REDIRECT.split('?').next().unwrap());
+        assert_eq!(
+            format!("{}://{}{}", url.scheme(), url.authority(), url.path()),
+            REDIRECT.split('?').next().unwrap()
+        );
         SentBack::Client(url.query_pairs().into_owned().collect())
     }
 
@@ -197,8 +202,7 @@ async fn the_mcp_url_says_where_to_get_a_token_and_the_metadata_agrees() {
         assert_eq!(metadata["resource"], format!("{issuer}/mcp"));
         assert_eq!(metadata["authorization_servers"], json!([issuer]));
         // The issuer's metadata, where RFC 8414 puts it, names it exactly.
-        let (status, server_metadata) =
-            server.get(&format!("/.well-known/oauth-authorization-server{root}")).await;
+        let (status, server_metadata) = server.get(&format!("/.well-known/oauth-authorization-server{root}")).await;
         assert_eq!(status, 200, "{server_metadata}");
         assert_eq!(server_metadata["issuer"], issuer);
         assert_eq!(server_metadata["code_challenge_methods_supported"], json!(["S256"]));
@@ -402,7 +406,9 @@ async fn the_authorization_page_never_sends_a_browser_where_the_client_did_not_r
     let before = grants(&server);
 
     // A redirect URI the client did not register: a page, never a redirect.
-    for elsewhere in ["https://evil.example/cb", "http://127.0.0.1:41873/callback/../x", "http://localhost:41873/callback"] {
+    for elsewhere in
+        ["https://evil.example/cb", "http://127.0.0.1:41873/callback/../x", "http://localhost:41873/callback"]
+    {
         let (status, headers, page) = flow.page(&flow.request(&client_id, elsewhere)).await;
         assert_eq!(status, 400, "{elsewhere}: {page}");
         assert!(headers.get(reqwest::header::LOCATION).is_none());
@@ -450,8 +456,10 @@ async fn the_authorization_page_never_sends_a_browser_where_the_client_did_not_r
     }
     // A form posted without the page's cookie (another site's form).
     let mut forged = flow.request(&client_id, REDIRECT);
-    forged.extend([("user", "alice"), ("password", "alice-password"), ("decision", "allow"), ("login_token", "x")]
-        .map(|(k, v)| (k.to_string(), v.to_string())));
+    forged.extend(
+        [("user", "alice"), ("password", "alice-password"), ("decision", "allow"), ("login_token", "x")]
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
     let response = flow.http.post(flow.url("/oauth/authorize")).form(&forged).send().await.unwrap();
     assert_eq!(response.status(), 403);
     assert_eq!(grants(&server), before, "nothing was issued");
@@ -473,7 +481,10 @@ async fn the_authorization_page_never_sends_a_browser_where_the_client_did_not_r
 }
 
 /// Serves `document` at `/client.json` on 127.0.0.1 (after `delay`) → its URL.
-async fn client_document(document: impl Fn(&str) -> String + Send + Sync + 'static, delay: std::time::Duration) -> String {
+async fn client_document(
+    document: impl Fn(&str) -> String + Send + Sync + 'static,
+    delay: std::time::Duration,
+) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/client.json", listener.local_addr().unwrap());
     let body = document(&url);
@@ -499,24 +510,35 @@ async fn a_client_metadata_document_is_fetched_within_the_outbound_policy() {
         .to_string()
     };
     let good = client_document(document, std::time::Duration::ZERO).await;
-    let huge = client_document(|url: &str| {
-        json!({ "client_id": url, "redirect_uris": [REDIRECT], "padding": "x".repeat(64 * 1024) }).to_string()
-    }, std::time::Duration::ZERO)
+    let huge = client_document(
+        |url: &str| {
+            json!({ "client_id": url, "redirect_uris": [REDIRECT], "padding": "x".repeat(64 * 1024) }).to_string()
+        },
+        std::time::Duration::ZERO,
+    )
     .await;
     let slow = client_document(document, std::time::Duration::from_secs(30)).await;
-    let liar = client_document(|_: &str| json!({ "client_id": "https://someone.else/c.json", "redirect_uris": [REDIRECT] }).to_string(), std::time::Duration::ZERO).await;
+    let liar = client_document(
+        |_: &str| json!({ "client_id": "https://someone.else/c.json", "redirect_uris": [REDIRECT] }).to_string(),
+        std::time::Duration::ZERO,
+    )
+    .await;
 
     // Without the operator allowing loopback addresses, a document there
     // is never fetched.
     let strict = Server::start(&["--oauth-allow-http-client-metadata"]);
-    strict.call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&json!({"password": "alice-password"}))).await;
+    strict
+        .call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&json!({"password": "alice-password"})))
+        .await;
     let flow = Flow::new(&strict, "");
     let (status, _, page) = flow.page(&flow.request(&good, REDIRECT)).await;
     assert_eq!(status, 400);
     assert!(page.contains("private network"), "{page}");
 
     let server = Server::start(&["--oauth-allow-http-client-metadata", "--allow-private-cidr", "127.0.0.0/8"]);
-    server.call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&json!({"password": "alice-password"}))).await;
+    server
+        .call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&json!({"password": "alice-password"})))
+        .await;
     let flow = Flow::new(&server, "");
     let (status, _, page) = flow.page(&flow.request(&good, REDIRECT)).await;
     assert_eq!(status, 200, "{page}");

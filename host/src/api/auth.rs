@@ -178,10 +178,12 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
         .filter(|_| request.uri().path() == "/mcp" && host.oauth_enabled(&tenant))
         .map(|options| (options, tenant.as_str()));
     let principal = match presented.as_deref() {
-        Some(token) if token.starts_with(crate::host::oauth::ACCESS_PREFIX) => match token_principal(&host, oauth, token) {
-            Ok(principal) => principal,
-            Err(error) => return error.into_response(),
-        },
+        Some(token) if token.starts_with(crate::host::oauth::ACCESS_PREFIX) => {
+            match token_principal(&host, oauth, token) {
+                Ok(principal) => principal,
+                Err(error) => return error.into_response(),
+            }
+        }
         Some(key) => host.authenticate(key),
         None => None,
     };
@@ -198,7 +200,11 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
 /// `Some` only at the MCP URL of a tenant whose authorization server is
 /// on). Anywhere else a token is no credential: A2T, OTC and the admin API
 /// take keys.
-fn token_principal(host: &AppState, oauth: Option<(&ApiOptions, &str)>, token: &str) -> Result<Option<Principal>, ApiError> {
+fn token_principal(
+    host: &AppState,
+    oauth: Option<(&ApiOptions, &str)>,
+    token: &str,
+) -> Result<Option<Principal>, ApiError> {
     let Some((options, tenant)) = oauth else { return Ok(None) };
     let grant = host
         .access_grant(tenant, token)

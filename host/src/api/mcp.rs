@@ -11,11 +11,14 @@
 //!
 //! - Access is decided per JSON-RPC method ([`access_of`]): `tools/call`
 //!   needs a key that may invoke, everything else one that may enumerate.
-//! - Calls that need their end user's confirmation answer with a URL-mode
-//!   elicitation to the confirmation page: an `input_required` result with a
-//!   sealed `requestState` for 2026-07-28 clients, error -32042 for older
-//!   ones. Only the signed CHEQ decides; the client's own "accept" of the
-//!   elicitation never does.
+//! - Calls that need their end user's confirmation answer with the link to
+//!   the confirmation page: a URL-mode elicitation in an `input_required`
+//!   result with a sealed `requestState` for 2026-07-28 clients that open
+//!   URLs; a tool error whose text carries the link for those that do not;
+//!   error -32042 (the link in its message too) for 2025-11-25 ones, which,
+//!   like the second kind, repeat the call to get its outcome. Only the
+//!   signed CHEQ decides; the client's own "accept" never does.
+//! - With an OAuth token, the person who signed in is every call's end user.
 //!
 //! The mapping and the choices behind it are in `docs/mcp.md`.
 
@@ -23,7 +26,7 @@ mod direct;
 
 use super::auth::{self, Access, Scope};
 use super::{ApiError, ApiOptions, AppState, Caller};
-use crate::host::{Call, ConfirmationNeed, FrontDoor, InvokeError, PendingConfirmation, State as TxState};
+use crate::host::{Call, FrontDoor, InvokeError, PendingConfirmation, State as TxState};
 use crate::invocation::{self, InputError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::schema;
@@ -421,6 +424,15 @@ impl<'a> CallScope<'a> {
         }
     }
 
+    /// Whether a call waiting for its end user is finished by the client
+    /// repeating it (recognised by its fingerprint) rather than by a
+    /// retry with a sealed `requestState`: a 2025-11-25 client (error
+    /// -32042), or a 2026-07-28 client that cannot open a URL (a tool
+    /// result with the link, for the person and the model to read).
+    fn waits_by_repetition(&self) -> bool {
+        !self.stateless || !self.can_open_urls
+    }
+
     /// The end user the call is made for: with an OAuth token, the person
     /// who signed in (an agent naming anyone else is refused); with a key,
     /// `_meta.endUser`, else the A2T header.
@@ -708,19 +720,11 @@ impl McpDoor {
         // Hashed only when needed: a 2025-11-25 client's call, or a call
         // that waits for its end user.
         let fingerprint = || call_fingerprint(caller, &tool.name, &end_user, &arguments);
-        if !scope.stateless {
+        if scope.waits_by_repetition() {
             let fingerprint = fingerprint();
             if let Some(transaction) = LegacyPending::get(host, &caller.tenant, &fingerprint) {
-                return self.legacy_outcome(host, caller, &fingerprint, &transaction).await;
+                return self.repeated_outcome(&tool.name, end_user.as_deref(), &fingerprint, &transaction, scope).await;
             }
-        }
-        // A client that cannot send its user to the page gets no transaction
-        // that nobody would ever see.
-        if scope.stateless
-            && !scope.can_open_urls
-            && host.confirmation_need(&tool, &version) == ConfirmationNeed::Always
-        {
-            return Err(cannot_confirm(&tool.name));
         }
         let mut call = Call::new(input, FrontDoor::Mcp);
         call.end_user = end_user.clone();
@@ -749,17 +753,14 @@ impl McpDoor {
             "`{tool}` runs only once you confirm it: open the link, log in and review the call (it expires at {}).",
             crate::host::rfc3339(pending.expires_at)
         );
-        if !scope.stateless {
+        if scope.waits_by_repetition() {
             LegacyPending::insert(host, &caller.tenant, fingerprint, pending);
-            return Err(url_elicitation_error(&pending.id, &url, &message));
-        }
-        if !scope.can_open_urls {
-            // Nobody will be sent to the page: end the transaction now.
-            let evidence = json!({ "by": "mcp-client", "reason": "the client cannot open a confirmation link" });
-            if let Err(e) = host.reject_confirmation(&caller.tenant, &pending.id, evidence) {
-                tracing::info!(transaction = pending.id, error = %e, "an unreachable confirmation could not be ended");
-            }
-            return Err(cannot_confirm(tool));
+            return if scope.stateless {
+                let end_user = scope.end_user().ok().flatten();
+                Ok(link_result(tool, end_user.as_deref(), &url, pending).into())
+            } else {
+                Err(url_elicitation_error(&pending.id, &url, &format!("{message} {url}")))
+            };
         }
         let state = PendingState {
             transaction: pending.id.clone(),
@@ -826,21 +827,28 @@ impl McpDoor {
         }
     }
 
-    /// A 2025-11-25 client's repetition of a call that waits (or waited)
-    /// for its end user. Once the outcome is delivered, the same call again
-    /// is a new call.
-    async fn legacy_outcome(
+    /// The repetition of a call that waits (or waited) for its end user,
+    /// by a client that is not told to retry with a `requestState`: a
+    /// 2025-11-25 client, or a 2026-07-28 one without URL elicitation.
+    /// Once the outcome is delivered, the same call again is a new call.
+    async fn repeated_outcome(
         &self,
-        host: &AppState,
-        caller: &Caller,
+        tool: &str,
+        end_user: Option<&str>,
         fingerprint: &str,
         transaction: &str,
+        scope: &CallScope<'_>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let (host, caller) = (&scope.host, &scope.caller);
         match outcome(host, &caller.tenant, transaction).await? {
             Outcome::Pending(pending) => {
                 let url = super::confirmation_link(&self.options, &pending);
-                let message = "The call still waits for its end user's confirmation: open the link to review it.";
-                Err(url_elicitation_error(&pending.id, &url, message))
+                if scope.stateless {
+                    return Ok(link_result(tool, end_user, &url, &pending).into());
+                }
+                let message =
+                    format!("The call still waits for its end user's confirmation: open the link to review it. {url}");
+                Err(url_elicitation_error(&pending.id, &url, &message))
             }
             Outcome::Running => Ok(still_running().into()),
             Outcome::Done(answer) => {
@@ -913,16 +921,22 @@ fn still_running() -> CallToolResult {
 }
 
 /// Error -32021: the call needs a URL elicitation the client cannot show.
-fn cannot_confirm(tool: &str) -> ErrorData {
-    let mut capabilities = rmcp::model::ClientCapabilities::default();
-    capabilities.elicitation =
-        Some(rmcp::model::ElicitationCapability::new().with_url(rmcp::model::UrlElicitationCapability::default()));
-    let mut error = ErrorData::missing_required_client_capability(capabilities);
-    error.message = format!(
-        "`{tool}` needs its end user's confirmation through a URL elicitation, which this client did not declare"
-    )
-    .into();
-    error
+/// The answer to a call waiting for its end user, for a client that cannot
+/// open a URL: a tool error the model reads, with the link for the person
+/// and what to do once they have confirmed. The tool has not run.
+fn link_result(tool: &str, end_user: Option<&str>, url: &str, pending: &PendingConfirmation) -> CallToolResult {
+    let message = format!(
+        "`{tool}` has not run: it needs {} to confirm it first. Give them this link to review and confirm the call: {url} \
+         (it expires at {}). Once they have confirmed, make exactly the same call again (same tool and arguments) to get \
+         its outcome; until then the same call answers this again.",
+        end_user.unwrap_or("its end user"),
+        crate::host::rfc3339(pending.expires_at),
+    );
+    let mut data = Map::new();
+    data.insert("url".into(), url.into());
+    data.insert("confirmationId".into(), pending.id.clone().into());
+    data.insert("expires".into(), crate::host::rfc3339(pending.expires_at).into());
+    error_result("confirmation_required", &message, data)
 }
 
 /// The host and the caller the access layer put on the request.

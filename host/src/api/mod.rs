@@ -249,7 +249,13 @@ fn routes(options: &ApiOptions) -> Routes {
         .add(Method::POST, "/oauth/token", Open, Tenant, post(oauth::token).layer(form_limit))
         .add(Method::POST, "/oauth/register", Open, Tenant, post(oauth::register).layer(form_limit))
         .add(Method::POST, "/oauth/revoke", Open, Tenant, post(oauth::revoke).layer(form_limit))
-        .add(Method::PUT, "/admin/tenants/{tenant}/oauth", Operate, Server, put(oauth::put_tenant_oauth).layer(form_limit));
+        .add(
+            Method::PUT,
+            "/admin/tenants/{tenant}/oauth",
+            Operate,
+            Server,
+            put(oauth::put_tenant_oauth).layer(form_limit),
+        );
     admin::routes(routes).add_mcp(options)
 }
 

@@ -73,10 +73,7 @@ pub fn challenge(options: &ApiOptions, tenant: &str, error: Option<&str>, scope:
     if let Some(error) = error {
         value.push_str(&format!("error=\"{error}\", "));
     }
-    value.push_str(&format!(
-        "scope=\"{scope}\", resource_metadata=\"{}\"",
-        resource_metadata_url(options, tenant)
-    ));
+    value.push_str(&format!("scope=\"{scope}\", resource_metadata=\"{}\"", resource_metadata_url(options, tenant)));
     value
 }
 
@@ -276,7 +273,13 @@ fn with_query(redirect_uri: &str, params: &[(&str, &str)]) -> String {
 }
 
 /// A redirect to the client with `params`, `state` and `iss` (RFC 9207).
-fn back_to_client(options: &ApiOptions, tenant: &str, checked_uri: &str, state: Option<&str>, params: &[(&str, &str)]) -> Response {
+fn back_to_client(
+    options: &ApiOptions,
+    tenant: &str,
+    checked_uri: &str,
+    state: Option<&str>,
+    params: &[(&str, &str)],
+) -> Response {
     let issuer = issuer(options, tenant);
     let mut all: Vec<(&str, &str)> = params.to_vec();
     if let Some(state) = state {
@@ -287,13 +290,18 @@ fn back_to_client(options: &ApiOptions, tenant: &str, checked_uri: &str, state: 
 }
 
 /// Checks an authorization request's fields (from the query or the form).
-async fn check_request(host: &AppState, options: &ApiOptions, tenant: &str, fields: &[(String, String)]) -> Result<Checked, Refused> {
+async fn check_request(
+    host: &AppState,
+    options: &ApiOptions,
+    tenant: &str,
+    fields: &[(String, String)],
+) -> Result<Checked, Refused> {
     let one = |name: &str| field(fields, name).filter(|v| !v.is_empty());
-    let client_id = one("client_id").ok_or_else(|| Refused::Page(StatusCode::BAD_REQUEST, "The request names no client (`client_id`).".into()))?;
-    let client = host
-        .oauth_client(tenant, client_id)
-        .await
-        .map_err(|e| Refused::Page(StatusCode::BAD_REQUEST, format!("The client cannot be used: {}.", e.description)))?;
+    let client_id = one("client_id")
+        .ok_or_else(|| Refused::Page(StatusCode::BAD_REQUEST, "The request names no client (`client_id`).".into()))?;
+    let client = host.oauth_client(tenant, client_id).await.map_err(|e| {
+        Refused::Page(StatusCode::BAD_REQUEST, format!("The client cannot be used: {}.", e.description))
+    })?;
     let redirect_uri = match one("redirect_uri") {
         Some(uri) => uri.to_string(),
         None if client.redirect_uris.len() == 1 => client.redirect_uris[0].clone(),
@@ -302,7 +310,8 @@ async fn check_request(host: &AppState, options: &ApiOptions, tenant: &str, fiel
     if !core::redirect_matches(&client.redirect_uris, &redirect_uri) {
         return Err(Refused::Page(
             StatusCode::BAD_REQUEST,
-            "The address this request would send you back to is not one the client registered; nothing was sent there.".into(),
+            "The address this request would send you back to is not one the client registered; nothing was sent there."
+                .into(),
         ));
     }
     let state = one("state").map(str::to_string);
@@ -349,10 +358,8 @@ fn authorize_page(
     status: StatusCode,
 ) -> Response {
     let action = format!("{}/oauth/authorize", issuer(options, tenant));
-    let mut hidden: Vec<(&'static str, String)> = CARRIED
-        .iter()
-        .filter_map(|name| field(fields, name).map(|v| (*name, v.to_string())))
-        .collect();
+    let mut hidden: Vec<(&'static str, String)> =
+        CARRIED.iter().filter_map(|name| field(fields, name).map(|v| (*name, v.to_string()))).collect();
     hidden.extend(fields.iter().filter(|(k, _)| k == "resource").map(|(_, v)| ("resource", v.clone())));
     let token = SIGN_IN_TOKEN.for_page(headers);
     let scopes = SCOPES.iter().filter(|(s, _)| checked.asked.scopes.iter().any(|a| a == s)).copied().collect();
@@ -469,7 +476,9 @@ pub(super) async fn authorize(
         let problem = match &e {
             LoginError::Invalid => "Wrong user name or password.".to_string(),
             LoginError::Locked { .. } => format!("{}.", crate::host::as_words(&e.to_string())),
-            LoginError::Busy | LoginError::Store(_) => "The sign-in could not be checked now; try again in a moment.".into(),
+            LoginError::Busy | LoginError::Store(_) => {
+                "The sign-in could not be checked now; try again in a moment.".into()
+            }
         };
         let error = ApiError::from(e);
         let page = authorize_page(&options, tenant, &headers, &fields, &checked, Some(problem), error.status());
@@ -494,11 +503,7 @@ pub(super) async fn authorize(
         (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
         (status = 503, description = "`temporarily_unavailable`", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
-pub(super) async fn token(
-    State(host): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    body: Bytes,
-) -> Response {
+pub(super) async fn token(State(host): State<AppState>, Extension(caller): Extension<Caller>, body: Bytes) -> Response {
     let tenant = &caller.tenant;
     if !host.oauth_enabled(tenant) {
         return no_authorization_server(tenant);

@@ -403,9 +403,9 @@ pub fn page_posting_to(status: StatusCode, template: &impl Template, target: &st
         }
         scheme => Some(format!("{scheme}:")),
     });
-    let policy = source.filter(|s| s.bytes().all(|b| b.is_ascii_graphic() && b != b';' && b != b',')).map(|s| {
-        CONTENT_SECURITY_POLICY.replace("form-action 'self'", &format!("form-action 'self' {s}"))
-    });
+    let policy = source
+        .filter(|s| s.bytes().all(|b| b.is_ascii_graphic() && b != b';' && b != b','))
+        .map(|s| CONTENT_SECURITY_POLICY.replace("form-action 'self'", &format!("form-action 'self' {s}")));
     if let Some(policy) = policy.and_then(|p| HeaderValue::from_str(&p).ok()) {
         response.headers_mut().insert(header::CONTENT_SECURITY_POLICY, policy);
     }

@@ -28,10 +28,8 @@ use std::time::Duration;
 
 /// The scopes an agent's token may carry: what a consumer key may do.
 /// Publishing and operating are never granted to an agent.
-pub const SCOPES: [(&str, &str); 2] = [
-    ("tools:read", "list the tools and read their signatures"),
-    ("tools:call", "call the tools, as you"),
-];
+pub const SCOPES: [(&str, &str); 2] =
+    [("tools:read", "list the tools and read their signatures"), ("tools:call", "call the tools, as you")];
 
 /// How long an access token lasts.
 pub const ACCESS_TTL: Duration = Duration::from_secs(3600);
@@ -220,9 +218,7 @@ fn document_refusal(e: &super::confirmations::JwksError) -> &'static str {
     match e {
         JwksError::Insecure => "must be at an https:// URL",
         JwksError::Credentials => "URL must not contain a user name or password",
-        JwksError::InternalAddress => {
-            "is on this server's own or a private network, which its operator does not allow"
-        }
+        JwksError::InternalAddress => "is on this server's own or a private network, which its operator does not allow",
         JwksError::TooLarge(_) => "is larger than this server reads",
         JwksError::Invalid => "is not a JSON object",
         JwksError::Unavailable => "could not be fetched (unreachable, too slow, redirected or not 200)",
@@ -542,7 +538,8 @@ mod tests {
 
     #[test]
     fn only_sound_redirect_uris_are_registered() {
-        for good in ["https://app.example/cb", "http://127.0.0.1:3000/cb", "http://localhost/cb", "com.example.app:/cb"] {
+        for good in ["https://app.example/cb", "http://127.0.0.1:3000/cb", "http://localhost/cb", "com.example.app:/cb"]
+        {
             assert!(sound_redirect_uri(good), "{good}");
         }
         for bad in [

@@ -24,9 +24,9 @@
 //!   version that is not the tool's next.
 
 use super::{
-    CallKey, LedgerBound, OAuthGrant, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, RegistryStore, SecretsCipher,
-    StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession, StoredSetting,
-    StoredVersion, Topic,
+    CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, LedgerBound, OAuthGrant, RegistryStore,
+    SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession,
+    StoredSetting, StoredVersion, Topic,
 };
 use crate::package::sha256_hex;
 use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord, unix_now};
@@ -1223,7 +1223,10 @@ impl RegistryStore for PostgresStore {
             // The row lock makes two replicas exchanging one code take turns:
             // the second sees it used.
             let row = sqlx::query(concat!(oauth_grant_select!(), " FOR UPDATE"))
-                .bind(&sha).fetch_optional(&mut *tx).await.map_err(db)?;
+                .bind(&sha)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
             let grant = row.map(|r| oauth_grant_row(&r)).transpose()?;
             if grant.as_ref().is_some_and(|g| g.used_at.is_none()) {
                 sqlx::query("UPDATE oauth_grants SET used_at = $2 WHERE token_sha256 = $1")
@@ -1674,7 +1677,6 @@ impl RegistryStore for PostgresStore {
         self.live.load(Ordering::Acquire).max(1)
     }
 }
-
 
 fn oauth_grant_row(r: &sqlx::postgres::PgRow) -> Result<OAuthGrant, StoreError> {
     Ok(OAuthGrant {

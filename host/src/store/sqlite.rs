@@ -1,10 +1,9 @@
 //! The embedded registry: SQLite in the data dir.
 
 use super::{
-    LedgerBound, OAuthGrant,
-    BlobStore, CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, RegistryStore,
-    SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession,
-    StoredSetting, StoredVersion,
+    BlobStore, CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, LedgerBound, OAuthGrant,
+    RegistryStore, SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret,
+    StoredSession, StoredSetting, StoredVersion,
 };
 use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord, unix_now};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -737,11 +736,10 @@ impl RegistryStore for SqliteStore {
             params![key.tenant, key.caller, key.call_id, response],
         )?;
         loop {
-            let (records, bytes): (u64, u64) = tx.query_row(
-                "SELECT records, bytes FROM call_ledger_usage WHERE tenant = ?1",
-                [&key.tenant],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?;
+            let (records, bytes): (u64, u64) =
+                tx.query_row("SELECT records, bytes FROM call_ledger_usage WHERE tenant = ?1", [&key.tenant], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?;
             let Some(batch) = bound.trim_batch(records, bytes) else { break };
             // The oldest settled records go first; one still running keeps
             // its claim, and the one just recorded stays.
@@ -953,8 +951,10 @@ impl RegistryStore for SqliteStore {
     }
 
     fn has_end_users(&self, tenant: &str) -> Result<bool, StoreError> {
-        let found: Option<i64> =
-            self.conn().query_row("SELECT 1 FROM end_users WHERE tenant = ?1 LIMIT 1", [tenant], |r| r.get(0)).optional()?;
+        let found: Option<i64> = self
+            .conn()
+            .query_row("SELECT 1 FROM end_users WHERE tenant = ?1 LIMIT 1", [tenant], |r| r.get(0))
+            .optional()?;
         Ok(found.is_some())
     }
 
@@ -1058,7 +1058,8 @@ impl RegistryStore for SqliteStore {
     ) -> Result<bool, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        let count: u64 = tx.query_row("SELECT count(*) FROM oauth_clients WHERE tenant = ?1", [tenant], |r| r.get(0))?;
+        let count: u64 =
+            tx.query_row("SELECT count(*) FROM oauth_clients WHERE tenant = ?1", [tenant], |r| r.get(0))?;
         if count >= max {
             return Ok(false);
         }
