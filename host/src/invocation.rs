@@ -415,7 +415,7 @@ fn outputs(signature: &Signature, mut fields: Vec<(String, Val)>) -> Result<Vec<
                     invalid(format!("output `{}` has the value `{case}`, which its enum does not list", param.name))
                 })?)
             }
-            (OutputType::Json, val) => to_json(val),
+            (OutputType::Json { .. }, val) => to_json(val),
             _ => return Err(invalid(format!("output `{}` does not have its declared type", param.name))),
         };
         out.push(OutputValue { name: param.name.clone(), value });
@@ -727,7 +727,7 @@ mod tests {
                     name: "seat_map".into(),
                     field: "seat-map".into(),
                     description: "s".into(),
-                    ty: OutputType::Json,
+                    ty: OutputType::Json { schema: None },
                 },
             ],
         }

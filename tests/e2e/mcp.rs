@@ -137,7 +137,16 @@ async fn tools_are_listed_with_their_identity_schemas_and_enforced_facts() {
         });
         assert!(definition.is_some(), "{name}'s inputSchema is one the OTC door publishes");
         assert_eq!(t["outputSchema"]["type"], "object", "{name}");
+        // Every output is typed (a strict client warns on a schema with no
+        // keyword at all), a record's fields included.
+        for (field, schema) in t["outputSchema"]["properties"].as_object().unwrap() {
+            let typed = ["type", "enum", "const", "oneOf", "anyOf"].iter().any(|k| schema.get(*k).is_some());
+            assert!(typed, "{name}.{field} has no validation keyword: {schema}");
+        }
     }
+    let coordinates = &tool(&tools, "lookup_weather_by_city")["outputSchema"]["properties"]["coordinates"];
+    assert_eq!(coordinates["type"], "object", "{coordinates}");
+    assert_eq!(coordinates["properties"]["latitude"]["type"], json!(["number", "null"]), "{coordinates}");
     // Only what the sandbox enforces is claimed: echo and book_flight may
     // reach no host, the weather tool may.
     assert_eq!(tool(&tools, "echo")["annotations"], json!({ "openWorldHint": false }));

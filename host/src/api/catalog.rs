@@ -582,7 +582,7 @@ fn output_views(
         .iter()
         .map(|p| {
             let kind = match &p.ty {
-                OutputType::Json => "JSON value".into(),
+                OutputType::Json { .. } => "JSON value".into(),
                 OutputType::Int => "integer".into(),
                 other => other.a2t_name().to_string(),
             };

@@ -777,7 +777,7 @@ mod generated {
                             OutputType::String => field.ty == "string",
                             OutputType::Int => INTS.contains(&field.ty.as_str()),
                             OutputType::Enum { .. } => field.ty.starts_with("choice"),
-                            OutputType::Json => {
+                            OutputType::Json { .. } => {
                                 let ty = field.ty.as_str();
                                 ty != "string" && !INTS.contains(&ty) && !ty.starts_with("choice")
                             }

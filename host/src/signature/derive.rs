@@ -301,8 +301,109 @@ fn output_type(resolve: &Resolve, ty: &Type) -> OutputType {
     } else if let Some(values) = enum_values(resolve, ty) {
         OutputType::Enum { values }
     } else {
-        OutputType::Json
+        OutputType::Json { schema: Some(json_schema(resolve, ty, 0)) }
     }
+}
+
+/// How deep a JSON Schema is derived (WIT types cannot recurse; this bounds
+/// a hostile component's nesting all the same).
+const MAX_SCHEMA_DEPTH: usize = 32;
+
+/// The JSON Schema of what [`crate::invocation::to_json`] renders a value
+/// of `ty` as: records as objects with snake_case keys (every field present,
+/// an absent option as `null`), enum cases and flags as CAPITALIZED_SNAKE
+/// strings, a variant case with a payload as `{"CASE": payload}`, results
+/// as `{"ok": …}` / `{"error": …}`, floats as numbers (`null` when not
+/// finite). Doc comments become descriptions.
+fn json_schema(resolve: &Resolve, ty: &Type, depth: usize) -> serde_json::Value {
+    use serde_json::json;
+    if depth > MAX_SCHEMA_DEPTH {
+        return json!({});
+    }
+    let inner = |ty: &Type| json_schema(resolve, ty, depth + 1);
+    let or_null = |ty: Option<&Type>| ty.map_or_else(|| json!({ "type": "null" }), &inner);
+    if let Some(kind) = int_kind(ty) {
+        let (min, max) = kind.range();
+        return json!({ "type": "integer", "minimum": super::schema::int_value(min), "maximum": super::schema::int_value(max) });
+    }
+    let Type::Id(id) = ty else {
+        return match ty {
+            Type::Bool => json!({ "type": "boolean" }),
+            Type::F32 | Type::F64 => json!({ "type": ["number", "null"] }),
+            Type::Char => json!({ "type": "string", "minLength": 1, "maxLength": 1 }),
+            Type::String => json!({ "type": "string" }),
+            _ => json!({}),
+        };
+    };
+    let def = &resolve.types[*id];
+    let mut schema = match &def.kind {
+        TypeDefKind::Type(alias) => inner(alias),
+        TypeDefKind::Record(r) => {
+            let properties: serde_json::Map<String, serde_json::Value> = r
+                .fields
+                .iter()
+                .map(|f| {
+                    let mut field = inner(&f.ty);
+                    let description = doc_text(&f.docs);
+                    if !description.is_empty() {
+                        field["description"] = description.into();
+                    }
+                    (snake(&f.name), field)
+                })
+                .collect();
+            let required: Vec<String> = r.fields.iter().map(|f| snake(&f.name)).collect();
+            json!({ "type": "object", "properties": properties, "required": required })
+        }
+        TypeDefKind::Tuple(t) => {
+            let items: Vec<_> = t.types.iter().map(inner).collect();
+            json!({ "type": "array", "prefixItems": items, "minItems": t.types.len(), "maxItems": t.types.len() })
+        }
+        TypeDefKind::Variant(v) => {
+            let cases: Vec<_> = v
+                .cases
+                .iter()
+                .map(|c| {
+                    let name = capitalized_snake(&c.name);
+                    let mut case = match &c.ty {
+                        None => json!({ "const": name }),
+                        Some(payload) => json!({ "type": "object", "properties": { name.clone(): inner(payload) },
+                                                 "required": [name], "additionalProperties": false }),
+                    };
+                    let description = doc_text(&c.docs);
+                    if !description.is_empty() {
+                        case["description"] = description.into();
+                    }
+                    case
+                })
+                .collect();
+            json!({ "oneOf": cases })
+        }
+        TypeDefKind::Enum(e) => {
+            let names: Vec<String> = e.cases.iter().map(|c| capitalized_snake(&c.name)).collect();
+            json!({ "type": "string", "enum": names })
+        }
+        TypeDefKind::Flags(f) => {
+            let names: Vec<String> = f.flags.iter().map(|f| capitalized_snake(&f.name)).collect();
+            json!({ "type": "array", "items": { "type": "string", "enum": names }, "uniqueItems": true })
+        }
+        TypeDefKind::Option(t) => json!({ "anyOf": [inner(t), { "type": "null" }] }),
+        TypeDefKind::Result(r) => json!({ "oneOf": [
+            { "type": "object", "properties": { "ok": or_null(r.ok.as_ref()) }, "required": ["ok"], "additionalProperties": false },
+            { "type": "object", "properties": { "error": or_null(r.err.as_ref()) }, "required": ["error"], "additionalProperties": false },
+        ] }),
+        TypeDefKind::List(t) => json!({ "type": "array", "items": inner(t) }),
+        TypeDefKind::FixedLengthList(t, n) => {
+            json!({ "type": "array", "items": inner(t), "minItems": n, "maxItems": n })
+        }
+        TypeDefKind::Map(k, v) => json!({ "type": "array", "items": {
+            "type": "array", "prefixItems": [inner(k), inner(v)], "minItems": 2, "maxItems": 2 } }),
+        _ => json!({}),
+    };
+    let description = doc_text(&def.docs);
+    if !description.is_empty() && schema.get("description").is_none() {
+        schema["description"] = description.into();
+    }
+    schema
 }
 
 /// Outputs become JSON values; handles, futures and streams cannot.
@@ -469,6 +570,58 @@ mod tests {
                 ("v", "json")
             ]
         );
+    }
+
+    #[test]
+    fn a_json_output_publishes_the_schema_of_what_its_wit_type_renders_as() {
+        let s = sig(
+            &format!(
+                "/// A place.\nrecord point {{\n /// Degrees north.\n lat: f64,\n lon: f64,\n /// A name.\n name: option<string>,\n}}\n\
+                 variant shape {{ dot, circle(f64) }}\nflags seen {{ early, late }}\n\
+                 record input {{\n /// In.\n i: string,\n}}\n\
+                 record output {{\n /// P.\n p: point,\n /// L.\n l: list<point>,\n /// T.\n t: tuple<u8, string>,\n \
+                 /// V.\n v: shape,\n /// F.\n f: seen,\n /// R.\n r: result<u32, string>,\n /// N.\n n: f32,\n}}\n{CALL}"
+            ),
+            "",
+        )
+        .unwrap();
+        let schema = |id: &str| match &s.outputs.iter().find(|o| o.id == id).unwrap().ty {
+            OutputType::Json { schema } => schema.clone().unwrap(),
+            other => panic!("{other:?}"),
+        };
+        let point = schema("p");
+        assert_eq!(point["type"], "object");
+        assert_eq!(point["description"], "A place.");
+        assert_eq!(
+            point["properties"]["lat"],
+            serde_json::json!({ "type": ["number", "null"], "description": "Degrees north." })
+        );
+        assert_eq!(point["required"], serde_json::json!(["lat", "lon", "name"]));
+        assert_eq!(schema("l")["items"]["properties"]["lon"]["type"], serde_json::json!(["number", "null"]));
+        assert_eq!(
+            schema("t")["prefixItems"][0],
+            serde_json::json!({ "type": "integer", "minimum": 0, "maximum": 255 })
+        );
+        // What the tool returns validates against what is published.
+        let cases = [
+            ("p", serde_json::json!({ "lat": 41.2, "lon": -95.9, "name": null }), true),
+            ("p", serde_json::json!({ "lat": "north", "lon": 1, "name": null }), false),
+            ("l", serde_json::json!([{ "lat": 1, "lon": 2, "name": "x" }]), true),
+            ("t", serde_json::json!([7, "seven"]), true),
+            ("t", serde_json::json!([700, "seven"]), false),
+            ("v", serde_json::json!("DOT"), true),
+            ("v", serde_json::json!({ "CIRCLE": 2.5 }), true),
+            ("v", serde_json::json!("SQUARE"), false),
+            ("f", serde_json::json!(["EARLY", "LATE"]), true),
+            ("r", serde_json::json!({ "ok": 3 }), true),
+            ("r", serde_json::json!({ "error": "no" }), true),
+            ("r", serde_json::json!({ "ok": "3" }), false),
+            ("n", serde_json::json!(null), true),
+        ];
+        for (id, value, valid) in cases {
+            let validator = jsonschema::validator_for(&schema(id)).unwrap();
+            assert_eq!(validator.is_valid(&value), valid, "{id}: {value}");
+        }
     }
 
     #[test]

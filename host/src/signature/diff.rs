@@ -362,7 +362,7 @@ mod tests {
 
     #[test]
     fn changing_an_output_type_breaks() {
-        assert_eq!(diff(|s| s.outputs[1].ty = OutputType::Json), (vec!["output_type_changed"], false));
+        assert_eq!(diff(|s| s.outputs[1].ty = OutputType::Json { schema: None }), (vec!["output_type_changed"], false));
     }
 
     #[test]

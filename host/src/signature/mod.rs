@@ -173,7 +173,13 @@ pub enum OutputType {
         values: Vec<EnumValue>,
     },
     /// Any other type, rendered as JSON.
-    Json,
+    Json {
+        /// The JSON Schema of what the WIT type renders as (an object with
+        /// its fields, an array of its items, a number…), derived at load.
+        /// Versions stored before it was derived have none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        schema: Option<serde_json::Value>,
+    },
 }
 
 impl InputType {
@@ -195,7 +201,7 @@ impl OutputType {
             OutputType::String => "string",
             OutputType::Int => "int",
             OutputType::Enum { .. } => "enum",
-            OutputType::Json => "json",
+            OutputType::Json { .. } => "json",
         }
     }
 }

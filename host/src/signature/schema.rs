@@ -70,8 +70,13 @@ pub fn output_schema(signature: &Signature) -> Option<Value> {
             OutputType::String => json!({ "type": "string", "description": param.description }),
             OutputType::Int => json!({ "type": "integer", "description": param.description }),
             OutputType::Enum { values } => enum_schema(&param.description, values),
-            // Records, lists, floats…: any JSON value.
-            OutputType::Json => json!({ "description": param.description }),
+            // Records, lists, floats…: the schema of the JSON their WIT
+            // type renders as (none for versions stored before it was).
+            OutputType::Json { schema } => {
+                let mut schema = schema.clone().filter(Value::is_object).unwrap_or_else(|| json!({}));
+                schema["description"] = param.description.clone().into();
+                schema
+            }
         };
         properties.insert(param.name.clone(), schema);
     }
