@@ -57,6 +57,54 @@ pub struct ToolManifest {
     /// When a call needs the end user's confirmation (CHEQ).
     #[serde(default, skip_serializing_if = "ConfirmationPolicy::is_empty")]
     pub confirmation: ConfirmationPolicy,
+    /// What the publisher says of the tool for clients to show (MCP's
+    /// tool annotations): claims, not enforced.
+    #[serde(default, skip_serializing_if = "ToolAnnotations::is_empty")]
+    pub annotations: ToolAnnotations,
+}
+
+/// The publisher's claims about a tool, published as MCP tool annotations
+/// and shown in the catalog. Plinth enforces none of them; where it knows
+/// better (a tool that reaches no host cannot touch the world, a tool that
+/// may need confirmation changes something) its facts win.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ToolAnnotations {
+    /// A human-readable title (1 to 100 characters, no control characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The tool changes nothing (`readOnlyHint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    /// What it changes may be destroyed or overwritten (`destructiveHint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destructive: Option<bool>,
+    /// The same call twice has the effect of one (`idempotentHint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent: Option<bool>,
+    /// It reaches beyond a closed domain (`openWorldHint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_world: Option<bool>,
+}
+
+impl ToolAnnotations {
+    fn is_empty(&self) -> bool {
+        *self == ToolAnnotations::default()
+    }
+
+    /// What is published for a tool with these claims: a tool that may need
+    /// its end user's confirmation changes something (not read-only,
+    /// destructive), and one that reaches no host cannot reach the world
+    /// (the sandbox enforces that). Claims stand for the rest.
+    pub fn published(&self, may_need_confirmation: bool, reaches_no_host: bool) -> ToolAnnotations {
+        ToolAnnotations {
+            title: self.title.clone(),
+            read_only: if may_need_confirmation { Some(false) } else { self.read_only },
+            destructive: if may_need_confirmation { Some(true) } else { self.destructive },
+            idempotent: self.idempotent,
+            open_world: if reaches_no_host { Some(false) } else { self.open_world },
+        }
+    }
 }
 
 /// The languages `plinth pack` builds tools from.
@@ -171,6 +219,10 @@ pub enum ManifestError {
     /// A secret id with characters outside `[a-z0-9._-]`.
     #[error("secret id `{0}`: use 1 to 128 lowercase letters, digits, `.`, `_` or `-`")]
     SecretId(String),
+    /// An `[annotations]` title that is empty, too long or has control
+    /// characters.
+    #[error("annotations.title: use 1 to 100 characters, without control characters")]
+    Title,
     /// An `allowed-hosts` entry cannot be understood.
     #[error("allowed-hosts entry `{entry}`: {why}")]
     AllowedHost {
@@ -210,6 +262,11 @@ impl ToolManifest {
         }
         for entry in &self.allowed_hosts {
             HostPattern::parse(entry)?;
+        }
+        if let Some(title) = &self.annotations.title
+            && (title.trim().is_empty() || title.chars().count() > 100 || title.chars().any(char::is_control))
+        {
+            return Err(ManifestError::Title);
         }
         for id in &self.secrets {
             if !is_secret_id(id) {

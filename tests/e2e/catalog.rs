@@ -635,6 +635,19 @@ async fn pages_share_one_stylesheet_under_a_strict_policy() {
     let href = html.split("rel=\"stylesheet\" href=\"").nth(1).unwrap().split('"').next().unwrap().to_string();
     assert!(href.starts_with("/assets/plinth.css?v="), "{href}");
 
+    // A tool's page says what clients are told of it: the publisher's
+    // claims (plugins/echo/plinth.toml, version 1), with the sandbox's fact
+    // that echo reaches no host.
+    let echo = server.tool_id("echo").await;
+    let (status, html) = designer.get(&format!("/catalog/tools/{echo}?version=1")).await;
+    assert_eq!(status, 200, "{html}");
+    let told = html.split("id=\"annotations\"").nth(1).unwrap().split("</dl>").next().unwrap();
+    assert_eq!(
+        told,
+        "><dt>Title</dt><dd>Echo</dd><dt>Read-only</dt><dd>yes</dd><dt>Idempotent</dt><dd>yes</dd>\
+         <dt>Reaches the outside world</dt><dd>no</dd>\n"
+    );
+
     // The confirmation pages link the same one.
     let confirm = client().get(format!("{}/cheq/confirm", server.base)).send().await.unwrap();
     assert_eq!(confirm.status(), 400);

@@ -147,11 +147,21 @@ async fn tools_are_listed_with_their_identity_schemas_and_enforced_facts() {
     let coordinates = &tool(&tools, "lookup_weather_by_city")["outputSchema"]["properties"]["coordinates"];
     assert_eq!(coordinates["type"], "object", "{coordinates}");
     assert_eq!(coordinates["properties"]["latitude"]["type"], json!(["number", "null"]), "{coordinates}");
-    // Only what the sandbox enforces is claimed: echo and book_flight may
-    // reach no host, the weather tool may.
-    assert_eq!(tool(&tools, "echo")["annotations"], json!({ "openWorldHint": false }));
-    assert_eq!(tool(&tools, "book_flight")["annotations"]["openWorldHint"], false);
-    assert!(tool(&tools, "lookup_weather_by_city").get("annotations").is_none(), "{tools:?}");
+    // The publishers' claims from plinth.toml, with what the sandbox
+    // enforces in their place: echo and book_flight may reach no host.
+    assert_eq!(
+        tool(&tools, "echo")["annotations"],
+        json!({ "title": "Echo", "readOnlyHint": true, "idempotentHint": true, "openWorldHint": false })
+    );
+    assert_eq!(
+        tool(&tools, "book_flight")["annotations"],
+        json!({ "title": "Book a flight", "readOnlyHint": false, "destructiveHint": false,
+                "idempotentHint": false, "openWorldHint": false })
+    );
+    assert_eq!(
+        tool(&tools, "lookup_weather_by_city")["annotations"],
+        json!({ "title": "Current weather in a city", "readOnlyHint": true, "idempotentHint": true, "openWorldHint": true })
+    );
     assert!(tool(&tools, "echo")["_meta"].get("confirmation").is_none());
 
     // The legacy revision lists the same tools.
@@ -326,6 +336,10 @@ async fn a_call_that_needs_confirmation_completes_through_url_elicitation() {
     let (server, _plugins) = confirming_server(&[]).await;
     let client = Mcp::modern(&server);
     assert_eq!(tool(&client.list().await, "book_flight")["_meta"]["confirmation"], "conditional");
+    // A tool that may need confirmation changes something, whatever its
+    // publisher claims.
+    let annotations = tool(&client.list().await, "book_flight")["annotations"].clone();
+    assert_eq!((&annotations["readOnlyHint"], &annotations["destructiveHint"]), (&json!(false), &json!(true)));
     assert_eq!(tool(&client.list().await, "echo")["_meta"].get("confirmation"), None);
 
     // No end user named: the request's error.

@@ -430,6 +430,29 @@ struct EntryView {
 }
 
 /// The words a list shows for a tool's confirmation need.
+/// What MCP clients are told of the tool ([`crate::manifest::ToolAnnotations::published`]), in words.
+fn annotation_words(host: &crate::host::ToolHost, tool: &Tool, version: &ToolVersion) -> Vec<(&'static str, String)> {
+    let need = host.confirmation_need(tool, version);
+    let manifest = &version.manifest;
+    let published = manifest.annotations.published(need != ConfirmationNeed::Never, manifest.allowed_hosts.is_empty());
+    let yes_no = |b: bool| if b { "yes" } else { "no" }.to_string();
+    let mut words = Vec::new();
+    if let Some(title) = published.title {
+        words.push(("Title", title));
+    }
+    for (what, value) in [
+        ("Read-only", published.read_only),
+        ("Destructive", published.destructive),
+        ("Idempotent", published.idempotent),
+        ("Reaches the outside world", published.open_world),
+    ] {
+        if let Some(value) = value {
+            words.push((what, yes_no(value)));
+        }
+    }
+    words
+}
+
 fn confirmation_badge(need: ConfirmationNeed) -> Option<&'static str> {
     match need {
         ConfirmationNeed::Never => None,
@@ -682,6 +705,8 @@ struct ToolPage {
     confirmation_note: Option<String>,
     hosts: Vec<String>,
     secrets: Vec<String>,
+    /// The published annotations, as (what, said).
+    annotations: Vec<(&'static str, String)>,
     tool_id: String,
     otc_id: String,
     sha256: String,
@@ -748,6 +773,7 @@ pub(super) async fn tool(about: AboutTool) -> Response {
         confirmation_note,
         hosts: version.manifest.allowed_hosts.clone(),
         secrets: version.manifest.secrets.clone(),
+        annotations: annotation_words(&host, &tool, &version),
         tool_id: tool.id.to_string(),
         otc_id: crate::tool_ids::otc_tool_id(&tool, &version),
         sha256: version.sha256.clone(),

@@ -26,7 +26,7 @@ mod direct;
 
 use super::auth::{self, Access, Scope};
 use super::{ApiError, ApiOptions, AppState, Caller};
-use crate::host::{Call, FrontDoor, InvokeError, PendingConfirmation, State as TxState};
+use crate::host::{Call, ConfirmationNeed, FrontDoor, InvokeError, PendingConfirmation, State as TxState};
 use crate::invocation::{self, InputError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::schema;
@@ -610,8 +610,12 @@ async fn next_change(
 /// the confirmation marker (a publisher may change it) per answer.
 fn tool_entry(host: &AppState, tool: &Tool, version: &ToolVersion) -> Result<rmcp::model::Tool, ErrorData> {
     let mut view = version.mcp_view.get_or_init(|| tool_view(tool, version)).clone();
-    if let Some(marker) = host.confirmation_need(tool, version).marker() {
+    let need = host.confirmation_need(tool, version);
+    if let Some(marker) = need.marker() {
         view["_meta"][meta::CONFIRMATION] = marker.into();
+    }
+    if let Some(annotations) = annotations(need, version) {
+        view["annotations"] = annotations;
     }
     // A call may be pinned to an older live version, whose answer must fit
     // this schema too: only outputs every live version has are required (a
@@ -992,7 +996,7 @@ fn rpc_error(code: i32, message: impl Into<String>, plinth_code: &str, mut data:
 }
 
 /// The locked part of a version's MCP tool: name, description, schemas,
-/// what identifies the bytes, and the one annotation Plinth enforces.
+/// what identifies the bytes.
 fn tool_view(tool: &Tool, version: &ToolVersion) -> Value {
     let signature = &version.signature;
     let mut view = json!({
@@ -1008,12 +1012,31 @@ fn tool_view(tool: &Tool, version: &ToolVersion) -> Value {
     if let Some(output) = schema::output_schema(signature) {
         view["outputSchema"] = output;
     }
-    // The sandbox lets a tool reach only its declared hosts: with none, it
-    // cannot reach the world, and saying so is a fact, not a hint.
-    if version.manifest.allowed_hosts.is_empty() {
-        view["annotations"] = json!({ "openWorldHint": false });
-    }
     view
+}
+
+/// A tool's MCP annotations: the publisher's claims from `plinth.toml`
+/// (`[annotations]`) with what Plinth knows in their place
+/// ([`crate::manifest::ToolAnnotations::published`]); `None` when nothing
+/// is known.
+fn annotations(need: ConfirmationNeed, version: &ToolVersion) -> Option<Value> {
+    let manifest = &version.manifest;
+    let published = manifest.annotations.published(need != ConfirmationNeed::Never, manifest.allowed_hosts.is_empty());
+    let mut out = Map::new();
+    if let Some(title) = published.title {
+        out.insert("title".into(), title.into());
+    }
+    for (key, value) in [
+        ("readOnlyHint", published.read_only),
+        ("destructiveHint", published.destructive),
+        ("idempotentHint", published.idempotent),
+        ("openWorldHint", published.open_world),
+    ] {
+        if let Some(value) = value {
+            out.insert(key.into(), value.into());
+        }
+    }
+    (!out.is_empty()).then_some(Value::Object(out))
 }
 
 /// `isError` naming each bad parameter: what the model can fix.
