@@ -387,6 +387,19 @@ struct ServeArgs {
     /// when the server is behind a proxy or listens on 0.0.0.0.
     #[arg(long, env = "PLINTH_PUBLIC_URL")]
     public_url: Option<String>,
+    /// More names the MCP endpoint answers to (DNS-rebinding protection
+    /// accepts only the loopback names, the public URL's host and the
+    /// listening address otherwise): `name` for any port, `name:port` for
+    /// one; repeat it (or comma-separate in the environment) for the names
+    /// a balancer or a cluster gives the server.
+    #[arg(long = "mcp-allowed-host", env = "PLINTH_MCP_ALLOWED_HOSTS", value_delimiter = ',', value_name = "HOST")]
+    mcp_allowed_hosts: Vec<String>,
+    /// Browser origins (`https://app.example`) allowed to call the MCP
+    /// endpoint and the OAuth metadata, token, registration and revocation
+    /// endpoints from script (CORS); none by default. Repeat it, or
+    /// comma-separate in the environment.
+    #[arg(long = "cors-origin", env = "PLINTH_CORS_ORIGINS", value_delimiter = ',', value_name = "ORIGIN")]
+    cors_origins: Vec<String>,
     /// Connections open at once (keep it below the process's open-file
     /// limit). At the cap the server stops accepting: further clients wait
     /// in the kernel's listen backlog until a connection closes.
@@ -756,7 +769,9 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         let state_key = host.server_key(api::mcp::STATE_KEY).context("reading the MCP request-state key")?;
         let options = api::ApiOptions {
             max_request_bytes: args.max_request_kib.saturating_mul(1024),
-            mcp: api::mcp::McpOptions::for_server(&public_url, addr, state_key),
+            mcp: api::mcp::McpOptions::for_server(&public_url, addr, state_key)
+                .with_names(&args.mcp_allowed_hosts, &args.cors_origins),
+            cors_origins: args.cors_origins.iter().map(|o| o.trim_end_matches('/').to_string()).collect(),
             public_url,
             request_body_timeout: Duration::from_secs(args.request_body_timeout_secs.max(1)),
         };

@@ -577,3 +577,91 @@ async fn tenants_see_and_call_only_their_own_tools() {
         assert_eq!(status, 404, "{root}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn names_and_browser_origins_the_operator_lists_are_let_in_and_no_others() {
+    let server = Server::start(&[
+        "--mcp-allowed-host",
+        "tools.internal",
+        "--mcp-allowed-host",
+        "plinth.cluster.local:8443",
+        "--cors-origin",
+        "https://app.example",
+    ]);
+    let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {} });
+    let send = |host: &'static str, origin: Option<&'static str>| {
+        let mut request = server
+            .request(Method::POST, "/mcp")
+            .bearer_auth(TOKEN)
+            .header("accept", "application/json, text/event-stream")
+            .header("host", host)
+            .json(&list);
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        async move { request.send().await.unwrap() }
+    };
+    // A balancer's or a cluster's names, as listed.
+    assert_eq!(send("tools.internal:9999", None).await.status(), 200);
+    assert_eq!(send("plinth.cluster.local:8443", None).await.status(), 200);
+    assert_eq!(send("plinth.cluster.local:1", None).await.status(), 403, "another port of a name listed with one");
+    assert_eq!(send("tools.other", None).await.status(), 403);
+
+    // A listed browser origin: its preflight, then the answer it may read.
+    let preflight = server
+        .request(Method::OPTIONS, "/mcp")
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "authorization, content-type, mcp-protocol-version")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.status(), 204);
+    assert_eq!(preflight.headers()["access-control-allow-origin"], "https://app.example");
+    assert!(preflight.headers()["access-control-allow-headers"].to_str().unwrap().contains("authorization"));
+    let answer = send("tools.internal", Some("https://app.example")).await;
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["access-control-allow-origin"], "https://app.example");
+    // Its script can read where the OAuth metadata is.
+    let anonymous = server
+        .request_as(None, Method::POST, "/mcp")
+        .header("origin", "https://app.example")
+        .header("accept", "application/json, text/event-stream")
+        .json(&list)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+    assert!(anonymous.headers()["access-control-expose-headers"].to_str().unwrap().contains("www-authenticate"));
+    let metadata = server
+        .request(Method::GET, "/.well-known/oauth-protected-resource/mcp")
+        .header("origin", "https://app.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metadata.headers()["access-control-allow-origin"], "https://app.example");
+
+    // Any other origin: no CORS header, and the MCP door refuses its page.
+    let foreign = send("tools.internal", Some("https://evil.example")).await;
+    assert_eq!(foreign.status(), 403);
+    assert!(foreign.headers().get("access-control-allow-origin").is_none());
+    // Nor for paths a script has no business calling.
+    let admin = server
+        .request(Method::GET, "/tools")
+        .bearer_auth(TOKEN)
+        .header("origin", "https://app.example")
+        .send()
+        .await
+        .unwrap();
+    assert!(admin.headers().get("access-control-allow-origin").is_none());
+    // Without --cors-origin, none at all.
+    let plain = example_server();
+    let response = plain
+        .request(Method::OPTIONS, "/mcp")
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert!(response.headers().get("access-control-allow-origin").is_none());
+}

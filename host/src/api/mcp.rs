@@ -172,6 +172,18 @@ impl McpOptions {
     }
 }
 
+impl McpOptions {
+    /// These options, accepting the operator's extra `hosts` (a balancer's,
+    /// a cluster's names) and the browser `origins` allowed by CORS.
+    pub fn with_names(mut self, hosts: &[String], origins: &[String]) -> McpOptions {
+        self.allowed_hosts.extend(hosts.iter().map(|h| h.trim().to_ascii_lowercase()).filter(|h| !h.is_empty()));
+        self.allowed_origins.extend(origins.iter().map(|o| o.trim_end_matches('/').to_string()));
+        self.allowed_hosts.dedup();
+        self.allowed_origins.dedup();
+        self
+    }
+}
+
 /// The name of the key that seals `requestState` among the server's keys
 /// (its file in the data dir, with SQLite): kept, so that a restart does not
 /// break a client's pending retry, and shared by every replica of a fleet.

@@ -11,6 +11,7 @@ pub mod admin;
 pub mod auth;
 pub mod catalog;
 pub mod cheq;
+pub mod cors;
 pub mod error;
 pub mod mcp;
 pub mod oauth;
@@ -48,6 +49,9 @@ pub struct ApiOptions {
     pub request_body_timeout: Duration,
     /// The MCP door's Host/Origin checks and request-state key.
     pub mcp: mcp::McpOptions,
+    /// Browser origins allowed to call the MCP and OAuth endpoints from
+    /// script (`cors.rs`); none by default.
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for ApiOptions {
@@ -57,6 +61,7 @@ impl Default for ApiOptions {
             public_url: "http://127.0.0.1:8080".into(),
             request_body_timeout: Duration::from_secs(30),
             mcp: mcp::McpOptions::default(),
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -269,6 +274,7 @@ pub fn router(host: AppState, options: ApiOptions) -> axum::Router {
         .layer(axum::Extension(host))
         .layer(axum::Extension(Arc::new(options)))
         .map_request(auth::strip_tenant_root)
+        .layer(middleware::from_fn(cors::cors))
         .layer(middleware::from_fn(otc::uniform_errors))
         .layer(middleware::map_response(error::as_error_body))
         .layer(middleware::from_fn(move |request: Request, next: Next| body_deadline(body_timeout, request, next)))
