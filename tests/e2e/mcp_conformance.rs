@@ -108,3 +108,71 @@ async fn the_conformance_suite_passes_at_2026_07_28() {
 async fn the_conformance_suite_passes_at_2025_11_25() {
     conformance("2025-11-25").await;
 }
+
+/// `conformance authorization` against the default tenant's authorization
+/// server: its metadata scenario, and the authorization code grant with a
+/// client registered for the suite's callback, driven as the person's
+/// browser (the suite prints the URL for one) signing in as an end user.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_conformance_suites_authorization_server_scenarios_pass() {
+    use std::io::{BufRead, BufReader};
+    let server = crate::support::Server::start(&[]);
+    let password = serde_json::json!({ "password": "alice-password" });
+    let (status, _) = server
+        .call_as(Some(crate::support::TOKEN), reqwest::Method::PUT, "/admin/end-users/alice", Some(&password))
+        .await;
+    assert_eq!(status, 204);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let callback = format!("http://127.0.0.1:{port}/callback");
+    let metadata = serde_json::json!({ "client_name": "Conformance suite", "redirect_uris": [callback] });
+    let registered: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/oauth/register", server.base))
+        .json(&metadata)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let client_id = registered["client_id"].as_str().unwrap().to_string();
+    let work = tempfile::tempdir().unwrap();
+    let mut command = node_command(&conformance_cli(), work.path());
+    command.current_dir(work.path()).args([
+        "authorization",
+        "--url",
+        &server.base,
+        "--client-id",
+        &client_id,
+        "--resource",
+        &format!("{}/mcp", server.base),
+        "--port",
+        &port.to_string(),
+    ]);
+    let mut child = command.stdout(std::process::Stdio::piped()).spawn().expect("the conformance CLI runs");
+    let stdout = child.stdout.take().unwrap();
+    let (lines, mut seen) = (std::sync::mpsc::channel(), String::new());
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines.0.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let authorize = format!("{}/oauth/authorize?", server.base);
+    let mut answered = false;
+    while let Ok(line) = lines.1.recv_timeout(std::time::Duration::from_secs(60)) {
+        let line = plain(line.as_bytes());
+        seen.push_str(&line);
+        seen.push('\n');
+        if !answered && line.trim().starts_with(&authorize) {
+            let back = crate::oauth::allow_at(line.trim(), "alice", "alice-password").await;
+            assert!(back.starts_with(&callback), "{back}");
+            // The browser follows the redirect to the suite's callback.
+            reqwest::get(&back).await.unwrap();
+            answered = true;
+        }
+    }
+    let status = child.wait().unwrap();
+    assert!(answered, "the suite printed no authorization URL:\n{seen}");
+    assert!(status.success() && seen.contains("Total: 3 passed, 0 failed"), "{status}:\n{seen}");
+}

@@ -159,6 +159,38 @@ impl<'a> Flow<'a> {
     }
 }
 
+/// Opens an authorization URL as a person's browser and signs in as `user`
+/// with `password`, allowing: → where the browser is sent back to.
+pub async fn allow_at(url: &str, user: &str, password: &str) -> String {
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let page = http.get(url).send().await.unwrap();
+    assert_eq!(page.status(), 200, "{url}");
+    let cookie = page.headers()[reqwest::header::SET_COOKIE].to_str().unwrap().split(';').next().unwrap().to_string();
+    let html = page.text().await.unwrap();
+    let action = unescape(html.split("method=\"post\" action=\"").nth(1).unwrap().split('"').next().unwrap());
+    let mut form: Vec<(String, String)> = html
+        .split("<input type=\"hidden\" name=\"")
+        .skip(1)
+        .map(|rest| {
+            let name = rest.split('"').next().unwrap();
+            let value = rest.split("value=\"").nth(1).unwrap().split('"').next().unwrap();
+            (unescape(name), unescape(value))
+        })
+        .collect();
+    form.extend([("user", user), ("password", password), ("decision", "allow")].map(|(k, v)| (k.into(), v.into())));
+    let answer = http.post(&action).header(reqwest::header::COOKIE, cookie).form(&form).send().await.unwrap();
+    assert_eq!(answer.status(), 303, "{}", answer.text().await.unwrap());
+    answer.headers()[reqwest::header::LOCATION].to_str().unwrap().to_string()
+}
+
+/// An attribute value as the pages' templates escape it, unescaped.
+fn unescape(value: &str) -> String {
+    [("&#x2f;", "/"), ("&#47;", "/"), ("&#x27;", "'"), ("&#39;", "'"), ("&quot;", "\""), ("&lt;", "<"), ("&gt;", ">")]
+        .iter()
+        .fold(value.to_string(), |v, (escaped, plain)| v.replace(escaped, plain))
+        .replace("&amp;", "&")
+}
+
 /// `tools/list` at `root`'s MCP URL with `token` → (status, WWW-Authenticate, body).
 async fn list_with(server: &Server, root: &str, token: &str) -> (u16, String, Value) {
     let response = server
