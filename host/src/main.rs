@@ -365,11 +365,12 @@ struct ServeArgs {
     /// tests and closed networks only: the keys decide what runs).
     #[arg(long, env = "PLINTH_CHEQ_ALLOW_HTTP_JWKS")]
     cheq_allow_http_jwks: bool,
-    /// Accept `http://` URLs as OAuth clients' metadata documents (client
-    /// ids) for the built-in authorization server (for tests and closed
-    /// networks only: the document names where codes are sent).
-    #[arg(long, env = "PLINTH_OAUTH_ALLOW_HTTP_CLIENT_METADATA")]
-    oauth_allow_http_client_metadata: bool,
+    /// Accept `http://` URLs for OAuth clients' metadata documents (client
+    /// ids) and tenants' external identity providers (their discovery
+    /// documents and keys), for tests and closed networks only: these
+    /// documents say where codes go and which tokens are good.
+    #[arg(long, env = "PLINTH_OAUTH_ALLOW_HTTP")]
+    oauth_allow_http: bool,
     /// Largest JWKS of an external confirmation server, in KiB.
     #[arg(long, env = "PLINTH_CHEQ_JWKS_MAX_KIB", default_value_t = 64)]
     cheq_jwks_max_kib: usize,
@@ -705,7 +706,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
                 cache_ttl: Duration::from_secs(args.cheq_jwks_cache_secs),
                 failure_ttl: Duration::from_secs(args.cheq_jwks_failure_cache_secs),
             },
-            client_documents_allow_http: args.oauth_allow_http_client_metadata,
+            client_documents_allow_http: args.oauth_allow_http,
         },
         limits: HostLimits {
             max_concurrency_per_tool: args.max_concurrency_per_tool.max(1),

@@ -561,17 +561,18 @@ async fn the_sdks_oauth_client_signs_in_lists_calls_and_refreshes_in_both_revisi
         let refreshed = field("refreshed");
         assert_eq!(refreshed["newToken"], true, "{mode}: {lines:?}");
         assert_eq!(refreshed["result"]["structuredContent"], json!({ "text": "hi" }), "{mode}");
-        assert_eq!(refreshed["pages"], 1, "{mode}: the refresh needed no sign-in");
+        assert_eq!(refreshed["pages"], true, "{mode}: the refresh needed no sign-in");
         // Discovery where RFC 9728 and RFC 8414 put the documents,
         // registration, the code exchange and the refresh.
+        let port = server.base.rsplit(':').next().unwrap();
         assert_eq!(
             field("oauth"),
             json!([
-                "GET /.well-known/oauth-protected-resource/t/acme/mcp 200",
-                "GET /.well-known/oauth-authorization-server/t/acme 200",
-                "POST /t/acme/oauth/register 201",
-                "POST /t/acme/oauth/token 200",
-                "POST /t/acme/oauth/token 200",
+                format!("GET {port} /.well-known/oauth-protected-resource/t/acme/mcp 200"),
+                format!("GET {port} /.well-known/oauth-authorization-server/t/acme 200"),
+                format!("POST {port} /t/acme/oauth/register 201"),
+                format!("POST {port} /t/acme/oauth/token 200"),
+                format!("POST {port} /t/acme/oauth/token 200"),
             ]),
             "{mode}"
         );
@@ -585,4 +586,77 @@ async fn the_sdks_oauth_client_signs_in_lists_calls_and_refreshes_in_both_revisi
         assert!(lines.iter().any(|l| l.get("clientError").is_some()), "{lines:?}");
         assert!(!lines.iter().any(|l| l.get("result").is_some()), "{lines:?}");
     }
+}
+
+/// A real OpenID provider (oidc-provider, tests/mcp-clients/oidc/provider.mjs)
+/// on a free loopback port, ended on drop: its issuer URL.
+struct IdentityProvider {
+    child: Child,
+    issuer: String,
+    /// Its stdout, kept open: a write to a closed pipe would end it.
+    _stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl IdentityProvider {
+    fn start() -> IdentityProvider {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp-clients/oidc/provider.mjs");
+        let clients = crate::mcp_support::clients_dir();
+        let mut child = Command::new(crate::mcp_support::node())
+            .arg(script)
+            .arg(&clients)
+            .arg(port.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("node runs the identity provider: run `make mcp-clients`");
+        let mut first = String::new();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut first).unwrap();
+        let started: Value = serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}: {first}"));
+        IdentityProvider { child, issuer: started["issuer"].as_str().unwrap().to_string(), _stdout: stdout }
+    }
+}
+
+impl Drop for IdentityProvider {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sdks_oauth_client_gets_its_token_from_a_tenants_identity_provider() {
+    let provider = IdentityProvider::start();
+    let server = Server::start(&["--oauth-allow-http", "--allow-private-cidr", "127.0.0.0/8"]);
+    server.create_tenant("acme", json!({})).await;
+    let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
+    assert_eq!(server.deploy_as(TOKEN, "acme", echo).await.0, 201);
+    let setting = json!({ "issuer": provider.issuer });
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, "/admin/tenants/acme/oauth", Some(&setting)).await;
+    assert_eq!(status, 200, "{body}");
+    // The resource metadata names the provider; the built-in server is off.
+    let (_, metadata) = server.get("/.well-known/oauth-protected-resource/t/acme/mcp").await;
+    assert_eq!(metadata["authorization_servers"], json!([provider.issuer]));
+    assert_eq!(server.get("/.well-known/oauth-authorization-server/t/acme").await.0, 404);
+
+    let url = format!("{}/t/acme/mcp", server.base);
+    let args = [url.as_str(), "echo", r#"{"text": "hi"}"#, "--mode", "2026-07-28", "--refresh", "--user", "alice"];
+    let lines = Script::start_with("oauth_client.py", &args, None, &[]).finish().await;
+    let field = |name: &str| {
+        lines.iter().find_map(|l| l.get(name).cloned()).unwrap_or_else(|| panic!("no {name} in {lines:?}"))
+    };
+    assert_eq!(field("listed"), json!(["echo"]), "{lines:?}");
+    assert_eq!(field("result")["structuredContent"], json!({ "text": "hi" }), "{lines:?}");
+    let refreshed = field("refreshed");
+    assert_eq!((&refreshed["newToken"], &refreshed["pages"]), (&json!(true), &json!(true)), "{lines:?}");
+    assert_eq!(refreshed["result"]["structuredContent"], json!({ "text": "hi" }), "{lines:?}");
+    // Every token request went to the provider, none to Plinth's own server.
+    let provider_port = provider.issuer.rsplit(':').next().unwrap();
+    let oauth = field("oauth");
+    let tokens: Vec<&str> =
+        oauth.as_array().unwrap().iter().filter_map(Value::as_str).filter(|r| r.contains("/token")).collect();
+    assert_eq!(tokens.len(), 2, "{oauth}");
+    assert!(tokens.iter().all(|r| r.starts_with(&format!("POST {provider_port} "))), "{oauth}");
 }

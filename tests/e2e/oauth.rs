@@ -558,7 +558,7 @@ async fn a_client_metadata_document_is_fetched_within_the_outbound_policy() {
 
     // Without the operator allowing loopback addresses, a document there
     // is never fetched.
-    let strict = Server::start(&["--oauth-allow-http-client-metadata"]);
+    let strict = Server::start(&["--oauth-allow-http"]);
     strict
         .call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&json!({"password": "alice-password"})))
         .await;
@@ -567,7 +567,7 @@ async fn a_client_metadata_document_is_fetched_within_the_outbound_policy() {
     assert_eq!(status, 400);
     assert!(page.contains("private network"), "{page}");
 
-    let server = Server::start(&["--oauth-allow-http-client-metadata", "--allow-private-cidr", "127.0.0.0/8"]);
+    let server = Server::start(&["--oauth-allow-http", "--allow-private-cidr", "127.0.0.0/8"]);
     server
         .call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&json!({"password": "alice-password"})))
         .await;

@@ -177,14 +177,17 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
         .as_deref()
         .filter(|_| request.uri().path() == "/mcp" && host.oauth_enabled(&tenant))
         .map(|options| (options, tenant.as_str()));
+    // A key first (an operator's configured key may look like anything),
+    // then a token.
     let principal = match presented.as_deref() {
-        Some(token) if token.starts_with(crate::host::oauth::ACCESS_PREFIX) => {
-            match token_principal(&host, oauth, token) {
+        Some(bearer) => match host.authenticate(bearer) {
+            Some(principal) => Some(principal),
+            None if is_token(bearer) => match token_principal(&host, oauth, bearer).await {
                 Ok(principal) => principal,
                 Err(error) => return error.into_response(),
-            }
-        }
-        Some(key) => host.authenticate(key),
+            },
+            None => None,
+        },
         None => None,
     };
     let decision = decide(&host, access, scope, &tenant, presented.is_some(), principal.as_ref());
@@ -195,21 +198,30 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
     next.run(request).await
 }
 
+/// Whether a bearer is an OAuth access token rather than a key: one of the
+/// built-in server's, or a JWT (three dot-separated parts; keys have none).
+fn is_token(bearer: &str) -> bool {
+    bearer.starts_with(crate::host::oauth::ACCESS_PREFIX) || bearer.split('.').count() == 3
+}
+
 /// The principal of an OAuth access token: valid, issued by the tenant's
 /// authorization server for its MCP URL, and presented there (`oauth` is
 /// `Some` only at the MCP URL of a tenant whose authorization server is
 /// on). Anywhere else a token is no credential: A2T, OTC and the admin API
 /// take keys.
-fn token_principal(
+async fn token_principal(
     host: &AppState,
     oauth: Option<(&ApiOptions, &str)>,
     token: &str,
 ) -> Result<Option<Principal>, ApiError> {
     let Some((options, tenant)) = oauth else { return Ok(None) };
-    let grant = host
-        .access_grant(tenant, token)
-        .map_err(|e| ApiError::storage_failed(format!("the token could not be checked: {e}")))?;
     let resource = super::oauth::mcp_resource(options, tenant);
+    let grant = if token.starts_with(crate::host::oauth::ACCESS_PREFIX) {
+        host.access_grant(tenant, token)
+            .map_err(|e| ApiError::storage_failed(format!("the token could not be checked: {e}")))?
+    } else {
+        host.external_grant(tenant, token, &resource).await
+    };
     Ok(grant.filter(|g| g.resource == resource).map(|grant| Principal {
         key_id: format!("oauth:{}", grant.family),
         role: Role::Consumer,

@@ -77,10 +77,10 @@ pub fn challenge(options: &ApiOptions, tenant: &str, error: Option<&str>, scope:
     value
 }
 
-fn resource_metadata(options: &ApiOptions, tenant: &str) -> Value {
+fn resource_metadata(options: &ApiOptions, tenant: &str, authorization_server: &str) -> Value {
     json!({
         "resource": mcp_resource(options, tenant),
-        "authorization_servers": [issuer(options, tenant)],
+        "authorization_servers": [authorization_server],
         "scopes_supported": SCOPES.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
         "bearer_methods_supported": ["header"],
         "resource_name": format!("Plinth tools of {tenant}"),
@@ -129,8 +129,9 @@ fn oauth_error(e: &OAuthError) -> Response {
     response
 }
 
-/// The answer for a tenant without an authorization server (none such,
-/// or its operator turned it off): the same as an unknown path.
+/// The answer for a tenant without a built-in authorization server (none
+/// such, its operator turned OAuth off, or it uses an external identity
+/// provider): the same as an unknown path.
 fn no_authorization_server(tenant: &str) -> Response {
     ApiError::not_found(format!("tenant `{tenant}` has no OAuth authorization server here")).into_response()
 }
@@ -183,7 +184,9 @@ fn resource_metadata_of(host: &AppState, options: &ApiOptions, tenant: &str) -> 
     if !host.oauth_enabled(tenant) {
         return no_authorization_server(tenant);
     }
-    no_store(StatusCode::OK, resource_metadata(options, tenant))
+    // The tenant's identity provider when it names one, else its own.
+    let server = host.oauth_setting(tenant).issuer.unwrap_or_else(|| issuer(options, tenant));
+    no_store(StatusCode::OK, resource_metadata(options, tenant, &server))
 }
 
 /// `GET /.well-known/oauth-authorization-server` (under a tenant's root
@@ -217,7 +220,7 @@ pub(super) async fn tenant_server_metadata(
 }
 
 fn server_metadata_of(host: &AppState, options: &ApiOptions, tenant: &str) -> Response {
-    if !host.oauth_enabled(tenant) {
+    if !host.builtin_oauth(tenant) {
         return no_authorization_server(tenant);
     }
     no_store(StatusCode::OK, server_metadata(options, tenant))
@@ -407,7 +410,7 @@ pub(super) async fn authorize_form(
     headers: HeaderMap,
 ) -> Response {
     let tenant = &caller.tenant;
-    if !host.oauth_enabled(tenant) {
+    if !host.builtin_oauth(tenant) {
         return no_authorization_server(tenant);
     }
     let fields = form(query.unwrap_or_default().as_bytes());
@@ -447,7 +450,7 @@ pub(super) async fn authorize(
     body: Bytes,
 ) -> Response {
     let tenant = &caller.tenant;
-    if !host.oauth_enabled(tenant) {
+    if !host.builtin_oauth(tenant) {
         return no_authorization_server(tenant);
     }
     let fields = form(&body);
@@ -505,7 +508,7 @@ pub(super) async fn authorize(
     ))]
 pub(super) async fn token(State(host): State<AppState>, Extension(caller): Extension<Caller>, body: Bytes) -> Response {
     let tenant = &caller.tenant;
-    if !host.oauth_enabled(tenant) {
+    if !host.builtin_oauth(tenant) {
         return no_authorization_server(tenant);
     }
     let fields = form(&body);
@@ -553,7 +556,7 @@ pub(super) async fn register(
     body: Bytes,
 ) -> Response {
     let tenant = &caller.tenant;
-    if !host.oauth_enabled(tenant) {
+    if !host.builtin_oauth(tenant) {
         return no_authorization_server(tenant);
     }
     let Ok(metadata) = serde_json::from_slice::<Value>(&body) else {
@@ -580,7 +583,7 @@ pub(super) async fn revoke(
     body: Bytes,
 ) -> Response {
     let tenant = &caller.tenant;
-    if !host.oauth_enabled(tenant) {
+    if !host.builtin_oauth(tenant) {
         return no_authorization_server(tenant);
     }
     let fields = form(&body);
@@ -595,11 +598,11 @@ pub(super) async fn revoke(
 
 /// `PUT /admin/tenants/{tenant}/oauth`: an operator turns a tenant's
 /// authorization server on or off.
-#[utoipa::path(put, summary = "Turns a tenant's OAuth authorization server on or off", description = "`{\"enabled\": false}` turns it off: its metadata answers 404, its tokens stop working, and clients use keys. On by default. Audited.", path = "/admin/tenants/{tenant}/oauth", tag = "Admin", operation_id = "put_tenant_oauth",
+#[utoipa::path(put, summary = "How a tenant's MCP URL takes OAuth tokens", description = "`{\"enabled\": false}` turns OAuth off: its metadata answers 404, its tokens stop working, and clients use keys. `{\"issuer\": \"https://idp.example\"}` accepts that identity provider's JWT access tokens for the MCP URL instead of the built-in server's (its end user in `endUserClaim`, default `sub`; its scopes in `scopeClaim`, default `scope`), and the resource metadata names it. The built-in server is the default. Audited.", path = "/admin/tenants/{tenant}/oauth", tag = "Admin", operation_id = "put_tenant_oauth",
     params(("tenant" = String, Path, description = "The tenant")),
-    request_body(content = openapi::OAuthSetting, content_type = "application/json"),
+    request_body(content = core::OAuthSetting, content_type = "application/json"),
     responses(
-        (status = 200, description = "The setting as it now is", body = openapi::OAuthSetting),
+        (status = 200, description = "The setting as it now is", body = core::OAuthSetting),
         (status = 400, description = "`invalid_request`", body = openapi::ErrorBody),
         (status = 404, description = "No such tenant", body = openapi::ErrorBody),
     ))]
@@ -609,10 +612,14 @@ pub(super) async fn put_tenant_oauth(
     Path(tenant): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let setting: openapi::OAuthSetting = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request("invalid_request", format!("expected {{\"enabled\": true|false}}: {e}")))?;
-    host.set_oauth_enabled(caller.principal()?, &tenant, setting.enabled)?;
-    Ok(axum::Json(json!({ "enabled": setting.enabled })).into_response())
+    let setting: core::OAuthSetting = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_request",
+            format!("expected {{\"enabled\", \"issuer\", \"endUserClaim\", \"scopeClaim\"}}: {e}"),
+        )
+    })?;
+    host.set_oauth(caller.principal()?, &tenant, setting.clone())?;
+    Ok(axum::Json(setting).into_response())
 }
 
 #[cfg(test)]

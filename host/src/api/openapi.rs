@@ -915,14 +915,6 @@ pub mod schemas {
         pub client_id: String,
     }
 
-    /// Whether a tenant's OAuth authorization server is on.
-    #[derive(Debug, Deserialize, ToSchema)]
-    #[serde(deny_unknown_fields)]
-    pub struct OAuthSetting {
-        /// `false` turns it off.
-        pub enabled: bool,
-    }
-
     /// The catalog's sign-in form.
     #[derive(Debug, Deserialize, ToSchema)]
     pub struct SignInForm {

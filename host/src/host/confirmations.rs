@@ -164,9 +164,9 @@ pub(super) struct CheqState {
     jwks: jwks::JwksFetcher,
     /// Confirmed calls running or keeping their answers ([`RunningConfirmed`]).
     running: Arc<tokio::sync::watch::Sender<usize>>,
-    /// Tenants whose operator turned their built-in OAuth authorization
-    /// server off (`host/oauth.rs`).
-    pub oauth_off: dashmap::DashSet<String>,
+    /// Tenants' OAuth settings other than the default (`host/oauth.rs`):
+    /// off, or an external issuer.
+    pub oauth: dashmap::DashMap<String, super::oauth::OAuthSetting>,
     /// OAuth clients' metadata documents, fetched and cached under the
     /// same rules as confirmation servers' keys.
     pub documents: jwks::JwksFetcher,
@@ -198,7 +198,7 @@ impl CheqState {
             login: login::LoginGuard::new(&options.login),
             jwks: jwks::JwksFetcher::new(options.jwks.clone(), outbound.clone()),
             running: Arc::new(tokio::sync::watch::Sender::new(0)),
-            oauth_off: Default::default(),
+            oauth: Default::default(),
             documents: jwks::JwksFetcher::documents(
                 JwksOptions { allow_http: options.client_documents_allow_http, ..options.jwks.clone() },
                 outbound,
@@ -531,11 +531,13 @@ impl ToolHost {
     pub(super) fn load_cheq_settings(&self) -> Result<(), StoreError> {
         let mut servers = std::collections::HashMap::new();
         let mut overrides = std::collections::HashMap::new();
-        let mut oauth_off = std::collections::HashSet::new();
+        let mut oauth = std::collections::HashMap::new();
         for (tenant, key, value) in self.store.settings()? {
             let what = format!("tenant {tenant} setting {key}");
             if key == super::oauth::OAUTH_SETTING {
-                oauth_off.insert(tenant);
+                let setting: super::oauth::OAuthSetting =
+                    serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
+                oauth.insert(tenant, setting);
             } else if key == SERVER_SETTING {
                 let server: ConfirmationServer =
                     serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
@@ -546,9 +548,9 @@ impl ToolHost {
                 overrides.insert(tool_id, (tenant, policy));
             }
         }
-        self.cheq.oauth_off.retain(|tenant| oauth_off.contains(tenant));
-        for tenant in oauth_off {
-            self.cheq.oauth_off.insert(tenant);
+        self.cheq.oauth.retain(|tenant, _| oauth.contains_key(tenant));
+        for (tenant, setting) in oauth {
+            self.cheq.oauth.insert(tenant, setting);
         }
         self.cheq.servers.retain(|tenant, _| servers.contains_key(tenant));
         for (tenant, server) in servers {

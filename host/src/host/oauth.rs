@@ -49,8 +49,54 @@ pub const ACCESS_PREFIX: &str = "plinth_at_";
 const REFRESH_PREFIX: &str = "plinth_rt_";
 const CODE_PREFIX: &str = "plinth_ac_";
 
-/// The tenant setting that turns the built-in authorization server off.
+/// The tenant setting that holds its [`OAuthSetting`] (none: the default).
 pub(super) const OAUTH_SETTING: &str = "oauth";
+
+/// How a tenant's MCP URL takes OAuth tokens: from its built-in
+/// authorization server (the default), from an external identity provider
+/// (`issuer`), or not at all (`enabled: false`). Set by an operator.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OAuthSetting {
+    /// `false`: no OAuth at all (keys only).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// An external identity provider's issuer (OIDC discovery at
+    /// `{issuer}/.well-known/openid-configuration`), whose JWT access
+    /// tokens for the tenant's MCP URL are accepted instead of the built-in
+    /// server's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// The claim that names the end user (default `sub`).
+    #[serde(default = "sub_claim")]
+    pub end_user_claim: String,
+    /// The claim that holds the scopes, a space-separated string or a list
+    /// (default `scope`).
+    #[serde(default = "scope_claim")]
+    pub scope_claim: String,
+}
+
+fn yes() -> bool {
+    true
+}
+fn sub_claim() -> String {
+    "sub".into()
+}
+fn scope_claim() -> String {
+    "scope".into()
+}
+
+impl Default for OAuthSetting {
+    fn default() -> Self {
+        OAuthSetting { enabled: true, issuer: None, end_user_claim: sub_claim(), scope_claim: scope_claim() }
+    }
+}
+
+/// How far an external token's `exp` and `nbf` may be off this server's
+/// clock.
+const CLOCK_LEEWAY_SECS: i64 = 60;
+/// The longest bearer read as an external JWT.
+const MAX_JWT_BYTES: usize = 16 * 1024;
 
 /// What a valid access token grants.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -250,11 +296,23 @@ pub struct Authorization {
 }
 
 impl ToolHost {
-    /// Whether `tenant` has its built-in authorization server on: it exists
-    /// and its operator did not turn it off. Answered from memory: every
-    /// unauthenticated request to an MCP URL asks.
+    /// A tenant's OAuth setting (the default unless an operator set one).
+    pub fn oauth_setting(&self, tenant: &str) -> OAuthSetting {
+        self.cheq.oauth.get(tenant).map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Whether `tenant`'s MCP URL takes OAuth tokens (from its built-in
+    /// server or an external issuer): it exists and its operator did not
+    /// turn OAuth off. Answered from memory: every unauthenticated request
+    /// to an MCP URL asks.
     pub fn oauth_enabled(&self, tenant: &str) -> bool {
-        self.tenant(tenant).is_some() && !self.cheq.oauth_off.contains(tenant)
+        self.tenant(tenant).is_some() && self.cheq.oauth.get(tenant).is_none_or(|s| s.enabled)
+    }
+
+    /// Whether `tenant`'s built-in authorization server is the one that
+    /// issues its tokens.
+    pub fn builtin_oauth(&self, tenant: &str) -> bool {
+        self.oauth_enabled(tenant) && self.cheq.oauth.get(tenant).is_none_or(|s| s.issuer.is_none())
     }
 
     /// Whether anyone can sign in to `tenant`'s authorization server.
@@ -262,28 +320,37 @@ impl ToolHost {
         self.store.has_end_users(tenant)
     }
 
-    /// Turns a tenant's built-in authorization server on or off (an
-    /// operator's choice, audited). Tokens already issued stop working
-    /// while it is off.
-    pub fn set_oauth_enabled(
+    /// Sets how a tenant's MCP URL takes OAuth tokens (an operator's
+    /// choice, audited). An external issuer must be a URL the outbound
+    /// policy lets this server fetch. Tokens of the other kind stop
+    /// working at once.
+    pub fn set_oauth(
         &self,
         actor: &crate::tenancy::Principal,
         tenant: &str,
-        enabled: bool,
+        setting: OAuthSetting,
     ) -> Result<(), super::ChangeError> {
         if self.tenant(tenant).is_none() {
             return Err(super::ChangeError::NotFound(format!("there is no tenant `{tenant}`")));
         }
-        let audit = crate::tenancy::AuditEntry::new(actor, Some(tenant), "oauth.put", tenant)
-            .detail(json!({ "enabled": enabled }));
-        if enabled {
-            self.store.delete_setting(tenant, OAUTH_SETTING, &audit)?;
-            self.cheq.oauth_off.remove(tenant);
-        } else {
-            let value = json!({ "enabled": false }).to_string();
-            self.store.put_setting(&(tenant.to_string(), OAUTH_SETTING.into(), value), &audit)?;
-            self.cheq.oauth_off.insert(tenant.to_string());
+        if let Some(issuer) = &setting.issuer {
+            let discovery = format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/'));
+            if issuer.ends_with('/') || self.cheq.documents.check_url(&discovery).is_err() {
+                return Err(super::ChangeError::Invalid(
+                    "`issuer` must be an https:// URL without a trailing slash, user name or password, on an address this server may reach".into(),
+                ));
+            }
         }
+        for claim in [&setting.end_user_claim, &setting.scope_claim] {
+            if claim.is_empty() || claim.len() > 64 {
+                return Err(super::ChangeError::Invalid("claim names are 1 to 64 characters".into()));
+            }
+        }
+        let audit = crate::tenancy::AuditEntry::new(actor, Some(tenant), "oauth.put", tenant)
+            .detail(serde_json::to_value(&setting).unwrap_or_default());
+        let value = serde_json::to_string(&setting).unwrap_or_default();
+        self.store.put_setting(&(tenant.to_string(), OAUTH_SETTING.into(), value), &audit)?;
+        self.cheq.oauth.insert(tenant.to_string(), setting);
         Ok(())
     }
 
@@ -437,7 +504,7 @@ impl ToolHost {
             tracing::warn!(tenant, "a used refresh token was presented again: its grant is revoked");
             return Err(OAuthError::grant("the refresh token was already used; its grant is revoked"));
         }
-        if grant.revoked_at.is_some() || grant.expires_at <= now || self.cheq.oauth_off.contains(tenant) {
+        if grant.revoked_at.is_some() || grant.expires_at <= now || !self.builtin_oauth(tenant) {
             return Err(OAuthError::grant("the refresh token has expired or was revoked"));
         }
         if resource.is_some_and(|r| r != grant.resource) {
@@ -503,7 +570,7 @@ impl ToolHost {
             && g.tenant == tenant
             && g.revoked_at.is_none()
             && g.expires_at > unix_now()
-            && !self.cheq.oauth_off.contains(tenant);
+            && self.builtin_oauth(tenant);
         Ok(live.then(|| TokenGrant {
             client_id: g.client_id,
             end_user: g.end_user,
@@ -511,6 +578,158 @@ impl ToolHost {
             resource: g.resource,
             family: g.family,
         }))
+    }
+}
+
+impl ToolHost {
+    /// What an external identity provider's JWT access token grants at
+    /// `tenant`'s MCP URL `resource`, if it is one: signed by a key of the
+    /// tenant's issuer (its OIDC discovery document's `jwks_uri`, fetched
+    /// and cached under the outbound policy), issued by it, for `resource`
+    /// (`aud`), live (`exp`, `nbf`, a minute's leeway), naming a valid end
+    /// user in the configured claim. `None` for anything else.
+    pub async fn external_grant(&self, tenant: &str, token: &str, resource: &str) -> Option<TokenGrant> {
+        let setting = self.cheq.oauth.get(tenant).map(|s| s.clone()).filter(|s| s.enabled)?;
+        let issuer = setting.issuer.as_deref()?;
+        if token.len() > MAX_JWT_BYTES {
+            return None;
+        }
+        let refuse = |why: &str| {
+            tracing::info!(tenant, why, "an external access token was refused");
+            None
+        };
+        let jwt = Jwt::parse(token)?;
+        let discovery = match self.cheq.documents.get(&format!("{issuer}/.well-known/openid-configuration")).await {
+            Ok(document) => document,
+            Err(e) => {
+                tracing::warn!(tenant, error = %e, "the tenant's identity provider's discovery document was not used");
+                return None;
+            }
+        };
+        if discovery["issuer"].as_str() != Some(issuer) {
+            return refuse("the discovery document names another issuer");
+        }
+        let jwks_uri = discovery["jwks_uri"].as_str()?;
+        let keys = match self.cheq.documents.get(jwks_uri).await {
+            Ok(keys) => keys,
+            Err(e) => {
+                tracing::warn!(tenant, error = %e, "the tenant's identity provider's keys were not used");
+                return None;
+            }
+        };
+        if !jwt.verified_by(&keys) {
+            return refuse("no key of the issuer signed it");
+        }
+        granted_by(&setting, issuer, &jwt.claims, resource, crate::tenancy::unix_now(), token)
+            .map_err(|why| refuse(why))
+            .ok()
+    }
+}
+
+/// What a verified external token's `claims` grant at `resource`, or why
+/// nothing: issued by `issuer`, for `resource`, live at `now`, naming a
+/// valid end user in the setting's claim. Its scopes are those of
+/// [`SCOPES`] it carries.
+fn granted_by(
+    setting: &OAuthSetting,
+    issuer: &str,
+    claims: &Value,
+    resource: &str,
+    now: i64,
+    token: &str,
+) -> Result<TokenGrant, &'static str> {
+    if claims["iss"].as_str() != Some(issuer) {
+        return Err("another issuer");
+    }
+    let audience = match &claims["aud"] {
+        Value::String(aud) => aud == resource,
+        Value::Array(auds) => auds.iter().any(|a| a.as_str() == Some(resource)),
+        _ => false,
+    };
+    if !audience {
+        return Err("not for this MCP URL");
+    }
+    if claims["exp"].as_i64().is_none_or(|exp| exp + CLOCK_LEEWAY_SECS <= now)
+        || claims["nbf"].as_i64().is_some_and(|nbf| nbf - CLOCK_LEEWAY_SECS > now)
+    {
+        return Err("expired or not yet valid");
+    }
+    let end_user = claims[&setting.end_user_claim]
+        .as_str()
+        .filter(|u| super::is_end_user_name(u))
+        .ok_or("no valid end user in its end-user claim")?;
+    let carried: Vec<&str> = match &claims[&setting.scope_claim] {
+        Value::String(scopes) => scopes.split(' ').collect(),
+        Value::Array(scopes) => scopes.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let scopes =
+        carried.into_iter().filter(|s| SCOPES.iter().any(|(known, _)| known == s)).map(str::to_string).collect();
+    let client_id = claims["client_id"].as_str().or(claims["azp"].as_str()).unwrap_or("").to_string();
+    let family = claims["jti"].as_str().map_or_else(|| sha256_hex(token.as_bytes())[..32].to_string(), str::to_string);
+    Ok(TokenGrant { client_id, end_user: end_user.to_string(), scopes, resource: resource.to_string(), family })
+}
+
+/// A JWT (compact JWS) taken apart: what was signed, the signature, its
+/// header's `alg` and `kid`, its claims.
+struct Jwt {
+    signed: String,
+    signature: Vec<u8>,
+    alg: String,
+    kid: Option<String>,
+    claims: Value,
+}
+
+impl Jwt {
+    fn parse(token: &str) -> Option<Jwt> {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let mut parts = token.split('.');
+        let (header, payload, signature) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        let header: Value = serde_json::from_slice(&b64.decode(header).ok()?).ok()?;
+        let claims: Value = serde_json::from_slice(&b64.decode(payload).ok()?).ok()?;
+        Some(Jwt {
+            signed: format!("{}.{}", token.split('.').next()?, token.split('.').nth(1)?),
+            signature: b64.decode(signature).ok()?,
+            alg: header["alg"].as_str()?.to_string(),
+            kid: header["kid"].as_str().map(str::to_string),
+            claims: claims.is_object().then_some(claims)?,
+        })
+    }
+
+    /// Whether a key of `jwks` (the one its `kid` names, else any of the
+    /// right type) signed it, with `ES256`, `RS256` or `EdDSA`.
+    fn verified_by(&self, jwks: &Value) -> bool {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let field = |key: &Value, name: &str| key[name].as_str().and_then(|v| b64.decode(v).ok());
+        let keys = jwks["keys"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let candidates = keys.iter().filter(|k| self.kid.is_none() || k["kid"].as_str() == self.kid.as_deref());
+        candidates.take(8).any(|key| match (self.alg.as_str(), key["kty"].as_str()) {
+            ("ES256", Some("EC")) if key["crv"] == "P-256" => {
+                let (Some(x), Some(y)) = (field(key, "x"), field(key, "y")) else { return false };
+                let point = [&[4u8][..], &x, &y].concat();
+                ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, point)
+                    .verify(self.signed.as_bytes(), &self.signature)
+                    .is_ok()
+            }
+            ("RS256", Some("RSA")) => {
+                let (Some(n), Some(e)) = (field(key, "n"), field(key, "e")) else { return false };
+                ring::signature::RsaPublicKeyComponents { n, e }
+                    .verify(&ring::signature::RSA_PKCS1_2048_8192_SHA256, self.signed.as_bytes(), &self.signature)
+                    .is_ok()
+            }
+            ("EdDSA", Some("OKP")) if key["crv"] == "Ed25519" => {
+                let Some(x) = field(key, "x").and_then(|x| <[u8; 32]>::try_from(x).ok()) else { return false };
+                let Ok(signature) = ed25519_dalek::Signature::from_slice(&self.signature) else { return false };
+                ed25519_dalek::VerifyingKey::from_bytes(&x)
+                    .is_ok_and(|k| k.verify_strict(self.signed.as_bytes(), &signature).is_ok())
+            }
+            _ => false,
+        })
     }
 }
 
@@ -560,6 +779,80 @@ mod tests {
         assert_eq!(requested_scopes(None).unwrap(), ["tools:read", "tools:call"]);
         assert_eq!(requested_scopes(Some("tools:read tools:read")).unwrap(), ["tools:read"]);
         assert_eq!(requested_scopes(Some("admin")).unwrap_err().code, "invalid_scope");
+    }
+
+    #[test]
+    fn an_external_token_grants_only_when_issued_by_its_issuer_for_this_url_live_and_for_an_end_user() {
+        let setting = OAuthSetting { issuer: Some("https://idp.example".into()), ..OAuthSetting::default() };
+        let resource = "https://tools.example/t/acme/mcp";
+        let good = json!({ "iss": "https://idp.example", "aud": [resource, "other"], "exp": 2_000, "nbf": 900,
+                           "sub": "alice", "scope": "openid tools:read tools:call", "client_id": "c", "jti": "j1" });
+        let grant = granted_by(&setting, "https://idp.example", &good, resource, 1_000, "t").unwrap();
+        assert_eq!(
+            (grant.end_user.as_str(), grant.scopes.as_slice()),
+            ("alice", ["tools:read", "tools:call"].map(String::from).as_slice())
+        );
+        assert_eq!((grant.client_id.as_str(), grant.family.as_str()), ("c", "j1"));
+        let with = |field: &str, value: Value| {
+            let mut claims = good.clone();
+            claims[field] = value;
+            granted_by(&setting, "https://idp.example", &claims, resource, 1_000, "t").err()
+        };
+        assert_eq!(with("iss", json!("https://evil.example")), Some("another issuer"));
+        assert_eq!(with("aud", json!("https://tools.example/t/other/mcp")), Some("not for this MCP URL"));
+        assert_eq!(with("exp", json!(900)), Some("expired or not yet valid"));
+        assert_eq!(with("exp", Value::Null), Some("expired or not yet valid"));
+        assert_eq!(with("nbf", json!(1_100)), Some("expired or not yet valid"));
+        assert_eq!(with("sub", json!("a\nb")), Some("no valid end user in its end-user claim"));
+        assert_eq!(with("sub", json!(42)), Some("no valid end user in its end-user claim"));
+        // Another end-user claim, scopes as a list.
+        let custom =
+            OAuthSetting { end_user_claim: "email_local".into(), scope_claim: "scp".into(), ..setting.clone() };
+        let mut claims = good.clone();
+        claims["email_local"] = json!("bob");
+        claims["scp"] = json!(["tools:read", "admin"]);
+        let grant = granted_by(&custom, "https://idp.example", &claims, resource, 1_000, "t").unwrap();
+        assert_eq!((grant.end_user.as_str(), grant.scopes.as_slice()), ("bob", ["tools:read".to_string()].as_slice()));
+    }
+
+    #[test]
+    fn an_external_token_is_verified_by_its_issuers_key() {
+        use base64::Engine;
+        use ring::signature::KeyPair;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let rng = ring::rand::SystemRandom::new();
+        let es256 = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
+        let key = |rng: &ring::rand::SystemRandom| {
+            let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(es256, rng).unwrap();
+            ring::signature::EcdsaKeyPair::from_pkcs8(es256, pkcs8.as_ref(), rng).unwrap()
+        };
+        let (signer, stranger) = (key(&rng), key(&rng));
+        let jwk = |pair: &ring::signature::EcdsaKeyPair, kid: &str| {
+            let point = pair.public_key().as_ref();
+            json!({ "kty": "EC", "crv": "P-256", "kid": kid, "x": b64.encode(&point[1..33]), "y": b64.encode(&point[33..]) })
+        };
+        let header = b64.encode(json!({ "alg": "ES256", "kid": "k1" }).to_string());
+        let payload = b64.encode(json!({ "iss": "https://idp.example", "sub": "alice" }).to_string());
+        let signed = format!("{header}.{payload}");
+        let token = |by: &ring::signature::EcdsaKeyPair| {
+            format!("{signed}.{}", b64.encode(by.sign(&rng, signed.as_bytes()).unwrap().as_ref()))
+        };
+        let jwks = json!({ "keys": [jwk(&stranger, "k0"), jwk(&signer, "k1")] });
+        assert!(Jwt::parse(&token(&signer)).unwrap().verified_by(&jwks));
+        assert!(!Jwt::parse(&token(&stranger)).unwrap().verified_by(&jwks), "signed by another key");
+        assert!(
+            !Jwt::parse(&token(&signer)).unwrap().verified_by(&json!({ "keys": [jwk(&signer, "k9")] })),
+            "no such kid"
+        );
+        // An altered payload, or "none", is no token.
+        let tampered = token(&signer).replacen(
+            &payload,
+            &b64.encode(json!({ "iss": "https://idp.example", "sub": "bob" }).to_string()),
+            1,
+        );
+        assert!(!Jwt::parse(&tampered).unwrap().verified_by(&jwks));
+        let none = format!("{}.{payload}.", b64.encode(json!({ "alg": "none" }).to_string()));
+        assert!(Jwt::parse(&none).is_none_or(|jwt| !jwt.verified_by(&jwks)));
     }
 
     #[test]

@@ -5,14 +5,17 @@
 The SDK's `OAuthClientProvider` does discovery (the 401's resource metadata,
 then the authorization server's), dynamic registration, PKCE and the token
 exchange; this script plays the person's browser: it opens the authorization
-URL, reads the sign-in form and posts it as the end user (password from the
-PLINTH_END_USER_PASSWORD environment variable), allowing or (--deny)
-denying, and hands the code it is sent back with to the SDK.
+URL, follows redirects and posts each form on the way (Plinth's sign-in and
+consent page, or an identity provider's login and consent pages) as the end
+user (password from the PLINTH_END_USER_PASSWORD environment variable),
+allowing or (--deny) denying, and hands the code it is sent back with to
+the SDK.
 
 Prints {"listed": [names]}, {"result": …} (a CallToolResult) or
 {"error": …}, with --refresh {"refreshed": …} after a second connection whose
-access token is treated as expired, and at the end {"oauth": [the OAuth
-requests the SDK made, as "METHOD path status"]}.
+access token is treated as expired (`pages`: true when no page was shown for
+it), and at the end {"oauth": [the OAuth requests the SDK made, as
+"METHOD host path status"]}.
 """
 
 import argparse
@@ -57,31 +60,59 @@ class Memory:
 
 
 class Browser:
-    """The person's browser: signs in on the authorization page."""
+    """The person's browser: follows redirects and fills in the forms on the
+    way (Plinth's sign-in and consent page, or an identity provider's login
+    and consent pages) until it is sent back to the client."""
 
     def __init__(self, user: str, password: str, allow: bool) -> None:
         self.user, self.password, self.allow = user, password, allow
         self.result: AuthorizationCodeResult | None = None
         self.pages = 0
 
+    def form(self, page: str) -> tuple[str, dict[str, str]]:
+        """The page's first form: its action and what to post."""
+        form = re.search(r"<form\b[^>]*>(.*?)</form>", page, re.S)
+        assert form, f"no form on the page: {page[:500]}"
+        attributes = lambda tag: {k: html.unescape(v) for k, v in re.findall(r'([\w-]+)="([^"]*)"', tag)}
+        action = attributes(form[0][: form[0].index(">")])["action"]
+        fields: dict[str, str] = {}
+        for tag in re.findall(r"<input\b[^>]*>", form[1]):
+            a = attributes(tag)
+            name = a.get("name")
+            if name in ("user", "login"):
+                fields[name] = self.user
+            elif name == "password":
+                fields[name] = self.password
+            elif name:
+                fields[name] = a.get("value", "")
+        buttons = [attributes(tag) for tag in re.findall(r"<button\b[^>]*>", form[1])]
+        choice = "allow" if self.allow else "deny"
+        for b in buttons:
+            if b.get("name") and b.get("value") == choice:
+                fields[b["name"]] = choice
+        return action, fields
+
     async def open(self, url: str) -> None:
         async with httpx2.AsyncClient() as browser:
-            page = await browser.get(url)
-            assert page.status_code == 200, f"the authorization page answered {page.status_code}: {page.text[:500]}"
-            self.pages += 1
-            action = html.unescape(re.search(r'<form class="panel" method="post" action="([^"]+)"', page.text)[1])
-            fields = {
-                html.unescape(name): html.unescape(value)
-                for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', page.text)
-            }
-            fields.update(user=self.user, password=self.password, decision="allow" if self.allow else "deny")
-            answer = await browser.post(urljoin(url, action), data=fields)
-            assert answer.status_code == 303, f"the sign-in answered {answer.status_code}: {answer.text[:500]}"
-            back = urlparse(answer.headers["location"])
-            query = {k: v[0] for k, v in parse_qs(back.query).items()}
-            if "code" not in query:
-                raise RuntimeError(f"sent back without a code: {query}")
-            self.result = AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss"))
+            response = await browser.get(url)
+            for _ in range(12):
+                if response.status_code in (301, 302, 303, 307, 308):
+                    location = urljoin(str(response.url), response.headers["location"])
+                    if location.startswith(REDIRECT):
+                        query = {k: v[0] for k, v in parse_qs(urlparse(location).query).items()}
+                        if "code" not in query:
+                            raise RuntimeError(f"sent back without a code: {query}")
+                        self.result = AuthorizationCodeResult(
+                            code=query["code"], state=query.get("state"), iss=query.get("iss")
+                        )
+                        return
+                    response = await browser.get(location)
+                    continue
+                assert response.status_code == 200, f"{response.url} answered {response.status_code}: {response.text[:500]}"
+                self.pages += 1
+                action, fields = self.form(response.text)
+                response = await browser.post(urljoin(str(response.url), action), data=fields)
+            raise RuntimeError("never sent back to the client")
 
     async def callback(self) -> AuthorizationCodeResult:
         assert self.result is not None
@@ -90,9 +121,9 @@ class Browser:
 
 async def session(url: str, mode: str, provider: OAuthClientProvider, seen: list[str], tool: str, arguments: dict) -> dict:
     async def record(response: httpx2.Response) -> None:
-        path = response.request.url.path
-        if "oauth" in path or ".well-known" in path:
-            seen.append(f"{response.request.method} {path} {response.status_code}")
+        url = response.request.url
+        if url.path != urlparse(provider.context.server_url).path:
+            seen.append(f"{response.request.method} {url.port} {url.path} {response.status_code}")
 
     http = create_mcp_http_client(auth=provider)
     http.event_hooks["response"].append(record)
@@ -120,13 +151,14 @@ async def main(url: str, tool: str, arguments: dict, mode: str, user: str, allow
         emit(result=first_session["result"])
         if refresh:
             before = storage.tokens.access_token if storage.tokens else None
+            pages_before_refresh = browser.pages
             # The access token counts as expired: the SDK refreshes it.
             provider.context.token_expiry_time = time.time() - 1
             again = await session(url, mode, provider, seen, tool, arguments)
             emit(refreshed={
                 "newToken": storage.tokens is not None and storage.tokens.access_token != before,
                 "result": again["result"],
-                "pages": browser.pages,
+                "pages": pages_before_refresh == browser.pages,
             })
     except* MCPError as e:
         emit(error=error(e))
