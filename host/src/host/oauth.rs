@@ -620,9 +620,10 @@ impl ToolHost {
         if !jwt.verified_by(&keys) {
             return refuse("no key of the issuer signed it");
         }
-        granted_by(&setting, issuer, &jwt.claims, resource, crate::tenancy::unix_now(), token)
-            .map_err(|why| refuse(why))
-            .ok()
+        match granted_by(&setting, issuer, &jwt.claims, resource, crate::tenancy::unix_now(), token) {
+            Ok(grant) => Some(grant),
+            Err(why) => refuse(why),
+        }
     }
 }
 
