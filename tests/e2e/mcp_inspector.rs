@@ -87,8 +87,11 @@ async fn the_inspector_lists_and_calls_every_example_tool() {
     for era in ["legacy", "modern"] {
         let context = |run: &Run| format!("era {era}: {}\n--- plinth's log\n{}", run.report(), server.logs());
 
-        let run = inspector(home, &url, &key, era, &["--method", "tools/list"]).await;
+        // `--strict`: the Inspector's schema portability check, in full;
+        // it exits 6 on an error and names every warning.
+        let run = inspector(home, &url, &key, era, &["--method", "tools/list", "--strict"]).await;
         let listing = run.json();
+        assert!(!run.stderr.contains("Warning:"), "schema portability warnings: {}", context(&run));
         let tools = listing["tools"].as_array().unwrap_or_else(|| panic!("no tools: {}", context(&run)));
         let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["book_flight", "echo", "lookup_weather_by_city"], "{}", context(&run));
@@ -141,4 +144,60 @@ async fn the_inspector_lists_and_calls_every_example_tool() {
         assert_eq!(failed["isError"], true, "{}", context(&run));
         assert_eq!(text(&failed), "no city called `Atlantis` is known", "{}", context(&run));
     }
+}
+
+/// The Inspector's CLI connecting with OAuth alone, as a person would: it
+/// finds the authorization server from the `401`, registers, and opens the
+/// sign-in page in "the browser" — here a stand-in `xdg-open` that hands
+/// the URL to the test, which signs in as the end user and lets the browser
+/// follow the redirect to the Inspector's callback.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_inspector_connects_with_oauth_and_a_signed_in_end_user() {
+    let (server, _weather) = serve_example_tools().await;
+    let password = json!({ "password": "alice-password" });
+    let (status, _) = server
+        .call_as(Some(crate::support::TOKEN), reqwest::Method::PUT, "/admin/end-users/alice", Some(&password))
+        .await;
+    assert_eq!(status, 204);
+    let home = tempfile::tempdir().unwrap();
+    let bin = home.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let opened = home.path().join("opened");
+    let opener = bin.join("xdg-open");
+    std::fs::write(&opener, format!("#!/bin/sh\necho \"$1\" >> '{}'\n", opened.display())).unwrap();
+    std::fs::set_permissions(&opener, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut command = node_command(&inspector_cli(), home.path());
+    command
+        .current_dir(home.path())
+        .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()))
+        .env("BROWSER", &opener)
+        .env("MCP_AUTO_OPEN_ENABLED", "true")
+        .env("MCP_INSPECTOR_SECRET_STORE", "memory")
+        .args(["--cli", &format!("{}/mcp", server.base), "--transport", "http", "--method", "tools/list"])
+        .args(["--format", "json", "--callback-url", &format!("http://127.0.0.1:{port}/oauth/callback")]);
+    let child = command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    // The sign-in page's URL, once the Inspector "opens" it.
+    let started = std::time::Instant::now();
+    let url = loop {
+        if let Some(url) = std::fs::read_to_string(&opened).ok().and_then(|s| s.lines().next().map(str::to_string)) {
+            break url;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(60), "the Inspector opened no sign-in page");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(url.starts_with(&format!("{}/oauth/authorize?", server.base)), "{url}");
+    let back = crate::oauth::allow_at(&url, "alice", "alice-password").await;
+    assert!(back.starts_with(&format!("http://127.0.0.1:{port}/oauth/callback?code=")), "{back}");
+    reqwest::get(&back).await.unwrap();
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output()).await.unwrap().unwrap();
+    let run = Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    assert_eq!(run.code, Some(0), "{}", run.report());
+    let printed: Value = serde_json::from_str(run.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", run.report()));
+    let tools = printed["tools"].as_array().or(printed["result"]["tools"].as_array()).cloned().unwrap_or_default();
+    assert!(tools.iter().any(|t| t["name"] == "echo"), "{}", run.report());
 }

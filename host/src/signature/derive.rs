@@ -329,7 +329,10 @@ fn json_schema(resolve: &Resolve, ty: &Type, depth: usize) -> serde_json::Value 
     let Type::Id(id) = ty else {
         return match ty {
             Type::Bool => json!({ "type": "boolean" }),
-            Type::F32 | Type::F64 => json!({ "type": ["number", "null"] }),
+            // Non-finite floats render as null. `anyOf` rather than a type
+            // list: clients mapping schemas onto a one-type dialect (the
+            // Inspector's portability check) take it.
+            Type::F32 | Type::F64 => json!({ "anyOf": [{ "type": "number" }, { "type": "null" }] }),
             Type::Char => json!({ "type": "string", "minLength": 1, "maxLength": 1 }),
             Type::String => json!({ "type": "string" }),
             _ => json!({}),
@@ -594,10 +597,10 @@ mod tests {
         assert_eq!(point["description"], "A place.");
         assert_eq!(
             point["properties"]["lat"],
-            serde_json::json!({ "type": ["number", "null"], "description": "Degrees north." })
+            serde_json::json!({ "anyOf": [{ "type": "number" }, { "type": "null" }], "description": "Degrees north." })
         );
         assert_eq!(point["required"], serde_json::json!(["lat", "lon", "name"]));
-        assert_eq!(schema("l")["items"]["properties"]["lon"]["type"], serde_json::json!(["number", "null"]));
+        assert_eq!(schema("l")["items"]["properties"]["lon"]["anyOf"][0]["type"], "number");
         assert_eq!(
             schema("t")["prefixItems"][0],
             serde_json::json!({ "type": "integer", "minimum": 0, "maximum": 255 })
