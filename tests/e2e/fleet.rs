@@ -440,3 +440,29 @@ async fn requests_waiting_on_the_database_leave_the_http_threads_free() {
         assert!(matches!(status, 401 | 503), "{status}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oauth_token_issued_by_one_replica_works_refreshes_and_is_revoked_on_the_others() {
+    use crate::oauth::{Flow, list_with};
+    let fleet = Fleet::start(2, TestPostgres::shared().fresh_database(), &[]);
+    let password = serde_json::json!({ "password": "alice-password" });
+    let (status, _) =
+        fleet.replica(0).call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&password)).await;
+    assert_eq!(status, 204);
+    // Registered, signed in and issued on replica 0...
+    let (client_id, tokens) = Flow::new(fleet.replica(0), "").tokens().await;
+    let access = tokens["access_token"].as_str().unwrap();
+    // ...taken on replica 1, and refreshed there.
+    assert_eq!(list_with(fleet.replica(1), "", access).await.0, 200);
+    let refresh = tokens["refresh_token"].as_str().unwrap();
+    let (status, renewed) = Flow::new(fleet.replica(1), "").refresh(&client_id, refresh).await;
+    assert_eq!(status, 200, "{renewed}");
+    assert_eq!(list_with(fleet.replica(0), "", renewed["access_token"].as_str().unwrap()).await.0, 200);
+    // The spent refresh token presented again on replica 0: its grant is
+    // revoked on both.
+    let (status, _) = Flow::new(fleet.replica(0), "").refresh(&client_id, refresh).await;
+    assert_eq!(status, 400);
+    for replica in &fleet.replicas {
+        assert_eq!(list_with(replica, "", renewed["access_token"].as_str().unwrap()).await.0, 401);
+    }
+}

@@ -20,7 +20,7 @@ fn challenge(verifier: &str) -> String {
 }
 
 /// A browser and a client of one tenant's authorization server.
-struct Flow<'a> {
+pub struct Flow<'a> {
     server: &'a Server,
     /// `""` or `/t/{tenant}`.
     root: String,
@@ -37,7 +37,7 @@ enum SentBack {
 }
 
 impl<'a> Flow<'a> {
-    fn new(server: &'a Server, root: &str) -> Flow<'a> {
+    pub fn new(server: &'a Server, root: &str) -> Flow<'a> {
         let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
         Flow { server, root: root.into(), http }
     }
@@ -146,12 +146,12 @@ impl<'a> Flow<'a> {
         body
     }
 
-    async fn refresh(&self, client_id: &str, refresh_token: &str) -> (u16, Value) {
+    pub async fn refresh(&self, client_id: &str, refresh_token: &str) -> (u16, Value) {
         self.token(&[("grant_type", "refresh_token"), ("refresh_token", refresh_token), ("client_id", client_id)]).await
     }
 
     /// Tokens for alice, from a fresh client → (client id, token response).
-    async fn tokens(&self) -> (String, Value) {
+    pub async fn tokens(&self) -> (String, Value) {
         let client_id = self.register(&[REDIRECT]).await;
         let code = self.code(&client_id).await;
         let tokens = self.exchange(&client_id, &code).await;
@@ -192,7 +192,7 @@ fn unescape(value: &str) -> String {
 }
 
 /// `tools/list` at `root`'s MCP URL with `token` → (status, WWW-Authenticate, body).
-async fn list_with(server: &Server, root: &str, token: &str) -> (u16, String, Value) {
+pub async fn list_with(server: &Server, root: &str, token: &str) -> (u16, String, Value) {
     let response = server
         .request_as(Some(token), Method::POST, &format!("{root}/mcp"))
         .header("accept", "application/json, text/event-stream")
