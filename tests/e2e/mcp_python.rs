@@ -660,3 +660,29 @@ async fn the_sdks_oauth_client_gets_its_token_from_a_tenants_identity_provider()
     assert_eq!(tokens.len(), 2, "{oauth}");
     assert!(tokens.iter().all(|r| r.starts_with(&format!("POST {provider_port} "))), "{oauth}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sdks_oauth_client_identifies_itself_by_a_client_id_metadata_document() {
+    // The document is served over loopback http by the script: the
+    // operator allows both, as for tests and closed networks.
+    let server = Server::start(&["--oauth-allow-http", "--allow-private-cidr", "127.0.0.0/8"]);
+    let password = json!({ "password": "alice-password" });
+    let (status, _) = server.call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&password)).await;
+    assert_eq!(status, 204);
+    let url = format!("{}/mcp", server.base);
+    for mode in ["legacy", "2026-07-28"] {
+        let args = [url.as_str(), "echo", r#"{"text": "hi"}"#, "--mode", mode, "--metadata-document", "--refresh"];
+        let secret = [("PLINTH_END_USER_PASSWORD", "alice-password")];
+        let lines = Script::start_with("oauth_client.py", &args, None, &secret).finish().await;
+        let field = |name: &str| {
+            lines.iter().find_map(|l| l.get(name).cloned()).unwrap_or_else(|| panic!("{mode}: no {name} in {lines:?}"))
+        };
+        assert!(field("clientId").as_str().unwrap().ends_with("/client.json"), "{lines:?}");
+        assert_eq!(field("result")["structuredContent"], json!({ "text": "hi" }), "{mode}: {lines:?}");
+        assert_eq!(field("refreshed")["newToken"], true, "{mode}: {lines:?}");
+        // No registration: the server fetched the document instead.
+        let oauth = field("oauth");
+        assert!(!oauth.to_string().contains("/register"), "{oauth}");
+        assert_eq!(oauth.as_array().unwrap().iter().filter(|r| r.as_str().unwrap().contains("/oauth/token")).count(), 2);
+    }
+}

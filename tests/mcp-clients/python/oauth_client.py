@@ -1,6 +1,7 @@
 """Connects with the SDK's OAuth client, as an MCP host does for a person.
 
     python oauth_client.py URL TOOL ARGUMENTS_JSON [--mode auto|legacy|2026-07-28] [--user NAME] [--deny] [--refresh]
+                           [--metadata-document]
 
 The SDK's `OAuthClientProvider` does discovery (the 401's resource metadata,
 then the authorization server's), dynamic registration, PKCE and the token
@@ -9,7 +10,9 @@ URL, follows redirects and posts each form on the way (Plinth's sign-in and
 consent page, or an identity provider's login and consent pages) as the end
 user (password from the PLINTH_END_USER_PASSWORD environment variable),
 allowing or (--deny) denying, and hands the code it is sent back with to
-the SDK.
+the SDK. With --metadata-document the client identifies itself by a Client
+ID Metadata Document it serves (and prints {"clientId": its URL}) instead
+of registering.
 
 Prints {"listed": [names]}, {"result": …} (a CallToolResult) or
 {"error": …}, with --refresh {"refreshed": …} after a second connection whose
@@ -20,9 +23,11 @@ it), and at the end {"oauth": [the OAuth requests the SDK made, as
 
 import argparse
 import html
+import http.server
 import json
 import os
 import re
+import threading
 import time
 from urllib.parse import parse_qs, urljoin, urlparse
 
@@ -133,7 +138,33 @@ async def session(url: str, mode: str, provider: OAuthClientProvider, seen: list
         return {"listed": listed, "result": dump(result)}
 
 
-async def main(url: str, tool: str, arguments: dict, mode: str, user: str, allow: bool, refresh: bool) -> None:
+def serve_metadata_document(metadata: OAuthClientMetadata) -> str:
+    """Serves the client's metadata document on a loopback port (as a host
+    publishes it at its https URL) → its URL, which is its client id."""
+    document: dict = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(document).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    url = f"http://127.0.0.1:{server.server_address[1]}/client.json"
+    document.update(metadata.model_dump(mode="json", exclude_none=True), client_id=url)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return url
+
+
+async def main(
+    url: str, tool: str, arguments: dict, mode: str, user: str, allow: bool, refresh: bool, document: bool
+) -> None:
     browser = Browser(user, os.environ.get("PLINTH_END_USER_PASSWORD", ""), allow)
     storage = Memory()
     metadata = OAuthClientMetadata(
@@ -143,7 +174,17 @@ async def main(url: str, tool: str, arguments: dict, mode: str, user: str, allow
         response_types=["code"],
         token_endpoint_auth_method="none",
     )
-    provider = OAuthClientProvider(url, metadata, storage, browser.open, browser.callback)
+    # The SDK takes only https metadata URLs (as hosts publish them); the
+    # test's document is served over loopback http, which the server accepts
+    # with --oauth-allow-http, so the URL is set after the SDK checked a
+    # stand-in.
+    provider = OAuthClientProvider(
+        url, metadata, storage, browser.open, browser.callback,
+        client_metadata_url="https://host.example/client.json" if document else None,
+    )
+    if document:
+        provider.context.client_metadata_url = serve_metadata_document(metadata)
+        emit(clientId=provider.context.client_metadata_url)
     seen: list[str] = []
     try:
         first_session = await session(url, mode, provider, seen, tool, arguments)
@@ -176,5 +217,9 @@ if __name__ == "__main__":
     parser.add_argument("--user", default="alice")
     parser.add_argument("--deny", action="store_true")
     parser.add_argument("--refresh", action="store_true")
+    parser.add_argument("--metadata-document", action="store_true")
     args = parser.parse_args()
-    anyio.run(main, args.url, args.tool, args.arguments, args.mode, args.user, not args.deny, args.refresh)
+    anyio.run(
+        main, args.url, args.tool, args.arguments, args.mode, args.user, not args.deny, args.refresh,
+        args.metadata_document,
+    )
