@@ -642,23 +642,25 @@ async fn the_sdks_oauth_client_gets_its_token_from_a_tenants_identity_provider()
     assert_eq!(server.get("/.well-known/oauth-authorization-server/t/acme").await.0, 404);
 
     let url = format!("{}/t/acme/mcp", server.base);
-    let args = [url.as_str(), "echo", r#"{"text": "hi"}"#, "--mode", "2026-07-28", "--refresh", "--user", "alice"];
-    let lines = Script::start_with("oauth_client.py", &args, None, &[]).finish().await;
-    let field = |name: &str| {
-        lines.iter().find_map(|l| l.get(name).cloned()).unwrap_or_else(|| panic!("no {name} in {lines:?}"))
-    };
-    assert_eq!(field("listed"), json!(["echo"]), "{lines:?}");
-    assert_eq!(field("result")["structuredContent"], json!({ "text": "hi" }), "{lines:?}");
-    let refreshed = field("refreshed");
-    assert_eq!((&refreshed["newToken"], &refreshed["pages"]), (&json!(true), &json!(true)), "{lines:?}");
-    assert_eq!(refreshed["result"]["structuredContent"], json!({ "text": "hi" }), "{lines:?}");
-    // Every token request went to the provider, none to Plinth's own server.
-    let provider_port = provider.issuer.rsplit(':').next().unwrap();
-    let oauth = field("oauth");
-    let tokens: Vec<&str> =
-        oauth.as_array().unwrap().iter().filter_map(Value::as_str).filter(|r| r.contains("/token")).collect();
-    assert_eq!(tokens.len(), 2, "{oauth}");
-    assert!(tokens.iter().all(|r| r.starts_with(&format!("POST {provider_port} "))), "{oauth}");
+    for mode in ["legacy", "2026-07-28"] {
+        let args = [url.as_str(), "echo", r#"{"text": "hi"}"#, "--mode", mode, "--refresh", "--user", "alice"];
+        let lines = Script::start_with("oauth_client.py", &args, None, &[]).finish().await;
+        let field = |name: &str| {
+            lines.iter().find_map(|l| l.get(name).cloned()).unwrap_or_else(|| panic!("{mode}: no {name} in {lines:?}"))
+        };
+        assert_eq!(field("listed"), json!(["echo"]), "{mode}: {lines:?}");
+        assert_eq!(field("result")["structuredContent"], json!({ "text": "hi" }), "{mode}: {lines:?}");
+        let refreshed = field("refreshed");
+        assert_eq!((&refreshed["newToken"], &refreshed["pages"]), (&json!(true), &json!(true)), "{mode}: {lines:?}");
+        assert_eq!(refreshed["result"]["structuredContent"], json!({ "text": "hi" }), "{mode}: {lines:?}");
+        // Every token request went to the provider, none to Plinth's own server.
+        let provider_port = provider.issuer.rsplit(':').next().unwrap();
+        let oauth = field("oauth");
+        let tokens: Vec<&str> =
+            oauth.as_array().unwrap().iter().filter_map(Value::as_str).filter(|r| r.contains("/token")).collect();
+        assert_eq!(tokens.len(), 2, "{mode}: {oauth}");
+        assert!(tokens.iter().all(|r| r.starts_with(&format!("POST {provider_port} "))), "{mode}: {oauth}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -683,6 +685,9 @@ async fn the_sdks_oauth_client_identifies_itself_by_a_client_id_metadata_documen
         // No registration: the server fetched the document instead.
         let oauth = field("oauth");
         assert!(!oauth.to_string().contains("/register"), "{oauth}");
-        assert_eq!(oauth.as_array().unwrap().iter().filter(|r| r.as_str().unwrap().contains("/oauth/token")).count(), 2);
+        assert_eq!(
+            oauth.as_array().unwrap().iter().filter(|r| r.as_str().unwrap().contains("/oauth/token")).count(),
+            2
+        );
     }
 }
