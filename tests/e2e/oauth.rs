@@ -451,21 +451,21 @@ async fn the_authorization_page_never_sends_a_browser_where_the_client_did_not_r
     // An unknown client: a page.
     let (status, _, _) = flow.page(&flow.request("plinth_client_nobody", REDIRECT)).await;
     assert_eq!(status, 400);
-    // No PKCE, or plain: back to the client with an error, never a code.
+    // No PKCE, or plain; another resource than the tenant's MCP URL: a
+    // page saying so, never a redirect (anyone may register a client whose
+    // redirect URI is their own site: that would be an open redirector).
     let mut plain = flow.request(&client_id, REDIRECT);
     plain.retain(|(k, _)| k != "code_challenge_method");
     plain.push(("code_challenge_method".into(), "plain".into()));
-    let response = flow.http.get(flow.url("/oauth/authorize")).query(&plain).send().await.unwrap();
-    assert_eq!(response.status(), 303);
-    let location = response.headers()[reqwest::header::LOCATION].to_str().unwrap();
-    assert!(location.starts_with(REDIRECT) && location.contains("error=invalid_request"), "{location}");
-    // Another resource than the tenant's MCP URL.
     let mut other = flow.request(&client_id, REDIRECT);
     other.retain(|(k, _)| k != "resource");
     other.push(("resource".into(), "https://elsewhere.example/mcp".into()));
-    let response = flow.http.get(flow.url("/oauth/authorize")).query(&other).send().await.unwrap();
-    let location = response.headers()[reqwest::header::LOCATION].to_str().unwrap();
-    assert!(location.contains("error=invalid_target"), "{location}");
+    for (query, said) in [(plain, "invalid_request"), (other, "invalid_target")] {
+        let (status, headers, page) = flow.page(&query).await;
+        assert_eq!(status, 400, "{page}");
+        assert!(headers.get(reqwest::header::LOCATION).is_none());
+        assert!(page.contains(said), "{page}");
+    }
 
     // The page is never framed, runs no script, and posts only here and to
     // the client.
@@ -510,6 +510,54 @@ async fn the_authorization_page_never_sends_a_browser_where_the_client_did_not_r
     assert_eq!(&statuses[..5], [401; 5], "{statuses:?}");
     assert!(statuses[5..].iter().all(|s| *s == 429), "{statuses:?}");
     assert_eq!(grants(&server), before, "nothing was issued");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn removing_an_end_user_changing_their_password_or_turning_oauth_off_ends_their_tokens() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let server = &server;
+    let flow = Flow::new(server, "");
+    let put_password = |password: &'static str| {
+        let body = json!({ "password": password });
+        async move { server.call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&body)).await.0 }
+    };
+    // A new password ends what the old one signed in to.
+    let (client_id, tokens) = flow.tokens().await;
+    assert_eq!(put_password("alice-password").await, 204);
+    assert_eq!(list_with(server, "", tokens["access_token"].as_str().unwrap()).await.0, 401);
+    assert_eq!(flow.refresh(&client_id, tokens["refresh_token"].as_str().unwrap()).await.0, 400);
+    // Removing the end user ends theirs; a later user of the name gets none.
+    let (client_id, tokens) = flow.tokens().await;
+    assert_eq!(server.call_as(Some(TOKEN), Method::DELETE, "/admin/end-users/alice", None).await.0, 204);
+    assert_eq!(put_password("alice-password").await, 204);
+    assert_eq!(list_with(server, "", tokens["access_token"].as_str().unwrap()).await.0, 401);
+    assert_eq!(flow.refresh(&client_id, tokens["refresh_token"].as_str().unwrap()).await.0, 400);
+    // Turning OAuth off and on again does not bring tokens back.
+    let (_, tokens) = flow.tokens().await;
+    for enabled in [false, true] {
+        let body = json!({ "enabled": enabled });
+        assert_eq!(server.call_as(Some(TOKEN), Method::PUT, "/admin/tenants/default/oauth", Some(&body)).await.0, 200);
+    }
+    assert_eq!(list_with(server, "", tokens["access_token"].as_str().unwrap()).await.0, 401);
+
+    // A client with one redirect URI may leave it out of the request; then
+    // the token request may too (RFC 6749 §4.1.3), else it must name it.
+    let client_id = flow.register(&[REDIRECT]).await;
+    let mut query = flow.request(&client_id, REDIRECT);
+    query.retain(|(k, _)| k != "redirect_uri");
+    let code = match flow.sign_in(&query, "alice", "alice-password", "allow").await {
+        SentBack::Client(fields) => fields["code"].clone(),
+        other => panic!("{other:?}"),
+    };
+    let form =
+        [("grant_type", "authorization_code"), ("code", &code), ("client_id", &client_id), ("code_verifier", VERIFIER)];
+    let (status, body) = flow.token(&form).await;
+    assert_eq!(status, 200, "{body}");
+    let code = flow.code(&client_id).await;
+    let form =
+        [("grant_type", "authorization_code"), ("code", &code), ("client_id", &client_id), ("code_verifier", VERIFIER)];
+    let (status, body) = flow.token(&form).await;
+    assert_eq!((status, &body["error"]), (400, &json!("invalid_request")), "{body}");
 }
 
 /// Serves `document` at `/client.json` on 127.0.0.1 (after `delay`) → its URL.

@@ -352,12 +352,14 @@ fn decide(
     // A token carries what its scopes allow, and never more than a
     // consumer key.
     if let Some(token) = &principal.token {
-        let needed = match access {
-            Access::Enumerate => "tools:read",
-            Access::Invoke => "tools:call",
-            _ => "",
+        // Listing comes with calling: a token granted only `tools:call`
+        // must still be able to open the session and find its tools.
+        let (needed, granted) = match access {
+            Access::Enumerate => ("tools:read", token.has("tools:read") || token.has("tools:call")),
+            Access::Invoke => ("tools:call", token.has("tools:call")),
+            _ => ("", false),
         };
-        if needed.is_empty() || !token.has(needed) {
+        if !granted {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "insufficient_scope",

@@ -570,6 +570,10 @@ impl ServerHandler for McpDoor {
             .get::<http::request::Parts>()
             .and_then(|p| auth::bearer_token(&p.headers))
             .map(str::to_string);
+        // A token's stream is checked against the token's grant (an
+        // external JWT's, which cannot be revoked here, until it expires).
+        let token = caller.principal.as_ref().and_then(|p| p.token.clone());
+        let resource = super::oauth::mcp_resource(&self.options, &caller.tenant);
         let tenant = caller.tenant;
         let wants_tools = context.accepted().tools_list_changed == Some(true);
         // A stream that asked for no tool changes only waits to be closed.
@@ -589,7 +593,15 @@ impl ServerHandler for McpDoor {
                 () = &mut ends => return Ok(()),
                 _ = stopping.changed() => return Ok(()),
                 _ = key_check.tick() => {
-                    if key.as_deref().is_some_and(|k| host.authenticate(k).is_none()) {
+                    let live = match (key.as_deref(), &token) {
+                        (None, _) => true,
+                        (Some(k), None) => host.authenticate(k).is_some(),
+                        (Some(k), Some(_)) if k.starts_with(crate::host::oauth::ACCESS_PREFIX) => {
+                            host.access_grant(&tenant, k).is_ok_and(|g| g.is_some())
+                        }
+                        (Some(k), Some(_)) => host.external_grant(&tenant, k, &resource).await.is_some(),
+                    };
+                    if !live {
                         return Ok(());
                     }
                 }

@@ -251,13 +251,12 @@ struct Checked {
     state: Option<String>,
 }
 
-/// Why an authorization request is not shown: before its redirect URI is
-/// known good, a page (never a redirect: that would be an open redirect);
-/// after, a redirect with the error (RFC 6749 §4.1.2.1).
-enum Refused {
-    Page(StatusCode, String),
-    Redirect(Response),
-}
+/// Why an authorization request is not shown: a page saying so, never a
+/// redirect. Anyone may register a client whose redirect URI is their own
+/// site, so a redirect with the error before the person did anything would
+/// make this server an open redirector (RFC 9700 §4.11.2); the client's
+/// redirect URI is used only once the person has answered.
+struct Refused(StatusCode, String);
 
 fn sign_in_notice(options: &ApiOptions, status: StatusCode, title: &str, said: String) -> Response {
     pages::notice(status, Frame::new(&options.public_url, Product::SignIn, title), vec![Paragraph::of(said)])
@@ -301,17 +300,18 @@ async fn check_request(
 ) -> Result<Checked, Refused> {
     let one = |name: &str| field(fields, name).filter(|v| !v.is_empty());
     let client_id = one("client_id")
-        .ok_or_else(|| Refused::Page(StatusCode::BAD_REQUEST, "The request names no client (`client_id`).".into()))?;
-    let client = host.oauth_client(tenant, client_id).await.map_err(|e| {
-        Refused::Page(StatusCode::BAD_REQUEST, format!("The client cannot be used: {}.", e.description))
-    })?;
+        .ok_or_else(|| Refused(StatusCode::BAD_REQUEST, "The request names no client (`client_id`).".into()))?;
+    let client = host
+        .oauth_client(tenant, client_id)
+        .await
+        .map_err(|e| Refused(StatusCode::BAD_REQUEST, format!("The client cannot be used: {}.", e.description)))?;
     let redirect_uri = match one("redirect_uri") {
         Some(uri) => uri.to_string(),
         None if client.redirect_uris.len() == 1 => client.redirect_uris[0].clone(),
-        None => return Err(Refused::Page(StatusCode::BAD_REQUEST, "The request names no `redirect_uri`.".into())),
+        None => return Err(Refused(StatusCode::BAD_REQUEST, "The request names no `redirect_uri`.".into())),
     };
     if !core::redirect_matches(&client.redirect_uris, &redirect_uri) {
-        return Err(Refused::Page(
+        return Err(Refused(
             StatusCode::BAD_REQUEST,
             "The address this request would send you back to is not one the client registered; nothing was sent there."
                 .into(),
@@ -319,13 +319,7 @@ async fn check_request(
     }
     let state = one("state").map(str::to_string);
     let refuse = |code: &str, description: &str| {
-        Refused::Redirect(back_to_client(
-            options,
-            tenant,
-            &redirect_uri,
-            state.as_deref(),
-            &[("error", code), ("error_description", description)],
-        ))
+        Refused(StatusCode::BAD_REQUEST, format!("The application's request cannot be served ({code}): {description}."))
     };
     if one("response_type") != Some("code") {
         return Err(refuse("unsupported_response_type", "only response_type=code is supported"));
@@ -343,6 +337,7 @@ async fn check_request(
     }
     let asked = Authorization {
         client_id: client.client_id.clone(),
+        redirect_uri_given: one("redirect_uri").is_some(),
         redirect_uri,
         code_challenge: challenge.to_string(),
         scopes,
@@ -385,7 +380,7 @@ fn authorize_page(
 }
 
 /// `GET oauth/authorize`: the sign-in and consent page.
-#[utoipa::path(get, summary = "Sign-in and consent (the authorization endpoint)", description = "An authorization code request (OAuth 2.1: `response_type=code`, PKCE S256 required). Shows the person the client (its name from its registration or metadata document), the tenant and the scopes, and a form to sign in as one of the tenant's end users and allow or deny. A request whose client or redirect URI is not known good is answered with a page, never a redirect.", path = "/oauth/authorize", tag = "OAuth", operation_id = "authorize_page",
+#[utoipa::path(get, summary = "Sign-in and consent (the authorization endpoint)", description = "An authorization code request (OAuth 2.1: `response_type=code`, PKCE S256 required). Shows the person the client (its name from its registration or metadata document), the tenant and the scopes, and a form to sign in as one of the tenant's end users and allow or deny. A request that cannot be served is answered with a page, never a redirect: the client's redirect URI is used only once the person has answered.", path = "/oauth/authorize", tag = "OAuth", operation_id = "authorize_page",
     params(
         ("response_type" = Option<String>, Query, description = "`code`"),
         ("client_id" = Option<String>, Query, description = "A registered client's id, or the URL of the client's metadata document"),
@@ -398,8 +393,7 @@ fn authorize_page(
     ),
     responses(
         (status = 200, description = "The sign-in and consent page", content_type = "text/html", body = String),
-        (status = 303, description = "A refused request, back to the client with `error`", headers(("Location" = String, description = "The client's redirect URI"))),
-        (status = 400, description = "No usable client or redirect URI: a page saying so", content_type = "text/html", body = String),
+        (status = 400, description = "A request that cannot be served (no usable client or redirect URI, no PKCE, an unknown scope, another resource): a page saying so, never a redirect", content_type = "text/html", body = String),
         (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
     ))]
 pub(super) async fn authorize_form(
@@ -416,8 +410,7 @@ pub(super) async fn authorize_form(
     let fields = form(query.unwrap_or_default().as_bytes());
     let checked = match check_request(&host, &options, tenant, &fields).await {
         Ok(checked) => checked,
-        Err(Refused::Redirect(response)) => return response,
-        Err(Refused::Page(status, said)) => return sign_in_notice(&options, status, "Cannot sign in", said),
+        Err(Refused(status, said)) => return sign_in_notice(&options, status, "Cannot sign in", said),
     };
     let problem = match crate::store::off_the_workers(|| host.tenant_has_end_users(tenant)) {
         Ok(true) => None,
@@ -463,8 +456,7 @@ pub(super) async fn authorize(
     }
     let checked = match check_request(&host, &options, tenant, &fields).await {
         Ok(checked) => checked,
-        Err(Refused::Redirect(response)) => return response,
-        Err(Refused::Page(status, said)) => return sign_in_notice(&options, status, "Cannot sign in", said),
+        Err(Refused(status, said)) => return sign_in_notice(&options, status, "Cannot sign in", said),
     };
     let back = |params: &[(&str, &str)]| {
         back_to_client(&options, tenant, &checked.asked.redirect_uri, checked.state.as_deref(), params)
@@ -518,12 +510,10 @@ pub(super) async fn token(State(host): State<AppState>, Extension(caller): Exten
     let resource = one("resource");
     let issued = match one("grant_type") {
         Some("authorization_code") => {
-            let (Some(code), Some(redirect_uri), Some(verifier)) =
-                (one("code"), one("redirect_uri"), one("code_verifier"))
-            else {
-                return missing("code, redirect_uri and code_verifier");
+            let (Some(code), Some(verifier)) = (one("code"), one("code_verifier")) else {
+                return missing("code and code_verifier");
             };
-            host.exchange_code(tenant, code, client_id, redirect_uri, verifier, resource)
+            host.exchange_code(tenant, code, client_id, one("redirect_uri"), verifier, resource)
         }
         Some("refresh_token") => {
             let Some(refresh_token) = one("refresh_token") else { return missing("refresh_token") };

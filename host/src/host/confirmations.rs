@@ -168,8 +168,14 @@ pub(super) struct CheqState {
     /// off, or an external issuer.
     pub oauth: dashmap::DashMap<String, super::oauth::OAuthSetting>,
     /// OAuth clients' metadata documents, fetched and cached under the
-    /// same rules as confirmation servers' keys.
+    /// same rules as confirmation servers' keys, and to public addresses
+    /// only unless the operator allows http (tests, closed networks):
+    /// anyone can make the server fetch one.
     pub documents: jwks::JwksFetcher,
+    /// Tenants' external identity providers' discovery documents and key
+    /// sets: a cache of their own, so that made-up client documents cannot
+    /// crowd them out.
+    pub providers: jwks::JwksFetcher,
 }
 
 impl CheqState {
@@ -201,7 +207,19 @@ impl CheqState {
             oauth: Default::default(),
             documents: jwks::JwksFetcher::documents(
                 JwksOptions { allow_http: options.client_documents_allow_http, ..options.jwks.clone() },
+                if options.client_documents_allow_http {
+                    outbound.clone()
+                } else {
+                    Arc::new(crate::runtime::outbound::OutboundLimits {
+                        allowed_private: Vec::new(),
+                        ..(*outbound).clone()
+                    })
+                },
+            ),
+            providers: jwks::JwksFetcher::documents_of(
+                JwksOptions { allow_http: options.client_documents_allow_http, ..options.jwks.clone() },
                 outbound,
+                options.jwks.max_bytes,
             ),
         })
     }
@@ -956,6 +974,8 @@ impl ToolHost {
             .to_string();
         let audit = AuditEntry::new(actor, Some(tenant), "end_user.put", name);
         self.store.put_end_user(tenant, name, &hash, &audit)?;
+        // A new password ends what the old one signed in to.
+        self.store.revoke_oauth_of(tenant, Some(name), unix_now())?;
         tracing::info!(tenant, end_user = name, "end user set");
         Ok(())
     }
@@ -966,6 +986,8 @@ impl ToolHost {
         if !self.store.delete_end_user(tenant, name, &audit)? {
             return Err(ChangeError::NotFound(format!("there is no end user `{name}`")));
         }
+        // Their OAuth grants end with them (a later user of the name gets none).
+        self.store.revoke_oauth_of(tenant, Some(name), unix_now())?;
         Ok(())
     }
 

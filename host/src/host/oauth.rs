@@ -290,6 +290,9 @@ fn sound_verifier(verifier: &str) -> bool {
 pub struct Authorization {
     pub client_id: String,
     pub redirect_uri: String,
+    /// Whether the request named it (else it was the client's only one):
+    /// the token request must then name it too (RFC 6749 §4.1.3).
+    pub redirect_uri_given: bool,
     pub code_challenge: String,
     pub scopes: Vec<String>,
     pub resource: String,
@@ -335,7 +338,7 @@ impl ToolHost {
         }
         if let Some(issuer) = &setting.issuer {
             let discovery = format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/'));
-            if issuer.ends_with('/') || self.cheq.documents.check_url(&discovery).is_err() {
+            if issuer.ends_with('/') || self.cheq.providers.check_url(&discovery).is_err() {
                 return Err(super::ChangeError::Invalid(
                     "`issuer` must be an https:// URL without a trailing slash, user name or password, on an address this server may reach".into(),
                 ));
@@ -348,8 +351,14 @@ impl ToolHost {
         }
         let audit = crate::tenancy::AuditEntry::new(actor, Some(tenant), "oauth.put", tenant)
             .detail(serde_json::to_value(&setting).unwrap_or_default());
+        let leaves_builtin = !setting.enabled || setting.issuer.is_some();
         let value = serde_json::to_string(&setting).unwrap_or_default();
         self.store.put_setting(&(tenant.to_string(), OAUTH_SETTING.into(), value), &audit)?;
+        // Tokens of the built-in server end with it: turning it on again
+        // does not bring them back.
+        if leaves_builtin {
+            self.store.revoke_oauth_of(tenant, None, crate::tenancy::unix_now())?;
+        }
         self.cheq.oauth.insert(tenant.to_string(), setting);
         Ok(())
     }
@@ -417,7 +426,8 @@ impl ToolHost {
     /// Issues a code for what `end_user` consented to.
     pub fn issue_code(&self, tenant: &str, end_user: &str, asked: &Authorization) -> Result<String, OAuthError> {
         let code = format!("{CODE_PREFIX}{}", random_token()?.trim_end_matches('='));
-        let detail = json!({ "redirect_uri": asked.redirect_uri, "code_challenge": asked.code_challenge });
+        let detail = json!({ "redirect_uri": asked.redirect_uri, "redirect_uri_given": asked.redirect_uri_given,
+                             "code_challenge": asked.code_challenge });
         let grant = OAuthGrant {
             token_sha256: sha256_hex(code.as_bytes()),
             kind: "code".into(),
@@ -442,7 +452,7 @@ impl ToolHost {
         tenant: &str,
         code: &str,
         client_id: &str,
-        redirect_uri: &str,
+        redirect_uri: Option<&str>,
         verifier: &str,
         resource: Option<&str>,
     ) -> Result<IssuedTokens, OAuthError> {
@@ -465,8 +475,15 @@ impl ToolHost {
             return Err(OAuthError::grant("the code was issued to another client"));
         }
         let detail: Value = serde_json::from_str(&grant.detail).unwrap_or_default();
-        if detail["redirect_uri"].as_str() != Some(redirect_uri) {
-            return Err(OAuthError::grant("redirect_uri is not the one the code was issued with"));
+        let required = detail["redirect_uri_given"].as_bool().unwrap_or(true);
+        match redirect_uri {
+            Some(uri) if detail["redirect_uri"].as_str() != Some(uri) => {
+                return Err(OAuthError::grant("redirect_uri is not the one the code was issued with"));
+            }
+            None if required => {
+                return Err(OAuthError::new("invalid_request", "`redirect_uri` is required: the request named one"));
+            }
+            _ => {}
         }
         if !sound_verifier(verifier) || detail["code_challenge"].as_str() != Some(&s256(verifier)) {
             return Err(OAuthError::grant("the code_verifier does not match the code_challenge"));
@@ -474,7 +491,23 @@ impl ToolHost {
         if resource.is_some_and(|r| r != grant.resource) {
             return Err(OAuthError::new("invalid_target", "the code was issued for another resource"));
         }
-        self.issue_tokens(&grant, &grant.scope.split(' ').map(str::to_string).collect::<Vec<_>>())
+        let scopes: Vec<String> = grant.scope.split(' ').map(str::to_string).collect();
+        self.issue_after_use(&sha, &grant, &scopes)
+    }
+
+    /// Issues tokens for a code or refresh token just spent; if a replay
+    /// revoked its grant in between (after the spend, before these
+    /// tokens existed), revokes them too.
+    fn issue_after_use(&self, spent: &str, grant: &OAuthGrant, scopes: &[String]) -> Result<IssuedTokens, OAuthError> {
+        let tokens = self.issue_tokens(grant, scopes)?;
+        let revoked =
+            crate::store::off_the_workers(|| self.store.oauth_grant(spent))?.is_none_or(|g| g.revoked_at.is_some());
+        if revoked {
+            let now = crate::tenancy::unix_now();
+            crate::store::off_the_workers(|| self.store.revoke_oauth(spent, Some(&grant.family), now))?;
+            return Err(OAuthError::grant("the grant was revoked while these tokens were issued"));
+        }
+        Ok(tokens)
     }
 
     /// Refreshes (refresh_token grant): the refresh token is used once;
@@ -510,6 +543,11 @@ impl ToolHost {
         if resource.is_some_and(|r| r != grant.resource) {
             return Err(OAuthError::new("invalid_target", "the refresh token was issued for another resource"));
         }
+        // A removed end user's grants were revoked; a store that failed to
+        // say so is asked again.
+        if crate::store::off_the_workers(|| self.store.end_user(tenant, &grant.end_user))?.is_none() {
+            return Err(OAuthError::grant("the end user this token acts for no longer exists"));
+        }
         let granted: Vec<String> = grant.scope.split(' ').map(str::to_string).collect();
         let scopes = match scope {
             None => granted,
@@ -521,7 +559,7 @@ impl ToolHost {
                 asked
             }
         };
-        self.issue_tokens(&grant, &scopes)
+        self.issue_after_use(&sha, &grant, &scopes)
     }
 
     fn issue_tokens(&self, from: &OAuthGrant, scopes: &[String]) -> Result<IssuedTokens, OAuthError> {
@@ -599,7 +637,7 @@ impl ToolHost {
             None
         };
         let jwt = Jwt::parse(token)?;
-        let discovery = match self.cheq.documents.get(&format!("{issuer}/.well-known/openid-configuration")).await {
+        let discovery = match self.cheq.providers.get(&format!("{issuer}/.well-known/openid-configuration")).await {
             Ok(document) => document,
             Err(e) => {
                 tracing::warn!(tenant, error = %e, "the tenant's identity provider's discovery document was not used");
@@ -610,7 +648,7 @@ impl ToolHost {
             return refuse("the discovery document names another issuer");
         }
         let jwks_uri = discovery["jwks_uri"].as_str()?;
-        let keys = match self.cheq.documents.get(jwks_uri).await {
+        let keys = match self.cheq.providers.get(jwks_uri).await {
             Ok(keys) => keys,
             Err(e) => {
                 tracing::warn!(tenant, error = %e, "the tenant's identity provider's keys were not used");

@@ -60,9 +60,11 @@ pub(super) fn sweep(store: &dyn RegistryStore, retention: Duration, counted_unti
     let deleted = store.sweep_confirmations(before)?;
     // Expired OAuth codes and tokens are of no use to anyone: a day after
     // their expiry (so a replay is still told apart from nonsense) they go.
-    let expired = store.sweep_oauth_grants(unix_now().saturating_sub(24 * 3600))?;
-    if expired > 0 {
-        tracing::info!(expired, "deleted expired OAuth codes and tokens");
+    let day_ago = unix_now().saturating_sub(24 * 3600);
+    let expired = store.sweep_oauth_grants(day_ago)?;
+    let unused = store.sweep_oauth_clients(day_ago)?;
+    if expired + unused > 0 {
+        tracing::info!(expired, unused, "deleted expired OAuth codes and tokens, and clients that hold none");
     }
     if deleted > 0 {
         tracing::info!(deleted, retention_secs = retention.as_secs(), "deleted CHEQ transactions past their retention");

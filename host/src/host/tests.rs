@@ -412,6 +412,7 @@ fn an_access_token_past_its_expiry_or_revoked_grants_nothing() {
     let asked = super::oauth::Authorization {
         client_id: "plinth_client_x".into(),
         redirect_uri: "http://127.0.0.1/cb".into(),
+        redirect_uri_given: true,
         code_challenge: "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM".into(),
         scopes: vec!["tools:read".into()],
         resource: "http://127.0.0.1:8080/mcp".into(),
@@ -419,7 +420,7 @@ fn an_access_token_past_its_expiry_or_revoked_grants_nothing() {
     let code = host.issue_code("default", "alice", &asked).unwrap();
     let verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
     let tokens =
-        host.exchange_code("default", &code, "plinth_client_x", "http://127.0.0.1/cb", verifier, None).unwrap();
+        host.exchange_code("default", &code, "plinth_client_x", Some("http://127.0.0.1/cb"), verifier, None).unwrap();
     let grant = host.access_grant("default", &tokens.access_token).unwrap().expect("a fresh token is valid");
     assert_eq!((grant.end_user.as_str(), grant.scopes.as_slice()), ("alice", ["tools:read".to_string()].as_slice()));
     assert!(host.access_grant("acme", &tokens.access_token).unwrap().is_none(), "another tenant's");

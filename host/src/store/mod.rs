@@ -550,6 +550,10 @@ pub trait RegistryStore: Send + Sync {
     fn use_oauth_grant(&self, token_sha256: &str, now: i64) -> Result<Option<OAuthGrant>, StoreError>;
     /// Revokes one credential (`Some`) or its whole family (`None`).
     fn revoke_oauth(&self, token_sha256: &str, family: Option<&str>, now: i64) -> Result<(), StoreError>;
+    /// Revokes every credential of `tenant`'s built-in server, or only
+    /// those `end_user` was issued (their account was removed or its
+    /// password changed).
+    fn revoke_oauth_of(&self, tenant: &str, end_user: Option<&str>, now: i64) -> Result<(), StoreError>;
     /// Deletes credentials that expired before `before`; returns how many.
     fn sweep_oauth_grants(&self, before: i64) -> Result<usize, StoreError>;
     /// Registers an OAuth client (RFC 7591) of a tenant, unless the tenant
@@ -562,6 +566,10 @@ pub trait RegistryStore: Send + Sync {
         now: i64,
         max: u64,
     ) -> Result<bool, StoreError>;
+    /// Deletes clients registered before `before` that hold no credential
+    /// (never used, or all theirs expired and swept): open registration
+    /// cannot fill a tenant for good. Returns how many.
+    fn sweep_oauth_clients(&self, before: i64) -> Result<usize, StoreError>;
     /// A registered client's metadata (JSON).
     fn oauth_client(&self, tenant: &str, client_id: &str) -> Result<Option<String>, StoreError>;
 

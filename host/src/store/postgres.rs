@@ -778,7 +778,11 @@ impl RegistryStore for PostgresStore {
             (self.pool.clone(), key.clone(), request_sha256.to_string(), self.replica.to_string());
         self.run(async move {
             let mut tx = pool.begin().await.map_err(db)?;
-            sqlx::query("DELETE FROM idempotent_calls WHERE created_at < $1")
+            // The claiming tenant's expired records only: a statement over
+            // every tenant's would lock their usage rows (the trigger) in no
+            // set order, and two claims could deadlock.
+            sqlx::query("DELETE FROM idempotent_calls WHERE tenant = $1 AND created_at < $2")
+                .bind(&key.tenant)
                 .bind(expired_before)
                 .execute(&mut *tx)
                 .await
@@ -1256,6 +1260,39 @@ impl RegistryStore for PostgresStore {
             };
             query.bind(now).execute(&pool).await.map_err(db)?;
             Ok(())
+        })
+    }
+
+    fn revoke_oauth_of(&self, tenant: &str, end_user: Option<&str>, now: i64) -> Result<(), StoreError> {
+        let (pool, tenant, end_user) = (self.pool.clone(), tenant.to_string(), end_user.map(str::to_string));
+        self.run(async move {
+            sqlx::query(
+                "UPDATE oauth_grants SET revoked_at = $3
+                 WHERE tenant = $1 AND ($2::text IS NULL OR end_user = $2) AND revoked_at IS NULL",
+            )
+            .bind(tenant)
+            .bind(end_user)
+            .bind(now)
+            .execute(&pool)
+            .await
+            .map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn sweep_oauth_clients(&self, before: i64) -> Result<usize, StoreError> {
+        let pool = self.pool.clone();
+        self.run(async move {
+            let deleted = sqlx::query(
+                "DELETE FROM oauth_clients c WHERE c.created_at < $1 AND NOT EXISTS (
+                     SELECT 1 FROM oauth_grants g WHERE g.tenant = c.tenant AND g.client_id = c.client_id)",
+            )
+            .bind(before)
+            .execute(&pool)
+            .await
+            .map_err(db)?
+            .rows_affected();
+            Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
         })
     }
 

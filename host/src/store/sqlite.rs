@@ -706,7 +706,12 @@ impl RegistryStore for SqliteStore {
     ) -> Result<Claimed, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        tx.execute("DELETE FROM idempotent_calls WHERE created_at < ?1", [expired_before])?;
+        // The claiming tenant's expired records only (its index): other
+        // tenants' go with their own next claim, or the retention sweep.
+        tx.execute(
+            "DELETE FROM idempotent_calls WHERE tenant = ?1 AND created_at < ?2",
+            params![key.tenant, expired_before],
+        )?;
         let inserted = tx.execute(
             "INSERT OR IGNORE INTO idempotent_calls (tenant, caller, call_id, request_sha256, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -1031,6 +1036,23 @@ impl RegistryStore for SqliteStore {
             )?,
         };
         Ok(())
+    }
+
+    fn revoke_oauth_of(&self, tenant: &str, end_user: Option<&str>, now: i64) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE oauth_grants SET revoked_at = ?3
+             WHERE tenant = ?1 AND (?2 IS NULL OR end_user = ?2) AND revoked_at IS NULL",
+            params![tenant, end_user, now],
+        )?;
+        Ok(())
+    }
+
+    fn sweep_oauth_clients(&self, before: i64) -> Result<usize, StoreError> {
+        Ok(self.conn().execute(
+            "DELETE FROM oauth_clients WHERE created_at < ?1 AND NOT EXISTS (
+                 SELECT 1 FROM oauth_grants g WHERE g.tenant = oauth_clients.tenant AND g.client_id = oauth_clients.client_id)",
+            [before],
+        )?)
     }
 
     fn sweep_oauth_grants(&self, before: i64) -> Result<usize, StoreError> {

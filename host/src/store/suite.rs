@@ -296,6 +296,27 @@ fn oauth_credentials_are_used_once_and_revoked_by_family(store: &dyn RegistrySto
     assert_eq!(store.oauth_client("default", "c2").unwrap().as_deref(), Some("{\"n\":2}"));
     assert_eq!(store.oauth_client("acme", "c2").unwrap(), None);
     assert!(!store.has_end_users("default").unwrap());
+    // One end user's credentials, or a whole tenant's, revoked at once.
+    let of = |sha: &str, user: &str, tenant: &str| OAuthGrant {
+        end_user: user.into(),
+        tenant: tenant.into(),
+        client_id: "c1".into(),
+        ..grant(sha, "access", sha)
+    };
+    store
+        .insert_oauth_grants(&[of("b1", "bob", "default"), of("c1", "carol", "default"), of("d1", "bob", "acme")])
+        .unwrap();
+    store.revoke_oauth_of("default", Some("bob"), 200).unwrap();
+    assert_eq!(store.oauth_grant("b1").unwrap().unwrap().revoked_at, Some(200));
+    assert_eq!(store.oauth_grant("c1").unwrap().unwrap().revoked_at, None);
+    assert_eq!(store.oauth_grant("d1").unwrap().unwrap().revoked_at, None, "another tenant's bob");
+    store.revoke_oauth_of("default", None, 201).unwrap();
+    assert_eq!(store.oauth_grant("c1").unwrap().unwrap().revoked_at, Some(201));
+    // Registered clients that hold no credential are swept once old: c1
+    // holds some, c2 none.
+    assert_eq!(store.sweep_oauth_clients(0).unwrap(), 0, "none is old enough");
+    assert_eq!(store.sweep_oauth_clients(10).unwrap(), 2, "default's c2 and acme's c3");
+    assert!(store.oauth_client("default", "c1").unwrap().is_some());
 }
 
 fn secrets_config_settings_and_keys_round_trip(store: &dyn RegistryStore) {

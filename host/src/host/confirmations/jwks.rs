@@ -127,7 +127,12 @@ impl JwksFetcher {
     /// metadata documents), under the same rules, capped at
     /// [`crate::host::oauth::MAX_CLIENT_METADATA_BYTES`].
     pub(crate) fn documents(options: JwksOptions, limits: Arc<OutboundLimits>) -> JwksFetcher {
-        let options = JwksOptions { max_bytes: crate::host::oauth::MAX_CLIENT_METADATA_BYTES, ..options };
+        JwksFetcher::documents_of(options, limits, crate::host::oauth::MAX_CLIENT_METADATA_BYTES)
+    }
+
+    /// A fetcher of JSON objects of at most `max_bytes`.
+    pub(crate) fn documents_of(options: JwksOptions, limits: Arc<OutboundLimits>, max_bytes: usize) -> JwksFetcher {
+        let options = JwksOptions { max_bytes, ..options };
         JwksFetcher { shape: Value::is_object, ..JwksFetcher::new(options, limits) }
     }
 
