@@ -55,7 +55,12 @@ pub(super) fn count_expiries(store: &dyn RegistryStore, metrics: &Metrics) -> Re
 /// Deletes the transactions settled more than `retention` ago, and none
 /// that expired after `counted_until`: an expiry is counted before its
 /// transaction is deleted.
-pub(super) fn sweep(store: &dyn RegistryStore, retention: Duration, counted_until: i64) -> Result<usize, StoreError> {
+pub(super) fn sweep(
+    store: &dyn RegistryStore,
+    retention: Duration,
+    counted_until: i64,
+    calls_kept: Duration,
+) -> Result<usize, StoreError> {
     let before = unix_now().saturating_sub(i64::try_from(retention.as_secs()).unwrap_or(i64::MAX)).min(counted_until);
     let deleted = store.sweep_confirmations(before)?;
     // Expired OAuth codes and tokens are of no use to anyone: a day after
@@ -65,6 +70,13 @@ pub(super) fn sweep(store: &dyn RegistryStore, retention: Duration, counted_unti
     let unused = store.sweep_oauth_clients(day_ago)?;
     if expired + unused > 0 {
         tracing::info!(expired, unused, "deleted expired OAuth codes and tokens, and clients that hold none");
+    }
+    // Call ids past their retention, of tenants that made no call lately
+    // (a claim deletes its own tenant's).
+    let calls =
+        store.sweep_calls(unix_now().saturating_sub(i64::try_from(calls_kept.as_secs()).unwrap_or(i64::MAX)))?;
+    if calls > 0 {
+        tracing::info!(calls, "deleted call-id records past their retention");
     }
     if deleted > 0 {
         tracing::info!(deleted, retention_secs = retention.as_secs(), "deleted CHEQ transactions past their retention");
@@ -78,7 +90,8 @@ pub(super) fn sweep(store: &dyn RegistryStore, retention: Duration, counted_unti
 /// with the host).
 pub(super) fn start_confirmation_sweep(host: &ToolHost, retention: Duration) -> Result<(), StoreError> {
     let counted = count_expiries(&*host.store, &host.metrics)?;
-    sweep(&*host.store, retention, counted)?;
+    let calls_kept = host.call_retention();
+    sweep(&*host.store, retention, counted, calls_kept)?;
     let Some(executor) = &host.executor else { return Ok(()) };
     let store: Arc<dyn RegistryStore> = host.store.clone();
     let metrics = host.metrics.clone();
@@ -99,7 +112,7 @@ pub(super) fn start_confirmation_sweep(host: &ToolHost, retention: Duration) -> 
             let swept = tokio::task::spawn_blocking(move || {
                 let counted = count_expiries(&*store, &metrics)?;
                 if due {
-                    sweep(&*store, retention, counted)?;
+                    sweep(&*store, retention, counted, calls_kept)?;
                 }
                 Ok::<_, StoreError>(())
             });

@@ -487,6 +487,10 @@ pub trait RegistryStore: Send + Sync {
     /// Releases the claim of a call whose tool never ran.
     fn release_call(&self, key: &CallKey) -> Result<(), StoreError>;
 
+    /// Deletes call-id records created before `before`, every tenant's, in
+    /// batches; returns how many.
+    fn sweep_calls(&self, before: i64) -> Result<usize, StoreError>;
+
     /// Stores a new pending CHEQ transaction.
     fn insert_confirmation(&self, confirmation: &StoredConfirmation) -> Result<(), StoreError>;
     /// One CHEQ transaction.

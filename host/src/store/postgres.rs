@@ -778,9 +778,15 @@ impl RegistryStore for PostgresStore {
             (self.pool.clone(), key.clone(), request_sha256.to_string(), self.replica.to_string());
         self.run(async move {
             let mut tx = pool.begin().await.map_err(db)?;
-            // The claiming tenant's expired records only: a statement over
-            // every tenant's would lock their usage rows (the trigger) in no
-            // set order, and two claims could deadlock.
+            // The claiming tenant's expired records only, its usage row
+            // locked first: every statement that deletes records takes the
+            // usage row before the records (as `record_call`'s trim does
+            // after the update that took it), so no two wait on each other.
+            sqlx::query("SELECT 1 FROM call_ledger_usage WHERE tenant = $1 FOR UPDATE")
+                .bind(&key.tenant)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
             sqlx::query("DELETE FROM idempotent_calls WHERE tenant = $1 AND created_at < $2")
                 .bind(&key.tenant)
                 .bind(expired_before)
@@ -877,6 +883,39 @@ impl RegistryStore for PostgresStore {
             }
             tx.commit().await.map_err(db)?;
             Ok(())
+        })
+    }
+
+    fn sweep_calls(&self, before: i64) -> Result<usize, StoreError> {
+        let pool = self.pool.clone();
+        self.run(async move {
+            let tenants: Vec<String> =
+                sqlx::query_scalar("SELECT DISTINCT tenant FROM idempotent_calls WHERE created_at < $1 LIMIT 1000")
+                    .bind(before)
+                    .fetch_all(&pool)
+                    .await
+                    .map_err(db)?;
+            let mut deleted = 0;
+            // One tenant per transaction, its usage row locked before its
+            // records (the order `claim_call` keeps).
+            for tenant in tenants {
+                let mut tx = pool.begin().await.map_err(db)?;
+                sqlx::query("SELECT 1 FROM call_ledger_usage WHERE tenant = $1 FOR UPDATE")
+                    .bind(&tenant)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+                let n = sqlx::query("DELETE FROM idempotent_calls WHERE tenant = $1 AND created_at < $2")
+                    .bind(&tenant)
+                    .bind(before)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?
+                    .rows_affected();
+                tx.commit().await.map_err(db)?;
+                deleted += usize::try_from(n).unwrap_or(usize::MAX);
+            }
+            Ok(deleted)
         })
     }
 

@@ -763,6 +763,21 @@ impl RegistryStore for SqliteStore {
         Ok(())
     }
 
+    fn sweep_calls(&self, before: i64) -> Result<usize, StoreError> {
+        let mut deleted = 0;
+        loop {
+            let batch = self.conn().execute(
+                "DELETE FROM idempotent_calls WHERE rowid IN (
+                     SELECT rowid FROM idempotent_calls WHERE created_at < ?1 LIMIT ?2)",
+                params![before, SWEEP_BATCH],
+            )?;
+            deleted += batch;
+            if batch < SWEEP_BATCH {
+                return Ok(deleted);
+            }
+        }
+    }
+
     fn release_call(&self, key: &CallKey) -> Result<(), StoreError> {
         self.conn().execute(
             "DELETE FROM idempotent_calls WHERE tenant = ?1 AND caller = ?2 AND call_id = ?3",

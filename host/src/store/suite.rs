@@ -199,6 +199,12 @@ fn a_call_id_is_claimed_once_until_it_expires(store: &dyn RegistryStore) {
     assert_eq!(store.claim_call(&other, "h1", 103, 0).unwrap(), Claimed::Fresh);
     // Past the retention window the record is gone.
     assert_eq!(store.claim_call(&key, "h9", 200, 150).unwrap(), Claimed::Fresh);
+    // The retention sweep deletes every tenant's old records.
+    let elsewhere = CallKey { tenant: "acme".into(), caller: "k".into(), call_id: "c".into() };
+    assert_eq!(store.claim_call(&elsewhere, "h", 100, 0).unwrap(), Claimed::Fresh);
+    // (default's old ones went with its own claim just now.)
+    assert_eq!(store.sweep_calls(150).unwrap(), 1, "acme's, claimed at 100");
+    assert!(matches!(store.claim_call(&elsewhere, "h", 300, 0).unwrap(), Claimed::Fresh));
 }
 
 /// Whether each of `keys` is still remembered (a claim of a forgotten one
