@@ -85,7 +85,7 @@ pub enum LoginError {
     Invalid,
     /// Too many failed logins for this user name, from this address, or on
     /// the whole server.
-    #[error("too many failed logins; try again in {} seconds", .retry_after.as_secs().max(1))]
+    #[error("too many failed logins; try again in {}", seconds(.retry_after.as_secs().max(1)))]
     Locked {
         /// When a login may be tried again.
         retry_after: Duration,
@@ -398,6 +398,11 @@ impl<K: Eq + Hash + Clone> Throttle<K> {
 
     fn clear(&self, key: &K) {
         self.entries().remove(key);
+    }
+
+    /// `1 second`, `5 seconds`.
+    fn seconds(n: u64) -> String {
+        if n == 1 { "1 second".into() } else { format!("{n} seconds") }
     }
 
     #[cfg(test)]
