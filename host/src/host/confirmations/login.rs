@@ -400,15 +400,15 @@ impl<K: Eq + Hash + Clone> Throttle<K> {
         self.entries().remove(key);
     }
 
-    /// `1 second`, `5 seconds`.
-    fn seconds(n: u64) -> String {
-        if n == 1 { "1 second".into() } else { format!("{n} seconds") }
-    }
-
     #[cfg(test)]
     fn len(&self) -> usize {
         self.entries().len()
     }
+}
+
+/// `1 second`, `5 seconds`.
+fn seconds(n: u64) -> String {
+    if n == 1 { "1 second".into() } else { format!("{n} seconds") }
 }
 
 #[cfg(test)]
