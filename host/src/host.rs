@@ -21,7 +21,8 @@ pub use catalog::{
 pub use confirmations::{CheqOptions, JwksError, JwksOptions, LoginError, LoginOptions, PageSession};
 pub use confirmations::{
     ConfirmationNeed, ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor,
-    MAX_END_USER_CHARS, PendingConfirmation, RunningConfirmed, State, as_words, is_end_user_name, rfc3339,
+    MAX_END_USER_CHARS, PendingConfirmation, RunningConfirmed, State, as_words, is_end_user_name,
+    published_annotations, rfc3339,
 };
 
 use crate::idempotency::{CallLedger, Claim, Ticket};

@@ -216,13 +216,11 @@ async fn token_principal(
 ) -> Result<Option<Principal>, ApiError> {
     let Some((options, tenant)) = oauth else { return Ok(None) };
     let resource = super::oauth::mcp_resource(options, tenant);
-    let grant = if token.starts_with(crate::host::oauth::ACCESS_PREFIX) {
-        host.access_grant(tenant, token)
-            .map_err(|e| ApiError::storage_failed(format!("the token could not be checked: {e}")))?
-    } else {
-        host.external_grant(tenant, token, &resource).await
-    };
-    Ok(grant.filter(|g| g.resource == resource).map(|grant| Principal {
+    let grant = host
+        .token_grant(tenant, token, &resource)
+        .await
+        .map_err(|e| ApiError::storage_failed(format!("the token could not be checked: {e}")))?;
+    Ok(grant.map(|grant| Principal {
         key_id: format!("oauth:{}", grant.family),
         role: Role::Consumer,
         tenant: Some(tenant.to_string()),

@@ -432,9 +432,7 @@ struct EntryView {
 /// The words a list shows for a tool's confirmation need.
 /// What MCP clients are told of the tool ([`crate::manifest::ToolAnnotations::published`]), in words.
 fn annotation_words(host: &crate::host::ToolHost, tool: &Tool, version: &ToolVersion) -> Vec<(&'static str, String)> {
-    let need = host.confirmation_need(tool, version);
-    let manifest = &version.manifest;
-    let published = manifest.annotations.published(need != ConfirmationNeed::Never, manifest.allowed_hosts.is_empty());
+    let published = crate::host::published_annotations(version, host.confirmation_need(tool, version));
     let yes_no = |b: bool| if b { "yes" } else { "no" }.to_string();
     let mut words = Vec::new();
     if let Some(title) = published.title {

@@ -23,8 +23,8 @@
 use super::pages::{self, Frame, Paragraph, Product, Revealed, field, form};
 use super::{ApiError, ApiOptions, AppState, Caller, openapi};
 use crate::host::{
-    DecideError, InvokeError, LoginError, MAX_END_USER_CHARS, PageSession, PendingConfirmation, State as TxState,
-    as_words, is_end_user_name, rfc3339,
+    DecideError, InvokeError, MAX_END_USER_CHARS, PageSession, PendingConfirmation, State as TxState, as_words,
+    is_end_user_name, rfc3339,
 };
 use crate::store::StoredConfirmation;
 use crate::tenancy::unix_now;
@@ -693,13 +693,7 @@ pub(super) async fn login(
     let resource_uri = field(&fields, "resource_uri").unwrap_or("").to_string();
     if let Err(e) = host.log_in_end_user(&caller.tenant, user, password, peer.ip()).await {
         tracing::info!(tenant = caller.tenant, client = %peer.ip(), error = %e, "a confirmation-page login failed");
-        let problem = match &e {
-            LoginError::Invalid => "Wrong user name or password.".to_string(),
-            LoginError::Locked { .. } => format!("{}.", as_words(&e.to_string())),
-            LoginError::Busy | LoginError::Store(_) => {
-                "The login could not be checked now; try again in a moment.".into()
-            }
-        };
+        let problem = pages::login_problem(&e, "login");
         let page = login_page(&options, &caller.tenant, &headers, &resource_uri, Some(problem));
         return ApiError::from(e).onto(page);
     }

@@ -596,10 +596,7 @@ impl ServerHandler for McpDoor {
                     let live = match (key.as_deref(), &token) {
                         (None, _) => true,
                         (Some(k), None) => host.authenticate(k).is_some(),
-                        (Some(k), Some(_)) if k.starts_with(crate::host::oauth::ACCESS_PREFIX) => {
-                            host.access_grant(&tenant, k).is_ok_and(|g| g.is_some())
-                        }
-                        (Some(k), Some(_)) => host.external_grant(&tenant, k, &resource).await.is_some(),
+                        (Some(k), Some(_)) => host.token_grant(&tenant, k, &resource).await.is_ok_and(|g| g.is_some()),
                     };
                     if !live {
                         return Ok(());
@@ -1044,8 +1041,7 @@ fn tool_view(tool: &Tool, version: &ToolVersion) -> Value {
 /// ([`crate::manifest::ToolAnnotations::published`]); `None` when nothing
 /// is known.
 fn annotations(need: ConfirmationNeed, version: &ToolVersion) -> Option<Value> {
-    let manifest = &version.manifest;
-    let published = manifest.annotations.published(need != ConfirmationNeed::Never, manifest.allowed_hosts.is_empty());
+    let published = crate::host::published_annotations(version, need);
     let mut out = Map::new();
     if let Some(title) = published.title {
         out.insert("title".into(), title.into());

@@ -17,7 +17,6 @@
 
 use super::pages::{self, Frame, Paragraph, Product, field, form};
 use super::{ApiError, ApiOptions, AppState, Caller, openapi};
-use crate::host::LoginError;
 use crate::host::oauth::{self as core, Authorization, OAuthClient, OAuthError, SCOPES};
 use askama::Template;
 use axum::Extension;
@@ -468,13 +467,7 @@ pub(super) async fn authorize(
     let password = field(&fields, "password").unwrap_or("");
     if let Err(e) = host.log_in_end_user(tenant, user, password, peer.ip()).await {
         tracing::info!(tenant, client = %peer.ip(), error = %e, "an OAuth sign-in failed");
-        let problem = match &e {
-            LoginError::Invalid => "Wrong user name or password.".to_string(),
-            LoginError::Locked { .. } => format!("{}.", crate::host::as_words(&e.to_string())),
-            LoginError::Busy | LoginError::Store(_) => {
-                "The sign-in could not be checked now; try again in a moment.".into()
-            }
-        };
+        let problem = pages::login_problem(&e, "sign-in");
         let error = ApiError::from(e);
         let page = authorize_page(&options, tenant, &headers, &fields, &checked, Some(problem), error.status());
         return error.onto(page);

@@ -278,6 +278,19 @@ impl SignInToken {
     }
 }
 
+/// What a page tells the person whose `sign-in` (or `login`: the page's
+/// word for it) was refused.
+pub fn login_problem(e: &crate::host::LoginError, word: &str) -> String {
+    use crate::host::LoginError;
+    match e {
+        LoginError::Invalid => "Wrong user name or password.".to_string(),
+        LoginError::Locked { .. } => format!("{}.", crate::host::as_words(&e.to_string())),
+        LoginError::Busy | LoginError::Store(_) => {
+            format!("The {word} could not be checked now; try again in a moment.")
+        }
+    }
+}
+
 /// `303 See Other` to `location`, setting `cookies`, never cached.
 pub fn see_other(location: &str, cookies: &[cookie::Cookie<'static>]) -> Response {
     let mut response = StatusCode::SEE_OTHER.into_response();

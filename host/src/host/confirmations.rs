@@ -1238,6 +1238,14 @@ pub fn is_end_user_name(name: &str) -> bool {
     (1..=MAX_END_USER_CHARS).contains(&length) && !name.chars().any(char::is_control)
 }
 
+/// What MCP clients and the catalog are told of `version`, whose calls
+/// `need` confirmation as said: its publisher's `[annotations]` with what
+/// Plinth knows in their place ([`crate::manifest::ToolAnnotations::published`]).
+pub fn published_annotations(version: &ToolVersion, need: ConfirmationNeed) -> crate::manifest::ToolAnnotations {
+    let manifest = &version.manifest;
+    manifest.annotations.published(need != ConfirmationNeed::Never, manifest.allowed_hosts.is_empty())
+}
+
 /// A name as words for people: `book_flight` → `Book flight`.
 pub fn as_words(name: &str) -> String {
     let words = name.replace('_', " ");

@@ -620,6 +620,23 @@ impl ToolHost {
 }
 
 impl ToolHost {
+    /// What the OAuth access token `token` grants at `tenant`'s MCP URL
+    /// `resource`: one of the built-in server's, or a JWT of the tenant's
+    /// external identity provider. `None` when it is neither, or not good.
+    pub async fn token_grant(
+        &self,
+        tenant: &str,
+        token: &str,
+        resource: &str,
+    ) -> Result<Option<TokenGrant>, StoreError> {
+        let grant = if token.starts_with(ACCESS_PREFIX) {
+            self.access_grant(tenant, token)?
+        } else {
+            self.external_grant(tenant, token, resource).await
+        };
+        Ok(grant.filter(|g| g.resource == resource))
+    }
+
     /// What an external identity provider's JWT access token grants at
     /// `tenant`'s MCP URL `resource`, if it is one: signed by a key of the
     /// tenant's issuer (its OIDC discovery document's `jwks_uri`, fetched

@@ -305,6 +305,19 @@ const KEY_CHECK: &str = "secrets-key-check";
 /// released.
 const SWEEP_BATCH: usize = 500;
 
+/// Runs `delete`, one statement deleting at most [`SWEEP_BATCH`] rows,
+/// until a batch deletes fewer; returns how many it deleted in all.
+fn in_batches(mut delete: impl FnMut() -> Result<usize, StoreError>) -> Result<usize, StoreError> {
+    let mut deleted = 0;
+    loop {
+        let batch = delete()?;
+        deleted += batch;
+        if batch < SWEEP_BATCH {
+            return Ok(deleted);
+        }
+    }
+}
+
 /// How long a statement waits for a lock another connection holds.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long [`RegistryStore::ping`] waits for the write lock.
@@ -764,18 +777,13 @@ impl RegistryStore for SqliteStore {
     }
 
     fn sweep_calls(&self, before: i64) -> Result<usize, StoreError> {
-        let mut deleted = 0;
-        loop {
-            let batch = self.conn().execute(
+        in_batches(|| {
+            Ok(self.conn().execute(
                 "DELETE FROM idempotent_calls WHERE rowid IN (
                      SELECT rowid FROM idempotent_calls WHERE created_at < ?1 LIMIT ?2)",
                 params![before, SWEEP_BATCH],
-            )?;
-            deleted += batch;
-            if batch < SWEEP_BATCH {
-                return Ok(deleted);
-            }
-        }
+            )?)
+        })
     }
 
     fn release_call(&self, key: &CallKey) -> Result<(), StoreError> {
@@ -896,14 +904,7 @@ impl RegistryStore for SqliteStore {
     }
 
     fn sweep_confirmations(&self, before: i64) -> Result<usize, StoreError> {
-        let mut deleted = 0;
-        loop {
-            let batch = self.sweep_confirmation_batch(before, SWEEP_BATCH)?;
-            deleted += batch;
-            if batch < SWEEP_BATCH {
-                return Ok(deleted);
-            }
-        }
+        in_batches(|| self.sweep_confirmation_batch(before, SWEEP_BATCH))
     }
 
     fn claim_expired_confirmations(&self, until: i64) -> Result<Vec<ExpiredConfirmations>, StoreError> {
@@ -1071,18 +1072,13 @@ impl RegistryStore for SqliteStore {
     }
 
     fn sweep_oauth_grants(&self, before: i64) -> Result<usize, StoreError> {
-        let mut deleted = 0;
-        loop {
-            let batch = self.conn().execute(
+        in_batches(|| {
+            Ok(self.conn().execute(
                 "DELETE FROM oauth_grants WHERE rowid IN (
                      SELECT rowid FROM oauth_grants WHERE expires_at < ?1 LIMIT ?2)",
                 params![before, SWEEP_BATCH],
-            )?;
-            deleted += batch;
-            if batch < SWEEP_BATCH {
-                return Ok(deleted);
-            }
-        }
+            )?)
+        })
     }
 
     fn register_oauth_client(
