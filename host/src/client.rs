@@ -54,14 +54,22 @@ fn json(response: Response) -> anyhow::Result<Value> {
     bail!(message)
 }
 
-/// `plinth deploy FILE`.
-pub fn deploy(target: &TenantTarget, file: &Path, expect_version: Option<u32>) -> anyhow::Result<()> {
-    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+/// `plinth deploy FILE_OR_REFERENCE`: a file's bytes are posted; anything
+/// else that parses as an OCI reference is sent for the server to pull.
+pub fn deploy(target: &TenantTarget, source: &str, expect_version: Option<u32>) -> anyhow::Result<()> {
     let mut url = format!("{}/admin/tools", root(target));
     if let Some(n) = expect_version {
         url.push_str(&format!("?expectVersion={n}"));
     }
-    let request = client()?.post(url).header("content-type", "application/wasm").body(bytes);
+    let path = Path::new(source);
+    let request = if path.exists() {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {source}"))?;
+        client()?.post(url).header("content-type", "application/wasm").body(bytes)
+    } else {
+        plinth::supply::Reference::parse(source)
+            .map_err(|why| anyhow::anyhow!("there is no file `{source}`, and it is not an OCI reference: {why}"))?;
+        client()?.post(url).json(&serde_json::json!({ "reference": source }))
+    };
     let body = send(request, &target.server)?;
     let previous = body["previousVersion"].as_u64().map_or("none".to_string(), |n| n.to_string());
     println!(
@@ -71,6 +79,126 @@ pub fn deploy(target: &TenantTarget, file: &Path, expect_version: Option<u32>) -
         body["toolId"].as_str().unwrap_or("?"),
         body["sha256"].as_str().unwrap_or("?"),
     );
+    let provenance = &body["provenance"];
+    if let Some(source) = provenance["source"].as_object() {
+        println!(
+            "  from {} (manifest {})",
+            source["reference"].as_str().unwrap_or("?"),
+            source["manifestDigest"].as_str().unwrap_or("?")
+        );
+    }
+    for signer in provenance["signers"].as_array().into_iter().flatten() {
+        println!(
+            "  signed by {} ({} key {})",
+            signer["key"].as_str().unwrap_or("?"),
+            signer["kind"].as_str().unwrap_or("?"),
+            signer["fingerprint"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(())
+}
+
+/// `plinth trust show`.
+pub fn show_trust(target: &TenantTarget) -> anyhow::Result<()> {
+    let policy = send(client()?.get(format!("{}/admin/trust-policy", root(target))), &target.server)?;
+    print_policy(&policy);
+    Ok(())
+}
+
+fn print_policy(policy: &Value) {
+    let required = policy["requireSignature"].as_bool().unwrap_or(false);
+    println!("signature required: {}", if required { "yes" } else { "no" });
+    for key in policy["keys"].as_array().into_iter().flatten() {
+        println!(
+            "  {}  {}  {}",
+            key["name"].as_str().unwrap_or("?"),
+            key["kind"].as_str().unwrap_or("?"),
+            key["fingerprint"].as_str().unwrap_or("?")
+        );
+    }
+}
+
+/// `plinth trust set [--require-signature] --key NAME=FILE…`.
+pub fn set_trust(target: &TenantTarget, require_signature: bool, keys: &[String]) -> anyhow::Result<()> {
+    let mut listed = Vec::new();
+    for key in keys {
+        let (name, file) = key.split_once('=').context("write each key as NAME=FILE")?;
+        let bytes = std::fs::read(file).with_context(|| format!("reading {file}"))?;
+        // A PEM file as it is; a binary key file (wasmsign2 keygen) in base64.
+        let public_key = match String::from_utf8(bytes.clone()) {
+            Ok(text) if text.contains("-----BEGIN") => text,
+            _ => base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &bytes),
+        };
+        listed.push(serde_json::json!({ "name": name, "publicKey": public_key }));
+    }
+    let body = serde_json::json!({ "requireSignature": require_signature, "keys": listed });
+    let url = format!("{}/admin/trust-policy", root(target));
+    let answer = send(client()?.put(url).json(&body), &target.server)?;
+    print_policy(&answer);
+    print_refused(&answer["wouldRefuse"]);
+    Ok(())
+}
+
+fn print_refused(refused: &Value) -> bool {
+    let items = refused.as_array().cloned().unwrap_or_default();
+    for v in &items {
+        println!(
+            "would refuse: {} version {} (sha256 {})",
+            v["name"].as_str().unwrap_or("?"),
+            v["version"],
+            v["sha256"].as_str().unwrap_or("?")
+        );
+    }
+    items.is_empty()
+}
+
+/// `plinth trust check`: whether every live version passes the policy.
+pub fn check_trust(target: &TenantTarget) -> anyhow::Result<bool> {
+    let answer = send(client()?.get(format!("{}/admin/trust-policy/refused", root(target))), &target.server)?;
+    let clean = print_refused(&answer["items"]);
+    if clean {
+        println!("every live version passes the trust policy");
+    }
+    Ok(clean)
+}
+
+/// `plinth registry login HOST --username U`.
+pub fn registry_login(target: &TenantTarget, registry: &str, username: &str) -> anyhow::Result<()> {
+    let password = match std::env::var("PLINTH_REGISTRY_PASSWORD") {
+        Ok(p) => p,
+        Err(_) => {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).context("reading the password from standard input")?;
+            line.trim_end_matches(['\r', '\n']).to_string()
+        }
+    };
+    let url = format!("{}/admin/registries/{registry}", root(target));
+    let body = serde_json::json!({ "username": username, "password": password });
+    with_token(client()?.put(url).json(&body), &target.server)
+        .send()
+        .context("reaching the server")
+        .and_then(|r| if r.status().is_success() { Ok(()) } else { json(r).map(|_| ()) })?;
+    println!("stored credentials for {registry}");
+    Ok(())
+}
+
+/// `plinth registry logout HOST`.
+pub fn registry_logout(target: &TenantTarget, registry: &str) -> anyhow::Result<()> {
+    let url = format!("{}/admin/registries/{registry}", root(target));
+    let response = with_token(client()?.delete(url), &target.server).send().context("reaching the server")?;
+    if !response.status().is_success() {
+        json(response)?;
+    }
+    println!("deleted the credentials for {registry}");
+    Ok(())
+}
+
+/// `plinth registry list`.
+pub fn registry_list(target: &TenantTarget) -> anyhow::Result<()> {
+    let answer = send(client()?.get(format!("{}/admin/registries", root(target))), &target.server)?;
+    for item in answer["items"].as_array().into_iter().flatten() {
+        println!("{}  {}", item["registry"].as_str().unwrap_or("?"), item["username"].as_str().unwrap_or("?"));
+    }
     Ok(())
 }
 

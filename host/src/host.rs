@@ -10,6 +10,8 @@ mod confirmations;
 mod executors;
 mod fleet;
 pub mod oauth;
+mod supply;
+pub use supply::RegistryOptions;
 mod retention;
 #[cfg(test)]
 mod tests;
@@ -90,6 +92,8 @@ pub struct HostOptions {
     pub secrets_key: Option<String>,
     /// End users' logins and external confirmation servers' keys.
     pub cheq: CheqOptions,
+    /// How deploys by reference reach registries.
+    pub registries: RegistryOptions,
 }
 
 /// How long decided CHEQ transactions are kept unless the operator says
@@ -168,6 +172,15 @@ pub enum DeployError {
         /// The tenant's quota.
         max: u32,
     },
+    /// The component could not be pulled from its registry.
+    #[error(transparent)]
+    Pull(#[from] crate::supply::oci::OciError),
+    /// The tenant's trust policy refuses it.
+    #[error(transparent)]
+    Untrusted(#[from] crate::supply::Untrusted),
+    /// The deploy's task ended before it finished; nothing was deployed.
+    #[error("the deploy was interrupted; nothing was deployed")]
+    Interrupted,
     /// As many deploys as the server allows are being received or
     /// compiling; nothing was deployed.
     #[error("the server is receiving and compiling as many deploys as it may; nothing was deployed, retry shortly")]
@@ -250,6 +263,9 @@ pub struct Deployed {
     pub previous_version: Option<u32>,
     /// `false` when these exact bytes were already deployed (nothing changed).
     pub created: bool,
+    /// Where the version came from and who signed it (for bytes deployed
+    /// before, what was recorded then).
+    pub provenance: crate::supply::Provenance,
 }
 
 /// Why an invocation did not produce outputs.
@@ -566,6 +582,8 @@ pub struct ToolHost {
     metrics: Arc<crate::metrics::Metrics>,
     /// The designer's catalog: its sign-in throttle.
     catalog: catalog::CatalogState,
+    /// Trust policies and the registry client.
+    supply: supply::SupplyState,
 }
 
 impl ToolHost {
@@ -598,7 +616,9 @@ impl ToolHost {
         let runtime = Runtime::new(runtime_config)?;
         let cheq =
             CheqState::new(store.as_ref(), options.confirmation_ttl, &options.cheq, options.limits.outbound.clone())?;
+        let supply = supply::SupplyState::new(&options.registries, options.limits.outbound.clone());
         let host = ToolHost {
+            supply,
             registry: Registry::default(),
             runtime,
             fleet: fleet::FleetState::new(options.change_poll),
@@ -707,6 +727,24 @@ impl ToolHost {
         bytes: &[u8],
         expect_version: Option<u32>,
     ) -> Result<Deployed, DeployError> {
+        let registry = crate::supply::RegistrySignatures::NotPulled;
+        self.deploy_judged(slot, actor, tenant, bytes, expect_version, None, registry)
+    }
+
+    /// A deploy of bytes posted (`source` none) or pulled from a registry:
+    /// the tenant's trust policy judges them first, with the registry's
+    /// signatures of the artifact they came from.
+    #[allow(clippy::too_many_arguments)]
+    fn deploy_judged(
+        &self,
+        slot: DeploySlot,
+        actor: &Principal,
+        tenant: &str,
+        bytes: &[u8],
+        expect_version: Option<u32>,
+        source: Option<crate::supply::Source>,
+        registry: crate::supply::RegistrySignatures,
+    ) -> Result<Deployed, DeployError> {
         let _slot = slot;
         let quotas =
             self.tenant(tenant).ok_or_else(|| DeployError::UnknownTenant(tenant.to_string()))?.record.quotas.clone();
@@ -717,6 +755,7 @@ impl ToolHost {
                 max: quotas.max_component_bytes,
             });
         }
+        let provenance = self.judge(tenant, bytes, source, registry)?;
         let package = ToolPackage::read(bytes)?;
         // Checked again under the lock; this spares a refused deploy the
         // compilation.
@@ -727,7 +766,8 @@ impl ToolHost {
         // included), a few times at most.
         let mut attempts = 0;
         loop {
-            match self.commit_version(actor, tenant, bytes, &package, &quotas, &component, expect_version) {
+            match self.commit_version(actor, tenant, bytes, &package, &quotas, &component, expect_version, &provenance)
+            {
                 Err(DeployError::Store(StoreError::Conflict(why))) if attempts < MAX_DEPLOY_ATTEMPTS => {
                     attempts += 1;
                     tracing::info!(
@@ -755,6 +795,7 @@ impl ToolHost {
         quotas: &Quotas,
         component: &LoadedComponent,
         expect_version: Option<u32>,
+        provenance: &crate::supply::Provenance,
     ) -> Result<Deployed, DeployError> {
         let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
         let existing = self.registry.by_name(tenant, &package.signature.name);
@@ -773,6 +814,7 @@ impl ToolHost {
                 signature_sha256: version.signature_sha256.clone(),
                 previous_version,
                 created: false,
+                provenance: version.provenance.clone(),
             });
         }
         let number = existing.as_ref().map_or(1, |t| t.newest_number() + 1);
@@ -810,12 +852,18 @@ impl ToolHost {
             signature_sha256: package.signature.sha256(),
             signature: package.signature.clone(),
             manifest: package.manifest.clone(),
+            provenance: provenance.clone(),
             created_at: unix_now(),
             retired_at: None,
         };
-        let audit = AuditEntry::new(actor, Some(tenant), "tool.deploy", &stored.name)
-            .sha256(&stored.sha256)
-            .detail(serde_json::json!({ "toolId": tool_id, "version": number, "previousVersion": previous_version }));
+        let audit = AuditEntry::new(actor, Some(tenant), "tool.deploy", &stored.name).sha256(&stored.sha256).detail(
+            serde_json::json!({
+                "toolId": tool_id,
+                "version": number,
+                "previousVersion": previous_version,
+                "provenance": provenance.to_json(),
+            }),
+        );
         self.store.insert_version(&stored, bytes, &audit)?;
         let deployed = Deployed {
             tool_id,
@@ -825,6 +873,7 @@ impl ToolHost {
             signature_sha256: stored.signature_sha256.clone(),
             previous_version,
             created: true,
+            provenance: provenance.clone(),
         };
         self.registry.insert(
             tool_id,
@@ -936,8 +985,12 @@ impl ToolHost {
 
     /// The ids of a tenant's stored secrets (never their values).
     pub fn secret_ids(&self, tenant: &str) -> Vec<String> {
-        let mut ids: Vec<String> =
-            self.secrets.iter().filter(|e| e.key().0 == tenant).map(|e| e.key().1.clone()).collect();
+        let mut ids: Vec<String> = self
+            .secrets
+            .iter()
+            .filter(|e| e.key().0 == tenant && !Self::is_registry_credential(&e.key().1))
+            .map(|e| e.key().1.clone())
+            .collect();
         ids.sort();
         ids
     }

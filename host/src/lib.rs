@@ -20,6 +20,7 @@ pub mod runtime;
 pub mod scaffold;
 pub mod signature;
 pub mod store;
+pub mod supply;
 pub mod telemetry;
 pub mod tenancy;
 #[doc(hidden)]

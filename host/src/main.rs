@@ -72,15 +72,43 @@ enum Command {
         #[command(subcommand)]
         command: CheqCommand,
     },
-    /// Deploy a packed tool to a running server.
+    /// Deploy a packed tool to a running server: a file, or an OCI
+    /// reference the server pulls (`registry/repo:tag` or `…@sha256:…`).
     Deploy {
-        /// The packed .wasm file.
-        file: PathBuf,
+        /// The packed .wasm file, or an OCI reference.
+        source: String,
         /// Fail unless the deploy results in exactly this version.
         #[arg(long)]
         expect_version: Option<u32>,
         #[command(flatten)]
         target: TenantTarget,
+    },
+    /// Push a tool to an OCI registry in the Wasm artifact layout (what
+    /// `wkg oci pull` reads): a packed .wasm, or a tool folder (packed
+    /// first). Prints the manifest digest to deploy by.
+    Push {
+        /// A packed (and possibly signed) .wasm file, or a tool folder.
+        tool: PathBuf,
+        /// Where: `registry/repository:tag`.
+        reference: String,
+        /// Reach the registry over plain http (a local test registry).
+        #[arg(long)]
+        insecure: bool,
+        /// The registry user name; the password is read from
+        /// PLINTH_REGISTRY_PASSWORD.
+        #[arg(long, env = "PLINTH_REGISTRY_USERNAME")]
+        username: Option<String>,
+    },
+    /// A tenant's trust policy: which keys' signatures it trusts and
+    /// whether deploys must carry one.
+    Trust {
+        #[command(subcommand)]
+        command: TrustCommand,
+    },
+    /// A tenant's credentials for the registries it deploys from.
+    Registry {
+        #[command(subcommand)]
+        command: RegistryCommand,
     },
     /// Retire a version: invocations of it answer 410 from now on.
     Retire {
@@ -116,6 +144,61 @@ enum Command {
         limit: usize,
         #[command(flatten)]
         server: ServerArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum TrustCommand {
+    /// Print the policy, each key with its kind and fingerprint.
+    Show {
+        #[command(flatten)]
+        target: TenantTarget,
+    },
+    /// Replace the policy.
+    Set {
+        /// Refuse deploys that no trusted key signed.
+        #[arg(long)]
+        require_signature: bool,
+        /// A trusted key, as NAME=FILE (repeatable): a PEM public key
+        /// (cosign.pub, or an Ed25519 key) or a `wasmsign2 keygen` public
+        /// key file.
+        #[arg(long = "key", value_name = "NAME=FILE")]
+        keys: Vec<String>,
+        #[command(flatten)]
+        target: TenantTarget,
+    },
+    /// List the live versions the policy would refuse if deployed now
+    /// (exit code 1 when there are some).
+    Check {
+        #[command(flatten)]
+        target: TenantTarget,
+    },
+}
+
+#[derive(Subcommand)]
+enum RegistryCommand {
+    /// Store credentials for a registry (the password from
+    /// PLINTH_REGISTRY_PASSWORD, or the first line of standard input).
+    Login {
+        /// `host` or `host:port`.
+        registry: String,
+        /// The user name.
+        #[arg(long)]
+        username: String,
+        #[command(flatten)]
+        target: TenantTarget,
+    },
+    /// Delete a registry's credentials.
+    Logout {
+        /// `host` or `host:port`.
+        registry: String,
+        #[command(flatten)]
+        target: TenantTarget,
+    },
+    /// List the registries the tenant has credentials for.
+    List {
+        #[command(flatten)]
+        target: TenantTarget,
     },
 }
 
@@ -302,6 +385,20 @@ struct ServeArgs {
     /// otherwise.
     #[arg(long = "allow-private-cidr", env = "PLINTH_ALLOW_PRIVATE_CIDR", value_delimiter = ',', value_name = "CIDR")]
     allow_private_cidr: Vec<ipnet::IpNet>,
+    /// A registry (`host` or `host:port`) deploys by reference reach over
+    /// plain http rather than https (repeatable; in the environment,
+    /// comma-separated): for a local or closed-network registry. Its
+    /// address must still pass the outbound policy (--allow-private-cidr).
+    #[arg(
+        long = "insecure-registry",
+        env = "PLINTH_INSECURE_REGISTRIES",
+        value_delimiter = ',',
+        value_name = "HOST[:PORT]"
+    )]
+    insecure_registries: Vec<String>,
+    /// How long a deploy by reference may take to pull, in seconds.
+    #[arg(long, env = "PLINTH_REGISTRY_TIMEOUT_SECS", default_value_t = 120)]
+    registry_timeout_secs: u64,
     /// Outbound HTTP requests one invocation may send.
     #[arg(long, env = "PLINTH_OUTBOUND_MAX_REQUESTS", default_value_t = 20)]
     outbound_max_requests: u32,
@@ -554,7 +651,26 @@ fn main() -> std::process::ExitCode {
             Ok(false) => return std::process::ExitCode::from(1),
             Err(e) => Err(e),
         },
-        Command::Deploy { file, expect_version, target } => client::deploy(&target, &file, expect_version),
+        Command::Deploy { source, expect_version, target } => client::deploy(&target, &source, expect_version),
+        Command::Push { tool, reference, insecure, username } => push(&tool, &reference, insecure, username),
+        Command::Trust { command } => match command {
+            TrustCommand::Show { target } => client::show_trust(&target),
+            TrustCommand::Set { require_signature, keys, target } => {
+                client::set_trust(&target, require_signature, &keys)
+            }
+            TrustCommand::Check { target } => match client::check_trust(&target) {
+                Ok(true) => Ok(()),
+                Ok(false) => return std::process::ExitCode::from(1),
+                Err(e) => Err(e),
+            },
+        },
+        Command::Registry { command } => match command {
+            RegistryCommand::Login { registry, username, target } => {
+                client::registry_login(&target, &registry, &username)
+            }
+            RegistryCommand::Logout { registry, target } => client::registry_logout(&target, &registry),
+            RegistryCommand::List { target } => client::registry_list(&target),
+        },
         Command::Retire { tool, version, target } => client::retire(&target, &tool, version),
         Command::Tools { command: ToolsCommand::List { target } } => client::list(&target),
         Command::Tools { command: ToolsCommand::Versions { tool, target } } => client::versions(&target, &tool),
@@ -707,6 +823,10 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
                 failure_ttl: Duration::from_secs(args.cheq_jwks_failure_cache_secs),
             },
             client_documents_allow_http: args.oauth_allow_http,
+        },
+        registries: plinth::host::RegistryOptions {
+            insecure: args.insecure_registries.clone(),
+            timeout: Duration::from_secs(args.registry_timeout_secs.max(1)),
         },
         limits: HostLimits {
             max_concurrency_per_tool: args.max_concurrency_per_tool.max(1),
@@ -960,6 +1080,42 @@ fn pack(args: PackArgs) -> anyhow::Result<()> {
         output.display(),
         tool.sha256
     );
+    Ok(())
+}
+
+/// `plinth push TOOL REF`: packs a tool folder first, then pushes the
+/// packed bytes as they are (an embedded signature stays valid).
+fn push(tool: &Path, reference: &str, insecure: bool, username: Option<String>) -> anyhow::Result<()> {
+    let reference = plinth::supply::Reference::parse(reference).map_err(anyhow::Error::msg)?;
+    let packed_dir;
+    let file = if tool.is_dir() {
+        packed_dir = tempfile::tempdir()?;
+        let output = packed_dir.path().join("tool.wasm");
+        pack(PackArgs { crate_dir: tool.to_path_buf(), wasm: None, output: Some(output.clone()) })?;
+        output
+    } else {
+        tool.to_path_buf()
+    };
+    let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+    let package = ToolPackage::read(&bytes)
+        .with_context(|| format!("{} is not a packed tool: `plinth pack` it first", file.display()))?;
+    let credentials = match username {
+        Some(username) => Some(plinth::supply::oci::Credentials {
+            username,
+            password: std::env::var("PLINTH_REGISTRY_PASSWORD")
+                .context("--username needs the password in PLINTH_REGISTRY_PASSWORD")?,
+        }),
+        None => None,
+    };
+    let client = plinth::supply::oci::OciClient::new(plinth::supply::oci::OciOptions {
+        insecure: if insecure { vec![reference.registry.clone()] } else { Vec::new() },
+        limits: None,
+        timeout: Duration::from_secs(600),
+    })?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let digest = runtime.block_on(client.push(&reference, credentials.as_ref(), &bytes))?;
+    eprintln!("pushed {} (sha256 {}) to {reference}", package.signature.name, package.sha256);
+    println!("{}", reference.at(&digest));
     Ok(())
 }
 

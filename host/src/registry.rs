@@ -54,6 +54,8 @@ pub struct ToolVersion {
     pub mcp_view: std::sync::OnceLock<serde_json::Value>,
     /// Its `[confirmation]` policy, compiled once.
     pub confirmation: crate::cheq::Confirmation,
+    /// Where it came from and who signed it (verified at deploy).
+    pub provenance: crate::supply::Provenance,
 }
 
 impl ToolVersion {
@@ -69,7 +71,13 @@ impl ToolVersion {
             stored.manifest.confirmation.compile()
         };
         ToolVersion {
-            a2t_json: LockedJson::new(&stored.tool_id, stored.version, &stored.sha256, &stored.signature),
+            a2t_json: LockedJson::new(
+                &stored.tool_id,
+                stored.version,
+                &stored.sha256,
+                &stored.signature,
+                &stored.provenance,
+            ),
             number: stored.version,
             sha256: stored.sha256,
             signature: Arc::new(stored.signature),
@@ -82,6 +90,7 @@ impl ToolVersion {
             retired_at: AtomicI64::new(stored.retired_at.unwrap_or(0)),
             otc_view: Default::default(),
             mcp_view: Default::default(),
+            provenance: stored.provenance,
         }
     }
 

@@ -30,6 +30,12 @@ fn decisions() -> BTreeMap<(&'static str, &'static str), (Access, Scope)> {
         (("POST", "/tools/{tool_id}/versions/{version_ref}"), (Invoke, Tenant)),
         (("POST", "/admin/tools"), (Publish, Tenant)),
         (("DELETE", "/admin/tools/{tool_id}/versions/{version}"), (Publish, Tenant)),
+        (("GET", "/admin/trust-policy"), (Publish, Tenant)),
+        (("PUT", "/admin/trust-policy"), (Publish, Tenant)),
+        (("GET", "/admin/trust-policy/refused"), (Publish, Tenant)),
+        (("GET", "/admin/registries"), (Publish, Tenant)),
+        (("PUT", "/admin/registries/{registry}"), (Publish, Tenant)),
+        (("DELETE", "/admin/registries/{registry}"), (Publish, Tenant)),
         (("GET", "/admin/secrets"), (Publish, Tenant)),
         (("PUT", "/admin/secrets/{id}"), (Publish, Tenant)),
         (("DELETE", "/admin/secrets/{id}"), (Publish, Tenant)),
@@ -180,7 +186,8 @@ fn concrete(method: &str, path: &str) -> (String, Option<Vec<u8>>) {
         .replace("{tool}", "probe")
         .replace("{key}", "probe-key")
         .replace("{name}", "no-such-tenant")
-        .replace("{tenant}", "no-such-tenant");
+        .replace("{tenant}", "no-such-tenant")
+        .replace("{registry}", "registry.example");
     // `/mcp tools/call`: a JSON-RPC request of that method to /mcp.
     if let Some(rpc) = path.strip_prefix("/mcp ") {
         let body = json!({ "jsonrpc": "2.0", "id": 1, "method": rpc, "params": { "name": "probe", "arguments": {} } });

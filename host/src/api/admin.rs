@@ -3,8 +3,12 @@
 //!
 //! Under every platform root (`/` for the default tenant, `/t/{tenant}/`):
 //! - `POST /admin/tools[?expectVersion=N]` with the packed component
-//!   (`Content-Type: application/wasm`) → `201` new version, `200` identical
-//!   bytes, `409` breaking change or version mismatch
+//!   (`Content-Type: application/wasm`), or `{"reference": "registry/repo:tag"}`
+//!   (`application/json`) for the server to pull → `201` new version, `200`
+//!   identical bytes, `409` breaking change or version mismatch, `422` the
+//!   trust policy refuses it
+//! - `GET|PUT /admin/trust-policy`, `GET /admin/trust-policy/refused`
+//! - `GET /admin/registries`, `PUT|DELETE /admin/registries/{registry}`
 //! - `DELETE /admin/tools/{toolId}/versions/{n}` → the version is retired
 //! - `PUT|DELETE /admin/secrets/{id}`, `GET /admin/secrets` (ids only)
 //! - `PUT|DELETE /admin/config/{tool}/{key}`, `GET /admin/config`
@@ -45,6 +49,12 @@ pub(super) fn routes(routes: Routes) -> Routes {
     routes
         .add(Method::POST, "/admin/tools", Publish, Tenant, post(deploy).layer(DefaultBodyLimit::disable()))
         .add(Method::DELETE, "/admin/tools/{tool_id}/versions/{version}", Publish, Tenant, delete(retire))
+        .add(Method::GET, "/admin/trust-policy", Publish, Tenant, get(get_trust_policy))
+        .add(Method::PUT, "/admin/trust-policy", Publish, Tenant, put(put_trust_policy).layer(json_limit))
+        .add(Method::GET, "/admin/trust-policy/refused", Publish, Tenant, get(refused_by_trust_policy))
+        .add(Method::GET, "/admin/registries", Publish, Tenant, get(list_registries))
+        .add(Method::PUT, "/admin/registries/{registry}", Publish, Tenant, put(put_registry).layer(json_limit))
+        .add(Method::DELETE, "/admin/registries/{registry}", Publish, Tenant, delete(delete_registry))
         .add(Method::GET, "/admin/secrets", Publish, Tenant, get(list_secrets))
         .add(Method::PUT, "/admin/secrets/{id}", Publish, Tenant, put(put_secret).layer(value_limit))
         .add(Method::DELETE, "/admin/secrets/{id}", Publish, Tenant, delete(delete_secret))
@@ -68,19 +78,28 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
         .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not valid: {e}")))
 }
 
-/// Deploys a packed component: a tool's new version, or its first.
+/// Deploys a packed component, posted or pulled from a registry: a tool's
+/// new version, or its first.
 #[utoipa::path(post, path = "/admin/tools", tag = "Admin", operation_id = "deploy",
     params(("expectVersion" = Option<u32>, Query, minimum = 1, description = "Deploy only if the new version would be this number")),
-    request_body(description = "The packed component (`plinth pack`)", content = Vec<u8>, content_type = "application/wasm"),
+    request_body(description = "The packed component (`plinth pack`), or the OCI reference of one for the server to pull", content(
+        (Vec<u8> = "application/wasm"),
+        (openapi::DeployReference = "application/json"),
+    )),
     responses(
         (status = 200, description = "The same bytes are deployed already: nothing changed", body = openapi::Deployed),
         (status = 201, description = "A new version", body = openapi::Deployed),
-        (status = 400, description = "`invalid_component`, `invalid_expect_version`, `invalid_condition`, `condition_too_costly`, `invalid_request`", body = openapi::ErrorBody),
+        (status = 400, description = "`invalid_component`, `invalid_expect_version`, `invalid_condition`, `condition_too_costly`, `invalid_request`, `invalid_json`, `invalid_reference`", body = openapi::ErrorBody),
+        (status = 403, description = "`registry_not_allowed`: plain http to a registry the operator did not list, or an address the outbound policy refuses", body = openapi::ErrorBody),
+        (status = 404, description = "`artifact_not_found`: the registry has no such tag or digest", body = openapi::ErrorBody),
         (status = 409, description = "`breaking_change`, `version_mismatch`, `quota_exceeded`", body = openapi::ErrorBody),
         (status = 413, description = "`quota_exceeded`: larger than the tenant may deploy", body = openapi::ErrorBody),
-        (status = 415, description = "`unsupported_media_type`: not `application/wasm`", body = openapi::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: neither `application/wasm` nor `application/json`", body = openapi::ErrorBody),
+        (status = 422, description = "`untrusted_component`: the tenant's trust policy refuses it (the error names the keys expected and what was found); `not_a_component_artifact`", body = openapi::ErrorBody),
         (status = 500, description = "`deploy_failed`: interrupted; nothing was deployed", body = openapi::ErrorBody),
+        (status = 502, description = "`registry_failed`, `registry_denied`, `digest_mismatch`: the registry could not be used; nothing was deployed", body = openapi::ErrorBody),
         (status = 503, description = "`busy` (every deploy slot compiling), `storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 504, description = "`registry_timeout`: the pull did not finish in time", body = openapi::ErrorBody),
     ))]
 pub(super) async fn deploy(
     State(host): State<AppState>,
@@ -90,11 +109,12 @@ pub(super) async fn deploy(
 ) -> Result<Response, ApiError> {
     let headers = request.headers();
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if content_type.split(';').next().map(str::trim) != Some("application/wasm") {
+    let media_type = content_type.split(';').next().map(str::trim).unwrap_or("").to_ascii_lowercase();
+    if media_type != "application/wasm" && media_type != "application/json" {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
-            "send the packed component as the body with Content-Type: application/wasm",
+            "send the packed component as the body with Content-Type: application/wasm, or {\"reference\": \"registry/repository:tag\"} with Content-Type: application/json",
         ));
     }
     let mut expect_version = None;
@@ -106,35 +126,38 @@ pub(super) async fn deploy(
             expect_version = Some(n);
         }
     }
-    let quota = host.tenant(&caller.tenant).map_or(0, |t| t.record.quotas.max_component_bytes);
-    let limit = usize::try_from(quota).unwrap_or(usize::MAX).min(MAX_COMPONENT_BYTES);
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "quota_exceeded",
-            format!("the component is larger than tenant `{}` may deploy ({quota} bytes)", caller.tenant),
-        )
-    };
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_COMPONENT_BYTES as u64) {
-        return Err(too_large());
-    }
     let principal = caller.principal()?.clone();
-    // The slot bounds the uploads held in memory as well as the compilations.
-    let slot = host.deploy_slot()?;
-    let body = read_within(request.into_body(), limit).await?.ok_or_else(too_large)?;
     let tenant = caller.tenant.clone();
-    // Compiling is CPU-bound: keep it off the request threads.
-    let deployed =
+    let deployed = if media_type == "application/json" {
+        // The slot bounds pulls held in memory as well as compilations.
+        let slot = host.deploy_slot()?;
+        let body = read_within(request.into_body(), MAX_JSON_BYTES).await?.ok_or_else(|| {
+            ApiError::bad_request("invalid_json", format!("the body is larger than {MAX_JSON_BYTES} bytes"))
+        })?;
+        let wanted: openapi::DeployReference = json_body(&body)?;
+        host.clone().deploy_reference(slot, principal, tenant, &wanted.reference, expect_version).await?
+    } else {
+        let quota = host.tenant(&caller.tenant).map_or(0, |t| t.record.quotas.max_component_bytes);
+        let limit = usize::try_from(quota).unwrap_or(usize::MAX).min(MAX_COMPONENT_BYTES);
+        let too_large = || {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "quota_exceeded",
+                format!("the component is larger than tenant `{}` may deploy ({quota} bytes)", caller.tenant),
+            )
+        };
+        let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > MAX_COMPONENT_BYTES as u64) {
+            return Err(too_large());
+        }
+        // The slot bounds the uploads held in memory as well as the compilations.
+        let slot = host.deploy_slot()?;
+        let body = read_within(request.into_body(), limit).await?.ok_or_else(too_large)?;
+        // Compiling is CPU-bound: keep it off the request threads.
         tokio::task::spawn_blocking(move || host.deploy_in(slot, &principal, &tenant, &body, expect_version))
             .await
-            .map_err(|_| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "deploy_failed",
-                "the deploy was interrupted; nothing was deployed",
-            )
-        })??;
+            .map_err(|_| crate::host::DeployError::Interrupted)??
+    };
     let status = if deployed.created { StatusCode::CREATED } else { StatusCode::OK };
     if deployed.created {
         tracing::info!(
@@ -142,6 +165,7 @@ pub(super) async fn deploy(
             tool = deployed.name,
             version = deployed.version,
             sha256 = deployed.sha256,
+            source = deployed.provenance.source.as_ref().map(|s| s.reference.as_str()),
             "deployed over the admin API"
         );
     }
@@ -152,8 +176,101 @@ pub(super) async fn deploy(
         "sha256": deployed.sha256,
         "signatureSha256": deployed.signature_sha256,
         "previousVersion": deployed.previous_version,
+        "provenance": deployed.provenance.to_json(),
     });
     Ok((status, axum::Json(body)).into_response())
+}
+
+/// The tenant's trust policy: its keys (kind and fingerprint) and whether a
+/// signature is required.
+#[utoipa::path(get, path = "/admin/trust-policy", tag = "Admin", operation_id = "get_trust_policy",
+    responses((status = 200, description = "The policy (the default: no keys, nothing required)", body = openapi::TrustPolicy)))]
+pub(super) async fn get_trust_policy(State(host): State<AppState>, Extension(caller): Extension<Caller>) -> Response {
+    axum::Json(host.trust_policy(&caller.tenant).to_api_json()).into_response()
+}
+
+/// Replaces the tenant's trust policy (audited). It judges deploys from now
+/// on; running versions keep running, and the answer lists those it would
+/// refuse.
+#[utoipa::path(put, path = "/admin/trust-policy", tag = "Admin", operation_id = "put_trust_policy",
+    request_body(content = openapi::TrustPolicyInput, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Stored", body = openapi::TrustPolicySet),
+        (status = 400, description = "`invalid_json`, `invalid_trust_policy`", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
+pub(super) async fn put_trust_policy(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let json: crate::supply::TrustPolicyJson = json_body(&body)?;
+    let refused = host.set_trust_policy(caller.principal()?, &caller.tenant, &json).map_err(|e| match e {
+        crate::host::ChangeError::Invalid(why) => ApiError::bad_request("invalid_trust_policy", why),
+        other => other.into(),
+    })?;
+    let mut answer = host.trust_policy(&caller.tenant).to_api_json();
+    answer["wouldRefuse"] = Value::Array(refused);
+    Ok(axum::Json(answer).into_response())
+}
+
+/// The tenant's live versions its trust policy would refuse if they were
+/// deployed now (they keep running).
+#[utoipa::path(get, path = "/admin/trust-policy/refused", tag = "Admin", operation_id = "refused_by_trust_policy",
+    responses((status = 200, description = "The versions", body = openapi::RefusedVersions)))]
+pub(super) async fn refused_by_trust_policy(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Response {
+    let tenant = caller.tenant.clone();
+    // Embedded signatures are checked again from the stored bytes.
+    let items = tokio::task::spawn_blocking(move || host.versions_refused_by_policy(&tenant)).await.unwrap_or_default();
+    axum::Json(json!({ "items": items })).into_response()
+}
+
+/// The registries the tenant has credentials for (never the passwords).
+#[utoipa::path(get, path = "/admin/registries", tag = "Admin", operation_id = "list_registries",
+    responses((status = 200, description = "The registries and user names", body = openapi::RegistryList)))]
+pub(super) async fn list_registries(State(host): State<AppState>, Extension(caller): Extension<Caller>) -> Response {
+    axum::Json(json!({ "items": host.registry_credentials(&caller.tenant) })).into_response()
+}
+
+/// Stores the tenant's credentials for a registry, sealed like its secrets;
+/// deploys by reference to that registry use them.
+#[utoipa::path(put, path = "/admin/registries/{registry}", tag = "Admin", operation_id = "put_registry",
+    params(("registry" = String, Path, example = "ghcr.io", description = "`host` or `host:port`, as in references")),
+    request_body(content = openapi::RegistryCredentials, content_type = "application/json"),
+    responses(
+        (status = 204, description = "Stored"),
+        (status = 400, description = "`invalid_json`, `invalid_request`: not a registry name, or an empty user name", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
+pub(super) async fn put_registry(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(registry): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let credentials: crate::supply::oci::Credentials = json_body(&body)?;
+    host.put_registry_credentials(caller.principal()?, &caller.tenant, &registry, &credentials)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Deletes the tenant's credentials for a registry.
+#[utoipa::path(delete, path = "/admin/registries/{registry}", tag = "Admin", operation_id = "delete_registry",
+    params(("registry" = String, Path, example = "ghcr.io", description = "`host` or `host:port`")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "`not_found`: no credentials for that registry", body = openapi::ErrorBody),
+        openapi::StorageFailed,
+    ))]
+pub(super) async fn delete_registry(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(registry): Path<String>,
+) -> Result<Response, ApiError> {
+    host.delete_registry_credentials(caller.principal()?, &caller.tenant, &registry)?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// Retires a version: it can no longer be called; its metadata stays.

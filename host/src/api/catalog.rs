@@ -709,6 +709,10 @@ struct ToolPage {
     otc_id: String,
     sha256: String,
     deployed: String,
+    /// The registry reference and manifest digest it was pulled from.
+    source: Option<(String, String)>,
+    /// Its verified signers: key name, kind, fingerprint.
+    signers: Vec<(String, String, String)>,
     versions: Vec<VersionRow>,
 }
 
@@ -776,6 +780,13 @@ pub(super) async fn tool(about: AboutTool) -> Response {
         otc_id: crate::tool_ids::otc_tool_id(&tool, &version),
         sha256: version.sha256.clone(),
         deployed: at(version.created_at),
+        source: version.provenance.source.as_ref().map(|s| (s.reference.clone(), s.manifest_digest.clone())),
+        signers: version
+            .provenance
+            .signers
+            .iter()
+            .map(|s| (s.key.clone(), s.kind.clone(), s.fingerprint.clone()))
+            .collect(),
         versions: rows,
     };
     pages::page(StatusCode::OK, &page)

@@ -327,8 +327,34 @@ impl From<DeployError> for ApiError {
                     .with("expectedVersion", *expected)
                     .with("actualVersion", *actual)
             }
+            DeployError::Untrusted(untrusted) => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "untrusted_component", e.to_string())
+                    .with("expectedSigners", serde_json::to_value(&untrusted.expected).unwrap_or_default())
+                    .with("found", serde_json::to_value(&untrusted.found).unwrap_or_default())
+            }
+            DeployError::Pull(pull) => pull_error(pull),
+            DeployError::Interrupted => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "deploy_failed", e.to_string())
+            }
         }
     }
+}
+
+/// A failed pull: whose fault it is decides the status.
+fn pull_error(e: &crate::supply::oci::OciError) -> ApiError {
+    use crate::supply::oci::OciError as E;
+    let (status, code) = match e {
+        E::InvalidReference(_) => (StatusCode::BAD_REQUEST, "invalid_reference"),
+        E::NotHttps(_) | E::AddressRefused(_) => (StatusCode::FORBIDDEN, "registry_not_allowed"),
+        E::Denied(..) => (StatusCode::BAD_GATEWAY, "registry_denied"),
+        E::NotFound(..) => (StatusCode::NOT_FOUND, "artifact_not_found"),
+        E::NotWasm(..) => (StatusCode::UNPROCESSABLE_ENTITY, "not_a_component_artifact"),
+        E::DigestMismatch { .. } => (StatusCode::BAD_GATEWAY, "digest_mismatch"),
+        E::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "quota_exceeded"),
+        E::TimedOut(..) => (StatusCode::GATEWAY_TIMEOUT, "registry_timeout"),
+        E::Unreachable(..) | E::Status(..) => (StatusCode::BAD_GATEWAY, "registry_failed"),
+    };
+    ApiError::new(status, code, e.to_string())
 }
 
 impl From<DecideError> for ApiError {

@@ -101,6 +101,10 @@ pub mod meta {
     /// On a tool: `required` or `conditional` when calls may need their end
     /// user's confirmation.
     pub const CONFIRMATION: &str = "confirmation";
+    /// On a tool: where its version came from (`source`: the OCI reference
+    /// and manifest digest) and who signed it (`signers`), verified at
+    /// deploy; absent for posted bytes no trusted key signed.
+    pub const PROVENANCE: &str = "provenance";
 }
 
 /// Who may call a JSON-RPC method: invoking needs a key that may invoke;
@@ -1032,6 +1036,9 @@ fn tool_view(tool: &Tool, version: &ToolVersion) -> Value {
     });
     if let Some(output) = schema::output_schema(signature) {
         view["outputSchema"] = output;
+    }
+    if version.provenance != crate::supply::Provenance::default() {
+        view["_meta"][meta::PROVENANCE] = version.provenance.to_json();
     }
     view
 }

@@ -77,6 +77,12 @@ const CATALOG_SESSION: &str = "catalogSession";
         super::cheq::delete_policy,
         super::admin::deploy,
         super::admin::retire,
+        super::admin::get_trust_policy,
+        super::admin::put_trust_policy,
+        super::admin::refused_by_trust_policy,
+        super::admin::list_registries,
+        super::admin::put_registry,
+        super::admin::delete_registry,
         super::admin::list_secrets,
         super::admin::put_secret,
         super::admin::delete_secret,
@@ -257,6 +263,10 @@ pub mod schemas {
         /// When it was retired (Unix seconds).
         #[serde(rename = "retiredAt")]
         pub retired_at: Option<i64>,
+        /// Where the version came from and who signed it (extension,
+        /// docs/deploying.md): present when it was pulled from a registry
+        /// or a key its tenant trusts signed it.
+        pub provenance: Option<Provenance>,
     }
 
     /// An input parameter of a ToolSignature.
@@ -541,6 +551,172 @@ pub mod schemas {
         /// The version that was current before, if any.
         #[serde(rename = "previousVersion")]
         pub previous_version: Option<u32>,
+        /// Where the version came from and who signed it.
+        pub provenance: Provenance,
+    }
+
+    /// Where a version came from and who signed it, verified at deploy:
+    /// `{}` for posted bytes no trusted key signed.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct Provenance {
+        /// The registry artifact it was pulled from; absent for posted bytes.
+        pub source: Option<ProvenanceSource>,
+        /// The tenant's trusted keys whose signatures verified.
+        #[serde(default)]
+        pub signers: Vec<ProvenanceSigner>,
+    }
+
+    /// A registry artifact a version was pulled from.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct ProvenanceSource {
+        /// The reference as it was deployed (tag and all).
+        #[schema(example = "ghcr.io/acme/echo:1.2.0")]
+        pub reference: String,
+        /// The digest of the manifest pulled: what the tag pointed at then.
+        #[serde(rename = "manifestDigest")]
+        #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
+        pub manifest_digest: String,
+    }
+
+    /// A verified signer.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct ProvenanceSigner {
+        /// `wasmsign2`: a signature embedded in the component; `cosign`: a
+        /// signature stored next to the artifact in its registry.
+        #[schema(example = "cosign")]
+        pub kind: String,
+        /// The trust policy's name for the key.
+        pub key: String,
+        /// `sha256:` and the hex SHA-256 of the key's SubjectPublicKeyInfo.
+        #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
+        pub fingerprint: String,
+    }
+
+    /// A deploy by reference: the server pulls the component.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct DeployReference {
+        /// `registry[:port]/repository[:tag][@sha256:…]`; the registry must
+        /// be named (no Docker Hub default); no tag and no digest means `latest`.
+        #[schema(example = "ghcr.io/acme/echo:1.2.0", max_length = 512)]
+        pub reference: String,
+    }
+
+    /// A trust policy as set.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    pub struct TrustPolicyInput {
+        /// Refuse deploys that no trusted key signed (needs at least one key).
+        #[serde(default)]
+        pub require_signature: bool,
+        /// At most 32 keys.
+        #[serde(default)]
+        pub keys: Vec<TrustedKeyInput>,
+    }
+
+    /// A trusted key as set.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    pub struct TrustedKeyInput {
+        /// The name signers are shown by: 1 to 64 of `[a-z0-9._-]`.
+        #[schema(pattern = "^[a-z0-9._-]{1,64}$")]
+        pub name: String,
+        /// A PEM public key (`-----BEGIN PUBLIC KEY-----`): Ed25519 for
+        /// `wasmsign2` signatures, ECDSA P-256 for cosign ones; or the
+        /// base64 of a `wasmsign2 keygen` public key file.
+        pub public_key: String,
+    }
+
+    /// A trust policy.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    pub struct TrustPolicy {
+        /// Whether deploys must carry a signature by one of the keys.
+        pub require_signature: bool,
+        /// The trusted keys.
+        pub keys: Vec<TrustedKey>,
+    }
+
+    /// A trusted key.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    pub struct TrustedKey {
+        /// Its name.
+        pub name: String,
+        /// Its PEM.
+        pub public_key: String,
+        /// `wasmsign2` (Ed25519) or `cosign` (ECDSA P-256).
+        pub kind: String,
+        /// `sha256:` and the hex SHA-256 of its SubjectPublicKeyInfo.
+        pub fingerprint: String,
+    }
+
+    /// A trust policy just set, and the live versions it would refuse.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    pub struct TrustPolicySet {
+        /// Whether deploys must carry a signature by one of the keys.
+        pub require_signature: bool,
+        /// The trusted keys.
+        pub keys: Vec<TrustedKey>,
+        /// Live versions it would refuse if deployed now (they keep running).
+        pub would_refuse: Vec<RefusedVersion>,
+    }
+
+    /// Live versions the trust policy would refuse.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct RefusedVersions {
+        /// The versions.
+        pub items: Vec<RefusedVersion>,
+    }
+
+    /// A live version the trust policy would refuse.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    pub struct RefusedVersion {
+        /// The tool's id.
+        #[schema(format = "uuid")]
+        pub tool_id: String,
+        /// The tool's name.
+        pub name: String,
+        /// The version.
+        pub version: u32,
+        /// The sha256 of its bytes.
+        pub sha256: String,
+        /// What was recorded when it was deployed.
+        pub provenance: Provenance,
+    }
+
+    /// Credentials for a registry (the password is sealed and never shown again).
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct RegistryCredentials {
+        /// The user name.
+        pub username: String,
+        /// The password or access token.
+        pub password: String,
+    }
+
+    /// The registries a tenant has credentials for.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct RegistryList {
+        /// Each registry and its user name.
+        pub items: Vec<RegistryEntry>,
+    }
+
+    /// A registry a tenant has credentials for.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct RegistryEntry {
+        /// `host[:port]`.
+        pub registry: String,
+        /// The user name.
+        pub username: String,
     }
 
     /// A retired version.

@@ -171,7 +171,10 @@ impl ToolHost {
                     self.stored_config.insert(key, values);
                 }
             }
-            Topic::Settings => self.load_cheq_settings()?,
+            Topic::Settings => {
+                self.load_cheq_settings()?;
+                self.load_trust_policies()?;
+            }
             Topic::Versions => self.reload_versions()?,
         }
         Ok(())

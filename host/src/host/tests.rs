@@ -20,6 +20,7 @@ fn options(data_dir: &std::path::Path) -> HostOptions {
         confirmation_retention: DEFAULT_CONFIRMATION_RETENTION,
         max_concurrent_deploys: DEFAULT_MAX_CONCURRENT_DEPLOYS,
         secrets_key: None,
+        registries: Default::default(),
         cheq: Default::default(),
     }
 }

@@ -721,6 +721,51 @@ fn is_internal_v4(ip: Ipv4Addr) -> bool {
         || a >= 240 // reserved
 }
 
+/// A reqwest resolver under the outbound policy: resolves, and refuses the
+/// name unless every address passes it. A client built with it connects
+/// only to what it returns (confirmation servers' keys, OAuth client
+/// documents, registries).
+pub struct CheckedResolver {
+    limits: Arc<OutboundLimits>,
+}
+
+impl CheckedResolver {
+    /// A resolver under `limits` (the registry client uses it too).
+    pub fn new(limits: Arc<OutboundLimits>) -> CheckedResolver {
+        CheckedResolver { limits }
+    }
+}
+
+/// The resolver's refusal, found again in the client's error.
+#[derive(Debug, thiserror::Error)]
+#[error("the name resolves to an address the outbound policy refuses")]
+struct RefusedAddress;
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let limits = self.limits.clone();
+        Box::pin(async move {
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            if found.is_empty() || found.iter().any(|a| limits.refuses(a.ip())) {
+                return Err(Box::new(RefusedAddress) as Box<dyn std::error::Error + Send + Sync>);
+            }
+            Ok(Box::new(found.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// Whether `e` comes from the resolver refusing an address.
+pub fn caused_by_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(e) = source {
+        if e.is::<RefusedAddress>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

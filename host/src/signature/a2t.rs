@@ -102,8 +102,16 @@ pub struct LockedJson {
 }
 
 impl LockedJson {
-    /// Serialises version `version` (bytes `sha256`) of tool `tool_id`.
-    pub fn new(tool_id: &uuid::Uuid, version: u32, sha256: &str, s: &Signature) -> LockedJson {
+    /// Serialises version `version` (bytes `sha256`) of tool `tool_id`,
+    /// with its provenance (an extension, present when the version came
+    /// from a registry or a trusted key signed it: locked like the rest).
+    pub fn new(
+        tool_id: &uuid::Uuid,
+        version: u32,
+        sha256: &str,
+        s: &Signature,
+        provenance: &crate::supply::Provenance,
+    ) -> LockedJson {
         let (mut head, mut tail) = (Map::new(), Map::new());
         let mut before = true;
         for (key, value) in signature_fields(Some(tool_id), version, None, s) {
@@ -116,6 +124,9 @@ impl LockedJson {
             }
         }
         tail.insert("contentHash".into(), format!("sha256:{sha256}").into());
+        if *provenance != crate::supply::Provenance::default() {
+            tail.insert("provenance".into(), provenance.to_json());
+        }
         // `{"a":1}` → `{"a":1,"currentVersion":` and `,"b":2`.
         let head = Value::Object(head).to_string();
         let tail = Value::Object(tail).to_string();
@@ -142,7 +153,7 @@ mod tests {
         }))
         .unwrap();
         let id = uuid::Uuid::new_v4();
-        let locked = LockedJson::new(&id, 2, "ab", &signature);
+        let locked = LockedJson::new(&id, 2, "ab", &signature, &Default::default());
         let text = format!("{}3{}}}", locked.head, locked.tail);
         let mut expected = signature_json(Some(&id), 2, Some(3), &signature);
         expected["contentHash"] = "sha256:ab".into();

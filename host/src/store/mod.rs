@@ -133,6 +133,8 @@ pub struct StoredVersion {
     pub signature_sha256: String,
     /// The manifest it was packed with.
     pub manifest: ToolManifest,
+    /// Where it came from and who signed it.
+    pub provenance: crate::supply::Provenance,
     /// When it was deployed (Unix seconds).
     pub created_at: i64,
     /// When it was retired (Unix seconds), if it was.

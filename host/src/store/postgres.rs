@@ -430,7 +430,7 @@ impl RegistryStore for PostgresStore {
         let rows = self.run(async move {
             sqlx::query(
                 "SELECT v.tool_id, t.tenant, t.name, v.version, v.sha256, v.signature, v.manifest, v.created_at,
-                        v.signature_sha256, v.retired_at
+                        v.signature_sha256, v.retired_at, v.provenance
                  FROM versions v JOIN tools t USING (tool_id)
                  ORDER BY v.created_at, v.tool_id, v.version",
             )
@@ -447,6 +447,7 @@ impl RegistryStore for PostgresStore {
             let tool_id: String = row.try_get(0).map_err(db)?;
             let signature: String = row.try_get(5).map_err(db)?;
             let manifest: String = row.try_get(6).map_err(db)?;
+            let provenance: String = row.try_get(10).map_err(db)?;
             out.push(StoredVersion {
                 tool_id: Uuid::parse_str(&tool_id).map_err(|e| decode_error(&what, e))?,
                 tenant,
@@ -455,6 +456,7 @@ impl RegistryStore for PostgresStore {
                 sha256: row.try_get(4).map_err(db)?,
                 signature: serde_json::from_str(&signature).map_err(|e| StoreError::Decode(what.clone(), e))?,
                 manifest: serde_json::from_str(&manifest).map_err(|e| StoreError::Decode(what.clone(), e))?,
+                provenance: serde_json::from_str(&provenance).map_err(|e| StoreError::Decode(what.clone(), e))?,
                 created_at: row.try_get(7).map_err(db)?,
                 signature_sha256: row.try_get(8).map_err(db)?,
                 retired_at: row.try_get(9).map_err(db)?,
@@ -470,6 +472,7 @@ impl RegistryStore for PostgresStore {
         // Serializing plain data cannot fail.
         let signature = serde_json::to_string(&v.signature).unwrap_or_default();
         let manifest = serde_json::to_string(&v.manifest).unwrap_or_default();
+        let provenance = serde_json::to_string(&v.provenance).unwrap_or_default();
         let (pool, v, bytes, audit) = (self.pool.clone(), v.clone(), bytes.to_vec(), audit.clone());
         let number = i32::try_from(v.version).map_err(|e| decode_error(&v.name, e))?;
         self.run(async move {
@@ -517,8 +520,8 @@ impl RegistryStore for PostgresStore {
             .await
             .map_err(db)?;
             sqlx::query(
-                "INSERT INTO versions (tool_id, version, sha256, signature, manifest, created_at, signature_sha256, retired_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                "INSERT INTO versions (tool_id, version, sha256, signature, manifest, created_at, signature_sha256, retired_at, provenance)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             )
             .bind(v.tool_id.to_string())
             .bind(number)
@@ -528,6 +531,7 @@ impl RegistryStore for PostgresStore {
             .bind(v.created_at)
             .bind(&v.signature_sha256)
             .bind(v.retired_at)
+            .bind(provenance)
             .execute(&mut *tx)
             .await
             .map_err(db)?;

@@ -271,6 +271,11 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (tenant, client_id)
     );
 ",
+    // Where a version came from (an OCI reference and manifest digest)
+    // and who signed it, as JSON (supply::Provenance).
+    "
+    ALTER TABLE versions ADD COLUMN provenance TEXT NOT NULL DEFAULT '{}';
+",
 ];
 
 /// An `oauth_grants` row, its columns in the table's order.
@@ -490,7 +495,7 @@ impl RegistryStore for SqliteStore {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT v.tool_id, t.tenant, t.name, v.version, v.sha256, v.signature, v.manifest, v.created_at,
-                    v.signature_sha256, v.retired_at
+                    v.signature_sha256, v.retired_at, v.provenance
              FROM versions v JOIN tools t USING (tool_id)
              ORDER BY v.created_at, v.tool_id, v.version",
         )?;
@@ -498,7 +503,7 @@ impl RegistryStore for SqliteStore {
             Ok((
                 (r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, u32>(3)?),
                 (r.get::<_, String>(4)?, r.get::<_, String>(5)?, r.get::<_, String>(6)?),
-                (r.get::<_, i64>(7)?, r.get::<_, String>(8)?, r.get::<_, Option<i64>>(9)?),
+                (r.get::<_, i64>(7)?, r.get::<_, String>(8)?, r.get::<_, Option<i64>>(9)?, r.get::<_, String>(10)?),
             ))
         })?;
         let mut out = Vec::new();
@@ -506,7 +511,7 @@ impl RegistryStore for SqliteStore {
             let (
                 (tool_id, tenant, name, version),
                 (sha256, signature, manifest),
-                (created_at, signature_sha256, retired_at),
+                (created_at, signature_sha256, retired_at, provenance),
             ) = row?;
             let what = format!("{tenant}/{name} version {version}");
             out.push(StoredVersion {
@@ -516,7 +521,8 @@ impl RegistryStore for SqliteStore {
                 version,
                 sha256,
                 signature: serde_json::from_str(&signature).map_err(|e| StoreError::Decode(what.clone(), e))?,
-                manifest: serde_json::from_str(&manifest).map_err(|e| StoreError::Decode(what, e))?,
+                manifest: serde_json::from_str(&manifest).map_err(|e| StoreError::Decode(what.clone(), e))?,
+                provenance: serde_json::from_str(&provenance).map_err(|e| StoreError::Decode(what, e))?,
                 signature_sha256,
                 created_at,
                 retired_at,
@@ -529,6 +535,7 @@ impl RegistryStore for SqliteStore {
         // Serializing plain data cannot fail.
         let signature = serde_json::to_string(&v.signature).unwrap_or_default();
         let manifest = serde_json::to_string(&v.manifest).unwrap_or_default();
+        let provenance = serde_json::to_string(&v.provenance).unwrap_or_default();
         let tool_id = v.tool_id.to_string();
         // The bytes first (fsynced): a crash before the row commits leaves
         // an orphan blob, swept at the next start, never a row without bytes.
@@ -561,9 +568,9 @@ impl RegistryStore for SqliteStore {
             // No ON CONFLICT clause: an existing (tool, version) is an error,
             // so a version's bytes and signature can never be replaced.
             tx.execute(
-                "INSERT INTO versions (tool_id, version, sha256, signature, manifest, created_at, signature_sha256, retired_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![tool_id, v.version, v.sha256, signature, manifest, v.created_at, v.signature_sha256, v.retired_at],
+                "INSERT INTO versions (tool_id, version, sha256, signature, manifest, created_at, signature_sha256, retired_at, provenance)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![tool_id, v.version, v.sha256, signature, manifest, v.created_at, v.signature_sha256, v.retired_at, provenance],
             )?;
         }
         insert_audit(&tx, audit)?;

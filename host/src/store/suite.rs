@@ -33,6 +33,22 @@ pub(super) fn version(tool_id: Uuid, n: u32) -> StoredVersion {
             outputs: vec![],
         },
         manifest: Default::default(),
+        // Version 2 came from a registry, signed: its provenance must read back.
+        provenance: if n == 2 {
+            crate::supply::Provenance {
+                source: Some(crate::supply::Source {
+                    reference: "registry.example/acme/echo:2".into(),
+                    manifest_digest: format!("sha256:{:064}", n),
+                }),
+                signers: vec![crate::supply::Signer {
+                    kind: "cosign".into(),
+                    key: "release".into(),
+                    fingerprint: format!("sha256:{:064}", 7),
+                }],
+            }
+        } else {
+            Default::default()
+        },
         signature_sha256: format!("{:064}", n + 100),
         created_at: 1_700_000_000 + i64::from(n),
         retired_at: None,

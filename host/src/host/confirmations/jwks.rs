@@ -19,10 +19,10 @@
 //!   for its result), so accepts posted while a confirmation server fails
 //!   cost it, and this server, one fetch per failure period, not one each.
 
-use crate::runtime::outbound::OutboundLimits;
+use crate::runtime::outbound::{CheckedResolver, OutboundLimits, caused_by_refusal};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -109,7 +109,7 @@ impl JwksFetcher {
             .timeout(FETCH_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
-            .dns_resolver(Arc::new(CheckedResolver { limits: limits.clone() }))
+            .dns_resolver(Arc::new(CheckedResolver::new(limits.clone())))
             .build()
             .inspect_err(|e| tracing::error!(error = %e, "no HTTP client for confirmation servers' keys"))
             .ok();
@@ -253,42 +253,6 @@ impl JwksFetcher {
 /// password, path or query.
 fn host_of(url: &str) -> String {
     reqwest::Url::parse(url).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_else(|| "?".into())
-}
-
-/// The client's resolver: resolves, and refuses the name unless every
-/// address passes the outbound policy. The client connects only to what it
-/// returns.
-struct CheckedResolver {
-    limits: Arc<OutboundLimits>,
-}
-
-/// The resolver's refusal, found again in the client's error.
-#[derive(Debug, thiserror::Error)]
-#[error("the name resolves to an address the outbound policy refuses")]
-struct RefusedAddress;
-
-impl reqwest::dns::Resolve for CheckedResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let limits = self.limits.clone();
-        Box::pin(async move {
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
-            if found.is_empty() || found.iter().any(|a| limits.refuses(a.ip())) {
-                return Err(Box::new(RefusedAddress) as Box<dyn std::error::Error + Send + Sync>);
-            }
-            Ok(Box::new(found.into_iter()) as reqwest::dns::Addrs)
-        })
-    }
-}
-
-fn caused_by_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source = Some(e);
-    while let Some(e) = source {
-        if e.is::<RefusedAddress>() {
-            return true;
-        }
-        source = e.source();
-    }
-    false
 }
 
 #[cfg(test)]

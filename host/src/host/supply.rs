@@ -1,0 +1,279 @@
+//! The supply chain, in the core: deploys by OCI reference, each tenant's
+//! trust policy, and its registry credentials.
+//!
+//! A deploy by reference pulls the component (under the outbound policy,
+//! with the tenant's credentials for that registry), lets the tenant's trust
+//! policy judge it, then takes the same path as posted bytes: compatibility
+//! rule, quotas, compile cache, store. The bytes go into the store, so the
+//! other replicas of a fleet serve the version without pulling it.
+//!
+//! Registry credentials are sealed in the secrets table under ids
+//! (`registry:HOST`) that no tool can name (tool secret ids have no `:`),
+//! and are never listed with the tenant's secrets nor shown again.
+
+use super::{ChangeError, DeployError, DeploySlot, Deployed, ToolHost};
+use crate::store::StoreError;
+use crate::supply::oci::{Credentials, OciClient, OciError, OciOptions};
+use crate::supply::{Evidence, Provenance, Reference, RegistrySignatures, Source, TrustPolicy, TrustPolicyJson};
+use crate::tenancy::{AuditEntry, Principal};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The tenant setting that holds its trust policy.
+pub(super) const TRUST_SETTING: &str = "trust-policy";
+/// The secret id prefix of registry credentials.
+const CREDENTIALS_PREFIX: &str = "registry:";
+/// Largest component pulled, whatever a tenant's quota says (as for posted bytes).
+const MAX_PULLED_BYTES: u64 = 256 << 20;
+
+/// How the server reaches registries (the operator's flags).
+#[derive(Debug, Clone)]
+pub struct RegistryOptions {
+    /// Registries reached over plain http (`--insecure-registry`).
+    pub insecure: Vec<String>,
+    /// How long a pull may take (`--registry-timeout`).
+    pub timeout: Duration,
+}
+
+impl Default for RegistryOptions {
+    fn default() -> Self {
+        RegistryOptions { insecure: Vec::new(), timeout: Duration::from_secs(120) }
+    }
+}
+
+/// The core's supply-chain state.
+pub(super) struct SupplyState {
+    /// Trust policies by tenant (none: unsigned deploys allowed, no keys).
+    trust: dashmap::DashMap<String, TrustPolicy>,
+    /// The registry client; `None` if it could not be built (pulls then fail).
+    client: Option<OciClient>,
+}
+
+impl SupplyState {
+    pub(super) fn new(options: &RegistryOptions, limits: Arc<crate::runtime::outbound::OutboundLimits>) -> SupplyState {
+        let client = OciClient::new(OciOptions {
+            insecure: options.insecure.clone(),
+            limits: Some(limits),
+            timeout: options.timeout,
+        })
+        .inspect_err(|e| tracing::error!(error = %e, "no registry client: deploys by reference will fail"))
+        .ok();
+        SupplyState { trust: dashmap::DashMap::new(), client }
+    }
+}
+
+/// A registry name as credentials are stored under: `host[:port]`.
+fn check_registry(registry: &str) -> Result<(), ChangeError> {
+    Reference::parse(&format!("{registry}/x")).ok().filter(|r| r.registry == registry).map(|_| ()).ok_or_else(|| {
+        ChangeError::Invalid(format!(
+            "`{registry}` is not a registry: write host or host:port, like ghcr.io or 127.0.0.1:5000"
+        ))
+    })
+}
+
+impl ToolHost {
+    /// A tenant's trust policy (the default: no keys, nothing required).
+    pub fn trust_policy(&self, tenant: &str) -> TrustPolicy {
+        self.supply.trust.get(tenant).map(|p| p.clone()).unwrap_or_default()
+    }
+
+    /// Sets a tenant's trust policy (audited). It judges deploys from now
+    /// on; running versions keep running. Answers the live versions it
+    /// would refuse.
+    pub fn set_trust_policy(
+        &self,
+        actor: &Principal,
+        tenant: &str,
+        json: &TrustPolicyJson,
+    ) -> Result<Vec<Value>, ChangeError> {
+        if self.tenant(tenant).is_none() {
+            return Err(ChangeError::NotFound(format!("there is no tenant `{tenant}`")));
+        }
+        let policy = TrustPolicy::from_json(json).map_err(ChangeError::Invalid)?;
+        let audit = AuditEntry::new(actor, Some(tenant), "trust-policy.put", tenant).detail(policy.to_api_json());
+        let value = serde_json::to_string(&policy.to_json()).unwrap_or_default();
+        self.store.put_setting(&(tenant.to_string(), TRUST_SETTING.into(), value), &audit)?;
+        self.supply.trust.insert(tenant.to_string(), policy);
+        Ok(self.versions_refused_by_policy(tenant))
+    }
+
+    /// The live versions of `tenant` its current trust policy would refuse
+    /// if they were deployed now: judged on their recorded signers, and
+    /// their embedded signatures checked again against the current keys.
+    pub fn versions_refused_by_policy(&self, tenant: &str) -> Vec<Value> {
+        let policy = self.trust_policy(tenant);
+        if !policy.require_signature {
+            return Vec::new();
+        }
+        let trusted: Vec<String> = policy.keys.iter().map(|k| k.fingerprint()).collect();
+        let mut refused = Vec::new();
+        for tool in self.registry.all().into_iter().filter(|t| t.tenant == tenant) {
+            for version in tool.versions_before(None, usize::MAX) {
+                if version.retired_at().is_some()
+                    || version.provenance.signers.iter().any(|s| trusted.contains(&s.fingerprint))
+                {
+                    continue;
+                }
+                let embedded_ok = self.store.blob(&version.sha256).is_ok_and(|bytes| {
+                    !policy.keys.is_empty()
+                        && matches!(
+                            crate::supply::wasmsig::check(&bytes, &policy.keys),
+                            crate::supply::wasmsig::Embedded::Signed { ref verified, .. } if !verified.is_empty()
+                        )
+                });
+                if !embedded_ok {
+                    refused.push(json!({
+                        "toolId": tool.id,
+                        "name": tool.name,
+                        "version": version.number,
+                        "sha256": version.sha256,
+                        "provenance": version.provenance.to_json(),
+                    }));
+                }
+            }
+        }
+        refused
+    }
+
+    /// Loads the tenants' trust policies, replacing what was loaded before.
+    pub(super) fn load_trust_policies(&self) -> Result<(), StoreError> {
+        let mut loaded = std::collections::HashMap::new();
+        for (tenant, key, value) in self.store.settings()? {
+            if key == TRUST_SETTING {
+                let json: TrustPolicyJson = serde_json::from_str(&value)
+                    .map_err(|e| StoreError::Decode(format!("tenant {tenant} trust policy"), e))?;
+                match TrustPolicy::from_json(&json) {
+                    Ok(policy) => {
+                        loaded.insert(tenant, policy);
+                    }
+                    Err(why) => tracing::error!(
+                        tenant,
+                        why,
+                        "a stored trust policy cannot be read; deploys to the tenant are refused"
+                    ),
+                }
+            }
+        }
+        self.supply.trust.retain(|tenant, _| loaded.contains_key(tenant));
+        for (tenant, policy) in loaded {
+            self.supply.trust.insert(tenant, policy);
+        }
+        Ok(())
+    }
+
+    /// Stores a tenant's credentials for `registry` (audited, the password never).
+    pub fn put_registry_credentials(
+        &self,
+        actor: &Principal,
+        tenant: &str,
+        registry: &str,
+        credentials: &Credentials,
+    ) -> Result<(), ChangeError> {
+        check_registry(registry)?;
+        if credentials.username.is_empty() || credentials.username.len() > 256 || credentials.password.len() > 8192 {
+            return Err(ChangeError::Invalid("`username` is 1 to 256 characters and `password` at most 8 KiB".into()));
+        }
+        let id = format!("{CREDENTIALS_PREFIX}{registry}");
+        let audit = AuditEntry::new(actor, Some(tenant), "registry-credentials.put", registry)
+            .detail(json!({ "username": credentials.username }));
+        let value = serde_json::to_string(credentials).unwrap_or_default();
+        self.store.put_secret(tenant, &id, &value, &audit)?;
+        self.secrets.insert((tenant.to_string(), id), value);
+        Ok(())
+    }
+
+    /// Deletes a tenant's credentials for `registry`.
+    pub fn delete_registry_credentials(
+        &self,
+        actor: &Principal,
+        tenant: &str,
+        registry: &str,
+    ) -> Result<(), ChangeError> {
+        let id = format!("{CREDENTIALS_PREFIX}{registry}");
+        let audit = AuditEntry::new(actor, Some(tenant), "registry-credentials.delete", registry);
+        if !self.store.delete_secret(tenant, &id, &audit)? {
+            return Err(ChangeError::NotFound(format!("there are no credentials for `{registry}`")));
+        }
+        self.secrets.remove(&(tenant.to_string(), id));
+        Ok(())
+    }
+
+    /// The registries a tenant has credentials for, with their user names.
+    pub fn registry_credentials(&self, tenant: &str) -> Vec<Value> {
+        let mut out: Vec<Value> = self
+            .secrets
+            .iter()
+            .filter(|e| e.key().0 == tenant)
+            .filter_map(|e| {
+                let registry = e.key().1.strip_prefix(CREDENTIALS_PREFIX)?;
+                let credentials: Credentials = serde_json::from_str(e.value()).ok()?;
+                Some(json!({ "registry": registry, "username": credentials.username }))
+            })
+            .collect();
+        out.sort_by(|a, b| a["registry"].as_str().cmp(&b["registry"].as_str()));
+        out
+    }
+
+    /// Whether a stored secret id is a registry credential (never a tool's).
+    pub(super) fn is_registry_credential(id: &str) -> bool {
+        id.starts_with(CREDENTIALS_PREFIX)
+    }
+
+    fn credentials_for(&self, tenant: &str, registry: &str) -> Option<Credentials> {
+        let id = format!("{CREDENTIALS_PREFIX}{registry}");
+        self.secrets.get(&(tenant.to_string(), id)).and_then(|v| serde_json::from_str(v.value()).ok())
+    }
+
+    /// Deploys the component `reference` names, pulled from its registry,
+    /// in a deploy slot already taken. The version records the reference
+    /// and the manifest's digest; a tag is resolved once, here: deploying
+    /// the same tag again after it moved makes a new version (under the
+    /// usual rules), never a silent change of this one.
+    pub async fn deploy_reference(
+        self: Arc<Self>,
+        slot: DeploySlot,
+        actor: Principal,
+        tenant: String,
+        reference: &str,
+        expect_version: Option<u32>,
+    ) -> Result<Deployed, DeployError> {
+        let reference = Reference::parse(reference).map_err(OciError::InvalidReference)?;
+        let quotas =
+            self.tenant(&tenant).ok_or_else(|| DeployError::UnknownTenant(tenant.clone()))?.record.quotas.clone();
+        let policy = self.trust_policy(&tenant);
+        let client = self.supply.client.as_ref().ok_or_else(|| {
+            OciError::Unreachable(reference.registry.clone(), "this server has no registry client".into())
+        })?;
+        let credentials = self.credentials_for(&tenant, &reference.registry);
+        let max = quotas.max_component_bytes.min(MAX_PULLED_BYTES);
+        let (pulled, signatures) = client.pull(&reference, credentials.as_ref(), max, policy.wants_cosign()).await?;
+        let registry = match signatures {
+            None => RegistrySignatures::NotFetched,
+            Some(Ok(signatures)) => {
+                RegistrySignatures::Found { signatures, manifest_digest: pulled.manifest_digest.clone() }
+            }
+            Some(Err(why)) => RegistrySignatures::Unavailable(why),
+        };
+        let source = Source { reference: reference.to_string(), manifest_digest: pulled.manifest_digest.clone() };
+        let host = self.clone();
+        tokio::task::spawn_blocking(move || {
+            host.deploy_judged(slot, &actor, &tenant, &pulled.bytes, expect_version, Some(source), registry)
+        })
+        .await
+        .map_err(|_| DeployError::Interrupted)?
+    }
+
+    /// The trust policy's verdict on a component about to be deployed: its
+    /// provenance, or the refusal.
+    pub(super) fn judge(
+        &self,
+        tenant: &str,
+        bytes: &[u8],
+        source: Option<Source>,
+        registry: RegistrySignatures,
+    ) -> Result<Provenance, DeployError> {
+        let signers = self.trust_policy(tenant).judge(&Evidence { component: bytes, registry })?;
+        Ok(Provenance { source, signers })
+    }
+}
