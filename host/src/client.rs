@@ -118,7 +118,7 @@ fn print_policy(policy: &Value) {
     }
 }
 
-/// `plinth trust set [--require-signature] --key NAME=FILE…`.
+/// `plinth trust set [--require-signature] --trusted-key NAME=FILE…`.
 pub fn set_trust(target: &TenantTarget, require_signature: bool, keys: &[String]) -> anyhow::Result<()> {
     let mut listed = Vec::new();
     for key in keys {

@@ -154,7 +154,7 @@ enum TrustCommand {
         #[command(flatten)]
         target: TenantTarget,
     },
-    /// Replace the policy.
+    /// Replace the policy (`--trusted-key NAME=FILE` for each key).
     Set {
         /// Refuse deploys that no trusted key signed.
         #[arg(long)]
@@ -162,7 +162,7 @@ enum TrustCommand {
         /// A trusted key, as NAME=FILE (repeatable): a PEM public key
         /// (cosign.pub, or an Ed25519 key) or a `wasmsign2 keygen` public
         /// key file.
-        #[arg(long = "key", value_name = "NAME=FILE")]
+        #[arg(long = "trusted-key", value_name = "NAME=FILE")]
         keys: Vec<String>,
         #[command(flatten)]
         target: TenantTarget,

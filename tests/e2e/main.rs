@@ -19,6 +19,7 @@ mod mcp_python;
 mod mcp_support;
 mod oauth;
 mod observability;
+mod oci;
 mod openapi;
 mod otc;
 mod polyglot;

@@ -133,6 +133,9 @@ impl ToolHost {
                 }
             }
         }
+        refused.sort_by(|a, b| {
+            (a["name"].as_str(), a["version"].as_u64()).cmp(&(b["name"].as_str(), b["version"].as_u64()))
+        });
         refused
     }
 
@@ -247,7 +250,10 @@ impl ToolHost {
         })?;
         let credentials = self.credentials_for(&tenant, &reference.registry);
         let max = quotas.max_component_bytes.min(MAX_PULLED_BYTES);
-        let (pulled, signatures) = client.pull(&reference, credentials.as_ref(), max, policy.wants_cosign()).await?;
+        let (pulled, signatures) =
+            client.pull(&reference, credentials.as_ref(), max, policy.wants_cosign()).await.inspect_err(|e| {
+                tracing::warn!(tenant, reference = %reference, error = %e, "a deploy by reference could not pull from its registry");
+            })?;
         let registry = match signatures {
             None => RegistrySignatures::NotFetched,
             Some(Ok(signatures)) => {
@@ -273,7 +279,9 @@ impl ToolHost {
         source: Option<Source>,
         registry: RegistrySignatures,
     ) -> Result<Provenance, DeployError> {
-        let signers = self.trust_policy(tenant).judge(&Evidence { component: bytes, registry })?;
+        let signers = self.trust_policy(tenant).judge(&Evidence { component: bytes, registry }).inspect_err(|e| {
+            tracing::warn!(tenant, source = source.as_ref().map(|s| s.reference.as_str()), found = ?e.found, "the trust policy refused a deploy");
+        })?;
         Ok(Provenance { source, signers })
     }
 }

@@ -148,7 +148,7 @@ impl OciClient {
             }
             match check_url(attempt.url(), &insecure, limits.as_deref()) {
                 Ok(()) => attempt.follow(),
-                Err(e) => attempt.error(e.to_string()),
+                Err(e) => attempt.error(e),
             }
         });
         let mut builder = reqwest::Client::builder()
@@ -405,9 +405,18 @@ impl<'a> Session<'a> {
         if crate::runtime::outbound::caused_by_refusal(&e) {
             return OciError::AddressRefused(self.registry());
         }
+        if e.is_timeout() {
+            return OciError::TimedOut(self.registry(), self.client.options.timeout.as_secs());
+        }
         let mut why = e.to_string();
         let mut source = std::error::Error::source(&e);
         while let Some(s) = source {
+            // A redirect the policy refused says where it would have gone.
+            match s.downcast_ref::<OciError>() {
+                Some(OciError::AddressRefused(to)) => return OciError::AddressRefused(to.clone()),
+                Some(OciError::NotHttps(to)) => return OciError::NotHttps(to.clone()),
+                _ => {}
+            }
             why = format!("{why}: {s}");
             source = s.source();
         }
