@@ -466,3 +466,45 @@ async fn an_oauth_token_issued_by_one_replica_works_refreshes_and_is_revoked_on_
         assert_eq!(list_with(replica, "", renewed["access_token"].as_str().unwrap()).await.0, 401);
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deploy_by_reference_on_one_replica_is_served_by_the_others_without_the_registry() {
+    use crate::oci::{Registry, cosign_keys, cosign_sign};
+    let mut registry = Registry::start(false);
+    let keys = tempfile::tempdir().unwrap();
+    let (key, public) = cosign_keys(keys.path(), "ci");
+    let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
+    registry.wkg_push("acme/echo:1.0", &echo, None);
+    let reference = registry.reference("acme/echo:1.0");
+    cosign_sign(&reference, &key, None);
+    let args = ["--allow-private-cidr", "127.0.0.1/32", "--insecure-registry", registry.address.as_str()];
+    let fleet = Fleet::start(2, TestPostgres::shared().fresh_database(), &args);
+
+    // The policy set on one replica holds on the other.
+    let policy = json!({ "requireSignature": true, "keys": [{ "name": "ci", "publicKey": std::fs::read_to_string(&public).unwrap() }] });
+    let (status, body) = fleet.replica(1).call_as(Some(TOKEN), Method::PUT, "/admin/trust-policy", Some(&policy)).await;
+    assert_eq!(status, 200, "{body}");
+    eventually("the policy reaches the other replica", || async {
+        fleet.replica(0).get("/admin/trust-policy").await.1["requireSignature"] == true
+    })
+    .await;
+    let unsigned = relabeled(&echo, "unsigned");
+    let (status, body) = fleet.replica(0).deploy(unsigned, "").await;
+    assert_eq!(status, 422, "{body}");
+
+    let (status, deployed) = fleet
+        .replica(0)
+        .call_as(Some(TOKEN), Method::POST, "/admin/tools", Some(&json!({ "reference": reference })))
+        .await;
+    assert_eq!(status, 201, "{deployed}");
+    let id = deployed["toolId"].as_str().unwrap().to_string();
+    registry.stop();
+
+    let other = fleet.replica(1);
+    eventually("the deploy reaches the replica", || async { versions_of(other, "echo").await == [1] }).await;
+    let (status, body) = invoke_echo(other, &id, None, "from the store").await;
+    assert_eq!((status, outputs(&body)["text"].clone()), (200, json!("from the store")), "{body}");
+    let (_, version) = other.get(&format!("/tools/{id}/versions/1")).await;
+    assert_eq!(version["provenance"], deployed["provenance"], "the same provenance on every replica");
+    assert_eq!(version["provenance"]["signers"][0]["kind"], "cosign");
+}

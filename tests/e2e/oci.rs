@@ -181,7 +181,7 @@ fn wasmsign2_sign(dir: &Path, bytes: &[u8], sk: &Path) -> Vec<u8> {
 }
 
 /// A cosign (ECDSA P-256) key pair made with openssl: (private, public PEM files).
-fn cosign_keys(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+pub fn cosign_keys(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     let (key, public) = (dir.join(format!("{name}.key")), dir.join(format!("{name}.pub")));
     run(Command::new("openssl")
         .args(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out"])
@@ -191,7 +191,7 @@ fn cosign_keys(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
 }
 
 /// Signs the artifact at `reference` in cosign's format (tag `sha256-….sig`).
-fn cosign_sign(reference: &str, key: &Path, credentials: Option<(&str, &str)>) {
+pub fn cosign_sign(reference: &str, key: &Path, credentials: Option<(&str, &str)>) {
     let mut command = tool("cosign-sign");
     command.arg("--key").arg(key).arg("--http");
     if let Some((user, password)) = credentials {
@@ -669,6 +669,10 @@ enum Fake {
     Stall,
     /// Answers every request with a redirect to this origin.
     RedirectTo(String),
+    /// Serves one component as `acme/echo:1` behind the registry token
+    /// flow (as ghcr.io and Docker Hub do): `/token` gives a bearer token
+    /// for [`USER`]'s Basic credentials; everything else needs it.
+    Token(Vec<u8>),
 }
 
 /// A fake registry on a loopback address, counting the requests it read.
@@ -704,10 +708,26 @@ fn fake_registry(ip: &str, behaviour: Fake) -> FakeRegistry {
                 }
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let mut line = String::new();
+                let mut authorization = String::new();
                 while reader.read_line(&mut line).unwrap_or(0) > 2 {
+                    if let Some(value) = line.strip_prefix("authorization: ").or(line.strip_prefix("Authorization: ")) {
+                        authorization = value.trim().to_string();
+                    }
                     line.clear();
                 }
                 match &*behaviour {
+                    Fake::Token(component) => {
+                        let path = first.split_whitespace().nth(1).unwrap_or("/").to_string();
+                        let mut stream = stream;
+                        let basic = format!("Basic {}", base64_of(&format!("{}:{}", USER.0, USER.1)));
+                        let (status, headers, body) = token_registry(&path, &authorization, &basic, port, component);
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
+                            body.len()
+                        );
+                        let _ = stream.write_all(&body);
+                    }
                     Fake::Stall => std::thread::sleep(Duration::from_secs(30)),
                     Fake::RedirectTo(origin) => {
                         let path = first.split_whitespace().nth(1).unwrap_or("/");
@@ -722,4 +742,70 @@ fn fake_registry(ip: &str, behaviour: Fake) -> FakeRegistry {
         }
     });
     FakeRegistry { port, requests }
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+fn sha256_digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", plinth::package::sha256_hex(bytes))
+}
+
+/// One answer of [`Fake::Token`]: (status line, headers, body).
+fn token_registry(
+    path: &str,
+    authorization: &str,
+    basic: &str,
+    port: u16,
+    component: &[u8],
+) -> (String, String, Vec<u8>) {
+    let config = br#"{"architecture":"wasm","os":"wasip2"}"#.to_vec();
+    let manifest = json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": { "mediaType": "application/vnd.wasm.config.v0+json", "digest": sha256_digest(&config), "size": config.len() },
+        "layers": [{ "mediaType": "application/wasm", "digest": sha256_digest(component), "size": component.len() }],
+    })
+    .to_string()
+    .into_bytes();
+    if path.starts_with("/token?") {
+        return if authorization == basic && path.contains("scope=repository%3Aacme%2Fecho%3Apull") {
+            ("200 OK".into(), "Content-Type: application/json\r\n".into(), br#"{"token":"fake-token"}"#.to_vec())
+        } else {
+            ("401 Unauthorized".into(), String::new(), Vec::new())
+        };
+    }
+    if authorization != "Bearer fake-token" {
+        let challenge = format!(
+            "WWW-Authenticate: Bearer realm=\"http://127.0.0.1:{port}/token\",service=\"fake\",scope=\"repository:acme/echo:pull\"\r\n"
+        );
+        return ("401 Unauthorized".into(), challenge, Vec::new());
+    }
+    let typed = |t: &str| format!("Content-Type: {t}\r\n");
+    match path {
+        "/v2/acme/echo/manifests/1" => ("200 OK".into(), typed("application/vnd.oci.image.manifest.v1+json"), manifest),
+        p if p == format!("/v2/acme/echo/blobs/{}", sha256_digest(component)) => {
+            ("200 OK".into(), typed("application/octet-stream"), component.to_vec())
+        }
+        _ => ("404 Not Found".into(), String::new(), Vec::new()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_registry_token_flow_is_followed_with_the_tenants_credentials() {
+    let fake = fake_registry("127.0.0.1", Fake::Token(echo()));
+    let address = format!("127.0.0.1:{}", fake.port());
+    let server = server_for(&[&address], &[]);
+    let reference = format!("{address}/acme/echo:1");
+    let (status, answer) = deploy_reference(&server, TOKEN, None, &reference).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (502, Some("registry_denied")), "{answer}");
+    let credentials = json!({ "username": USER.0, "password": USER.1 });
+    let (status, _) = server
+        .call_as(Some(TOKEN), reqwest::Method::PUT, &format!("/admin/registries/{address}"), Some(&credentials))
+        .await;
+    assert_eq!(status, 204);
+    let (status, answer) = deploy_reference(&server, TOKEN, None, &reference).await;
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(answer["sha256"], plinth::package::sha256_hex(&echo()));
 }
