@@ -427,6 +427,16 @@ async fn the_trust_policy_accepts_only_what_a_trusted_key_signed_over_these_byte
     assert_eq!(status, 422);
     refused(&answer, "a cosign signature by ci of another manifest");
 
+    // The catalog's tool page shows the source and the signer of the version.
+    let designer = crate::catalog::Designer::sign_in(&format!("{}/t/acme", server.base), &publisher).await;
+    let page = crate::catalog::tool_path(&designer, "echo").await;
+    let (status, html) = designer.get(&format!("{page}?version=2")).await;
+    assert_eq!(status, 200, "{html}");
+    let source = html.split("id=\"source\"").nth(1).unwrap().split("</dd>").next().unwrap();
+    assert!(source.contains(&registry.reference("acme/echo:cosigned")), "{source}");
+    let signers = html.split("id=\"signers\"").nth(1).unwrap().split("</dd>").next().unwrap();
+    assert!(signers.contains("ci (cosign,") && signers.contains(fingerprint("ci").as_str().unwrap()), "{signers}");
+
     // Posted bytes face the same policy: embedded signatures count.
     let (status, answer) = server.deploy_as(&publisher, "acme", relabeled(&echo(), "posted")).await;
     assert_eq!(status, 422, "{answer}");
@@ -529,7 +539,7 @@ async fn pulls_refuse_tampered_oversized_stalled_and_redirected_artifacts() {
     bytes[last] ^= 1;
     std::fs::write(registry.blob_file(layer), bytes).unwrap();
     let (status, answer) = deploy_reference(&server, TOKEN, None, &registry.reference("acme/echo:tampered")).await;
-    assert_eq!((status, answer["error"]["code"].as_str()), (502, Some("digest_mismatch")), "{answer}");
+    assert_eq!((status, answer["error"]["code"].as_str()), (422, Some("digest_mismatch")), "{answer}");
 
     // A manifest larger than any Wasm artifact's.
     let huge = json!({
@@ -618,7 +628,7 @@ async fn registry_credentials_belong_to_one_tenant_and_are_never_shown() {
 
     // Without credentials: the registry refuses, and the error says what to do.
     let (status, answer) = deploy_reference(&server, &acme, Some("acme"), &reference).await;
-    assert_eq!((status, answer["error"]["code"].as_str()), (502, Some("registry_denied")), "{answer}");
+    assert_eq!((status, answer["error"]["code"].as_str()), (422, Some("registry_denied")), "{answer}");
 
     // The publisher stores them with the CLI (password from the environment).
     let login = Command::new(plinth_bin())
@@ -634,7 +644,7 @@ async fn registry_credentials_belong_to_one_tenant_and_are_never_shown() {
 
     // Another tenant cannot use them.
     let (status, answer) = deploy_reference(&server, &globex, Some("globex"), &reference).await;
-    assert_eq!((status, answer["error"]["code"].as_str()), (502, Some("registry_denied")), "{answer}");
+    assert_eq!((status, answer["error"]["code"].as_str()), (422, Some("registry_denied")), "{answer}");
 
     // Listed by registry and user name only; not among the tenant's secrets.
     let (_, listed) = server.call_as(Some(&acme), reqwest::Method::GET, "/t/acme/admin/registries", None).await;
@@ -799,7 +809,7 @@ async fn the_registry_token_flow_is_followed_with_the_tenants_credentials() {
     let server = server_for(&[&address], &[]);
     let reference = format!("{address}/acme/echo:1");
     let (status, answer) = deploy_reference(&server, TOKEN, None, &reference).await;
-    assert_eq!((status, answer["error"]["code"].as_str()), (502, Some("registry_denied")), "{answer}");
+    assert_eq!((status, answer["error"]["code"].as_str()), (422, Some("registry_denied")), "{answer}");
     let credentials = json!({ "username": USER.0, "password": USER.1 });
     let (status, _) = server
         .call_as(Some(TOKEN), reqwest::Method::PUT, &format!("/admin/registries/{address}"), Some(&credentials))

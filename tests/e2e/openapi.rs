@@ -101,15 +101,28 @@ const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_co
 #[tokio::test(flavor = "multi_thread")]
 async fn schemathesis_finds_no_server_error_and_no_undocumented_answer() {
     let tools = tools_dir();
+    // A registry of the test's own holding the deploy example's artifact
+    // (tests/schemathesis/hooks.py sends every reference there).
+    let registry = crate::oci::Registry::start(false);
+    let echo = std::fs::read(crate::support::plugins_dir().join("echo.wasm")).unwrap();
+    let echo_file = tempfile::Builder::new().suffix(".wasm").tempfile().unwrap();
+    std::fs::write(echo_file.path(), &echo).unwrap();
+    let pushed = Command::new(plinth_bin())
+        .arg("push")
+        .arg(echo_file.path())
+        .arg(registry.reference("acme/echo:1.2.0"))
+        .arg("--insecure")
+        .output()
+        .unwrap();
+    assert!(pushed.status.success(), "{}", String::from_utf8_lossy(&pushed.stderr));
     // The example tools, a second tenant with a tool of its own, and the
     // end user of the document's login example.
-    let server = Server::start(&[]);
+    let server = Server::start(&["--insecure-registry", &registry.address, "--allow-private-cidr", "127.0.0.1/32"]);
     let password = json!({ "password": "correct horse battery staple" });
     let (status, body) =
         server.call_as(Some(TOKEN), reqwest::Method::PUT, "/admin/end-users/alice", Some(&password)).await;
     assert_eq!(status, 204, "{body}");
     server.create_tenant("acme", json!({})).await;
-    let echo = std::fs::read(crate::support::plugins_dir().join("echo.wasm")).unwrap();
     let (status, deployed) = server.deploy_as(TOKEN, "acme", echo).await;
     assert_eq!(status, 201, "{deployed}");
 
@@ -117,6 +130,7 @@ async fn schemathesis_finds_no_server_error_and_no_undocumented_answer() {
     let mut st = Command::new(tools.join("venv/bin/st"));
     st.current_dir(report.path())
         .env("SCHEMATHESIS_HOOKS", Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/schemathesis/hooks.py"))
+        .env("PLINTH_TEST_REGISTRY", &registry.address)
         .arg("--config-file")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/schemathesis/schemathesis.toml"))
         .args(["run", &format!("{}/openapi.json", server.base), "--url", &server.base])

@@ -95,11 +95,11 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
         (status = 409, description = "`breaking_change`, `version_mismatch`, `quota_exceeded`", body = openapi::ErrorBody),
         (status = 413, description = "`quota_exceeded`: larger than the tenant may deploy", body = openapi::ErrorBody),
         (status = 415, description = "`unsupported_media_type`: neither `application/wasm` nor `application/json`", body = openapi::ErrorBody),
-        (status = 422, description = "`untrusted_component`: the tenant's trust policy refuses it (the error names the keys expected and what was found); `not_a_component_artifact`", body = openapi::ErrorBody),
+        (status = 422, description = "`untrusted_component`: the tenant's trust policy refuses it (the error names the keys expected and what was found); `not_a_component_artifact`; `registry_denied`: the registry refused the tenant's credentials (or wants some); `digest_mismatch`: the registry sent bytes other than their digest names", body = openapi::ErrorBody),
         (status = 500, description = "`deploy_failed`: interrupted; nothing was deployed", body = openapi::ErrorBody),
-        (status = 502, description = "`registry_failed`, `registry_denied`, `digest_mismatch`: the registry could not be used; nothing was deployed", body = openapi::ErrorBody),
+        (status = 502, description = "`registry_failed`: the registry could not be reached or answered an error; nothing was deployed", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
         (status = 503, description = "`busy` (every deploy slot compiling), `storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
-        (status = 504, description = "`registry_timeout`: the pull did not finish in time", body = openapi::ErrorBody),
+        (status = 504, description = "`registry_timeout`: the pull did not finish in time", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
 pub(super) async fn deploy(
     State(host): State<AppState>,

@@ -340,22 +340,34 @@ impl From<DeployError> for ApiError {
     }
 }
 
-/// A failed pull: whose fault it is decides the status.
+/// A failed pull. Whose fault it is decides the status: what a retry
+/// cannot fix (a refused reference, address or credential, bytes that are
+/// not what they claim) is 4xx; an unreachable or slow registry is 5xx,
+/// with `Retry-After`, as every 5xx.
 fn pull_error(e: &crate::supply::oci::OciError) -> ApiError {
     use crate::supply::oci::OciError as E;
     let (status, code) = match e {
         E::InvalidReference(_) => (StatusCode::BAD_REQUEST, "invalid_reference"),
         E::NotHttps(_) | E::AddressRefused(_) => (StatusCode::FORBIDDEN, "registry_not_allowed"),
-        E::Denied(..) => (StatusCode::BAD_GATEWAY, "registry_denied"),
         E::NotFound(..) => (StatusCode::NOT_FOUND, "artifact_not_found"),
-        E::NotWasm(..) => (StatusCode::UNPROCESSABLE_ENTITY, "not_a_component_artifact"),
-        E::DigestMismatch { .. } => (StatusCode::BAD_GATEWAY, "digest_mismatch"),
         E::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "quota_exceeded"),
-        E::TimedOut(..) => (StatusCode::GATEWAY_TIMEOUT, "registry_timeout"),
-        E::Unreachable(..) | E::Status(..) => (StatusCode::BAD_GATEWAY, "registry_failed"),
+        E::Denied(..) => (StatusCode::UNPROCESSABLE_ENTITY, "registry_denied"),
+        E::NotWasm(..) => (StatusCode::UNPROCESSABLE_ENTITY, "not_a_component_artifact"),
+        E::DigestMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "digest_mismatch"),
+        E::TimedOut(..) => {
+            return ApiError::new(StatusCode::GATEWAY_TIMEOUT, "registry_timeout", e.to_string())
+                .retry_after(REGISTRY_RETRY_SECS);
+        }
+        E::Unreachable(..) | E::Status(..) => {
+            return ApiError::new(StatusCode::BAD_GATEWAY, "registry_failed", e.to_string())
+                .retry_after(REGISTRY_RETRY_SECS);
+        }
     };
     ApiError::new(status, code, e.to_string())
 }
+
+/// `Retry-After` of a registry that could not be reached or was too slow (a hint).
+const REGISTRY_RETRY_SECS: u64 = 30;
 
 impl From<DecideError> for ApiError {
     fn from(e: DecideError) -> Self {
