@@ -77,9 +77,12 @@ struct SignedHashes {
     signatures: Vec<Signature>,
 }
 
+/// A component's signature sets and the bytes they cover.
+type Signed<'a> = (Vec<SignedHashes>, &'a [u8]);
+
 /// The signature sets and the bytes they cover, or `None` when the first
 /// section is not a signature section.
-fn read(component: &[u8]) -> Result<Option<(Vec<SignedHashes>, &[u8])>, &'static str> {
+fn read(component: &[u8]) -> Result<Option<Signed<'_>>, &'static str> {
     if component.len() < 8 || &component[..4] != b"\0asm" {
         return Ok(None);
     }
