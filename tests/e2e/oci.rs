@@ -151,6 +151,18 @@ impl Registry {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}/v2/{path}", self.address)
     }
+
+    /// The bytes of the OCI manifest `repo` has under `reference` (a tag or digest).
+    pub async fn manifest(&self, repo: &str, reference: &str) -> Vec<u8> {
+        let response = reqwest::Client::new()
+            .get(self.url(&format!("{repo}/manifests/{reference}")))
+            .header("accept", "application/vnd.oci.image.manifest.v1+json")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{repo}:{reference}");
+        response.bytes().await.unwrap().to_vec()
+    }
 }
 
 impl Drop for Registry {
@@ -490,16 +502,8 @@ async fn answer_digest(registry: &Registry, repo: &str, tag: &str) -> String {
 
 /// Copies the manifest tagged `from` to the tag `to` in `repo`.
 async fn copy_manifest(registry: &Registry, repo: &str, from: &str, to: &str) {
-    let client = reqwest::Client::new();
-    let manifest = client
-        .get(registry.url(&format!("{repo}/manifests/{from}")))
-        .header("accept", "application/vnd.oci.image.manifest.v1+json")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(manifest.status(), 200);
-    let bytes = manifest.bytes().await.unwrap();
-    let put = client
+    let bytes = registry.manifest(repo, from).await;
+    let put = reqwest::Client::new()
         .put(registry.url(&format!("{repo}/manifests/{to}")))
         .header("content-type", "application/vnd.oci.image.manifest.v1+json")
         .body(bytes)
@@ -524,15 +528,7 @@ async fn pulls_refuse_tampered_oversized_stalled_and_redirected_artifacts() {
 
     // A layer changed in the registry's storage after it was pushed.
     let digest = registry.wkg_push("acme/echo:tampered", &echo(), None);
-    let manifest: Value = reqwest::Client::new()
-        .get(registry.url(&format!("acme/echo/manifests/{digest}")))
-        .header("accept", "application/vnd.oci.image.manifest.v1+json")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let manifest: Value = serde_json::from_slice(&registry.manifest("acme/echo", &digest).await).unwrap();
     let layer = manifest["layers"][0]["digest"].as_str().unwrap();
     let mut bytes = std::fs::read(registry.blob_file(layer)).unwrap();
     let last = bytes.len() - 1;
