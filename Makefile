@@ -33,7 +33,7 @@ LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
 DATA       ?= ./plinth-data
 
-.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients schemathesis openapi screenshots run test check bench bench-smoke wrk peer
+.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients schemathesis openapi screenshots run test check bench bench-smoke wrk peer oci-tools system-packages
 
 help:
 	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
@@ -94,10 +94,10 @@ fixtures: plugins toolchains
 
 # Ends with one summary line over every test binary (cargo prints one
 # result line per binary, the last of which may be a crate without tests).
-test: fixtures browser mcp-clients toolchains postgres schemathesis
+test: fixtures browser mcp-clients toolchains postgres schemathesis oci-tools
 	@set -o pipefail; PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures \
 		PLINTH_TEST_MCP_CLIENTS=$(CURDIR)/target/mcp-clients PLINTH_TEST_TOOLCHAINS=$(CURDIR)/target/toolchains \
-		PLINTH_TEST_SCHEMATHESIS=$(CURDIR)/target/schemathesis \
+		PLINTH_TEST_SCHEMATHESIS=$(CURDIR)/target/schemathesis PLINTH_TEST_OCI_TOOLS=$(OCI_TOOLS)/bin \
 		$(CARGO) test --no-fail-fast 2>&1 | tee target/test.log
 	@awk '/^test result:/ { passed += $$4; failed += $$6 } END { printf "summary: %d passed, %d failed\n", passed, failed }' target/test.log
 
@@ -107,6 +107,15 @@ test: fixtures browser mcp-clients toolchains postgres schemathesis
 screenshots: fixtures browser
 	PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures \
 		PLINTH_SCREENSHOTS=$(CURDIR)/docs/catalog $(CARGO) test -p plinth --test e2e catalog_browser
+
+# Every Debian package the build, the tests and the benchmark use, in one
+# apt run: two at once would fight over dpkg's lock (.ci/run installs them
+# first, then builds the OCI tools beside the rest). Each target below still
+# installs its own when it is missing.
+DEBIAN_PACKAGES := chromium chromium-driver postgresql docker-registry wrk
+system-packages:
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	[ -z "$$missing" ] || { apt-get update -qq && apt-get install -y -qq $$missing; }
 
 # The browser tests (tests/e2e/browser.rs) drive a headless Chromium through
 # ChromeDriver, both from Debian.
@@ -157,6 +166,28 @@ peer: wasm-target
 	$(CARGO) install wasmtime-cli --version =$(WASMTIME_VERSION) --locked --no-default-features \
 		--features run,serve,component-model-async,cranelift,pooling-allocator,parallel-compilation --root target/peer --target-dir target/peer-build
 	$(CARGO) build --target wasm32-wasip2 --profile plugin -p peer-echo
+
+# The OCI registry tests' tools: Debian's docker-registry, and wkg, wasmsign2
+# and cosign-sign (tests/oci-tools/cosign-sign: Debian has no cosign) built
+# from source into $(OCI_TOOLS)/bin, outside target/ so that a fresh clone or
+# `cargo clean` keeps them. Debug builds without debuginfo: the cheapest that
+# work (test tools need no speed), and without debuginfo a dependency that is
+# also a build or proc-macro dependency builds the same in all three, so the
+# shared target dir reuses it. cosign-sign's Cargo.lock pins wkg's versions of
+# the crates they share (aws-lc-sys's C build above all), for the same reason.
+# cargo install of an exact version that is installed does nothing;
+# cosign-sign is rebuilt only when its sources are newer than the binary.
+# $(OCI_TOOLS)/build can go when disk matters.
+OCI_TOOLS ?= $(HOME)/.cache/plinth/oci-tools
+COSIGN_SIGN := tests/oci-tools/cosign-sign
+OCI_TOOLS_INSTALL := CARGO_PROFILE_DEV_DEBUG=0 $(CARGO) install --locked --debug --root $(OCI_TOOLS) --target-dir $(OCI_TOOLS)/build
+oci-tools:
+	@[ -x /usr/bin/docker-registry ] || { apt-get update -qq && apt-get install -y -qq docker-registry; }
+	$(OCI_TOOLS_INSTALL) wkg --version =0.16.1
+	$(OCI_TOOLS_INSTALL) wasmsign2-cli --version =0.2.8
+	@[ -x $(OCI_TOOLS)/bin/cosign-sign ] && [ -z "$$(find $(COSIGN_SIGN)/Cargo.toml $(COSIGN_SIGN)/Cargo.lock \
+		$(COSIGN_SIGN)/src -newer $(OCI_TOOLS)/bin/cosign-sign -print -quit)" ] || \
+		$(OCI_TOOLS_INSTALL) --path $(COSIGN_SIGN)
 
 bench: fixtures wrk postgres peer
 	$(CARGO) build --release -p plinth -p fake-weather -p plinth-bench
