@@ -98,6 +98,61 @@ pub fn deploy(target: &TenantTarget, source: &str, expect_version: Option<u32>) 
     Ok(())
 }
 
+/// `plinth logs [--follow]`: the recent calls, oldest first; then, with
+/// `follow`, each call as it ends (a tail that ends is opened again).
+pub fn logs(target: &TenantTarget, query: &[(&str, String)], follow: bool) -> anyhow::Result<()> {
+    let url = format!("{}/admin/logs", root(target));
+    let page = send(client()?.get(&url).query(query).query(&[("limit", "500")]), &target.server)?;
+    let mut items = page["items"].as_array().cloned().unwrap_or_default();
+    items.reverse();
+    items.iter().for_each(print_call);
+    if !follow {
+        return Ok(());
+    }
+    // No overall timeout: a tail lasts until the server ends it.
+    let streaming = Client::builder().timeout(None).build()?;
+    loop {
+        let request = streaming.get(&url).query(query).header("accept", "text/event-stream");
+        let response = with_token(request, &target.server).send().context("reaching the server")?;
+        if !response.status().is_success() {
+            json(response)?;
+            return Ok(());
+        }
+        let mut event = String::new();
+        for line in std::io::BufRead::lines(std::io::BufReader::new(response)) {
+            let line = line.context("reading the tail")?;
+            if let Some(name) = line.strip_prefix("event: ") {
+                event = name.to_string();
+            } else if let Some(data) = line.strip_prefix("data: ") {
+                let data: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+                match event.as_str() {
+                    "call" => print_call(&data),
+                    "dropped" => println!("… {} calls not shown: this tail fell behind", data["dropped"]),
+                    _ => {}
+                }
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+            }
+        }
+    }
+}
+
+fn print_call(call: &Value) {
+    println!(
+        "{}  {} v{}  {}  {}  {:.1} ms  call {}",
+        call["time"].as_str().unwrap_or("?"),
+        call["tool"].as_str().unwrap_or("?"),
+        call["version"],
+        call["door"].as_str().unwrap_or("?"),
+        call["outcome"].as_str().unwrap_or("?"),
+        call["durationMs"].as_f64().unwrap_or(0.0),
+        call["callId"].as_str().unwrap_or("?"),
+    );
+    for line in call["lines"].as_array().into_iter().flatten() {
+        println!("    [{}] {}", line["level"].as_str().unwrap_or("?"), line["text"].as_str().unwrap_or(""));
+    }
+}
+
 /// `plinth trust show`.
 pub fn show_trust(target: &TenantTarget) -> anyhow::Result<()> {
     let policy = send(client()?.get(format!("{}/admin/trust-policy", root(target))), &target.server)?;

@@ -7,10 +7,12 @@
 
 mod catalog;
 mod confirmations;
+mod console;
 mod executors;
 mod fleet;
 pub mod oauth;
 mod supply;
+pub use console::{ConsoleEntry, ConsoleFilter, ConsoleOptions, Tail, TooManyTails, console_level};
 pub use supply::RegistryOptions;
 mod retention;
 #[cfg(test)]
@@ -94,6 +96,8 @@ pub struct HostOptions {
     pub cheq: CheqOptions,
     /// How deploys by reference reach registries.
     pub registries: RegistryOptions,
+    /// How much of each tenant's recent calls the console keeps.
+    pub console: ConsoleOptions,
 }
 
 /// How long decided CHEQ transactions are kept unless the operator says
@@ -426,6 +430,9 @@ pub struct Call {
     /// requests when spans are not exported (when they are, the outbound
     /// request's own span is, in the same trace).
     pub trace: Option<CallerTrace>,
+    /// Where the call's log lines are kept for the console (set by
+    /// [`ToolHost::invoke`]).
+    pub lines: Option<runtime::CallLines>,
 }
 
 impl Call {
@@ -440,6 +447,7 @@ impl Call {
             confirmed: None,
             redact: Vec::new(),
             trace: None,
+            lines: None,
         }
     }
 }
@@ -584,6 +592,8 @@ pub struct ToolHost {
     catalog: catalog::CatalogState,
     /// Trust policies and the registry client.
     supply: supply::SupplyState,
+    /// Each tenant's recent calls and live tails.
+    console: console::ConsoleState,
 }
 
 impl ToolHost {
@@ -619,6 +629,7 @@ impl ToolHost {
         let supply = supply::SupplyState::new(&options.registries, options.limits.outbound.clone());
         let host = ToolHost {
             supply,
+            console: console::ConsoleState::new(options.console.clone()),
             registry: Registry::default(),
             runtime,
             fleet: fleet::FleetState::new(options.change_poll),
@@ -1285,12 +1296,31 @@ impl ToolHost {
         self: &Arc<Self>,
         tool: Arc<Tool>,
         version: Arc<ToolVersion>,
-        call: Call,
+        mut call: Call,
     ) -> Result<ToolResult, InvokeError> {
         let started = std::time::Instant::now();
         let (door, number) = (call.front_door, version.number);
+        let lines = runtime::CallLines::default();
+        call.lines = Some(lines.clone());
+        let call_id = call.call_id.clone();
         let outcome = self.dispatch(tool.clone(), version, call).await;
-        self.metrics.invoked(&tool.tenant, &tool.name, number, door, &outcome, started.elapsed());
+        let elapsed = started.elapsed();
+        self.metrics.invoked(&tool.tenant, &tool.name, number, door, &outcome, elapsed);
+        let now = chrono::Utc::now();
+        let entry = ConsoleEntry {
+            seq: 0,
+            time: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            at_ms: now.timestamp_millis(),
+            tool: tool.name.clone(),
+            tool_id: tool.id.to_string(),
+            version: number,
+            call_id,
+            door: door.as_str(),
+            outcome: crate::metrics::outcome_code(&outcome).to_string(),
+            duration_ms: elapsed.as_secs_f64() * 1000.0,
+            lines: std::mem::take(&mut *lines.lock().unwrap_or_else(|p| p.into_inner())),
+        };
+        self.console.record(&tool.tenant, entry);
         outcome
     }
 
@@ -1474,6 +1504,7 @@ impl ToolHost {
             secrets: &call.secrets,
             redact: call.redact,
             trace: call.trace.as_ref(),
+            lines: call.lines.clone(),
         };
         let Ran { result, redactor, denials } = self.execute(tenant, tool, version, run).await?;
         let outcome = result.map_err(InvokeError::from).and_then(|value| {
@@ -1513,6 +1544,7 @@ impl ToolHost {
             secrets: &call.secrets,
             redact: call.redact.clone(),
             trace: call.trace.as_ref(),
+            lines: call.lines.clone(),
         };
         let Ran { result, redactor, denials } = self.execute(tenant, tool, version, run).await?;
         let outcome = result.map_err(InvokeError::from).and_then(|value| {
@@ -1586,7 +1618,7 @@ impl ToolHost {
             max_memory_bytes: usize::try_from(memory_mib).unwrap_or(usize::MAX).saturating_mul(1 << 20),
             outbound,
             config,
-            log: LogLabels { tool: tool.name.clone(), version: version.number, call_id: run.call_id },
+            log: LogLabels { tool: tool.name.clone(), version: version.number, call_id: run.call_id, lines: run.lines },
             secrets: version
                 .manifest
                 .secrets
@@ -1661,6 +1693,7 @@ struct RunOf<'a> {
     secrets: &'a BTreeMap<String, String>,
     redact: Vec<String>,
     trace: Option<&'a CallerTrace>,
+    lines: Option<runtime::CallLines>,
 }
 
 /// What a run gave: the raw result, the redactor of the call's secrets and

@@ -99,6 +99,27 @@ enum Command {
         #[arg(long, env = "PLINTH_REGISTRY_USERNAME")]
         username: Option<String>,
     },
+    /// A tenant's recent calls with their tools' log lines (publisher or
+    /// operator key); with --follow, each call as it ends.
+    Logs {
+        /// Only this tool's calls (name or toolId).
+        #[arg(long)]
+        tool: Option<String>,
+        /// Only this version's.
+        #[arg(long)]
+        version: Option<u32>,
+        /// Only these outcomes, comma-separated (ok, tool_error, timeout, …).
+        #[arg(long)]
+        outcome: Option<String>,
+        /// The least level of the log lines shown (trace, debug, info, warn, error).
+        #[arg(long)]
+        level: Option<String>,
+        /// Keep printing calls as they end (until interrupted).
+        #[arg(short, long)]
+        follow: bool,
+        #[command(flatten)]
+        target: TenantTarget,
+    },
     /// A tenant's trust policy: which keys' signatures it trusts and
     /// whether deploys must carry one.
     Trust {
@@ -399,6 +420,16 @@ struct ServeArgs {
     /// How long a deploy by reference may take to pull, in seconds.
     #[arg(long, env = "PLINTH_REGISTRY_TIMEOUT_SECS", default_value_t = 120)]
     registry_timeout_secs: u64,
+    /// Recent calls (with their tools' log lines) kept per tenant for its
+    /// publishers' console (`GET /admin/logs`); 0 keeps none.
+    #[arg(long, env = "PLINTH_CONSOLE_ENTRIES", default_value_t = 1000)]
+    console_entries: usize,
+    /// How long a recent call is shown in the console, in minutes.
+    #[arg(long, env = "PLINTH_CONSOLE_RETENTION_MINUTES", default_value_t = 60)]
+    console_retention_minutes: u64,
+    /// Live tails of the console (`GET /admin/logs/tail`) open at once per tenant.
+    #[arg(long, env = "PLINTH_CONSOLE_MAX_TAILS", default_value_t = 4)]
+    console_max_tails: usize,
     /// Outbound HTTP requests one invocation may send.
     #[arg(long, env = "PLINTH_OUTBOUND_MAX_REQUESTS", default_value_t = 20)]
     outbound_max_requests: u32,
@@ -653,6 +684,14 @@ fn main() -> std::process::ExitCode {
         },
         Command::Deploy { source, expect_version, target } => client::deploy(&target, &source, expect_version),
         Command::Push { tool, reference, insecure, username } => push(&tool, &reference, insecure, username),
+        Command::Logs { tool, version, outcome, level, follow, target } => {
+            let query: Vec<(&str, String)> =
+                [("tool", tool), ("version", version.map(|v| v.to_string())), ("outcome", outcome), ("level", level)]
+                    .into_iter()
+                    .filter_map(|(k, v)| v.map(|v| (k, v)))
+                    .collect();
+            client::logs(&target, &query, follow)
+        }
         Command::Trust { command } => match command {
             TrustCommand::Show { target } => client::show_trust(&target),
             TrustCommand::Set { require_signature, keys, target } => {
@@ -827,6 +866,11 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         registries: plinth::host::RegistryOptions {
             insecure: args.insecure_registries.clone(),
             timeout: Duration::from_secs(args.registry_timeout_secs.max(1)),
+        },
+        console: plinth::host::ConsoleOptions {
+            entries_per_tenant: args.console_entries,
+            retention: Duration::from_secs(args.console_retention_minutes.max(1).saturating_mul(60)),
+            max_tails_per_tenant: args.console_max_tails,
         },
         limits: HostLimits {
             max_concurrency_per_tool: args.max_concurrency_per_tool.max(1),

@@ -311,11 +311,7 @@ impl Metrics {
         outcome: &Result<ToolResult, InvokeError>,
         elapsed: Duration,
     ) {
-        let outcome = match outcome {
-            Ok(ToolResult::Outputs(_)) => "ok",
-            Ok(ToolResult::Failed(_)) => "tool_error",
-            Err(e) => e.code(),
-        };
+        let outcome = outcome_code(outcome);
         let (tenant, tool, door) = (tenant.to_string(), tool.to_string(), door.as_str());
         self.invocation_seconds
             .get_or_create(&CallLabels { tenant: tenant.clone(), tool: tool.clone(), version, door })
@@ -395,5 +391,15 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
+    }
+}
+
+/// A call's outcome as `/metrics` and the console name it: `ok`,
+/// `tool_error`, or the code of what stopped it.
+pub fn outcome_code(outcome: &Result<ToolResult, InvokeError>) -> &'static str {
+    match outcome {
+        Ok(ToolResult::Outputs(_)) => "ok",
+        Ok(ToolResult::Failed(_)) => "tool_error",
+        Err(e) => e.code(),
     }
 }

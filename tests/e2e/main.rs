@@ -9,6 +9,7 @@ mod cheq;
 mod cheq_browser;
 mod cheq_restart;
 mod cli;
+mod console;
 mod deploy;
 mod fleet;
 mod hardening_net;

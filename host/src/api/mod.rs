@@ -11,6 +11,7 @@ pub mod admin;
 pub mod auth;
 pub mod catalog;
 pub mod cheq;
+pub mod console;
 pub mod cors;
 pub mod error;
 pub mod mcp;
@@ -187,6 +188,10 @@ fn routes(options: &ApiOptions) -> Routes {
         .add(Method::GET, "/admin/cheq/{id}", Audit, Server, get(cheq::evidence))
         .add(Method::PUT, "/admin/end-users/{name}", Publish, Tenant, put(cheq::put_end_user).layer(form_limit))
         .add(Method::DELETE, "/admin/end-users/{name}", Publish, Tenant, delete(cheq::delete_end_user))
+        .add(Method::GET, "/admin/logs", Publish, Tenant, {
+            let stopping = options.mcp.stopping.clone();
+            get(move |state, caller, query, headers| console::logs(state, caller, query, headers, stopping.subscribe()))
+        })
         .add(Method::GET, "/admin/confirmation-server", Publish, Tenant, get(cheq::get_confirmation_server))
         .add(
             Method::PUT,

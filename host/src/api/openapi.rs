@@ -77,6 +77,7 @@ const CATALOG_SESSION: &str = "catalogSession";
         super::cheq::delete_policy,
         super::admin::deploy,
         super::admin::retire,
+        super::console::logs,
         super::admin::get_trust_policy,
         super::admin::put_trust_policy,
         super::admin::refused_by_trust_policy,
@@ -593,6 +594,55 @@ pub mod schemas {
         /// `sha256:` and the hex SHA-256 of the key's SubjectPublicKeyInfo.
         #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
         pub fingerprint: String,
+    }
+
+    /// A page of a tenant's recent calls (docs/console.md).
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    pub struct ConsolePage {
+        /// The calls, newest first.
+        pub items: Vec<ConsoleCall>,
+        /// The `before` of the next page; `null` on the last.
+        pub next: Option<String>,
+        /// How far back the recent calls go, in minutes.
+        pub retention_minutes: u64,
+    }
+
+    /// One call in the console.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    pub struct ConsoleCall {
+        /// Its place in the tenant's console (grows by one per call).
+        pub seq: u64,
+        /// When it ended (RFC 3339, UTC).
+        pub time: String,
+        /// The tool's name.
+        pub tool: String,
+        /// The tool's id.
+        #[schema(format = "uuid")]
+        pub tool_id: String,
+        /// The version that ran.
+        pub version: u32,
+        /// The call's id.
+        pub call_id: String,
+        /// `a2t`, `otc` or `mcp`.
+        pub door: String,
+        /// `ok`, `tool_error`, or the code of what stopped the call.
+        pub outcome: String,
+        /// How long it took, in milliseconds.
+        pub duration_ms: f64,
+        /// The tool's log lines for the call (redacted, cut at 4 KiB each).
+        pub lines: Vec<ConsoleLine>,
+    }
+
+    /// A log line of a call.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct ConsoleLine {
+        /// `trace`, `debug`, `info`, `warn` or `error`.
+        pub level: String,
+        /// The text.
+        pub text: String,
     }
 
     /// A deploy by reference: the server pulls the component.

@@ -889,6 +889,7 @@ impl ToolHost {
                     .map(str::to_string)
                     .collect(),
                 trace: None,
+                lines: None,
             };
             // `invoke` too refuses a version retired after this check.
             self.invoke(tool, version.clone(), call).await

@@ -21,6 +21,7 @@ fn options(data_dir: &std::path::Path) -> HostOptions {
         max_concurrent_deploys: DEFAULT_MAX_CONCURRENT_DEPLOYS,
         secrets_key: None,
         registries: Default::default(),
+        console: Default::default(),
         cheq: Default::default(),
     }
 }

@@ -249,7 +249,7 @@ impl CallSetup {
             max_memory_bytes: usize::MAX,
             config: BTreeMap::new(),
             outbound: OutboundPolicy::default(),
-            log: LogLabels { tool: tool.to_string(), version: 1, call_id: String::new() },
+            log: LogLabels { tool: tool.to_string(), version: 1, call_id: String::new(), lines: None },
             secrets: BTreeMap::new(),
             log_budget: Arc::new(LogBudget::new()),
             redact: Vec::new(),
@@ -365,6 +365,29 @@ pub struct LogLabels {
     pub version: u32,
     /// The call id.
     pub call_id: String,
+    /// Where the call's lines are also kept, as logged (redacted, cut,
+    /// within the call's allowance), for its publisher's console.
+    pub lines: Option<CallLines>,
+}
+
+/// A call's log lines, kept for its publisher's console (`host/console.rs`).
+pub type CallLines = Arc<std::sync::Mutex<Vec<LogLine>>>;
+
+/// One log line of a call, as logged.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LogLine {
+    /// `trace`, `debug`, `info`, `warn` or `error`.
+    pub level: &'static str,
+    /// The text, redacted and cut like the server's log line.
+    pub text: String,
+}
+
+impl LogLabels {
+    fn keep(&self, level: &'static str, text: &str) {
+        if let Some(lines) = &self.lines {
+            lines.lock().unwrap_or_else(|p| p.into_inner()).push(LogLine { level, text: text.to_string() });
+        }
+    }
 }
 
 /// The per-invocation state inside a [`Store`].
@@ -472,6 +495,14 @@ impl ToolLog {
             let _ = write!(message, " … [truncated: {} more bytes]", total - cut);
         }
         let (tool, version, call_id) = (&self.labels.tool, self.labels.version, &self.labels.call_id);
+        let name = match level {
+            LogLevel::Trace => "trace",
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+        };
+        self.labels.keep(name, &message);
         match level {
             LogLevel::Trace => tracing::trace!(target: "plinth::tool", tool, version, call_id, "{message}"),
             LogLevel::Debug => tracing::debug!(target: "plinth::tool", tool, version, call_id, "{message}"),
@@ -499,6 +530,10 @@ impl ToolLog {
         let (tool, version, call_id) = (&labels.tool, labels.version, &labels.call_id);
         let dropped = self.dropped_rate + self.dropped_size;
         if dropped > 0 || self.truncated > 0 {
+            labels.keep("warn", &format!(
+                "{dropped} log lines dropped ({} over the rate limit, {} over the {LOG_CALL_BYTES} bytes a call may log), {} cut short",
+                self.dropped_rate, self.dropped_size, self.truncated
+            ));
             tracing::warn!(target: "plinth::tool", tool, version, call_id, dropped_lines = dropped,
                 truncated_lines = self.truncated, dropped_bytes = self.dropped_bytes,
                 "the tool logs more than it may: {dropped} log lines dropped ({} over the rate limit, {} over the \
@@ -507,6 +542,7 @@ impl ToolLog {
         }
         if let Some((count, first)) = denials.summary() {
             let first = self.redactor.text(&first);
+            labels.keep("warn", &format!("{count} outbound requests refused (first: {first})"));
             tracing::warn!(target: "plinth::outbound", tool, version, call_id, refused = count,
                 "{count} outbound requests refused (first: {first})");
         }
@@ -1066,7 +1102,7 @@ mod tests {
     #[test]
     fn a_long_line_is_cut_and_the_call_is_bounded() {
         let mut log = ToolLog::new(
-            LogLabels { tool: "t".into(), version: 1, call_id: "c".into() },
+            LogLabels { tool: "t".into(), version: 1, call_id: "c".into(), lines: None },
             Redactor::default(),
             Arc::new(LogBudget::new()),
         );

@@ -1,0 +1,219 @@
+//! The vendor's console over HTTP: a tenant's recent calls and a live tail
+//! of them, for its publishers (and operators), never its consumers.
+//!
+//! - `GET /admin/logs[?tool&version&outcome&level&before&limit]`: the
+//!   recent calls, newest first, as JSON pages;
+//! - the same with `Accept: text/event-stream`: a live tail, as
+//!   server-sent events (`event: call` per call, `event: dropped` when the
+//!   reader fell behind and lost some, `event: end` when the stream ends).
+//!
+//! What an entry holds, how long it is kept and what is never in it:
+//! `host/console.rs`.
+
+use super::{ApiError, AppState, Caller, auth};
+use crate::host::{ConsoleEntry, ConsoleFilter};
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// A page's entries unless `limit` says otherwise, and the most it may say.
+const DEFAULT_LIMIT: usize = 100;
+const MAX_LIMIT: usize = 500;
+/// How long one tail lasts; `plinth logs --follow` opens the next.
+const TAIL_LIFETIME: Duration = Duration::from_secs(3600);
+/// How often a tail says it is alive, and checks its key is still good.
+const TAIL_HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// The query of both forms.
+struct LogsQuery {
+    filter: ConsoleFilter,
+    before: Option<u64>,
+    limit: usize,
+}
+
+fn parse_query(raw: Option<&str>) -> Result<LogsQuery, ApiError> {
+    let mut query = LogsQuery { filter: ConsoleFilter::default(), before: None, limit: DEFAULT_LIMIT };
+    let bad = |what: &str| ApiError::bad_request("invalid_query", what.to_string());
+    for (key, value) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+        match &*key {
+            "tool" if !value.is_empty() && value.len() <= 128 => query.filter.tool = Some(value.into_owned()),
+            "version" => {
+                query.filter.version = Some(
+                    value
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|n| *n >= 1)
+                        .ok_or_else(|| bad("version is a whole number from 1"))?,
+                )
+            }
+            "outcome" => {
+                for outcome in value.split(',').filter(|o| !o.is_empty()).take(32) {
+                    if outcome.len() > 64 || !outcome.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+                        return Err(bad("outcome is a comma-separated list of codes such as ok,tool_error,timeout"));
+                    }
+                    query.filter.outcomes.push(outcome.to_string());
+                }
+            }
+            "level" => {
+                query.filter.level = Some(
+                    crate::host::console_level(&value)
+                        .ok_or_else(|| bad("level is one of trace, debug, info, warn, error"))?,
+                )
+            }
+            "before" => query.before = Some(value.parse().map_err(|_| bad("before is an entry's seq"))?),
+            "limit" => {
+                query.limit = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| bad("limit is a whole number from 1 to 500"))?
+            }
+            "tool" => return Err(bad("tool is a tool's name or id")),
+            _ => {}
+        }
+    }
+    Ok(query)
+}
+
+/// The tenant's recent calls, or a live tail of them.
+#[utoipa::path(get, path = "/admin/logs", tag = "Admin", operation_id = "logs",
+    params(
+        ("tool" = Option<String>, Query, description = "Only this tool's calls (its name or toolId)"),
+        ("version" = Option<u32>, Query, minimum = 1, description = "Only this version's"),
+        ("outcome" = Option<String>, Query, description = "Only these outcomes, comma-separated (`ok`, `tool_error`, `timeout`, `resource_exhausted`, `trapped`, …)"),
+        ("level" = Option<String>, Query, description = "The least level of the log lines shown: `trace`, `debug`, `info`, `warn` or `error`"),
+        ("before" = Option<u64>, Query, description = "Entries older than this `seq` (the next page)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Entries per page (100)"),
+    ),
+    responses(
+        (status = 200, description = "The recent calls, newest first (JSON); or, with `Accept: text/event-stream`, a live tail: `event: call` with an entry per call as it ends, `event: dropped` with how many the reader lost by falling behind, `event: end` when the stream ends (after an hour, when the server stops or the key is revoked)", content(
+            (super::openapi::ConsolePage = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        (status = 400, description = "`invalid_query`", body = super::openapi::ErrorBody),
+        (status = 429, description = "`too_many_tails`: the tenant has as many live tails open as the operator allows", body = super::openapi::ErrorBody),
+    ))]
+pub(super) async fn logs(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) -> Result<Response, ApiError> {
+    let query = parse_query(raw.as_deref())?;
+    let wants_stream = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.to_ascii_lowercase().contains("text/event-stream"));
+    if wants_stream {
+        let key = auth::bearer_token(&headers).map(str::to_string);
+        return tail(host, caller, query.filter, key, stopping);
+    }
+    let items = host.recent_calls(&caller.tenant, &query.filter, query.before, query.limit);
+    let next = (items.len() == query.limit).then(|| items.last().map(|e| e.seq.to_string())).flatten();
+    let body = json!({
+        "items": items,
+        "next": next,
+        "retentionMinutes": host.console_retention().as_secs() / 60,
+    });
+    Ok(axum::Json(body).into_response())
+}
+
+/// A live tail as server-sent events.
+fn tail(
+    host: AppState,
+    caller: Caller,
+    filter: ConsoleFilter,
+    key: Option<String>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) -> Result<Response, ApiError> {
+    let mut tail = host
+        .tail(&caller.tenant)
+        .map_err(|e| ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_tails", e.to_string()))?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        let ends = tokio::time::sleep(TAIL_LIFETIME);
+        tokio::pin!(ends);
+        let mut heartbeat = tokio::time::interval(TAIL_HEARTBEAT);
+        heartbeat.tick().await;
+        let send = |text: String| {
+            let tx = tx.clone();
+            async move { tx.send(Bytes::from(text)).await.is_ok() }
+        };
+        if !send(": tailing\n\n".into()).await {
+            return;
+        }
+        loop {
+            let event = tokio::select! {
+                received = tail.entries.recv() => match received {
+                    Ok(entry) => match filter.apply(&entry) {
+                        Some(shown) => event("call", Some(shown.seq), &entry_json(&shown)),
+                        None => continue,
+                    },
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(lost)) => {
+                        event("dropped", None, &json!({ "dropped": lost }))
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                },
+                _ = heartbeat.tick() => {
+                    // A revoked key ends its tails.
+                    if key.as_deref().is_some_and(|k| host.authenticate(k).is_none()) {
+                        break;
+                    }
+                    ": alive\n\n".to_string()
+                }
+                () = &mut ends => break,
+                _ = stopping.changed() => break,
+                // The reader went away: its place is free at once.
+                () = tx.closed() => return,
+            };
+            if !send(event).await {
+                return;
+            }
+        }
+        let _ = send(event("end", None, &json!({}))).await;
+    });
+    let mut response = Response::new(axum::body::Body::new(EventStream { rx }));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // Proxies (nginx) pass the events on as they come.
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}
+
+fn entry_json(entry: &ConsoleEntry) -> Value {
+    serde_json::to_value(entry).unwrap_or_default()
+}
+
+/// One server-sent event.
+fn event(name: &str, id: Option<u64>, data: &Value) -> String {
+    match id {
+        Some(id) => format!("event: {name}\nid: {id}\ndata: {data}\n\n"),
+        None => format!("event: {name}\ndata: {data}\n\n"),
+    }
+}
+
+/// A response body fed by a channel: ends when the sender does.
+struct EventStream {
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+}
+
+impl http_body::Body for EventStream {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        self.rx.poll_recv(cx).map(|chunk| chunk.map(|bytes| Ok(http_body::Frame::data(bytes))))
+    }
+}

@@ -1,0 +1,222 @@
+//! The vendor's console: a tenant's publisher sees its tools' calls and log
+//! lines, live (`plinth logs --follow`, server-sent events) and recent
+//! (`GET /admin/logs`), with secrets redacted; nobody else sees them.
+
+use crate::support::{Server, TOKEN, fixture, plinth_bin, plugins_dir};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The secret `use_secret` logs, which must never be shown.
+const SECRET: &str = "console-secret-7f3a9";
+
+/// A server with echo, `use_secret` (logs its secret, succeeds or fails
+/// on request) and `panic_at_once` (traps), and the secret stored.
+async fn console_server(extra: &[&str]) -> (Server, tempfile::TempDir) {
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(plugins_dir().join("echo.wasm"), plugins.path().join("echo.wasm")).unwrap();
+    for name in ["use_secret.wasm", "panic_at_once.wasm"] {
+        std::fs::write(plugins.path().join(name), fixture(name)).unwrap();
+    }
+    let mut args = vec!["--plugins", plugins.path().to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let server = Server::start_in(tempfile::tempdir().unwrap(), &args);
+    let stored = server.request(reqwest::Method::PUT, "/admin/secrets/api-key").body(SECRET).send().await.unwrap();
+    assert_eq!(stored.status(), 204);
+    (server, plugins)
+}
+
+/// `plinth logs --follow` running, its lines arriving on a channel.
+struct Follow {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Follow {
+    fn start(server: &Server, args: &[&str]) -> Follow {
+        let mut child = Command::new(plinth_bin())
+            .args(["logs", "--follow", "--server", &server.base, "--key", TOKEN])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Follow { child, lines }
+    }
+
+    /// The next call line that contains `wanted`, and the lines printed
+    /// under it, within `within`.
+    fn expect(&self, wanted: &str, within: Duration) -> Vec<String> {
+        let deadline = Instant::now() + within;
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("`{wanted}` not shown within {within:?}; shown:\n{}", seen.join("\n")));
+            if line.contains(wanted) {
+                let mut block = vec![line];
+                // The call's log lines follow it at once.
+                while let Ok(more) = self.lines.recv_timeout(Duration::from_millis(200)) {
+                    if !more.starts_with("    ") {
+                        break;
+                    }
+                    block.push(more);
+                }
+                return block;
+            }
+            seen.push(line);
+        }
+    }
+}
+
+impl Drop for Follow {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_publisher_follows_its_calls_from_every_door_with_their_lines_and_no_secret() {
+    let (server, _plugins) = console_server(&[]).await;
+    let follow = Follow::start(&server, &[]);
+    // The tail is open once the server counts it (it prints nothing before the first call).
+    std::thread::sleep(Duration::from_millis(500));
+
+    let (status, _) = server.invoke("use_secret", &[("log_lines", json!(1)), ("fail", json!(false))]).await;
+    assert_eq!(status, 200);
+    let block = follow.expect("use_secret v1  a2t  ok", Duration::from_secs(1));
+    let shown = block.join("\n");
+    assert!(shown.contains("[info] the api key is [redacted]"), "{shown}");
+    assert!(shown.contains("[debug] chatty line 0"), "{shown}");
+    assert!(!shown.contains(SECRET), "{shown}");
+
+    let tools = server.request(reqwest::Method::GET, "/otc/tools").send().await.unwrap().json::<Value>().await.unwrap();
+    let otc_id =
+        tools["tools"].as_array().unwrap().iter().find(|t| t["name"].as_str().unwrap().contains("UseSecret")).unwrap()
+            ["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    let answer = crate::otc::call(
+        &server,
+        "/otc/tools/call",
+        &crate::otc::request(&otc_id, json!({"log_lines": 0, "fail": true})),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let block = follow.expect("use_secret v1  otc  tool_error", Duration::from_secs(1));
+    assert!(!block.join("\n").contains(SECRET), "{block:?}");
+
+    let mcp = crate::mcp::Mcp::modern(&server);
+    mcp.call("echo", json!({"text": "hello"}), Value::Null).await;
+    follow.expect("echo v1  mcp  ok", Duration::from_secs(1));
+
+    let (status, _) = server.invoke("panic_at_once", &[("note", json!("x"))]).await;
+    assert_eq!(status, 422);
+    follow.expect("panic_at_once v1  a2t  tool_trapped", Duration::from_secs(1));
+
+    // The same calls, recent, newest first; filtered by outcome and level.
+    let (status, page) = server.get("/admin/logs").await;
+    assert_eq!(status, 200, "{page}");
+    let outcomes: Vec<&str> =
+        page["items"].as_array().unwrap().iter().map(|e| e["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["tool_trapped", "ok", "tool_error", "ok"], "{page}");
+    assert_eq!(page["items"][3]["door"], "a2t");
+    assert_eq!(page["retentionMinutes"], 60);
+    assert!(!page.to_string().contains(SECRET), "no secret in any answer: {page}");
+    for leak in ["hello", "endUser", "inputs", "outputs"] {
+        assert!(!page.to_string().contains(leak), "no inputs, outputs or end users: `{leak}` in {page}");
+    }
+    let (_, failures) = server.get("/admin/logs?outcome=tool_error,tool_trapped&level=warn").await;
+    let items = failures["items"].as_array().unwrap();
+    assert_eq!(items.len(), 2, "{failures}");
+    assert!(items.iter().all(|e| e["lines"].as_array().unwrap().iter().all(|l| l["level"] != "info")), "{failures}");
+    let (_, one) = server.get("/admin/logs?tool=use_secret&limit=1").await;
+    assert_eq!((one["items"].as_array().unwrap().len(), one["items"][0]["outcome"].as_str()), (1, Some("tool_error")));
+    let before = one["next"].as_str().unwrap();
+    let (_, older) = server.get(&format!("/admin/logs?tool=use_secret&before={before}")).await;
+    assert_eq!(older["items"][0]["outcome"], "ok", "{older}");
+    assert!(!server.logs().is_empty());
+
+    // The CLI without --follow prints the same calls, oldest first.
+    let printed = Command::new(plinth_bin()).args(["logs", "--server", &server.base, "--key", TOKEN]).output().unwrap();
+    let printed = String::from_utf8_lossy(&printed.stdout);
+    let first = printed.find("use_secret v1  a2t  ok").unwrap();
+    let last = printed.find("panic_at_once v1  a2t  tool_trapped").unwrap();
+    assert!(first < last && !printed.contains(SECRET), "{printed}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_tenants_publishers_and_operators_see_its_console() {
+    let server = Server::start(&["--console-max-tails", "2"]);
+    for tenant in ["acme", "globex"] {
+        server.create_tenant(tenant, json!({})).await;
+    }
+    let (_, acme) = server.create_key(Some("acme"), "publisher").await;
+    let (_, acme_consumer) = server.create_key(Some("acme"), "consumer").await;
+    let (_, globex) = server.create_key(Some("globex"), "publisher").await;
+    let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
+    let (status, deployed) = server.deploy_as(&acme, "acme", echo).await;
+    assert_eq!(status, 201, "{deployed}");
+    let id = deployed["toolId"].as_str().unwrap();
+    let call = crate::support::invocation("echo", &[("text", json!("acme's call"))]);
+    let (status, _) = server
+        .call_as(Some(&acme_consumer), reqwest::Method::POST, &format!("/t/acme/tools/{id}:invoke"), Some(&call))
+        .await;
+    assert_eq!(status, 200);
+
+    let (status, page) = server.call_as(Some(&acme), reqwest::Method::GET, "/t/acme/admin/logs", None).await;
+    assert_eq!((status, page["items"].as_array().unwrap().len()), (200, 1), "{page}");
+    let (status, page) = server.call_as(Some(TOKEN), reqwest::Method::GET, "/t/acme/admin/logs", None).await;
+    assert_eq!((status, page["items"].as_array().unwrap().len()), (200, 1), "the operator: {page}");
+    let (status, page) = server.call_as(Some(&globex), reqwest::Method::GET, "/t/globex/admin/logs", None).await;
+    assert_eq!((status, page["items"].as_array().unwrap().len()), (200, 0), "{page}");
+    let (status, body) = server.call_as(Some(&globex), reqwest::Method::GET, "/t/acme/admin/logs", None).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(!body.to_string().contains("echo"), "{body}");
+    let (status, _) = server.call_as(Some(&acme_consumer), reqwest::Method::GET, "/t/acme/admin/logs", None).await;
+    assert_eq!(status, 403);
+    let tail = |key: &str, root: &str| {
+        server
+            .request_as(Some(key), reqwest::Method::GET, &format!("{root}/admin/logs"))
+            .header("accept", "text/event-stream")
+            .send()
+    };
+    assert_eq!(tail(&acme_consumer, "/t/acme").await.unwrap().status(), 403);
+    assert_eq!(tail(&globex, "/t/acme").await.unwrap().status(), 404);
+
+    // At most two tails at once; a third is refused, and a closed one frees its place.
+    let first = tail(&acme, "/t/acme").await.unwrap();
+    let second = tail(&acme, "/t/acme").await.unwrap();
+    assert_eq!((first.status(), second.status()), (reqwest::StatusCode::OK, reqwest::StatusCode::OK));
+    assert_eq!(first.headers()["content-type"], "text/event-stream");
+    let third = tail(&acme, "/t/acme").await.unwrap();
+    assert_eq!(third.status(), 429);
+    assert_eq!(third.json::<Value>().await.unwrap()["error"]["code"], "too_many_tails");
+    assert_eq!(tail(&globex, "/t/globex").await.unwrap().status(), 200, "another tenant's tails count apart");
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let again = tail(&acme, "/t/acme").await.unwrap();
+        if again.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a closed tail never freed its place");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(second);
+}
