@@ -152,6 +152,22 @@ async fn a_publisher_follows_its_calls_from_every_door_with_their_lines_and_no_s
     assert_eq!(older["items"][0]["outcome"], "ok", "{older}");
     assert!(!server.logs().is_empty());
 
+    // A publisher's catalog page of the tool lists its recent failures with
+    // their lines; a consumer's does not.
+    let (_, publisher) = server.create_key(Some("default"), "publisher").await;
+    let (_, consumer) = server.create_key(Some("default"), "consumer").await;
+    let designer = crate::catalog::Designer::sign_in(&server.base, &publisher).await;
+    let page = crate::catalog::tool_path(&designer, "use_secret").await;
+    let (status, html) = designer.get(&page).await;
+    assert_eq!(status, 200, "{html}");
+    let failures = html.split("id=\"failures-heading\"").nth(1).unwrap_or_else(|| panic!("{html}"));
+    let failures = failures.split("</section>").next().unwrap();
+    assert!(failures.contains("tool_error") && failures.contains("otc"), "{failures}");
+    assert!(failures.contains("the api key is [redacted]") && !html.contains(SECRET), "{failures}");
+    let reader = crate::catalog::Designer::sign_in(&server.base, &consumer).await;
+    let (_, html) = reader.get(&page).await;
+    assert!(!html.contains("Recent failures") && !html.contains("the api key is"), "a consumer sees none of it");
+
     // The CLI without --follow prints the same calls, oldest first.
     let printed = Command::new(plinth_bin()).args(["logs", "--server", &server.base, "--key", TOKEN]).output().unwrap();
     let printed = String::from_utf8_lossy(&printed.stdout);

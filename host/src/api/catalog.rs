@@ -27,6 +27,7 @@
 
 use super::pages::{self, DesignerBar, Frame, Paragraph, Product, field, form};
 use super::{ApiError, ApiOptions, AppState, Caller, openapi};
+use crate::host::ConsoleEntry;
 use crate::host::{
     CATALOG_SESSION_TTL, Call, CatalogOrder, CatalogQuery, ConfirmationNeed, DesignerSession, FrontDoor, InvokeError,
     MAX_SEARCH_CHARS, State as TxState, as_words,
@@ -714,6 +715,9 @@ struct ToolPage {
     /// Its verified signers: key name, kind, fingerprint.
     signers: Vec<(String, String, String)>,
     versions: Vec<VersionRow>,
+    /// The tool's recent failed calls with their log lines, for a
+    /// publisher of the tenant (or an operator); `None` for a consumer.
+    failures: Option<Vec<ConsoleEntry>>,
 }
 
 /// A row of the versions table.
@@ -788,9 +792,17 @@ pub(super) async fn tool(about: AboutTool) -> Response {
             .map(|s| (s.key.clone(), s.kind.clone(), s.fingerprint.clone()))
             .collect(),
         versions: rows,
+        failures: (session.principal.role >= crate::tenancy::Role::Publisher).then(|| {
+            let filter = crate::host::ConsoleFilter { tool: Some(tool.id.to_string()), ..Default::default() };
+            let recent = host.recent_calls(&tool.tenant, &filter, None, 500);
+            recent.into_iter().filter(|e| e.outcome != "ok").take(RECENT_FAILURES).collect()
+        }),
     };
     pages::page(StatusCode::OK, &page)
 }
+
+/// Recent failed calls a publisher sees on a tool's page.
+const RECENT_FAILURES: usize = 10;
 
 /// The confirmation policy that applies to `version`'s calls, in words,
 /// and where it comes from.
