@@ -185,6 +185,9 @@ pub enum DeployError {
     /// The deploy's task ended before it finished; nothing was deployed.
     #[error("the deploy was interrupted; nothing was deployed")]
     Interrupted,
+    /// The tenant is pulling another component already.
+    #[error("tenant `{0}` is pulling another component from a registry; deploy this one when that one is done")]
+    TenantPulling(String),
     /// As many deploys as the server allows are being received or
     /// compiling; nothing was deployed.
     #[error("the server is receiving and compiling as many deploys as it may; nothing was deployed, retry shortly")]

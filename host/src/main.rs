@@ -427,9 +427,14 @@ struct ServeArgs {
     /// How long a recent call is shown in the console, in minutes.
     #[arg(long, env = "PLINTH_CONSOLE_RETENTION_MINUTES", default_value_t = 60)]
     console_retention_minutes: u64,
-    /// Live tails of the console (`GET /admin/logs/tail`) open at once per tenant.
+    /// Live tails of the console (`GET /admin/logs` as server-sent events)
+    /// open at once per tenant.
     #[arg(long, env = "PLINTH_CONSOLE_MAX_TAILS", default_value_t = 4)]
     console_max_tails: usize,
+    /// Memory the console's recent calls may hold per tenant, in KiB (the
+    /// oldest go first); the console needs at most tenants × this.
+    #[arg(long, env = "PLINTH_CONSOLE_MAX_KIB", default_value_t = 4096)]
+    console_max_kib: usize,
     /// Outbound HTTP requests one invocation may send.
     #[arg(long, env = "PLINTH_OUTBOUND_MAX_REQUESTS", default_value_t = 20)]
     outbound_max_requests: u32,
@@ -871,6 +876,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             entries_per_tenant: args.console_entries,
             retention: Duration::from_secs(args.console_retention_minutes.max(1).saturating_mul(60)),
             max_tails_per_tenant: args.console_max_tails,
+            max_bytes_per_tenant: args.console_max_kib.saturating_mul(1024),
         },
         limits: HostLimits {
             max_concurrency_per_tool: args.max_concurrency_per_tool.max(1),

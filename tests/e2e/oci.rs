@@ -562,9 +562,30 @@ async fn pulls_refuse_tampered_oversized_stalled_and_redirected_artifacts() {
     assert_eq!((status, answer["error"]["code"].as_str()), (413, Some("quota_exceeded")), "{answer}");
     assert!(answer["error"]["message"].as_str().unwrap().contains("at most 1000"), "{answer}");
 
-    // A registry that answers nothing: cut off at the deadline.
+    // A registry that answers nothing: cut off at the deadline. Meanwhile
+    // the tenant may not start another pull (its stalled one holds a deploy
+    // slot, and must not hold them all).
     let started = Instant::now();
-    let (status, answer) = deploy_reference(&server, TOKEN, None, &format!("{stall_at}/acme/echo:1")).await;
+    let stalled = {
+        let (base, reference) = (server.base.clone(), format!("{stall_at}/acme/echo:1"));
+        tokio::spawn(async move {
+            let response = reqwest::Client::new()
+                .post(format!("{base}/admin/tools"))
+                .bearer_auth(TOKEN)
+                .json(&json!({ "reference": reference }))
+                .send()
+                .await
+                .unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap())
+        })
+    };
+    while stall.requests() == 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the pull never reached the stalling registry");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, answer) = deploy_reference(&server, TOKEN, None, &registry.reference("acme/echo:fine")).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (503, Some("busy")), "{answer}");
+    let (status, answer) = stalled.await.unwrap();
     assert_eq!((status, answer["error"]["code"].as_str()), (504, Some("registry_timeout")), "{answer}");
     assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
 

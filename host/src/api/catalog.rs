@@ -793,9 +793,12 @@ pub(super) async fn tool(about: AboutTool) -> Response {
             .collect(),
         versions: rows,
         failures: (session.principal.role >= crate::tenancy::Role::Publisher).then(|| {
-            let filter = crate::host::ConsoleFilter { tool: Some(tool.id.to_string()), ..Default::default() };
-            let recent = host.recent_calls(&tool.tenant, &filter, None, 500);
-            recent.into_iter().filter(|e| e.outcome != "ok").take(RECENT_FAILURES).collect()
+            let filter = crate::host::ConsoleFilter {
+                tool: Some(tool.id.to_string()),
+                failures_only: true,
+                ..Default::default()
+            };
+            host.recent_calls(&tool.tenant, &filter, None, RECENT_FAILURES)
         }),
     };
     pages::page(StatusCode::OK, &page)

@@ -97,7 +97,7 @@ fn parse_query(raw: Option<&str>) -> Result<LogsQuery, ApiError> {
             (String = "text/event-stream"),
         )),
         (status = 400, description = "`invalid_query`", body = super::openapi::ErrorBody),
-        (status = 429, description = "`too_many_tails`: the tenant has as many live tails open as the operator allows", body = super::openapi::ErrorBody),
+        (status = 429, description = "`too_many_tails`: the tenant has as many live tails open as the operator allows", body = super::openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
 pub(super) async fn logs(
     State(host): State<AppState>,
@@ -139,46 +139,59 @@ fn tail(
         .map_err(|e| ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_tails", e.to_string()))?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {
-        let ends = tokio::time::sleep(TAIL_LIFETIME);
+        // A tail opened while the server stops ends at once.
+        let stopped = *stopping.borrow_and_update();
+        let ends = tokio::time::sleep(if stopped { Duration::ZERO } else { TAIL_LIFETIME });
         tokio::pin!(ends);
         let mut heartbeat = tokio::time::interval(TAIL_HEARTBEAT);
         heartbeat.tick().await;
-        let send = |text: String| {
-            let tx = tx.clone();
-            async move { tx.send(Bytes::from(text)).await.is_ok() }
-        };
-        if !send(": tailing\n\n".into()).await {
+        // Never waits on the reader: what does not fit in the channel is
+        // counted and said in an `event: dropped`, so every way a tail ends
+        // is always heard.
+        let mut dropped: u64 = 0;
+        if !offer(&tx, &mut dropped, ": tailing\n\n".into(), false) {
             return;
         }
         loop {
-            let event = tokio::select! {
-                received = tail.entries.recv() => match received {
-                    Ok(entry) => match filter.apply(&entry) {
-                        Some(shown) => event("call", Some(shown.seq), &entry_json(&shown)),
-                        None => continue,
-                    },
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(lost)) => {
-                        event("dropped", None, &json!({ "dropped": lost }))
+            tokio::select! {
+                received = tail.entries.recv() => {
+                    let sent = match received {
+                        Ok(entry) => match filter.apply(&entry) {
+                            Some(shown) => offer(&tx, &mut dropped, event("call", Some(shown.seq), &entry_json(&shown)), true),
+                            None => true,
+                        },
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(lost)) => {
+                            dropped += lost;
+                            true
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                    };
+                    if !sent {
+                        return;
                     }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-                },
+                }
                 _ = heartbeat.tick() => {
                     // A revoked key ends its tails.
                     if key.as_deref().is_some_and(|k| host.authenticate(k).is_none()) {
                         break;
                     }
-                    ": alive\n\n".to_string()
+                    if !offer(&tx, &mut dropped, ": alive\n\n".into(), false) {
+                        return;
+                    }
                 }
                 () = &mut ends => break,
                 _ = stopping.changed() => break,
                 // The reader went away: its place is free at once.
                 () = tx.closed() => return,
-            };
-            if !send(event).await {
-                return;
+            }
+            if dropped > 0 && tx.capacity() > 1 {
+                let lost = std::mem::take(&mut dropped);
+                if !offer(&tx, &mut dropped, event("dropped", None, &json!({ "dropped": lost })), false) {
+                    return;
+                }
             }
         }
-        let _ = send(event("end", None, &json!({}))).await;
+        offer(&tx, &mut dropped, event("end", None, &json!({})), false);
     });
     let mut response = Response::new(axum::body::Body::new(EventStream { rx }));
     let headers = response.headers_mut();
@@ -191,6 +204,19 @@ fn tail(
 
 fn entry_json(entry: &ConsoleEntry) -> Value {
     serde_json::to_value(entry).unwrap_or_default()
+}
+
+/// Sends `text` unless the reader's channel is full: then it is dropped
+/// (and counted when `counts`). `false` when the reader is gone.
+fn offer(tx: &tokio::sync::mpsc::Sender<Bytes>, dropped: &mut u64, text: String, counts: bool) -> bool {
+    match tx.try_send(Bytes::from(text)) {
+        Ok(()) => true,
+        Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+            *dropped += u64::from(counts);
+            true
+        }
+        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => false,
+    }
 }
 
 /// One server-sent event.

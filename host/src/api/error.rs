@@ -78,7 +78,7 @@ impl ApiError {
     }
 
     /// Sets `Retry-After` (seconds; at least 1).
-    fn retry_after(mut self, secs: u64) -> Self {
+    pub(super) fn retry_after(mut self, secs: u64) -> Self {
         self.retry_after_secs = Some(secs.max(1));
         self
     }
@@ -315,7 +315,7 @@ impl From<DeployError> for ApiError {
             DeployError::TooManyVersions { max, .. } => {
                 ApiError::new(StatusCode::CONFLICT, "quota_exceeded", e.to_string()).with("maxVersionsPerTool", *max)
             }
-            DeployError::Busy => ApiError::busy(e.to_string()),
+            DeployError::Busy | DeployError::TenantPulling(_) => ApiError::busy(e.to_string()),
             DeployError::Breaking { current, diff, .. } => {
                 let breaking: Vec<&crate::signature::Change> = diff.breaking().collect();
                 ApiError::new(StatusCode::CONFLICT, "breaking_change", e.to_string())

@@ -36,11 +36,19 @@ pub struct ConsoleOptions {
     pub retention: Duration,
     /// Live tails open at once per tenant (`--console-max-tails`).
     pub max_tails_per_tenant: usize,
+    /// Bytes of entries kept per tenant (`--console-max-kib`): a call may
+    /// log 64 KiB, so the entry count alone would not bound memory.
+    pub max_bytes_per_tenant: usize,
 }
 
 impl Default for ConsoleOptions {
     fn default() -> Self {
-        ConsoleOptions { entries_per_tenant: 1000, retention: Duration::from_secs(3600), max_tails_per_tenant: 4 }
+        ConsoleOptions {
+            entries_per_tenant: 1000,
+            retention: Duration::from_secs(3600),
+            max_tails_per_tenant: 4,
+            max_bytes_per_tenant: 4 << 20,
+        }
     }
 }
 
@@ -74,6 +82,13 @@ pub struct ConsoleEntry {
     pub lines: Vec<LogLine>,
 }
 
+impl ConsoleEntry {
+    /// About how many bytes it holds.
+    fn size(&self) -> usize {
+        256 + self.tool.len() + self.call_id.len() + self.lines.iter().map(|l| 16 + l.text.len()).sum::<usize>()
+    }
+}
+
 /// Which entries a reader wants.
 #[derive(Debug, Clone, Default)]
 pub struct ConsoleFilter {
@@ -85,6 +100,8 @@ pub struct ConsoleFilter {
     pub outcomes: Vec<String>,
     /// The least level of the lines shown (`trace` … `error`).
     pub level: Option<&'static str>,
+    /// Only calls whose outcome is not `ok`.
+    pub failures_only: bool,
 }
 
 /// Log levels, least first.
@@ -105,6 +122,7 @@ impl ConsoleFilter {
         if self.tool.as_ref().is_some_and(|t| *t != entry.tool && *t != entry.tool_id)
             || self.version.is_some_and(|v| v != entry.version)
             || (!self.outcomes.is_empty() && !self.outcomes.contains(&entry.outcome))
+            || (self.failures_only && entry.outcome == "ok")
         {
             return None;
         }
@@ -118,7 +136,8 @@ impl ConsoleFilter {
 
 /// One tenant's console.
 struct TenantConsole {
-    ring: Mutex<VecDeque<Arc<ConsoleEntry>>>,
+    /// The entries, oldest first, and the bytes they hold.
+    ring: Mutex<(VecDeque<Arc<ConsoleEntry>>, usize)>,
     live: tokio::sync::broadcast::Sender<Arc<ConsoleEntry>>,
     next_seq: AtomicU64,
     tails: AtomicUsize,
@@ -161,7 +180,7 @@ impl ConsoleState {
             .entry(tenant.to_string())
             .or_insert_with(|| {
                 Arc::new(TenantConsole {
-                    ring: Mutex::new(VecDeque::new()),
+                    ring: Mutex::new((VecDeque::new(), 0)),
                     live: tokio::sync::broadcast::channel(TAIL_BACKLOG).0,
                     next_seq: AtomicU64::new(1),
                     tails: AtomicUsize::new(0),
@@ -178,12 +197,18 @@ impl ConsoleState {
         }
         let console = self.of(tenant);
         let entry = {
-            let mut ring = console.ring.lock().unwrap_or_else(|p| p.into_inner());
+            let mut guard = console.ring.lock().unwrap_or_else(|p| p.into_inner());
+            let (ring, bytes) = &mut *guard;
             entry.seq = console.next_seq.fetch_add(1, Ordering::AcqRel);
             let entry = Arc::new(entry);
             ring.push_back(entry.clone());
-            while ring.len() > self.options.entries_per_tenant {
-                ring.pop_front();
+            *bytes += entry.size();
+            while ring.len() > self.options.entries_per_tenant
+                || (*bytes > self.options.max_bytes_per_tenant && ring.len() > 1)
+            {
+                if let Some(oldest) = ring.pop_front() {
+                    *bytes -= oldest.size();
+                }
             }
             entry
         };
@@ -206,7 +231,8 @@ impl ToolHost {
         let Some(console) = self.console.tenants.get(tenant).map(|c| c.clone()) else { return Vec::new() };
         let oldest = chrono::Utc::now().timestamp_millis() - self.console.options.retention.as_millis() as i64;
         let ring = console.ring.lock().unwrap_or_else(|p| p.into_inner());
-        ring.iter()
+        ring.0
+            .iter()
             .rev()
             .filter(|e| before.is_none_or(|b| e.seq < b) && e.at_ms >= oldest)
             .filter_map(|e| filter.apply(e))
@@ -261,13 +287,24 @@ mod tests {
             state.record("acme", entry("echo", "ok"));
         }
         let ring = console.ring.lock().unwrap();
-        let kept: Vec<u64> = ring.iter().map(|e| e.seq).collect();
+        let kept: Vec<u64> = ring.0.iter().map(|e| e.seq).collect();
         let last = (TAIL_BACKLOG + 10) as u64;
         assert_eq!(kept, [last - 2, last - 1, last], "only the newest three");
         // The tail that never read lost the oldest ten, and is told so.
         assert!(matches!(slow.try_recv(), Err(tokio::sync::broadcast::error::TryRecvError::Lagged(10))));
         assert_eq!(slow.try_recv().unwrap().seq, 11);
         assert!(state.tenants.get("globex").is_none(), "another tenant's console is untouched");
+        drop(ring);
+
+        // Entries with many lines are bounded by bytes too.
+        let small = ConsoleState::new(ConsoleOptions { max_bytes_per_tenant: 20_000, ..Default::default() });
+        let mut chatty = entry("echo", "ok");
+        chatty.lines = vec![LogLine { level: "info", text: "x".repeat(4096) }; 2];
+        for _ in 0..10 {
+            small.record("acme", chatty.clone());
+        }
+        let (ring, bytes) = small.of("acme").ring.lock().unwrap().clone();
+        assert!(bytes <= 20_000 && ring.len() == 2, "{} entries, {bytes} bytes", ring.len());
     }
 
     #[test]

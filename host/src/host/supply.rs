@@ -48,6 +48,9 @@ pub(super) struct SupplyState {
     trust: dashmap::DashMap<String, TrustPolicy>,
     /// The registry client; `None` if it could not be built (pulls then fail).
     client: Option<OciClient>,
+    /// One pull per tenant at a time: a registry that stalls holds a deploy
+    /// slot until the pull's deadline, and must not hold every slot.
+    pulling: dashmap::DashMap<String, Arc<tokio::sync::Semaphore>>,
 }
 
 impl SupplyState {
@@ -59,7 +62,7 @@ impl SupplyState {
         })
         .inspect_err(|e| tracing::error!(error = %e, "no registry client: deploys by reference will fail"))
         .ok();
-        SupplyState { trust: dashmap::DashMap::new(), client }
+        SupplyState { trust: dashmap::DashMap::new(), client, pulling: dashmap::DashMap::new() }
     }
 }
 
@@ -99,8 +102,9 @@ impl ToolHost {
     }
 
     /// The live versions of `tenant` its current trust policy would refuse
-    /// if they were deployed now: judged on their recorded signers, and
-    /// their embedded signatures checked again against the current keys.
+    /// if they were deployed now: a version passes when a signer recorded
+    /// at its deploy is still trusted, or the policy's own judgement of its
+    /// stored bytes (embedded signatures, against the current keys) passes.
     pub fn versions_refused_by_policy(&self, tenant: &str) -> Vec<Value> {
         let policy = self.trust_policy(tenant);
         if !policy.require_signature {
@@ -111,18 +115,15 @@ impl ToolHost {
         for tool in self.registry.all().into_iter().filter(|t| t.tenant == tenant) {
             for version in tool.versions_before(None, usize::MAX) {
                 if version.retired_at().is_some()
-                    || version.provenance.signers.iter().any(|s| trusted.contains(&s.fingerprint))
+                    || (policy.unreadable.is_none()
+                        && version.provenance.signers.iter().any(|s| trusted.contains(&s.fingerprint)))
                 {
                     continue;
                 }
-                let embedded_ok = self.store.blob(&version.sha256).is_ok_and(|bytes| {
-                    !policy.keys.is_empty()
-                        && matches!(
-                            crate::supply::wasmsig::check(&bytes, &policy.keys),
-                            crate::supply::wasmsig::Embedded::Signed { ref verified, .. } if !verified.is_empty()
-                        )
+                let passes = self.store.blob(&version.sha256).is_ok_and(|bytes| {
+                    policy.judge(&Evidence { component: &bytes, registry: RegistrySignatures::NotFetched }).is_ok()
                 });
-                if !embedded_ok {
+                if !passes {
                     refused.push(json!({
                         "toolId": tool.id,
                         "name": tool.name,
@@ -144,8 +145,14 @@ impl ToolHost {
         let mut loaded = std::collections::HashMap::new();
         for (tenant, key, value) in self.store.settings()? {
             if key == TRUST_SETTING {
-                let json: TrustPolicyJson = serde_json::from_str(&value)
-                    .map_err(|e| StoreError::Decode(format!("tenant {tenant} trust policy"), e))?;
+                let json: TrustPolicyJson = match serde_json::from_str(&value) {
+                    Ok(json) => json,
+                    Err(e) => {
+                        tracing::error!(tenant, error = %e, "a stored trust policy cannot be read; deploys to the tenant are refused until it is set again");
+                        loaded.insert(tenant, TrustPolicy::unreadable(e.to_string()));
+                        continue;
+                    }
+                };
                 match TrustPolicy::from_json(&json) {
                     Ok(policy) => {
                         loaded.insert(tenant, policy);
@@ -248,6 +255,13 @@ impl ToolHost {
         let client = self.supply.client.as_ref().ok_or_else(|| {
             OciError::Unreachable(reference.registry.clone(), "this server has no registry client".into())
         })?;
+        let permits = self
+            .supply
+            .pulling
+            .entry(tenant.clone())
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(1)))
+            .clone();
+        let _pulling = permits.try_acquire_owned().map_err(|_| DeployError::TenantPulling(tenant.clone()))?;
         let credentials = self.credentials_for(&tenant, &reference.registry);
         let max = quotas.max_component_bytes.min(MAX_PULLED_BYTES);
         let (pulled, signatures) =

@@ -174,6 +174,9 @@ pub struct TrustPolicy {
     pub require_signature: bool,
     /// The trusted keys.
     pub keys: Vec<TrustedKey>,
+    /// Why the stored policy could not be read, if it could not: then
+    /// every deploy is refused (fail closed) until it is set again.
+    pub unreadable: Option<String>,
 }
 
 /// The policy as JSON (the admin API and the store).
@@ -221,7 +224,13 @@ impl TrustPolicy {
         if json.require_signature && keys.is_empty() {
             return Err("a policy that requires a signature must trust at least one key".into());
         }
-        Ok(TrustPolicy { require_signature: json.require_signature, keys })
+        Ok(TrustPolicy { require_signature: json.require_signature, keys, unreadable: None })
+    }
+
+    /// The policy of a tenant whose stored policy cannot be read: it
+    /// refuses every deploy, saying why, rather than trusting everything.
+    pub fn unreadable(why: String) -> TrustPolicy {
+        TrustPolicy { require_signature: true, keys: Vec::new(), unreadable: Some(why) }
     }
 
     /// The stored form.
@@ -253,6 +262,14 @@ impl TrustPolicy {
 
     /// Decides on a component: its verified signers, or why it is refused.
     pub fn judge(&self, evidence: &Evidence<'_>) -> Result<Vec<Signer>, Untrusted> {
+        if let Some(why) = &self.unreadable {
+            return Err(Untrusted {
+                expected: Vec::new(),
+                found: vec![format!(
+                    "a stored trust policy that cannot be read ({why}); every deploy is refused until an operator or publisher sets the policy again"
+                )],
+            });
+        }
         let mut signers = Vec::new();
         let mut found = Vec::new();
         let names =
@@ -363,7 +380,7 @@ mod tests {
         let empty = TrustPolicyJson { require_signature: true, keys: vec![] };
         assert!(TrustPolicy::from_json(&empty).is_err());
         let key = TrustedKey::from_ed25519("release", [3; 32]);
-        let policy = TrustPolicy { require_signature: true, keys: vec![key.clone()] };
+        let policy = TrustPolicy { require_signature: true, keys: vec![key.clone()], unreadable: None };
         let refused = policy
             .judge(&Evidence { component: b"\0asm\x0d\x00\x01\x00", registry: RegistrySignatures::NotPulled })
             .unwrap_err();
@@ -372,5 +389,9 @@ mod tests {
         assert!(message.contains("no signature embedded"), "{message}");
         let open = TrustPolicy { require_signature: false, ..policy };
         assert_eq!(open.judge(&Evidence { component: b"", registry: RegistrySignatures::NotPulled }), Ok(vec![]));
+        // A policy that cannot be read refuses everything, saying why.
+        let broken = TrustPolicy::unreadable("bad key".into());
+        let refused = broken.judge(&Evidence { component: b"", registry: RegistrySignatures::NotPulled }).unwrap_err();
+        assert!(refused.found[0].contains("cannot be read (bad key)"), "{refused}");
     }
 }

@@ -12,7 +12,9 @@
 //! - `https://` only, except registries the operator names
 //!   (`--insecure-registry`);
 //! - redirects (blob storage) are followed at most [`MAX_REDIRECTS`] times,
-//!   each checked; credentials are never sent to another host;
+//!   each checked; the `Authorization` header is never sent to a redirect's
+//!   host (reqwest drops it), and credentials go to a token realm only over
+//!   https or on the registry's own host;
 //! - a manifest is at most [`MAX_MANIFEST_BYTES`], a layer at most what its
 //!   descriptor says and the tenant may deploy, checked before reading;
 //!   every byte's digest is checked; the whole pull has one deadline.
@@ -458,7 +460,8 @@ impl<'a> Session<'a> {
         }
         let mut request = self.client.http.get(realm.clone());
         // Credentials go to the realm only over https or on the registry's own host.
-        let same_host = realm.host_str() == Some(self.reference.host());
+        let realm_host = realm.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+        let same_host = realm_host.eq_ignore_ascii_case(self.reference.host());
         if let Some(Some(basic)) = basic
             && (realm.scheme() == "https" || same_host)
         {

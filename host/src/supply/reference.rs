@@ -63,7 +63,8 @@ impl Reference {
         }
         let tag = tag.map(str::to_string).or_else(|| digest.is_none().then(|| DEFAULT_TAG.to_string()));
         Ok(Reference {
-            registry: registry.to_string(),
+            // Host names are case-insensitive: one spelling for credentials and URLs.
+            registry: registry.to_ascii_lowercase(),
             repository: repository.to_string(),
             tag,
             digest: digest.map(str::to_string),
@@ -188,6 +189,7 @@ mod tests {
         assert_eq!(latest.tag.as_deref(), Some("latest"));
         assert_eq!(Reference::parse("[::1]:5000/a/b:v").unwrap().host(), "::1");
         assert!(Reference::parse("registry.example/a__b/c-d.e/f---g:v_1").is_ok());
+        assert_eq!(Reference::parse("GHCR.io/acme/echo:V1").unwrap().to_string(), "ghcr.io/acme/echo:V1");
     }
 
     #[test]

@@ -24,6 +24,11 @@ const ALG_ED25519: u8 = 1;
 /// Bounds the format itself sets (wasmsign2's `MAX_HASHES`, `MAX_SIGNATURES`).
 const MAX_HASHES: u64 = 64;
 const MAX_SIGNATURES: u64 = 256;
+/// Signatures checked per set, and sets checked, at most: what a real
+/// component carries is one or two; the rest is not looked at, so a crafted
+/// section cannot make a deploy check thousands of signatures.
+const CHECKED_SIGNATURES: usize = 16;
+const CHECKED_SETS: usize = 8;
 
 /// What the component's embedded signature says about the trusted keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,32 +46,40 @@ pub enum Embedded {
 /// Reads the embedded signature of `component` and checks it against the
 /// Ed25519 keys among `keys`.
 pub fn check(component: &[u8], keys: &[TrustedKey]) -> Embedded {
-    let (sets, covered) = match read(component) {
-        Ok(Some(found)) => found,
-        Ok(None) => return Embedded::Unsigned,
-        Err(why) => return Embedded::Malformed(why),
-    };
+    match read(component) {
+        Ok(Some((sets, covered))) => check_sets(&sets, covered, keys),
+        Ok(None) => Embedded::Unsigned,
+        Err(why) => Embedded::Malformed(why),
+    }
+}
+
+/// What the signature sets say about `covered` (the bytes after the section).
+fn check_sets(sets: &[SignedHashes], covered: &[u8], keys: &[TrustedKey]) -> Embedded {
     let digest: [u8; 32] = Sha256::digest(covered).into();
     let (mut verified, mut other_bytes) = (Vec::new(), Vec::new());
-    for (index, key) in keys.iter().enumerate() {
-        let Some(public) = key.ed25519() else { continue };
-        let Ok(public) = VerifyingKey::from_bytes(&public) else { continue };
-        for set in &sets {
-            let mut message = b"wasmsig".to_vec();
-            message.extend_from_slice(&[SPEC_VERSION as u8, CONTENT_TYPE as u8, HASH_SHA256 as u8]);
-            set.hashes.iter().for_each(|h| message.extend_from_slice(h));
-            if !set.signatures.iter().any(|s| public.verify_strict(&message, s).is_ok()) {
-                continue;
-            }
-            if set.hashes.contains(&digest) {
-                verified.push(index);
-            } else {
-                other_bytes.push(index);
+    // A set covers these bytes only when its last hash is theirs: after
+    // `wasmsign2 split` the earlier hashes cover prefixes, and a component
+    // cut at a delimiter must not pass. One set that covers other bytes is
+    // checked too, to say so.
+    let covering = sets.iter().filter(|s| s.hashes.last() == Some(&digest)).take(CHECKED_SETS);
+    let other = sets.iter().find(|s| s.hashes.last() != Some(&digest));
+    for (set, covers) in covering.map(|s| (s, true)).chain(other.map(|s| (s, false))) {
+        let mut message = b"wasmsig".to_vec();
+        message.extend_from_slice(&[SPEC_VERSION as u8, CONTENT_TYPE as u8, HASH_SHA256 as u8]);
+        set.hashes.iter().for_each(|h| message.extend_from_slice(h));
+        for (index, key) in keys.iter().enumerate() {
+            let Some(public) = key.ed25519().and_then(|k| VerifyingKey::from_bytes(&k).ok()) else { continue };
+            let signed =
+                set.signatures.iter().take(CHECKED_SIGNATURES).any(|s| public.verify_strict(&message, s).is_ok());
+            if signed {
+                if covers { verified.push(index) } else { other_bytes.push(index) }
             }
         }
     }
+    verified.sort_unstable();
     verified.dedup();
     other_bytes.retain(|i| !verified.contains(i));
+    other_bytes.sort_unstable();
     other_bytes.dedup();
     Embedded::Signed { verified, other_bytes }
 }
@@ -244,6 +257,19 @@ mod tests {
         let mut moved = signed.clone();
         *moved.last_mut().unwrap() = b'x';
         assert_eq!(check(&moved, &keys), Embedded::Signed { verified: vec![], other_bytes: vec![1] });
+
+        // A set whose earlier hash is these bytes' (a prefix's, after
+        // `wasmsign2 split`) but whose last is not: not these bytes.
+        let hash: [u8; 32] = Sha256::digest(&component[8..]).into();
+        let other: [u8; 32] = Sha256::digest(b"the rest").into();
+        let mut message = b"wasmsig\x01\x01\x01".to_vec();
+        message.extend_from_slice(&hash);
+        message.extend_from_slice(&other);
+        let set = SignedHashes { hashes: vec![hash, other], signatures: vec![alice.sign(&message)] };
+        let public = alice.verifying_key();
+        assert!(public.verify_strict(&message, &set.signatures[0]).is_ok());
+        let prefix_only = Embedded::Signed { verified: vec![], other_bytes: vec![1] };
+        assert_eq!(check_sets(&[set], &component[8..], &keys), prefix_only);
 
         // Cut short anywhere inside the section: malformed or unsigned, never verified.
         for cut in 9..signed.len() - 4 {
