@@ -536,7 +536,7 @@ impl PageSession {
 
     /// [`PageSession::decide`], with the private inputs typed on the page
     /// (`(name, value)`).
-    async fn decide_with(&self, pack: &Value, decision: &str, private: &[(&str, &str)]) -> (u16, String) {
+    pub async fn decide_with(&self, pack: &Value, decision: &str, private: &[(&str, &str)]) -> (u16, String) {
         self.post_decision(pack, decision, private, &[]).await
     }
 

@@ -236,3 +236,31 @@ async fn only_the_tenants_publishers_and_operators_see_its_console() {
     }
     drop(second);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn private_inputs_the_end_user_typed_are_redacted_from_the_console() {
+    use crate::cheq::{PageSession, call_for, confirming_server};
+    let (server, _plugins) = confirming_server(&[]).await;
+    let (status, _, pack) = call_for(&server, Some("alice"), "transfer_funds", &[("amount_usd", json!(250))]).await;
+    assert_eq!(status, 202, "{pack}");
+    // Alice types the accounts on the confirmation page; the tool logs them.
+    let session = PageSession::log_in(&pack, "alice").await;
+    let private = [("from_account", "DE89370400440532013000"), ("to_account", "GB29NWBK60161331926819")];
+    let (status, html) = session.decide_with(&pack, "accept", &private).await;
+    assert_eq!(status, 200, "{html}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ran = loop {
+        let (_, page) = server.get("/admin/logs?tool=transfer_funds&outcome=ok").await;
+        if let Some(entry) = page["items"].as_array().and_then(|items| items.first().cloned()) {
+            break entry;
+        }
+        assert!(Instant::now() < deadline, "the confirmed call never reached the console: {page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let lines = ran["lines"].to_string();
+    assert!(lines.contains("moving 250 USD from [redacted] to [redacted]"), "{ran}");
+    let (_, everything) = server.get("/admin/logs").await;
+    for (_, account) in private {
+        assert!(!everything.to_string().contains(account), "{everything}");
+    }
+}
