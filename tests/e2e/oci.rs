@@ -698,8 +698,9 @@ enum Fake {
     RedirectTo(String),
     /// Serves one component as `acme/echo:1` behind the registry token
     /// flow (as ghcr.io and Docker Hub do): `/token` gives a bearer token
-    /// for [`USER`]'s Basic credentials; everything else needs it.
-    Token(Vec<u8>),
+    /// for [`USER`]'s Basic credentials; everything else needs it. With a
+    /// realm, the challenge names that token endpoint instead.
+    Token(Vec<u8>, Option<String>),
 }
 
 /// A fake registry on a loopback address, counting the requests it read.
@@ -743,11 +744,12 @@ fn fake_registry(ip: &str, behaviour: Fake) -> FakeRegistry {
                     line.clear();
                 }
                 match &*behaviour {
-                    Fake::Token(component) => {
+                    Fake::Token(component, realm) => {
                         let path = first.split_whitespace().nth(1).unwrap_or("/").to_string();
                         let mut stream = stream;
                         let basic = format!("Basic {}", base64_of(&format!("{}:{}", USER.0, USER.1)));
-                        let (status, headers, body) = token_registry(&path, &authorization, &basic, port, component);
+                        let realm = realm.clone().unwrap_or_else(|| format!("http://127.0.0.1:{port}/token"));
+                        let (status, headers, body) = token_registry(&path, &authorization, &basic, &realm, component);
                         let _ = write!(
                             stream,
                             "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
@@ -785,7 +787,7 @@ fn token_registry(
     path: &str,
     authorization: &str,
     basic: &str,
-    port: u16,
+    realm: &str,
     component: &[u8],
 ) -> (String, String, Vec<u8>) {
     let config = br#"{"architecture":"wasm","os":"wasip2"}"#.to_vec();
@@ -805,7 +807,7 @@ fn token_registry(
     }
     if authorization != "Bearer fake-token" {
         let challenge = format!(
-            "WWW-Authenticate: Bearer realm=\"http://127.0.0.1:{port}/token\",service=\"fake\",scope=\"repository:acme/echo:pull\"\r\n"
+            "WWW-Authenticate: Bearer realm=\"{realm}\",service=\"fake\",scope=\"repository:acme/echo:pull\"\r\n"
         );
         return ("401 Unauthorized".into(), challenge, Vec::new());
     }
@@ -821,7 +823,7 @@ fn token_registry(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_registry_token_flow_is_followed_with_the_tenants_credentials() {
-    let fake = fake_registry("127.0.0.1", Fake::Token(echo()));
+    let fake = fake_registry("127.0.0.1", Fake::Token(echo(), None));
     let address = format!("127.0.0.1:{}", fake.port());
     let server = server_for(&[&address], &[]);
     let reference = format!("{address}/acme/echo:1");
@@ -835,4 +837,19 @@ async fn the_registry_token_flow_is_followed_with_the_tenants_credentials() {
     let (status, answer) = deploy_reference(&server, TOKEN, None, &reference).await;
     assert_eq!(status, 201, "{answer}");
     assert_eq!(answer["sha256"], plinth::package::sha256_hex(&echo()));
+
+    // A registry whose token realm is an address the policy refuses: the
+    // credentials are never sent there.
+    let realm_target = fake_registry("127.0.0.2", Fake::Stall);
+    let realm = format!("http://127.0.0.2:{}/token", realm_target.port());
+    let sly = fake_registry("127.0.0.1", Fake::Token(echo(), Some(realm)));
+    let sly_address = format!("127.0.0.1:{}", sly.port());
+    let server = server_for(&[&sly_address, &format!("127.0.0.2:{}", realm_target.port())], &[]);
+    let (status, _) = server
+        .call_as(Some(TOKEN), reqwest::Method::PUT, &format!("/admin/registries/{sly_address}"), Some(&credentials))
+        .await;
+    assert_eq!(status, 204);
+    let (status, answer) = deploy_reference(&server, TOKEN, None, &format!("{sly_address}/acme/echo:1")).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (403, Some("registry_not_allowed")), "{answer}");
+    assert_eq!(realm_target.requests(), 0, "the refused realm was never contacted");
 }
