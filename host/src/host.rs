@@ -8,6 +8,8 @@
 mod catalog;
 mod confirmations;
 mod console;
+mod usage;
+pub use usage::{UsageOptions, window as usage_window};
 mod executors;
 mod fleet;
 pub mod oauth;
@@ -98,6 +100,8 @@ pub struct HostOptions {
     pub registries: RegistryOptions,
     /// How much of each tenant's recent calls the console keeps.
     pub console: ConsoleOptions,
+    /// How usage is written and kept.
+    pub usage: UsageOptions,
 }
 
 /// How long decided CHEQ transactions are kept unless the operator says
@@ -597,6 +601,8 @@ pub struct ToolHost {
     supply: supply::SupplyState,
     /// Each tenant's recent calls and live tails.
     console: console::ConsoleState,
+    /// This replica's usage totals, written to the store periodically.
+    usage: Arc<usage::UsageState>,
 }
 
 impl ToolHost {
@@ -633,6 +639,7 @@ impl ToolHost {
         let host = ToolHost {
             supply,
             console: console::ConsoleState::new(options.console.clone()),
+            usage: Arc::new(usage::UsageState::new(options.usage.clone())),
             registry: Registry::default(),
             runtime,
             fleet: fleet::FleetState::new(options.change_poll),
@@ -662,6 +669,7 @@ impl ToolHost {
         let start = host.store.changes_since(i64::MAX)?.latest;
         host.interrupt_confirmations()?;
         retention::start_confirmation_sweep(&host, options.confirmation_retention)?;
+        usage::start_usage_flush(&host);
         host.fleet.count_replicas(host.store.live_replicas());
         for topic in [Topic::Settings, Topic::Tenants, Topic::Keys, Topic::Secrets, Topic::Config] {
             host.reload(topic)?;
@@ -1309,6 +1317,16 @@ impl ToolHost {
         let outcome = self.dispatch(tool.clone(), version, call).await;
         let elapsed = started.elapsed();
         self.metrics.invoked(&tool.tenant, &tool.name, number, door, &outcome, elapsed);
+        let code = crate::metrics::outcome_code(&outcome);
+        self.usage.count(usage::Counted {
+            tenant: &tool.tenant,
+            tool_id: tool.id.to_string(),
+            tool: &tool.name,
+            version: number,
+            door: door.as_str(),
+            outcome: code,
+            elapsed,
+        });
         let now = chrono::Utc::now();
         let entry = ConsoleEntry {
             seq: 0,
@@ -1319,7 +1337,7 @@ impl ToolHost {
             version: number,
             call_id,
             door: door.as_str(),
-            outcome: crate::metrics::outcome_code(&outcome).to_string(),
+            outcome: code.to_string(),
             duration_ms: elapsed.as_secs_f64() * 1000.0,
             lines: std::mem::take(&mut *lines.lock().unwrap_or_else(|p| p.into_inner())),
         };

@@ -435,6 +435,13 @@ struct ServeArgs {
     /// oldest go first); the console needs at most tenants × this.
     #[arg(long, env = "PLINTH_CONSOLE_MAX_KIB", default_value_t = 4096)]
     console_max_kib: usize,
+    /// How often each replica writes its usage counts to the store, in
+    /// seconds (a crash loses at most this much).
+    #[arg(long, env = "PLINTH_USAGE_FLUSH_SECS", default_value_t = 5)]
+    usage_flush_secs: u64,
+    /// How long hourly usage (`GET /admin/usage?window=day|week`) is kept, in days.
+    #[arg(long, env = "PLINTH_USAGE_RETENTION_DAYS", default_value_t = 8)]
+    usage_retention_days: u64,
     /// Outbound HTTP requests one invocation may send.
     #[arg(long, env = "PLINTH_OUTBOUND_MAX_REQUESTS", default_value_t = 20)]
     outbound_max_requests: u32,
@@ -877,6 +884,10 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             retention: Duration::from_secs(args.console_retention_minutes.max(1).saturating_mul(60)),
             max_tails_per_tenant: args.console_max_tails,
             max_bytes_per_tenant: args.console_max_kib.saturating_mul(1024),
+        },
+        usage: plinth::host::UsageOptions {
+            flush: Duration::from_secs(args.usage_flush_secs.max(1)),
+            retention: Duration::from_secs(args.usage_retention_days.max(1).saturating_mul(24 * 3600)),
         },
         limits: HostLimits {
             max_concurrency_per_tool: args.max_concurrency_per_tool.max(1),

@@ -264,3 +264,68 @@ async fn private_inputs_the_end_user_typed_are_redacted_from_the_console() {
         assert!(!everything.to_string().contains(account), "{everything}");
     }
 }
+
+/// The usage item of `tool` through `door` in `usage`, if any.
+fn usage_of<'a>(usage: &'a Value, tool: &str, door: &str) -> Option<&'a Value> {
+    usage["items"].as_array()?.iter().find(|i| i["tool"] == tool && i["door"] == door)
+}
+
+/// Polls `/admin/usage?window=W` until `done` holds, for at most 20 s.
+pub async fn usage_until(server: &Server, window: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, usage) = server.get(&format!("/admin/usage?window={window}")).await;
+        assert_eq!(status, 200, "{usage}");
+        if done(&usage) {
+            return usage;
+        }
+        assert!(Instant::now() < deadline, "usage never showed the calls: {usage}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_counts_each_doors_calls_by_outcome_and_survives_a_restart() {
+    let (server, plugins) = console_server(&["--usage-flush-secs", "1"]).await;
+    for _ in 0..2 {
+        let (status, _) = server.invoke("use_secret", &[("log_lines", json!(0)), ("fail", json!(false))]).await;
+        assert_eq!(status, 200);
+    }
+    let (status, _) = server.invoke("use_secret", &[("log_lines", json!(0)), ("fail", json!(true))]).await;
+    assert_eq!(status, 422, "A2T answers a tool error 422");
+    let (status, _) = server.invoke("panic_at_once", &[("note", json!("x"))]).await;
+    assert_eq!(status, 422);
+    crate::mcp::Mcp::modern(&server).call("echo", json!({"text": "hi"}), Value::Null).await;
+
+    let expected = |usage: &Value| {
+        usage_of(usage, "use_secret", "a2t").is_some_and(|i| i["calls"] == 3)
+            && usage_of(usage, "panic_at_once", "a2t").is_some()
+            && usage_of(usage, "echo", "mcp").is_some()
+    };
+    let usage = usage_until(&server, "hour", expected).await;
+    let use_secret = usage_of(&usage, "use_secret", "a2t").unwrap();
+    assert_eq!(use_secret["outcomes"], json!({ "ok": 2, "tool_error": 1 }), "{usage}");
+    assert!(use_secret["latencyMs"]["p50"].as_f64().unwrap() > 0.0, "{usage}");
+    assert!(use_secret["latencyMs"]["p99"].as_f64().unwrap() >= use_secret["latencyMs"]["p50"].as_f64().unwrap());
+    let series = use_secret["series"].as_array().unwrap();
+    assert_eq!(series.iter().map(|p| p["calls"].as_u64().unwrap()).sum::<u64>(), 3, "{usage}");
+    assert_eq!(series.iter().map(|p| p["failures"].as_u64().unwrap()).sum::<u64>(), 1, "{usage}");
+    assert_eq!(usage_of(&usage, "panic_at_once", "a2t").unwrap()["outcomes"], json!({ "tool_trapped": 1 }));
+    assert_eq!(usage_of(&usage, "echo", "mcp").unwrap()["outcomes"], json!({ "ok": 1 }));
+    assert_eq!(usage["bucketSeconds"], 60);
+    let (_, week) = server.get("/admin/usage?window=week&tool=use_secret").await;
+    assert_eq!(week["items"].as_array().unwrap().len(), 1, "{week}");
+    assert_eq!(week["items"][0]["calls"], 3);
+    let (status, _) = server.get("/admin/usage?window=year").await;
+    assert_eq!(status, 400);
+
+    // After a restart the counts are read from the store.
+    let plugins_dir = plugins.path().to_str().unwrap().to_string();
+    let server = Server::start_in(server.stop(), &["--plugins", &plugins_dir]);
+    let (_, again) = server.get("/admin/usage?window=hour").await;
+    assert_eq!(
+        usage_of(&again, "use_secret", "a2t").unwrap()["outcomes"],
+        json!({ "ok": 2, "tool_error": 1 }),
+        "{again}"
+    );
+}

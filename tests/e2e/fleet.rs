@@ -508,3 +508,24 @@ async fn a_deploy_by_reference_on_one_replica_is_served_by_the_others_without_th
     assert_eq!(version["provenance"], deployed["provenance"], "the same provenance on every replica");
     assert_eq!(version["provenance"]["signers"][0]["kind"], "cosign");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_counted_on_every_replica_adds_up() {
+    let fleet = Fleet::start(2, TestPostgres::shared().fresh_database(), &["--usage-flush-secs", "1"]);
+    let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
+    let (status, deployed) = fleet.replica(0).deploy(echo, "").await;
+    assert_eq!(status, 201, "{deployed}");
+    let id = deployed["toolId"].as_str().unwrap().to_string();
+    let other = fleet.replica(1);
+    eventually("the deploy reaches the replica", || async { versions_of(other, "echo").await == [1] }).await;
+    for (replica, calls) in [(0, 2), (1, 3)] {
+        for _ in 0..calls {
+            let (status, body) = invoke_echo(fleet.replica(replica), &id, None, "x").await;
+            assert_eq!(status, 200, "{body}");
+        }
+    }
+    for replica in &fleet.replicas {
+        let usage = crate::console::usage_until(replica, "hour", |u| u["items"][0]["calls"] == 5).await;
+        assert_eq!(usage["items"][0]["outcomes"], json!({ "ok": 5 }), "{usage}");
+    }
+}

@@ -31,6 +31,7 @@ fn decisions() -> BTreeMap<(&'static str, &'static str), (Access, Scope)> {
         (("POST", "/admin/tools"), (Publish, Tenant)),
         (("DELETE", "/admin/tools/{tool_id}/versions/{version}"), (Publish, Tenant)),
         (("GET", "/admin/logs"), (Publish, Tenant)),
+        (("GET", "/admin/usage"), (Publish, Tenant)),
         (("GET", "/admin/trust-policy"), (Publish, Tenant)),
         (("PUT", "/admin/trust-policy"), (Publish, Tenant)),
         (("GET", "/admin/trust-policy/refused"), (Publish, Tenant)),

@@ -126,6 +126,46 @@ pub(super) async fn logs(
     Ok(axum::Json(body).into_response())
 }
 
+/// The tenant's usage per tool version and door over the last hour, day or
+/// week: calls by outcome, latency percentiles, calls and failures per
+/// bucket; fleet-wide (every replica's counts).
+#[utoipa::path(get, path = "/admin/usage", tag = "Admin", operation_id = "usage",
+    params(
+        ("window" = Option<String>, Query, description = "`hour` (minute buckets; the default), `day` or `week` (hour buckets)"),
+        ("tool" = Option<String>, Query, description = "Only this tool (its name or toolId)"),
+    ),
+    responses(
+        (status = 200, description = "The usage", body = super::openapi::UsagePage),
+        (status = 400, description = "`invalid_query`", body = super::openapi::ErrorBody),
+        super::openapi::StorageFailed,
+    ))]
+pub(super) async fn usage(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let (mut window, mut tool) = ("hour".to_string(), None);
+    for (key, value) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+        match &*key {
+            "window" if crate::host::usage_window(&value).is_some() => window = value.into_owned(),
+            "window" => return Err(ApiError::bad_request("invalid_query", "window is hour, day or week")),
+            "tool" if !value.is_empty() && value.len() <= 128 => tool = Some(value.into_owned()),
+            "tool" => return Err(ApiError::bad_request("invalid_query", "tool is a tool's name or id")),
+            _ => {}
+        }
+    }
+    let tenant = caller.tenant.clone();
+    // The store may block: off the request threads.
+    let usage = tokio::task::spawn_blocking(move || host.usage(&tenant, &window, tool.as_deref()))
+        .await
+        .map_err(|_| ApiError::internal("reading usage was interrupted"))?
+        .map_err(|e| {
+            tracing::error!(error = %e, "usage could not be read");
+            ApiError::storage_failed("usage could not be read (the database cannot be reached); try again")
+        })?;
+    Ok(axum::Json(usage).into_response())
+}
+
 /// A live tail as server-sent events.
 fn tail(
     host: AppState,

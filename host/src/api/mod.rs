@@ -192,6 +192,7 @@ fn routes(options: &ApiOptions) -> Routes {
             let stopping = options.mcp.stopping.clone();
             get(move |state, caller, query, headers| console::logs(state, caller, query, headers, stopping.subscribe()))
         })
+        .add(Method::GET, "/admin/usage", Publish, Tenant, get(console::usage))
         .add(Method::GET, "/admin/confirmation-server", Publish, Tenant, get(cheq::get_confirmation_server))
         .add(
             Method::PUT,

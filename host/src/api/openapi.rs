@@ -78,6 +78,7 @@ const CATALOG_SESSION: &str = "catalogSession";
         super::admin::deploy,
         super::admin::retire,
         super::console::logs,
+        super::console::usage,
         super::admin::get_trust_policy,
         super::admin::put_trust_policy,
         super::admin::refused_by_trust_policy,
@@ -643,6 +644,57 @@ pub mod schemas {
         pub level: String,
         /// The text.
         pub text: String,
+    }
+
+    /// A tenant's usage over a window (docs/console.md).
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    pub struct UsagePage {
+        /// `hour`, `day` or `week`.
+        pub window: String,
+        /// The first bucket's start (Unix seconds).
+        pub since: i64,
+        /// The buckets' width: 60 (hour) or 3600 (day, week).
+        pub bucket_seconds: i64,
+        /// Per tool version and door.
+        pub items: Vec<UsageItem>,
+    }
+
+    /// One tool version's usage through one door.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    pub struct UsageItem {
+        /// The tool's name.
+        pub tool: String,
+        /// The tool's id.
+        #[schema(format = "uuid")]
+        pub tool_id: String,
+        /// The version.
+        pub version: u32,
+        /// `a2t`, `otc` or `mcp`.
+        pub door: String,
+        /// Calls in the window.
+        pub calls: u64,
+        /// Calls by outcome (`ok`, `tool_error`, `tool_trapped`, …).
+        pub outcomes: Map<String, Value>,
+        /// Latency percentiles (`p50`, `p95`, `p99`), in milliseconds: the
+        /// upper bound of the doubling range holding each (`null` beyond
+        /// the last range, 131 s).
+        pub latency_ms: Map<String, Value>,
+        /// Calls and failures per bucket, oldest first.
+        pub series: Vec<UsagePoint>,
+    }
+
+    /// One bucket of a series.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct UsagePoint {
+        /// The bucket's start (Unix seconds).
+        pub start: i64,
+        /// Calls.
+        pub calls: u64,
+        /// Calls whose outcome was not `ok`.
+        pub failures: u64,
     }
 
     /// A deploy by reference: the server pulls the component.

@@ -22,6 +22,7 @@ fn options(data_dir: &std::path::Path) -> HostOptions {
         secrets_key: None,
         registries: Default::default(),
         console: Default::default(),
+        usage: Default::default(),
         cheq: Default::default(),
     }
 }

@@ -141,6 +141,36 @@ pub struct StoredVersion {
     pub retired_at: Option<i64>,
 }
 
+/// One replica's calls of one tool version through one door with one
+/// outcome, in one time bucket (`host/usage.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageRow {
+    /// The tenant.
+    pub tenant: String,
+    /// The tool's id.
+    pub tool_id: String,
+    /// The tool's name.
+    pub tool: String,
+    /// The version.
+    pub version: u32,
+    /// `a2t`, `otc` or `mcp`.
+    pub door: String,
+    /// `ok`, `tool_error`, or what stopped the call.
+    pub outcome: String,
+    /// `minute` or `hour`.
+    pub granularity: String,
+    /// The bucket's start (Unix seconds).
+    pub bucket: i64,
+    /// The replica that counted them.
+    pub replica: String,
+    /// Calls.
+    pub calls: u64,
+    /// Their total duration, in milliseconds.
+    pub total_ms: f64,
+    /// How many took each of the latency histogram's ranges.
+    pub histogram: Vec<u64>,
+}
+
 /// A secret as stored: `(tenant, id, value)`.
 pub type StoredSecret = (String, String, String);
 
@@ -545,6 +575,15 @@ pub trait RegistryStore: Send + Sync {
 
     /// Whether the tenant has any end user.
     fn has_end_users(&self, tenant: &str) -> Result<bool, StoreError>;
+
+    /// Writes usage buckets (replacing a row of the same key: each replica
+    /// writes its own totals).
+    fn put_usage(&self, rows: &[UsageRow]) -> Result<(), StoreError>;
+    /// A tenant's usage buckets of one granularity from `since` (Unix
+    /// seconds), every replica's.
+    fn usage(&self, tenant: &str, granularity: &str, since: i64) -> Result<Vec<UsageRow>, StoreError>;
+    /// Deletes the buckets of one granularity older than `before`.
+    fn sweep_usage(&self, granularity: &str, before: i64) -> Result<u64, StoreError>;
 
     /// Stores OAuth credentials, all or none.
     fn insert_oauth_grants(&self, grants: &[OAuthGrant]) -> Result<(), StoreError>;

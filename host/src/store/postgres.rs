@@ -26,7 +26,7 @@
 use super::{
     CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, LedgerBound, OAuthGrant, RegistryStore,
     SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession,
-    StoredSetting, StoredVersion, Topic,
+    StoredSetting, StoredVersion, Topic, UsageRow,
 };
 use crate::package::sha256_hex;
 use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord, unix_now};
@@ -1210,6 +1210,86 @@ impl RegistryStore for PostgresStore {
             key
         )?;
         Ok(deleted == 1)
+    }
+
+    fn put_usage(&self, rows: &[UsageRow]) -> Result<(), StoreError> {
+        let (pool, rows) = (self.pool.clone(), rows.to_vec());
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            for r in rows {
+                sqlx::query(
+                    "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                     ON CONFLICT (tenant, granularity, bucket, tool_id, version, door, outcome, replica)
+                     DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram",
+                )
+                .bind(&r.tenant)
+                .bind(&r.tool_id)
+                .bind(&r.tool)
+                .bind(i64::from(r.version))
+                .bind(&r.door)
+                .bind(&r.outcome)
+                .bind(&r.granularity)
+                .bind(r.bucket)
+                .bind(&r.replica)
+                .bind(i64::try_from(r.calls).unwrap_or(i64::MAX))
+                .bind(r.total_ms)
+                .bind(serde_json::to_string(&r.histogram).unwrap_or_default())
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            }
+            tx.commit().await.map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn usage(&self, tenant: &str, granularity: &str, since: i64) -> Result<Vec<UsageRow>, StoreError> {
+        let (pool, tenant, granularity) = (self.pool.clone(), tenant.to_string(), granularity.to_string());
+        let rows = self.run(async move {
+            sqlx::query(
+                "SELECT tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram
+                 FROM usage_buckets WHERE tenant = $1 AND granularity = $2 AND bucket >= $3 ORDER BY bucket",
+            )
+            .bind(tenant)
+            .bind(granularity)
+            .bind(since)
+            .fetch_all(&pool)
+            .await
+            .map_err(db)
+        })?;
+        rows.iter()
+            .map(|r| {
+                Ok(UsageRow {
+                    tenant: r.try_get(0)?,
+                    tool_id: r.try_get(1)?,
+                    tool: r.try_get(2)?,
+                    version: u32::try_from(r.try_get::<i64, _>(3)?).unwrap_or(0),
+                    door: r.try_get(4)?,
+                    outcome: r.try_get(5)?,
+                    granularity: r.try_get(6)?,
+                    bucket: r.try_get(7)?,
+                    replica: r.try_get(8)?,
+                    calls: u64::try_from(r.try_get::<i64, _>(9)?).unwrap_or(0),
+                    total_ms: r.try_get(10)?,
+                    histogram: serde_json::from_str(&r.try_get::<String, _>(11)?).unwrap_or_default(),
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(db)
+    }
+
+    fn sweep_usage(&self, granularity: &str, before: i64) -> Result<u64, StoreError> {
+        let (pool, granularity) = (self.pool.clone(), granularity.to_string());
+        self.run(async move {
+            let done = sqlx::query("DELETE FROM usage_buckets WHERE granularity = $1 AND bucket < $2")
+                .bind(granularity)
+                .bind(before)
+                .execute(&pool)
+                .await
+                .map_err(db)?;
+            Ok(done.rows_affected())
+        })
     }
 
     fn has_end_users(&self, tenant: &str) -> Result<bool, StoreError> {

@@ -3,7 +3,7 @@
 use super::{
     BlobStore, CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, LedgerBound, OAuthGrant,
     RegistryStore, SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret,
-    StoredSession, StoredSetting, StoredVersion,
+    StoredSession, StoredSetting, StoredVersion, UsageRow,
 };
 use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord, unix_now};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -275,6 +275,25 @@ const MIGRATIONS: &[&str] = &[
     // and who signed it, as JSON (supply::Provenance).
     "
     ALTER TABLE versions ADD COLUMN provenance TEXT NOT NULL DEFAULT '{}';
+",
+    // Usage per tool version, door and outcome in minute and hour buckets,
+    // one row per replica (host/usage.rs).
+    "
+    CREATE TABLE usage_buckets (
+        tenant      TEXT NOT NULL,
+        tool_id     TEXT NOT NULL,
+        tool        TEXT NOT NULL,
+        version     INTEGER NOT NULL,
+        door        TEXT NOT NULL,
+        outcome     TEXT NOT NULL,
+        granularity TEXT NOT NULL,
+        bucket      INTEGER NOT NULL,
+        replica     TEXT NOT NULL,
+        calls       INTEGER NOT NULL,
+        total_ms    REAL NOT NULL,
+        histogram   TEXT NOT NULL,
+        PRIMARY KEY (tenant, granularity, bucket, tool_id, version, door, outcome, replica)
+    );
 ",
 ];
 
@@ -976,6 +995,68 @@ impl RegistryStore for SqliteStore {
             tx.execute("DELETE FROM tenant_settings WHERE tenant = ?1 AND key = ?2", [tenant, key])
         })?;
         Ok(deleted == 1)
+    }
+
+    fn put_usage(&self, rows: &[UsageRow]) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        for r in rows {
+            tx.execute(
+                "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                 ON CONFLICT (tenant, granularity, bucket, tool_id, version, door, outcome, replica)
+                 DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram",
+                params![
+                    r.tenant,
+                    r.tool_id,
+                    r.tool,
+                    r.version,
+                    r.door,
+                    r.outcome,
+                    r.granularity,
+                    r.bucket,
+                    r.replica,
+                    r.calls as i64,
+                    r.total_ms,
+                    serde_json::to_string(&r.histogram).unwrap_or_default()
+                ],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn usage(&self, tenant: &str, granularity: &str, since: i64) -> Result<Vec<UsageRow>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram
+             FROM usage_buckets WHERE tenant = ?1 AND granularity = ?2 AND bucket >= ?3 ORDER BY bucket",
+        )?;
+        let rows = stmt.query_map(params![tenant, granularity, since], |r| {
+            Ok(UsageRow {
+                tenant: r.get(0)?,
+                tool_id: r.get(1)?,
+                tool: r.get(2)?,
+                version: r.get(3)?,
+                door: r.get(4)?,
+                outcome: r.get(5)?,
+                granularity: r.get(6)?,
+                bucket: r.get(7)?,
+                replica: r.get(8)?,
+                calls: r.get::<_, i64>(9)?.max(0) as u64,
+                total_ms: r.get(10)?,
+                histogram: serde_json::from_str(&r.get::<_, String>(11)?).unwrap_or_default(),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn sweep_usage(&self, granularity: &str, before: i64) -> Result<u64, StoreError> {
+        let deleted = self.conn().execute(
+            "DELETE FROM usage_buckets WHERE granularity = ?1 AND bucket < ?2",
+            params![granularity, before],
+        )?;
+        Ok(deleted as u64)
     }
 
     fn has_end_users(&self, tenant: &str) -> Result<bool, StoreError> {

@@ -118,7 +118,37 @@ for_both_stores!(
     a_server_key_is_made_once,
     a_transaction_is_decided_once,
     expiries_are_claimed_once_by_tool,
+    usage_rows_are_kept_per_replica_read_by_window_and_swept,
 );
+
+fn usage_rows_are_kept_per_replica_read_by_window_and_swept(store: &dyn RegistryStore) {
+    let row = |replica: &str, granularity: &str, bucket: i64, calls: u64| crate::store::UsageRow {
+        tenant: "acme".into(),
+        tool_id: "t1".into(),
+        tool: "echo".into(),
+        version: 2,
+        door: "mcp".into(),
+        outcome: "ok".into(),
+        granularity: granularity.into(),
+        bucket,
+        replica: replica.into(),
+        calls,
+        total_ms: calls as f64 * 1.5,
+        histogram: vec![calls, 0, 1],
+    };
+    store.put_usage(&[row("a", "minute", 600, 3), row("b", "minute", 600, 4), row("a", "hour", 0, 3)]).unwrap();
+    // A replica's later totals replace its row; the other replica's stays.
+    store.put_usage(&[row("a", "minute", 600, 5)]).unwrap();
+    let mut minutes = store.usage("acme", "minute", 0).unwrap();
+    minutes.sort_by(|x, y| x.replica.cmp(&y.replica));
+    assert_eq!(minutes, [row("a", "minute", 600, 5), row("b", "minute", 600, 4)]);
+    assert!(store.usage("acme", "minute", 601).unwrap().is_empty(), "older than the window");
+    assert!(store.usage("globex", "minute", 0).unwrap().is_empty(), "another tenant's");
+    assert_eq!(store.usage("acme", "hour", 0).unwrap(), [row("a", "hour", 0, 3)]);
+    assert_eq!(store.sweep_usage("minute", 601).unwrap(), 2);
+    assert!(store.usage("acme", "minute", 0).unwrap().is_empty());
+    assert_eq!(store.usage("acme", "hour", 0).unwrap().len(), 1, "another granularity's rows stay");
+}
 
 fn versions_are_kept_with_their_bytes_and_never_overwritten(store: &dyn RegistryStore) {
     let id = Uuid::new_v4();

@@ -1,0 +1,295 @@
+//! Usage per tool version: calls by door and outcome, and their latency, in
+//! minute and hour buckets kept in the store, so that they survive restarts
+//! and a fleet's replicas add up.
+//!
+//! Each call adds to this replica's totals in memory (one map update);
+//! every few seconds the totals of the buckets that changed are written to
+//! the store as this replica's rows (`UsageRow`, replaced, never added to:
+//! a retried write counts nothing twice). Readers sum every replica's rows.
+//! Latency is a histogram with ranges doubling from 0.5 ms, so percentiles
+//! are known to within a factor of two (the upper bound of their range is
+//! reported). A crash loses at most the last flush interval's counts.
+//!
+//! Minute buckets answer the last hour and are kept two hours; hour buckets
+//! answer the last day and week and are kept `retention`.
+
+use super::ToolHost;
+use crate::store::{RegistryStore, StoreError, UsageRow};
+use crate::tenancy::unix_now;
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Upper bounds of the latency ranges, in milliseconds (the last is open).
+const BOUNDS_MS: [f64; 19] = [
+    0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0,
+    65536.0, 131072.0,
+];
+const RANGES: usize = BOUNDS_MS.len() + 1;
+/// How long minute buckets are kept.
+const MINUTE_KEPT: i64 = 2 * 3600;
+
+/// The operator's settings.
+#[derive(Debug, Clone)]
+pub struct UsageOptions {
+    /// How often this replica writes its totals (`--usage-flush-secs`).
+    pub flush: Duration,
+    /// How long hour buckets are kept (`--usage-retention-days`).
+    pub retention: Duration,
+}
+
+impl Default for UsageOptions {
+    fn default() -> Self {
+        UsageOptions { flush: Duration::from_secs(5), retention: Duration::from_secs(8 * 24 * 3600) }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    tenant: String,
+    tool_id: String,
+    tool: String,
+    version: u32,
+    door: &'static str,
+    outcome: String,
+    granularity: &'static str,
+    bucket: i64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Totals {
+    calls: u64,
+    total_ms: f64,
+    histogram: Vec<u64>,
+    dirty: bool,
+}
+
+/// This replica's usage totals.
+pub(super) struct UsageState {
+    options: UsageOptions,
+    replica: String,
+    totals: Mutex<HashMap<Key, Totals>>,
+}
+
+/// One call, as usage counts it.
+pub(super) struct Counted<'a> {
+    pub tenant: &'a str,
+    pub tool_id: String,
+    pub tool: &'a str,
+    pub version: u32,
+    pub door: &'static str,
+    pub outcome: &'a str,
+    pub elapsed: Duration,
+}
+
+impl UsageState {
+    pub(super) fn new(options: UsageOptions) -> UsageState {
+        UsageState { options, replica: uuid::Uuid::new_v4().to_string(), totals: Mutex::new(HashMap::new()) }
+    }
+
+    fn totals(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Totals>> {
+        self.totals.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a call in its minute and its hour.
+    pub(super) fn count(&self, call: Counted<'_>) {
+        let now = unix_now();
+        let ms = call.elapsed.as_secs_f64() * 1000.0;
+        let range = BOUNDS_MS.iter().position(|b| ms <= *b).unwrap_or(RANGES - 1);
+        let mut totals = self.totals();
+        for (granularity, width) in [("minute", 60), ("hour", 3600)] {
+            let key = Key {
+                tenant: call.tenant.to_string(),
+                tool_id: call.tool_id.clone(),
+                tool: call.tool.to_string(),
+                version: call.version,
+                door: call.door,
+                outcome: call.outcome.to_string(),
+                granularity,
+                bucket: now - now.rem_euclid(width),
+            };
+            let cell = totals.entry(key).or_insert_with(|| Totals { histogram: vec![0; RANGES], ..Totals::default() });
+            cell.calls += 1;
+            cell.total_ms += ms;
+            cell.histogram[range] += 1;
+            cell.dirty = true;
+        }
+    }
+
+    /// Writes the totals that changed, and forgets the buckets that are
+    /// over (their last totals are written).
+    pub(super) fn flush(&self, store: &dyn RegistryStore) -> Result<(), StoreError> {
+        let now = unix_now();
+        let rows: Vec<UsageRow> = {
+            let mut totals = self.totals();
+            let rows = totals
+                .iter_mut()
+                .filter(|(_, t)| t.dirty)
+                .map(|(k, t)| {
+                    t.dirty = false;
+                    UsageRow {
+                        tenant: k.tenant.clone(),
+                        tool_id: k.tool_id.clone(),
+                        tool: k.tool.clone(),
+                        version: k.version,
+                        door: k.door.to_string(),
+                        outcome: k.outcome.clone(),
+                        granularity: k.granularity.to_string(),
+                        bucket: k.bucket,
+                        replica: self.replica.clone(),
+                        calls: t.calls,
+                        total_ms: t.total_ms,
+                        histogram: t.histogram.clone(),
+                    }
+                })
+                .collect();
+            totals.retain(|k, t| t.dirty || k.bucket + if k.granularity == "minute" { 120 } else { 7200 } > now);
+            rows
+        };
+        if rows.is_empty() {
+            return Ok(());
+        }
+        store.put_usage(&rows).inspect_err(|_| {
+            // Everything is written again next time (rows replace, so
+            // writing one twice counts nothing twice).
+            self.totals().values_mut().for_each(|t| t.dirty = true);
+        })
+    }
+
+    /// Deletes what is past its keeping.
+    fn sweep(&self, store: &dyn RegistryStore) -> Result<(), StoreError> {
+        let now = unix_now();
+        store.sweep_usage("minute", now - MINUTE_KEPT)?;
+        store.sweep_usage("hour", now - i64::try_from(self.options.retention.as_secs()).unwrap_or(i64::MAX))?;
+        Ok(())
+    }
+}
+
+/// Flushes every [`UsageOptions::flush`] and sweeps every hour, on the
+/// host's tool executor (the task ends with the host).
+pub(super) fn start_usage_flush(host: &ToolHost) {
+    let Some(executor) = &host.executor else { return };
+    let (store, usage): (Arc<dyn RegistryStore>, Arc<UsageState>) = (host.store.clone(), host.usage.clone());
+    let every = usage.options.flush.max(Duration::from_millis(100));
+    executor.normal().spawn(async move {
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut next_sweep = tokio::time::Instant::now();
+        loop {
+            ticks.tick().await;
+            let sweep = tokio::time::Instant::now() >= next_sweep;
+            if sweep {
+                next_sweep += Duration::from_secs(3600);
+            }
+            let (store, usage) = (store.clone(), usage.clone());
+            // The store blocks: keep it off the threads that run tools' async work.
+            let done = tokio::task::spawn_blocking(move || {
+                usage.flush(&*store)?;
+                if sweep {
+                    usage.sweep(&*store)?;
+                }
+                Ok::<_, StoreError>(())
+            });
+            if let Ok(Err(e)) = done.await {
+                tracing::warn!(error = %e, "usage could not be written; trying again");
+            }
+        }
+    });
+}
+
+/// What a window reads: its granularity and how far back.
+pub fn window(name: &str) -> Option<(&'static str, i64)> {
+    match name {
+        "hour" => Some(("minute", 3600)),
+        "day" => Some(("hour", 24 * 3600)),
+        "week" => Some(("hour", 7 * 24 * 3600)),
+        _ => None,
+    }
+}
+
+/// The upper bound of the range holding the `q`-quantile call.
+fn percentile(histogram: &[u64], q: f64) -> Option<f64> {
+    let total: u64 = histogram.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = ((total as f64) * q).ceil().max(1.0) as u64;
+    let mut seen = 0;
+    for (i, n) in histogram.iter().enumerate() {
+        seen += n;
+        if seen >= rank {
+            return Some(BOUNDS_MS.get(i).copied().unwrap_or(f64::INFINITY));
+        }
+    }
+    None
+}
+
+impl ToolHost {
+    /// A tenant's usage over `window` (`hour`, `day` or `week`), per tool
+    /// version and door, every replica's rows summed; `tool` (a name or
+    /// id) keeps one tool's.
+    pub fn usage(&self, tenant: &str, window_name: &str, tool: Option<&str>) -> Result<Value, StoreError> {
+        let (granularity, span) = window(window_name).unwrap_or(("minute", 3600));
+        let width = if granularity == "minute" { 60 } else { 3600 };
+        let since = unix_now() - span;
+        let since = since - since.rem_euclid(width);
+        let rows = self.store.usage(tenant, granularity, since)?;
+        // (tool id, version, door) → (tool, outcomes, histogram, per bucket (calls, failures)).
+        type Series = (String, BTreeMap<String, u64>, Vec<u64>, BTreeMap<i64, (u64, u64)>);
+        let mut grouped: BTreeMap<(String, u32, String), Series> = BTreeMap::new();
+        for r in rows.iter().filter(|r| tool.is_none_or(|t| t == r.tool || t == r.tool_id)) {
+            let entry = grouped
+                .entry((r.tool_id.clone(), r.version, r.door.clone()))
+                .or_insert_with(|| (r.tool.clone(), BTreeMap::new(), vec![0; RANGES], BTreeMap::new()));
+            *entry.1.entry(r.outcome.clone()).or_default() += r.calls;
+            for (i, n) in r.histogram.iter().enumerate().take(RANGES) {
+                entry.2[i] += n;
+            }
+            let point = entry.3.entry(r.bucket).or_default();
+            point.0 += r.calls;
+            if r.outcome != "ok" {
+                point.1 += r.calls;
+            }
+        }
+        let items: Vec<Value> = grouped
+            .into_iter()
+            .map(|((tool_id, version, door), (tool, outcomes, histogram, series))| {
+                let calls: u64 = outcomes.values().sum();
+                let latency: Map<String, Value> = [("p50", 0.5), ("p95", 0.95), ("p99", 0.99)]
+                    .into_iter()
+                    .map(|(name, q)| (name.to_string(), percentile(&histogram, q).map_or(Value::Null, Value::from)))
+                    .collect();
+                json!({
+                    "tool": tool,
+                    "toolId": tool_id,
+                    "version": version,
+                    "door": door,
+                    "calls": calls,
+                    "outcomes": outcomes,
+                    "latencyMs": latency,
+                    "series": series.into_iter().map(|(start, (calls, failures))| json!({ "start": start, "calls": calls, "failures": failures })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        Ok(json!({ "window": window_name, "since": since, "bucketSeconds": width, "items": items }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_the_upper_bound_of_their_range() {
+        let mut histogram = vec![0; RANGES];
+        histogram[2] = 90; // ≤ 2 ms
+        histogram[6] = 9; // ≤ 32 ms
+        histogram[RANGES - 1] = 1; // beyond the last bound
+        assert_eq!(percentile(&histogram, 0.5), Some(2.0));
+        assert_eq!(percentile(&histogram, 0.95), Some(32.0));
+        assert_eq!(percentile(&histogram, 0.99), Some(32.0));
+        assert_eq!(percentile(&histogram, 1.0), Some(f64::INFINITY));
+        assert_eq!(percentile(&[0; RANGES], 0.5), None);
+    }
+}
