@@ -319,3 +319,36 @@ async fn the_pages_fit_a_phone() {
     assert!(!overflows(&browser).await, "the diff scrolls sideways on a phone");
     browser.close().await;
 }
+
+/// A publisher's view of a tool: its usage over the last hour and its
+/// recent failures with their log lines, in the browser (no script runs;
+/// the chart is server-drawn SVG).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_publisher_sees_a_tools_usage_and_recent_failures() {
+    use crate::console::{SECRET, console_server};
+    let (server, _plugins) = console_server(&["--usage-flush-secs", "1"]).await;
+    for fail in [false, false, true, false, true] {
+        server.invoke("use_secret", &[("log_lines", json!(1)), ("fail", json!(fail))]).await;
+    }
+    crate::console::usage_until(&server, "hour", |u| {
+        u["items"].as_array().is_some_and(|items| items.iter().any(|i| i["tool"] == "use_secret" && i["calls"] == 5))
+    })
+    .await;
+    let (_, publisher) = server.create_key(Some("default"), "publisher").await;
+    let browser = browser::start().await;
+    browser.goto(&format!("{}/catalog?q=use_secret", server.base)).await;
+    sign_in(&browser, &publisher).await;
+    browser.wait_for_text("1 tool.", WAIT).await;
+    browser.click("[data-tool=use_secret] h2 a").await;
+    let text = browser.wait_for_text("Usage, last hour", WAIT).await;
+    assert!(text.contains("5 calls, 2 failed."), "{text}");
+    assert!(text.contains("Recent failures"), "{text}");
+    assert!(!text.contains(SECRET), "{text}");
+    assert!(browser.count("#usage-chart rect.calls").await >= 1);
+    assert!(browser.count("#failures tbody tr").await == 2);
+    browser.click("#failures details summary").await;
+    let text = browser.wait_for_text("the api key is [redacted]", WAIT).await;
+    assert!(!text.contains(SECRET), "{text}");
+    capture(&browser, "tool-usage", DESKTOP).await;
+    browser.close().await;
+}

@@ -10,11 +10,11 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The secret `use_secret` logs, which must never be shown.
-const SECRET: &str = "console-secret-7f3a9";
+pub const SECRET: &str = "console-secret-7f3a9";
 
 /// A server with echo, `use_secret` (logs its secret, succeeds or fails
 /// on request) and `panic_at_once` (traps), and the secret stored.
-async fn console_server(extra: &[&str]) -> (Server, tempfile::TempDir) {
+pub async fn console_server(extra: &[&str]) -> (Server, tempfile::TempDir) {
     let plugins = tempfile::tempdir().unwrap();
     std::fs::copy(plugins_dir().join("echo.wasm"), plugins.path().join("echo.wasm")).unwrap();
     for name in ["use_secret.wasm", "panic_at_once.wasm"] {
@@ -318,6 +318,24 @@ async fn usage_counts_each_doors_calls_by_outcome_and_survives_a_restart() {
     assert_eq!(week["items"][0]["calls"], 3);
     let (status, _) = server.get("/admin/usage?window=year").await;
     assert_eq!(status, 400);
+
+    // A publisher's catalog page of the tool charts its last hour; a consumer's does not.
+    let (_, publisher) = server.create_key(Some("default"), "publisher").await;
+    let (_, consumer) = server.create_key(Some("default"), "consumer").await;
+    let designer = crate::catalog::Designer::sign_in(&server.base, &publisher).await;
+    let page = crate::catalog::tool_path(&designer, "use_secret").await;
+    let (_, html) = designer.get(&page).await;
+    assert!(html.contains("<p id=\"usage-summary\">3 calls, 1 failed.</p>"), "{html}");
+    let chart = html.split("id=\"usage-chart\"").nth(1).unwrap().split("</svg>").next().unwrap();
+    // One bar per minute (the calls may straddle two), failures drawn over them.
+    assert!(
+        chart.contains(" UTC: ") && chart.contains("<rect class=\"calls\"") && chart.contains("<rect class=\"failed\""),
+        "{chart}"
+    );
+    assert!(!html.contains(" style="), "no inline style: the page's CSP stays strict");
+    let reader = crate::catalog::Designer::sign_in(&server.base, &consumer).await;
+    let (_, html) = reader.get(&page).await;
+    assert!(!html.contains("usage-chart"), "a consumer sees no usage");
 
     // After a restart the counts are read from the store.
     let plugins_dir = plugins.path().to_str().unwrap().to_string();

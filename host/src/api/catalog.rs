@@ -718,6 +718,64 @@ struct ToolPage {
     /// The tool's recent failed calls with their log lines, for a
     /// publisher of the tenant (or an operator); `None` for a consumer.
     failures: Option<Vec<ConsoleEntry>>,
+    /// The tool's usage over the last hour, for a publisher; `None` for a
+    /// consumer.
+    usage: Option<UsageChart>,
+}
+
+/// A tool's last hour, drawn as bars (server-rendered SVG, no script).
+struct UsageChart {
+    calls: u64,
+    failures: u64,
+    /// (door, version, p50, p95, p99) in milliseconds, as text.
+    latency: Vec<(String, u32, String, String, String)>,
+    /// One per minute: x, the height of its calls and of its failures (of
+    /// [`CHART_HEIGHT`]), and its title.
+    bars: Vec<(u32, u32, u32, String)>,
+}
+
+/// The chart's size in SVG units, and one minute's width.
+const CHART_HEIGHT: u32 = 80;
+const BAR_WIDTH: u32 = 8;
+
+impl UsageChart {
+    fn from_usage(usage: &serde_json::Value) -> UsageChart {
+        use std::collections::BTreeMap;
+        let items = usage["items"].as_array().cloned().unwrap_or_default();
+        let since = usage["since"].as_i64().unwrap_or(0);
+        let mut minutes: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+        let (mut calls, mut failures) = (0, 0);
+        let mut latency = Vec::new();
+        let ms = |v: &serde_json::Value| v.as_f64().map_or("—".to_string(), |n| format!("≤ {n} ms"));
+        for item in &items {
+            calls += item["calls"].as_u64().unwrap_or(0);
+            latency.push((
+                item["door"].as_str().unwrap_or("?").to_string(),
+                item["version"].as_u64().unwrap_or(0) as u32,
+                ms(&item["latencyMs"]["p50"]),
+                ms(&item["latencyMs"]["p95"]),
+                ms(&item["latencyMs"]["p99"]),
+            ));
+            for point in item["series"].as_array().into_iter().flatten() {
+                let slot = minutes.entry(point["start"].as_i64().unwrap_or(0)).or_default();
+                slot.0 += point["calls"].as_u64().unwrap_or(0);
+                slot.1 += point["failures"].as_u64().unwrap_or(0);
+                failures += point["failures"].as_u64().unwrap_or(0);
+            }
+        }
+        let most = minutes.values().map(|m| m.0).max().unwrap_or(0).max(1);
+        let bars = minutes
+            .iter()
+            .map(|(start, (n, failed))| {
+                let x = u32::try_from((start - since) / 60).unwrap_or(0).min(60) * BAR_WIDTH;
+                let height = |v: u64| ((v * u64::from(CHART_HEIGHT)).div_ceil(most)) as u32;
+                let minute = chrono::DateTime::from_timestamp(*start, 0)
+                    .map_or(String::new(), |t| t.format("%H:%M").to_string());
+                (x, height(*n), height(*failed), format!("{minute} UTC: {n} calls, {failed} failed"))
+            })
+            .collect();
+        UsageChart { calls, failures, latency, bars }
+    }
 }
 
 /// A row of the versions table.
@@ -800,7 +858,15 @@ pub(super) async fn tool(about: AboutTool) -> Response {
             };
             host.recent_calls(&tool.tenant, &filter, None, RECENT_FAILURES)
         }),
+        usage: None,
     };
+    let mut page = page;
+    if page.failures.is_some() {
+        let (host, tenant, id) = (host.clone(), tool.tenant.clone(), tool.id.to_string());
+        // The store may block: off the request threads.
+        let usage = tokio::task::spawn_blocking(move || host.usage(&tenant, "hour", Some(&id))).await;
+        page.usage = usage.ok().and_then(Result::ok).map(|u| UsageChart::from_usage(&u));
+    }
     pages::page(StatusCode::OK, &page)
 }
 
