@@ -1327,11 +1327,9 @@ impl ToolHost {
             outcome: code,
             elapsed,
         });
-        let now = chrono::Utc::now();
         let entry = ConsoleEntry {
             seq: 0,
-            time: now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            at_ms: now.timestamp_millis(),
+            at_ms: chrono::Utc::now().timestamp_millis(),
             tool: tool.name.clone(),
             tool_id: tool.id.to_string(),
             version: number,

@@ -58,10 +58,9 @@ impl Default for ConsoleOptions {
 pub struct ConsoleEntry {
     /// Its place in the tenant's console (grows by one per call).
     pub seq: u64,
-    /// When it ended: RFC 3339, milliseconds, UTC.
-    pub time: String,
-    /// Unix milliseconds of `time`.
-    #[serde(skip)]
+    /// When it ended, in Unix milliseconds; shown as `time`, RFC 3339 (UTC),
+    /// formatted only when an entry is read, never on the call's path.
+    #[serde(rename = "time", serialize_with = "rfc3339")]
     pub at_ms: i64,
     /// The tool's name.
     pub tool: String,
@@ -82,7 +81,22 @@ pub struct ConsoleEntry {
     pub lines: Vec<LogLine>,
 }
 
+/// Unix milliseconds as RFC 3339, milliseconds, UTC.
+fn rfc3339<S: serde::Serializer>(at_ms: &i64, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&time_of(*at_ms))
+}
+
+fn time_of(at_ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(at_ms)
+        .map_or_else(String::new, |t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
 impl ConsoleEntry {
+    /// When it ended: RFC 3339, milliseconds, UTC.
+    pub fn time(&self) -> String {
+        time_of(self.at_ms)
+    }
+
     /// About how many bytes it holds.
     fn size(&self) -> usize {
         256 + self.tool.len() + self.call_id.len() + self.lines.iter().map(|l| 16 + l.text.len()).sum::<usize>()
@@ -265,7 +279,6 @@ mod tests {
     fn entry(tool: &str, outcome: &str) -> ConsoleEntry {
         ConsoleEntry {
             seq: 0,
-            time: String::new(),
             at_ms: chrono::Utc::now().timestamp_millis(),
             tool: tool.into(),
             tool_id: "id".into(),

@@ -721,6 +721,20 @@ fn is_internal_v4(ip: Ipv4Addr) -> bool {
         || a >= 240 // reserved
 }
 
+/// A response's body, or `None` as soon as it runs past `max` bytes (only
+/// `max` are ever held): how the host reads what others' servers send
+/// (confirmation servers' keys, OAuth documents, registries).
+pub async fn read_capped(response: &mut reqwest::Response, max: usize) -> Result<Option<Vec<u8>>, reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > max {
+            return Ok(None);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body))
+}
+
 /// A reqwest resolver under the outbound policy: resolves, and refuses the
 /// name unless every address passes it. A client built with it connects
 /// only to what it returns (confirmation servers' keys, OAuth client

@@ -24,7 +24,7 @@
 
 use super::cosign;
 use super::reference::{Reference, is_sha256_digest};
-use crate::runtime::outbound::OutboundLimits;
+use crate::runtime::outbound::{OutboundLimits, read_capped};
 use base64::Engine;
 use reqwest::header::{self, HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
@@ -628,18 +628,6 @@ fn challenge_params(text: &str) -> Vec<(String, String)> {
         rest = next.trim_start().trim_start_matches(',');
     }
     out
-}
-
-/// The body, or `None` when it is longer than `max`.
-async fn read_capped(response: &mut reqwest::Response, max: usize) -> Result<Option<Vec<u8>>, reqwest::Error> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        if body.len() + chunk.len() > max {
-            return Ok(None);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(Some(body))
 }
 
 #[cfg(test)]

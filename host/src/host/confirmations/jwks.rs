@@ -19,7 +19,7 @@
 //!   for its result), so accepts posted while a confirmation server fails
 //!   cost it, and this server, one fetch per failure period, not one each.
 
-use crate::runtime::outbound::{CheckedResolver, OutboundLimits, caused_by_refusal};
+use crate::runtime::outbound::{CheckedResolver, OutboundLimits, caused_by_refusal, read_capped};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -234,13 +234,10 @@ impl JwksFetcher {
         if response.content_length().is_some_and(|n| n > max as u64) {
             return Err(JwksError::TooLarge(max));
         }
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|_| JwksError::Unavailable)? {
-            if body.len() + chunk.len() > max {
-                return Err(JwksError::TooLarge(max));
-            }
-            body.extend_from_slice(&chunk);
-        }
+        let body = read_capped(&mut response, max)
+            .await
+            .map_err(|_| JwksError::Unavailable)?
+            .ok_or(JwksError::TooLarge(max))?;
         let document: Value = serde_json::from_slice(&body).map_err(|_| JwksError::Invalid)?;
         if !(self.shape)(&document) {
             return Err(JwksError::Invalid);
