@@ -89,6 +89,21 @@ pub struct PostgresStore {
     runtime: Option<tokio::runtime::Runtime>,
 }
 
+/// Locks `tenant`'s row of `call_ledger_usage`. Every transaction that
+/// writes `idempotent_calls` takes it first: the trigger that keeps the
+/// usage updates that row after the record's, so a transaction that locked
+/// a record first (settling it) and one that locked the usage row first
+/// (claiming, whose insert waits on that record) would each wait for the
+/// other, and PostgreSQL would abort one as a deadlock.
+async fn lock_ledger_usage(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, tenant: &str) -> Result<(), StoreError> {
+    sqlx::query("SELECT 1 FROM call_ledger_usage WHERE tenant = $1 FOR UPDATE")
+        .bind(tenant)
+        .execute(&mut **tx)
+        .await
+        .map_err(db)?;
+    Ok(())
+}
+
 fn db(e: sqlx::Error) -> StoreError {
     StoreError::Postgres(e)
 }
@@ -782,15 +797,8 @@ impl RegistryStore for PostgresStore {
             (self.pool.clone(), key.clone(), request_sha256.to_string(), self.replica.to_string());
         self.run(async move {
             let mut tx = pool.begin().await.map_err(db)?;
-            // The claiming tenant's expired records only, its usage row
-            // locked first: every statement that deletes records takes the
-            // usage row before the records (as `record_call`'s trim does
-            // after the update that took it), so no two wait on each other.
-            sqlx::query("SELECT 1 FROM call_ledger_usage WHERE tenant = $1 FOR UPDATE")
-                .bind(&key.tenant)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
+            // The claiming tenant's expired records only.
+            lock_ledger_usage(&mut tx, &key.tenant).await?;
             sqlx::query("DELETE FROM idempotent_calls WHERE tenant = $1 AND created_at < $2")
                 .bind(&key.tenant)
                 .bind(expired_before)
@@ -846,6 +854,7 @@ impl RegistryStore for PostgresStore {
         let (pool, key, response) = (self.pool.clone(), key.clone(), response.to_string());
         self.run(async move {
             let mut tx = pool.begin().await.map_err(db)?;
+            lock_ledger_usage(&mut tx, &key.tenant).await?;
             sqlx::query("UPDATE idempotent_calls SET response = $4 WHERE tenant = $1 AND caller = $2 AND call_id = $3")
                 .bind(&key.tenant)
                 .bind(&key.caller)
@@ -855,8 +864,8 @@ impl RegistryStore for PostgresStore {
                 .await
                 .map_err(db)?;
             loop {
-                // The update above holds the usage row's lock: replicas
-                // recording for one tenant trim one at a time.
+                // The usage row is locked: replicas recording for one
+                // tenant trim one at a time.
                 let (records, bytes): (i64, i64) =
                     sqlx::query_as("SELECT records, bytes FROM call_ledger_usage WHERE tenant = $1")
                         .bind(&key.tenant)
@@ -900,15 +909,10 @@ impl RegistryStore for PostgresStore {
                     .await
                     .map_err(db)?;
             let mut deleted = 0;
-            // One tenant per transaction, its usage row locked before its
-            // records (the order `claim_call` keeps).
+            // One tenant per transaction.
             for tenant in tenants {
                 let mut tx = pool.begin().await.map_err(db)?;
-                sqlx::query("SELECT 1 FROM call_ledger_usage WHERE tenant = $1 FOR UPDATE")
-                    .bind(&tenant)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db)?;
+                lock_ledger_usage(&mut tx, &tenant).await?;
                 let n = sqlx::query("DELETE FROM idempotent_calls WHERE tenant = $1 AND created_at < $2")
                     .bind(&tenant)
                     .bind(before)
@@ -926,13 +930,16 @@ impl RegistryStore for PostgresStore {
     fn release_call(&self, key: &CallKey) -> Result<(), StoreError> {
         let (pool, key) = (self.pool.clone(), key.clone());
         self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            lock_ledger_usage(&mut tx, &key.tenant).await?;
             sqlx::query("DELETE FROM idempotent_calls WHERE tenant = $1 AND caller = $2 AND call_id = $3")
-                .bind(key.tenant)
-                .bind(key.caller)
-                .bind(key.call_id)
-                .execute(&pool)
+                .bind(&key.tenant)
+                .bind(&key.caller)
+                .bind(&key.call_id)
+                .execute(&mut *tx)
                 .await
                 .map_err(db)?;
+            tx.commit().await.map_err(db)?;
             Ok(())
         })
     }

@@ -630,6 +630,28 @@ fn a_call_another_live_replica_claimed_is_running_elsewhere() {
 }
 
 #[test]
+fn a_replica_settling_a_call_while_others_claim_it_never_deadlocks() {
+    let (a, b) = two_replicas();
+    let bound = Quotas::default().ledger_bound();
+    // Each round: A runs a call; at once, A records its answer (or gives
+    // the call id back) while B claims the same call id, as a retry racing
+    // the first call on another replica does. Both take the same locks, so
+    // in the same order, or PostgreSQL aborts one as a deadlock.
+    for round in 0..60 {
+        let key = CallKey { tenant: "default".into(), caller: "k".into(), call_id: format!("race-{round}") };
+        assert_eq!(a.claim_call(&key, "h", 100, 0).unwrap(), Claimed::Fresh);
+        let (settled, claimed) = std::thread::scope(|s| {
+            let settle =
+                s.spawn(|| if round % 2 == 0 { a.record_call(&key, "answer", bound) } else { a.release_call(&key) });
+            let claim = s.spawn(|| b.claim_call(&key, "h", 100, 0));
+            (settle.join().unwrap(), claim.join().unwrap())
+        });
+        settled.unwrap_or_else(|e| panic!("round {round}: A could not settle: {e}"));
+        claimed.unwrap_or_else(|e| panic!("round {round}: B could not claim: {e}"));
+    }
+}
+
+#[test]
 fn every_replica_gets_the_same_server_key_and_the_audit_log_is_append_only() {
     let fixture = postgres();
     let (a, b) = (fixture.open(), fixture.open());
