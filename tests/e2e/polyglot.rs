@@ -108,15 +108,43 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// Compilations the servers of this binary made, shared: compiling a Python
+/// or JavaScript component takes the debug server tens of seconds, and the
+/// tests here are about what the tool does once it runs. Each server starts
+/// with a copy in its own data dir (where the server looks, and checks each
+/// entry before it trusts it); what it compiled at start is copied back.
+static COMPILED: OnceLock<tempfile::TempDir> = OnceLock::new();
+
+fn copy_entries(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).into_iter().flatten().flatten() {
+        let target = to.join(entry.file_name());
+        if !target.exists() {
+            // Written aside and renamed: a server reading `to` never sees half a file.
+            let partial = to.join(format!(".{}.partial", entry.file_name().to_string_lossy()));
+            if std::fs::copy(entry.path(), &partial).is_ok() {
+                let _ = std::fs::rename(&partial, &target);
+            }
+        }
+    }
+}
+
 /// A server with only `components` (file name → bytes) deployed at start.
 fn serve(components: &[(&str, &[u8])], extra: &[&str]) -> (Server, tempfile::TempDir) {
+    use std::os::unix::fs::DirBuilderExt;
     let plugins = tempfile::tempdir().unwrap();
     for (name, bytes) in components {
         std::fs::write(plugins.path().join(format!("{name}.wasm")), bytes).unwrap();
     }
     let mut args = vec!["--plugins", plugins.path().to_str().unwrap()];
     args.extend_from_slice(extra);
-    (Server::start_in(tempfile::tempdir().unwrap(), &args), plugins)
+    let shared = COMPILED.get_or_init(|| tempfile::tempdir().unwrap()).path();
+    let data = tempfile::tempdir().unwrap();
+    let compiled = data.path().join("compiled");
+    std::fs::DirBuilder::new().mode(0o700).create(&compiled).unwrap();
+    copy_entries(shared, &compiled);
+    let server = Server::start_in(data, &args);
+    copy_entries(&server.data.path().join("compiled"), shared);
+    (server, plugins)
 }
 
 /// The example, configured to reach the stand-in backend on loopback.
