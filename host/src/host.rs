@@ -440,6 +440,9 @@ pub struct Call {
     /// Where the call's log lines are kept for the console (set by
     /// [`ToolHost::invoke`]).
     pub lines: Option<runtime::CallLines>,
+    /// Where the call's outbound requests are counted for its usage (set by
+    /// [`ToolHost::invoke`]).
+    pub outbound: Option<crate::metrics::OutboundTally>,
 }
 
 impl Call {
@@ -455,6 +458,7 @@ impl Call {
             redact: Vec::new(),
             trace: None,
             lines: None,
+            outbound: None,
         }
     }
 }
@@ -1313,6 +1317,8 @@ impl ToolHost {
         let (door, number) = (call.front_door, version.number);
         let lines = runtime::CallLines::default();
         call.lines = Some(lines.clone());
+        let outbound = crate::metrics::OutboundTally::default();
+        call.outbound = Some(outbound.clone());
         let call_id = call.call_id.clone();
         let outcome = self.dispatch(tool.clone(), version, call).await;
         let elapsed = started.elapsed();
@@ -1326,6 +1332,7 @@ impl ToolHost {
             door: door.as_str(),
             outcome: code,
             elapsed,
+            outbound: outbound.take(),
         });
         let entry = ConsoleEntry {
             seq: 0,
@@ -1524,6 +1531,7 @@ impl ToolHost {
             redact: call.redact,
             trace: call.trace.as_ref(),
             lines: call.lines.clone(),
+            outbound: call.outbound.clone(),
         };
         let Ran { result, redactor, denials } = self.execute(tenant, tool, version, run).await?;
         let outcome = result.map_err(InvokeError::from).and_then(|value| {
@@ -1564,6 +1572,7 @@ impl ToolHost {
             redact: call.redact.clone(),
             trace: call.trace.as_ref(),
             lines: call.lines.clone(),
+            outbound: call.outbound.clone(),
         };
         let Ran { result, redactor, denials } = self.execute(tenant, tool, version, run).await?;
         let outcome = result.map_err(InvokeError::from).and_then(|value| {
@@ -1628,7 +1637,7 @@ impl ToolHost {
         // included: its attempts (`undeclared`, `denied`) are the ones to see.
         let outbound = OutboundPolicy::new(&version.host_patterns, &config, self.limits.outbound.clone())
             .traced(run.trace.cloned())
-            .counted(self.metrics.outbound(&tool.tenant, &tool.name));
+            .counted(self.metrics.outbound(&tool.tenant, &tool.name).tallied(run.outbound));
         // `describe` runs before anyone has confirmed the call: it may read, not act.
         let outbound = if run.export == Export::Describe { outbound.read_only() } else { outbound };
         let denials = outbound.denials();
@@ -1713,6 +1722,7 @@ struct RunOf<'a> {
     redact: Vec<String>,
     trace: Option<&'a CallerTrace>,
     lines: Option<runtime::CallLines>,
+    outbound: Option<crate::metrics::OutboundTally>,
 }
 
 /// What a run gave: the raw result, the redactor of the call's secrets and

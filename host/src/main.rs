@@ -436,7 +436,7 @@ struct ServeArgs {
     #[arg(long, env = "PLINTH_CONSOLE_MAX_KIB", default_value_t = 4096)]
     console_max_kib: usize,
     /// How often each replica writes its usage counts to the store, in
-    /// seconds (a crash loses at most this much).
+    /// seconds (a crash loses at most this much); 0 counts no usage.
     #[arg(long, env = "PLINTH_USAGE_FLUSH_SECS", default_value_t = 5)]
     usage_flush_secs: u64,
     /// How long hourly usage (`GET /admin/usage?window=day|week`) is kept, in days.
@@ -886,7 +886,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             max_bytes_per_tenant: args.console_max_kib.saturating_mul(1024),
         },
         usage: plinth::host::UsageOptions {
-            flush: Duration::from_secs(args.usage_flush_secs.max(1)),
+            flush: Duration::from_secs(args.usage_flush_secs),
             retention: Duration::from_secs(args.usage_retention_days.max(1).saturating_mul(24 * 3600)),
         },
         limits: HostLimits {
@@ -979,6 +979,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             tracing::info!(running, "waiting for calls to finish and keep their answers");
         }
         draining.answers_kept().await;
+        draining.flush_usage().await;
         tracing::info!("stopped");
         Ok(())
     })

@@ -19,7 +19,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A call of one version of one tool through one door, and how it ended.
@@ -143,6 +145,7 @@ pub struct OutboundCounter {
     requests: Family<OutboundLabels, Counter>,
     tenant: String,
     tool: String,
+    tally: Option<OutboundTally>,
 }
 
 impl OutboundCounter {
@@ -155,6 +158,32 @@ impl OutboundCounter {
             status: status.as_str(),
         };
         self.requests.get_or_create(&labels).inc();
+        if let Some(tally) = &self.tally {
+            tally.add(host, status.as_str());
+        }
+    }
+
+    /// Also counts each request in `tally` (one call's, for its usage).
+    pub fn tallied(self, tally: Option<OutboundTally>) -> Self {
+        OutboundCounter { tally, ..self }
+    }
+}
+
+/// One call's outbound requests by declared host and status (the labels of
+/// `plinth_outbound_requests_total`), for the tenant's usage. Its size is
+/// bounded by the call's request budget.
+#[derive(Debug, Clone, Default)]
+pub struct OutboundTally(Arc<Mutex<BTreeMap<(String, &'static str), u64>>>);
+
+impl OutboundTally {
+    fn add(&self, host: &str, status: &'static str) {
+        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *counts.entry((host.to_string(), status)).or_default() += 1;
+    }
+
+    /// The counts so far.
+    pub fn take(&self) -> BTreeMap<(String, &'static str), u64> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
@@ -361,7 +390,12 @@ impl Metrics {
 
     /// The counter of `tenant`'s `tool`'s outbound requests.
     pub fn outbound(&self, tenant: &str, tool: &str) -> OutboundCounter {
-        OutboundCounter { requests: self.outbound.clone(), tenant: tenant.to_string(), tool: tool.to_string() }
+        OutboundCounter {
+            requests: self.outbound.clone(),
+            tenant: tenant.to_string(),
+            tool: tool.to_string(),
+            tally: None,
+        }
     }
 
     /// The text exposition, with the runtime's gauges and counts as they

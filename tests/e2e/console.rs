@@ -17,7 +17,12 @@ pub const SECRET: &str = "console-secret-7f3a9";
 pub async fn console_server(extra: &[&str]) -> (Server, tempfile::TempDir) {
     let plugins = tempfile::tempdir().unwrap();
     std::fs::copy(plugins_dir().join("echo.wasm"), plugins.path().join("echo.wasm")).unwrap();
-    for name in ["use_secret.wasm", "panic_at_once.wasm"] {
+    std::fs::copy(
+        plugins_dir().join("lookup_weather_by_city.wasm"),
+        plugins.path().join("lookup_weather_by_city.wasm"),
+    )
+    .unwrap();
+    for name in ["use_secret.wasm", "panic_at_once.wasm", "call_undeclared_host.wasm"] {
         std::fs::write(plugins.path().join(name), fixture(name)).unwrap();
     }
     let mut args = vec!["--plugins", plugins.path().to_str().unwrap()];
@@ -286,7 +291,10 @@ pub async fn usage_until(server: &Server, window: &str, done: impl Fn(&Value) ->
 
 #[tokio::test(flavor = "multi_thread")]
 async fn usage_counts_each_doors_calls_by_outcome_and_survives_a_restart() {
-    let (server, plugins) = console_server(&["--usage-flush-secs", "1"]).await;
+    let (backend, backend_calls) = crate::otc::weather_backend().await;
+    let config = format!("lookup_weather_by_city.backend-url={backend}");
+    let args = ["--usage-flush-secs", "1", "--tool-config", &config, "--allow-private-cidr", "127.0.0.0/8"];
+    let (server, plugins) = console_server(&args).await;
     for _ in 0..2 {
         let (status, _) = server.invoke("use_secret", &[("log_lines", json!(0)), ("fail", json!(false))]).await;
         assert_eq!(status, 200);
@@ -296,11 +304,24 @@ async fn usage_counts_each_doors_calls_by_outcome_and_survives_a_restart() {
     let (status, _) = server.invoke("panic_at_once", &[("note", json!("x"))]).await;
     assert_eq!(status, 422);
     crate::mcp::Mcp::modern(&server).call("echo", json!({"text": "hi"}), Value::Null).await;
+    // Outbound requests: one the policy refuses, and a call whose tool
+    // asks its declared backend twice (geocode, forecast).
+    let (status, _) = server.invoke("call_undeclared_host", &[("url", json!("http://undeclared.example/"))]).await;
+    assert_eq!(status, 422);
+    let omaha = json!({ "request": {
+        "tool_id": "Weather.LookupWeatherByCity",
+        "input": { "city": "Omaha, Nebraska", "units": "FAHRENHEIT" },
+    } });
+    let weather = crate::otc::call(&server, "/otc/tools/call", &omaha).await;
+    assert_eq!(weather.body["result"]["success"], true, "{}", weather.body);
+    assert_eq!(backend_calls.get(), 2);
 
     let expected = |usage: &Value| {
         usage_of(usage, "use_secret", "a2t").is_some_and(|i| i["calls"] == 3)
             && usage_of(usage, "panic_at_once", "a2t").is_some()
             && usage_of(usage, "echo", "mcp").is_some()
+            && usage_of(usage, "call_undeclared_host", "a2t").is_some()
+            && usage_of(usage, "lookup_weather_by_city", "otc").is_some()
     };
     let usage = usage_until(&server, "hour", expected).await;
     let use_secret = usage_of(&usage, "use_secret", "a2t").unwrap();
@@ -312,6 +333,17 @@ async fn usage_counts_each_doors_calls_by_outcome_and_survives_a_restart() {
     assert_eq!(series.iter().map(|p| p["failures"].as_u64().unwrap()).sum::<u64>(), 1, "{usage}");
     assert_eq!(usage_of(&usage, "panic_at_once", "a2t").unwrap()["outcomes"], json!({ "tool_trapped": 1 }));
     assert_eq!(usage_of(&usage, "echo", "mcp").unwrap()["outcomes"], json!({ "ok": 1 }));
+    assert_eq!(usage_of(&usage, "echo", "mcp").unwrap()["outbound"], json!([]));
+    assert_eq!(
+        usage_of(&usage, "call_undeclared_host", "a2t").unwrap()["outbound"],
+        json!([{ "host": "undeclared", "status": "denied", "requests": 1 }]),
+        "{usage}"
+    );
+    assert_eq!(
+        usage_of(&usage, "lookup_weather_by_city", "otc").unwrap()["outbound"],
+        json!([{ "host": "${config.backend-url}", "status": "2xx", "requests": 2 }]),
+        "{usage}"
+    );
     assert_eq!(usage["bucketSeconds"], 60);
     let (_, week) = server.get("/admin/usage?window=week&tool=use_secret").await;
     assert_eq!(week["items"].as_array().unwrap().len(), 1, "{week}");
@@ -333,17 +365,32 @@ async fn usage_counts_each_doors_calls_by_outcome_and_survives_a_restart() {
         "{chart}"
     );
     assert!(!html.contains(" style="), "no inline style: the page's CSP stays strict");
+    let weather_page = crate::catalog::tool_path(&designer, "lookup_weather_by_city").await;
+    let (_, html) = designer.get(&weather_page).await;
+    let table = html.split("<table id=\"usage-outbound\"").nth(1).unwrap_or_else(|| panic!("{html}"));
+    assert!(table.contains("<tr><td><code>${config.backend-url}</code></td><td>2xx</td><td>2</td></tr>"), "{table}");
     let reader = crate::catalog::Designer::sign_in(&server.base, &consumer).await;
     let (_, html) = reader.get(&page).await;
     assert!(!html.contains("usage-chart"), "a consumer sees no usage");
 
     // After a restart the counts are read from the store.
     let plugins_dir = plugins.path().to_str().unwrap().to_string();
-    let server = Server::start_in(server.stop(), &["--plugins", &plugins_dir]);
+    let server = Server::start_in(server.stop(), &["--plugins", &plugins_dir, "--usage-flush-secs", "3600"]);
     let (_, again) = server.get("/admin/usage?window=hour").await;
     assert_eq!(
         usage_of(&again, "use_secret", "a2t").unwrap()["outcomes"],
         json!({ "ok": 2, "tool_error": 1 }),
+        "{again}"
+    );
+    // A graceful stop writes what it counted since its last flush (an
+    // hour away here).
+    let (status, _) = server.invoke("use_secret", &[("log_lines", json!(0)), ("fail", json!(false))]).await;
+    assert_eq!(status, 200);
+    let server = Server::start_in(server.terminate(), &["--plugins", &plugins_dir]);
+    let (_, again) = server.get("/admin/usage?window=hour").await;
+    assert_eq!(
+        usage_of(&again, "use_secret", "a2t").unwrap()["outcomes"],
+        json!({ "ok": 3, "tool_error": 1 }),
         "{again}"
     );
 }

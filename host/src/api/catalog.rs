@@ -729,6 +729,8 @@ struct UsageChart {
     failures: u64,
     /// (door, version, p50, p95, p99) in milliseconds, as text.
     latency: Vec<(String, u32, String, String, String)>,
+    /// (declared host, status, requests), every door and version's.
+    outbound: Vec<(String, String, u64)>,
     /// One per minute: x, the height of its calls and of its failures (of
     /// [`CHART_HEIGHT`]), and its title.
     bars: Vec<(u32, u32, u32, String)>,
@@ -746,6 +748,7 @@ impl UsageChart {
         let mut minutes: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
         let (mut calls, mut failures) = (0, 0);
         let mut latency = Vec::new();
+        let mut outbound: BTreeMap<(String, String), u64> = BTreeMap::new();
         let ms = |v: &serde_json::Value| v.as_f64().map_or("—".to_string(), |n| format!("≤ {n} ms"));
         for item in &items {
             calls += item["calls"].as_u64().unwrap_or(0);
@@ -756,6 +759,11 @@ impl UsageChart {
                 ms(&item["latencyMs"]["p95"]),
                 ms(&item["latencyMs"]["p99"]),
             ));
+            for request in item["outbound"].as_array().into_iter().flatten() {
+                let host = request["host"].as_str().unwrap_or("?").to_string();
+                let status = request["status"].as_str().unwrap_or("?").to_string();
+                *outbound.entry((host, status)).or_default() += request["requests"].as_u64().unwrap_or(0);
+            }
             for point in item["series"].as_array().into_iter().flatten() {
                 let slot = minutes.entry(point["start"].as_i64().unwrap_or(0)).or_default();
                 slot.0 += point["calls"].as_u64().unwrap_or(0);
@@ -774,7 +782,8 @@ impl UsageChart {
                 (x, height(*n), height(*failed), format!("{minute} UTC: {n} calls, {failed} failed"))
             })
             .collect();
-        UsageChart { calls, failures, latency, bars }
+        let outbound = outbound.into_iter().map(|((host, status), n)| (host, status, n)).collect();
+        UsageChart { calls, failures, latency, outbound, bars }
     }
 }
 

@@ -683,6 +683,22 @@ pub mod schemas {
         pub latency_ms: Map<String, Value>,
         /// Calls and failures per bucket, oldest first.
         pub series: Vec<UsagePoint>,
+        /// The calls' outbound requests by declared host and status.
+        pub outbound: Vec<UsageOutbound>,
+    }
+
+    /// Outbound requests to one declared host that ended one way.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct UsageOutbound {
+        /// The manifest's host the request was allowed by (`undeclared`
+        /// when none allows it).
+        pub host: String,
+        /// `2xx`, `3xx`, `4xx`, `5xx`, `denied`, `dns_error`,
+        /// `connection_refused`, `timeout`, `tls_error` or `error`.
+        pub status: String,
+        /// Requests.
+        pub requests: u64,
     }
 
     /// One bucket of a series.

@@ -890,6 +890,7 @@ impl ToolHost {
                     .collect(),
                 trace: None,
                 lines: None,
+                outbound: None,
             };
             // `invoke` too refuses a version retired after this check.
             self.invoke(tool, version.clone(), call).await

@@ -33,7 +33,8 @@ const MINUTE_KEPT: i64 = 2 * 3600;
 /// The operator's settings.
 #[derive(Debug, Clone)]
 pub struct UsageOptions {
-    /// How often this replica writes its totals (`--usage-flush-secs`).
+    /// How often this replica writes its totals (`--usage-flush-secs`);
+    /// zero counts nothing.
     pub flush: Duration,
     /// How long hour buckets are kept (`--usage-retention-days`).
     pub retention: Duration,
@@ -62,6 +63,8 @@ struct Totals {
     calls: u64,
     total_ms: f64,
     histogram: Vec<u64>,
+    /// Declared host → status → requests.
+    outbound: BTreeMap<String, BTreeMap<String, u64>>,
     dirty: bool,
 }
 
@@ -81,6 +84,8 @@ pub(super) struct Counted<'a> {
     pub door: &'static str,
     pub outcome: &'a str,
     pub elapsed: Duration,
+    /// Its outbound requests by declared host and status.
+    pub outbound: BTreeMap<(String, &'static str), u64>,
 }
 
 impl UsageState {
@@ -92,8 +97,16 @@ impl UsageState {
         self.totals.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether calls are counted at all.
+    fn counting(&self) -> bool {
+        !self.options.flush.is_zero()
+    }
+
     /// Counts a call in its minute and its hour.
     pub(super) fn count(&self, call: Counted<'_>) {
+        if !self.counting() {
+            return;
+        }
         let now = unix_now();
         let ms = call.elapsed.as_secs_f64() * 1000.0;
         let range = BOUNDS_MS.iter().position(|b| ms <= *b).unwrap_or(RANGES - 1);
@@ -113,6 +126,9 @@ impl UsageState {
             cell.calls += 1;
             cell.total_ms += ms;
             cell.histogram[range] += 1;
+            for ((host, status), n) in &call.outbound {
+                *cell.outbound.entry(host.clone()).or_default().entry(status.to_string()).or_default() += n;
+            }
             cell.dirty = true;
         }
     }
@@ -141,6 +157,7 @@ impl UsageState {
                         calls: t.calls,
                         total_ms: t.total_ms,
                         histogram: t.histogram.clone(),
+                        outbound: t.outbound.clone(),
                     }
                 })
                 .collect();
@@ -170,6 +187,9 @@ impl UsageState {
 /// host's tool executor (the task ends with the host).
 pub(super) fn start_usage_flush(host: &ToolHost) {
     let Some(executor) = &host.executor else { return };
+    if !host.usage.counting() {
+        return;
+    }
     let (store, usage): (Arc<dyn RegistryStore>, Arc<UsageState>) = (host.store.clone(), host.usage.clone());
     let every = usage.options.flush.max(Duration::from_millis(100));
     executor.normal().spawn(async move {
@@ -226,6 +246,17 @@ fn percentile(histogram: &[u64], q: f64) -> Option<f64> {
 }
 
 impl ToolHost {
+    /// Writes the usage counted since the last flush: a graceful stop's
+    /// last step, so that a planned stop loses no counts.
+    pub async fn flush_usage(&self) {
+        let (store, usage) = (self.store.clone(), self.usage.clone());
+        // The store blocks: off the async threads.
+        let flushed = tokio::task::spawn_blocking(move || usage.flush(&*store)).await;
+        if let Ok(Err(e)) = flushed {
+            tracing::warn!(error = %e, "the last usage counts could not be written");
+        }
+    }
+
     /// A tenant's usage over `window` (`hour`, `day` or `week`), per tool
     /// version and door, every replica's rows summed; `tool` (a name or
     /// id) keeps one tool's.
@@ -235,40 +266,66 @@ impl ToolHost {
         let since = unix_now() - span;
         let since = since - since.rem_euclid(width);
         let rows = self.store.usage(tenant, granularity, since)?;
-        // (tool id, version, door) → (tool, outcomes, histogram, per bucket (calls, failures)).
-        type Series = (String, BTreeMap<String, u64>, Vec<u64>, BTreeMap<i64, (u64, u64)>);
-        let mut grouped: BTreeMap<(String, u32, String), Series> = BTreeMap::new();
+        #[derive(Default)]
+        struct Sum {
+            tool: String,
+            outcomes: BTreeMap<String, u64>,
+            histogram: Vec<u64>,
+            /// Per bucket: (calls, failures).
+            series: BTreeMap<i64, (u64, u64)>,
+            /// (declared host, status) → requests.
+            outbound: BTreeMap<(String, String), u64>,
+        }
+        let mut grouped: BTreeMap<(String, u32, String), Sum> = BTreeMap::new();
         for r in rows.iter().filter(|r| tool.is_none_or(|t| t == r.tool || t == r.tool_id)) {
-            let entry = grouped
-                .entry((r.tool_id.clone(), r.version, r.door.clone()))
-                .or_insert_with(|| (r.tool.clone(), BTreeMap::new(), vec![0; RANGES], BTreeMap::new()));
-            *entry.1.entry(r.outcome.clone()).or_default() += r.calls;
+            let sum = grouped.entry((r.tool_id.clone(), r.version, r.door.clone())).or_insert_with(|| Sum {
+                tool: r.tool.clone(),
+                histogram: vec![0; RANGES],
+                ..Sum::default()
+            });
+            *sum.outcomes.entry(r.outcome.clone()).or_default() += r.calls;
             for (i, n) in r.histogram.iter().enumerate().take(RANGES) {
-                entry.2[i] += n;
+                sum.histogram[i] += n;
             }
-            let point = entry.3.entry(r.bucket).or_default();
+            let point = sum.series.entry(r.bucket).or_default();
             point.0 += r.calls;
             if r.outcome != "ok" {
                 point.1 += r.calls;
             }
+            for (host, statuses) in &r.outbound {
+                for (status, n) in statuses {
+                    *sum.outbound.entry((host.clone(), status.clone())).or_default() += n;
+                }
+            }
         }
         let items: Vec<Value> = grouped
             .into_iter()
-            .map(|((tool_id, version, door), (tool, outcomes, histogram, series))| {
-                let calls: u64 = outcomes.values().sum();
+            .map(|((tool_id, version, door), sum)| {
+                let calls: u64 = sum.outcomes.values().sum();
                 let latency: Map<String, Value> = [("p50", 0.5), ("p95", 0.95), ("p99", 0.99)]
                     .into_iter()
-                    .map(|(name, q)| (name.to_string(), percentile(&histogram, q).map_or(Value::Null, Value::from)))
+                    .map(|(name, q)| (name.to_string(), percentile(&sum.histogram, q).map_or(Value::Null, Value::from)))
+                    .collect();
+                let series: Vec<Value> = sum
+                    .series
+                    .into_iter()
+                    .map(|(start, (calls, failures))| json!({ "start": start, "calls": calls, "failures": failures }))
+                    .collect();
+                let outbound: Vec<Value> = sum
+                    .outbound
+                    .into_iter()
+                    .map(|((host, status), requests)| json!({ "host": host, "status": status, "requests": requests }))
                     .collect();
                 json!({
-                    "tool": tool,
+                    "tool": sum.tool,
                     "toolId": tool_id,
                     "version": version,
                     "door": door,
                     "calls": calls,
-                    "outcomes": outcomes,
+                    "outcomes": sum.outcomes,
                     "latencyMs": latency,
-                    "series": series.into_iter().map(|(start, (calls, failures))| json!({ "start": start, "calls": calls, "failures": failures })).collect::<Vec<_>>(),
+                    "series": series,
+                    "outbound": outbound,
                 })
             })
             .collect();

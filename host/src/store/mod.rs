@@ -169,6 +169,8 @@ pub struct UsageRow {
     pub total_ms: f64,
     /// How many took each of the latency histogram's ranges.
     pub histogram: Vec<u64>,
+    /// The calls' outbound requests: declared host → status → requests.
+    pub outbound: std::collections::BTreeMap<String, std::collections::BTreeMap<String, u64>>,
 }
 
 /// A secret as stored: `(tenant, id, value)`.

@@ -1225,10 +1225,11 @@ impl RegistryStore for PostgresStore {
             let mut tx = pool.begin().await.map_err(db)?;
             for r in rows {
                 sqlx::query(
-                    "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                    "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
                      ON CONFLICT (tenant, granularity, bucket, tool_id, version, door, outcome, replica)
-                     DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram",
+                     DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram,
+                         outbound = excluded.outbound",
                 )
                 .bind(&r.tenant)
                 .bind(&r.tool_id)
@@ -1242,6 +1243,7 @@ impl RegistryStore for PostgresStore {
                 .bind(i64::try_from(r.calls).unwrap_or(i64::MAX))
                 .bind(r.total_ms)
                 .bind(serde_json::to_string(&r.histogram).unwrap_or_default())
+                .bind(serde_json::to_string(&r.outbound).unwrap_or_default())
                 .execute(&mut *tx)
                 .await
                 .map_err(db)?;
@@ -1255,7 +1257,8 @@ impl RegistryStore for PostgresStore {
         let (pool, tenant, granularity) = (self.pool.clone(), tenant.to_string(), granularity.to_string());
         let rows = self.run(async move {
             sqlx::query(
-                "SELECT tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram
+                "SELECT tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram,
+                        outbound
                  FROM usage_buckets WHERE tenant = $1 AND granularity = $2 AND bucket >= $3 ORDER BY bucket",
             )
             .bind(tenant)
@@ -1280,6 +1283,7 @@ impl RegistryStore for PostgresStore {
                     calls: u64::try_from(r.try_get::<i64, _>(9)?).unwrap_or(0),
                     total_ms: r.try_get(10)?,
                     histogram: serde_json::from_str(&r.try_get::<String, _>(11)?).unwrap_or_default(),
+                    outbound: serde_json::from_str(&r.try_get::<String, _>(12)?).unwrap_or_default(),
                 })
             })
             .collect::<Result<_, sqlx::Error>>()

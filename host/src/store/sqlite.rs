@@ -295,6 +295,10 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (tenant, granularity, bucket, tool_id, version, door, outcome, replica)
     );
 ",
+    // The buckets' outbound requests by declared host and status, as JSON.
+    "
+    ALTER TABLE usage_buckets ADD COLUMN outbound TEXT NOT NULL DEFAULT '{}';
+",
 ];
 
 /// An `oauth_grants` row, its columns in the table's order.
@@ -1002,10 +1006,11 @@ impl RegistryStore for SqliteStore {
         let tx = conn.transaction()?;
         for r in rows {
             tx.execute(
-                "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
                  ON CONFLICT (tenant, granularity, bucket, tool_id, version, door, outcome, replica)
-                 DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram",
+                 DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram,
+                     outbound = excluded.outbound",
                 params![
                     r.tenant,
                     r.tool_id,
@@ -1018,7 +1023,8 @@ impl RegistryStore for SqliteStore {
                     r.replica,
                     r.calls as i64,
                     r.total_ms,
-                    serde_json::to_string(&r.histogram).unwrap_or_default()
+                    serde_json::to_string(&r.histogram).unwrap_or_default(),
+                    serde_json::to_string(&r.outbound).unwrap_or_default()
                 ],
             )?;
         }
@@ -1029,7 +1035,8 @@ impl RegistryStore for SqliteStore {
     fn usage(&self, tenant: &str, granularity: &str, since: i64) -> Result<Vec<UsageRow>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
-            "SELECT tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram
+            "SELECT tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram,
+                    outbound
              FROM usage_buckets WHERE tenant = ?1 AND granularity = ?2 AND bucket >= ?3 ORDER BY bucket",
         )?;
         let rows = stmt.query_map(params![tenant, granularity, since], |r| {
@@ -1046,6 +1053,7 @@ impl RegistryStore for SqliteStore {
                 calls: r.get::<_, i64>(9)?.max(0) as u64,
                 total_ms: r.get(10)?,
                 histogram: serde_json::from_str(&r.get::<_, String>(11)?).unwrap_or_default(),
+                outbound: serde_json::from_str(&r.get::<_, String>(12)?).unwrap_or_default(),
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

@@ -135,6 +135,8 @@ fn usage_rows_are_kept_per_replica_read_by_window_and_swept(store: &dyn Registry
         calls,
         total_ms: calls as f64 * 1.5,
         histogram: vec![calls, 0, 1],
+        outbound: [("api.example.com".to_string(), [("2xx".to_string(), calls), ("denied".to_string(), 1)].into())]
+            .into(),
     };
     store.put_usage(&[row("a", "minute", 600, 3), row("b", "minute", 600, 4), row("a", "hour", 0, 3)]).unwrap();
     // A replica's later totals replace its row; the other replica's stays.
