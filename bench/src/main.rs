@@ -129,6 +129,9 @@ async fn main() -> anyhow::Result<()> {
     if runs(9) {
         arms::observability(&opts, &mut report).await?;
     }
+    if runs(10) {
+        arms::console_cost(&opts, &mut report).await?;
+    }
     let mut text = report.render();
     // The hand-written analysis of the targets (what was profiled, what was
     // found) travels with every generated report.

@@ -106,9 +106,27 @@ impl Server {
     /// operator would run it: its defaults (a fresh instance per request,
     /// from the pooling allocator), plus the WASI CLI interfaces Rust's
     /// standard library imports.
-    pub fn wasmtime_serve(wasmtime: &Path, component: &Path) -> anyhow::Result<Server> {
+    pub fn wasmtime_serve(wasmtime: &Path, component: &Path, tuned: bool) -> anyhow::Result<Server> {
         let mut command = Command::new(wasmtime);
-        command.args(["serve", "-Scli", "--addr", "127.0.0.1:0"]).arg(component);
+        command.args(["serve", "-Scli", "--addr", "127.0.0.1:0"]);
+        if tuned {
+            // What Plinth runs its pool with (runtime::RuntimeConfig's
+            // defaults): 1 MiB of each freed slot's memory and table kept
+            // resident and reset in place, no PAGEMAP_SCAN (Plinth's reset is
+            // by prefix; docs/sandbox.md), and a deadline (Plinth's is 5 s;
+            // the peer's timeout is epoch checks, as Plinth's).
+            command.args([
+                "-O",
+                "pooling-allocator=y",
+                "-O",
+                "pooling-memory-keep-resident=1048576",
+                "-O",
+                "pooling-table-keep-resident=1048576",
+                "-W",
+                "timeout=5s",
+            ]);
+        }
+        command.arg(component);
         // It says where it listens on stderr: `Serving HTTP on http://…/`.
         let mut server = Server::spawn_reading(command, "Serving HTTP on ", Output::Stderr)?;
         server.base = server.base.trim_end_matches('/').to_string();
