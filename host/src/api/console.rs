@@ -27,6 +27,8 @@ const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 500;
 /// How long one tail lasts; `plinth logs --follow` opens the next.
 const TAIL_LIFETIME: Duration = Duration::from_secs(3600);
+/// At most this many calls go in one write of a tail.
+const TAIL_BATCH: u64 = 64;
 /// How often a tail says it is alive, and checks its key is still good.
 const TAIL_HEARTBEAT: Duration = Duration::from_secs(5);
 
@@ -189,25 +191,45 @@ fn tail(
         // counted and said in an `event: dropped`, so every way a tail ends
         // is always heard.
         let mut dropped: u64 = 0;
-        if !offer(&tx, &mut dropped, ": tailing\n\n".into(), false) {
+        if !offer(&tx, &mut dropped, ": tailing\n\n".into(), 0) {
             return;
         }
         loop {
             tokio::select! {
                 received = tail.entries.recv() => {
-                    let sent = match received {
-                        Ok(entry) => match filter.apply(&entry) {
-                            Some(shown) => offer(&tx, &mut dropped, event("call", Some(shown.seq), &entry_json(&shown)), true),
-                            None => true,
-                        },
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(lost)) => {
-                            dropped += lost;
-                            true
+                    // What else has arrived goes in the same write: under
+                    // load, one wake-up and one chunk for many calls.
+                    let mut batch = String::new();
+                    let (mut calls, mut closed) = (0, false);
+                    let mut next = Some(received.map_err(Missed::from));
+                    while let Some(received) = next.take() {
+                        match received {
+                            Ok(entry) => {
+                                if let Some(shown) = filter.apply(&entry) {
+                                    push_event(&mut batch, "call", Some(shown.seq), &shown);
+                                    calls += 1;
+                                }
+                            }
+                            Err(Missed::Lagged(lost)) => dropped += lost,
+                            Err(Missed::Closed) => {
+                                closed = true;
+                                break;
+                            }
                         }
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-                    };
-                    if !sent {
+                        if calls < TAIL_BATCH {
+                            next = match tail.entries.try_recv() {
+                                Ok(entry) => Some(Ok(entry)),
+                                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(lost)) => Some(Err(Missed::Lagged(lost))),
+                                Err(tokio::sync::broadcast::error::TryRecvError::Closed) => Some(Err(Missed::Closed)),
+                                Err(tokio::sync::broadcast::error::TryRecvError::Empty) => None,
+                            };
+                        }
+                    }
+                    if !batch.is_empty() && !offer(&tx, &mut dropped, batch, calls) {
                         return;
+                    }
+                    if closed {
+                        break;
                     }
                 }
                 _ = heartbeat.tick() => {
@@ -215,7 +237,7 @@ fn tail(
                     if key.as_deref().is_some_and(|k| host.authenticate(k).is_none()) {
                         break;
                     }
-                    if !offer(&tx, &mut dropped, ": alive\n\n".into(), false) {
+                    if !offer(&tx, &mut dropped, ": alive\n\n".into(), 0) {
                         return;
                     }
                 }
@@ -226,12 +248,12 @@ fn tail(
             }
             if dropped > 0 && tx.capacity() > 1 {
                 let lost = std::mem::take(&mut dropped);
-                if !offer(&tx, &mut dropped, event("dropped", None, &json!({ "dropped": lost })), false) {
+                if !offer(&tx, &mut dropped, event("dropped", None, &json!({ "dropped": lost })), 0) {
                     return;
                 }
             }
         }
-        offer(&tx, &mut dropped, event("end", None, &json!({})), false);
+        offer(&tx, &mut dropped, event("end", None, &json!({})), 0);
     });
     let mut response = Response::new(axum::body::Body::new(EventStream { rx }));
     let headers = response.headers_mut();
@@ -242,17 +264,38 @@ fn tail(
     Ok(response)
 }
 
-fn entry_json(entry: &ConsoleEntry) -> Value {
-    serde_json::to_value(entry).unwrap_or_default()
+/// Why a tail missed entries.
+enum Missed {
+    Lagged(u64),
+    Closed,
 }
 
-/// Sends `text` unless the reader's channel is full: then it is dropped
-/// (and counted when `counts`). `false` when the reader is gone.
-fn offer(tx: &tokio::sync::mpsc::Sender<Bytes>, dropped: &mut u64, text: String, counts: bool) -> bool {
+impl From<tokio::sync::broadcast::error::RecvError> for Missed {
+    fn from(e: tokio::sync::broadcast::error::RecvError) -> Missed {
+        match e {
+            tokio::sync::broadcast::error::RecvError::Lagged(lost) => Missed::Lagged(lost),
+            tokio::sync::broadcast::error::RecvError::Closed => Missed::Closed,
+        }
+    }
+}
+
+/// Appends the event of one call to `batch`.
+fn push_event(batch: &mut String, name: &str, id: Option<u64>, entry: &ConsoleEntry) {
+    use std::fmt::Write;
+    let data = serde_json::to_string(entry).unwrap_or_default();
+    let _ = match id {
+        Some(id) => write!(batch, "event: {name}\nid: {id}\ndata: {data}\n\n"),
+        None => write!(batch, "event: {name}\ndata: {data}\n\n"),
+    };
+}
+
+/// Sends `text` unless the reader's channel is full: then it is dropped,
+/// and the `calls` it held are counted. `false` when the reader is gone.
+fn offer(tx: &tokio::sync::mpsc::Sender<Bytes>, dropped: &mut u64, text: String, calls: u64) -> bool {
     match tx.try_send(Bytes::from(text)) {
         Ok(()) => true,
         Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
-            *dropped += u64::from(counts);
+            *dropped += calls;
             true
         }
         Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => false,
