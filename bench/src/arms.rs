@@ -298,6 +298,8 @@ pub async fn http_overhead(opts: &Opts, report: &mut Report) -> anyhow::Result<(
             judged(ratio >= 0.9),
         );
     }
+    // Both peers are judged: the issue sets the target against the tuned
+    // one, and whichever of the two is faster in a run is the fair bar.
     for (i, measured) in f.iter().enumerate() {
         let (tuned, label) = if i == 1 {
             (true, "with Plinth's pool settings (keep 1 MiB resident, 5 s timeout)")
@@ -312,15 +314,15 @@ pub async fn http_overhead(opts: &Opts, report: &mut Report) -> anyhow::Result<(
             id,
             &format!("Plinth A2T echo ÷ wasmtime serve {label}, requests/s ({of_rounds})"),
             format!("{throughput:.2} (rounds {each})"),
-            if tuned { "≥ 1.0" } else { "" },
-            if tuned { judged(throughput >= 1.0) } else { None },
+            "≥ 1.0",
+            judged(throughput >= 1.0),
         );
         report.row(
             &format!("{id} one connection"),
             &format!("p50 Plinth A2T echo ÷ p50 wasmtime serve {label} ({of_rounds}): Plinth · peer"),
             format!("{latency:.2} (rounds {each_one}; {} · {})", fmt(b.median_one()), fmt(measured.median_one())),
-            if tuned { "≤ 1.0" } else { "" },
-            if tuned { judged(latency <= 1.0) } else { None },
+            "≤ 1.0",
+            judged(latency <= 1.0),
         );
     }
 
@@ -330,7 +332,7 @@ pub async fn http_overhead(opts: &Opts, report: &mut Report) -> anyhow::Result<(
         &format!("throughput ratio ({of_rounds})"),
         format!("{ratio:.2} (rounds {each})"),
         "≥ 0.6",
-        Some(ratio >= 0.6),
+        judged(ratio >= 0.6),
     );
     report.row(
         "1 one connection",
@@ -344,12 +346,12 @@ pub async fn http_overhead(opts: &Opts, report: &mut Report) -> anyhow::Result<(
     let differences: Vec<f64> =
         b.one.iter().zip(&a.one).map(|(x, y)| x.as_secs_f64() * 1e6 - y.as_secs_f64() * 1e6).collect();
     let each = differences.iter().map(|d| format!("{d:.0} µs")).collect::<Vec<_>>().join(", ");
+    // Unresolved, it is not judged: the noise may be larger than the target.
     let (value, met) = if differences.iter().all(|d| *d > 0.0) {
         let (median, _) = median_of(differences.clone());
         (format!("{median:.0} µs (rounds {each})"), judged(median <= 50.0))
     } else {
-        let largest = differences.iter().copied().fold(f64::MIN, f64::max);
-        (format!("not resolved: inside the noise (rounds {each})"), judged(largest <= 50.0))
+        (format!("not resolved: inside the noise (rounds {each})"), None)
     };
     report.row("1 b−a", "Plinth's overhead per echo call, p50 (one connection, no queueing)", value, "≤ 50 µs", met);
     Ok(())
@@ -1344,33 +1346,48 @@ pub async fn console_cost(opts: &Opts, report: &mut Report) -> anyhow::Result<()
         tailed.push(tokio::task::block_in_place(|| wrk(&urls[1], Some(&body), duration, CONNECTIONS))?);
         tail_events += tail.detach();
     }
+    // Round by round, like arms 1 and 5: each ratio against the round's
+    // counted load, the median of the rounds' ratios reported.
+    let (ratio, each) = median_of(counted.iter().zip(&uncounted).map(|(c, u)| c.rps / u.rps).collect());
+    let (growth, each_growth) = median_of(
+        tailed
+            .iter()
+            .zip(&counted)
+            .map(|(t, c)| t.latency.p99.as_secs_f64() / c.latency.p99.as_secs_f64().max(1e-9))
+            .collect(),
+    );
+    // The tail's cost counts only if it carried the load's calls: about one
+    // event per request (wrk's requests are its rate times the duration).
+    let requests: f64 = tailed.iter().map(|l| l.rps * duration.as_secs_f64()).sum();
+    let carried = tail_events as f64 >= 0.9 * requests;
     let median = |loads: &mut Vec<Load>| {
         loads.sort_by(|x, y| x.rps.total_cmp(&y.rps));
         loads.swap_remove(loads.len() / 2)
     };
-    let median_p99 = |loads: &[Load]| {
-        let mut p99s: Vec<Duration> = loads.iter().map(|l| l.latency.p99).collect();
-        p99s.sort();
-        p99s[p99s.len() / 2]
-    };
-    let (counted_p99, tailed_p99) = (median_p99(&counted), median_p99(&tailed));
     let (uncounted, counted, tailed) = (median(&mut uncounted), median(&mut counted), median(&mut tailed));
     load_row(report, &format!("10 echo, usage not counted (median of {rounds})"), &uncounted);
     load_row(report, &format!("10 echo, usage counted (median of {rounds})"), &counted);
     load_row(report, &format!("10 echo, usage counted, a live tail attached (median of {rounds})"), &tailed);
-    let ratio = counted.rps / uncounted.rps;
     let met = (!opts.smoke).then_some(ratio >= 0.95);
-    report.row("10 usage counted ÷ not", "requests/s", format!("{ratio:.2}"), "≥ 0.95", met);
-    let growth = tailed_p99.as_secs_f64() / counted_p99.as_secs_f64().max(1e-9);
-    let met = (!opts.smoke).then_some(growth <= 1.10);
+    report.row(
+        "10 usage counted ÷ not",
+        &format!("requests/s (median of {rounds} alternating rounds' ratios)"),
+        format!("{ratio:.2} (rounds {each})"),
+        "≥ 0.95",
+        met,
+    );
+    let met = (!opts.smoke && carried).then_some(growth <= 1.10);
     report.row(
         "10 p99 with a tail ÷ without",
-        "median p99 of the rounds",
-        format!("{growth:.2} ({} vs {})", fmt(tailed_p99), fmt(counted_p99)),
+        &format!("echo p99 (median of {rounds} alternating rounds' ratios)"),
+        format!("{growth:.2} (rounds {each_growth})"),
         "≤ 1.10",
         met,
     );
-    report.note(format!("arm 10: the tails received {tail_events} call events during their loads"));
+    report.note(format!(
+        "arm 10: the tails received {tail_events} call events while wrk made about {requests:.0} requests{}",
+        if carried { "" } else { " — too few: the tail's cost is not judged" }
+    ));
     Ok(())
 }
 
@@ -1391,9 +1408,14 @@ impl Tail {
         let events = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counted = events.clone();
         let reader = tokio::spawn(async move {
+            // The last bytes of a chunk are kept: an event's name may be
+            // split between two chunks.
+            let mut carry: Vec<u8> = Vec::new();
             while let Ok(Some(chunk)) = response.chunk().await {
-                let calls = chunk.windows(11).filter(|w| w == b"event: call").count() as u64;
+                carry.extend_from_slice(&chunk);
+                let calls = carry.windows(11).filter(|w| w == b"event: call").count() as u64;
                 counted.fetch_add(calls, std::sync::atomic::Ordering::Relaxed);
+                carry.drain(..carry.len().saturating_sub(10));
             }
         });
         Ok(Tail { reader, events })

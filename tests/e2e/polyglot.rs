@@ -113,14 +113,29 @@ fn copy_tree(from: &Path, to: &Path) {
 /// tests here are about what the tool does once it runs. Each server starts
 /// with a copy in its own data dir (where the server looks, and checks each
 /// entry before it trusts it); what it compiled at start is copied back.
-static COMPILED: OnceLock<tempfile::TempDir> = OnceLock::new();
+/// Compiling is still tested: the first server of each component compiles
+/// it, and so does every deploy of a new version over the admin API.
+/// In cargo's temporary dir for tests (under `target/`, emptied at the first
+/// use of each run), so that no run leaves it behind in `/tmp`.
+static COMPILED: OnceLock<PathBuf> = OnceLock::new();
+
+fn shared_compiled() -> &'static Path {
+    COMPILED.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("polyglot-compiled");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    })
+}
 
 fn copy_entries(from: &Path, to: &Path) {
     for entry in std::fs::read_dir(from).into_iter().flatten().flatten() {
         let target = to.join(entry.file_name());
         if !target.exists() {
-            // Written aside and renamed: a server reading `to` never sees half a file.
-            let partial = to.join(format!(".{}.partial", entry.file_name().to_string_lossy()));
+            // Written aside (a name of its own: tests run in parallel) and
+            // renamed: a server reading `to` never sees half a file.
+            let unique = uuid::Uuid::new_v4();
+            let partial = to.join(format!(".{}.{unique}.partial", entry.file_name().to_string_lossy()));
             if std::fs::copy(entry.path(), &partial).is_ok() {
                 let _ = std::fs::rename(&partial, &target);
             }
@@ -137,7 +152,7 @@ fn serve(components: &[(&str, &[u8])], extra: &[&str]) -> (Server, tempfile::Tem
     }
     let mut args = vec!["--plugins", plugins.path().to_str().unwrap()];
     args.extend_from_slice(extra);
-    let shared = COMPILED.get_or_init(|| tempfile::tempdir().unwrap()).path();
+    let shared = shared_compiled();
     let data = tempfile::tempdir().unwrap();
     let compiled = data.path().join("compiled");
     std::fs::DirBuilder::new().mode(0o700).create(&compiled).unwrap();

@@ -27,8 +27,11 @@ const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 500;
 /// How long one tail lasts; `plinth logs --follow` opens the next.
 const TAIL_LIFETIME: Duration = Duration::from_secs(3600);
-/// At most this many calls go in one write of a tail.
+/// A write of a tail holds at most this many calls, and stops taking more
+/// past this many bytes: a stalled reader's channel (64 writes) then holds
+/// a few MiB at most, as when each write was one call.
 const TAIL_BATCH: u64 = 64;
+const TAIL_BATCH_BYTES: usize = 32 << 10;
 /// How often a tail says it is alive, and checks its key is still good.
 const TAIL_HEARTBEAT: Duration = Duration::from_secs(5);
 
@@ -216,7 +219,7 @@ fn tail(
                                 break;
                             }
                         }
-                        if calls < TAIL_BATCH {
+                        if calls < TAIL_BATCH && batch.len() < TAIL_BATCH_BYTES {
                             next = match tail.entries.try_recv() {
                                 Ok(entry) => Some(Ok(entry)),
                                 Err(tokio::sync::broadcast::error::TryRecvError::Lagged(lost)) => Some(Err(Missed::Lagged(lost))),

@@ -73,6 +73,10 @@ pub(super) struct UsageState {
     options: UsageOptions,
     replica: String,
     totals: Mutex<HashMap<Key, Totals>>,
+    /// Held from a flush's snapshot until its rows are written: rows
+    /// replace, so an older snapshot written last would undo a newer one
+    /// (the periodic flush against the one at a graceful stop).
+    flushing: Mutex<()>,
 }
 
 /// One call, as usage counts it.
@@ -90,7 +94,12 @@ pub(super) struct Counted<'a> {
 
 impl UsageState {
     pub(super) fn new(options: UsageOptions) -> UsageState {
-        UsageState { options, replica: uuid::Uuid::new_v4().to_string(), totals: Mutex::new(HashMap::new()) }
+        UsageState {
+            options,
+            replica: uuid::Uuid::new_v4().to_string(),
+            totals: Mutex::new(HashMap::new()),
+            flushing: Mutex::new(()),
+        }
     }
 
     fn totals(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Totals>> {
@@ -136,6 +145,7 @@ impl UsageState {
     /// Writes the totals that changed, and forgets the buckets that are
     /// over (their last totals are written).
     pub(super) fn flush(&self, store: &dyn RegistryStore) -> Result<(), StoreError> {
+        let _one_at_a_time = self.flushing.lock().unwrap_or_else(|p| p.into_inner());
         let now = unix_now();
         let rows: Vec<UsageRow> = {
             let mut totals = self.totals();
@@ -187,11 +197,10 @@ impl UsageState {
 /// host's tool executor (the task ends with the host).
 pub(super) fn start_usage_flush(host: &ToolHost) {
     let Some(executor) = &host.executor else { return };
-    if !host.usage.counting() {
-        return;
-    }
     let (store, usage): (Arc<dyn RegistryStore>, Arc<UsageState>) = (host.store.clone(), host.usage.clone());
-    let every = usage.options.flush.max(Duration::from_millis(100));
+    // Counting nothing, the replica still sweeps what is past its keeping.
+    let every =
+        if usage.counting() { usage.options.flush.max(Duration::from_millis(100)) } else { Duration::from_secs(3600) };
     executor.normal().spawn(async move {
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
