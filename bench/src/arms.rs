@@ -125,9 +125,7 @@ impl Rounds {
 
     /// The round whose throughput is the median.
     fn median_load(&self) -> Load {
-        let mut loads = self.loads.clone();
-        loads.sort_by(|x, y| x.rps.total_cmp(&y.rps));
-        loads[loads.len() / 2]
+        median_load(&self.loads)
     }
 
     fn median_one(&self) -> Duration {
@@ -143,6 +141,13 @@ impl Rounds {
     fn one_over(&self, other: &Rounds) -> (f64, String) {
         median_of(self.one.iter().zip(&other.one).map(|(x, y)| x.as_secs_f64() / y.as_secs_f64()).collect())
     }
+}
+
+/// The load whose throughput is the median of `loads`.
+fn median_load(loads: &[Load]) -> Load {
+    let mut loads = loads.to_vec();
+    loads.sort_by(|x, y| x.rps.total_cmp(&y.rps));
+    loads[loads.len() / 2]
 }
 
 /// The median of per-round values, and the rounds, as text.
@@ -1022,11 +1027,7 @@ pub async fn slot_reset_cost(opts: &Opts, report: &mut Report) -> anyhow::Result
         by_prefix.push(tokio::task::block_in_place(|| wrk(&urls[0], Some(&body), duration, CONNECTIONS))?);
         by_scan.push(tokio::task::block_in_place(|| wrk(&urls[1], Some(&body), duration, CONNECTIONS))?);
     }
-    let median_rps = |loads: &mut Vec<Load>| {
-        loads.sort_by(|x, y| x.rps.total_cmp(&y.rps));
-        loads[loads.len() / 2].rps
-    };
-    let (prefix_rps, scan_rps) = (median_rps(&mut by_prefix), median_rps(&mut by_scan));
+    let (prefix_rps, scan_rps) = (median_load(&by_prefix).rps, median_load(&by_scan).rps);
     let (prefix_p99, scan_p99) = (round_of_median_p99(&mut by_prefix), round_of_median_p99(&mut by_scan));
     load_row(
         report,
@@ -1297,11 +1298,7 @@ pub async fn observability(opts: &Opts, report: &mut Report) -> anyhow::Result<(
     // The last batch leaves within the exporter's 2 s interval.
     tokio::time::sleep(Duration::from_secs(3)).await;
     sink.abort();
-    let median = |loads: &mut Vec<Load>| {
-        loads.sort_by(|x, y| x.rps.total_cmp(&y.rps));
-        loads.swap_remove(loads.len() / 2)
-    };
-    let (without, with) = (median(&mut without), median(&mut with));
+    let (without, with) = (median_load(&without), median_load(&with));
     load_row(report, &format!("9 echo, metrics scraped, no traces (median of {rounds})"), &without);
     load_row(report, &format!("9 echo, metrics scraped, every request traced to OTLP (median of {rounds})"), &with);
     let ratio = with.rps / without.rps;
@@ -1360,11 +1357,7 @@ pub async fn console_cost(opts: &Opts, report: &mut Report) -> anyhow::Result<()
     // event per request (wrk's requests are its rate times the duration).
     let requests: f64 = tailed.iter().map(|l| l.rps * duration.as_secs_f64()).sum();
     let carried = tail_events as f64 >= 0.9 * requests;
-    let median = |loads: &mut Vec<Load>| {
-        loads.sort_by(|x, y| x.rps.total_cmp(&y.rps));
-        loads.swap_remove(loads.len() / 2)
-    };
-    let (uncounted, counted, tailed) = (median(&mut uncounted), median(&mut counted), median(&mut tailed));
+    let (uncounted, counted, tailed) = (median_load(&uncounted), median_load(&counted), median_load(&tailed));
     load_row(report, &format!("10 echo, usage not counted (median of {rounds})"), &uncounted);
     load_row(report, &format!("10 echo, usage counted (median of {rounds})"), &counted);
     load_row(report, &format!("10 echo, usage counted, a live tail attached (median of {rounds})"), &tailed);

@@ -209,7 +209,7 @@ fn tail(
                         match received {
                             Ok(entry) => {
                                 if let Some(shown) = filter.apply(&entry) {
-                                    push_event(&mut batch, "call", Some(shown.seq), &shown);
+                                    push_call(&mut batch, &shown);
                                     calls += 1;
                                 }
                             }
@@ -251,12 +251,12 @@ fn tail(
             }
             if dropped > 0 && tx.capacity() > 1 {
                 let lost = std::mem::take(&mut dropped);
-                if !offer(&tx, &mut dropped, event("dropped", None, &json!({ "dropped": lost })), 0) {
+                if !offer(&tx, &mut dropped, event("dropped", &json!({ "dropped": lost })), 0) {
                     return;
                 }
             }
         }
-        offer(&tx, &mut dropped, event("end", None, &json!({})), 0);
+        offer(&tx, &mut dropped, event("end", &json!({})), 0);
     });
     let mut response = Response::new(axum::body::Body::new(EventStream { rx }));
     let headers = response.headers_mut();
@@ -283,13 +283,10 @@ impl From<tokio::sync::broadcast::error::RecvError> for Missed {
 }
 
 /// Appends the event of one call to `batch`.
-fn push_event(batch: &mut String, name: &str, id: Option<u64>, entry: &ConsoleEntry) {
+fn push_call(batch: &mut String, entry: &ConsoleEntry) {
     use std::fmt::Write;
     let data = serde_json::to_string(entry).unwrap_or_default();
-    let _ = match id {
-        Some(id) => write!(batch, "event: {name}\nid: {id}\ndata: {data}\n\n"),
-        None => write!(batch, "event: {name}\ndata: {data}\n\n"),
-    };
+    let _ = write!(batch, "event: call\nid: {}\ndata: {data}\n\n", entry.seq);
 }
 
 /// Sends `text` unless the reader's channel is full: then it is dropped,
@@ -305,12 +302,9 @@ fn offer(tx: &tokio::sync::mpsc::Sender<Bytes>, dropped: &mut u64, text: String,
     }
 }
 
-/// One server-sent event.
-fn event(name: &str, id: Option<u64>, data: &Value) -> String {
-    match id {
-        Some(id) => format!("event: {name}\nid: {id}\ndata: {data}\n\n"),
-        None => format!("event: {name}\ndata: {data}\n\n"),
-    }
+/// One server-sent event without an id (a call's is [`push_call`]).
+fn event(name: &str, data: &Value) -> String {
+    format!("event: {name}\ndata: {data}\n\n")
 }
 
 /// A response body fed by a channel: ends when the sender does.
