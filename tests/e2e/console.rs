@@ -242,6 +242,81 @@ async fn only_the_tenants_publishers_and_operators_see_its_console() {
     drop(second);
 }
 
+/// Reads server-sent events from `response` until `done` says the events
+/// so far are enough (`Ok`), or `within` passes (`Err` with what came).
+async fn read_events(
+    response: &mut reqwest::Response,
+    within: Duration,
+    done: impl Fn(&[(String, Value)]) -> bool,
+) -> Result<Vec<(String, Value)>, String> {
+    let deadline = tokio::time::Instant::now() + within;
+    let (mut text, mut events) = (String::new(), Vec::new());
+    while !done(&events) {
+        let chunk = tokio::time::timeout_at(deadline, response.chunk())
+            .await
+            .map_err(|_| format!("not enough events within {within:?}: {text}"))?
+            .map_err(|e| format!("the stream failed: {e}"))?
+            .ok_or_else(|| format!("the stream ended: {text}"))?;
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            let field = |name: &str| block.lines().find_map(|l| l.strip_prefix(name)).map(str::to_string);
+            if let (Some(name), Some(data)) = (field("event: "), field("data: ")) {
+                events.push((name, serde_json::from_str(&data).unwrap()));
+            }
+        }
+    }
+    Ok(events)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tail_that_falls_behind_is_told_how_many_calls_it_lost() {
+    // The ring keeps two calls; sixty end at once, faster than a tail
+    // takes them (it gathers for 25 ms), so it must lose some and say so.
+    let server = Server::start(&["--console-entries", "2"]);
+    let mut tail =
+        server.request(reqwest::Method::GET, "/admin/logs").header("accept", "text/event-stream").send().await.unwrap();
+    assert_eq!(tail.status(), 200);
+    let id = server.tool_id("echo").await;
+    let mut calls = tokio::task::JoinSet::new();
+    for n in 0..60 {
+        let call = server
+            .request(reqwest::Method::POST, &format!("/tools/{id}:invoke"))
+            .json(&crate::support::invocation("echo", &[("text", json!(format!("call {n}")))]));
+        calls.spawn(async move { call.send().await.unwrap().status().as_u16() });
+    }
+    let statuses = calls.join_all().await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+
+    // Every call is accounted for: shown, or counted as lost.
+    let accounted = |events: &[(String, Value)]| {
+        events
+            .iter()
+            .map(|(name, data)| if name == "call" { 1 } else { data["dropped"].as_u64().unwrap_or(0) })
+            .sum::<u64>()
+    };
+    let events = read_events(&mut tail, Duration::from_secs(15), |e| accounted(e) >= 60).await.unwrap();
+    let shown = events.iter().filter(|(name, _)| name == "call").count();
+    let lost: u64 =
+        events.iter().filter(|(name, _)| name == "dropped").map(|(_, d)| d["dropped"].as_u64().unwrap()).sum();
+    assert_eq!(
+        (shown as u64 + lost, events.len() - shown),
+        (60, events.iter().filter(|(n, _)| n == "dropped").count())
+    );
+    assert!(lost >= 1 && shown >= 1, "{shown} shown, {lost} lost: {events:?}");
+    let seqs: Vec<u64> = events.iter().filter(|(n, _)| n == "call").map(|(_, d)| d["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "shown in order, none twice: {seqs:?}");
+
+    // A tail that keeps up loses nothing: one call at a time.
+    for n in 0..3 {
+        let (status, _) = server.invoke("echo", &[("text", json!(format!("alone {n}")))]).await;
+        assert_eq!(status, 200);
+        let events = read_events(&mut tail, Duration::from_secs(5), |e| !e.is_empty()).await.unwrap();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!((events[0].0.as_str(), events[0].1["outcome"].as_str()), ("call", Some("ok")));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn private_inputs_the_end_user_typed_are_redacted_from_the_console() {
     use crate::cheq::{PageSession, call_for, confirming_server};

@@ -27,11 +27,14 @@ const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 500;
 /// How long one tail lasts; `plinth logs --follow` opens the next.
 const TAIL_LIFETIME: Duration = Duration::from_secs(3600);
-/// A write of a tail holds at most this many calls, and stops taking more
-/// past this many bytes: a stalled reader's channel (64 writes) then holds
-/// a few MiB at most, as when each write was one call.
-const TAIL_BATCH: u64 = 64;
-const TAIL_BATCH_BYTES: usize = 32 << 10;
+/// How long a tail gathers the calls that end after the first it has not
+/// sent, before it sends them: at most this late, and a few writes a
+/// second for any number of calls. It keeps up while fewer calls than the
+/// ring holds (`--console-entries`, 1,000) end in this time.
+const TAIL_GATHER: Duration = Duration::from_millis(25);
+/// A write of a tail stops taking calls past this many bytes: a stalled
+/// reader's channel (64 writes) holds a few MiB at most.
+const TAIL_WRITE_BYTES: usize = 16 << 10;
 /// How often a tail says it is alive, and checks its key is still good.
 const TAIL_HEARTBEAT: Duration = Duration::from_secs(5);
 
@@ -194,45 +197,35 @@ fn tail(
         // counted and said in an `event: dropped`, so every way a tail ends
         // is always heard.
         let mut dropped: u64 = 0;
-        if !offer(&tx, &mut dropped, ": tailing\n\n".into(), 0) {
+        if !offer(&tx, &mut dropped, ": tailing\n\n", 0) {
             return;
         }
         loop {
             tokio::select! {
-                received = tail.entries.recv() => {
-                    // What else has arrived goes in the same write: under
-                    // load, one wake-up and one chunk for many calls.
-                    let mut batch = String::new();
-                    let (mut calls, mut closed) = (0, false);
-                    let mut next = Some(received.map_err(Missed::from));
-                    while let Some(received) = next.take() {
-                        match received {
-                            Ok(entry) => {
-                                if let Some(shown) = filter.apply(&entry) {
-                                    push_call(&mut batch, &shown);
-                                    calls += 1;
-                                }
-                            }
-                            Err(Missed::Lagged(lost)) => dropped += lost,
-                            Err(Missed::Closed) => {
-                                closed = true;
-                                break;
-                            }
+                () = tail.arrival() => {
+                    // Calls that end close together go out together: under
+                    // load, one wake-up and a few writes for many calls.
+                    tokio::time::sleep(TAIL_GATHER).await;
+                    let (entries, lost) = tail.take();
+                    dropped += lost;
+                    let (mut batch, mut calls) = (Vec::new(), 0);
+                    for entry in &entries {
+                        if let Some(shown) = filter.apply(entry) {
+                            push_call(&mut batch, &shown);
+                            calls += 1;
                         }
-                        if calls < TAIL_BATCH && batch.len() < TAIL_BATCH_BYTES {
-                            next = match tail.entries.try_recv() {
-                                Ok(entry) => Some(Ok(entry)),
-                                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(lost)) => Some(Err(Missed::Lagged(lost))),
-                                Err(tokio::sync::broadcast::error::TryRecvError::Closed) => Some(Err(Missed::Closed)),
-                                Err(tokio::sync::broadcast::error::TryRecvError::Empty) => None,
-                            };
+                        if batch.len() >= TAIL_WRITE_BYTES {
+                            if !offer(&tx, &mut dropped, std::mem::take(&mut batch), calls) {
+                                return;
+                            }
+                            calls = 0;
+                            // The calls on this thread wait while it writes:
+                            // they go first between writes.
+                            tokio::task::yield_now().await;
                         }
                     }
                     if !batch.is_empty() && !offer(&tx, &mut dropped, batch, calls) {
                         return;
-                    }
-                    if closed {
-                        break;
                     }
                 }
                 _ = heartbeat.tick() => {
@@ -240,7 +233,7 @@ fn tail(
                     if key.as_deref().is_some_and(|k| host.authenticate(k).is_none()) {
                         break;
                     }
-                    if !offer(&tx, &mut dropped, ": alive\n\n".into(), 0) {
+                    if !offer(&tx, &mut dropped, ": alive\n\n", 0) {
                         return;
                     }
                 }
@@ -267,32 +260,18 @@ fn tail(
     Ok(response)
 }
 
-/// Why a tail missed entries.
-enum Missed {
-    Lagged(u64),
-    Closed,
-}
-
-impl From<tokio::sync::broadcast::error::RecvError> for Missed {
-    fn from(e: tokio::sync::broadcast::error::RecvError) -> Missed {
-        match e {
-            tokio::sync::broadcast::error::RecvError::Lagged(lost) => Missed::Lagged(lost),
-            tokio::sync::broadcast::error::RecvError::Closed => Missed::Closed,
-        }
-    }
-}
-
 /// Appends the event of one call to `batch`.
-fn push_call(batch: &mut String, entry: &ConsoleEntry) {
-    use std::fmt::Write;
-    let data = serde_json::to_string(entry).unwrap_or_default();
-    let _ = write!(batch, "event: call\nid: {}\ndata: {data}\n\n", entry.seq);
+fn push_call(batch: &mut Vec<u8>, entry: &ConsoleEntry) {
+    use std::io::Write;
+    let _ = write!(batch, "event: call\nid: {}\ndata: ", entry.seq);
+    let _ = serde_json::to_writer(&mut *batch, entry);
+    batch.extend_from_slice(b"\n\n");
 }
 
 /// Sends `text` unless the reader's channel is full: then it is dropped,
 /// and the `calls` it held are counted. `false` when the reader is gone.
-fn offer(tx: &tokio::sync::mpsc::Sender<Bytes>, dropped: &mut u64, text: String, calls: u64) -> bool {
-    match tx.try_send(Bytes::from(text)) {
+fn offer(tx: &tokio::sync::mpsc::Sender<Bytes>, dropped: &mut u64, text: impl Into<Bytes>, calls: u64) -> bool {
+    match tx.try_send(text.into()) {
         Ok(()) => true,
         Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
             *dropped += calls;

@@ -8,10 +8,11 @@
 //! it. Bounded everywhere:
 //! - a ring of the newest `entries_per_tenant` entries per tenant, served
 //!   for `retention` (older ones are not shown);
-//! - live tails: a broadcast channel per tenant holding [`TAIL_BACKLOG`]
-//!   entries; a tail that falls further behind loses the oldest and is told
-//!   how many (never buffered without end); at most `max_tails_per_tenant`
-//!   at once.
+//! - live tails read the same ring, each from where it last read: a tail
+//!   that falls further behind than the ring holds loses the oldest and is
+//!   told how many (nothing is buffered for it); at most
+//!   `max_tails_per_tenant` at once. A call wakes the tails only when there
+//!   are some, and never waits on them.
 //!
 //! The ring is this replica's: in a fleet, a tail shows the calls of the
 //! replica it reached.
@@ -19,13 +20,11 @@
 use super::ToolHost;
 use crate::runtime::LogLine;
 use serde::Serialize;
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// Entries a tail may fall behind before it loses the oldest.
-pub const TAIL_BACKLOG: usize = 256;
 
 /// The operator's bounds on the console.
 #[derive(Debug, Clone)]
@@ -131,8 +130,9 @@ fn rank(level: &str) -> usize {
 }
 
 impl ConsoleFilter {
-    /// The entry as this reader sees it, or `None` when it does not match.
-    pub fn apply(&self, entry: &ConsoleEntry) -> Option<ConsoleEntry> {
+    /// The entry as this reader sees it, or `None` when it does not match;
+    /// copied only when some of its lines are not shown.
+    pub fn apply<'a>(&self, entry: &'a ConsoleEntry) -> Option<Cow<'a, ConsoleEntry>> {
         if self.tool.as_ref().is_some_and(|t| *t != entry.tool && *t != entry.tool_id)
             || self.version.is_some_and(|v| v != entry.version)
             || (!self.outcomes.is_empty() && !self.outcomes.contains(&entry.outcome))
@@ -140,20 +140,26 @@ impl ConsoleFilter {
         {
             return None;
         }
-        let mut shown = entry.clone();
-        if let Some(least) = self.level {
-            shown.lines.retain(|l| rank(l.level) >= rank(least));
+        match self.level {
+            Some(least) if entry.lines.iter().any(|l| rank(l.level) < rank(least)) => {
+                let mut shown = entry.clone();
+                shown.lines.retain(|l| rank(l.level) >= rank(least));
+                Some(Cow::Owned(shown))
+            }
+            _ => Some(Cow::Borrowed(entry)),
         }
-        Some(shown)
     }
 }
 
 /// One tenant's console.
 struct TenantConsole {
-    /// The entries, oldest first, and the bytes they hold.
+    /// The entries, oldest first (their `seq`s follow one another), and
+    /// the bytes they hold.
     ring: Mutex<(VecDeque<Arc<ConsoleEntry>>, usize)>,
-    live: tokio::sync::broadcast::Sender<Arc<ConsoleEntry>>,
+    /// The `seq` the next entry gets; assigned under the ring's lock.
     next_seq: AtomicU64,
+    /// Wakes the tails waiting for an entry.
+    arrived: tokio::sync::Notify,
     tails: AtomicUsize,
 }
 
@@ -163,16 +169,44 @@ pub(super) struct ConsoleState {
     tenants: dashmap::DashMap<String, Arc<TenantConsole>>,
 }
 
-/// A live tail: entries as calls end; frees its place when dropped.
+/// A live tail: the tenant's entries from when it was opened on, read
+/// from the ring; frees its place when dropped.
 pub struct Tail {
-    /// The entries, as they come.
-    pub entries: tokio::sync::broadcast::Receiver<Arc<ConsoleEntry>>,
     console: Arc<TenantConsole>,
+    /// The `seq` of the next entry it shows.
+    next: u64,
+}
+
+impl Tail {
+    /// Returns once there is an entry this tail has not taken.
+    pub async fn arrival(&self) {
+        let notified = self.console.arrived.notified();
+        tokio::pin!(notified);
+        // Registered before looking, so an entry kept after the look wakes it.
+        notified.as_mut().enable();
+        if self.console.next_seq.load(Ordering::SeqCst) > self.next {
+            return;
+        }
+        notified.await;
+    }
+
+    /// The entries kept since the last take, oldest first, and how many
+    /// this tail lost: kept and pushed out of the ring before it took them.
+    pub fn take(&mut self) -> (Vec<Arc<ConsoleEntry>>, u64) {
+        let guard = self.console.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let ring = &guard.0;
+        let oldest = ring.front().map_or_else(|| self.console.next_seq.load(Ordering::SeqCst), |e| e.seq);
+        let lost = oldest.saturating_sub(self.next);
+        let start = ring.partition_point(|e| e.seq < self.next);
+        let taken: Vec<_> = ring.range(start..).cloned().collect();
+        self.next = taken.last().map_or(self.next.max(oldest), |e| e.seq + 1);
+        (taken, lost)
+    }
 }
 
 impl Drop for Tail {
     fn drop(&mut self) {
-        self.console.tails.fetch_sub(1, Ordering::AcqRel);
+        self.console.tails.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -195,25 +229,25 @@ impl ConsoleState {
             .or_insert_with(|| {
                 Arc::new(TenantConsole {
                     ring: Mutex::new((VecDeque::new(), 0)),
-                    live: tokio::sync::broadcast::channel(TAIL_BACKLOG).0,
                     next_seq: AtomicU64::new(1),
+                    arrived: tokio::sync::Notify::new(),
                     tails: AtomicUsize::new(0),
                 })
             })
             .clone()
     }
 
-    /// Keeps a call's entry (its `seq` is assigned here) and sends it to the
+    /// Keeps a call's entry (its `seq` is assigned here) and wakes the
     /// tenant's live tails.
     pub(super) fn record(&self, tenant: &str, mut entry: ConsoleEntry) {
         if self.options.entries_per_tenant == 0 {
             return;
         }
         let console = self.of(tenant);
-        let entry = {
+        {
             let mut guard = console.ring.lock().unwrap_or_else(|p| p.into_inner());
             let (ring, bytes) = &mut *guard;
-            entry.seq = console.next_seq.fetch_add(1, Ordering::AcqRel);
+            entry.seq = console.next_seq.fetch_add(1, Ordering::SeqCst);
             let entry = Arc::new(entry);
             ring.push_back(entry.clone());
             *bytes += entry.size();
@@ -224,10 +258,24 @@ impl ConsoleState {
                     *bytes -= oldest.size();
                 }
             }
-            entry
-        };
-        // No receiver is not an error: nobody is tailing.
-        let _ = console.live.send(entry);
+        }
+        // A tail opened after this look starts after this entry.
+        if console.tails.load(Ordering::SeqCst) > 0 {
+            console.arrived.notify_waiters();
+        }
+    }
+
+    /// Opens a live tail of the tenant's calls, unless it has as many as
+    /// the operator allows.
+    fn open_tail(&self, tenant: &str) -> Result<Tail, TooManyTails> {
+        let console = self.of(tenant);
+        let max = self.options.max_tails_per_tenant;
+        console
+            .tails
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1))
+            .map_err(|_| TooManyTails(max))?;
+        let next = console.next_seq.load(Ordering::SeqCst);
+        Ok(Tail { console, next })
     }
 }
 
@@ -249,7 +297,7 @@ impl ToolHost {
             .iter()
             .rev()
             .filter(|e| before.is_none_or(|b| e.seq < b) && e.at_ms >= oldest)
-            .filter_map(|e| filter.apply(e))
+            .filter_map(|e| filter.apply(e).map(Cow::into_owned))
             .take(limit)
             .collect()
     }
@@ -257,13 +305,7 @@ impl ToolHost {
     /// Opens a live tail of the tenant's calls, unless it has as many as
     /// the operator allows.
     pub fn tail(&self, tenant: &str) -> Result<Tail, TooManyTails> {
-        let console = self.console.of(tenant);
-        let max = self.console.options.max_tails_per_tenant;
-        console
-            .tails
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
-            .map_err(|_| TooManyTails(max))?;
-        Ok(Tail { entries: console.live.subscribe(), console })
+        self.console.open_tail(tenant)
     }
 
     /// How far back the recent calls go.
@@ -294,20 +336,31 @@ mod tests {
     #[test]
     fn the_ring_keeps_the_newest_and_a_slow_tail_is_told_what_it_lost() {
         let state = ConsoleState::new(ConsoleOptions { entries_per_tenant: 3, ..Default::default() });
-        let console = state.of("acme");
-        let mut slow = console.live.subscribe();
-        for _ in 0..TAIL_BACKLOG + 10 {
+        state.record("acme", entry("echo", "ok"));
+        let mut slow = state.open_tail("acme").unwrap();
+        let mut quick = state.open_tail("acme").unwrap();
+        for _ in 0..12 {
             state.record("acme", entry("echo", "ok"));
+            if quick.next < 6 {
+                let (taken, lost) = quick.take();
+                assert_eq!((taken.len(), lost), (1, 0), "a tail that keeps up takes each entry, once");
+            }
         }
-        let ring = console.ring.lock().unwrap();
-        let kept: Vec<u64> = ring.0.iter().map(|e| e.seq).collect();
-        let last = (TAIL_BACKLOG + 10) as u64;
-        assert_eq!(kept, [last - 2, last - 1, last], "only the newest three");
-        // The tail that never read lost the oldest ten, and is told so.
-        assert!(matches!(slow.try_recv(), Err(tokio::sync::broadcast::error::TryRecvError::Lagged(10))));
-        assert_eq!(slow.try_recv().unwrap().seq, 11);
+        let console = state.of("acme");
+        let kept: Vec<u64> = console.ring.lock().unwrap().0.iter().map(|e| e.seq).collect();
+        assert_eq!(kept, [11, 12, 13], "only the newest three");
+        // The tail that never read lost the entries pushed out since it
+        // opened (2 to 10), and is told so; the one opened before is not
+        // shown to it.
+        let (taken, lost) = slow.take();
+        assert_eq!((taken.iter().map(|e| e.seq).collect::<Vec<_>>(), lost), (vec![11, 12, 13], 9));
+        assert_eq!((slow.take().0.len(), slow.take().1), (0, 0), "nothing twice");
+        let (taken, lost) = quick.take();
+        assert_eq!((taken.len(), lost), (3, 5), "6 to 10 were lost; 11 to 13 are taken");
+        assert_eq!(console.tails.load(Ordering::SeqCst), 2);
+        drop((slow, quick));
+        assert_eq!(console.tails.load(Ordering::SeqCst), 0, "a closed tail frees its place");
         assert!(state.tenants.get("globex").is_none(), "another tenant's console is untouched");
-        drop(ring);
 
         // Entries with many lines are bounded by bytes too.
         let small = ConsoleState::new(ConsoleOptions { max_bytes_per_tenant: 20_000, ..Default::default() });
@@ -328,8 +381,12 @@ mod tests {
             level: Some("warn"),
             ..Default::default()
         };
-        let shown = filter.apply(&entry("echo", "ok")).unwrap();
+        let both = entry("echo", "ok");
+        let shown = filter.apply(&both).unwrap();
         assert_eq!(shown.lines, [LogLine { level: "error", text: "e".into() }]);
+        assert!(matches!(shown, Cow::Owned(_)), "a debug line is not shown");
+        let quiet = ConsoleFilter { tool: Some("echo".into()), ..Default::default() };
+        assert!(matches!(quiet.apply(&both), Some(Cow::Borrowed(_))), "every line is shown: not copied");
         assert!(filter.apply(&entry("other", "ok")).is_none());
         assert!(filter.apply(&entry("echo", "tool_error")).is_none());
         assert_eq!(console_level("warn"), Some("warn"));
