@@ -119,19 +119,19 @@ impl UsageState {
         let now = unix_now();
         let ms = call.elapsed.as_secs_f64() * 1000.0;
         let range = BOUNDS_MS.iter().position(|b| ms <= *b).unwrap_or(RANGES - 1);
-        let mut totals = self.totals();
-        for (granularity, width) in [("minute", 60), ("hour", 3600)] {
-            let key = Key {
-                tenant: call.tenant.to_string(),
-                tool_id: call.tool_id.clone(),
-                tool: call.tool.to_string(),
-                version: call.version,
-                door: call.door,
-                outcome: call.outcome.to_string(),
-                granularity,
-                bucket: now - now.rem_euclid(width),
-            };
-            let cell = totals.entry(key).or_insert_with(|| Totals { histogram: vec![0; RANGES], ..Totals::default() });
+        // One key, its bucket moved from the minute to the hour: a call
+        // allocates it once, and a bucket's first call copies it once more.
+        let mut key = Key {
+            tenant: call.tenant.to_string(),
+            tool_id: call.tool_id,
+            tool: call.tool.to_string(),
+            version: call.version,
+            door: call.door,
+            outcome: call.outcome.to_string(),
+            granularity: "minute",
+            bucket: now - now.rem_euclid(60),
+        };
+        let add = |cell: &mut Totals| {
             cell.calls += 1;
             cell.total_ms += ms;
             cell.histogram[range] += 1;
@@ -139,6 +139,16 @@ impl UsageState {
                 *cell.outbound.entry(host.clone()).or_default().entry(status.to_string()).or_default() += n;
             }
             cell.dirty = true;
+        };
+        let mut totals = self.totals();
+        for (granularity, width) in [("minute", 60), ("hour", 3600)] {
+            (key.granularity, key.bucket) = (granularity, now - now.rem_euclid(width));
+            match totals.get_mut(&key) {
+                Some(cell) => add(cell),
+                None => add(totals
+                    .entry(key.clone())
+                    .or_insert_with(|| Totals { histogram: vec![0; RANGES], ..Totals::default() })),
+            }
         }
     }
 
