@@ -1338,18 +1338,25 @@ pub async fn console_cost(opts: &Opts, report: &mut Report) -> anyhow::Result<()
     let rounds = if opts.smoke { 1 } else { 5 };
     let (mut uncounted, mut counted, mut tailed) = (Vec::new(), Vec::new(), Vec::new());
     let mut tail_events = 0;
+    // The counted load runs between the other two, which swap places each
+    // round: it is next to both, and neither is always first.
     for round in 0..rounds {
-        uncounted.push(tokio::task::block_in_place(|| wrk(&urls[0], Some(&body), duration, CONNECTIONS))?);
-        // The counted server's two loads swap places each round: whatever
-        // the first leaves behind is not always the tail's to carry.
-        if round % 2 == 1 {
-            counted.push(tokio::task::block_in_place(|| wrk(&urls[1], Some(&body), duration, CONNECTIONS))?);
-        }
-        let tail = Tail::attach(&on.base).await?;
-        tailed.push(tokio::task::block_in_place(|| wrk(&urls[1], Some(&body), duration, CONNECTIONS))?);
-        tail_events += tail.detach();
+        let mut tailed_load = async || -> anyhow::Result<()> {
+            let tail = Tail::attach(&on.base).await?;
+            tailed.push(tokio::task::block_in_place(|| wrk(&urls[1], Some(&body), duration, CONNECTIONS))?);
+            tail_events += tail.detach();
+            Ok(())
+        };
         if round % 2 == 0 {
-            counted.push(tokio::task::block_in_place(|| wrk(&urls[1], Some(&body), duration, CONNECTIONS))?);
+            uncounted.push(tokio::task::block_in_place(|| wrk(&urls[0], Some(&body), duration, CONNECTIONS))?);
+        } else {
+            tailed_load().await?;
+        }
+        counted.push(tokio::task::block_in_place(|| wrk(&urls[1], Some(&body), duration, CONNECTIONS))?);
+        if round % 2 == 0 {
+            tailed_load().await?;
+        } else {
+            uncounted.push(tokio::task::block_in_place(|| wrk(&urls[0], Some(&body), duration, CONNECTIONS))?);
         }
     }
     // Round by round, like arms 1 and 5: each ratio against the round's

@@ -286,8 +286,10 @@ async fn a_tail_that_falls_behind_is_told_how_many_calls_it_lost() {
             .json(&crate::support::invocation("echo", &[("text", json!(format!("call {n}")))]));
         calls.spawn(async move { call.send().await.unwrap().status().as_u16() });
     }
+    // More than the tool's 16 at once may be refused as busy (503): a
+    // refused call is still a call the console shows.
     let statuses = calls.join_all().await;
-    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 503), "{statuses:?}");
 
     // Every call is accounted for: shown, or counted as lost.
     let accounted = |events: &[(String, Value)]| {

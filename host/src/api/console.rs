@@ -30,7 +30,8 @@ const TAIL_LIFETIME: Duration = Duration::from_secs(3600);
 /// How long a tail gathers the calls that end after the first it has not
 /// sent, before it sends them: at most this late, and a few writes a
 /// second for any number of calls. It keeps up while fewer calls than the
-/// ring holds (`--console-entries`, 1,000) end in this time.
+/// ring holds end in this time (`--console-entries`, 1,000; fewer when
+/// calls log a lot: `--console-max-kib`).
 const TAIL_GATHER: Duration = Duration::from_millis(25);
 /// A write of a tail stops taking calls past this many bytes: a stalled
 /// reader's channel (64 writes) holds a few MiB at most.
@@ -210,10 +211,15 @@ fn tail(
                     dropped += lost;
                     let (mut batch, mut calls) = (Vec::new(), 0);
                     for entry in &entries {
-                        if let Some(shown) = filter.apply(entry) {
-                            push_call(&mut batch, &shown);
-                            calls += 1;
+                        let Some(shown) = filter.apply(entry) else { continue };
+                        // A reader that has not read the last 64 writes
+                        // loses this call: it is counted, not serialised.
+                        if tx.capacity() == 0 {
+                            dropped += 1;
+                            continue;
                         }
+                        push_call(&mut batch, &shown);
+                        calls += 1;
                         if batch.len() >= TAIL_WRITE_BYTES {
                             if !offer(&tx, &mut dropped, std::mem::take(&mut batch), calls) {
                                 return;

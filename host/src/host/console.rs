@@ -373,6 +373,31 @@ mod tests {
         assert!(bytes <= 20_000 && ring.len() == 2, "{} entries, {bytes} bytes", ring.len());
     }
 
+    #[tokio::test]
+    async fn a_tail_wakes_for_an_entry_it_has_not_taken_and_only_then() {
+        let state = Arc::new(ConsoleState::new(ConsoleOptions::default()));
+        let mut tail = state.open_tail("acme").unwrap();
+        let soon = Duration::from_millis(200);
+        assert!(tokio::time::timeout(soon, tail.arrival()).await.is_err(), "nothing new: it waits");
+        // Kept before it looks: it returns at once.
+        state.record("acme", entry("echo", "ok"));
+        tokio::time::timeout(soon, tail.arrival()).await.expect("an entry not taken");
+        assert_eq!(tail.take().0.len(), 1);
+        assert!(tokio::time::timeout(soon, tail.arrival()).await.is_err(), "taken: it waits again");
+        // Kept while it waits: it wakes.
+        let keeper = state.clone();
+        let later = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            keeper.record("acme", entry("echo", "ok"));
+        });
+        tokio::time::timeout(Duration::from_secs(5), tail.arrival()).await.expect("woken by the entry");
+        later.await.unwrap();
+        // Another tenant's entries do not wake it.
+        tail.take();
+        state.record("globex", entry("echo", "ok"));
+        assert!(tokio::time::timeout(soon, tail.arrival()).await.is_err(), "another tenant's call");
+    }
+
     #[test]
     fn filters_pick_entries_and_lines() {
         let filter = ConsoleFilter {
