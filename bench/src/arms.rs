@@ -1340,23 +1340,25 @@ pub async fn console_cost(opts: &Opts, report: &mut Report) -> anyhow::Result<()
     let mut tail_events = 0;
     // The counted load runs between the other two, which swap places each
     // round: it is next to both, and neither is always first.
+    #[derive(Clone, Copy)]
+    enum Setting {
+        Uncounted,
+        Counted,
+        Tailed,
+    }
+    use Setting::*;
     for round in 0..rounds {
-        let mut tailed_load = async || -> anyhow::Result<()> {
-            let tail = Tail::attach(&on.base).await?;
-            tailed.push(tokio::task::block_in_place(|| wrk(&urls[1], Some(&body), duration, CONNECTIONS))?);
-            tail_events += tail.detach();
-            Ok(())
-        };
-        if round % 2 == 0 {
-            uncounted.push(tokio::task::block_in_place(|| wrk(&urls[0], Some(&body), duration, CONNECTIONS))?);
-        } else {
-            tailed_load().await?;
-        }
-        counted.push(tokio::task::block_in_place(|| wrk(&urls[1], Some(&body), duration, CONNECTIONS))?);
-        if round % 2 == 0 {
-            tailed_load().await?;
-        } else {
-            uncounted.push(tokio::task::block_in_place(|| wrk(&urls[0], Some(&body), duration, CONNECTIONS))?);
+        let order = if round % 2 == 0 { [Uncounted, Counted, Tailed] } else { [Tailed, Counted, Uncounted] };
+        for load in order {
+            let url = &urls[if matches!(load, Uncounted) { 0 } else { 1 }];
+            let tail = if matches!(load, Tailed) { Some(Tail::attach(&on.base).await?) } else { None };
+            let measured = tokio::task::block_in_place(|| wrk(url, Some(&body), duration, CONNECTIONS))?;
+            tail_events += tail.map_or(0, Tail::detach);
+            match load {
+                Uncounted => uncounted.push(measured),
+                Counted => counted.push(measured),
+                Tailed => tailed.push(measured),
+            }
         }
     }
     // Round by round, like arms 1 and 5: each ratio against the round's

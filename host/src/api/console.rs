@@ -19,6 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -209,28 +210,7 @@ fn tail(
                     tokio::time::sleep(TAIL_GATHER).await;
                     let (entries, lost) = tail.take();
                     dropped += lost;
-                    let (mut batch, mut calls) = (Vec::new(), 0);
-                    for entry in &entries {
-                        let Some(shown) = filter.apply(entry) else { continue };
-                        // A reader that has not read the last 64 writes
-                        // loses this call: it is counted, not serialised.
-                        if tx.capacity() == 0 {
-                            dropped += 1;
-                            continue;
-                        }
-                        push_call(&mut batch, &shown);
-                        calls += 1;
-                        if batch.len() >= TAIL_WRITE_BYTES {
-                            if !offer(&tx, &mut dropped, std::mem::take(&mut batch), calls) {
-                                return;
-                            }
-                            calls = 0;
-                            // The calls on this thread wait while it writes:
-                            // they go first between writes.
-                            tokio::task::yield_now().await;
-                        }
-                    }
-                    if !batch.is_empty() && !offer(&tx, &mut dropped, batch, calls) {
+                    if !write_calls(&tx, &filter, &entries, &mut dropped).await {
                         return;
                     }
                 }
@@ -264,6 +244,38 @@ fn tail(
     // Proxies (nginx) pass the events on as they come.
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(response)
+}
+
+/// Writes the calls that `filter` shows, in writes of about
+/// [`TAIL_WRITE_BYTES`]; `false` when the reader is gone.
+async fn write_calls(
+    tx: &tokio::sync::mpsc::Sender<Bytes>,
+    filter: &ConsoleFilter,
+    entries: &[Arc<ConsoleEntry>],
+    dropped: &mut u64,
+) -> bool {
+    let (mut batch, mut calls) = (Vec::new(), 0);
+    for entry in entries {
+        let Some(shown) = filter.apply(entry) else { continue };
+        // A reader that has not read the last 64 writes loses this call:
+        // it is counted, not serialised.
+        if tx.capacity() == 0 {
+            *dropped += 1;
+            continue;
+        }
+        push_call(&mut batch, &shown);
+        calls += 1;
+        if batch.len() >= TAIL_WRITE_BYTES {
+            if !offer(tx, dropped, std::mem::take(&mut batch), calls) {
+                return false;
+            }
+            calls = 0;
+            // The calls on this thread wait while it writes: they go first
+            // between writes.
+            tokio::task::yield_now().await;
+        }
+    }
+    batch.is_empty() || offer(tx, dropped, batch, calls)
 }
 
 /// Appends the event of one call to `batch`.
