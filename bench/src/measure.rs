@@ -111,10 +111,12 @@ impl Server {
         command.args(["serve", "-Scli", "--addr", "127.0.0.1:0"]);
         if tuned {
             // What Plinth runs its pool with (runtime::RuntimeConfig's
-            // defaults): 1 MiB of each freed slot's memory and table kept
-            // resident and reset in place, no PAGEMAP_SCAN (Plinth's reset is
-            // by prefix; docs/sandbox.md), and a deadline (Plinth's is 5 s;
-            // the peer's timeout is epoch checks, as Plinth's).
+            // defaults): up to 1 MiB of each freed slot's memory and table
+            // kept resident, the written pages found with PAGEMAP_SCAN and
+            // reset in place (the peer's published scan skips pages in swap
+            // and stops after 32 runs of written pages; Plinth's patched one
+            // does neither: docs/sandbox.md), and a deadline (Plinth's is
+            // 5 s; the peer's timeout is epoch checks, as Plinth's).
             command.args([
                 "-O",
                 "pooling-allocator=y",
@@ -122,6 +124,8 @@ impl Server {
                 "pooling-memory-keep-resident=1048576",
                 "-O",
                 "pooling-table-keep-resident=1048576",
+                "-O",
+                "pooling-pagemap-scan=auto",
                 "-W",
                 "timeout=5s",
             ]);

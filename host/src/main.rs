@@ -582,10 +582,11 @@ struct ServeArgs {
     /// None by default: a caller's `tracestate` carries other vendors' data.
     #[arg(long = "forward-tracestate", env = "PLINTH_FORWARD_TRACESTATE", value_delimiter = ',', value_name = "KEY")]
     forward_tracestate: Vec<String>,
-    /// How freed pool slots are reset for the next instance: `prefix`
-    /// (sound on every machine) or `scan` (Linux's PAGEMAP_SCAN; refused,
-    /// with a warning, while any swap is on). See docs/sandbox.md.
-    #[arg(long, env = "PLINTH_SLOT_RESET", value_enum, default_value_t = SlotResetArg::Prefix)]
+    /// How freed pool slots are reset for the next instance: `scan` (the
+    /// pages a call wrote, found with Linux's PAGEMAP_SCAN) or `prefix`
+    /// (the first MiB of each memory, whatever was written). Both are
+    /// sound. See docs/sandbox.md.
+    #[arg(long, env = "PLINTH_SLOT_RESET", value_enum, default_value_t = SlotResetArg::Scan)]
     slot_reset: SlotResetArg,
     /// How long a decided or expired CHEQ transaction, with its evidence,
     /// is kept, in days; then it is deleted and its result URI answers 404.
@@ -617,10 +618,10 @@ enum Allocator {
 /// How freed pool slots are reset (`plinth::runtime::SlotReset`).
 #[derive(Clone, Copy, ValueEnum)]
 enum SlotResetArg {
-    /// Rewrite the first MiB of each memory and table, hand back the rest:
-    /// sound whatever the kernel did with the pages.
+    /// Rewrite the first MiB of each memory and table, hand back the rest.
     Prefix,
-    /// Rewrite only the pages PAGEMAP_SCAN finds written and present.
+    /// Rewrite only the pages PAGEMAP_SCAN finds written (in memory, in
+    /// swap or migrating), up to a MiB; hand back the rest.
     Scan,
 }
 

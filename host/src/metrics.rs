@@ -100,11 +100,10 @@ struct PoolLabels {
     kind: &'static str,
 }
 
-/// How freed pool slots are reset, and whether swap was on at start.
+/// How freed pool slots are reset.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SlotResetLabels {
     method: &'static str,
-    swap: &'static str,
 }
 
 /// What happened to a CHEQ transaction.
@@ -202,8 +201,8 @@ pub struct RuntimeState {
     /// (none with `--allocator on-demand`).
     pub pool: Option<crate::runtime::PoolSlots>,
     /// How freed pool slots are reset (none without the pooling
-    /// allocator), and whether swap was on when the runtime started.
-    pub slot_reset: Option<(crate::runtime::SlotReset, bool)>,
+    /// allocator).
+    pub slot_reset: Option<crate::runtime::SlotReset>,
 }
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -303,8 +302,8 @@ impl Default for Metrics {
         let slot_reset = Family::default();
         registry.register(
             "pool_slot_reset",
-            "1 for how freed pool slots are reset (prefix: sound whatever the kernel does with the pages; scan: \
-             PAGEMAP_SCAN, written and present pages only) and whether swap was on at start (docs/sandbox.md)",
+            "1 for how freed pool slots are reset (scan: the written pages PAGEMAP_SCAN finds; prefix: the first \
+             MiB of each memory, written or not; docs/sandbox.md)",
             slot_reset.clone(),
         );
         Metrics {
@@ -413,13 +412,12 @@ impl Metrics {
                 self.pool_slots.get_or_create(&PoolLabels { kind }).set(gauge(slots));
             }
         }
-        if let Some((method, swap)) = runtime.slot_reset {
+        if let Some(method) = runtime.slot_reset {
             let method = match method {
                 crate::runtime::SlotReset::Prefix => "prefix",
                 crate::runtime::SlotReset::Scan => "scan",
             };
-            let swap = if swap { "on" } else { "off" };
-            self.slot_reset.get_or_create(&SlotResetLabels { method, swap }).set(1);
+            self.slot_reset.get_or_create(&SlotResetLabels { method }).set(1);
         }
         let mut text = String::new();
         // Writing into a String cannot fail.

@@ -84,16 +84,16 @@ pub enum SlotReset {
     /// The first `keep_resident_bytes` are rewritten whatever the kernel
     /// has done with their pages (a write brings a swapped-out or migrating
     /// page back first), and the rest is handed back with
-    /// `madvise(MADV_DONTNEED)`, which discards swapped-out pages too. Sound
-    /// on every machine.
+    /// `madvise(MADV_DONTNEED)`, which discards swapped-out pages too.
+    /// Costs a rewrite of the whole first MiB on every call.
     Prefix,
-    /// Linux's `PAGEMAP_SCAN` (6.7 and later) finds the written pages, and
-    /// only those are rewritten: cheaper for a tool that writes little of
-    /// a large memory. But wasmtime 48's scan asks for pages that are
-    /// written *and present*: a written page that is in swap (swap, zram,
-    /// zswap), or being migrated by the kernel, at that moment is neither
-    /// rewritten nor handed back, and the next instance in the slot reads
-    /// it. Only ever used where no swap is on; see docs/sandbox.md.
+    /// Linux's `PAGEMAP_SCAN` (6.7 and later) finds the written pages, up
+    /// to `keep_resident_bytes` of them, and only those are rewritten; the
+    /// rest is handed back. Written pages that are in swap or being
+    /// migrated are found too: that is the patch Plinth carries on
+    /// wasmtime 48 (vendor/wasmtime/PLINTH.md), without which the next
+    /// instance in the slot read them. On an older kernel wasmtime resets
+    /// by prefix instead.
     Scan,
 }
 
@@ -106,7 +106,7 @@ impl Default for RuntimeConfig {
             pooling: true,
             cache_dir: None,
             keep_resident_bytes: 1 << 20,
-            slot_reset: SlotReset::Prefix,
+            slot_reset: SlotReset::Scan,
         }
     }
 }
@@ -639,8 +639,6 @@ pub struct Runtime {
     stop_ticker: Arc<AtomicBool>,
     /// The pooling allocator's live counts and sizes, for the metrics.
     pool: Option<(wasmtime::PoolingAllocatorMetrics, PoolTotals)>,
-    /// Whether swap was on when the runtime started.
-    swap_at_start: bool,
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
 }
@@ -699,19 +697,9 @@ impl Drop for Runtime {
 
 impl Runtime {
     /// Builds the engine (pooling allocator unless disabled) and the linker.
-    pub fn new(mut config: RuntimeConfig) -> anyhow::Result<Self> {
-        let swap = active_swap();
+    pub fn new(config: RuntimeConfig) -> anyhow::Result<Self> {
         if config.pooling {
-            tracing::info!(reset = ?config.slot_reset, swap = swap.as_deref().unwrap_or("none"), "pool slots");
-        }
-        if config.slot_reset == SlotReset::Scan
-            && let Some(swap) = &swap
-        {
-            tracing::warn!(
-                swap,
-                "swap is on: freed pool slots are reset by prefix, not by PAGEMAP_SCAN, which misses swapped-out pages"
-            );
-            config.slot_reset = SlotReset::Prefix;
+            tracing::info!(reset = ?config.slot_reset, "pool slots");
         }
         let mut wasm = Config::new();
         wasm.wasm_component_model(true).epoch_interruption(true);
@@ -805,7 +793,6 @@ impl Runtime {
             engine_key,
             stop_ticker,
             pool,
-            swap_at_start: swap.is_some(),
             cache_hits: 0.into(),
             cache_misses: 0.into(),
         })
@@ -833,9 +820,9 @@ impl Runtime {
     }
 
     /// How freed pool slots are reset (none without the pooling
-    /// allocator), and whether swap was on at start.
-    pub fn slot_reset(&self) -> Option<(SlotReset, bool)> {
-        self.pool.as_ref().map(|_| (self.config.slot_reset, self.swap_at_start))
+    /// allocator).
+    pub fn slot_reset(&self) -> Option<SlotReset> {
+        self.pool.as_ref().map(|_| self.config.slot_reset)
     }
 
     /// The limits in force.
@@ -995,15 +982,6 @@ impl Runtime {
             Ok(Err(error)) => Err(classify(&error, store.data().limits.refused, deadline)),
         }
     }
-}
-
-/// The swap areas the kernel has on (`/proc/swaps`: swap files and
-/// partitions, zram devices used as swap; zswap needs one of them), as
-/// their names, or none.
-pub fn active_swap() -> Option<String> {
-    let swaps = std::fs::read_to_string("/proc/swaps").ok()?;
-    let names: Vec<&str> = swaps.lines().skip(1).filter_map(|line| line.split_whitespace().next()).collect();
-    (!names.is_empty()).then(|| names.join(", "))
 }
 
 /// Turns a wasmtime error into what the caller is told. Only a one-line

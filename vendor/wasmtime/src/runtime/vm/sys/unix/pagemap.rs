@@ -136,7 +136,8 @@ impl PageMap {
 /// this function will perform a scan of `ptr` for `len` bytes which will search
 /// for pages that:
 ///
-/// * Are present.
+/// * Are present, or in swap, or being migrated (PLINTH PATCH: as
+///   published, only present pages were found; see the body).
 /// * Have been written.
 /// * Are NOT backed by the "zero" page.
 /// * Are NOT backed by a "file" page.
@@ -213,8 +214,8 @@ impl PageMap {
 ///   regions of memory that need to be reported then the ioctl will also return
 ///   early without reaching the end of memory. Note that this means that all
 ///   further memory will be `decommit`'d with reported regions still going to
-///   `reset_manually`. This is arguably something we should detect and improve
-///   in Wasmtime, but for now `MAX_REGIONS` is hardcoded.
+///   `reset_manually`. (PLINTH PATCH: the scan now resumes from `walk_end`
+///   in this case; see the body.)
 ///
 /// In the end this ends up being a "more clever" version of this function than
 /// the one in the `pagemap_disabled` module. By using `PAGEMAP_SCAN` we can
@@ -276,75 +277,111 @@ pub unsafe fn reset_with_pagemap(
         },
     };
 
-    // For now use a fixed set of regions on the stack, but in the future this
-    // may want to use a dynamically allocated vector for more regions for
-    // example.
+    // PLINTH PATCH (see vendor/wasmtime/PLINTH.md). Two changes to the scan
+    // as published in 48.0.8:
+    //
+    // * A written page that is not present is reset too. The kernel reports
+    //   a page that is in swap, or that it is migrating, as `SWAPPED` (its
+    //   PTE is a swap or migration entry), not `PRESENT`; requiring `PRESENT`
+    //   left such a page, still holding what the last instance wrote, before
+    //   `walk_end`, so it was neither reset nor decommitted, and the next
+    //   instance in the slot read it once the kernel brought it back. It is
+    //   now one of the regions handed to `reset_manually`, whose writes fault
+    //   it in (or wait for the migration to end) and overwrite it.
+    //
+    // * A scan that fills its buffer of regions resumes from `walk_end`
+    //   instead of decommitting everything past it: only the `keep_resident`
+    //   page budget ends a scan early. A heap that dirties more than
+    //   `MAX_REGIONS` disjoint runs (a JavaScript engine's) no longer has the
+    //   rest of its pages handed back and faulted in again on every call.
     const MAX_REGIONS: usize = 32;
-    let mut storage = [MaybeUninit::uninit(); MAX_REGIONS];
-
-    let scan_arg = PageMapScanBuilder::new(ptr::slice_from_raw_parts(ptr, len.byte_count()))
-        .max_pages(keep_resident.byte_count() / host_page_size)
-        // We specifically want pages that are NOT backed by the zero page or
-        // backed by files. Such pages mean that they haven't changed from their
-        // original contents, so they're inverted.
-        .category_inverted(Categories::PFNZERO | Categories::FILE)
-        // Search for pages that are written and present as those are the dirty
-        // pages. Additionally search for the zero page/file page as those are
-        // inverted above meaning we're searching for pages that specifically
-        // don't have those flags.
-        .category_mask(
-            Categories::WRITTEN | Categories::PRESENT | Categories::PFNZERO | Categories::FILE,
-        )
-        // Don't return any categories back. This helps group regions together
-        // since the reported set of categories is always empty and we otherwise
-        // aren't looking for anything in particular.
-        .return_mask(Categories::empty())
-        .build(&mut storage);
-
-    // SAFETY: this should be a safe ioctl as we control the fd we're operating
-    // on plus all of `scan_arg`, but this relies on `Ioctl` below being the
-    // correct implementation and such.
-    let result = match unsafe { ioctl(&pagemap.0, scan_arg) } {
-        Ok(result) => result,
-
-        // If the ioctl fails for whatever reason, we at least tried, so fall
-        // back to the default behavior.
-        //
-        // SAFETY: the safety requirement of
-        // `pagemap_disabled::reset_with_pagemap` is the same as this function.
-        Err(err) => unsafe {
-            log::warn!("failed pagemap scan {err}");
-            return crate::runtime::vm::pagemap_disabled::reset_with_pagemap(
-                None,
-                ptr,
-                len,
-                keep_resident,
-                reset_manually,
-                decommit,
-            );
-        },
-    };
-
-    // For all regions that were written in the scan reset them manually, then
-    // afterwards decommit everything else.
+    let end = ptr.wrapping_add(len.byte_count());
+    let mut from = ptr;
+    // Pages `reset_manually` may still be given. The kernel reads a
+    // `max_pages` of 0 as "no limit", so the loop ends before it would be 0.
+    let mut budget = keep_resident.byte_count() / host_page_size;
     let mut bytes_resident = 0;
-    for region in result.regions() {
-        // SAFETY: we're relying on Linux to pass in valid region ranges within
-        // the `ptr/len` we specified to the original syscall.
-        unsafe {
-            reset_manually(&mut *region.region().cast_mut());
+    loop {
+        let mut storage = [MaybeUninit::uninit(); MAX_REGIONS];
+        let scan_arg = PageMapScanBuilder::new(ptr::slice_from_raw_parts(from, end.addr() - from.addr()))
+            .max_pages(budget)
+            // We specifically want pages that are NOT backed by the zero page
+            // or backed by files. Such pages mean that they haven't changed
+            // from their original contents, so they're inverted.
+            .category_inverted(Categories::PFNZERO | Categories::FILE)
+            // Pages that are written, and neither the zero page nor a file
+            // page (inverted above), are the dirty pages...
+            .category_mask(Categories::WRITTEN | Categories::PFNZERO | Categories::FILE)
+            // ... whether they are in memory or not (in swap, or migrating).
+            .category_anyof_mask(Categories::PRESENT | Categories::SWAPPED)
+            // Don't return any categories back. This helps group regions
+            // together since the reported set of categories is always empty
+            // and we otherwise aren't looking for anything in particular.
+            .return_mask(Categories::empty())
+            .build(&mut storage);
+
+        // SAFETY: this should be a safe ioctl as we control the fd we're
+        // operating on plus all of `scan_arg`, but this relies on `Ioctl`
+        // below being the correct implementation and such.
+        let result = match unsafe { ioctl(&pagemap.0, scan_arg) } {
+            Ok(result) => result,
+
+            // If the first ioctl fails for whatever reason, we at least
+            // tried, so fall back to the default behavior.
+            //
+            // SAFETY: the safety requirement of
+            // `pagemap_disabled::reset_with_pagemap` is the same as this
+            // function.
+            Err(err) if from == ptr => unsafe {
+                log::warn!("failed pagemap scan {err}");
+                return crate::runtime::vm::pagemap_disabled::reset_with_pagemap(
+                    None,
+                    ptr,
+                    len,
+                    keep_resident,
+                    reset_manually,
+                    decommit,
+                );
+            },
+
+            // A later one: what is not scanned yet is decommitted.
+            Err(err) => {
+                log::warn!("failed pagemap scan {err}");
+                decommit(from, end.addr() - from.addr());
+                return bytes_resident;
+            }
+        };
+
+        // Reset every region the scan found in place.
+        let mut found = 0;
+        for region in result.regions() {
+            // SAFETY: we're relying on Linux to pass in valid region ranges
+            // within the `from/end` we specified to the syscall.
+            unsafe {
+                reset_manually(&mut *region.region().cast_mut());
+            }
+            found += region.len();
         }
-        bytes_resident += region.len();
+        bytes_resident += found;
+        budget = budget.saturating_sub(found / host_page_size);
+
+        // The whole memory was scanned: nothing to decommit.
+        let walk_end = result.walk_end();
+        if walk_end.addr() >= end.addr() {
+            return bytes_resident;
+        }
+        // The scan stopped because the buffer of regions was full: resume
+        // from where it stopped, unless the page budget is spent (or the
+        // kernel made no progress, which it should not).
+        let buffer_full = result.regions().len() == MAX_REGIONS;
+        if budget == 0 || !buffer_full || walk_end.addr() <= from.addr() {
+            // Everything after `walk_end` was not reset in place: decommit
+            // it.
+            decommit(walk_end.cast_mut(), end.addr() - walk_end.addr());
+            return bytes_resident;
+        }
+        from = walk_end.cast_mut();
     }
-
-    // Report everything after `walk_end` to the end of memory as memory that
-    // must be decommitted as the scan didn't reach it. Note that if `walk_end`
-    // is already at the end of memory then the byte size of the decommitted
-    // memory here will be 0 meaning that this is a noop.
-    let scan_size = result.walk_end().addr() - ptr.addr();
-    decommit(result.walk_end().cast_mut(), len.byte_count() - scan_size);
-
-    bytes_resident
 }
 
 mod ioctl {
@@ -465,7 +502,6 @@ mod ioctl {
         ///
         /// For more detail see the `pagemap_scan_is_interesting_page` function
         /// in the Linux kernel source.
-        #[expect(dead_code, reason = "bindings for the future if we need them")]
         pub fn category_anyof_mask(&mut self, flags: Categories) -> &mut PageMapScanBuilder {
             self.pm_scan_arg.category_anyof_mask = flags;
             self
