@@ -98,7 +98,9 @@ class Browser:
         return action, fields
 
     async def open(self, url: str) -> None:
-        async with httpx2.AsyncClient() as browser:
+        # A person's browser waits far longer than httpx's default 5 s for a
+        # page; the server may be slow on a loaded test machine.
+        async with httpx2.AsyncClient(timeout=30) as browser:
             response = await browser.get(url)
             for _ in range(12):
                 if response.status_code in (301, 302, 303, 307, 308):
