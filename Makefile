@@ -189,11 +189,12 @@ oci-tools:
 		$(COSIGN_SIGN)/src -newer $(OCI_TOOLS)/bin/cosign-sign -print -quit)" ] || \
 		$(OCI_TOOLS_INSTALL) --path $(COSIGN_SIGN)
 
+# BASELINE=path/to/another/release/plinth adds arm 11: echo on this build ÷ on that one.
 bench: fixtures wrk postgres peer
 	$(CARGO) build --release -p plinth -p fake-weather -p plinth-bench
 	./target/release/plinth-bench --plinth target/release/plinth --fake-weather target/release/fake-weather \
 		--plugins $(PLUGIN_OUT) --fixtures target/fixtures --out bench/RESULTS.md \
-		--wasmtime $(PEER_WASMTIME) --peer-echo $(WASM_OUT)/peer_echo.wasm
+		--wasmtime $(PEER_WASMTIME) --peer-echo $(WASM_OUT)/peer_echo.wasm $(if $(BASELINE),--baseline $(BASELINE))
 
 # A few seconds of every arm, no thresholds: keeps the harness building and
 # running (CI). Uses the debug build the tests already made.

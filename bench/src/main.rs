@@ -38,6 +38,9 @@ pub struct Opts {
     /// both; without them (`make bench-smoke`) the arm is skipped, and the
     /// report says so.
     pub peer: Option<Peer>,
+    /// Another build of Plinth to compare this one with (arm 11, which runs
+    /// only when it is given).
+    pub baseline: Option<PathBuf>,
     /// Only these arms (`--arm N`, repeatable; none: every arm). A report
     /// of some arms is for looking at, never committed.
     pub arms: Vec<u32>,
@@ -63,6 +66,7 @@ impl Opts {
             wit: "wit".into(),
             out: None,
             peer: None,
+            baseline: None,
             arms: Vec::new(),
         };
         let (mut wasmtime, mut peer_echo) = (None, None);
@@ -78,6 +82,7 @@ impl Opts {
                 "--out" => opts.out = Some(value()?.into()),
                 "--wasmtime" => wasmtime = Some(value()?.into()),
                 "--peer-echo" => peer_echo = Some(value()?.into()),
+                "--baseline" => opts.baseline = Some(value()?.into()),
                 "--arm" => opts.arms.push(value()?.parse()?),
                 other => anyhow::bail!("unknown argument {other}"),
             }
@@ -131,6 +136,11 @@ async fn main() -> anyhow::Result<()> {
     }
     if runs(10) {
         arms::console_cost(&opts, &mut report).await?;
+    }
+    if let Some(baseline) = &opts.baseline
+        && runs(11)
+    {
+        arms::against_baseline(&opts, baseline, &mut report).await?;
     }
     let mut text = report.render();
     // The hand-written analysis of the targets (what was profiled, what was

@@ -84,7 +84,12 @@ impl Server {
 
     /// [`Server::plinth`] with extra environment (a fleet replica's).
     pub fn plinth_with_env(opts: &Opts, data: &Path, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Server> {
-        let mut command = Command::new(&opts.plinth);
+        Server::plinth_binary(&opts.plinth, data, args, env)
+    }
+
+    /// [`Server::plinth_with_env`] with another build of Plinth.
+    pub fn plinth_binary(binary: &Path, data: &Path, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Server> {
+        let mut command = Command::new(binary);
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--data"])
             .arg(data)
