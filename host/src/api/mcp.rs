@@ -749,7 +749,9 @@ impl McpDoor {
         // Hashed only when needed: a 2025-11-25 client's call, or a call
         // that waits for its end user.
         let fingerprint = || call_fingerprint(caller, &tool.name, &end_user, &arguments);
-        if scope.waits_by_repetition() {
+        // Only a call of a tool that may need confirmation can be waiting
+        // (a tool whose policy was removed since runs as it now says).
+        if scope.waits_by_repetition() && host.confirmation_need(&tool, &version) != ConfirmationNeed::Never {
             let fingerprint = fingerprint();
             if let Some(transaction) = LegacyPending::get(host, &caller.tenant, &fingerprint) {
                 return self.repeated_outcome(&tool.name, end_user.as_deref(), &fingerprint, &transaction, scope).await;

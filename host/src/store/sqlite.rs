@@ -1358,13 +1358,12 @@ impl RegistryStore for SqliteStore {
     }
 
     fn waiting_call(&self, tenant: &str, fingerprint: &str, now: i64) -> Result<Option<String>, StoreError> {
+        // Read on every MCP call of a tool that may need confirmation, from
+        // a client that repeats calls: the statement is parsed once.
         Ok(self
             .conn()
-            .query_row(
-                "SELECT id FROM waiting_calls WHERE tenant = ?1 AND fingerprint = ?2 AND kept_until > ?3",
-                params![tenant, fingerprint, now],
-                |r| r.get(0),
-            )
+            .prepare_cached("SELECT id FROM waiting_calls WHERE tenant = ?1 AND fingerprint = ?2 AND kept_until > ?3")?
+            .query_row(params![tenant, fingerprint, now], |r| r.get(0))
             .optional()?)
     }
 
