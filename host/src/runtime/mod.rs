@@ -90,9 +90,9 @@ pub enum SlotReset {
     /// Linux's `PAGEMAP_SCAN` (6.7 and later) finds the written pages, up
     /// to `keep_resident_bytes` of them, and only those are rewritten; the
     /// rest is handed back. Written pages that are in swap or being
-    /// migrated are found too: that is the patch Plinth carries on
-    /// wasmtime 48 (vendor/wasmtime/PLINTH.md), without which the next
-    /// instance in the slot read them. On an older kernel wasmtime resets
+    /// migrated are found too, and handed back: that is the patch Plinth
+    /// carries on wasmtime 48 (vendor/wasmtime/PLINTH.md), without which
+    /// the next instance in the slot read them. On an older kernel wasmtime resets
     /// by prefix instead.
     Scan,
 }

@@ -21,9 +21,10 @@ const CHECK: u64 = 0;
 /// Grows every memory to `PAGES` pages and fills all of it, and every table
 /// (grown too), with the marker.
 const FILL: u64 = 5;
-/// Grows every memory to `PAGES` pages and writes one word in every
-/// `stride`-th 4 KiB page (`SCATTER | stride << 8`): hundreds of runs of
-/// written pages, more than one `PAGEMAP_SCAN` reports at once.
+/// Grows every memory to `PAGES` pages and writes one word in the first
+/// `width` of every `stride` 4 KiB pages (`SCATTER | (stride | width << 8)
+/// << 8`): hundreds of runs of written pages, more than one `PAGEMAP_SCAN`
+/// reports at once.
 const SCATTER: u64 = 6;
 
 /// A tool of `role`: the same code for each, with a different `salt` so
@@ -105,13 +106,17 @@ fn component(salt: u32) -> Vec<u8> {
               unreachable))
             ;; 4: grow and fill the table.
             (if (i32.eq (local.get $kind) (i32.const 4)) (then (call $fill_table)))
-            ;; 6: grow to {pages}, then one word every `arg` 4 KiB pages.
+            ;; 6: grow to {pages}, then one word in each 4 KiB page whose
+            ;; number modulo `arg & 0xff` is below `arg >> 8`.
             (if (i32.eq (local.get $kind) (i32.const 6)) (then
               (drop (memory.grow (i32.sub (i32.const {pages}) (memory.size))))
               (block $done (loop $next
                 (br_if $done (i32.ge_u (local.get $k) (call $bytes)))
-                (i64.store (local.get $k) (local.get $value))
-                (local.set $k (i32.add (local.get $k) (i32.mul (local.get $arg) (i32.const 4096))))
+                (if (i32.lt_u
+                      (i32.rem_u (i32.shr_u (local.get $k) (i32.const 12)) (i32.and (local.get $arg) (i32.const 0xff)))
+                      (i32.shr_u (local.get $arg) (i32.const 8)))
+                  (then (i64.store (local.get $k) (local.get $value))))
+                (local.set $k (i32.add (local.get $k) (i32.const 4096)))
                 (br $next)))))
             ;; 5: the marker everywhere.
             (if (i32.eq (local.get $kind) (i32.const 5)) (then
@@ -211,11 +216,14 @@ async fn a_slot_with_hundreds_of_scattered_written_pages_is_reset() {
     for reset in RESETS {
         let runtime = one_slot_runtime(reset);
         let (writer, reader) = (load(&runtime, 7), load(&runtime, 8));
-        // 512 pages written of 512 (past the 256 kept), 256 runs (all
-        // kept), 64 runs.
-        for stride in [1, 2, 8] {
+        // (stride, width): 512 pages written in one run (past the 256
+        // kept); 256 runs, all kept, the scan resuming 7 times to the end;
+        // 64 runs, resuming once; 342 pages in 171 runs, resuming until
+        // the 256 kept are spent, the rest handed back.
+        for (stride, width) in [(1, 1), (2, 1), (8, 1), (3, 2)] {
             for round in 0..20 {
-                assert_eq!(call(&runtime, &writer, SCATTER | stride << 8).await.unwrap(), 0);
+                let op = SCATTER | (stride | width << 8) << 8;
+                assert_eq!(call(&runtime, &writer, op).await.unwrap(), 0);
                 let dirty = call(&runtime, &reader, CHECK).await.unwrap();
                 assert_eq!(dirty, 0, "{reset:?}, stride {stride}, round {round}: the reader found {dirty} words");
                 assert_eq!(call(&runtime, &writer, CHECK).await.unwrap(), 0, "{reset:?}, stride {stride}");

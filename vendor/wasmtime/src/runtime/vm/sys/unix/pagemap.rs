@@ -137,7 +137,8 @@ impl PageMap {
 /// for pages that:
 ///
 /// * Are present, or in swap, or being migrated (PLINTH PATCH: as
-///   published, only present pages were found; see the body).
+///   published, only present pages were found; the others are now
+///   decommitted, see the body).
 /// * Have been written.
 /// * Are NOT backed by the "zero" page.
 /// * Are NOT backed by a "file" page.
@@ -173,7 +174,8 @@ impl PageMap {
 ///
 /// * `Categories::PRESENT` - we're only interested in present pages, anything
 ///   unmapped wasn't touched by the guest so no need for the host to touch it
-///   either.
+///   either. (PLINTH PATCH: or `Categories::SWAPPED`, a written page that is
+///   not in memory at the moment; such pages are decommitted.)
 ///
 /// * `Categories::WRITTEN` - if a page was only read by the guest no need to
 ///   take a look at it as the contents aren't changed from the initial image.
@@ -285,9 +287,12 @@ pub unsafe fn reset_with_pagemap(
     //   PTE is a swap or migration entry), not `PRESENT`; requiring `PRESENT`
     //   left such a page, still holding what the last instance wrote, before
     //   `walk_end`, so it was neither reset nor decommitted, and the next
-    //   instance in the slot read it once the kernel brought it back. It is
-    //   now one of the regions handed to `reset_manually`, whose writes fault
-    //   it in (or wait for the migration to end) and overwrite it.
+    //   instance in the slot read it once the kernel brought it back. Such
+    //   pages are now found too, reported apart (`return_mask`), and
+    //   decommitted: `MADV_DONTNEED` drops a swap or migration entry without
+    //   reading the page back, and the next touch gets the original mapping.
+    //   (Writing to them instead would read them back from swap on this
+    //   path, and a poisoned entry would fault in the host.)
     //
     // * A scan that fills its buffer of regions resumes from `walk_end`
     //   instead of decommitting everything past it: only the `keep_resident`
@@ -314,10 +319,9 @@ pub unsafe fn reset_with_pagemap(
             .category_mask(Categories::WRITTEN | Categories::PFNZERO | Categories::FILE)
             // ... whether they are in memory or not (in swap, or migrating).
             .category_anyof_mask(Categories::PRESENT | Categories::SWAPPED)
-            // Don't return any categories back. This helps group regions
-            // together since the reported set of categories is always empty
-            // and we otherwise aren't looking for anything in particular.
-            .return_mask(Categories::empty())
+            // Report whether a region is swapped (or migrating): those are
+            // decommitted, the others reset in place.
+            .return_mask(Categories::SWAPPED)
             .build(&mut storage);
 
         // SAFETY: this should be a safe ioctl as we control the fd we're
@@ -352,17 +356,23 @@ pub unsafe fn reset_with_pagemap(
             }
         };
 
-        // Reset every region the scan found in place.
+        // Reset every region the scan found in memory in place; hand back
+        // those that are not in memory. The kernel counts both against
+        // `max_pages`, and so does `budget`.
         let mut found = 0;
         for region in result.regions() {
-            // SAFETY: we're relying on Linux to pass in valid region ranges
-            // within the `from/end` we specified to the syscall.
-            unsafe {
-                reset_manually(&mut *region.region().cast_mut());
+            if region.categories().contains(Categories::SWAPPED) {
+                decommit(region.start().cast_mut(), region.len());
+            } else {
+                // SAFETY: we're relying on Linux to pass in valid region
+                // ranges within the `from/end` we specified to the syscall.
+                unsafe {
+                    reset_manually(&mut *region.region().cast_mut());
+                }
+                bytes_resident += region.len();
             }
             found += region.len();
         }
-        bytes_resident += found;
         budget = budget.saturating_sub(found / host_page_size);
 
         // The whole memory was scanned: nothing to decommit.
@@ -613,10 +623,6 @@ mod ioctl {
         /// Note that this will only contain categories specified in
         /// [`PageMapScanBuilder::return_mask`].
         #[inline]
-        #[cfg_attr(
-            not(test),
-            expect(dead_code, reason = "bindings for the future if we need them")
-        )]
         pub fn categories(&self) -> Categories {
             self.0.categories
         }
