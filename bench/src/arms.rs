@@ -1012,22 +1012,15 @@ pub async fn slot_reset_cost(opts: &Opts, report: &mut Report) -> anyhow::Result
     let dir = tempfile::tempdir()?;
     std::fs::copy(opts.plugins.join("echo.wasm"), dir.path().join("echo.wasm"))?;
     let plugins = dir.path().to_str().unwrap_or_default();
-    let (prefix_data, scan_data) = (tempfile::tempdir()?, tempfile::tempdir()?);
-    let prefix = Server::plinth(opts, prefix_data.path(), &["--plugins", plugins, "--slot-reset", "prefix"])?;
-    let scan = Server::plinth(opts, scan_data.path(), &["--plugins", plugins, "--slot-reset", "scan"])?;
+    let prefix = warm_echo_server(opts, &opts.plinth, plugins, &["--slot-reset", "prefix"]).await?;
+    let scan = warm_echo_server(opts, &opts.plinth, plugins, &["--slot-reset", "scan"]).await?;
+    let urls = [&prefix.2, &scan.2];
     let body = echo_body("hello, tools");
-    let mut urls = Vec::new();
-    for server in [&prefix, &scan] {
-        unthrottle(&server.base).await?;
-        let url = format!("{}/tools/{}:invoke", server.base, tool_id(&server.base, "echo").await?);
-        tokio::task::block_in_place(|| warm_up(&url, Some(&body), &[], opts.smoke))?;
-        urls.push(url);
-    }
     let rounds = if opts.smoke { 1 } else { 3 };
     let (mut by_prefix, mut by_scan) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
-        by_prefix.push(tokio::task::block_in_place(|| wrk(&urls[0], Some(&body), duration, CONNECTIONS))?);
-        by_scan.push(tokio::task::block_in_place(|| wrk(&urls[1], Some(&body), duration, CONNECTIONS))?);
+        by_prefix.push(tokio::task::block_in_place(|| wrk(urls[0], Some(&body), duration, CONNECTIONS))?);
+        by_scan.push(tokio::task::block_in_place(|| wrk(urls[1], Some(&body), duration, CONNECTIONS))?);
     }
     let (prefix_rps, scan_rps) = (median_load(&by_prefix).rps, median_load(&by_scan).rps);
     let (prefix_p99, scan_p99) = (round_of_median_p99(&mut by_prefix), round_of_median_p99(&mut by_scan));
@@ -1052,6 +1045,24 @@ pub async fn slot_reset_cost(opts: &Opts, report: &mut Report) -> anyhow::Result
     Ok(())
 }
 
+/// A server of `binary` (with `args`) whose plugins folder holds echo, its
+/// rate quota lifted, warmed up: the server, its data folder (kept as long
+/// as the server runs) and echo's A2T URL.
+async fn warm_echo_server(
+    opts: &Opts,
+    binary: &Path,
+    plugins: &str,
+    args: &[&str],
+) -> anyhow::Result<(Server, tempfile::TempDir, String)> {
+    let data = tempfile::tempdir()?;
+    let server = Server::plinth_binary(binary, data.path(), &[&["--plugins", plugins], args].concat(), &[])?;
+    unthrottle(&server.base).await?;
+    let url = format!("{}/tools/{}:invoke", server.base, tool_id(&server.base, "echo").await?);
+    let body = echo_body("hello, tools");
+    tokio::task::block_in_place(|| warm_up(&url, Some(&body), &[], opts.smoke))?;
+    Ok((server, data, url))
+}
+
 /// Arm 11, only with `--baseline BINARY` (another build of Plinth: an
 /// earlier commit's release binary): A2T echo on this build and on the
 /// baseline, under the same loads (8 connections, then one) in rounds whose
@@ -1060,15 +1071,11 @@ pub async fn slot_reset_cost(opts: &Opts, report: &mut Report) -> anyhow::Result
 pub async fn against_baseline(opts: &Opts, baseline: &Path, report: &mut Report) -> anyhow::Result<()> {
     let plugins = tempfile::tempdir()?;
     std::fs::copy(opts.plugins.join("echo.wasm"), plugins.path().join("echo.wasm"))?;
-    let plugins = plugins.path().to_str().unwrap_or_default().to_string();
+    let plugins = plugins.path().to_str().unwrap_or_default();
     let body = echo_body("hello, tools");
     let mut started = Vec::new();
     for binary in [opts.plinth.as_path(), baseline] {
-        let data = tempfile::tempdir()?;
-        let server = Server::plinth_binary(binary, data.path(), &["--plugins", &plugins], &[])?;
-        unthrottle(&server.base).await?;
-        let url = format!("{}/tools/{}:invoke", server.base, tool_id(&server.base, "echo").await?);
-        tokio::task::block_in_place(|| warm_up(&url, Some(&body), &[], opts.smoke))?;
+        let (server, data, url) = warm_echo_server(opts, binary, plugins, &[]).await?;
         started.push((server, data, Target { url, body: body.clone(), headers: &[] }));
     }
     let (rounds, round_duration) = if opts.smoke { (1, Duration::from_secs(1)) } else { (5, Duration::from_secs(5)) };
