@@ -25,7 +25,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, ResourceTable, Val, WasmStr};
 use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap, UpdateDeadline,
+    CallHook, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap,
+    UpdateDeadline,
 };
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -400,6 +401,26 @@ pub struct ToolState {
     limits: MemoryLimiter,
     log: ToolLog,
     secrets: BTreeMap<String, String>,
+    /// Where the tool stopped when it last gave its thread up: what a
+    /// deadline that passes meanwhile is reported as.
+    whereabouts: Whereabouts,
+}
+
+/// Where a running call is, kept by the store's call hook and its epoch
+/// callback. When the deadline's timer fires, the call is suspended at one
+/// of two places: at an epoch tick's yield (it was computing, and was only
+/// letting others run) or inside a host call that waits (an outbound
+/// request, a sleep). Which timer noticed the deadline first says nothing:
+/// a tool thread starved of CPU can yield at a tick and see the timer
+/// fired before it runs again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Whereabouts {
+    /// Running its own code.
+    Computing,
+    /// Inside a host call.
+    InHost,
+    /// Yielding at an epoch tick (itself a call into the host).
+    AtTick,
 }
 
 /// Where a tool's log lines go: labelled, redacted, rate-limited and
@@ -924,6 +945,7 @@ impl Runtime {
                 setup.log_budget,
             ),
             secrets: setup.secrets,
+            whereabouts: Whereabouts::Computing,
         };
         let deadline = setup.deadline.min(self.config.deadline);
         let mut store = Store::new(&self.engine, state);
@@ -932,9 +954,28 @@ impl Runtime {
         // tool cannot hold a worker thread while other calls wait; once its
         // deadline has passed it is interrupted (a trap, reported as a timeout).
         let ends = std::time::Instant::now() + deadline;
+        // Where the call is, as of its deadline: the transitions after it
+        // are those of its teardown. A host call may call back into the
+        // guest (its allocator, say) before it returns: the innermost
+        // transition is where the call is.
+        store.call_hook(move |mut store, hook| {
+            if std::time::Instant::now() < ends {
+                store.data_mut().whereabouts = match hook {
+                    CallHook::CallingHost | CallHook::ReturningFromWasm => Whereabouts::InHost,
+                    CallHook::CallingWasm | CallHook::ReturningFromHost => Whereabouts::Computing,
+                };
+            }
+            Ok(())
+        });
         store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            Ok(if std::time::Instant::now() >= ends { UpdateDeadline::Interrupt } else { UpdateDeadline::Yield(1) })
+        store.epoch_deadline_callback(move |mut store| {
+            if std::time::Instant::now() >= ends {
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            store.data_mut().whereabouts = Whereabouts::AtTick;
+            #[cfg(test)]
+            tests::stall_if_asked(store.data(), ends - deadline);
+            Ok(UpdateDeadline::Yield(1))
         });
         (store, [stdout, stderr])
     }
@@ -974,10 +1015,11 @@ impl Runtime {
         let denials = store.data().outbound.denials();
         store.data().log.finish(&denials);
         match outcome {
-            // The timer fired while the tool waited on the host (an outbound
-            // request, a sleep): a running tool is interrupted by the epoch
-            // callback instead, before the timer's expiry is looked at.
-            Err(_elapsed) => Err(CallError::Timeout { deadline, computing: false }),
+            // The timer fired while the call was suspended: waiting on the
+            // host (an outbound request, a sleep), or yielding at a tick.
+            Err(_elapsed) => {
+                Err(CallError::Timeout { deadline, computing: store.data().whereabouts != Whereabouts::InHost })
+            }
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(classify(&error, store.data().limits.refused, deadline)),
         }
@@ -1094,6 +1136,46 @@ mod tests {
         assert_eq!(log.written, LOG_CALL_BYTES, "never more than a call's allowance");
         assert!(log.dropped_size > 0 && log.dropped_rate == 0);
         assert_eq!(log.truncated, 2, "the line that reached the allowance was cut");
+    }
+
+    /// The tool name of a call whose thread loses the CPU for longer than
+    /// its deadline right after it yields at a tick (before the deadline's
+    /// timer is looked at), as a tool thread at nice 19 can on a busy
+    /// machine: at the first tick 5 ms into the call, when the timer has
+    /// been set.
+    const STALLS_AFTER_A_TICK: &str = "stalls-after-a-tick";
+
+    pub(super) fn stall_if_asked(state: &ToolState, started: std::time::Instant) {
+        if state.log.labels.tool == STALLS_AFTER_A_TICK && started.elapsed() >= Duration::from_millis(5) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// A tool that loops forever, yielding at every tick.
+    const SPINNER: &str = r#"(component
+      (core module $M (func (export "run") (param i64) (result i64) (loop $l (br $l)) unreachable))
+      (core instance $m (instantiate $M))
+      (func (export "call") (param "op" u64) (result u64) (canon lift (core func $m "run"))))"#;
+
+    /// Its deadline's timer fires while the spinner is suspended at a tick,
+    /// not in a host call: it was computing (`422`, the same input would
+    /// time out again), not waiting on a backend (`504`, retry). Before,
+    /// whichever timer noticed the deadline first decided.
+    #[test]
+    fn a_deadline_passing_while_a_computing_tool_waits_for_its_thread_is_a_computing_timeout() {
+        let executor = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let rt = runtime(dir.path());
+        let bytes = wat::parse_str(SPINNER).unwrap();
+        let spinner = rt.load(&bytes, &crate::package::sha256_hex(&bytes)).unwrap();
+        for (tool, stalls) in [("spinner", false), (STALLS_AFTER_A_TICK, true)] {
+            let setup = CallSetup { deadline: Duration::from_millis(50), ..CallSetup::bare(tool) };
+            let outcome = executor.block_on(rt.call(&spinner, Val::U64(0), setup));
+            assert!(
+                matches!(outcome, Err(CallError::Timeout { computing: true, .. })),
+                "stalled after a tick: {stalls}; {outcome:?}"
+            );
+        }
     }
 
     #[test]
