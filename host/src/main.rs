@@ -18,6 +18,15 @@ use std::time::Duration;
 
 mod client;
 
+/// mimalloc rather than glibc's malloc. Memory a tool thread allocates (a
+/// call's answer) is often freed on an HTTP thread; glibc frees it under the
+/// allocating thread's arena lock, so a tool thread preempted while it holds
+/// that lock — a busy tool's, at a lower priority — stalled HTTP threads for
+/// milliseconds (bench/ANALYSIS.md, arm 6). mimalloc hands such frees back
+/// without a lock.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "plinth",
