@@ -37,34 +37,42 @@ fn fleet_env() -> Vec<(String, String)> {
         .collect()
 }
 
-fn free_listen() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().to_string()
-}
-
 impl Fleet {
     /// `n` replicas on `database`, with `args` each.
     fn start(n: usize, database: String, args: &[&str]) -> Fleet {
-        let first = free_listen();
-        let public_url = format!("http://{first}");
-        let mut fleet =
-            Fleet { replicas: Vec::new(), database, public_url, args: args.iter().map(|a| a.to_string()).collect() };
-        for i in 0..n {
-            let listen = if i == 0 { first.clone() } else { free_listen() };
-            let replica = fleet.launch(&listen);
+        let args = args.iter().map(|a| a.to_string()).collect();
+        let mut fleet = Fleet { replicas: Vec::new(), database, public_url: String::new(), args };
+        // Replica 0 listens at the fleet's public URL, which every replica
+        // is told before it starts: on a port found free, which another
+        // process may take before replica 0 binds it. Then another port.
+        for attempt in 1.. {
+            let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+            fleet.public_url = format!("http://{listen}");
+            match fleet.try_launch(&listen) {
+                Ok(first) => {
+                    fleet.replicas.push(first);
+                    break;
+                }
+                Err(log) if log.contains("Address already in use") && attempt < 5 => continue,
+                Err(log) => panic!("replica 0 did not start; its log:\n{log}"),
+            }
+        }
+        for _ in 1..n {
+            let replica =
+                fleet.try_launch("127.0.0.1:0").unwrap_or_else(|log| panic!("a replica did not start:\n{log}"));
             fleet.replicas.push(replica);
         }
         fleet
     }
 
-    /// Starts one more replica process on `listen`.
-    fn launch(&self, listen: &str) -> Server {
+    /// Starts one more replica process on `listen`, or returns its log.
+    fn try_launch(&self, listen: &str) -> Result<Server, String> {
         let mut env = fleet_env();
         env.push(("PLINTH_DATABASE_URL".into(), self.database.clone()));
         env.push(("PLINTH_SECRETS_KEY".into(), SECRETS_KEY.into()));
         env.push(("PLINTH_PUBLIC_URL".into(), self.public_url.clone()));
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        Server::start_on(tempfile::tempdir().unwrap(), listen, &args, Some(TOKEN), &env).0
+        Server::try_start_on(tempfile::tempdir().unwrap(), listen, &args, Some(TOKEN), &env).map(|(server, _)| server)
     }
 
     fn replica(&self, i: usize) -> &Server {

@@ -139,6 +139,18 @@ impl Server {
         operator_key: Option<&str>,
         env: &[(String, String)],
     ) -> (Server, Vec<String>) {
+        Server::try_start_on(data, listen, args, operator_key, env)
+            .unwrap_or_else(|log| panic!("plinth did not start; its log:\n{log}"))
+    }
+
+    /// [`Server::start_on`], or the server's log if it did not start.
+    pub fn try_start_on(
+        data: tempfile::TempDir,
+        listen: &str,
+        args: &[&str],
+        operator_key: Option<&str>,
+        env: &[(String, String)],
+    ) -> Result<(Server, Vec<String>), String> {
         let log = data.path().join("server.log");
         let mut command = Command::new(plinth_bin());
         command
@@ -170,13 +182,14 @@ impl Server {
             Ok(started) => started,
             Err(_) => {
                 let _ = child.kill();
-                panic!("plinth did not start; its log:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+                let _ = child.wait();
+                return Err(std::fs::read_to_string(&log).unwrap_or_default());
             }
         };
         let mut operator = reqwest::header::HeaderMap::new();
         operator.insert(reqwest::header::AUTHORIZATION, format!("Bearer {TOKEN}").parse().unwrap());
         let client = reqwest::Client::builder().default_headers(operator).build().unwrap();
-        (Server { child, base, data, log, client, anonymous: reqwest::Client::new() }, printed)
+        Ok((Server { child, base, data, log, client, anonymous: reqwest::Client::new() }, printed))
     }
 
     /// Stops the server and returns its data dir for a restart.
