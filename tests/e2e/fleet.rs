@@ -203,12 +203,14 @@ async fn a_call_id_runs_once_across_replicas() {
         call(fleet.replica(1), "/otc/tools/call", &trip),
         call(fleet.replica(2), "/otc/tools/call", &trip),
     );
-    assert_eq!(backend_calls.get(), 4, "three racing calls with one call id on three replicas ran once");
+    let answers = format!("{} / {} / {}", a.body, b.body, c.body);
+    assert_eq!(backend_calls.get(), 4, "three racing calls with one call id on three replicas ran once: {answers}");
     for answer in [&a, &b, &c] {
-        assert_eq!(answer.body["result"]["value"]["temperature"], 80, "{}", answer.body);
+        assert_eq!(answer.body["result"]["value"]["temperature"], 80, "{answers}");
         assert_eq!(answer.body, a.body);
     }
-    assert_eq!([&a, &b, &c].iter().filter(|x| !x.replayed).count(), 1);
+    let replayed = [&a, &b, &c].map(|x| x.replayed);
+    assert_eq!(replayed.iter().filter(|r| !**r).count(), 1, "replayed: {replayed:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
