@@ -1389,7 +1389,7 @@ impl ToolHost {
         // Where the call runs. Most calls are done in microseconds, and
         // handing them to another thread and back would cost more than
         // running them: a call starts on the thread that received it. At its
-        // first pause — the epoch tick that ends every 2 ms of running, or a
+        // first pause — an epoch tick past its first 500 µs, or a
         // wait on an outbound request — the rest moves to the tool threads,
         // so no tool holds a thread serving HTTP for longer than one tick.
         // A demoted tool (`executors`) and a publisher's confirmation

@@ -36,6 +36,14 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 /// How often the epoch advances: deadlines are accurate to about one tick,
 /// and a running tool yields its thread once per tick.
 const EPOCH_TICK: Duration = Duration::from_millis(2);
+/// A tick that comes this soon after a call began does not make it yield.
+/// Ticks are the epoch thread's, not the call's: one lands inside a
+/// 50 µs echo one time in forty, and a yield there sends the rest of the
+/// call from the thread that received it to the tool threads — behind
+/// whatever they run (`host::executors`). A call that has run this little
+/// gets to its next tick instead: it holds its thread at most this much
+/// longer than one tick.
+const FIRST_YIELD_AFTER: Duration = Duration::from_micros(500);
 /// How much of a tool's stdout/stderr is kept for the logs, per call.
 const CAPTURED_OUTPUT_BYTES: usize = 16 * 1024;
 /// Bytes of one log line a tool may write; the rest is cut off, with a
@@ -968,13 +976,16 @@ impl Runtime {
             Ok(())
         });
         store.set_epoch_deadline(1);
+        let started = ends - deadline;
         store.epoch_deadline_callback(move |mut store| {
-            if std::time::Instant::now() >= ends {
-                return Ok(UpdateDeadline::Interrupt);
+            match at_tick(std::time::Instant::now(), started, ends) {
+                AtTick::Interrupt => return Ok(UpdateDeadline::Interrupt),
+                AtTick::GoOn => return Ok(UpdateDeadline::Continue(1)),
+                AtTick::Yield => {}
             }
             store.data_mut().whereabouts = Whereabouts::AtTick;
             #[cfg(test)]
-            tests::stall_if_asked(store.data(), ends - deadline);
+            tests::stall_if_asked(store.data(), started);
             Ok(UpdateDeadline::Yield(1))
         });
         (store, [stdout, stderr])
@@ -1023,6 +1034,29 @@ impl Runtime {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(classify(&error, store.data().limits.refused, deadline)),
         }
+    }
+}
+
+/// What a running call does at an epoch tick.
+#[derive(Debug, PartialEq, Eq)]
+enum AtTick {
+    /// Its deadline has passed: it stops.
+    Interrupt,
+    /// It began less than [`FIRST_YIELD_AFTER`] ago: it runs on.
+    GoOn,
+    /// It gives its thread up, and is polled again when its turn comes.
+    Yield,
+}
+
+/// What a call that began at `started` and must end by `ends` does at a
+/// tick at `now`.
+fn at_tick(now: std::time::Instant, started: std::time::Instant, ends: std::time::Instant) -> AtTick {
+    if now >= ends {
+        AtTick::Interrupt
+    } else if now.duration_since(started) < FIRST_YIELD_AFTER {
+        AtTick::GoOn
+    } else {
+        AtTick::Yield
     }
 }
 
@@ -1156,6 +1190,20 @@ mod tests {
       (core module $M (func (export "run") (param i64) (result i64) (loop $l (br $l)) unreachable))
       (core instance $m (instantiate $M))
       (func (export "call") (param "op" u64) (result u64) (canon lift (core func $m "run"))))"#;
+
+    /// A tick lands anywhere in a call: one in its first moments does not
+    /// send the rest of a cheap call off the thread that received it.
+    #[test]
+    fn a_tick_early_in_a_call_lets_it_run_on_and_later_ones_make_it_yield() {
+        let started = std::time::Instant::now();
+        let ends = started + Duration::from_secs(5);
+        assert_eq!(at_tick(started + Duration::from_micros(40), started, ends), AtTick::GoOn);
+        assert_eq!(at_tick(started + FIRST_YIELD_AFTER, started, ends), AtTick::Yield);
+        assert_eq!(at_tick(started + Duration::from_millis(3), started, ends), AtTick::Yield);
+        assert_eq!(at_tick(ends, started, ends), AtTick::Interrupt);
+        // A deadline shorter than the grace still stops the call.
+        assert_eq!(at_tick(started + Duration::from_micros(100), started, started), AtTick::Interrupt);
+    }
 
     /// Its deadline's timer fires while the spinner is suspended at a tick,
     /// not in a host call: it was computing (`422`, the same input would
