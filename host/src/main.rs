@@ -464,7 +464,7 @@ struct ServeArgs {
     #[arg(long, env = "PLINTH_MAX_OUTPUT_KIB", default_value_t = 1024)]
     max_output_kib: usize,
     /// Threads that run tools, apart from those serving HTTP (default: twice
-    /// the cores, at least 4).
+    /// the cores, at least 4); as many again run costly tools' calls.
     #[arg(long, env = "PLINTH_TOOL_THREADS")]
     tool_threads: Option<usize>,
     /// How long a call id's response is kept, in hours: an OTC retry with
