@@ -1391,7 +1391,8 @@ impl ToolHost {
         // running them: a call starts on the thread that received it. At its
         // first pause — an epoch tick past its first 500 µs, or a
         // wait on an outbound request — the rest moves to the tool threads,
-        // so no tool holds a thread serving HTTP for longer than one tick.
+        // so no tool holds a thread serving HTTP for longer than a tick and a
+        // half millisecond.
         // A demoted tool (`executors`) and a publisher's confirmation
         // condition (bounded by `cheq::budget`, but milliseconds of a core)
         // go to the tool threads from the start.

@@ -18,7 +18,7 @@
 //!
 //! Three pools. A cheap tool's call that pauses moves to the first, at the
 //! server's own CPU priority. A costly tool's calls run on the second from
-//! their start, at nice 10 ([`COSTLY_NICE`]): a tool that legitimately
+//! their start, 10 steps of nice below the server ([`COSTLY_NICE`]): a tool that legitimately
 //! computes for milliseconds, called at full concurrency, must not take
 //! the CPU from the threads that serve HTTP and the cheap calls (bench arm
 //! 6: `/health`'s p99 beside it went from 8.4–8.9 ms to 4.6 ms, echo's
@@ -102,23 +102,17 @@ impl Executors {
     /// costly tools' at [`COSTLY_NICE`], and half as many (at least one)
     /// for demoted tools' at [`DEMOTED_NICE`].
     pub fn new(threads: usize) -> std::io::Result<Self> {
-        let normal = Builder::new_multi_thread()
-            .worker_threads(threads.max(1))
-            .thread_name("plinth-tool")
-            .enable_all()
-            .build()?;
-        let costly = Builder::new_multi_thread()
-            .worker_threads(threads.max(1))
-            .thread_name("plinth-tool-costly")
-            .on_thread_start(|| lower_priority(COSTLY_NICE))
-            .enable_all()
-            .build()?;
-        let low = Builder::new_multi_thread()
-            .worker_threads((threads / 2).max(1))
-            .thread_name("plinth-tool-low")
-            .on_thread_start(|| lower_priority(DEMOTED_NICE))
-            .enable_all()
-            .build()?;
+        let pool = |name: &str, threads: usize, lowered_by: i32| {
+            Builder::new_multi_thread()
+                .worker_threads(threads.max(1))
+                .thread_name(name)
+                .on_thread_start(move || lower_priority(lowered_by))
+                .enable_all()
+                .build()
+        };
+        let normal = pool("plinth-tool", threads, 0)?;
+        let costly = pool("plinth-tool-costly", threads, COSTLY_NICE)?;
+        let low = pool("plinth-tool-low", threads / 2, DEMOTED_NICE)?;
         Ok(Executors { normal, costly, low, demoted: dashmap::DashMap::new(), recent: dashmap::DashMap::new() })
     }
 
@@ -254,8 +248,9 @@ pub(super) enum Pool<'a> {
     /// The tool threads at the server's priority, where a cheap tool's
     /// call goes on after its first pause.
     Normal(&'a Handle),
-    /// Threads of their own, at the same priority, for a tool whose calls
-    /// have run long lately: from their start.
+    /// Threads of their own, [`COSTLY_NICE`] steps below the server's
+    /// priority, for a tool whose calls have run long lately: from their
+    /// start.
     Costly(&'a Handle),
     /// The low-priority threads of demoted tools.
     Low(&'a Handle),
@@ -294,6 +289,9 @@ const DEMOTED_NICE: i32 = 19;
 /// server's, however the operator started it. Failing is harmless: the
 /// thread runs at the server's priority.
 fn lower_priority(steps: i32) {
+    if steps == 0 {
+        return;
+    }
     #[cfg(target_os = "linux")]
     // SAFETY: getpriority and setpriority of the calling thread's own id.
     unsafe {
