@@ -11,6 +11,8 @@ mod console;
 mod usage;
 pub use usage::{UsageOptions, window as usage_window};
 mod executors;
+mod places;
+use places::{Places, Taken};
 mod fleet;
 pub mod oauth;
 mod supply;
@@ -487,11 +489,10 @@ pub struct Tenant {
     share: u32,
     /// The invocation-rate token bucket.
     rate: governor::DefaultDirectRateLimiter,
-    /// Its running invocations on this replica, shared with the `Tenant`
-    /// that replaces this one when its settings or the fleet's size change.
-    running: Arc<std::sync::atomic::AtomicUsize>,
-    /// How many may run at once on this replica.
-    max_running: usize,
+    /// Its running invocations on this replica, as many as may run at once
+    /// here, shared with the `Tenant` that replaces this one when its
+    /// settings or the fleet's size change.
+    running: Places,
 }
 
 impl Tenant {
@@ -503,8 +504,8 @@ impl Tenant {
         let rate = governor::RateLimiter::direct(
             governor::Quota::per_second(split(q.invocations_per_second)).allow_burst(split(q.invocation_burst)),
         );
-        let max_running = q.max_concurrent_invocations.div_ceil(share) as usize;
-        Tenant { record, share, rate, running: Arc::default(), max_running }
+        let running = Places::new(q.max_concurrent_invocations.div_ceil(share) as usize);
+        Tenant { record, share, rate, running }
     }
 
     /// The tenant with new settings or a new share, after `self`: the
@@ -513,7 +514,8 @@ impl Tenant {
     /// joining or leaving never grants a fresh burst. (A quota the operator
     /// edits starts afresh, as a new tenant does.)
     fn succeeding(&self, record: TenantRecord, share: u32) -> Self {
-        let next = Tenant { running: self.running.clone(), ..Tenant::new(record, share) };
+        let mut next = Tenant::new(record, share);
+        next.running = self.running.bounded(next.running.max());
         let burst = next.record.quotas.invocation_burst.div_ceil(next.share);
         if next.share != self.share
             && let Some(burst) = std::num::NonZeroU32::new(burst)
@@ -525,28 +527,14 @@ impl Tenant {
 
     /// A place for one more running invocation, or none while as many run
     /// as the quota allows here.
-    fn start_call(&self) -> Option<RunningCall> {
-        use std::sync::atomic::Ordering::AcqRel;
-        if self.running.fetch_add(1, AcqRel) >= self.max_running {
-            self.running.fetch_sub(1, AcqRel);
-            return None;
-        }
-        Some(RunningCall(self.running.clone()))
+    fn start_call(&self) -> Option<Taken> {
+        self.running.take()
     }
 
     /// How many more invocations may start here now.
     #[cfg(test)]
     fn free_slots(&self) -> usize {
-        self.max_running.saturating_sub(self.running.load(std::sync::atomic::Ordering::Acquire))
-    }
-}
-
-/// A running invocation of a tenant, counted until dropped.
-struct RunningCall(Arc<std::sync::atomic::AtomicUsize>);
-
-impl Drop for RunningCall {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.running.free()
     }
 }
 
@@ -574,9 +562,9 @@ pub struct ToolHost {
     /// The sha256 of the operator key from the environment, if any.
     operator_key_sha256: Option<String>,
     /// Instance slots of the whole host (the pooling allocator's size).
-    slots: Arc<tokio::sync::Semaphore>,
+    slots: Places,
     /// Running invocations per tool.
-    per_tool: dashmap::DashMap<Uuid, Arc<tokio::sync::Semaphore>>,
+    per_tool: dashmap::DashMap<Uuid, Places>,
     /// Each tool's share of the log.
     log_budgets: dashmap::DashMap<Uuid, Arc<LogBudget>>,
     /// Secret values by (tenant, id), as publishers stored them.
@@ -632,7 +620,7 @@ impl ToolHost {
                 Arc::new(crate::store::PostgresStore::open(url, cipher)?)
             }
         };
-        let slots = Arc::new(tokio::sync::Semaphore::new(options.runtime.max_instances as usize));
+        let slots = Places::new(options.runtime.max_instances as usize);
         let deadline = options.runtime.deadline;
         let mut runtime_config = options.runtime;
         runtime_config.cache_dir.get_or_insert_with(|| options.data_dir.join("compiled"));
@@ -963,7 +951,7 @@ impl ToolHost {
         let max = self.runtime.config().max_instances as usize;
         let (cache_hits, cache_misses) = self.runtime.cache_counts();
         self.metrics.render(&crate::metrics::RuntimeState {
-            instances_in_use: max.saturating_sub(self.slots.available_permits()),
+            instances_in_use: max.saturating_sub(self.slots.free()),
             instances_max: max,
             cache_hits,
             cache_misses,
@@ -1601,7 +1589,7 @@ impl ToolHost {
     ) -> Result<Ran, InvokeError> {
         // Refuse at once rather than queue: a tool that floods its slots must
         // not make its own callers, or anyone else's, wait without bound.
-        let _tool_slot = self.per_tool_slots(tool, version).try_acquire_owned().map_err(|_| {
+        let _tool_slot = self.per_tool_slots(tool, version).take().ok_or_else(|| {
             InvokeError::Busy(format!("`{}` is running as many invocations as it may; retry shortly", tool.name))
         })?;
         let config = runtime::effective_config(&version.manifest, Some(&self.config_values(tool)));
@@ -1629,7 +1617,7 @@ impl ToolHost {
                 tenant.record.name
             ))
         })?;
-        let _host_slot = self.slots.clone().try_acquire_owned().map_err(|_| {
+        let _host_slot = self.slots.take().ok_or_else(|| {
             InvokeError::Busy("the server is running as many tool invocations as it may; retry shortly".into())
         })?;
 
@@ -1705,12 +1693,15 @@ impl ToolHost {
         Ok(Ran { result, redactor, denials })
     }
 
-    /// The semaphore bounding this tool's concurrent invocations: the
+    /// The places bounding this tool's concurrent invocations: the
     /// operator's ceiling, or less if the tool asks for less.
-    fn per_tool_slots(&self, tool: &Tool, version: &ToolVersion) -> Arc<tokio::sync::Semaphore> {
+    fn per_tool_slots(&self, tool: &Tool, version: &ToolVersion) -> Places {
+        if let Some(places) = self.per_tool.get(&tool.id) {
+            return places.clone();
+        }
         let ceiling = self.limits.max_concurrency_per_tool;
         let wanted = version.manifest.limits.max_concurrency.map_or(ceiling, |n| n.clamp(1, ceiling));
-        self.per_tool.entry(tool.id).or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(wanted as usize))).clone()
+        self.per_tool.entry(tool.id).or_insert_with(|| Places::new(wanted as usize)).clone()
     }
 }
 

@@ -36,6 +36,14 @@
 //! and every call would then time out). Each further offence restarts the
 //! demotion.
 //!
+//! A thread below the server's priority is preempted whenever another
+//! wants its CPU: one preempted while it holds a lock an HTTP thread waits
+//! on stalls that thread until it runs again (a priority inversion,
+//! milliseconds on a busy machine). So the places a call takes are counted
+//! without a lock (`places`), and these threads take the instance pool's
+//! slots from shards of their own (`wasmtime::mark_pooling_background_thread`,
+//! vendor/wasmtime/PLINTH.md).
+//!
 //! A demoted tool's calls also take turns ([`Executors::turn`]): one at a
 //! time, and after a call that offends again the tool rests three times as
 //! long as that call ran, twice that after the next offence, and so on (up
@@ -106,7 +114,14 @@ impl Executors {
             Builder::new_multi_thread()
                 .worker_threads(threads.max(1))
                 .thread_name(name)
-                .on_thread_start(move || lower_priority(lowered_by))
+                .on_thread_start(move || {
+                    if lowered_by > 0 {
+                        lower_priority(lowered_by);
+                        // Shards of the instance pool's own, whose locks no
+                        // HTTP thread waits on (vendor/wasmtime/PLINTH.md).
+                        wasmtime::mark_pooling_background_thread();
+                    }
+                })
                 .enable_all()
                 .build()
         };
@@ -289,9 +304,6 @@ const DEMOTED_NICE: i32 = 19;
 /// server's, however the operator started it. Failing is harmless: the
 /// thread runs at the server's priority.
 fn lower_priority(steps: i32) {
-    if steps == 0 {
-        return;
-    }
     #[cfg(target_os = "linux")]
     // SAFETY: getpriority and setpriority of the calling thread's own id.
     unsafe {

@@ -1258,4 +1258,70 @@ mod tests {
         assert!(rt.cached(&sha).is_none(), "wasmtime's own header check refuses it");
         rt.load(&component, &sha).unwrap();
     }
+
+    /// The instance pool keeps shards of its own for the tool threads below
+    /// the server's priority (`wasmtime::mark_pooling_background_thread`,
+    /// vendor/wasmtime/PLINTH.md), so that an HTTP thread never waits on a
+    /// lock one of them holds. Neither side is confined to its half: when
+    /// its own shards are full it takes slots from the others, and every
+    /// slot of the pool stays usable from either.
+    #[test]
+    fn background_threads_have_shards_of_their_own_yet_every_slot_stays_usable() {
+        const SLOTS: u32 = 100;
+        let mut pool = wasmtime::PoolingAllocationConfig::new();
+        pool.total_core_instances(2 * SLOTS).total_memories(SLOTS).total_tables(0).max_memory_size(1 << 16);
+        let mut config = Config::new();
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config).unwrap();
+        // Its one memory takes a slot of the pool's memories.
+        let module = wasmtime::Module::new(&engine, wat::parse_str("(module (memory 1 1))").unwrap()).unwrap();
+        let take = |count: u32| -> Vec<wasmtime::Store<()>> {
+            (0..count)
+                .map(|_| {
+                    let mut store = wasmtime::Store::new(&engine, ());
+                    wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+                    store
+                })
+                .collect()
+        };
+        let one_more = || {
+            let mut store = wasmtime::Store::new(&engine, ());
+            wasmtime::Instance::new(&mut store, &module, &[]).is_ok()
+        };
+        std::thread::scope(|scope| {
+            // A background thread takes more than its half, a normal thread
+            // the rest: the pool is full, for both.
+            let background = scope
+                .spawn(|| {
+                    wasmtime::mark_pooling_background_thread();
+                    take(SLOTS * 7 / 10)
+                })
+                .join()
+                .unwrap();
+            let normal = take(SLOTS - SLOTS * 7 / 10);
+            assert!(!one_more(), "the pool holds {SLOTS} instances, no more");
+            let refused = scope
+                .spawn(|| {
+                    wasmtime::mark_pooling_background_thread();
+                    one_more()
+                })
+                .join()
+                .unwrap();
+            assert!(!refused, "nor for a background thread");
+            // Given back, the slots serve either kind of thread, all of them.
+            drop((background, normal));
+            let normal = take(SLOTS);
+            assert!(!one_more());
+            drop(normal);
+            let background = scope
+                .spawn(|| {
+                    wasmtime::mark_pooling_background_thread();
+                    take(SLOTS)
+                })
+                .join()
+                .unwrap();
+            assert!(!one_more());
+            drop(background);
+        });
+    }
 }

@@ -113,7 +113,7 @@ pub use v128::V128;
 pub use values::*;
 
 #[cfg(feature = "pooling-allocator")]
-pub use vm::{PoolConcurrencyLimitError, PoolingAllocatorMetrics};
+pub use vm::{PoolConcurrencyLimitError, PoolingAllocatorMetrics, mark_pooling_background_thread};
 
 #[cfg(feature = "profiling")]
 mod profiling;

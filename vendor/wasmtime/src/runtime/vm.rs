@@ -107,6 +107,7 @@ pub use crate::runtime::vm::instance::{
 #[cfg(feature = "pooling-allocator")]
 pub use crate::runtime::vm::instance::{
     PoolConcurrencyLimitError, PoolingAllocatorMetrics, PoolingInstanceAllocator,
+    mark_pooling_background_thread,
 };
 pub use crate::runtime::vm::interpreter::*;
 pub use crate::runtime::vm::memory::{

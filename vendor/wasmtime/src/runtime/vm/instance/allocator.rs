@@ -30,6 +30,7 @@ mod pooling;
 #[cfg(feature = "pooling-allocator")]
 pub use self::pooling::{
     PoolConcurrencyLimitError, PoolingAllocatorMetrics, PoolingInstanceAllocator,
+    mark_pooling_background_thread,
 };
 
 /// Represents a request for a new runtime instance.

@@ -112,25 +112,77 @@ pub(crate) fn default_shard_count() -> u32 {
         .map(|n| n.get())
         .unwrap_or(1)
         .min(16);
-    u32::try_from(n).unwrap()
+    // PLINTH PATCH: as many again for background threads
+    // (`mark_pooling_background_thread`), so that they have shards of their
+    // own and the others as many as published.
+    u32::try_from(2 * n).unwrap()
+}
+
+std::thread_local! {
+    /// PLINTH PATCH: whether this thread was marked a background thread.
+    static BACKGROUND: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// PLINTH PATCH: marks the calling thread as one that runs below the
+/// embedder's normal CPU priority (a lower nice value, `SCHED_IDLE`). Call
+/// it before the thread first instantiates or drops an instance.
+///
+/// Each shard of the pooling allocator is behind a mutex. A low-priority
+/// thread is preempted whenever a normal one wants its CPU, and one
+/// preempted while it holds a shard's mutex holds up, for as long as it
+/// waits to run again (milliseconds on a busy machine), every thread that
+/// wants that shard: a priority inversion. Background threads therefore
+/// take their home shards from the upper half of the shards and normal
+/// threads from the lower half; each probes its own half first and the
+/// other only when its own is full.
+pub fn mark_pooling_background_thread() {
+    BACKGROUND.with(|background| background.set(true));
+}
+
+/// The shards of a thread's half: `(first, count)`. Background threads get
+/// the upper half (rounded down), the others the rest; with a single shard
+/// everyone shares it.
+fn own_half(nshards: usize, background: bool) -> (usize, usize) {
+    let upper = nshards / 2;
+    match (background, upper) {
+        (_, 0) => (0, nshards),
+        (true, _) => (nshards - upper, upper),
+        (false, _) => (0, nshards - upper),
+    }
 }
 
 /// Pick this thread's shard (used for both the sharded decommit queue and
-/// the sharded index allocators): assigned round-robin at first use per
-/// thread, cached in a thread-local.
+/// the sharded index allocators): assigned round-robin within the thread's
+/// half (PLINTH PATCH, see `mark_pooling_background_thread`) at first use
+/// per thread, cached in a thread-local.
 pub(crate) fn thread_shard(nshards: usize) -> ShardId {
-    static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+    ShardId::from_index(home_and_half(nshards).0)
+}
+
+/// This thread's home shard and its half (`own_half`), both decided by
+/// whether it was a background thread at its first use.
+fn home_and_half(nshards: usize) -> (usize, (usize, usize)) {
+    static NEXT_SHARD: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
     std::thread_local! {
-        static SHARD: usize = NEXT_SHARD.fetch_add(1, Ordering::Relaxed);
+        static TURN: (bool, usize) = {
+            let background = BACKGROUND.with(|background| background.get());
+            (background, NEXT_SHARD[usize::from(background)].fetch_add(1, Ordering::Relaxed))
+        };
     }
-    ShardId::from_index(SHARD.with(|s| *s) % nshards)
+    let (background, turn) = TURN.with(|turn| *turn);
+    let (first, count) = own_half(nshards, background);
+    (first + turn % count, (first, count))
 }
 
 /// Enumerate all shard ids for a sharded structure with `nshards` shards,
-/// starting with the current thread's home shard and wrapping around.
+/// starting with the current thread's home shard and wrapping around its
+/// half, then the other half (PLINTH PATCH: as published, all shards
+/// wrapping around from home).
 pub(crate) fn shard_ids_from_home(nshards: usize) -> impl Iterator<Item = ShardId> {
-    let home = thread_shard(nshards).index();
-    (0..nshards).map(move |i| ShardId::from_index((home + i) % nshards))
+    let (home, (first, count)) = home_and_half(nshards);
+    let own = (0..count).map(move |i| first + (home - first + i) % count);
+    let other = (0..nshards).filter(move |shard| !(first..first + count).contains(shard));
+    own.chain(other).map(ShardId::from_index)
 }
 
 #[cfg(feature = "async")]

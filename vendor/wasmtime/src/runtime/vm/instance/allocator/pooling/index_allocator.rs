@@ -242,10 +242,13 @@ impl ShardLayout {
         //
         // Additionally, we don't shard at all for small pools, as the
         // downsides of sharding are too pronounced.
+        //
+        // PLINTH PATCH: small pools still get two shards, one for background
+        // threads (`mark_pooling_background_thread`) and one for the others.
         let nshards = if capacity >= 128 {
             requested_shards.max(1)
         } else {
-            1
+            requested_shards.clamp(1, 2)
         };
         let slots_per_shard = capacity.div_ceil(nshards).max(1);
         let nshards = capacity.div_ceil(slots_per_shard).max(1);
