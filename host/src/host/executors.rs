@@ -331,26 +331,21 @@ mod tests {
         executors.ran(tool, "compute", &ok, Duration::from_micros(1500));
         assert!(matches!(executors.for_tool(tool), Pool::Costly(_)));
         assert!(!executors.for_tool(tool).starts_inline());
+        // What a pool's thread answers when asked `what`.
+        fn ask<T: Send + 'static>(pool: Pool<'_>, what: fn() -> T) -> T {
+            let (send, receive) = std::sync::mpsc::channel();
+            pool.handle().spawn(async move { send.send(what()).unwrap() });
+            receive.recv_timeout(Duration::from_secs(10)).unwrap()
+        }
+        let thread_name = || std::thread::current().name().map(String::from);
+        // SAFETY: getpriority of the calling thread's own id.
+        let nice = || unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
         // On threads of its own, not those where cheap calls go on.
-        let thread_of = |pool: Pool<'_>| {
-            let (send, receive) = std::sync::mpsc::channel();
-            pool.handle().spawn(async move { send.send(std::thread::current().name().map(String::from)).unwrap() });
-            receive.recv_timeout(Duration::from_secs(10)).unwrap()
-        };
-        assert_eq!(thread_of(executors.for_tool(tool)).as_deref(), Some("plinth-tool-costly"));
-        assert_eq!(thread_of(executors.for_tool(Uuid::new_v4())).as_deref(), Some("plinth-tool"));
+        assert_eq!(ask(executors.for_tool(tool), thread_name).as_deref(), Some("plinth-tool-costly"));
+        assert_eq!(ask(executors.for_tool(Uuid::new_v4()), thread_name).as_deref(), Some("plinth-tool"));
         // Below the server's priority, unlike the threads cheap calls move to.
-        let nice_of = |pool: Pool<'_>| {
-            let (send, receive) = std::sync::mpsc::channel();
-            // SAFETY: getpriority of the calling thread's own id.
-            pool.handle().spawn(async move {
-                send.send(unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }).unwrap()
-            });
-            receive.recv_timeout(Duration::from_secs(10)).unwrap()
-        };
-        let own = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
-        assert_eq!(nice_of(executors.for_tool(tool)), (own + COSTLY_NICE).min(19));
-        assert_eq!(nice_of(executors.for_tool(Uuid::new_v4())), own);
+        assert_eq!(ask(executors.for_tool(tool), nice), (nice() + COSTLY_NICE).min(19));
+        assert_eq!(ask(executors.for_tool(Uuid::new_v4()), nice), nice());
         // A few cheap calls bring it back.
         for _ in 0..10 {
             executors.ran(tool, "compute", &ok, Duration::from_micros(5));

@@ -1288,40 +1288,31 @@ mod tests {
             let mut store = wasmtime::Store::new(&engine, ());
             wasmtime::Instance::new(&mut store, &module, &[]).is_ok()
         };
-        std::thread::scope(|scope| {
-            // A background thread takes more than its half, a normal thread
-            // the rest: the pool is full, for both.
-            let background = scope
-                .spawn(|| {
-                    wasmtime::mark_pooling_background_thread();
-                    take(SLOTS * 7 / 10)
-                })
-                .join()
-                .unwrap();
-            let normal = take(SLOTS - SLOTS * 7 / 10);
-            assert!(!one_more(), "the pool holds {SLOTS} instances, no more");
-            let refused = scope
-                .spawn(|| {
-                    wasmtime::mark_pooling_background_thread();
-                    one_more()
-                })
-                .join()
-                .unwrap();
-            assert!(!refused, "nor for a background thread");
-            // Given back, the slots serve either kind of thread, all of them.
-            drop((background, normal));
-            let normal = take(SLOTS);
-            assert!(!one_more());
-            drop(normal);
-            let background = scope
-                .spawn(|| {
-                    wasmtime::mark_pooling_background_thread();
-                    take(SLOTS)
-                })
-                .join()
-                .unwrap();
-            assert!(!one_more());
-            drop(background);
-        });
+        // `work` on a thread of its own, marked a background thread.
+        fn in_background<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+            std::thread::scope(|scope| {
+                scope
+                    .spawn(|| {
+                        wasmtime::mark_pooling_background_thread();
+                        work()
+                    })
+                    .join()
+                    .unwrap()
+            })
+        }
+        // A background thread takes more than its half, a normal thread
+        // the rest: the pool is full, for both.
+        let background = in_background(|| take(SLOTS * 7 / 10));
+        let normal = take(SLOTS - SLOTS * 7 / 10);
+        assert!(!one_more(), "the pool holds {SLOTS} instances, no more");
+        assert!(!in_background(one_more), "nor for a background thread");
+        // Given back, the slots serve either kind of thread, all of them.
+        drop((background, normal));
+        let normal = take(SLOTS);
+        assert!(!one_more());
+        drop(normal);
+        let background = in_background(|| take(SLOTS));
+        assert!(!one_more());
+        drop(background);
     }
 }
