@@ -258,7 +258,12 @@ pub(super) async fn per_method(
         )
         .into_response();
     };
-    let access = rpc_method(&bytes).map_or(Access::Enumerate, |m| access_of(&m));
+    // A call the direct lane takes is a `tools/call`, read in full once.
+    let plain_call = direct::plain_call(&parts, &door.options.mcp, &bytes);
+    let access = match &plain_call {
+        Some(_) => access_of("tools/call"),
+        None => rpc_method(&bytes).map_or(Access::Enumerate, |m| access_of(&m)),
+    };
     let (Some(caller), Some(host)) = (parts.extensions.get::<Caller>(), parts.extensions.get::<AppState>()) else {
         return ApiError::internal("the server is misconfigured").into_response();
     };
@@ -266,9 +271,7 @@ pub(super) async fn per_method(
     if let Some(refusal) = auth::refusal_for(host, options, access, Scope::Tenant, caller) {
         return refusal;
     }
-    if access == Access::Invoke
-        && let Some(call) = direct::plain_call(&parts, &door.options.mcp, &bytes)
-    {
+    if let Some(call) = plain_call {
         tracing::debug!(tool = %call.params.name, "tools/call served by the direct lane");
         let scope = CallScope::direct(host.clone(), caller.clone(), &call.params, &parts);
         let answer = door.call(&call.params, &scope).await;
@@ -740,7 +743,8 @@ impl McpDoor {
         }
         let (tool, version) = resolve(host, caller, &request.name, scope.meta)?;
         let end_user = scope.end_user()?;
-        let arguments = request.arguments.clone().unwrap_or_default();
+        let no_arguments = JsonObject::new();
+        let arguments = request.arguments.as_ref().unwrap_or(&no_arguments);
         let pairs: Vec<(&str, &Value)> = arguments.iter().map(|(k, v)| (k.as_str(), v)).collect();
         let input = match invocation::input_record(&version.signature, &pairs) {
             Ok(input) => input,
@@ -748,7 +752,7 @@ impl McpDoor {
         };
         // Hashed only when needed: a 2025-11-25 client's call, or a call
         // that waits for its end user.
-        let fingerprint = || call_fingerprint(caller, &tool.name, &end_user, &arguments);
+        let fingerprint = || call_fingerprint(caller, &tool.name, &end_user, arguments);
         // Only a call of a tool that may need confirmation can be waiting
         // (a tool whose policy was removed since runs as it now says).
         if scope.waits_by_repetition() && host.confirmation_need(&tool, &version) != ConfirmationNeed::Never {
@@ -830,8 +834,9 @@ impl McpDoor {
                 ),
                 _ => invalid("the requestState is not one this server gave this key"),
             })?;
-        let arguments = request.arguments.clone().unwrap_or_default();
-        let fingerprint = call_fingerprint(caller, &request.name, &scope.end_user()?, &arguments);
+        let no_arguments = JsonObject::new();
+        let arguments = request.arguments.as_ref().unwrap_or(&no_arguments);
+        let fingerprint = call_fingerprint(caller, &request.name, &scope.end_user()?, arguments);
         if state.tenant != caller.tenant || state.tool != request.name || state.call != fingerprint {
             return Err(invalid("the requestState belongs to another call: retry with the call's own arguments"));
         }

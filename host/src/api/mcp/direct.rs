@@ -21,7 +21,8 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ErrorCode, ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult,
+    CallToolRequestParams, CallToolResponse, ErrorCode, InputResponses, JsonObject, ProtocolVersion, RequestId,
+    RequestMetaObject, ServerJsonRpcMessage, ServerResult,
 };
 
 /// The only revision the lane serves: the one whose requests carry their own
@@ -41,11 +42,37 @@ struct Envelope {
     jsonrpc: String,
     id: RequestId,
     method: String,
-    params: serde_json::Map<String, serde_json::Value>,
+    params: Params,
 }
 
-/// The fields of `tools/call`'s params that rmcp knows.
-const PARAMS: [&str; 5] = ["name", "arguments", "_meta", "inputResponses", "requestState"];
+/// `tools/call`'s params, with only the fields rmcp knows: anything else
+/// (a task, a field of a later revision) is left to rmcp. Read straight
+/// from the body, in the one pass that reads the envelope; a duplicated
+/// field fails here and is left to rmcp too.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Params {
+    #[serde(rename = "_meta", default)]
+    meta: Option<RequestMetaObject>,
+    name: String,
+    #[serde(default)]
+    arguments: Option<JsonObject>,
+    #[serde(default)]
+    input_responses: Option<InputResponses>,
+    #[serde(default)]
+    request_state: Option<String>,
+}
+
+impl From<Params> for CallToolRequestParams {
+    fn from(params: Params) -> Self {
+        let mut call = CallToolRequestParams::new(params.name);
+        call.meta = params.meta;
+        call.arguments = params.arguments;
+        call.input_responses = params.input_responses;
+        call.request_state = params.request_state;
+        call
+    }
+}
 
 /// The call, when the request is one rmcp would pass on to the handler
 /// unchanged; `None` leaves the request to rmcp.
@@ -66,10 +93,7 @@ pub(super) fn plain_call(parts: &http::request::Parts, options: &McpOptions, bod
     if envelope.jsonrpc != "2.0" || envelope.method != "tools/call" {
         return None;
     }
-    if !envelope.params.keys().all(|key| PARAMS.contains(&key.as_str())) {
-        return None;
-    }
-    let params: CallToolRequestParams = serde_json::from_value(envelope.params.into()).ok()?;
+    let params = CallToolRequestParams::from(envelope.params);
     let meta = params.meta.as_ref()?;
     let revision = ProtocolVersion::V_2026_07_28;
     if meta.protocol_version().as_ref() != Some(&revision)
@@ -230,6 +254,7 @@ mod tests {
             BODY.replace("\"id\":7,", ""),
             BODY.replace("\"id\":7,", "\"id\":7,\"extra\":1,"),
             BODY.replace("\"name\":\"echo\",", "\"name\":\"echo\",\"task\":{},"),
+            BODY.replace("\"name\":\"echo\",", "\"name\":\"echo\",\"name\":\"other\","),
             BODY.replace("2026-07-28\",\"io", "2025-11-25\",\"io"),
             BODY.replace(",\"io.modelcontextprotocol/clientCapabilities\":{}", ""),
             BODY.replace(",\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}", ""),
