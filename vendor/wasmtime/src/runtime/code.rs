@@ -11,7 +11,7 @@ use core::ops::{Add, Range, Sub};
 use wasmtime_core::error::OutOfMemory;
 #[cfg(feature = "component-model")]
 use wasmtime_environ::component::ComponentTypes;
-use wasmtime_environ::{FuncKey, ModuleTypes, StaticModuleIndex};
+use wasmtime_environ::{ModuleTypes, StaticModuleIndex};
 
 macro_rules! define_pc_kind {
     ($ty:ident) => {
@@ -428,11 +428,11 @@ impl<'a> ModuleWithCode<'a> {
         self.module
     }
 
-    /// Returns the slice in the text section of the function that
-    /// `key` points to.
+    /// The store's text section (PLINTH PATCH: was `function`, the slice
+    /// of one function by key; callers find the range, by index where they
+    /// can).
     #[inline]
-    pub fn function(&self, key: FuncKey) -> &[u8] {
-        let range = self.module.compiled_module().function_range(key);
-        &self.store_code.text()[range]
+    pub fn text(&self) -> &'a [u8] {
+        self.store_code.text()
     }
 }

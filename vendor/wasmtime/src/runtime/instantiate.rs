@@ -7,6 +7,7 @@ use crate::code::EngineCode;
 use crate::prelude::*;
 use crate::profiling_agent::ProfilingAgent;
 use crate::runtime::vm::CompiledModuleId;
+use crate::sync::OnceLock;
 use alloc::sync::Arc;
 use core::ops::Range;
 use core::str;
@@ -25,6 +26,17 @@ pub struct CompiledModule {
     index: Arc<CompiledFunctionsTable>,
     /// Sorted list, by function index, of names we have for this module.
     func_names: Vec<FunctionName>,
+    /// PLINTH PATCH: [`CompiledModule::func_ref_ranges`]' table, made once.
+    func_ref_ranges: OnceLock<Box<[FuncRefRanges]>>,
+}
+
+/// PLINTH PATCH: where a defined function's `VMFuncRef` points, as ranges of the
+/// text section: its array-call trampoline (empty when the function does not
+/// escape, and so has none) and its body.
+#[derive(Clone, Copy, Default)]
+struct FuncRefRanges {
+    array_call: (u32, u32),
+    wasm_call: (u32, u32),
 }
 
 impl CompiledModule {
@@ -58,6 +70,7 @@ impl CompiledModule {
             meta: info.meta,
             index,
             func_names: info.func_names,
+            func_ref_ranges: OnceLock::new(),
         };
         ret.register_profiling(profiler)?;
 
@@ -163,6 +176,43 @@ impl CompiledModule {
             }
             _ => None,
         }
+    }
+
+    /// PLINTH PATCH: the text ranges of a defined function's array-call trampoline
+    /// and body, which its `VMFuncRef` points to.
+    ///
+    /// Each is a search of `CompiledFunctionsTable` by key (two binary
+    /// searches for the trampoline). A module whose table is filled
+    /// eagerly makes a `VMFuncRef` for most of its functions at every
+    /// instantiation: componentize-py's modules make thousands. So the
+    /// module finds them all once, at the first one asked for, and each
+    /// instantiation after that reads them by index.
+    pub fn func_ref_ranges(&self, def: DefinedFuncIndex) -> (Range<usize>, Range<usize>) {
+        let table = self.func_ref_ranges.get_or_init(|| {
+            let range = |key| match self.index.func_loc(key) {
+                Some(loc) => (loc.start, loc.length),
+                None => (0, 0),
+            };
+            self.module
+                .defined_func_indices()
+                .map(|i| FuncRefRanges {
+                    array_call: range(FuncKey::ArrayToWasmTrampoline(self.module_index(), i)),
+                    wasm_call: range(FuncKey::DefinedWasmFunction(self.module_index(), i)),
+                })
+                .collect()
+        });
+        let FuncRefRanges {
+            array_call,
+            wasm_call,
+        } = table[def.as_u32() as usize];
+        assert!(
+            array_call.1 > 0,
+            "a function without an array-call trampoline has no funcref"
+        );
+        let range = |(start, length): (u32, u32)| {
+            usize::try_from(start).unwrap()..usize::try_from(start + length).unwrap()
+        };
+        (range(array_call), range(wasm_call))
     }
 
     /// Gets the function location information for a given function index.

@@ -880,17 +880,21 @@ impl Instance {
         let func = &module.functions[index];
         let type_index = func.signature.unwrap_engine_type_index();
         let vmctx_offset = self.offsets().vmctx_func_ref(func.func_ref);
-        let array_to_wasm_key = FuncKey::ArrayToWasmTrampoline(module.module_index, def_index);
-        let wasm_key = FuncKey::DefinedWasmFunction(module.module_index, def_index);
-        // SAFETY: the type/offset/keys here are all valid for the defined
+        // PLINTH PATCH: found by index, not by key (`CompiledModule::func_ref_ranges`).
+        let (array_to_wasm, wasm) = self
+            .runtime_module()
+            .expect("funcref impossible in fake module")
+            .compiled_module()
+            .func_ref_ranges(def_index);
+        // SAFETY: the type/offset/code here are all valid for the defined
         // function at `def_index`.
         unsafe {
             self.initialize_and_return_funcref(
                 registry,
                 type_index,
                 vmctx_offset,
-                array_to_wasm_key,
-                wasm_key,
+                array_to_wasm,
+                wasm,
             )
         }
     }
@@ -907,17 +911,22 @@ impl Instance {
             }
         };
         let vmctx_offset = self.offsets().vmctx_startup_func_ref();
-        let array_to_wasm_key = FuncKey::ModuleStartup(Abi::Array, module.module_index);
-        let wasm_key = FuncKey::ModuleStartup(Abi::Wasm, module.module_index);
-        // SAFETY: the type/offset/keys here are all valid for the module
+        let compiled = self
+            .runtime_module()
+            .expect("funcref impossible in fake module")
+            .compiled_module();
+        let array_to_wasm =
+            compiled.function_range(FuncKey::ModuleStartup(Abi::Array, module.module_index));
+        let wasm = compiled.function_range(FuncKey::ModuleStartup(Abi::Wasm, module.module_index));
+        // SAFETY: the type/offset/code here are all valid for the module
         // startup function.
         unsafe {
             self.initialize_and_return_funcref(
                 registry,
                 type_index,
                 vmctx_offset,
-                array_to_wasm_key,
-                wasm_key,
+                array_to_wasm,
+                wasm,
             )
         }
     }
@@ -936,8 +945,8 @@ impl Instance {
         registry: &ModuleRegistry,
         type_index: VMSharedTypeIndex,
         vmctx_offset: u32,
-        array_to_wasm_key: FuncKey,
-        wasm_key: FuncKey,
+        array_to_wasm: Range<usize>,
+        wasm: Range<usize>,
     ) -> Option<NonNull<VMFuncRef>> {
         // For now, we eagerly initialize an funcref struct in-place whenever
         // asked for a reference to it. This is mostly fine, because in practice
@@ -960,20 +969,25 @@ impl Instance {
         // it's better for instantiation performance if we don't have to track
         // "is-initialized" state at all!
 
-        let module_with_code = ModuleWithCode::in_store(
-            registry,
-            self.runtime_module()
-                .expect("funcref impossible in fake module"),
-        )
-        .expect("module not in store");
+        let module = self
+            .runtime_module()
+            .expect("funcref impossible in fake module");
+        // PLINTH PATCH: a store has a private copy of the code only with
+        // guest debugging; otherwise its code is the engine's, found without
+        // searching the store's registry (two tree lookups per funcref).
+        let text = if module.engine().tunables().debug_guest {
+            ModuleWithCode::in_store(registry, module)
+                .expect("module not in store")
+                .text()
+        } else {
+            module.engine_code().text()
+        };
 
-        let array_call =
-            VmPtr::from(NonNull::from(module_with_code.function(array_to_wasm_key)).cast());
+        let array_call = VmPtr::from(NonNull::from(&text[array_to_wasm]).cast());
 
         let wasm_call = Some(VmPtr::from(
             NonNull::new(
-                module_with_code
-                    .function(wasm_key)
+                text[wasm]
                     .as_ptr()
                     .cast::<VMWasmCallFunction>()
                     .cast_mut(),
