@@ -291,8 +291,8 @@ impl Pool<'_> {
 /// nice-10 thread weighs 110 against a nice-0 one's 1024, so a tool that legitimately computes for
 /// milliseconds at full concurrency leaves the HTTP threads most of the
 /// CPU when they want it, and is never starved (`SCHED_IDLE` isolates
-/// better but would let a busy machine starve every Python tool — its
-/// instantiation alone makes it costly — into timeouts).
+/// better but would let a busy machine starve into timeouts every costly
+/// tool, and a Python tool's instantiation alone is near [`INLINE_LIMIT`]).
 const COSTLY_NICE: i32 = 10;
 
 /// How far below the server's priority demoted tools' threads run (to
