@@ -743,8 +743,8 @@ impl McpDoor {
         }
         let (tool, version) = resolve(host, caller, &request.name, scope.meta)?;
         let end_user = scope.end_user()?;
-        let no_arguments = JsonObject::new();
-        let arguments = request.arguments.as_ref().unwrap_or(&no_arguments);
+        let arguments = arguments_of(request);
+        let arguments = arguments.as_ref();
         let pairs: Vec<(&str, &Value)> = arguments.iter().map(|(k, v)| (k.as_str(), v)).collect();
         let input = match invocation::input_record(&version.signature, &pairs) {
             Ok(input) => input,
@@ -834,9 +834,7 @@ impl McpDoor {
                 ),
                 _ => invalid("the requestState is not one this server gave this key"),
             })?;
-        let no_arguments = JsonObject::new();
-        let arguments = request.arguments.as_ref().unwrap_or(&no_arguments);
-        let fingerprint = call_fingerprint(caller, &request.name, &scope.end_user()?, arguments);
+        let fingerprint = call_fingerprint(caller, &request.name, &scope.end_user()?, &arguments_of(request));
         if state.tenant != caller.tenant || state.tool != request.name || state.call != fingerprint {
             return Err(invalid("the requestState belongs to another call: retry with the call's own arguments"));
         }
@@ -1181,6 +1179,11 @@ fn url_elicitation_error(id: &str, url: &str, message: &str) -> ErrorData {
         message.to_string(),
         Some(json!({ "elicitations": [{ "mode": "url", "elicitationId": id, "url": url, "message": message }] })),
     )
+}
+
+/// A call's arguments, borrowed (none sent: an empty object).
+fn arguments_of(request: &CallToolRequestParams) -> std::borrow::Cow<'_, JsonObject> {
+    request.arguments.as_ref().map_or_else(Default::default, std::borrow::Cow::Borrowed)
 }
 
 /// What makes a call the same call: its tenant, key, tool, end user and

@@ -26,17 +26,10 @@ pub struct CompiledModule {
     index: Arc<CompiledFunctionsTable>,
     /// Sorted list, by function index, of names we have for this module.
     func_names: Vec<FunctionName>,
-    /// PLINTH PATCH: [`CompiledModule::func_ref_ranges`]' table, made once.
-    func_ref_ranges: OnceLock<Box<[FuncRefRanges]>>,
-}
-
-/// PLINTH PATCH: where a defined function's `VMFuncRef` points, as ranges of the
-/// text section: its array-call trampoline (empty when the function does not
-/// escape, and so has none) and its body.
-#[derive(Clone, Copy, Default)]
-struct FuncRefRanges {
-    array_call: (u32, u32),
-    wasm_call: (u32, u32),
+    /// PLINTH PATCH: [`CompiledModule::func_ref_ranges`]' table, made once:
+    /// per defined function, its array-call trampoline (empty when the
+    /// function does not escape, and so has none) and its body.
+    func_ref_locs: OnceLock<Box<[(FunctionLoc, FunctionLoc)]>>,
 }
 
 impl CompiledModule {
@@ -70,7 +63,7 @@ impl CompiledModule {
             meta: info.meta,
             index,
             func_names: info.func_names,
-            func_ref_ranges: OnceLock::new(),
+            func_ref_locs: OnceLock::new(),
         };
         ret.register_profiling(profiler)?;
 
@@ -138,10 +131,7 @@ impl CompiledModule {
     /// points to.
     #[inline]
     pub fn function_range(&self, key: FuncKey) -> Range<usize> {
-        let loc = self.func_loc(key);
-        let start = usize::try_from(loc.start).unwrap();
-        let end = usize::try_from(loc.start + loc.length).unwrap();
-        start..end
+        text_range(self.func_loc(key))
     }
 
     /// Get the Wasm-to-array trampoline for the given signature, as a
@@ -188,31 +178,28 @@ impl CompiledModule {
     /// module finds them all once, at the first one asked for, and each
     /// instantiation after that reads them by index.
     pub fn func_ref_ranges(&self, def: DefinedFuncIndex) -> (Range<usize>, Range<usize>) {
-        let table = self.func_ref_ranges.get_or_init(|| {
-            let range = |key| match self.index.func_loc(key) {
-                Some(loc) => (loc.start, loc.length),
-                None => (0, 0),
+        let table = self.func_ref_locs.get_or_init(|| {
+            let none = FunctionLoc {
+                start: 0,
+                length: 0,
             };
+            let loc = |key| self.index.func_loc(key).copied().unwrap_or(none);
             self.module
                 .defined_func_indices()
-                .map(|i| FuncRefRanges {
-                    array_call: range(FuncKey::ArrayToWasmTrampoline(self.module_index(), i)),
-                    wasm_call: range(FuncKey::DefinedWasmFunction(self.module_index(), i)),
+                .map(|i| {
+                    (
+                        loc(FuncKey::ArrayToWasmTrampoline(self.module_index(), i)),
+                        loc(FuncKey::DefinedWasmFunction(self.module_index(), i)),
+                    )
                 })
                 .collect()
         });
-        let FuncRefRanges {
-            array_call,
-            wasm_call,
-        } = table[def.as_u32() as usize];
+        let (array_call, wasm_call) = &table[def.as_u32() as usize];
         assert!(
-            array_call.1 > 0,
+            !array_call.is_empty(),
             "a function without an array-call trampoline has no funcref"
         );
-        let range = |(start, length): (u32, u32)| {
-            usize::try_from(start).unwrap()..usize::try_from(start + length).unwrap()
-        };
-        (range(array_call), range(wasm_call))
+        (text_range(array_call), text_range(wasm_call))
     }
 
     /// Gets the function location information for a given function index.
@@ -319,4 +306,12 @@ impl<'a> SymbolizeContext<'a> {
     pub fn code_section_offset(&self) -> u64 {
         self.code_section_offset
     }
+}
+
+/// The range of the text section at `loc` (PLINTH PATCH: was inline in
+/// `function_range`, now shared with `func_ref_ranges`).
+fn text_range(loc: &FunctionLoc) -> Range<usize> {
+    let start = usize::try_from(loc.start).unwrap();
+    let end = usize::try_from(loc.start + loc.length).unwrap();
+    start..end
 }
