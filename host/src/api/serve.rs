@@ -38,7 +38,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -221,6 +221,7 @@ impl Connection {
         });
         let connection = self.http.serve_connection(io, service);
         tokio::pin!(connection);
+        let in_place = InPlace::new();
         let (header, idle) = (self.limits.header_read_timeout, self.limits.idle_timeout);
         let mut check =
             tokio::time::interval((header.min(idle) / 4).clamp(Duration::from_millis(50), Duration::from_secs(1)));
@@ -228,7 +229,7 @@ impl Connection {
         let mut closing = false;
         loop {
             tokio::select! {
-                result = connection.as_mut() => {
+                result = std::future::poll_fn(|cx| in_place.poll(connection.as_mut(), cx)) => {
                     if let Err(e) = result {
                         tracing::debug!(%peer, error = %e, "connection ended");
                     }
@@ -255,6 +256,81 @@ impl Connection {
                 }
             }
         }
+    }
+}
+
+/// Polls a connection so that a wake it gives itself while being polled
+/// is answered by polling it again there and then.
+///
+/// hyper wakes the connection's task from inside its own poll on every
+/// request with a body: the handler reading the body wakes the reader of
+/// the connection, which is the same task. Left to tokio, a task woken
+/// while it runs is put back behind the others and an idle worker is woken
+/// to look for work that is not there: at one connection, two more context
+/// switches per request and ~25 µs of CPU (bench/ANALYSIS.md). Here such a
+/// wake is noted and the connection polled once more at once instead. A
+/// wake from anywhere else (the socket, a tool thread with a call's
+/// answer) reaches the task as before, and a connection that keeps waking
+/// itself (hyper yields after many requests in a row, tokio's budget runs
+/// out) yields like any task after [`IN_PLACE_POLLS`].
+struct InPlace {
+    state: Arc<InPlaceState>,
+    waker: std::task::Waker,
+}
+
+/// Polls of a connection in a row, at most, before it yields.
+const IN_PLACE_POLLS: usize = 2;
+
+struct InPlaceState {
+    /// The connection is being polled.
+    polling: AtomicBool,
+    /// It was woken while being polled.
+    woken: AtomicBool,
+    /// The task that polls it.
+    task: atomic_waker::AtomicWaker,
+}
+
+impl std::task::Wake for InPlaceState {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.polling.load(Ordering::SeqCst) {
+            self.woken.store(true, Ordering::SeqCst);
+            // Still being polled: the poller sees the note when it ends.
+            if self.polling.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+        self.task.wake();
+    }
+}
+
+impl InPlace {
+    fn new() -> InPlace {
+        let state = Arc::new(InPlaceState {
+            polling: AtomicBool::new(false),
+            woken: AtomicBool::new(false),
+            task: atomic_waker::AtomicWaker::new(),
+        });
+        InPlace { waker: state.clone().into(), state }
+    }
+
+    fn poll<F: Future>(&self, mut connection: Pin<&mut F>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let state = &self.state;
+        state.task.register(cx.waker());
+        let mut inner = Context::from_waker(&self.waker);
+        for _ in 0..IN_PLACE_POLLS {
+            state.polling.store(true, Ordering::SeqCst);
+            let polled = connection.as_mut().poll(&mut inner);
+            state.polling.store(false, Ordering::SeqCst);
+            if polled.is_ready() || !state.woken.swap(false, Ordering::SeqCst) {
+                return polled;
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 }
 
@@ -441,5 +517,87 @@ mod tests {
         // ...until the next one's first byte.
         activity.read();
         assert_eq!(activity.overdue(Duration::ZERO, long), Some(Overdue::Head));
+    }
+
+    /// Counts the wakes of the task that polls.
+    #[derive(Default)]
+    struct Wakes(AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A connection that wakes itself at each poll while `selfish` says so,
+    /// hands its waker out, and is done when `done` says so.
+    struct Pretend {
+        polls: usize,
+        selfish: fn(usize) -> bool,
+        done: fn(usize) -> bool,
+        waker: Arc<Mutex<Option<std::task::Waker>>>,
+    }
+
+    impl Future for Pretend {
+        type Output = usize;
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<usize> {
+            self.polls += 1;
+            *self.waker.lock().unwrap() = Some(cx.waker().clone());
+            if (self.done)(self.polls) {
+                return Poll::Ready(self.polls);
+            }
+            if (self.selfish)(self.polls) {
+                cx.waker().wake_by_ref();
+            }
+            Poll::Pending
+        }
+    }
+
+    fn pretend(selfish: fn(usize) -> bool, done: fn(usize) -> bool) -> Pretend {
+        Pretend { polls: 0, selfish, done, waker: Default::default() }
+    }
+
+    /// A connection polled in place, and the waker of the task that polls it.
+    fn polled_by_a_task() -> (InPlace, Arc<Wakes>, std::task::Waker) {
+        let task = Arc::new(Wakes::default());
+        (InPlace::new(), task.clone(), task.into())
+    }
+
+    #[test]
+    fn a_connection_that_wakes_itself_while_polled_is_polled_again_there_not_rescheduled() {
+        let (in_place, task, waker) = polled_by_a_task();
+        let mut cx = Context::from_waker(&waker);
+        // Woken while polled (hyper reading a request's body): polled again
+        // at once, and done there; the task is never woken.
+        let mut connection = std::pin::pin!(pretend(|polls| polls == 1, |polls| polls == 2));
+        assert_eq!(in_place.poll(connection.as_mut(), &mut cx), Poll::Ready(2));
+        assert_eq!(task.0.load(Ordering::SeqCst), 0);
+        // Woken while polled, and then nothing to do: one more poll, and it waits.
+        let mut connection = std::pin::pin!(pretend(|polls| polls == 1, |_| false));
+        assert!(in_place.poll(connection.as_mut(), &mut cx).is_pending());
+        assert_eq!((connection.polls, task.0.load(Ordering::SeqCst)), (2, 0));
+    }
+
+    #[test]
+    fn a_connection_that_keeps_waking_itself_yields_like_any_task() {
+        let (in_place, task, waker) = polled_by_a_task();
+        let mut cx = Context::from_waker(&waker);
+        let mut connection = std::pin::pin!(pretend(|_| true, |_| false));
+        assert!(in_place.poll(connection.as_mut(), &mut cx).is_pending());
+        assert_eq!(connection.polls, IN_PLACE_POLLS);
+        assert_eq!(task.0.load(Ordering::SeqCst), 1, "its task is woken, to be polled in its turn");
+    }
+
+    #[test]
+    fn a_wake_from_elsewhere_reaches_the_task() {
+        let (in_place, task, waker) = polled_by_a_task();
+        let mut cx = Context::from_waker(&waker);
+        let mut connection = std::pin::pin!(pretend(|_| false, |_| false));
+        assert!(in_place.poll(connection.as_mut(), &mut cx).is_pending());
+        let handed_out = connection.waker.lock().unwrap().clone().unwrap();
+        // The socket, or a tool thread with a call's answer, after the poll.
+        std::thread::spawn(move || handed_out.wake()).join().unwrap();
+        assert_eq!(task.0.load(Ordering::SeqCst), 1);
     }
 }
