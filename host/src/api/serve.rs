@@ -267,7 +267,7 @@ impl Connection {
 /// the connection, which is the same task. Left to tokio, a task woken
 /// while it runs is put back behind the others and an idle worker is woken
 /// to look for work that is not there: at one connection, two more context
-/// switches per request and ~25 µs of CPU (bench/ANALYSIS.md). Here such a
+/// switches per request and ~20 µs of CPU (bench/ANALYSIS.md). Here such a
 /// wake is noted and the connection polled once more at once instead. A
 /// wake from anywhere else (the socket, a tool thread with a call's
 /// answer) reaches the task as before, and a connection that keeps waking
