@@ -1390,7 +1390,7 @@ impl ToolHost {
                 return outcome;
             }
         }
-        pool.handle().spawn(task).await.map_err(|_| InvokeError::Internal("the invocation was interrupted".into()))?
+        executors.run(pool, task).await.map_err(|_| InvokeError::Internal("the invocation was interrupted".into()))?
     }
 
     /// Evaluates the confirmation policy on the call's input; a call that

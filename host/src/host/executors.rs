@@ -17,8 +17,11 @@
 //! do not.
 //!
 //! Three pools. A cheap tool's call that pauses moves to the first, at the
-//! server's own CPU priority. A costly tool's calls run on the second from
-//! their start, 10 steps of nice below the server ([`COSTLY_NICE`]): a tool that legitimately
+//! server's own CPU priority; if it goes on computing there for more than
+//! [`COSTLY_AFTER`] (a tool with no history yet that spins, a cheap tool's
+//! rare long call), the rest of it moves to the second. A costly tool's
+//! calls run on the second from their start, 10 steps of nice below the
+//! server ([`COSTLY_NICE`]): a tool that legitimately
 //! computes for milliseconds, called at full concurrency, must not take
 //! the CPU from the threads that serve HTTP and the cheap calls (bench arm
 //! 6: `/health`'s p99 beside it went from 8.4–8.9 ms to 4.6 ms, echo's
@@ -232,6 +235,29 @@ impl Executors {
         Ok(Some(Turn(held)))
     }
 
+    /// Runs `call` on `pool` and waits for its outcome. A call on the
+    /// normal pool that computes there for longer than [`COSTLY_AFTER`]
+    /// moves to the costly pool for the rest: a tool with no history yet
+    /// (a first call that spins to its deadline) or a cheap tool's rare
+    /// long call holds a thread at the server's priority for a few
+    /// milliseconds, not for its whole deadline. `Err`: the pool was shut
+    /// down under the call.
+    pub async fn run<F>(&self, pool: Pool<'_>, call: F) -> Result<F::Output, tokio::task::JoinError>
+    where
+        F: Future + Unpin + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match pool {
+            Pool::Normal(handle) => {
+                match handle.spawn(UntilCostly { call: Some(call), computed: Duration::ZERO }).await? {
+                    Ran::Done(outcome) => Ok(outcome),
+                    Ran::Costly(rest) => self.costly.spawn(rest).await,
+                }
+            }
+            other => other.handle().spawn(call).await,
+        }
+    }
+
     /// Stops the pools without waiting for their threads (dropping a
     /// runtime from async code would panic).
     pub fn shutdown(self) {
@@ -287,6 +313,45 @@ impl Pool<'_> {
     }
 }
 
+/// How long a call may compute on the normal tool threads before the rest
+/// of it moves to the costly ones ([`Executors::run`]): two and a half
+/// epoch ticks, far above any cheap call, and a hundredth of the default
+/// deadline.
+const COSTLY_AFTER: Duration = Duration::from_millis(5);
+
+/// A call on the normal pool, polled until it ends or has computed (been
+/// inside `poll`) for [`COSTLY_AFTER`]; waits for a backend do not count.
+struct UntilCostly<F> {
+    call: Option<F>,
+    computed: Duration,
+}
+
+/// How a call on the normal pool left it.
+enum Ran<F: Future> {
+    Done(F::Output),
+    /// Still running, and costly: the rest of it, to go on elsewhere.
+    Costly(F),
+}
+
+impl<F: Future + Unpin> Future for UntilCostly<F> {
+    type Output = Ran<F>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Ran<F>> {
+        use std::task::Poll;
+        let call = self.call.as_mut().expect("a spawned task is not polled after it ends");
+        let started = Instant::now();
+        let polled = std::pin::Pin::new(call).poll(cx);
+        self.computed += started.elapsed();
+        match polled {
+            Poll::Ready(outcome) => Poll::Ready(Ran::Done(outcome)),
+            // The call's own wake (a tick's yield, a backend's answer) may
+            // reach this finished task: the pool it moves to polls it anew.
+            Poll::Pending if self.computed >= COSTLY_AFTER => Poll::Ready(Ran::Costly(self.call.take().expect("held"))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
 /// How far below the server's priority costly tools' threads run: a
 /// nice-10 thread weighs 110 against a nice-0 one's 1024, so a tool that legitimately computes for
 /// milliseconds at full concurrency leaves the HTTP threads most of the
@@ -318,6 +383,70 @@ fn lower_priority(steps: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A call that computes for `each` whenever it is polled, `polls`
+    /// times (waking itself in between, as an epoch tick's yield does),
+    /// or waits `each` on a timer instead; it ends with the names of the
+    /// threads that polled it.
+    struct Call {
+        polls: usize,
+        each: Duration,
+        computes: bool,
+        timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+        threads: Vec<String>,
+    }
+
+    impl Future for Call {
+        type Output = Vec<String>;
+
+        fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Vec<String>> {
+            use std::task::Poll;
+            if let Some(timer) = self.timer.as_mut() {
+                if timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.timer = None;
+            }
+            self.threads.push(std::thread::current().name().unwrap_or_default().to_string());
+            if self.threads.len() == self.polls {
+                return Poll::Ready(std::mem::take(&mut self.threads));
+            }
+            if self.computes {
+                let until = Instant::now() + self.each;
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+                cx.waker().wake_by_ref();
+            } else {
+                self.timer = Some(Box::pin(tokio::time::sleep(self.each)));
+                cx.waker().wake_by_ref();
+            }
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn a_call_that_computes_long_on_the_normal_threads_moves_to_the_costly_ones_and_one_that_waits_does_not() {
+        let executors = Executors::new(1).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let run = |computes: bool| {
+            let call = Call { polls: 20, each: Duration::from_millis(1), computes, timer: None, threads: Vec::new() };
+            runtime.block_on(executors.run(executors.for_tool(Uuid::new_v4()), call)).unwrap()
+        };
+        // 20 polls of 1 ms: on the normal threads until it has computed
+        // 5 ms, on the costly ones after.
+        let computing = run(true);
+        let moved = computing.iter().position(|thread| thread == "plinth-tool-costly").expect("moved");
+        assert!(computing[..moved].iter().all(|thread| thread == "plinth-tool"), "{computing:?}");
+        assert!(computing[moved..].iter().all(|thread| thread == "plinth-tool-costly"), "{computing:?}");
+        let limit = COSTLY_AFTER.as_millis() as usize;
+        // Each poll computes at least 1 ms; a preempted one counts longer.
+        assert!(moved <= limit, "moved after {moved} polls of 1 ms: {computing:?}");
+        // 20 waits of 1 ms, which cost next to nothing: it stays.
+        let waiting = run(false);
+        assert!(waiting.iter().all(|thread| thread == "plinth-tool"), "{waiting:?}");
+        executors.shutdown();
+    }
 
     #[test]
     fn a_tool_whose_calls_run_long_lately_starts_them_off_the_http_threads() {
