@@ -1277,6 +1277,13 @@ impl ToolHost {
         version: Option<u32>,
     ) -> Result<(Arc<Tool>, Arc<ToolVersion>), InvokeError> {
         let tool = self.tool(tenant, tool_id).ok_or_else(|| InvokeError::UnknownTool(tool_id.to_string()))?;
+        Self::version_of(tool, version)
+    }
+
+    /// `tool`'s current version, or version `version` unless retired: what
+    /// [`Self::resolve`] does once it has found the tool (a door that found
+    /// it by name calls this).
+    pub fn version_of(tool: Arc<Tool>, version: Option<u32>) -> Result<(Arc<Tool>, Arc<ToolVersion>), InvokeError> {
         let version = match version {
             None => tool
                 .current()

@@ -259,7 +259,7 @@ pub(super) async fn per_method(
         .into_response();
     };
     // A call the direct lane takes is a `tools/call`, read in full once.
-    let plain_call = direct::plain_call(&parts, &door.options.mcp, &bytes);
+    let plain_call = door.lane.plain_call(&parts, &bytes);
     let access = match &plain_call {
         Some(_) => access_of("tools/call"),
         None => rpc_method(&bytes).map_or(Access::Enumerate, |m| access_of(&m)),
@@ -273,7 +273,7 @@ pub(super) async fn per_method(
     }
     if let Some(call) = plain_call {
         tracing::debug!(tool = %call.params.name, "tools/call served by the direct lane");
-        let scope = CallScope::direct(host.clone(), caller.clone(), &call.params, &parts);
+        let scope = CallScope::direct(host.clone(), caller.clone(), &call, &parts);
         let answer = door.call(&call.params, &scope).await;
         return direct::answer(call.id, answer);
     }
@@ -306,6 +306,7 @@ pub struct McpDoor {
     options: Arc<ApiOptions>,
     codec: Arc<rmcp::model::RequestStateCodec>,
     listeners: Arc<Listeners>,
+    lane: Arc<direct::Lane>,
 }
 
 /// The open `subscriptions/listen` streams, counted server-wide, by tenant
@@ -378,6 +379,7 @@ impl McpDoor {
             // 32 bytes: the minimum `try_new` checks for.
             codec: Arc::new(rmcp::model::RequestStateCodec::new_unchecked(options.mcp.state_key.to_vec())),
             listeners: Arc::new(Listeners::default()),
+            lane: Arc::new(direct::Lane::new(&options.mcp)),
             options,
         }
     }
@@ -422,24 +424,15 @@ impl<'a> CallScope<'a> {
 
     /// A call the direct lane took: a 2026-07-28 request, whose `_meta`
     /// carries the client's capabilities, served in the request's task.
-    fn direct(
-        host: AppState,
-        caller: Caller,
-        request: &'a CallToolRequestParams,
-        parts: &'a http::request::Parts,
-    ) -> Self {
-        let meta = request.meta.as_ref();
+    fn direct(host: AppState, caller: Caller, call: &'a direct::PlainCall, parts: &'a http::request::Parts) -> Self {
         CallScope {
             host,
             caller,
-            meta: meta.map(|m| &m.0.0),
+            meta: call.params.meta.as_ref().map(|m| &m.0.0),
             parts: Some(parts),
             span: tracing::Span::current(),
             stateless: true,
-            can_open_urls: meta
-                .and_then(|m| m.client_capabilities())
-                .and_then(|c| c.elicitation)
-                .is_some_and(|e| e.url.is_some()),
+            can_open_urls: call.can_open_urls,
         }
     }
 
@@ -704,7 +697,7 @@ fn resolve(
             ));
         }
     };
-    let (tool, version) = host.resolve(&caller.tenant, &tool.id.to_string(), pinned).map_err(|e| {
+    let (tool, version) = crate::host::ToolHost::version_of(tool, pinned).map_err(|e| {
         let error = ApiError::from(e);
         let code = if error.status().is_server_error() { ErrorCode::INTERNAL_ERROR } else { ErrorCode::INVALID_PARAMS };
         let plinth_code = if error.code() == "not_found" { "unknown_version" } else { error.code() };

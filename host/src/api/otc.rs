@@ -148,7 +148,7 @@ fn resolve(host: &AppState, tenant: &str, tool_id: &str) -> Result<(Arc<Tool>, A
             ));
         }
     };
-    let (tool, version) = host.resolve(tenant, &tool.id.to_string(), version).map_err(|e| match e {
+    let (tool, version) = crate::host::ToolHost::version_of(tool, version).map_err(|e| match e {
         InvokeError::Retired(message) => ApiError::bad_request("version_retired", message),
         InvokeError::UnknownVersion { version, .. } => {
             ApiError::bad_request("unknown_version", format!("`{}` has no version {version}.0.0", tool_ref.name))

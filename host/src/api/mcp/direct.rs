@@ -18,7 +18,7 @@
 
 use super::McpOptions;
 use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use rmcp::ErrorData;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ErrorCode, InputResponses, JsonObject, ProtocolVersion, RequestId,
@@ -29,10 +29,25 @@ use rmcp::model::{
 /// `_meta` and need no session.
 const REVISION: &str = "2026-07-28";
 
-/// A `tools/call` the lane takes: its id and its parameters.
+/// The revision's headers, by name (looked up without parsing the name).
+const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
+
+/// A `tools/call` the lane takes: its id, its parameters, and whether the
+/// client declared URL elicitation (in `_meta`, read once here).
 pub(super) struct PlainCall {
     pub id: RequestId,
     pub params: CallToolRequestParams,
+    pub can_open_urls: bool,
+}
+
+/// The lane of one door: what it checks requests against, parsed once.
+pub(super) struct Lane {
+    /// The allowed `Host` values: a host (lowercase), and a port unless
+    /// any is allowed. Bracketed (IPv6) entries are left out: the lane
+    /// leaves such hosts to rmcp.
+    hosts: Vec<(String, Option<u16>)>,
 }
 
 /// The JSON-RPC envelope, with nothing else in it.
@@ -74,37 +89,69 @@ impl From<Params> for CallToolRequestParams {
     }
 }
 
-/// The call, when the request is one rmcp would pass on to the handler
-/// unchanged; `None` leaves the request to rmcp.
-pub(super) fn plain_call(parts: &http::request::Parts, options: &McpOptions, body: &[u8]) -> Option<PlainCall> {
-    let headers = &parts.headers;
-    if parts.method != http::Method::POST
-        || headers.contains_key(header::ORIGIN)
-        || !host_allowed(headers, &options.allowed_hosts)
-        || !accepts_json_and_sse(headers)
-        || !is_json(headers)
-        || only(headers, "mcp-protocol-version") != Some(REVISION)
-        || only(headers, "mcp-method") != Some("tools/call")
-        || headers.keys().any(|name| name.as_str().starts_with("mcp-param-"))
-    {
-        return None;
+impl Lane {
+    /// The lane of a door set up with `options`.
+    pub fn new(options: &McpOptions) -> Lane {
+        let hosts = options
+            .allowed_hosts
+            .iter()
+            .filter_map(|entry| entry.parse::<http::uri::Authority>().ok())
+            .filter(|entry| !entry.host().starts_with('['))
+            .map(|entry| (entry.host().to_ascii_lowercase(), entry.port_u16()))
+            .collect();
+        Lane { hosts }
     }
-    let envelope: Envelope = serde_json::from_slice(body).ok()?;
-    if envelope.jsonrpc != "2.0" || envelope.method != "tools/call" {
-        return None;
+
+    /// The call, when the request is one rmcp would pass on to the handler
+    /// unchanged; `None` leaves the request to rmcp.
+    pub fn plain_call(&self, parts: &http::request::Parts, body: &[u8]) -> Option<PlainCall> {
+        let headers = &parts.headers;
+        if parts.method != http::Method::POST
+            || headers.contains_key(header::ORIGIN)
+            || !self.host_allowed(headers)
+            || !accepts_json_and_sse(headers)
+            || !is_json(headers)
+            || only(headers, &MCP_PROTOCOL_VERSION) != Some(REVISION)
+            || only(headers, &MCP_METHOD) != Some("tools/call")
+            || headers.keys().any(|name| name.as_str().starts_with("mcp-param-"))
+        {
+            return None;
+        }
+        let envelope: Envelope = serde_json::from_slice(body).ok()?;
+        if envelope.jsonrpc != "2.0" || envelope.method != "tools/call" {
+            return None;
+        }
+        let params = CallToolRequestParams::from(envelope.params);
+        let meta = params.meta.as_ref()?;
+        // The revision's two required keys, as rmcp's `missing_required_keys`
+        // reads them (the capabilities decoded once, for the call too).
+        let capabilities = meta.client_capabilities()?;
+        if meta.protocol_version() != Some(ProtocolVersion::V_2026_07_28)
+            // A plain name, sent as is (rmcp also decodes a Base64 form).
+            || only(headers, &MCP_NAME) != Some(params.name.as_ref())
+            || params.name.starts_with("=?")
+        {
+            return None;
+        }
+        let can_open_urls = capabilities.elicitation.is_some_and(|e| e.url.is_some());
+        Some(PlainCall { id: envelope.id, params, can_open_urls })
     }
-    let params = CallToolRequestParams::from(envelope.params);
-    let meta = params.meta.as_ref()?;
-    let revision = ProtocolVersion::V_2026_07_28;
-    if meta.protocol_version().as_ref() != Some(&revision)
-        || !meta.missing_required_keys(&revision).is_empty()
-        // A plain name, sent as is (rmcp also decodes a Base64 form).
-        || only(headers, "mcp-name") != Some(params.name.as_ref())
-        || params.name.starts_with("=?")
-    {
-        return None;
+
+    /// The Host is one the door allows, by the rule rmcp applies: the same
+    /// host (case aside), and the same port unless the allowed entry names
+    /// none. Bracketed (IPv6) hosts are left to rmcp.
+    fn host_allowed(&self, headers: &HeaderMap) -> bool {
+        let Some(authority) = only(headers, &header::HOST).and_then(|h| h.parse::<http::uri::Authority>().ok()) else {
+            return false;
+        };
+        let host = authority.host();
+        if host.starts_with('[') {
+            return false;
+        }
+        self.hosts.iter().any(|(allowed, port)| {
+            allowed.eq_ignore_ascii_case(host) && port.is_none_or(|p| authority.port_u16() == Some(p))
+        })
     }
-    Some(PlainCall { id: envelope.id, params })
 }
 
 /// The handler's answer as rmcp writes it for a stateless request: a JSON
@@ -138,35 +185,16 @@ fn status_of(code: ErrorCode) -> StatusCode {
 }
 
 /// The one value of a header, if it has exactly one, readable.
-fn only<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+fn only<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
     let mut values = headers.get_all(name).iter();
     let value = values.next()?;
     values.next().is_none().then(|| value.to_str().ok()).flatten()
 }
 
-/// The Host is one the door allows, by the rule rmcp applies: the same
-/// host (case aside), and the same port unless the allowed entry names
-/// none. Bracketed (IPv6) hosts are left to rmcp.
-fn host_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
-    let Some(authority) = only(headers, "host").and_then(|h| h.parse::<http::uri::Authority>().ok()) else {
-        return false;
-    };
-    let host = authority.host();
-    if host.starts_with('[') {
-        return false;
-    }
-    allowed.iter().any(|entry| match entry.parse::<http::uri::Authority>() {
-        Ok(entry) if !entry.host().starts_with('[') => {
-            entry.host().eq_ignore_ascii_case(host) && entry.port_u16().is_none_or(|p| authority.port_u16() == Some(p))
-        }
-        _ => false,
-    })
-}
-
 /// `Accept` lists both types the transport needs, plainly: a list with
 /// weights (which may exclude a type) is left to rmcp.
 fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
-    let Some(accept) = only(headers, "accept") else { return false };
+    let Some(accept) = only(headers, &header::ACCEPT) else { return false };
     if accept.contains(';') {
         return false;
     }
@@ -176,7 +204,7 @@ fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
 
 /// `Content-Type` is JSON.
 fn is_json(headers: &HeaderMap) -> bool {
-    only(headers, "content-type").is_some_and(|value| {
+    only(headers, &header::CONTENT_TYPE).is_some_and(|value| {
         let essence = value.split(';').next().unwrap_or_default().trim();
         essence.eq_ignore_ascii_case("application/json")
     })
@@ -209,17 +237,22 @@ mod tests {
     }
 
     fn takes(parts: &http::request::Parts, body: &str) -> bool {
-        plain_call(parts, &McpOptions::default(), body.as_bytes()).is_some()
+        Lane::new(&McpOptions::default()).plain_call(parts, body.as_bytes()).is_some()
     }
 
     #[test]
     fn the_plain_stateless_call_is_taken_with_its_id_and_params() {
-        let call = plain_call(&parts(&[], &[]), &McpOptions::default(), BODY.as_bytes()).unwrap();
+        let call = Lane::new(&McpOptions::default()).plain_call(&parts(&[], &[]), BODY.as_bytes()).unwrap();
         assert_eq!(call.id, RequestId::Number(7));
+        assert!(!call.can_open_urls);
         assert_eq!(call.params.name, "echo");
         assert_eq!(call.params.arguments.unwrap()["text"], "hi");
         // The host's case and an allowed name at any port.
         assert!(takes(&parts(&[("host", "LOCALHOST:9")], &["host"]), BODY));
+        // A client that can open URLs says so in `_meta`.
+        let with_urls = BODY.replace("clientCapabilities\":{}", "clientCapabilities\":{\"elicitation\":{\"url\":{}}}");
+        let call = Lane::new(&McpOptions::default()).plain_call(&parts(&[], &[]), with_urls.as_bytes()).unwrap();
+        assert!(call.can_open_urls);
     }
 
     #[test]
@@ -257,6 +290,7 @@ mod tests {
             BODY.replace("\"name\":\"echo\",", "\"name\":\"echo\",\"name\":\"other\","),
             BODY.replace("2026-07-28\",\"io", "2025-11-25\",\"io"),
             BODY.replace(",\"io.modelcontextprotocol/clientCapabilities\":{}", ""),
+            BODY.replace("\"io.modelcontextprotocol/clientCapabilities\":{}", "\"io.modelcontextprotocol/clientCapabilities\":5"),
             BODY.replace(",\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}", ""),
             "not json".to_string(),
         ];
