@@ -26,15 +26,15 @@ pub(crate) fn echo_body(text: &str) -> String {
     json!({"name": "echo", "input_parameters": [{"name": "text", "value": text}]}).to_string()
 }
 
-/// The headers of an MCP 2026-07-28 `tools/call` of echo, besides the key and
-/// `Content-Type`: the revision wants the method and the tool's name in
-/// headers too (rmcp refuses a request without them, HTTP 400).
 /// Rounds of the arms whose round-by-round ratios spread widest on a
 /// shared machine: arm 1 (a door's ratio to A2T ranged 0.74–1.22 within one
 /// run) and arm 5 (its first round, before the offenders rest long, is the
-/// worst in every run). Other arms take three.
+/// worst in every run). Arms 10 and 11 also take five; the others three.
 const WIDE_ROUNDS: usize = 5;
 
+/// The headers of an MCP 2026-07-28 `tools/call` of echo, besides the key and
+/// `Content-Type`: the revision wants the method and the tool's name in
+/// headers too (rmcp refuses a request without them, HTTP 400).
 const MCP_ECHO_HEADERS: &[(&str, &str)] = &[
     ("Accept", "application/json, text/event-stream"),
     ("MCP-Protocol-Version", "2026-07-28"),
@@ -1085,7 +1085,8 @@ pub async fn against_baseline(opts: &Opts, baseline: &Path, report: &mut Report)
         let (server, data, url) = warm_echo_server(opts, binary, plugins, &[]).await?;
         started.push((server, data, Target { url, body: body.clone(), headers: &[] }));
     }
-    let (rounds, round_duration) = if opts.smoke { (1, Duration::from_secs(1)) } else { (5, Duration::from_secs(5)) };
+    let (rounds, round_duration) =
+        if opts.smoke { (1, Duration::from_secs(1)) } else { (WIDE_ROUNDS, Duration::from_secs(5)) };
     let (mut this, mut base) = (Rounds::default(), Rounds::default());
     for round in 0..rounds {
         tokio::task::block_in_place(|| -> anyhow::Result<()> {
@@ -1407,7 +1408,7 @@ pub async fn console_cost(opts: &Opts, report: &mut Report) -> anyhow::Result<()
     }
     // Five rounds: a round's p99 ratio ranges 0.85–1.28 on this shared
     // machine, and the target is 1.10.
-    let rounds = if opts.smoke { 1 } else { 5 };
+    let rounds = if opts.smoke { 1 } else { WIDE_ROUNDS };
     let (mut uncounted, mut counted, mut tailed) = (Vec::new(), Vec::new(), Vec::new());
     let mut tail_events = 0;
     // The counted load runs between the other two, which swap places each

@@ -17,7 +17,7 @@
 //! do not.
 //!
 //! Three pools. A cheap tool's call that pauses moves to the first, at the
-//! server's own CPU priority; if it goes on computing there for more than
+//! server's own CPU priority; once it has computed there for
 //! [`COSTLY_AFTER`] (a tool with no history yet that spins, a cheap tool's
 //! rare long call), the rest of it moves to the second. A costly tool's
 //! calls run on the second from their start, 10 steps of nice below the
@@ -45,7 +45,9 @@
 //! milliseconds on a busy machine). So the places a call takes are counted
 //! without a lock (`places`), and these threads take the instance pool's
 //! slots from shards of their own (`wasmtime::mark_pooling_background_thread`,
-//! vendor/wasmtime/PLINTH.md).
+//! vendor/wasmtime/PLINTH.md). One exception, rare and short: a call that
+//! moved on from the normal threads gives its slot back, from a costly
+//! thread, to the shard it was taken from, one the HTTP threads use.
 //!
 //! A demoted tool's calls also take turns ([`Executors::turn`]): one at a
 //! time, and after a call that offends again the tool rests three times as
@@ -236,12 +238,14 @@ impl Executors {
     }
 
     /// Runs `call` on `pool` and waits for its outcome. A call on the
-    /// normal pool that computes there for longer than [`COSTLY_AFTER`]
-    /// moves to the costly pool for the rest: a tool with no history yet
-    /// (a first call that spins to its deadline) or a cheap tool's rare
+    /// normal pool that has computed there for [`COSTLY_AFTER`] moves to the
+    /// costly pool for the rest, at its next pause: a tool with no history
+    /// yet (a first call that spins to its deadline) or a cheap tool's rare
     /// long call holds a thread at the server's priority for a few
-    /// milliseconds, not for its whole deadline. `Err`: the pool was shut
-    /// down under the call.
+    /// milliseconds, not for its whole deadline. The pool's task hands the
+    /// call on itself, so a call whose caller is gone still runs to its end
+    /// and is counted. `Err`: the call panicked, or its pool was shut down
+    /// under it.
     pub async fn run<F>(&self, pool: Pool<'_>, call: F) -> Result<F::Output, tokio::task::JoinError>
     where
         F: Future + Unpin + Send + 'static,
@@ -249,10 +253,15 @@ impl Executors {
     {
         match pool {
             Pool::Normal(handle) => {
-                match handle.spawn(UntilCostly { call: Some(call), computed: Duration::ZERO }).await? {
-                    Ran::Done(outcome) => Ok(outcome),
-                    Ran::Costly(rest) => self.costly.spawn(rest).await,
-                }
+                let costly = self.costly.handle().clone();
+                let until_costly = UntilCostly { call: Some(call), computed: Duration::ZERO };
+                let ran = handle.spawn(async move {
+                    match until_costly.await {
+                        Ran::Done(outcome) => Ok(outcome),
+                        Ran::Costly(rest) => costly.spawn(rest).await,
+                    }
+                });
+                ran.await.and_then(|moved| moved)
             }
             other => other.handle().spawn(call).await,
         }
@@ -315,8 +324,9 @@ impl Pool<'_> {
 
 /// How long a call may compute on the normal tool threads before the rest
 /// of it moves to the costly ones ([`Executors::run`]): two and a half
-/// epoch ticks, far above any cheap call, and a hundredth of the default
-/// deadline.
+/// epoch ticks, far above any cheap call, and a thousandth of the default
+/// deadline (5 s). Measured as time inside `poll`, so time the thread was
+/// preempted there counts too; the move happens at the next pause.
 const COSTLY_AFTER: Duration = Duration::from_millis(5);
 
 /// A call on the normal pool, polled until it ends or has computed (been
@@ -384,16 +394,22 @@ fn lower_priority(steps: i32) {
 mod tests {
     use super::*;
 
-    /// A call that computes for `each` whenever it is polled, `polls`
-    /// times (waking itself in between, as an epoch tick's yield does),
-    /// or waits `each` on a timer instead; it ends with the names of the
-    /// threads that polled it.
+    /// A call polled `polls` times: each poll computes for `computes`,
+    /// then waits `waits` on a timer, or (without a wait) wakes itself, as
+    /// an epoch tick's yield does. It ends with the names of the threads
+    /// that polled it.
     struct Call {
         polls: usize,
-        each: Duration,
-        computes: bool,
+        computes: Duration,
+        waits: Option<Duration>,
         timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
         threads: Vec<String>,
+    }
+
+    impl Call {
+        fn new(computes: Duration, waits: Option<Duration>) -> Call {
+            Call { polls: 20, computes, waits, timer: None, threads: Vec::new() }
+        }
     }
 
     impl Future for Call {
@@ -411,40 +427,64 @@ mod tests {
             if self.threads.len() == self.polls {
                 return Poll::Ready(std::mem::take(&mut self.threads));
             }
-            if self.computes {
-                let until = Instant::now() + self.each;
-                while Instant::now() < until {
-                    std::hint::spin_loop();
+            let until = Instant::now() + self.computes;
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            match self.waits {
+                // Pending on the timer, with this task's waker registered.
+                Some(wait) => {
+                    let mut timer = Box::pin(tokio::time::sleep(wait));
+                    if timer.as_mut().poll(cx).is_ready() {
+                        cx.waker().wake_by_ref();
+                    }
+                    self.timer = Some(timer);
                 }
-                cx.waker().wake_by_ref();
-            } else {
-                self.timer = Some(Box::pin(tokio::time::sleep(self.each)));
-                cx.waker().wake_by_ref();
+                None => cx.waker().wake_by_ref(),
             }
             Poll::Pending
         }
     }
 
+    const MS: Duration = Duration::from_millis(1);
+
     #[test]
     fn a_call_that_computes_long_on_the_normal_threads_moves_to_the_costly_ones_and_one_that_waits_does_not() {
         let executors = Executors::new(1).unwrap();
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let run = |computes: bool| {
-            let call = Call { polls: 20, each: Duration::from_millis(1), computes, timer: None, threads: Vec::new() };
-            runtime.block_on(executors.run(executors.for_tool(Uuid::new_v4()), call)).unwrap()
+        let run = |call: Call| {
+            let ran = executors.run(executors.for_tool(Uuid::new_v4()), call);
+            runtime.block_on(async { tokio::time::timeout(Duration::from_secs(10), ran).await }).expect("ends").unwrap()
         };
-        // 20 polls of 1 ms: on the normal threads until it has computed
-        // 5 ms, on the costly ones after.
-        let computing = run(true);
-        let moved = computing.iter().position(|thread| thread == "plinth-tool-costly").expect("moved");
-        assert!(computing[..moved].iter().all(|thread| thread == "plinth-tool"), "{computing:?}");
-        assert!(computing[moved..].iter().all(|thread| thread == "plinth-tool-costly"), "{computing:?}");
-        let limit = COSTLY_AFTER.as_millis() as usize;
-        // Each poll computes at least 1 ms; a preempted one counts longer.
-        assert!(moved <= limit, "moved after {moved} polls of 1 ms: {computing:?}");
+        // 20 polls computing 1 ms each: on the normal threads until it has
+        // computed 5 ms, on the costly ones after; the same when it waits
+        // on a timer between (it moves while pending on it).
+        for waits in [None, Some(MS)] {
+            let threads = run(Call::new(MS, waits));
+            let moved = threads.iter().position(|thread| thread == "plinth-tool-costly").expect("moved");
+            assert!(threads[..moved].iter().all(|thread| thread == "plinth-tool"), "{threads:?}");
+            assert!(threads[moved..].iter().all(|thread| thread == "plinth-tool-costly"), "{threads:?}");
+            let limit = COSTLY_AFTER.as_millis() as usize;
+            // Each poll computes at least 1 ms; a preempted one counts longer.
+            assert!(moved <= limit, "moved after {moved} polls of 1 ms: {threads:?}");
+        }
         // 20 waits of 1 ms, which cost next to nothing: it stays.
-        let waiting = run(false);
+        let waiting = run(Call::new(Duration::ZERO, Some(MS)));
         assert!(waiting.iter().all(|thread| thread == "plinth-tool"), "{waiting:?}");
+        executors.shutdown();
+    }
+
+    #[test]
+    fn a_call_whose_caller_is_gone_still_runs_to_its_end_when_it_moves() {
+        let executors = Executors::new(1).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (ended, end) = std::sync::mpsc::channel();
+        let call = Box::pin(async move { ended.send(Call::new(MS, None).await).unwrap() });
+        // The caller gives up after 2 ms, before the call has moved.
+        let ran = executors.run(executors.for_tool(Uuid::new_v4()), call);
+        assert!(runtime.block_on(async { tokio::time::timeout(2 * MS, ran).await }).is_err());
+        let threads = end.recv_timeout(Duration::from_secs(10)).expect("the call ran to its end");
+        assert_eq!(threads.last().map(String::as_str), Some("plinth-tool-costly"), "{threads:?}");
         executors.shutdown();
     }
 

@@ -256,6 +256,27 @@ mod tests {
     }
 
     #[test]
+    fn allowed_hosts_are_matched_by_name_whatever_its_case_and_by_port_when_one_is_named() {
+        let options = McpOptions {
+            allowed_hosts: vec!["Tools.Example:8443".into(), "other.example".into()],
+            ..McpOptions::default()
+        };
+        let lane = Lane::new(&options);
+        for (host, taken) in [
+            ("tools.example:8443", true),
+            ("TOOLS.EXAMPLE:8443", true),
+            ("tools.example:9", false),
+            ("tools.example", false),
+            ("other.example", true),
+            ("other.example:9", true),
+            ("127.0.0.1:8080", false),
+        ] {
+            let parts = parts(&[("host", host)], &["host"]);
+            assert_eq!(lane.plain_call(&parts, BODY.as_bytes()).is_some(), taken, "{host}");
+        }
+    }
+
+    #[test]
     fn anything_unusual_is_left_to_rmcp() {
         for without in ["host", "accept", "content-type", "mcp-protocol-version", "mcp-method", "mcp-name"] {
             assert!(!takes(&parts(&[], &[without]), BODY), "without {without}");
@@ -291,6 +312,7 @@ mod tests {
             BODY.replace("2026-07-28\",\"io", "2025-11-25\",\"io"),
             BODY.replace(",\"io.modelcontextprotocol/clientCapabilities\":{}", ""),
             BODY.replace("\"io.modelcontextprotocol/clientCapabilities\":{}", "\"io.modelcontextprotocol/clientCapabilities\":5"),
+            BODY.replace("\"2026-07-28\",\"io", "20260728,\"io"),
             BODY.replace(",\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}", ""),
             "not json".to_string(),
         ];
