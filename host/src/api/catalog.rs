@@ -30,7 +30,7 @@ use super::{ApiError, ApiOptions, AppState, Caller, openapi};
 use crate::host::ConsoleEntry;
 use crate::host::{
     CATALOG_SESSION_TTL, Call, CatalogOrder, CatalogQuery, ConfirmationNeed, DesignerSession, FrontDoor, InvokeError,
-    MAX_SEARCH_CHARS, State as TxState, as_words,
+    MAX_SEARCH_CHARS, State as TxState, ToolHost, as_words,
 };
 use crate::idempotency::Claim;
 use crate::invocation::{self, ToolResult};
@@ -1261,17 +1261,12 @@ fn try_page(
 const END_USER_FIELD: &str = "end_user";
 
 /// The live version a form names (the current one by default).
-fn live_version(
-    host: &AppState,
-    session: &DesignerSession,
-    tool: &Tool,
-    n: Option<&str>,
-) -> Result<(Arc<Tool>, Arc<ToolVersion>), Unavailable> {
+fn live_version(tool: &Arc<Tool>, n: Option<&str>) -> Result<(Arc<Tool>, Arc<ToolVersion>), Unavailable> {
     let number = match n {
         Some(n) => Some(n.parse::<u32>().map_err(|_| Unavailable::Version(tool.name.clone()))?),
         None => None,
     };
-    host.resolve(&session.tenant, &tool.id.to_string(), number).map_err(|e| Unavailable::Refused(ApiError::from(e)))
+    ToolHost::version_of(tool.clone(), number).map_err(|e| Unavailable::Refused(ApiError::from(e)))
 }
 
 /// `GET catalog/tools/{id}/try[?version=N]`: the form.
@@ -1284,7 +1279,7 @@ fn live_version(
     ))]
 pub(super) async fn try_form(about: AboutTool) -> Response {
     let AboutTool { host, options, session, tool, query } = about;
-    let (tool, version) = match live_version(&host, &session, &tool, field(&query, "version")) {
+    let (tool, version) = match live_version(&tool, field(&query, "version")) {
         Ok(found) => found,
         Err(why) => return why.page(&options, &session),
     };
@@ -1336,7 +1331,7 @@ fn typed(param: &InputParam, text: &str) -> Value {
 pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
     let AboutTool { host, options, session, tool, .. } = about;
     let form = form(&body);
-    let (tool, version) = match live_version(&host, &session, &tool, field(&form, "version")) {
+    let (tool, version) = match live_version(&tool, field(&form, "version")) {
         Ok(found) => found,
         Err(why) => return why.page(&options, &session),
     };

@@ -26,7 +26,7 @@ mod direct;
 
 use super::auth::{self, Access, Scope};
 use super::{ApiError, ApiOptions, AppState, Caller};
-use crate::host::{Call, ConfirmationNeed, FrontDoor, InvokeError, PendingConfirmation, State as TxState};
+use crate::host::{Call, ConfirmationNeed, FrontDoor, InvokeError, PendingConfirmation, State as TxState, ToolHost};
 use crate::invocation::{self, InputError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::schema;
@@ -697,7 +697,7 @@ fn resolve(
             ));
         }
     };
-    let (tool, version) = crate::host::ToolHost::version_of(tool, pinned).map_err(|e| {
+    let (tool, version) = ToolHost::version_of(tool, pinned).map_err(|e| {
         let error = ApiError::from(e);
         let code = if error.status().is_server_error() { ErrorCode::INTERNAL_ERROR } else { ErrorCode::INVALID_PARAMS };
         let plinth_code = if error.code() == "not_found" { "unknown_version" } else { error.code() };

@@ -12,7 +12,7 @@
 //! sends and accepts, is written down in `docs/otc.md`.
 
 use super::{ApiError, ApiOptions, AppState, Caller, openapi};
-use crate::host::{Call, FrontDoor, InvokeError};
+use crate::host::{Call, FrontDoor, InvokeError, ToolHost};
 use crate::idempotency::Claim;
 use crate::invocation::{self, InputError, OutputError, ToolError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
@@ -148,7 +148,7 @@ fn resolve(host: &AppState, tenant: &str, tool_id: &str) -> Result<(Arc<Tool>, A
             ));
         }
     };
-    let (tool, version) = crate::host::ToolHost::version_of(tool, version).map_err(|e| match e {
+    let (tool, version) = ToolHost::version_of(tool, version).map_err(|e| match e {
         InvokeError::Retired(message) => ApiError::bad_request("version_retired", message),
         InvokeError::UnknownVersion { version, .. } => {
             ApiError::bad_request("unknown_version", format!("`{}` has no version {version}.0.0", tool_ref.name))
