@@ -1682,14 +1682,18 @@ impl ToolHost {
         } else {
             tracing::Span::none()
         };
-        let result = self.runtime.run(&component, run.export, run.input, setup).instrument(span.clone()).await;
+        // Timed on the CPU: where the tool's next calls start depends on it.
+        let mut on_cpu = executors::OnCpu::new(Box::pin(
+            self.runtime.run(&component, run.export, run.input, setup).instrument(span.clone()),
+        ));
+        let result = (&mut on_cpu).await;
         if let Err(e) = &result {
             span.record("error.type", e.code());
             span.record("otel.status_code", "ERROR");
         }
         let elapsed = started.elapsed();
         if let Some(executors) = &self.executor {
-            executors.ran(tool.id, &tool.name, &result, elapsed);
+            executors.ran(tool.id, &tool.name, &result, elapsed, on_cpu.spent());
         }
         self.metrics.ran(&tool.tenant, &tool.name, version.number, elapsed);
         let elapsed_us = elapsed.as_micros() as u64;

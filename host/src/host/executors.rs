@@ -8,13 +8,22 @@
 //! of tool threads of its own, so no tool holds a thread serving HTTP for
 //! longer than a tick and a half millisecond.
 //!
-//! A tool whose recent calls ran longer than [`INLINE_LIMIT`] (an average
-//! that follows the last few calls: one that computes for a millisecond, a
-//! large component whose instantiation alone takes that long, one that
-//! waits on its backend) starts on the tool threads instead: on a 2-core
-//! machine, two such calls held inline up to their first tick would hold
-//! every thread serving HTTP. Its first call runs inline; the ones after it
-//! do not.
+//! A tool whose recent calls computed longer than [`INLINE_LIMIT`] (an
+//! average that follows the last few calls: one that computes for a
+//! millisecond, a large component whose instantiation alone takes that
+//! long) starts on the tool threads instead: on a 2-core machine, two such
+//! calls held inline up to their first tick would hold every thread serving
+//! HTTP. Its first calls run inline (of a tool that computes a millisecond
+//! or more, only the first). What counts
+//! is the time the call spent on a CPU ([`OnCpu`]), not the time it took:
+//! a cheap call whose thread the kernel preempted for milliseconds on a
+//! busy machine is still cheap (counted by the clock, it made its tool
+//! look costly, whose next calls then queued behind the truly costly ones
+//! at their low priority, took longer still, and kept it there: echo's p99
+//! beside a busy tool, bench arm 6, went from 6.8–10× its calm value to
+//! 3.1–3.9× when this changed). A call that waits on its backend costs
+//! less CPU than it takes time; it moves to the tool threads at its first
+//! wait.
 //!
 //! Three pools. A cheap tool's call that pauses moves to the first, at the
 //! server's own CPU priority; once it has computed there for
@@ -69,10 +78,10 @@ use tokio::runtime::{Builder, Handle, Runtime};
 /// How long a tool that misbehaved runs at low priority.
 pub const DEMOTION: Duration = Duration::from_secs(30);
 
-/// A tool whose recent calls ran longer than this on average starts its
-/// calls on the tool threads, not on the thread that received them: far
-/// above an echo's microseconds, far below the 2 ms tick a call may hold
-/// its thread for.
+/// A tool whose recent calls computed (were on a CPU) longer than this on
+/// average starts its calls on the tool threads, not on the thread that
+/// received them: far above an echo's microseconds, far below the 2 ms
+/// tick a call may hold its thread for.
 const INLINE_LIMIT: Duration = Duration::from_micros(250);
 
 /// After a demoted tool's call offends again, how many times that call's
@@ -105,8 +114,10 @@ pub(super) struct Executors {
     low: Runtime,
     /// Demoted tools.
     demoted: dashmap::DashMap<Uuid, Demotion>,
-    /// Each tool's recent run time per call, in microseconds: an average
-    /// weighting the last call a quarter.
+    /// Each tool's recent CPU time per call, in microseconds: an average
+    /// weighting the last call a quarter, from zero (a tool's first call,
+    /// whose instance is made cold, does not decide alone; one computing a
+    /// millisecond does).
     recent: dashmap::DashMap<Uuid, u64>,
 }
 
@@ -153,21 +164,22 @@ impl Executors {
         Pool::Normal(self.normal.handle())
     }
 
-    /// Looks at how a call of `tool`, which ran for `ran_for`, ended: a
-    /// second offence within [`DEMOTION`] demotes the tool, one while it is
-    /// demoted makes it rest.
+    /// Looks at how a call of `tool` ended, which ran for `ran_for` and was
+    /// on a CPU for `computed` of it ([`OnCpu`]): a second offence within
+    /// [`DEMOTION`] demotes the tool, one while it is demoted makes it rest.
     pub fn ran(
         &self,
         tool: Uuid,
         name: &str,
         outcome: &Result<wasmtime::component::Val, CallError>,
         ran_for: Duration,
+        computed: Duration,
     ) {
-        let micros = u64::try_from(ran_for.as_micros()).unwrap_or(u64::MAX);
+        let micros = u64::try_from(computed.as_micros()).unwrap_or(u64::MAX);
         self.recent
             .entry(tool)
             .and_modify(|recent| *recent = (*recent / 4).saturating_mul(3).saturating_add(micros / 4))
-            .or_insert(micros);
+            .or_insert(micros / 4);
         let offence = match outcome {
             Err(CallError::Timeout { computing: true, .. }) => "ran into its deadline while computing",
             Err(CallError::ResourceExhausted) => "ran out of memory",
@@ -362,6 +374,48 @@ impl<F: Future + Unpin> Future for UntilCostly<F> {
     }
 }
 
+/// A future and the CPU time its polls have taken so far: the time its
+/// threads were on a CPU while polling it, wherever it was polled, not the
+/// time they were preempted or it waited between polls.
+pub(super) struct OnCpu<F> {
+    inner: F,
+    spent: Duration,
+}
+
+impl<F> OnCpu<F> {
+    pub fn new(inner: F) -> Self {
+        OnCpu { inner, spent: Duration::ZERO }
+    }
+
+    /// CPU time taken so far.
+    pub fn spent(&self) -> Duration {
+        self.spent
+    }
+}
+
+impl<F: Future + Unpin> Future for OnCpu<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+        let before = thread_cpu_time();
+        let polled = std::pin::Pin::new(&mut self.inner).poll(cx);
+        self.spent += thread_cpu_time().saturating_sub(before);
+        polled
+    }
+}
+
+/// The calling thread's CPU time (user and system). A system call (about
+/// half a microsecond in a VM): two per poll, so ~1 µs per cheap call.
+fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: writes the calling thread's CPU clock into `now`, which it
+    // owns; this clock exists on every Unix this builds for.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(u64::try_from(now.tv_sec).unwrap_or(0), u32::try_from(now.tv_nsec).unwrap_or(0))
+}
+
 /// How far below the server's priority costly tools' threads run: a
 /// nice-10 thread weighs 110 against a nice-0 one's 1024, so a tool that legitimately computes for
 /// milliseconds at full concurrency leaves the HTTP threads most of the
@@ -494,10 +548,14 @@ mod tests {
         let tool = Uuid::new_v4();
         let ok = Ok(wasmtime::component::Val::Bool(true));
         assert!(executors.for_tool(tool).starts_inline(), "an unknown tool starts inline");
-        executors.ran(tool, "echo", &ok, Duration::from_micros(5));
+        executors.ran(tool, "echo", &ok, Duration::from_micros(5), Duration::from_micros(5));
         assert!(executors.for_tool(tool).starts_inline(), "a cheap call");
+        // A call that took 5 ms but computed only 50 µs of it (its thread
+        // preempted, or waiting on its backend) is cheap.
+        executors.ran(tool, "echo", &ok, 5 * MS, Duration::from_micros(50));
+        assert!(executors.for_tool(tool).starts_inline(), "a cheap call that took long");
         // One call computing 1.5 ms is enough to move the next ones.
-        executors.ran(tool, "compute", &ok, Duration::from_micros(1500));
+        executors.ran(tool, "compute", &ok, Duration::from_micros(1500), Duration::from_micros(1500));
         assert!(matches!(executors.for_tool(tool), Pool::Costly(_)));
         assert!(!executors.for_tool(tool).starts_inline());
         // What a pool's thread answers when asked `what`.
@@ -517,7 +575,7 @@ mod tests {
         assert_eq!(ask(executors.for_tool(Uuid::new_v4()), nice), nice());
         // A few cheap calls bring it back.
         for _ in 0..10 {
-            executors.ran(tool, "compute", &ok, Duration::from_micros(5));
+            executors.ran(tool, "compute", &ok, Duration::from_micros(5), Duration::from_micros(5));
         }
         assert!(executors.for_tool(tool).starts_inline(), "cheap again");
         executors.shutdown();

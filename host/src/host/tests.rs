@@ -292,10 +292,24 @@ fn a_tool_that_spins_to_its_deadline_or_bombs_its_memory_runs_at_low_priority() 
 
     let deadline = Duration::from_millis(200);
     let offend = || {
-        executors.ran(spinner, "spin_forever", &Err(CallError::Timeout { deadline, computing: true }), deadline);
-        executors.ran(bomb, "memory_bomb", &Err(CallError::ResourceExhausted), deadline);
-        executors.ran(flaky, "panic_at_once", &Err(CallError::Trapped("a panic".into())), deadline);
-        executors.ran(waiting, "slow_backend", &Err(CallError::Timeout { deadline, computing: false }), deadline);
+        executors.ran(
+            spinner,
+            "spin_forever",
+            &Err(CallError::Timeout { deadline, computing: true }),
+            deadline,
+            deadline,
+        );
+        executors.ran(bomb, "memory_bomb", &Err(CallError::ResourceExhausted), deadline, deadline);
+        executors.ran(flaky, "panic_at_once", &Err(CallError::Trapped("a panic".into())), deadline, deadline);
+        // Waited out its deadline on a backend, computing 100 µs of it.
+        let computed = Duration::from_micros(100);
+        executors.ran(
+            waiting,
+            "slow_backend",
+            &Err(CallError::Timeout { deadline, computing: false }),
+            deadline,
+            computed,
+        );
     };
     offend();
     // A costly tool's threads: 10 steps of nice below the server's.
@@ -310,12 +324,81 @@ fn a_tool_that_spins_to_its_deadline_or_bombs_its_memory_runs_at_low_priority() 
         assert_eq!((inline, name.as_str(), nice), (false, "plinth-tool-low", 19));
     }
     assert_eq!(runs_on(other), normal);
-    // Only a tool that burned CPU or memory is demoted; one whose calls ran
-    // long lately starts them on the costly tools' threads, not inline.
-    for kept in [flaky, waiting] {
-        assert_eq!(runs_on(kept), costly, "only a tool that burned CPU or memory is demoted");
-    }
+    // Only a tool that burned CPU or memory is demoted; one whose calls
+    // computed long lately starts them on the costly tools' threads, not
+    // inline; one whose calls waited long is not costly.
+    assert_eq!(runs_on(flaky), costly, "only a tool that burned CPU or memory is demoted");
+    assert_eq!(runs_on(waiting), normal, "a tool that waits is neither demoted nor costly");
     executors.shutdown();
+}
+
+/// Where a tool's next calls start depends on the CPU time its calls took,
+/// not on how long they took (real components): a cheap call whose thread
+/// the kernel preempted for milliseconds leaves its tool cheap — counted by
+/// the clock, one such call made a cheap tool costly on a busy machine —
+/// and a tool that computes 1.5 ms a call starts its calls on the costly
+/// tools' threads.
+#[test]
+fn a_tool_is_costly_for_the_cpu_its_calls_take_not_for_how_long_they_take() {
+    // This thread and one that spins share one CPU: the kernel preempts
+    // each every few milliseconds, and calls made here with it.
+    let pin_to = |cpu: libc::c_int| {
+        // SAFETY: a CPU set on the stack, for the calling thread only.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(usize::try_from(cpu).unwrap(), &mut set);
+            assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0);
+        }
+    };
+    // SAFETY: no arguments; the CPU this thread runs on.
+    let cpu = unsafe { libc::sched_getcpu() };
+    pin_to(cpu);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinner = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            pin_to(cpu);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Pooled instances, as a server has them: an instance made afresh
+    // costs a debug build more CPU than a cheap call's whole budget.
+    let pooled = HostOptions { runtime: RuntimeConfig::default(), ..options(dir.path()) };
+    let host = Arc::new(ToolHost::open(pooled).unwrap());
+    let actor = Principal::server("test");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let fixture = |file: &str| {
+        let tools = crate::package::proptests::packed_tools();
+        tools.iter().find(|tool| tool.name.ends_with(file)).unwrap_or_else(|| panic!("no {file}")).bytes.clone()
+    };
+    let echo = host.deploy(&actor, DEFAULT_TENANT, &fixture("/echo.wasm"), None).unwrap().tool_id;
+    let executors = host.executor.as_ref().unwrap();
+    let mut longest = Duration::ZERO;
+    for i in 0..1500 {
+        let started = std::time::Instant::now();
+        let outcome = runtime.block_on(call(&host, &echo.to_string(), 1, "hello"));
+        assert!(matches!(outcome, Ok(ToolResult::Outputs(_))), "{outcome:?}");
+        longest = longest.max(started.elapsed());
+        assert!(
+            executors.for_tool(echo).starts_inline(),
+            "call {i}, which took {:?}, made echo costly",
+            started.elapsed()
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    spinner.join().unwrap();
+    assert!(longest >= Duration::from_millis(1), "no call was preempted (the longest took {longest:?})");
+
+    let compute = host.deploy(&actor, DEFAULT_TENANT, &fixture("/compute.wasm"), None).unwrap();
+    let (tool, version) = host.resolve(DEFAULT_TENANT, &compute.tool_id.to_string(), None).unwrap();
+    let micros = serde_json::json!(1500);
+    let input = invocation::input_record(&version.signature, &[("micros", &micros)]).unwrap();
+    let outcome = runtime.block_on(host.invoke(tool.clone(), version, Call::new(input, FrontDoor::A2t)));
+    assert!(matches!(outcome, Ok(ToolResult::Outputs(_))), "{outcome:?}");
+    assert!(!executors.for_tool(tool.id).starts_inline(), "a tool that computes 1.5 ms a call is costly");
 }
 
 /// A demoted tool's calls take turns: one at a time, and after a call that
@@ -331,7 +414,13 @@ fn a_demoted_tools_calls_take_turns_and_rest_after_each_new_offence() {
     let spun = |ran_for| Err(CallError::Timeout { deadline: ran_for, computing: true });
     // The second offence demotes, and imposes no rest.
     for _ in 0..2 {
-        executors.ran(spinner, "spin_forever", &spun(Duration::from_secs(3)), Duration::from_secs(3));
+        executors.ran(
+            spinner,
+            "spin_forever",
+            &spun(Duration::from_secs(3)),
+            Duration::from_secs(3),
+            Duration::from_secs(3),
+        );
     }
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
@@ -346,7 +435,13 @@ fn a_demoted_tools_calls_take_turns_and_rest_after_each_new_offence() {
         // It offends again after 100 ms: about 300 ms of rest.
         tokio::time::sleep(Duration::from_millis(100)).await;
         let offended = Instant::now();
-        executors.ran(spinner, "spin_forever", &spun(Duration::from_millis(100)), Duration::from_millis(100));
+        executors.ran(
+            spinner,
+            "spin_forever",
+            &spun(Duration::from_millis(100)),
+            Duration::from_millis(100),
+            Duration::from_millis(100),
+        );
         drop(first);
         assert!(executors.turn(spinner, Duration::from_millis(100)).await.is_err(), "within the rest");
         assert!(offended.elapsed() >= Duration::from_millis(100), "refused at its deadline, not at once");
@@ -358,7 +453,13 @@ fn a_demoted_tools_calls_take_turns_and_rest_after_each_new_offence() {
         // themselves are `executors::rest_after`'s unit test).
         tokio::time::sleep(Duration::from_millis(100)).await;
         let offended = Instant::now();
-        executors.ran(spinner, "spin_forever", &spun(Duration::from_millis(100)), Duration::from_millis(100));
+        executors.ran(
+            spinner,
+            "spin_forever",
+            &spun(Duration::from_millis(100)),
+            Duration::from_millis(100),
+            Duration::from_millis(100),
+        );
         drop(second);
         assert!(executors.turn(spinner, Duration::from_millis(400)).await.is_err(), "within the doubled rest");
         let third = executors.turn(spinner, Duration::from_secs(5)).await.unwrap();
