@@ -1132,7 +1132,7 @@ fn round_of_median_p99(loads: &mut Vec<Load>) -> Load {
 /// Arm 6: a busy neighbour — a tool that legally computes 1.5 ms per call,
 /// called by as many clients as wrk has connections — beside echo and
 /// `/health`. A call starts on the thread that received it; a tool whose
-/// calls run long lately starts on the tool threads instead, so that two
+/// calls computed long lately starts on the tool threads instead, so that two
 /// such calls cannot hold both HTTP threads of a 2-core machine. Calm and
 /// busy rounds alternate; the medians are compared.
 pub async fn busy_neighbour(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {

@@ -1637,6 +1637,7 @@ impl ToolHost {
         // `describe` runs before anyone has confirmed the call: it may read, not act.
         let outbound = if run.export == Export::Describe { outbound.read_only() } else { outbound };
         let denials = outbound.denials();
+        let sent_any = outbound.sent_any();
         let setup = CallSetup {
             deadline,
             max_memory_bytes: usize::try_from(memory_mib).unwrap_or(usize::MAX).saturating_mul(1 << 20),
@@ -1683,9 +1684,9 @@ impl ToolHost {
             tracing::Span::none()
         };
         // Timed on the CPU: where the tool's next calls start depends on it.
-        let mut on_cpu = executors::OnCpu::new(Box::pin(
-            self.runtime.run(&component, run.export, run.input, setup).instrument(span.clone()),
-        ));
+        let running =
+            std::pin::pin!(self.runtime.run(&component, run.export, run.input, setup).instrument(span.clone()));
+        let mut on_cpu = executors::OnCpu::new(running);
         let result = (&mut on_cpu).await;
         if let Err(e) = &result {
             span.record("error.type", e.code());
@@ -1693,7 +1694,11 @@ impl ToolHost {
         }
         let elapsed = started.elapsed();
         if let Some(executors) = &self.executor {
-            executors.ran(tool.id, &tool.name, &result, elapsed, on_cpu.spent());
+            // A call that sent requests counts its whole time: their work
+            // (connecting, TLS, reading) runs in tasks its CPU clock does
+            // not see, and such a tool's calls start where that work goes.
+            let computed = if sent_any.get() { elapsed.max(on_cpu.spent()) } else { on_cpu.spent() };
+            executors.ran(tool.id, &tool.name, &result, elapsed, computed);
         }
         self.metrics.ran(&tool.tenant, &tool.name, version.number, elapsed);
         let elapsed_us = elapsed.as_micros() as u64;

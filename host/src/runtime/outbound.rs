@@ -246,6 +246,19 @@ pub struct OutboundPolicy {
     trace: Option<CallerTrace>,
     /// Where each request is counted.
     counter: Option<crate::metrics::OutboundCounter>,
+    /// Set once a request has gone out.
+    sent_any: SentAny,
+}
+
+/// Whether an invocation sent a request: its connecting, TLS and reading
+/// run in tasks of their own, where the call's CPU clock cannot see them.
+#[derive(Debug, Clone, Default)]
+pub struct SentAny(Arc<std::sync::atomic::AtomicBool>);
+
+impl SentAny {
+    pub fn get(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl OutboundPolicy {
@@ -274,6 +287,7 @@ impl OutboundPolicy {
             read_only: false,
             trace: None,
             counter: None,
+            sent_any: SentAny::default(),
         }
     }
 
@@ -300,6 +314,11 @@ impl OutboundPolicy {
     /// Where this invocation's refusals are recorded.
     pub fn denials(&self) -> Denials {
         self.denials.clone()
+    }
+
+    /// Whether this invocation has sent a request, as it goes.
+    pub fn sent_any(&self) -> SentAny {
+        self.sent_any.clone()
     }
 
     /// Whether a request to `authority` over `scheme` is allowed.
@@ -404,6 +423,7 @@ impl WasiHttpHooks for OutboundPolicy {
             first_byte_timeout: options.first_byte_timeout.or(Some(FIRST_BYTE_TIMEOUT)),
             between_bytes_timeout: options.between_bytes_timeout.or(Some(BETWEEN_BYTES_TIMEOUT)),
         };
+        self.sent_any.0.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut request = request;
         let span = self.trace_request(&mut request, &entry);
         let (limits, denials, counter) = (self.limits.clone(), self.denials.clone(), self.counter.clone());
@@ -879,6 +899,22 @@ mod tests {
         let denials = policy.denials();
         assert_eq!(denials.summary().unwrap().0, 5);
         assert_eq!(denials.reason().as_deref(), Some("more than 3 outbound requests in one invocation"));
+    }
+
+    /// Where a tool's calls start counts a call that sent requests by its
+    /// whole time (`ToolHost::execute`): a refused one does no work.
+    #[tokio::test]
+    async fn only_a_request_that_goes_out_marks_the_call_as_having_sent_one() {
+        let mut policy = policy(&["api.example.com"], &[]);
+        let sent_any = policy.sent_any();
+        let request = |uri: &str| {
+            http::Request::get(uri).body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync()).unwrap()
+        };
+        drop(policy.send_request(request("http://undeclared.example/"), None, Box::new(async { Ok(()) })));
+        assert!(!sent_any.get(), "refused");
+        // Not awaited: it would look the name up.
+        drop(policy.send_request(request("http://api.example.com/"), None, Box::new(async { Ok(()) })));
+        assert!(sent_any.get(), "allowed, so on its way");
     }
 
     #[tokio::test]
