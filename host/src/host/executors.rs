@@ -15,17 +15,17 @@
 //! calls held inline up to their first tick would hold every thread serving
 //! HTTP. Its first calls run inline (of a tool that computes a
 //! millisecond or more, the first three: no single call decides, see
-//! [`Executors::ran`]). What counts
-//! is the time the call spent on a CPU ([`OnCpu`]), not the time it took:
-//! a cheap call whose thread the kernel preempted for milliseconds on a
-//! busy machine is still cheap (counted by the clock, it made its tool
-//! look costly, whose next calls then queued behind the truly costly ones
-//! at their low priority, took longer still, and kept it there: echo's p99
-//! beside a busy tool, bench arm 6, went from 6.8× and 8.4× its calm
-//! value to 3.1× and 3.5× in alternating runs when this changed). A call that sends requests to its backend
-//! counts its whole time, as before: their work (connecting, TLS, reading
-//! the answer) runs in tasks of their own, which its CPU clock does not
-//! see, on the runtime the call started on.
+//! [`Executors::ran`]). What counts is the time the call spent on a CPU
+//! ([`OnCpu`]), not the time it took: a cheap call whose thread the kernel
+//! preempted for milliseconds on a busy machine is still cheap (counted by
+//! the clock, it made its tool look costly, whose next calls then queued
+//! behind the truly costly ones at their low priority, took longer still,
+//! and kept it there: echo's p99 beside a busy tool, bench arm 6, went
+//! from 6.8× and 8.4× its calm value to 3.1× and 3.5× in alternating runs
+//! when this changed). A call that sends requests to its backend counts
+//! its whole time, as before: their work (connecting, TLS, reading the
+//! answer) runs in tasks of their own, which its CPU clock does not see,
+//! on the runtime the call started on.
 //!
 //! Three pools. A cheap tool's call that pauses moves to the first, at the
 //! server's own CPU priority; once it has computed there for

@@ -452,16 +452,14 @@ fn a_demoted_tools_calls_take_turns_and_rest_after_each_new_offence() {
     use std::time::Instant;
     let executors = executors::Executors::new(2).unwrap();
     let (spinner, other) = (Uuid::new_v4(), Uuid::new_v4());
-    let spun = |ran_for| Err(CallError::Timeout { deadline: ran_for, computing: true });
+    // A call of the spinner that computed for `ran_for` into its deadline.
+    let spun = |ran_for| {
+        let outcome = Err(CallError::Timeout { deadline: ran_for, computing: true });
+        executors.ran(spinner, "spin_forever", &outcome, ran_for, ran_for);
+    };
     // The second offence demotes, and imposes no rest.
     for _ in 0..2 {
-        executors.ran(
-            spinner,
-            "spin_forever",
-            &spun(Duration::from_secs(3)),
-            Duration::from_secs(3),
-            Duration::from_secs(3),
-        );
+        spun(Duration::from_secs(3));
     }
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
@@ -476,13 +474,7 @@ fn a_demoted_tools_calls_take_turns_and_rest_after_each_new_offence() {
         // It offends again after 100 ms: about 300 ms of rest.
         tokio::time::sleep(Duration::from_millis(100)).await;
         let offended = Instant::now();
-        executors.ran(
-            spinner,
-            "spin_forever",
-            &spun(Duration::from_millis(100)),
-            Duration::from_millis(100),
-            Duration::from_millis(100),
-        );
+        spun(Duration::from_millis(100));
         drop(first);
         assert!(executors.turn(spinner, Duration::from_millis(100)).await.is_err(), "within the rest");
         assert!(offended.elapsed() >= Duration::from_millis(100), "refused at its deadline, not at once");
@@ -494,13 +486,7 @@ fn a_demoted_tools_calls_take_turns_and_rest_after_each_new_offence() {
         // themselves are `executors::rest_after`'s unit test).
         tokio::time::sleep(Duration::from_millis(100)).await;
         let offended = Instant::now();
-        executors.ran(
-            spinner,
-            "spin_forever",
-            &spun(Duration::from_millis(100)),
-            Duration::from_millis(100),
-            Duration::from_millis(100),
-        );
+        spun(Duration::from_millis(100));
         drop(second);
         assert!(executors.turn(spinner, Duration::from_millis(400)).await.is_err(), "within the doubled rest");
         let third = executors.turn(spinner, Duration::from_secs(5)).await.unwrap();
