@@ -9,6 +9,7 @@ pub mod api;
 pub mod build;
 pub mod cheq;
 pub mod client_address;
+pub mod cpu_policy;
 pub mod host;
 pub mod idempotency;
 pub mod invocation;

@@ -936,7 +936,11 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
         }
     }
 
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // The threads serving HTTP: one per CPU, with short time slices (`cpu_policy`).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .on_thread_park(plinth::cpu_policy::settle_http_worker)
+        .enable_all()
+        .build()?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await

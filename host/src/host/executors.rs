@@ -32,11 +32,14 @@
 //! [`COSTLY_AFTER`] (a tool with no history yet that spins, a cheap tool's
 //! rare long call), the rest of it moves to the second. A costly tool's
 //! calls run on the second from their start, 10 steps of nice below the
-//! server ([`COSTLY_NICE`]): a tool that legitimately
-//! computes for milliseconds, called at full concurrency, must not take
-//! the CPU from the threads that serve HTTP and the cheap calls (bench arm
-//! 6: `/health`'s p99 beside it went from 8.4–8.9 ms to 4.6 ms, echo's
-//! throughput beside it from ~4,000 to ~8,900 requests/s). Apart, the rest
+//! server ([`COSTLY_NICE`]) and, where the process may undo it, at
+//! `SCHED_IDLE`, which a guard lifts when they are starved
+//! ([`CostlyThreads`]): a tool that legitimately computes for
+//! milliseconds, called at full concurrency, must not take the CPU from
+//! the threads that serve HTTP and the cheap calls (bench arm 6: echo's
+//! p99 beside it went from 3.0–3.5× its calm value at nice +10 alone to
+//! 1.17–1.52× over six runs, with the HTTP threads pinned one per CPU,
+//! `cpu_policy`). Apart, the rest
 //! of a cheap call that happened to pause (a tick landed in it) never
 //! waits behind costly calls, nor at their priority. A tool whose calls ran into
 //! their deadline while computing, or into their memory limit, twice
@@ -72,6 +75,7 @@
 //! turn within its deadline is refused as busy at its deadline.
 
 use super::Uuid;
+use crate::cpu_policy;
 use crate::runtime::CallError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -124,27 +128,41 @@ pub(super) struct Executors {
 
 impl Executors {
     /// `threads` for cheap tools' calls at normal priority, as many for
-    /// costly tools' at [`COSTLY_NICE`], and half as many (at least one)
-    /// for demoted tools' at [`DEMOTED_NICE`].
+    /// costly tools' at [`COSTLY_NICE`] (and `SCHED_IDLE` where it can be
+    /// undone, [`CostlyThreads`]), and half as many (at least one) for
+    /// demoted tools' at [`DEMOTED_NICE`].
     pub fn new(threads: usize) -> std::io::Result<Self> {
-        let pool = |name: &str, threads: usize, lowered_by: i32| {
+        let costly_threads = Arc::new(CostlyThreads::new());
+        let pool = |name: &str, threads: usize, lowered_by: i32, costly: bool| {
+            let (started, stopped) = (costly_threads.clone(), costly_threads.clone());
             Builder::new_multi_thread()
                 .worker_threads(threads.max(1))
                 .thread_name(name)
                 .on_thread_start(move || {
                     if lowered_by > 0 {
-                        lower_priority(lowered_by);
+                        cpu_policy::lower_priority(lowered_by);
                         // Shards of the instance pool's own, whose locks no
                         // HTTP thread waits on (vendor/wasmtime/PLINTH.md).
                         wasmtime::mark_pooling_background_thread();
+                    }
+                    if costly {
+                        started.joined();
+                    }
+                })
+                .on_thread_stop(move || {
+                    if costly {
+                        stopped.left();
                     }
                 })
                 .enable_all()
                 .build()
         };
-        let normal = pool("plinth-tool", threads, 0)?;
-        let costly = pool("plinth-tool-costly", threads, COSTLY_NICE)?;
-        let low = pool("plinth-tool-low", threads / 2, DEMOTED_NICE)?;
+        let normal = pool("plinth-tool", threads, 0, false)?;
+        let costly = pool("plinth-tool-costly", threads, COSTLY_NICE, true)?;
+        let low = pool("plinth-tool-low", threads / 2, DEMOTED_NICE, false)?;
+        if costly_threads.idle {
+            normal.spawn(costly_threads.guard());
+        }
         Ok(Executors { normal, costly, low, demoted: dashmap::DashMap::new(), recent: dashmap::DashMap::new() })
     }
 
@@ -428,32 +446,179 @@ fn thread_cpu_time() -> Option<Duration> {
 }
 
 /// How far below the server's priority costly tools' threads run: a
-/// nice-10 thread weighs 110 against a nice-0 one's 1024, so a tool that legitimately computes for
-/// milliseconds at full concurrency leaves the HTTP threads most of the
-/// CPU when they want it, and is never starved (`SCHED_IDLE` isolates
-/// better but would let a busy machine starve into timeouts every costly
-/// tool, and a Python tool's instantiation alone is near [`INLINE_LIMIT`]).
+/// nice-10 thread weighs 110 against a nice-0 one's 1024. Where this
+/// process may take them back from `SCHED_IDLE`, they run there too, and
+/// at nice +10 alone only while a guard lifts them ([`CostlyThreads`]).
 const COSTLY_NICE: i32 = 10;
+
+/// How often the guard of the costly tools' threads looks at them.
+const GUARD_EVERY: Duration = Duration::from_millis(10);
+
+/// The span of time over which the guard adds up what they ran and waited.
+const GUARD_WINDOW: u32 = 10;
+
+/// The CPU time the costly tools' threads get, at least, in each
+/// [`GUARD_WINDOW`] of [`GUARD_EVERY`]s (100 ms) while they want the CPU,
+/// however busy the server: a hundredth of one core, 6–7 calls a second
+/// of a tool computing 1.5 ms. More costs the HTTP threads' tail (bench
+/// arm 6, echo's p99 beside the tool ÷ calm: a floor of 1 ms 1.20× and
+/// 1.19×, 2 ms 1.35–1.59×, 5 ms 1.55–1.80×, 15 ms 1.92× and 1.97×; the
+/// tool got 1.8–2.0k, 2.4–2.7k, 4.1–4.3k and 10.1–10.2k calls done).
+const COSTLY_FLOOR: Duration = Duration::from_millis(1);
+
+/// The costly tools' threads, at `SCHED_IDLE` as well as [`COSTLY_NICE`]
+/// where this process may take them back (`cpu_policy::idle_policy_usable`):
+/// the kernel then runs them only on CPU time no thread at normal priority
+/// wants, and preempts them the moment one does. Nice +10 alone still let
+/// them take a tenth of each CPU they shared, and they were placed on CPUs
+/// by weight, which left them a CPU of their own (bench/ANALYSIS.md).
+///
+/// A `SCHED_IDLE` thread gets almost nothing (a weight of 3 against a
+/// normal thread's 1024) while normal threads keep every CPU busy: a busy
+/// server would starve every costly tool's calls into their deadlines. So
+/// a guard adds up, every [`GUARD_EVERY`], what they ran and waited to run
+/// over the last [`GUARD_WINDOW`] of those, and what the HTTP threads ran
+/// (`cpu_policy::http_workers`). When they wanted the CPU more than half
+/// of that time, they run at nice +10 alone: for as long as the HTTP
+/// threads ran less than half a core (other work keeps them off the CPU:
+/// other processes, the normal tool threads; `SCHED_IDLE` yields to all of
+/// it), or, while the HTTP threads are that busy, whenever they ran less
+/// than [`COSTLY_FLOOR`], until they have run twice that. However busy the
+/// server, they get a hundredth of one core, in bursts of a few
+/// milliseconds, and whatever CPU time the normal threads leave.
+#[derive(Default)]
+struct CostlyThreads {
+    /// Whether they run at `SCHED_IDLE` at all.
+    idle: bool,
+    state: std::sync::Mutex<CostlyState>,
+}
+
+#[derive(Default)]
+struct CostlyState {
+    /// The ids of the pool's threads that are running.
+    threads: Vec<i32>,
+    /// Whether they run at nice +10 alone, for now.
+    lifted: bool,
+}
+
+impl CostlyThreads {
+    fn new() -> Self {
+        CostlyThreads { idle: cpu_policy::idle_policy_usable(COSTLY_NICE), state: Default::default() }
+    }
+
+    /// A thread of the pool started (on that thread).
+    fn joined(&self) {
+        if !self.idle {
+            return;
+        }
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let thread = cpu_policy::this_thread();
+        cpu_policy::set_idle(thread, !state.lifted);
+        state.threads.push(thread);
+    }
+
+    /// A thread of the pool stops (on that thread, so that its id, which
+    /// the system may give to a new thread once it is gone, is forgotten
+    /// first).
+    fn left(&self) {
+        let thread = cpu_policy::this_thread();
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).threads.retain(|&t| t != thread);
+    }
+
+    /// Puts all of them at `SCHED_IDLE`, or takes them back to nice +10 alone.
+    fn lift(&self, lifted: bool) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.lifted = lifted;
+        for &thread in &state.threads {
+            cpu_policy::set_idle(thread, !lifted);
+        }
+    }
+
+    /// Looks at the threads every [`GUARD_EVERY`], for as long as the pool
+    /// it runs on.
+    async fn guard(self: Arc<Self>) {
+        let (mut costly_seen, mut http_seen) = (Default::default(), Default::default());
+        let mut window = std::collections::VecDeque::with_capacity(GUARD_WINDOW as usize);
+        let mut lifted = false;
+        let mut every = tokio::time::interval(GUARD_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let threads = self.state.lock().unwrap_or_else(|p| p.into_inner()).threads.clone();
+            // The pool's, summed over its threads: one thread may wait
+            // long on a CPU an HTTP thread keeps busy while the others
+            // run on the CPU time left, as they should.
+            let (ran, waited) = since_seen(&threads, &mut costly_seen);
+            let (http_ran, _) = since_seen(&cpu_policy::http_workers(), &mut http_seen);
+            if window.len() == GUARD_WINDOW as usize {
+                window.pop_front();
+            }
+            window.push_back(Spent { ran, waited, http_ran });
+            let spent = window.iter().fold(Spent::default(), |sum, tick| Spent {
+                ran: sum.ran + tick.ran,
+                waited: sum.waited + tick.waited,
+                http_ran: sum.http_ran + tick.http_ran,
+            });
+            if lifted != lift(lifted, &spent) {
+                lifted = !lifted;
+                tracing::debug!(lifted, ?spent, "the costly tools' threads change priority");
+                self.lift(lifted);
+            }
+        }
+    }
+}
+
+/// What the costly threads ran and waited to run, and what the HTTP
+/// threads ran, in all, over one tick of the guard or its window.
+#[derive(Debug, Default, Clone, Copy)]
+struct Spent {
+    ran: Duration,
+    waited: Duration,
+    http_ran: Duration,
+}
+
+/// What `threads` ran and waited to run, in all, since `seen` (which
+/// then holds what they had at this look; a thread seen first counts
+/// from the next).
+fn since_seen(
+    threads: &[i32],
+    seen: &mut std::collections::HashMap<i32, (Duration, Duration)>,
+) -> (Duration, Duration) {
+    let (mut ran, mut waited) = (Duration::ZERO, Duration::ZERO);
+    let mut now_seen = std::collections::HashMap::with_capacity(threads.len());
+    for &thread in threads {
+        let Some((ran_since_start, waited_since_start)) = cpu_policy::schedstat(thread) else { continue };
+        if let Some(&(ran_before, waited_before)) = seen.get(&thread) {
+            ran += ran_since_start.saturating_sub(ran_before);
+            waited += waited_since_start.saturating_sub(waited_before);
+        }
+        now_seen.insert(thread, (ran_since_start, waited_since_start));
+    }
+    *seen = now_seen;
+    (ran, waited)
+}
+
+/// Whether the costly threads should run at nice +10 alone (`lifted`:
+/// whether they do now), from what was `spent` over the guard's window.
+/// Only when they wanted the CPU for more than half of it. Then: while
+/// the HTTP threads ran less than half of it (half a core), it is other
+/// work that keeps them off the CPU (other processes, the normal tool
+/// threads), and they are lifted for as long as that lasts; while the
+/// HTTP threads are that busy, they get their floor. See [`CostlyThreads`].
+fn lift(lifted: bool, spent: &Spent) -> bool {
+    let window = GUARD_EVERY * GUARD_WINDOW;
+    if spent.waited <= window / 2 {
+        return false;
+    }
+    if spent.http_ran < window / 2 {
+        return true;
+    }
+    if lifted { spent.ran < COSTLY_FLOOR * 2 } else { spent.ran < COSTLY_FLOOR }
+}
 
 /// How far below the server's priority demoted tools' threads run (to
 /// nice 19, the lowest).
 const DEMOTED_NICE: i32 = 19;
-
-/// Lowers the calling thread's CPU priority by `steps` of nice below the
-/// one it was started with (the server's), to 19 at most: never above the
-/// server's, however the operator started it. Failing is harmless: the
-/// thread runs at the server's priority.
-fn lower_priority(steps: i32) {
-    #[cfg(target_os = "linux")]
-    // SAFETY: getpriority and setpriority of the calling thread's own id.
-    unsafe {
-        let thread = libc::gettid() as libc::id_t;
-        let own = libc::getpriority(libc::PRIO_PROCESS, thread);
-        if libc::setpriority(libc::PRIO_PROCESS, thread, own.saturating_add(steps).min(19)) != 0 {
-            tracing::debug!(steps, "could not lower a tool thread's priority");
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -586,15 +751,137 @@ mod tests {
         // On threads of its own, not those where cheap calls go on.
         assert_eq!(ask(executors.for_tool(tool), thread_name).as_deref(), Some("plinth-tool-costly"));
         assert_eq!(ask(executors.for_tool(Uuid::new_v4()), thread_name).as_deref(), Some("plinth-tool"));
-        // Below the server's priority, unlike the threads cheap calls move to.
+        // Below the server's priority, unlike the threads cheap calls move
+        // to (at `SCHED_IDLE` too, unless lifted: `CostlyThreads`' test).
+        // SAFETY: the calling thread's own policy.
+        let policy = || unsafe { libc::sched_getscheduler(0) };
         assert_eq!(ask(executors.for_tool(tool), nice), (nice() + COSTLY_NICE).min(19));
         assert_eq!(ask(executors.for_tool(Uuid::new_v4()), nice), nice());
+        assert_eq!(ask(executors.for_tool(Uuid::new_v4()), policy), libc::SCHED_OTHER);
         // A few cheap calls bring it back.
         for _ in 0..10 {
             executors.ran(tool, "compute", &ok, Duration::from_micros(5), Duration::from_micros(5));
         }
         assert!(executors.for_tool(tool).starts_inline(), "cheap again");
         executors.shutdown();
+    }
+
+    #[test]
+    fn costly_threads_start_at_idle_priority_unless_lifted_and_follow_the_lifts() {
+        let costly = Arc::new(CostlyThreads::new());
+        if !costly.idle {
+            println!(
+                "SKIPPED: this process may not take a thread back from SCHED_IDLE (needs CAP_SYS_NICE or RLIMIT_NICE)"
+            );
+            return;
+        }
+        // SAFETY: the calling thread's own policy.
+        let policy = || unsafe { libc::sched_getscheduler(0) };
+        // A thread of the pool that reports its policy when told, until told to stop.
+        let start = |costly: Arc<CostlyThreads>| {
+            let (ask, asked) = std::sync::mpsc::channel::<bool>();
+            let (tell, told) = std::sync::mpsc::channel();
+            let thread = std::thread::spawn(move || {
+                costly.joined();
+                while asked.recv() == Ok(true) {
+                    tell.send(policy()).unwrap();
+                }
+                costly.left();
+            });
+            (ask, told, thread)
+        };
+        let policy_of = |(ask, told, _): &(std::sync::mpsc::Sender<bool>, std::sync::mpsc::Receiver<i32>, _)| {
+            ask.send(true).unwrap();
+            told.recv().unwrap()
+        };
+        let first = start(costly.clone());
+        assert_eq!(policy_of(&first), libc::SCHED_IDLE);
+        costly.lift(true);
+        assert_eq!(policy_of(&first), libc::SCHED_OTHER);
+        // One that starts while they are lifted starts lifted.
+        let second = start(costly.clone());
+        assert_eq!(policy_of(&second), libc::SCHED_OTHER);
+        costly.lift(false);
+        assert_eq!((policy_of(&first), policy_of(&second)), (libc::SCHED_IDLE, libc::SCHED_IDLE));
+        // A thread that stops is forgotten.
+        assert_eq!(costly.state.lock().unwrap().threads.len(), 2);
+        let (ask, _, thread) = second;
+        ask.send(false).unwrap();
+        thread.join().unwrap();
+        assert_eq!(costly.state.lock().unwrap().threads.len(), 1);
+        drop(first);
+    }
+
+    #[test]
+    fn the_costly_threads_are_lifted_while_they_run_less_than_their_floor_and_want_more() {
+        let window = GUARD_EVERY * GUARD_WINDOW;
+        let busy_http = window * 3 / 2;
+        let spent = |ran, waited, http_ran| Spent { ran, waited, http_ran };
+        // Beside echo at full load (bench arm 6): a third of a core.
+        assert!(!lift(false, &spent(window / 3, window, busy_http)));
+        // Starved while the HTTP threads keep the CPUs busy: their floor.
+        assert!(lift(false, &spent(Duration::from_micros(300), window, busy_http)));
+        // Lifted, they stay so until they have run twice the floor.
+        assert!(lift(true, &spent(COSTLY_FLOOR, window, busy_http)));
+        assert!(!lift(true, &spent(COSTLY_FLOOR * 2, window, busy_http)));
+        // Starved by other work than the HTTP threads': lifted however
+        // much they ran, for as long as that lasts.
+        assert!(lift(false, &spent(window / 10, window, window / 4)));
+        assert!(lift(true, &spent(window, window, Duration::ZERO)));
+        // Nothing to run: nothing to lift.
+        assert!(!lift(false, &spent(Duration::ZERO, Duration::ZERO, busy_http)));
+        assert!(!lift(true, &spent(Duration::ZERO, Duration::ZERO, Duration::ZERO)), "nothing more to run");
+    }
+
+    /// Every CPU kept busy by four threads at the server's priority: a
+    /// costly call at `SCHED_IDLE` alone would get 3/4099 of a CPU, and its
+    /// 10 ms of computing would take 14 s or more (15 s measured without
+    /// the guard). No HTTP thread is busy here, so it is other work that
+    /// starves it: the guard lifts the costly threads, and it is done in a
+    /// second or two.
+    #[test]
+    fn a_costly_call_on_a_machine_kept_busy_at_normal_priority_still_runs() {
+        if !cpu_policy::idle_policy_usable(COSTLY_NICE) {
+            println!(
+                "SKIPPED: this process may not take a thread back from SCHED_IDLE (needs CAP_SYS_NICE or RLIMIT_NICE)"
+            );
+            return;
+        }
+        let executors = Executors::new(1).unwrap();
+        let tool = Uuid::new_v4();
+        let ok = Ok(wasmtime::component::Val::Bool(true));
+        for _ in 0..4 {
+            executors.ran(tool, "compute", &ok, Duration::from_millis(2), Duration::from_millis(2));
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let spinners: Vec<_> = (0..4 * cpus)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let started = Instant::now();
+        let (send, receive) = std::sync::mpsc::channel();
+        executors.for_tool(tool).handle().spawn(async move {
+            let start = thread_cpu_time().unwrap_or_default();
+            while thread_cpu_time().unwrap_or_default() < start + Duration::from_millis(10) {
+                std::hint::spin_loop();
+            }
+            send.send(()).unwrap();
+        });
+        let ended_at = receive.recv_timeout(Duration::from_secs(30));
+        let took = started.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        spinners.into_iter().for_each(|spinner| spinner.join().unwrap());
+        executors.shutdown();
+        assert!(ended_at.is_ok(), "the call never ended");
+        assert!(took < Duration::from_secs(8), "10 ms of computing took {took:?}");
     }
 
     #[test]

@@ -319,11 +319,17 @@ fn a_tool_that_spins_to_its_deadline_or_bombs_its_memory_runs_at_low_priority() 
         }
     }
     offend();
-    // A costly tool's threads: 10 steps of nice below the server's.
-    let costly = (false, "plinth-tool-costly".to_string(), (ours.0, (ours.1 + 10).min(19)));
+    // A costly tool's threads: 10 steps of nice below the server's, at
+    // `SCHED_IDLE` unless the guard lifted them (`executors::CostlyThreads`,
+    // whose own test follows the policy).
+    let costly_nice = (ours.1 + 10).min(19);
+    let is_costly = |(inline, name, (policy, nice)): (bool, String, (i32, i32))| {
+        !inline && name == "plinth-tool-costly" && nice == costly_nice && [ours.0, libc::SCHED_IDLE].contains(&policy)
+    };
     for once in [spinner, bomb] {
         // Not demoted; its calls computed long, so they start off the HTTP threads.
-        assert_eq!(runs_on(once), costly, "a first offence may be bad luck: not demoted");
+        let runs = runs_on(once);
+        assert!(is_costly(runs.clone()), "a first offence may be bad luck: not demoted: {runs:?}");
     }
     offend();
     for demoted in [spinner, bomb] {
@@ -334,7 +340,7 @@ fn a_tool_that_spins_to_its_deadline_or_bombs_its_memory_runs_at_low_priority() 
     // Only a tool that burned CPU or memory is demoted; one whose calls
     // computed long lately starts them on the costly tools' threads, not
     // inline; one whose calls waited long is not costly.
-    assert_eq!(runs_on(flaky), costly, "only a tool that burned CPU or memory is demoted");
+    assert!(is_costly(runs_on(flaky)), "only a tool that burned CPU or memory is demoted");
     assert_eq!(runs_on(waiting), normal, "a tool that waits is neither demoted nor costly");
     executors.shutdown();
 }
