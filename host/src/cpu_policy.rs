@@ -23,33 +23,81 @@ use std::time::Duration;
 /// one preempts a thread with a longer slice at once.
 const HTTP_SLICE: Duration = Duration::from_micros(100);
 
-/// Settles the calling thread as a thread serving HTTP, once: pins it to a
-/// CPU of its own (the n-th thread to the n-th CPU the process may use;
-/// threads beyond those stay free) and asks for short time slices.
-/// Called by the HTTP runtime each time a worker parks: only its workers
-/// park, not its blocking threads (the store's work), which stay free.
-pub fn settle_http_worker() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    thread_local!(static SETTLED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    if SETTLED.replace(true) {
-        return;
-    }
-    let index = NEXT.fetch_add(1, Ordering::Relaxed);
-    if let Some(&cpu) = allowed_cpus().get(index) {
-        pin_to(cpu);
-    }
-    ask_for_slice(HTTP_SLICE);
-    HTTP_WORKERS.lock().unwrap_or_else(|p| p.into_inner()).push(this_thread());
+/// Called by the HTTP runtime on every thread it starts: a thread starts
+/// free, on every CPU the process may use and with the default slice, even
+/// when a pinned worker started it (Linux copies both to a new thread).
+pub fn http_thread_started() {
+    unpin();
+    ask_for_slice(Duration::ZERO);
 }
 
-/// The threads serving HTTP, as they settled: the guard of the costly
-/// tools' threads reads how busy they are (`host::executors`).
-static HTTP_WORKERS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+/// Settles the calling thread as a thread serving HTTP, once: pins it to a
+/// CPU of its own (the first of the process's CPUs no other settled worker
+/// holds; only while the runtime has a worker per CPU, see [`pins_workers`])
+/// and asks for short time slices. Called by the HTTP runtime each time a
+/// worker parks: only workers park. A worker that blocks on the store
+/// (`store::off_the_workers`, tokio's `block_in_place`) hands its role to
+/// another thread: it calls [`unsettle`] first, which frees its CPU for
+/// the thread that takes over.
+pub fn settle_http_worker() {
+    if SETTLED.with(|settled| settled.borrow().is_some()) {
+        return;
+    }
+    let thread = this_thread();
+    let cpu = {
+        let mut workers = HTTP_WORKERS.lock().unwrap_or_else(|p| p.into_inner());
+        let cpu = pins_workers()
+            .then(|| (0..allowed_cpus().len()).find(|index| workers.iter().all(|(_, held)| *held != Some(*index))))
+            .flatten();
+        workers.push((thread, cpu));
+        cpu
+    };
+    if let Some(index) = cpu {
+        pin_to(allowed_cpus()[index]);
+    }
+    ask_for_slice(HTTP_SLICE);
+    SETTLED.with(|settled| *settled.borrow_mut() = Some(Settled));
+}
 
-/// The ids of the threads serving HTTP that have settled.
+/// Undoes [`settle_http_worker`] for the calling thread, if it settled: it
+/// is about to stop serving HTTP (tokio's `block_in_place` gives its
+/// worker role to another thread).
+pub fn unsettle() {
+    if SETTLED.with(|settled| settled.borrow_mut().take()).is_some() {
+        http_thread_started();
+    }
+}
+
+/// Whether the HTTP workers are pinned: only when the runtime has one per
+/// CPU the process may use (tokio starts as many as
+/// `available_parallelism`, which a cgroup's CPU quota lowers). With fewer,
+/// every instance on the machine would crowd its workers onto the same
+/// first CPUs.
+fn pins_workers() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() == allowed_cpus().len())
+}
+
+/// Held by a settled worker: dropped when it unsettles or its thread
+/// ends, it takes the thread off [`HTTP_WORKERS`] and frees its CPU.
+struct Settled;
+
+impl Drop for Settled {
+    fn drop(&mut self) {
+        let thread = this_thread();
+        HTTP_WORKERS.lock().unwrap_or_else(|p| p.into_inner()).retain(|(settled, _)| *settled != thread);
+    }
+}
+
+thread_local!(static SETTLED: std::cell::RefCell<Option<Settled>> = const { std::cell::RefCell::new(None) });
+
+/// The threads serving HTTP now, and the CPU each holds (its index in
+/// `allowed_cpus`, if pinned): the guard of the
+/// costly tools' threads reads how busy they are (`host::executors`).
+static HTTP_WORKERS: std::sync::Mutex<Vec<(i32, Option<usize>)>> = std::sync::Mutex::new(Vec::new());
+
+/// The ids of the threads serving HTTP now.
 pub fn http_workers() -> Vec<i32> {
-    HTTP_WORKERS.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    HTTP_WORKERS.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(thread, _)| *thread).collect()
 }
 
 /// The CPUs the process may run on, read once (by the first thread to
@@ -82,6 +130,21 @@ fn pin_to(cpu: usize) {
     }
 }
 
+/// Lets the calling thread run on every CPU the process may use.
+fn unpin() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: sets the calling thread's affinity from a set it owns.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &cpu in allowed_cpus() {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        if !allowed_cpus().is_empty() {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+}
+
 /// `struct sched_attr` as `sched_setattr(2)` reads it (its first version).
 #[cfg(target_os = "linux")]
 #[repr(C)]
@@ -97,7 +160,8 @@ struct SchedAttr {
     period: u64,
 }
 
-/// Asks for time slices of `slice` for the calling thread, at its nice.
+/// Asks for time slices of `slice` for the calling thread, at its nice
+/// (zero: the kernel's default).
 fn ask_for_slice(slice: Duration) {
     #[cfg(target_os = "linux")]
     // SAFETY: the calling thread's own priority, and a `sched_attr` it owns.
@@ -131,7 +195,15 @@ pub fn idle_policy_usable(lowered_by: i32) -> bool {
         std::thread::spawn(move || {
             lower_priority(lowered_by);
             let thread = this_thread();
-            set_idle(thread, true) && set_idle(thread, false) && schedstat(thread).is_some()
+            // Some CPU time of its own, which a kernel that keeps no
+            // scheduler statistics would report as 0.
+            let spun = std::time::Instant::now();
+            while spun.elapsed() < Duration::from_millis(1) {
+                std::hint::spin_loop();
+            }
+            set_idle(thread, true)
+                && set_idle(thread, false)
+                && schedstat(thread).is_some_and(|(ran, _)| ran > Duration::ZERO)
         })
         .join()
         .unwrap_or(false)
@@ -192,42 +264,67 @@ pub fn schedstat(thread: i32) -> Option<(Duration, Duration)> {
 mod tests {
     use super::*;
 
+    /// The CPUs the calling thread may run on, and its slice (0: a kernel
+    /// before 6.12, which has none to ask for).
+    fn placement() -> (Vec<usize>, u64) {
+        // SAFETY: reads the calling thread's affinity and attributes into values it owns.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            assert_eq!(libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
+            let on = (0..libc::CPU_SETSIZE as usize).filter(|&cpu| libc::CPU_ISSET(cpu, &set)).collect();
+            let mut attr: SchedAttr = std::mem::zeroed();
+            let size = std::mem::size_of::<SchedAttr>() as u32;
+            let read = libc::syscall(libc::SYS_sched_getattr, libc::gettid(), &mut attr as *mut SchedAttr, size, 0);
+            assert_eq!(read, 0, "sched_getattr");
+            (on, attr.runtime)
+        }
+    }
+
+    /// A worker thread: it settles (twice: it parks again) and reports
+    /// where it runs, then, when told, unsettles and reports again.
+    fn worker() -> (std::sync::mpsc::Receiver<(Vec<usize>, u64)>, std::sync::mpsc::Sender<()>) {
+        let (report, reports) = std::sync::mpsc::channel();
+        let (unsettle_now, told) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            settle_http_worker();
+            settle_http_worker();
+            report.send(placement()).unwrap();
+            if told.recv().is_ok() {
+                unsettle();
+                report.send(placement()).unwrap();
+            }
+        });
+        (reports, unsettle_now)
+    }
+
     #[test]
-    fn http_workers_are_pinned_one_per_cpu_and_ask_for_short_slices() {
+    fn http_workers_are_pinned_one_per_cpu_and_hand_their_cpu_on_when_they_stop_serving() {
         let cpus = allowed_cpus().to_vec();
         assert!(!cpus.is_empty(), "the process may run on some CPU");
-        // As many workers as CPUs, and one more, which stays free; each
-        // settles twice (it parks again): the second changes nothing.
-        let workers: Vec<_> = (0..=cpus.len())
-            .map(|_| {
-                std::thread::spawn(|| {
-                    settle_http_worker();
-                    settle_http_worker();
-                    // SAFETY: reads the calling thread's affinity and attributes into values it owns.
-                    unsafe {
-                        let mut set: libc::cpu_set_t = std::mem::zeroed();
-                        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
-                        let on: Vec<usize> =
-                            (0..libc::CPU_SETSIZE as usize).filter(|&cpu| libc::CPU_ISSET(cpu, &set)).collect();
-                        let mut attr: SchedAttr = std::mem::zeroed();
-                        let size = std::mem::size_of::<SchedAttr>() as u32;
-                        libc::syscall(libc::SYS_sched_getattr, libc::gettid(), &mut attr as *mut SchedAttr, size, 0);
-                        (on, attr.runtime)
-                    }
-                })
-            })
-            .collect();
-        let settled: Vec<(Vec<usize>, u64)> = workers.into_iter().map(|worker| worker.join().unwrap()).collect();
-        if cpus.len() > 1 {
-            let mut pinned: Vec<usize> = settled.iter().filter(|(on, _)| on.len() == 1).map(|(on, _)| on[0]).collect();
-            pinned.sort_unstable();
-            assert_eq!(pinned, cpus, "one worker on each CPU");
-            assert_eq!(settled.iter().filter(|(on, _)| *on == cpus).count(), 1, "the one more stays free");
+        let short = HTTP_SLICE.as_nanos() as u64;
+        // As many workers as CPUs, and one more, which stays free.
+        let workers: Vec<_> = (0..=cpus.len()).map(|_| worker()).collect();
+        let placed: Vec<(Vec<usize>, u64)> = workers.iter().map(|(reports, _)| reports.recv().unwrap()).collect();
+        assert!(placed.iter().all(|(_, slice)| [0, short].contains(slice)), "{placed:?}");
+        assert_eq!(http_workers().len(), cpus.len() + 1);
+        if !pins_workers() || cpus.len() == 1 {
+            assert!(placed.iter().all(|(on, _)| *on == cpus), "no pinning with fewer workers than CPUs: {placed:?}");
+            return;
         }
-        for (_, slice) in settled {
-            // 0: a kernel before 6.12, which has no slice to ask for.
-            assert!(slice == 0 || slice == HTTP_SLICE.as_nanos() as u64, "slice {slice} ns");
-        }
+        let mut pinned: Vec<usize> = placed.iter().filter(|(on, _)| on.len() == 1).map(|(on, _)| on[0]).collect();
+        pinned.sort_unstable();
+        assert_eq!(pinned, cpus, "one worker on each CPU: {placed:?}");
+        assert_eq!(placed.iter().filter(|(on, _)| *on == cpus).count(), 1, "the one more stays free");
+        // A pinned worker that stops serving HTTP runs free again, with the
+        // default slice, and the next worker to settle takes its CPU.
+        let first = placed.iter().position(|(on, _)| on.len() == 1).unwrap();
+        workers[first].1.send(()).unwrap();
+        let (on, slice) = workers[first].0.recv().unwrap();
+        assert_eq!(on, cpus);
+        assert_ne!(slice, short);
+        assert_eq!(http_workers().len(), cpus.len());
+        let (reports, _keep) = worker();
+        assert_eq!(reports.recv().unwrap().0, placed[first].0, "the freed CPU");
     }
 
     #[test]

@@ -938,6 +938,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
 
     // The threads serving HTTP: one per CPU, with short time slices (`cpu_policy`).
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .on_thread_start(plinth::cpu_policy::http_thread_started)
         .on_thread_park(plinth::cpu_policy::settle_http_worker)
         .enable_all()
         .build()?;

@@ -134,7 +134,7 @@ impl Executors {
     pub fn new(threads: usize) -> std::io::Result<Self> {
         let costly_threads = Arc::new(CostlyThreads::new());
         let pool = |name: &str, threads: usize, lowered_by: i32, costly: bool| {
-            let (started, stopped) = (costly_threads.clone(), costly_threads.clone());
+            let started = costly_threads.clone();
             Builder::new_multi_thread()
                 .worker_threads(threads.max(1))
                 .thread_name(name)
@@ -147,11 +147,6 @@ impl Executors {
                     }
                     if costly {
                         started.joined();
-                    }
-                })
-                .on_thread_stop(move || {
-                    if costly {
-                        stopped.left();
                     }
                 })
                 .enable_all()
@@ -506,8 +501,11 @@ impl CostlyThreads {
         CostlyThreads { idle: cpu_policy::idle_policy_usable(COSTLY_NICE), state: Default::default() }
     }
 
-    /// A thread of the pool started (on that thread).
-    fn joined(&self) {
+    /// A thread of the pool started (on that thread). It is forgotten when
+    /// it ends, however it ends (a panic skips the runtime's stop hook):
+    /// its id, which the system may give to a new thread once it is gone,
+    /// must not stay here.
+    fn joined(self: &Arc<Self>) {
         if !self.idle {
             return;
         }
@@ -515,11 +513,11 @@ impl CostlyThreads {
         let thread = cpu_policy::this_thread();
         cpu_policy::set_idle(thread, !state.lifted);
         state.threads.push(thread);
+        drop(state);
+        COSTLY_MEMBER.with(|member| *member.borrow_mut() = Some(Member(self.clone())));
     }
 
-    /// A thread of the pool stops (on that thread, so that its id, which
-    /// the system may give to a new thread once it is gone, is forgotten
-    /// first).
+    /// A thread of the pool ends (on that thread).
     fn left(&self) {
         let thread = cpu_policy::this_thread();
         self.state.lock().unwrap_or_else(|p| p.into_inner()).threads.retain(|&t| t != thread);
@@ -538,6 +536,7 @@ impl CostlyThreads {
     /// it runs on.
     async fn guard(self: Arc<Self>) {
         let (mut costly_seen, mut http_seen) = (Default::default(), Default::default());
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
         let mut window = std::collections::VecDeque::with_capacity(GUARD_WINDOW as usize);
         let mut lifted = false;
         let mut every = tokio::time::interval(GUARD_EVERY);
@@ -559,7 +558,7 @@ impl CostlyThreads {
                 waited: sum.waited + tick.waited,
                 http_ran: sum.http_ran + tick.http_ran,
             });
-            if lifted != lift(lifted, &spent) {
+            if lifted != lift(lifted, &spent, cpus) {
                 lifted = !lifted;
                 tracing::debug!(lifted, ?spent, "the costly tools' threads change priority");
                 self.lift(lifted);
@@ -599,22 +598,41 @@ fn since_seen(
 }
 
 /// Whether the costly threads should run at nice +10 alone (`lifted`:
-/// whether they do now), from what was `spent` over the guard's window.
-/// Only when they wanted the CPU for more than half of it. Then: while
-/// the HTTP threads ran less than half of it (half a core), it is other
-/// work that keeps them off the CPU (other processes, the normal tool
-/// threads), and they are lifted for as long as that lasts; while the
-/// HTTP threads are that busy, they get their floor. See [`CostlyThreads`].
-fn lift(lifted: bool, spent: &Spent) -> bool {
+/// whether they do now), from what was `spent` over the guard's window on
+/// `cpus` CPUs. Only when they wanted the CPU for more than half of it
+/// (summed over the threads: several waiting on each other count too).
+/// Then:
+/// - while the HTTP threads ran less than half of it (half a core), and
+///   the costly threads less than half the CPU time the HTTP threads left,
+///   it is other work that keeps them off the CPU (other processes, the
+///   normal tool threads, to which `SCHED_IDLE` yields too): lifted, for
+///   as long as that lasts;
+/// - while the HTTP threads are busier, they get their floor.
+///
+/// See [`CostlyThreads`].
+fn lift(lifted: bool, spent: &Spent, cpus: u32) -> bool {
     let window = GUARD_EVERY * GUARD_WINDOW;
     if spent.waited <= window / 2 {
         return false;
     }
     if spent.http_ran < window / 2 {
-        return true;
+        let left_by_http = (window * cpus.max(1)).saturating_sub(spent.http_ran);
+        return spent.ran < left_by_http / 2;
     }
     if lifted { spent.ran < COSTLY_FLOOR * 2 } else { spent.ran < COSTLY_FLOOR }
 }
+
+/// A costly pool's thread, held by the thread: leaves the pool's list when
+/// the thread ends.
+struct Member(Arc<CostlyThreads>);
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.0.left();
+    }
+}
+
+thread_local!(static COSTLY_MEMBER: std::cell::RefCell<Option<Member>> = const { std::cell::RefCell::new(None) });
 
 /// How far below the server's priority demoted tools' threads run (to
 /// nice 19, the lowest).
@@ -818,19 +836,22 @@ mod tests {
         let busy_http = window * 3 / 2;
         let spent = |ran, waited, http_ran| Spent { ran, waited, http_ran };
         // Beside echo at full load (bench arm 6): a third of a core.
-        assert!(!lift(false, &spent(window / 3, window, busy_http)));
+        assert!(!lift(false, &spent(window / 3, window, busy_http), 2));
         // Starved while the HTTP threads keep the CPUs busy: their floor.
-        assert!(lift(false, &spent(Duration::from_micros(300), window, busy_http)));
+        assert!(lift(false, &spent(Duration::from_micros(300), window, busy_http), 2));
         // Lifted, they stay so until they have run twice the floor.
-        assert!(lift(true, &spent(COSTLY_FLOOR, window, busy_http)));
-        assert!(!lift(true, &spent(COSTLY_FLOOR * 2, window, busy_http)));
-        // Starved by other work than the HTTP threads': lifted however
-        // much they ran, for as long as that lasts.
-        assert!(lift(false, &spent(window / 10, window, window / 4)));
-        assert!(lift(true, &spent(window, window, Duration::ZERO)));
+        assert!(lift(true, &spent(COSTLY_FLOOR, window, busy_http), 2));
+        assert!(!lift(true, &spent(COSTLY_FLOOR * 2, window, busy_http), 2));
+        // Starved by other work than the HTTP threads': lifted, for as
+        // long as it lasts.
+        assert!(lift(false, &spent(window / 10, window, window / 4), 2));
+        assert!(lift(true, &spent(window / 2, window, Duration::ZERO), 2));
+        // Waiting only on each other, the HTTP threads idle: they have the
+        // CPUs, nothing to lift.
+        assert!(!lift(false, &spent(window * 2, window * 2, Duration::ZERO), 2));
         // Nothing to run: nothing to lift.
-        assert!(!lift(false, &spent(Duration::ZERO, Duration::ZERO, busy_http)));
-        assert!(!lift(true, &spent(Duration::ZERO, Duration::ZERO, Duration::ZERO)), "nothing more to run");
+        assert!(!lift(false, &spent(Duration::ZERO, Duration::ZERO, busy_http), 2));
+        assert!(!lift(true, &spent(Duration::ZERO, Duration::ZERO, Duration::ZERO), 2), "nothing more to run");
     }
 
     /// Every CPU kept busy by four threads at the server's priority: a

@@ -69,7 +69,11 @@ pub enum StoreError {
 pub(crate) fn off_the_workers<T>(wait: impl FnOnce() -> T) -> T {
     use tokio::runtime::{Handle, RuntimeFlavor};
     match Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(wait),
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            // Its worker role goes to another thread: so does its CPU.
+            crate::cpu_policy::unsettle();
+            tokio::task::block_in_place(wait)
+        }
         _ => wait(),
     }
 }
