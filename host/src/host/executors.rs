@@ -481,7 +481,6 @@ const COSTLY_FLOOR: Duration = Duration::from_millis(1);
 /// than [`COSTLY_FLOOR`], until they have run twice that. However busy the
 /// server, they get a hundredth of one core, in bursts of a few
 /// milliseconds, and whatever CPU time the normal threads leave.
-#[derive(Default)]
 struct CostlyThreads {
     /// Whether they run at `SCHED_IDLE` at all.
     idle: bool,
