@@ -137,8 +137,12 @@ impl TestPostgres {
             match self.psql("SELECT 1") {
                 Ok(_) => return,
                 Err(e) if Instant::now() > deadline => {
+                    // The log's end says why; the whole log holds every
+                    // earlier start too.
                     let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
-                    panic!("the test PostgreSQL did not start: {e}\n{log}")
+                    let lines: Vec<&str> = log.lines().collect();
+                    let end = lines[lines.len().saturating_sub(20)..].join("\n");
+                    panic!("the test PostgreSQL did not start: {e}\nthe end of its log:\n{end}")
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
@@ -213,8 +217,26 @@ fn run(command: &mut Command) {
     }
 }
 
+/// A free port of 127.0.0.1 below the range the kernel picks the local
+/// ports of outgoing connections from. The cluster keeps its port across a
+/// restart, and while it is down, any client's connection (a replica
+/// retrying, even connecting to itself) could take a port of that range,
+/// and the restarted server could not listen on it.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let below = 1024..ephemeral_from.max(2048);
+    for _ in 0..1000 {
+        let mut random = [0u8; 2];
+        getrandom::fill(&mut random).expect("random bytes");
+        let port = below.start + u16::from_le_bytes(random) % (below.end - below.start);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port of 127.0.0.1 below {ephemeral_from}")
 }
 
 #[cfg(test)]
@@ -230,6 +252,10 @@ mod tests {
         assert_eq!(pg.psql("SELECT count(*) FROM pg_database WHERE datname LIKE 't\\_%'").unwrap(), "2");
         pg.stop();
         assert!(pg.psql("SELECT 1").is_err(), "a stopped server answers nothing");
+        // No outgoing connection can have taken its port meanwhile.
+        let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+        let ephemeral_from: u16 = ephemeral.split_whitespace().next().unwrap().parse().unwrap();
+        assert!(pg.port < ephemeral_from, "port {} is in the kernel's range for outgoing connections", pg.port);
         pg.start_again();
         assert_eq!(pg.psql("SELECT 1").unwrap(), "1");
     }
