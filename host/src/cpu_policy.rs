@@ -14,7 +14,12 @@
 //! `SCHED_IDLE`, left it at 1.3–2.7×.
 //!
 //! Every change here is best effort: where the system refuses one, the
-//! thread runs as it was, and the server works as before.
+//! thread runs as it was, and the server works as before. And the
+//! operator's choice of policy stands: a server started at `SCHED_BATCH`
+//! keeps it on every thread (a costly thread lifted goes back to
+//! `SCHED_BATCH`); one started at `SCHED_IDLE` or a real-time policy is
+//! left as it is (no slices, no `SCHED_IDLE` of our own; see
+//! [`fair_policy`]).
 
 use std::time::Duration;
 
@@ -161,15 +166,17 @@ struct SchedAttr {
 }
 
 /// Asks for time slices of `slice` for the calling thread, at its nice
-/// (zero: the kernel's default).
+/// and the server's policy (zero: the kernel's default). Nothing where the
+/// server does not run at a policy of the fair class.
 fn ask_for_slice(slice: Duration) {
+    let Some(policy) = fair_policy() else { return };
     #[cfg(target_os = "linux")]
     // SAFETY: the calling thread's own priority, and a `sched_attr` it owns.
     unsafe {
         let thread = libc::gettid();
         let attr = SchedAttr {
             size: std::mem::size_of::<SchedAttr>() as u32,
-            policy: libc::SCHED_OTHER as u32,
+            policy: policy as u32,
             flags: 0,
             nice: libc::getpriority(libc::PRIO_PROCESS, thread as libc::id_t),
             priority: 0,
@@ -192,6 +199,9 @@ fn ask_for_slice(slice: Duration) {
 pub fn idle_policy_usable(lowered_by: i32) -> bool {
     static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *USABLE.get_or_init(|| {
+        if fair_policy().is_none() {
+            return false;
+        }
         std::thread::spawn(move || {
             lower_priority(lowered_by);
             let thread = this_thread();
@@ -235,21 +245,43 @@ pub fn this_thread() -> i32 {
     0
 }
 
-/// Puts `thread` (of this process) at `SCHED_IDLE`, or back at
-/// `SCHED_OTHER`, its nice kept. Whether it worked.
+/// Puts `thread` (of this process) at `SCHED_IDLE`, or back at the
+/// server's policy, its nice kept. Whether it worked (never, where the
+/// server does not run at a policy of the fair class).
 pub fn set_idle(thread: i32, idle: bool) -> bool {
+    let Some(server) = fair_policy() else { return false };
     #[cfg(target_os = "linux")]
     {
         let param = libc::sched_param { sched_priority: 0 };
-        let policy = if idle { libc::SCHED_IDLE } else { libc::SCHED_OTHER };
+        let policy = if idle { libc::SCHED_IDLE } else { server };
         // SAFETY: a thread of this process, and a parameter it owns.
         unsafe { libc::sched_setscheduler(thread, policy, &param) == 0 }
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (thread, idle);
+        let _ = (thread, idle, server);
         false
     }
+}
+
+/// The policy the operator started the server at (its main thread's, which
+/// nothing here changes), when it is one of the fair class whose threads
+/// this module may tune: `SCHED_OTHER` or `SCHED_BATCH`. `None` for
+/// `SCHED_IDLE` (slices or a lift would raise threads above the server)
+/// and the real-time policies (asking for a slice would move a thread out
+/// of them).
+pub fn fair_policy() -> Option<i32> {
+    #[cfg(target_os = "linux")]
+    {
+        static POLICY: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
+        *POLICY.get_or_init(|| {
+            // SAFETY: reads the policy of this process's main thread (its id is the process id).
+            let policy = unsafe { libc::sched_getscheduler(libc::getpid()) };
+            [libc::SCHED_OTHER, libc::SCHED_BATCH].contains(&policy).then_some(policy)
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
 }
 
 /// How long `thread` (of this process) has run, and waited to run while
@@ -345,7 +377,7 @@ mod tests {
             assert!(set_idle(this_thread(), true));
             assert_eq!(state(), (lowered, libc::SCHED_IDLE));
             assert!(set_idle(this_thread(), false));
-            assert_eq!(state(), (lowered, libc::SCHED_OTHER));
+            assert_eq!(state(), (lowered, fair_policy().unwrap()), "back at the server's policy");
             let (ran, _waited) = schedstat(this_thread()).expect("schedstat is read when the idle policy is usable");
             assert!(ran > Duration::ZERO);
         })

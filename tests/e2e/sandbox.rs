@@ -582,3 +582,63 @@ async fn permanent_failures_are_not_5xx_and_temporary_ones_say_when_to_retry() {
     let body: Value = second.json().await.unwrap();
     assert_eq!((status, error_code(&body), wait), (503, "rate_limited", Some(1)), "{body}");
 }
+
+/// The scheduling policy (`sched(7)`) of each of the server's threads:
+/// (thread name, policy), from `/proc/PID/task/*/stat`.
+fn thread_policies(pid: u32) -> Vec<(String, i32)> {
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
+        let (name, rest) = stat.split_once(" (").and_then(|(_, rest)| rest.rsplit_once(") ")).unwrap();
+        // Field 41 is the policy; `rest` starts at field 3.
+        let policy = rest.split_ascii_whitespace().nth(41 - 3).unwrap().parse().unwrap();
+        threads.push((name.to_string(), policy));
+    }
+    threads
+}
+
+/// The policy an operator starts the server at stands, on every thread,
+/// while it serves requests and runs tools: asking for the HTTP threads'
+/// short slices (host/src/cpu_policy.rs) once moved them to `SCHED_OTHER`,
+/// out of `SCHED_BATCH`, and as root out of `SCHED_IDLE`, above the rest
+/// of a server the operator had put below every other process. Under
+/// `SCHED_BATCH` the costly tools' threads may go lower, to `SCHED_IDLE`,
+/// and come back to `SCHED_BATCH`, never to `SCHED_OTHER`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_scheduling_policy_the_server_was_started_at_stands_on_every_thread() {
+    for policy in [libc::SCHED_BATCH, libc::SCHED_IDLE] {
+        let batch = policy == libc::SCHED_BATCH;
+        // A process starts at the policy of the thread that started it.
+        let (server, _dir) = std::thread::spawn(move || {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: sets the calling thread's own policy from a parameter it owns.
+            assert_eq!(unsafe { libc::sched_setscheduler(0, policy, &param) }, 0, "{policy}");
+            if batch {
+                sandbox(&["--deadline-ms", "300"])
+            } else {
+                // Echo alone: at SCHED_IDLE, the server gets only the CPU
+                // time the rest of a loaded test machine leaves.
+                let dir = tempfile::tempdir().unwrap();
+                std::fs::copy(plugins_dir().join("echo.wasm"), dir.path().join("echo.wasm")).unwrap();
+                (Server::start_in(tempfile::tempdir().unwrap(), &["--plugins", dir.path().to_str().unwrap()]), dir)
+            }
+        })
+        .join()
+        .unwrap();
+        // The HTTP threads settle when they first park; a loop that runs to
+        // its deadline makes its tool costly.
+        if batch {
+            let (status, body) = alongside_echo(&server, "spin_forever", "note", json!("x")).await;
+            assert_eq!((status, error_code(&body)), (422, "tool_timeout"), "{body}");
+        }
+        for _ in 0..20 {
+            let (status, _) = server.invoke("echo", &[("text", json!("hi"))]).await;
+            assert_eq!(status, 200);
+        }
+        let threads = thread_policies(server.pid());
+        assert!(threads.len() > 4, "{threads:?}");
+        let below = |name: &str, p: i32| batch && p == libc::SCHED_IDLE && name.starts_with("plinth-tool-cos");
+        let moved: Vec<_> = threads.iter().filter(|(name, p)| *p != policy && !below(name, *p)).collect();
+        assert!(moved.is_empty(), "started at policy {policy}, these threads moved: {moved:?}");
+    }
+}
