@@ -39,7 +39,8 @@ pub fn http_thread_started() {
 /// Settles the calling thread as a thread serving HTTP, once: pins it to a
 /// CPU of its own (the first of the process's CPUs no other settled worker
 /// holds; only while the runtime has a worker per CPU, see [`pins_workers`])
-/// and asks for short time slices. Called by the HTTP runtime each time a
+/// and asks for short time slices, unless the operator leaves them free
+/// ([`leave_http_threads_free`]). Called by the HTTP runtime each time a
 /// worker parks: only workers park. A worker that blocks on the store
 /// (`store::off_the_workers`, tokio's `block_in_place`) hands its role to
 /// another thread: it calls [`unsettle`] first, which frees its CPU for
@@ -49,9 +50,10 @@ pub fn settle_http_worker() {
         return;
     }
     let thread = this_thread();
+    let placed = !HTTP_THREADS_FREE.load(std::sync::atomic::Ordering::Relaxed);
     let cpu = {
         let mut workers = HTTP_WORKERS.lock().unwrap_or_else(|p| p.into_inner());
-        let cpu = pins_workers()
+        let cpu = (placed && pins_workers())
             .then(|| (0..allowed_cpus().len()).find(|index| workers.iter().all(|(_, held)| *held != Some(*index))))
             .flatten();
         workers.push((thread, cpu));
@@ -60,9 +62,22 @@ pub fn settle_http_worker() {
     if let Some(index) = cpu {
         pin_to(allowed_cpus()[index]);
     }
-    ask_for_slice(HTTP_SLICE);
+    if placed {
+        ask_for_slice(HTTP_SLICE);
+    }
     SETTLED.with(|settled| *settled.borrow_mut() = Some(Settled));
 }
+
+/// Leaves the threads serving HTTP where the kernel puts them, at its
+/// default slice (`--http-threads-free`): for a machine the server shares
+/// with other busy processes, where a pinned worker could not flee a CPU
+/// another process holds. They are still counted for the costly threads'
+/// guard. Called once, before the HTTP runtime starts.
+pub fn leave_http_threads_free() {
+    HTTP_THREADS_FREE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+static HTTP_THREADS_FREE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Undoes [`settle_http_worker`] for the calling thread, if it settled: it
 /// is about to stop serving HTTP (tokio's `block_in_place` gives its

@@ -467,6 +467,13 @@ struct ServeArgs {
     /// the cores, at least 4); as many again run costly tools' calls.
     #[arg(long, env = "PLINTH_TOOL_THREADS")]
     tool_threads: Option<usize>,
+    /// Leave the threads serving HTTP free to run on any CPU, at the
+    /// kernel's default time slice. By default each is pinned to a CPU of
+    /// its own with a short slice, so that a request wakes one at once
+    /// beside busy tools; on a machine shared with other busy processes, a
+    /// pinned thread cannot flee a CPU another process holds.
+    #[arg(long, env = "PLINTH_HTTP_THREADS_FREE")]
+    http_threads_free: bool,
     /// How long a call id's response is kept, in hours: an OTC retry with
     /// the same `call_id` within it (or a catalog try form sent again) gets
     /// the recorded response and the tool does not run again.
@@ -937,6 +944,9 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     }
 
     // The threads serving HTTP: one per CPU, with short time slices (`cpu_policy`).
+    if args.http_threads_free {
+        plinth::cpu_policy::leave_http_threads_free();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .on_thread_start(plinth::cpu_policy::http_thread_started)
         .on_thread_park(plinth::cpu_policy::settle_http_worker)

@@ -642,3 +642,88 @@ async fn the_scheduling_policy_the_server_was_started_at_stands_on_every_thread(
         assert!(moved.is_empty(), "started at policy {policy}, these threads moved: {moved:?}");
     }
 }
+
+/// The CPUs each of the server's threads named `name` may run on, and its
+/// time slice in ns (`sched_getattr`: 0 where the kernel has none to ask
+/// for), from `/proc/PID/task/*/status`.
+fn placement_of_threads(pid: u32, name: &str) -> Vec<(String, u64)> {
+    #[repr(C)]
+    #[derive(Default)]
+    struct SchedAttr {
+        size: u32,
+        policy: u32,
+        flags: u64,
+        nice: i32,
+        priority: u32,
+        runtime: u64,
+        deadline: u64,
+        period: u64,
+    }
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else { continue };
+        let field = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string());
+        if field("Name:").as_deref() != Some(name) {
+            continue;
+        }
+        let tid: i32 = task.file_name().to_str().unwrap().parse().unwrap();
+        let mut attr = SchedAttr::default();
+        let size = std::mem::size_of::<SchedAttr>() as u32;
+        // SAFETY: reads another thread's attributes into a value we own.
+        let read = unsafe { libc::syscall(libc::SYS_sched_getattr, tid, &mut attr as *mut SchedAttr, size, 0) };
+        let slice = if read == 0 { attr.runtime } else { 0 };
+        threads.push((field("Cpus_allowed_list:").unwrap(), slice));
+    }
+    threads
+}
+
+/// The threads serving HTTP are pinned one per CPU with 100 µs slices
+/// (host/src/cpu_policy.rs), unless the operator leaves them free
+/// (`--http-threads-free`, for a machine shared with other busy processes).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_http_threads_are_pinned_one_per_cpu_unless_the_operator_leaves_them_free() {
+    const SHORT: u64 = 100_000;
+    let cpus = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:").map(|v| v.trim().to_string()))
+        .unwrap();
+    let count = |list: &str| -> usize {
+        list.split(',')
+            .map(|range| match range.split_once('-') {
+                Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+                None => 1,
+            })
+            .sum()
+    };
+    let one_per_cpu = count(&cpus) > 1 && std::thread::available_parallelism().unwrap().get() == count(&cpus);
+    for free in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(plugins_dir().join("echo.wasm"), dir.path().join("echo.wasm")).unwrap();
+        let mut args = vec!["--plugins", dir.path().to_str().unwrap()];
+        if free {
+            args.push("--http-threads-free");
+        }
+        let server = Server::start_in(tempfile::tempdir().unwrap(), &args);
+        // Workers settle when they first park: any request will do.
+        for _ in 0..20 {
+            let (status, _) = server.invoke("echo", &[("text", json!("hi"))]).await;
+            assert_eq!(status, 200);
+        }
+        let threads = placement_of_threads(server.pid(), "tokio-rt-worker");
+        assert!(!threads.is_empty(), "no HTTP threads found");
+        let pinned: Vec<_> = threads.iter().filter(|(on, _)| *on != cpus).collect();
+        if free {
+            assert!(pinned.is_empty(), "left free, yet pinned: {threads:?} (the process: {cpus})");
+            assert!(threads.iter().all(|(_, slice)| *slice != SHORT), "left free, yet short slices: {threads:?}");
+        } else if one_per_cpu {
+            let mut on: Vec<&str> = pinned.iter().map(|(on, _)| on.as_str()).collect();
+            on.sort_unstable();
+            on.dedup();
+            assert_eq!((pinned.len(), on.len()), (count(&cpus), count(&cpus)), "one per CPU: {threads:?}");
+            assert!(pinned.iter().all(|(_, slice)| [0, SHORT].contains(slice)), "{threads:?}");
+        } else {
+            println!("SKIPPED the pinned half: {cpus} allowed, and not one worker per CPU here");
+        }
+    }
+}
