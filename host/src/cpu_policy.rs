@@ -10,8 +10,9 @@
 //! threads, up to 6 ms at a time. With the HTTP threads pinned, given
 //! EEVDF's shortest slice, and the tool's threads at `SCHED_IDLE` under
 //! the guard, echo's p99 beside the tool went from 3.0–3.5× its calm p99
-//! to 1.17–1.52× (six runs); each part alone, or nice +19 instead of
-//! `SCHED_IDLE`, left it at 1.3–2.7×.
+//! to 1.17–1.52× (seven `--arm 6` runs; 1.25× and 1.37× in two full
+//! runs); each part alone, or nice +19 instead of `SCHED_IDLE`, left it
+//! at 1.3–2.7×.
 //!
 //! Every change here is best effort: where the system refuses one, the
 //! thread runs as it was, and the server works as before. And the
