@@ -389,6 +389,64 @@ fn a_request_body_that_never_arrives_is_answered_408() {
     assert!(answer.contains("\"code\":\"request_timeout\""), "{answer}");
 }
 
+/// Reads one answer's head from a raw connection (up to its blank line).
+fn read_head(stream: &mut TcpStream) -> String {
+    let mut received = Vec::new();
+    let mut byte = [0u8; 1];
+    while !received.ends_with(b"\r\n\r\n") {
+        let n = stream.read(&mut byte).expect("no answer");
+        assert!(n > 0, "the connection closed before an answer: {:?}", String::from_utf8_lossy(&received));
+        received.push(byte[0]);
+    }
+    String::from_utf8_lossy(&received).to_ascii_lowercase()
+}
+
+/// An answer sent before the request's body arrived — a refusal of its
+/// head — says `Connection: close`, and the connection is closed: hyper
+/// cannot reuse it without the rest of the body, and a client told
+/// nothing sent its next request down it and got no answer (the MCP Python
+/// SDK's OAuth discovery after its first `401`: "Server disconnected
+/// without sending a response", in CI). A call whose body was read keeps
+/// its connection.
+#[test]
+fn an_answer_sent_before_the_body_arrived_closes_the_connection_and_says_so() {
+    let server = Server::start(&[]);
+    let host = server.base.trim_start_matches("http://").to_string();
+    for path in ["/mcp", "/tools/no-such-tool:invoke", "/otc/tools/call"] {
+        let mut stream = connect(&server);
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nContent-Length: 40\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        let answer = read_head(&mut stream);
+        assert!(answer.starts_with("http/1.1 401"), "{path}: {answer}");
+        assert!(answer.contains("\r\nconnection: close\r\n"), "{path}: {answer}");
+        read_until_closed(&mut stream);
+    }
+    // A whole call, twice on one connection: kept alive, no `close`.
+    let mut stream = connect(&server);
+    let body = r#"{"tool_id":"none","input":{}}"#;
+    for _ in 0..2 {
+        let request = format!(
+            "POST /otc/tools/call HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).unwrap();
+        let answer = read_head(&mut stream);
+        assert!(!answer.contains("connection: close"), "{answer}");
+        let length: usize = answer
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no content-length: {answer}"));
+        let mut rest = vec![0u8; length];
+        stream.read_exact(&mut rest).unwrap();
+    }
+    assert!(!closed_now(&stream), "a call whose body was read keeps its connection");
+}
+
 #[test]
 fn at_the_connection_cap_new_clients_wait_until_slow_ones_are_cut_off() {
     let server = Server::start(&["--max-connections", "8", "--header-read-timeout-secs", "3"]);

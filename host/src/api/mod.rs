@@ -382,35 +382,56 @@ fn new_request_id() -> String {
 /// Gives a request's body `timeout` to arrive: a client that sends its
 /// head and then trickles (or withholds) the body is answered `408` and the
 /// connection closed, whatever the handler made of the failed read.
+///
+/// And an HTTP/1 answer sent before its request's body was read to the
+/// end (a refusal: `401`, `404`, `413`…) says `Connection: close`. hyper
+/// drains what has already arrived of such a body and otherwise closes the
+/// connection once the answer is written; told nothing, a client sends its
+/// next request down the closing connection and gets no answer ("Server
+/// disconnected without sending a response": the MCP Python SDK's first
+/// request after its `401`, when the body had not arrived by the time the
+/// server refused the head).
 async fn body_deadline(timeout: Duration, request: Request, next: Next) -> axum::response::Response {
     use axum::response::IntoResponse;
     use http_body::Body as _;
+    use std::sync::atomic::Ordering::Relaxed;
     // Nothing to wait for (a GET, say): no timer on the per-request path.
     if request.body().is_end_stream() {
         return next.run(request).await;
     }
-    let expired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let state = Arc::new(BodyState::default());
     let (parts, body) = request.into_parts();
-    let body = DeadlineBody { inner: body, deadline: Box::pin(tokio::time::sleep(timeout)), expired: expired.clone() };
-    let response = next.run(Request::from_parts(parts, axum::body::Body::new(body))).await;
-    if !expired.load(std::sync::atomic::Ordering::Relaxed) {
+    let http1 = parts.version <= axum::http::Version::HTTP_11;
+    let body = DeadlineBody { inner: body, deadline: Box::pin(tokio::time::sleep(timeout)), state: state.clone() };
+    let mut response = next.run(Request::from_parts(parts, axum::body::Body::new(body))).await;
+    if state.expired.load(Relaxed) {
+        response = ApiError::new(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!("the request body did not arrive within {} seconds; send it whole, then retry", timeout.as_secs()),
+        )
+        .into_response();
+    } else if state.read.load(Relaxed) || !http1 {
         return response;
     }
-    let mut response = ApiError::new(
-        axum::http::StatusCode::REQUEST_TIMEOUT,
-        "request_timeout",
-        format!("the request body did not arrive within {} seconds; send it whole, then retry", timeout.as_secs()),
-    )
-    .into_response();
     response.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
     response
+}
+
+/// What became of a request's body, for [`body_deadline`].
+#[derive(Default)]
+struct BodyState {
+    /// Its deadline passed before it arrived.
+    expired: std::sync::atomic::AtomicBool,
+    /// It was read to its end.
+    read: std::sync::atomic::AtomicBool,
 }
 
 /// A request body that fails once its deadline passes.
 struct DeadlineBody {
     inner: axum::body::Body,
     deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
-    expired: Arc<std::sync::atomic::AtomicBool>,
+    state: Arc<BodyState>,
 }
 
 impl http_body::Body for DeadlineBody {
@@ -424,10 +445,13 @@ impl http_body::Body for DeadlineBody {
         use std::future::Future;
         use std::task::Poll;
         if let Poll::Ready(frame) = std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
+            if frame.is_none() || matches!(frame, Some(Ok(_))) && self.inner.is_end_stream() {
+                self.state.read.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             return Poll::Ready(frame);
         }
         if self.deadline.as_mut().poll(cx).is_ready() {
-            self.expired.store(true, std::sync::atomic::Ordering::Relaxed);
+            self.state.expired.store(true, std::sync::atomic::Ordering::Relaxed);
             return Poll::Ready(Some(Err(axum::Error::new("the request body did not arrive in time"))));
         }
         Poll::Pending
