@@ -300,6 +300,24 @@ pub fn fair_policy() -> Option<i32> {
     None
 }
 
+/// The policy `thread` (any process's) runs at and the time slice it asked
+/// for (zero: the kernel's default, or a kernel before 6.12 that has no
+/// slices to ask for), from `sched_getattr(2)`: what the settings here
+/// leave, for tests and diagnostics.
+pub fn scheduling_of(thread: i32) -> Option<(i32, Duration)> {
+    #[cfg(target_os = "linux")]
+    // SAFETY: reads a thread's attributes into a value we own, of the size we say.
+    unsafe {
+        let mut attr: SchedAttr = std::mem::zeroed();
+        let size = std::mem::size_of::<SchedAttr>() as u32;
+        if libc::syscall(libc::SYS_sched_getattr, thread, &mut attr as *mut SchedAttr, size, 0) == 0 {
+            return Some((attr.policy as i32, Duration::from_nanos(attr.runtime)));
+        }
+    }
+    let _ = thread;
+    None
+}
+
 /// How long `thread` (of this process) has run, and waited to run while
 /// runnable, since it started (`/proc/self/task/TID/schedstat`).
 pub fn schedstat(thread: i32) -> Option<(Duration, Duration)> {
@@ -315,17 +333,14 @@ mod tests {
     /// The CPUs the calling thread may run on, and its slice (0: a kernel
     /// before 6.12, which has none to ask for).
     fn placement() -> (Vec<usize>, u64) {
-        // SAFETY: reads the calling thread's affinity and attributes into values it owns.
-        unsafe {
+        // SAFETY: reads the calling thread's affinity into a set it owns.
+        let on = unsafe {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
             assert_eq!(libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set), 0);
-            let on = (0..libc::CPU_SETSIZE as usize).filter(|&cpu| libc::CPU_ISSET(cpu, &set)).collect();
-            let mut attr: SchedAttr = std::mem::zeroed();
-            let size = std::mem::size_of::<SchedAttr>() as u32;
-            let read = libc::syscall(libc::SYS_sched_getattr, libc::gettid(), &mut attr as *mut SchedAttr, size, 0);
-            assert_eq!(read, 0, "sched_getattr");
-            (on, attr.runtime)
-        }
+            (0..libc::CPU_SETSIZE as usize).filter(|&cpu| libc::CPU_ISSET(cpu, &set)).collect()
+        };
+        let (_, slice) = scheduling_of(this_thread()).expect("sched_getattr");
+        (on, slice.as_nanos() as u64)
     }
 
     /// A worker thread: it settles (twice: it parks again) and reports

@@ -583,16 +583,26 @@ async fn permanent_failures_are_not_5xx_and_temporary_ones_say_when_to_retry() {
     assert_eq!((status, error_code(&body), wait), (503, "rate_limited", Some(1)), "{body}");
 }
 
-/// The scheduling policy (`sched(7)`) of each of the server's threads:
-/// (thread name, policy), from `/proc/PID/task/*/stat`.
-fn thread_policies(pid: u32) -> Vec<(String, i32)> {
+/// One of the server's threads: its name, the CPUs it may run on
+/// (`Cpus_allowed_list`), its policy (`sched(7)`) and the time slice it
+/// asked for (ns; 0: the default), from `/proc/PID/task/*/status` and
+/// `sched_getattr`.
+struct ServerThread {
+    name: String,
+    cpus: String,
+    policy: i32,
+    slice: u64,
+}
+
+fn server_threads(pid: u32) -> Vec<ServerThread> {
     let mut threads = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
-        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
-        let (name, rest) = stat.split_once(" (").and_then(|(_, rest)| rest.rsplit_once(") ")).unwrap();
-        // Field 41 is the policy; `rest` starts at field 3.
-        let policy = rest.split_ascii_whitespace().nth(41 - 3).unwrap().parse().unwrap();
-        threads.push((name.to_string(), policy));
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else { continue };
+        let field = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string());
+        let tid: i32 = task.file_name().to_str().unwrap().parse().unwrap();
+        let Some((policy, slice)) = plinth::cpu_policy::scheduling_of(tid) else { continue };
+        let (name, cpus) = (field("Name:").unwrap(), field("Cpus_allowed_list:").unwrap());
+        threads.push(ServerThread { name, cpus, policy, slice: slice.as_nanos() as u64 });
     }
     threads
 }
@@ -635,46 +645,13 @@ async fn the_scheduling_policy_the_server_was_started_at_stands_on_every_thread(
             let (status, _) = server.invoke("echo", &[("text", json!("hi"))]).await;
             assert_eq!(status, 200);
         }
-        let threads = thread_policies(server.pid());
+        let threads: Vec<(String, i32)> =
+            server_threads(server.pid()).into_iter().map(|t| (t.name, t.policy)).collect();
         assert!(threads.len() > 4, "{threads:?}");
         let below = |name: &str, p: i32| batch && p == libc::SCHED_IDLE && name.starts_with("plinth-tool-cos");
         let moved: Vec<_> = threads.iter().filter(|(name, p)| *p != policy && !below(name, *p)).collect();
         assert!(moved.is_empty(), "started at policy {policy}, these threads moved: {moved:?}");
     }
-}
-
-/// The CPUs each of the server's threads named `name` may run on, and its
-/// time slice in ns (`sched_getattr`: 0 where the kernel has none to ask
-/// for), from `/proc/PID/task/*/status`.
-fn placement_of_threads(pid: u32, name: &str) -> Vec<(String, u64)> {
-    #[repr(C)]
-    #[derive(Default)]
-    struct SchedAttr {
-        size: u32,
-        policy: u32,
-        flags: u64,
-        nice: i32,
-        priority: u32,
-        runtime: u64,
-        deadline: u64,
-        period: u64,
-    }
-    let mut threads = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
-        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else { continue };
-        let field = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string());
-        if field("Name:").as_deref() != Some(name) {
-            continue;
-        }
-        let tid: i32 = task.file_name().to_str().unwrap().parse().unwrap();
-        let mut attr = SchedAttr::default();
-        let size = std::mem::size_of::<SchedAttr>() as u32;
-        // SAFETY: reads another thread's attributes into a value we own.
-        let read = unsafe { libc::syscall(libc::SYS_sched_getattr, tid, &mut attr as *mut SchedAttr, size, 0) };
-        let slice = if read == 0 { attr.runtime } else { 0 };
-        threads.push((field("Cpus_allowed_list:").unwrap(), slice));
-    }
-    threads
 }
 
 /// The threads serving HTTP are pinned one per CPU with 100 µs slices
@@ -710,7 +687,11 @@ async fn the_http_threads_are_pinned_one_per_cpu_unless_the_operator_leaves_them
             let (status, _) = server.invoke("echo", &[("text", json!("hi"))]).await;
             assert_eq!(status, 200);
         }
-        let threads = placement_of_threads(server.pid(), "tokio-rt-worker");
+        let threads: Vec<(String, u64)> = server_threads(server.pid())
+            .into_iter()
+            .filter(|t| t.name == "tokio-rt-worker")
+            .map(|t| (t.cpus, t.slice))
+            .collect();
         assert!(!threads.is_empty(), "no HTTP threads found");
         let pinned: Vec<_> = threads.iter().filter(|(on, _)| *on != cpus).collect();
         if free {
