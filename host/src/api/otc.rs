@@ -400,15 +400,19 @@ pub(super) async fn call_tool(
         Ok(input) => input,
         Err(errors) => return Ok(validation_error(errors)),
     };
+    let key_id = caller.principal.map(|p| p.key_id).unwrap_or_default();
+    let claims_call_id = request.call_id.is_some();
+    let run = run_call(host, options, caller.tenant, key_id, tool, version, input, request);
+    if !claims_call_id {
+        // Nothing claimed: a client that hangs up ends its call, as on A2T.
+        return run.await;
+    }
     // Own task: a client that hangs up must not leave a claimed call id
     // unrecorded while its tool still runs — its retry waits for the answer.
-    let key_id = caller.principal.map(|p| p.key_id).unwrap_or_default();
     // In the request's span: the call's log lines carry its id, and its
-    // spans are the request's children.
-    let call = tokio::spawn(
-        run_call(host, options, caller.tenant, key_id, tool, version, input, request)
-            .instrument(tracing::Span::current()),
-    );
+    // spans are the request's children. (A task per call costs a wake of
+    // an idle worker, so calls without a call id do not pay for it.)
+    let call = tokio::spawn(run.instrument(tracing::Span::current()));
     call.await.map_err(|_| ApiError::internal("the call was interrupted"))?
 }
 
