@@ -123,10 +123,15 @@ struct Rounds {
 }
 
 impl Rounds {
-    fn run(&mut self, target: &Target, duration: Duration) -> anyhow::Result<()> {
-        let (url, body, headers) = (&target.url, Some(target.body.as_str()), target.headers);
-        self.loads.push(wrk_with_headers(url, body, headers, duration, CONNECTIONS)?);
-        self.one.push(wrk_with_headers(url, body, headers, duration, 1)?.latency.p50);
+    /// The target's load at [`CONNECTIONS`], for this round.
+    fn run_load(&mut self, target: &Target, duration: Duration) -> anyhow::Result<()> {
+        self.loads.push(wrk_with_headers(&target.url, Some(&target.body), target.headers, duration, CONNECTIONS)?);
+        Ok(())
+    }
+
+    /// The target's p50 at one connection, for this round.
+    fn run_one(&mut self, target: &Target, duration: Duration) -> anyhow::Result<()> {
+        self.one.push(wrk_with_headers(&target.url, Some(&target.body), target.headers, duration, 1)?.latency.p50);
         Ok(())
     }
 
@@ -274,14 +279,24 @@ pub async fn http_overhead(opts: &Opts, report: &mut Report) -> anyhow::Result<(
         if opts.smoke { (1, Duration::from_secs(1)) } else { (WIDE_ROUNDS, Duration::from_secs(5)) };
     let (mut a, mut b, mut d, mut e) = (Rounds::default(), Rounds::default(), Rounds::default(), Rounds::default());
     let mut f: Vec<Rounds> = peers.iter().map(|_| Rounds::default()).collect();
-    for _ in 0..rounds {
+    for round in 0..rounds {
+        // Every target at eight connections, then every target at one: the
+        // loads a ratio compares are seconds apart, not a target's two
+        // loads apart. Every other round runs the targets in reverse order
+        // (as arm 10), so that the machine drifting within a round favours
+        // neither the targets measured first nor those measured last.
+        let mut order: Vec<(&Target, &mut Rounds)> =
+            vec![(&native, &mut a), (&a2t, &mut b), (&otc, &mut d), (&mcp, &mut e)];
+        order.extend(peers.iter().map(|(_, peer)| peer).zip(f.iter_mut()));
+        if round % 2 == 1 {
+            order.reverse();
+        }
         tokio::task::block_in_place(|| -> anyhow::Result<()> {
-            a.run(&native, round_duration)?;
-            b.run(&a2t, round_duration)?;
-            d.run(&otc, round_duration)?;
-            e.run(&mcp, round_duration)?;
-            for ((_, peer), measured) in peers.iter().zip(&mut f) {
-                measured.run(peer, round_duration)?;
+            for (target, measured) in &mut order {
+                measured.run_load(target, round_duration)?;
+            }
+            for (target, measured) in &mut order {
+                measured.run_one(target, round_duration)?;
             }
             Ok(())
         })?;
