@@ -1624,7 +1624,7 @@ impl ToolHost {
                 tenant.record.name
             ))
         })?;
-        let _host_slot = self.slots.take().ok_or_else(|| {
+        let host_slot = self.slots.take().ok_or_else(|| {
             InvokeError::Busy("the server is running as many tool invocations as it may; retry shortly".into())
         })?;
 
@@ -1706,6 +1706,10 @@ impl ToolHost {
             Ok(_) => tracing::debug!(elapsed_us, export = ?run.export, "tool returned"),
             Err(e) => tracing::info!(elapsed_us, export = ?run.export, error = %e, "tool did not return"),
         }
+        // Given back after the store, whose drop may wait for the answer to
+        // be written (`runtime::after_answer`): whoever takes this place
+        // finds a pool slot free.
+        runtime::drop_after_answer(host_slot);
         Ok(Ran { result, redactor, denials })
     }
 

@@ -189,6 +189,48 @@ async fn a_flood_of_slow_calls_is_refused_not_queued() {
     assert!(busy >= 5, "the rest were refused at once, {busy} were");
 }
 
+/// A call's store is dropped (its pool slot reset) once its answer is
+/// written, and its place on the server given back after the store
+/// (`runtime::teardown`): with one instance, calls in a row from two
+/// connections are each answered, or refused for want of a place, never
+/// refused by a pool with no slot for a call that got a place.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_instance_serves_calls_in_a_row_from_two_connections() {
+    let server = Server::start(&["--max-instances", "1"]);
+    server.lift_rate().await;
+    let url = format!("{}/tools/{}:invoke", server.base, server.tool_id("echo").await);
+    let body = invocation("echo", &[("text", json!("in a row"))]);
+    let caller = |n: usize| {
+        // A client of its own: its calls keep to one connection.
+        let client = reqwest::Client::new();
+        let (url, body) = (url.clone(), body.clone());
+        async move {
+            let (mut answered, mut no_place) = (0, 0);
+            for _ in 0..n {
+                let answer = client.post(&url).bearer_auth(TOKEN).json(&body).send().await.unwrap();
+                let status = answer.status().as_u16();
+                let answer: Value = answer.json().await.unwrap();
+                match status {
+                    200 => {
+                        assert_eq!(outputs(&answer)["text"], "in a row");
+                        answered += 1;
+                    }
+                    503 if answer["error"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with("the server is running")) =>
+                    {
+                        no_place += 1
+                    }
+                    _ => panic!("{status} {answer}"),
+                }
+            }
+            (answered, no_place)
+        }
+    };
+    let ((a, a_refused), (b, b_refused)) = tokio::join!(caller(300), caller(300));
+    assert!(a > 0 && b > 0, "both connections were answered: {a} and {b} (refused {a_refused} and {b_refused})");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn oversized_requests_are_refused() {
     let (server, _dir) = sandbox(&[]);

@@ -317,20 +317,26 @@ impl InPlace {
         InPlace { waker: state.clone().into(), state }
     }
 
+    /// Polls the connection; what its finished calls leave to tear down
+    /// (their stores, whose drop resets their instance slots) is dropped
+    /// after, once their answers are written
+    /// ([`after_answer`](crate::runtime::after_answer)).
     fn poll<F: Future>(&self, mut connection: Pin<&mut F>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let state = &self.state;
         state.task.register(cx.waker());
         let mut inner = Context::from_waker(&self.waker);
-        for _ in 0..IN_PLACE_POLLS {
-            state.polling.store(true, Ordering::SeqCst);
-            let polled = connection.as_mut().poll(&mut inner);
-            state.polling.store(false, Ordering::SeqCst);
-            if polled.is_ready() || !state.woken.swap(false, Ordering::SeqCst) {
-                return polled;
+        crate::runtime::after_answer(|| {
+            for _ in 0..IN_PLACE_POLLS {
+                state.polling.store(true, Ordering::SeqCst);
+                let polled = connection.as_mut().poll(&mut inner);
+                state.polling.store(false, Ordering::SeqCst);
+                if polled.is_ready() || !state.woken.swap(false, Ordering::SeqCst) {
+                    return polled;
+                }
             }
-        }
-        cx.waker().wake_by_ref();
-        Poll::Pending
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        })
     }
 }
 

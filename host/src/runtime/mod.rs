@@ -13,6 +13,9 @@
 pub mod outbound;
 #[cfg(test)]
 mod slot_isolation;
+mod teardown;
+
+pub use teardown::{after_answer, drop_after_answer};
 
 use crate::manifest::ToolManifest;
 use outbound::OutboundPolicy;
@@ -1025,7 +1028,7 @@ impl Runtime {
         log.captured("stderr", &stderr);
         let denials = store.data().outbound.denials();
         store.data().log.finish(&denials);
-        match outcome {
+        let result = match outcome {
             // The timer fired while the call was suspended: waiting on the
             // host (an outbound request, a sleep), or yielding at a tick.
             Err(_elapsed) => {
@@ -1033,7 +1036,10 @@ impl Runtime {
             }
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(classify(&error, store.data().limits.refused, deadline)),
-        }
+        };
+        // The slot's reset, after the answer where the caller can wait.
+        teardown::drop_after_answer(store);
+        result
     }
 }
 
