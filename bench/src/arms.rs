@@ -123,15 +123,19 @@ struct Rounds {
 }
 
 impl Rounds {
-    /// The target's load at [`CONNECTIONS`], for this round.
-    fn run_load(&mut self, target: &Target, duration: Duration) -> anyhow::Result<()> {
-        self.loads.push(wrk_with_headers(&target.url, Some(&target.body), target.headers, duration, CONNECTIONS)?);
-        Ok(())
-    }
-
-    /// The target's p50 at one connection, for this round.
-    fn run_one(&mut self, target: &Target, duration: Duration) -> anyhow::Result<()> {
-        self.one.push(wrk_with_headers(&target.url, Some(&target.body), target.headers, duration, 1)?.latency.p50);
+    /// One round over `targets`, in their order: every target's load at
+    /// [`CONNECTIONS`], then every target's p50 at one connection, so that
+    /// the loads a ratio compares are seconds apart, not a target's two
+    /// loads apart.
+    fn run(targets: &mut [(&Target, &mut Rounds)], duration: Duration) -> anyhow::Result<()> {
+        for (target, measured) in targets.iter_mut() {
+            let (url, body) = (&target.url, Some(target.body.as_str()));
+            measured.loads.push(wrk_with_headers(url, body, target.headers, duration, CONNECTIONS)?);
+        }
+        for (target, measured) in targets.iter_mut() {
+            let (url, body) = (&target.url, Some(target.body.as_str()));
+            measured.one.push(wrk_with_headers(url, body, target.headers, duration, 1)?.latency.p50);
+        }
         Ok(())
     }
 
@@ -280,10 +284,8 @@ pub async fn http_overhead(opts: &Opts, report: &mut Report) -> anyhow::Result<(
     let (mut a, mut b, mut d, mut e) = (Rounds::default(), Rounds::default(), Rounds::default(), Rounds::default());
     let mut f: Vec<Rounds> = peers.iter().map(|_| Rounds::default()).collect();
     for round in 0..rounds {
-        // Every target at eight connections, then every target at one: the
-        // loads a ratio compares are seconds apart, not a target's two
-        // loads apart. Every other round runs the targets in reverse order
-        // (as arm 10), so that the machine drifting within a round favours
+        // Every other round runs the targets in reverse order (as arms 10
+        // and 11), so that the machine drifting within a round favours
         // neither the targets measured first nor those measured last.
         let mut order: Vec<(&Target, &mut Rounds)> =
             vec![(&native, &mut a), (&a2t, &mut b), (&otc, &mut d), (&mcp, &mut e)];
@@ -291,15 +293,7 @@ pub async fn http_overhead(opts: &Opts, report: &mut Report) -> anyhow::Result<(
         if round % 2 == 1 {
             order.reverse();
         }
-        tokio::task::block_in_place(|| -> anyhow::Result<()> {
-            for (target, measured) in &mut order {
-                measured.run_load(target, round_duration)?;
-            }
-            for (target, measured) in &mut order {
-                measured.run_one(target, round_duration)?;
-            }
-            Ok(())
-        })?;
+        tokio::task::block_in_place(|| Rounds::run(&mut order, round_duration))?;
     }
     check_mcp_echo(&mcp.url, &mcp.body, "hello, tools").await?;
     native_server.abort();
@@ -1104,16 +1098,11 @@ pub async fn against_baseline(opts: &Opts, baseline: &Path, report: &mut Report)
         if opts.smoke { (1, Duration::from_secs(1)) } else { (WIDE_ROUNDS, Duration::from_secs(5)) };
     let (mut this, mut base) = (Rounds::default(), Rounds::default());
     for round in 0..rounds {
-        tokio::task::block_in_place(|| -> anyhow::Result<()> {
-            let mut order = [(&mut this, &started[0].2), (&mut base, &started[1].2)];
-            if round % 2 == 1 {
-                order.reverse();
-            }
-            for (measured, target) in order {
-                measured.run(target, round_duration)?;
-            }
-            Ok(())
-        })?;
+        let mut order = [(&started[0].2, &mut this), (&started[1].2, &mut base)];
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        tokio::task::block_in_place(|| Rounds::run(&mut order, round_duration))?;
     }
     let of_rounds = format!("median of {rounds} rounds, order alternating");
     let judged = |met: bool| (!opts.smoke).then_some(met);
