@@ -207,4 +207,5 @@ check:
 	$(CARGO) fmt --all -- --check
 	./host/unified-features/check
 	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy -p plinth-bench --all-targets -- -D warnings
 	$(CARGO) clippy --target wasm32-wasip2 -p plinth-sdk $(addprefix -p ,$(PLUGINS)) -- -D warnings
