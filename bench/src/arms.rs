@@ -643,7 +643,7 @@ async fn stages(
         ("validate (against the signature, into a component value)", validate.p50),
         ("hand-off to the tool threads and back (paid only by calls that pause)", hand_off.p50),
         ("instantiate (store setup + instance from the pool)", instantiate.p50),
-        ("call (echo's code, its first touches of memory, slot reset)", call),
+        ("call (echo's code, its first touches of memory, the slot's reset: over HTTP, after the answer)", call),
         ("output (checked against the signature, to JSON values)", output.p50),
         ("serialise (the answer's JSON)", serialise.p50),
         ("metrics (the call's counter and histograms, the answer's counter)", counted.p50),
