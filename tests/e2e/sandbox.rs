@@ -193,7 +193,8 @@ async fn a_flood_of_slow_calls_is_refused_not_queued() {
 /// written, and its place on the server given back after the store
 /// (`runtime::teardown`): with one instance, calls in a row from two
 /// connections are each answered, or refused for want of a place, never
-/// refused by a pool with no slot for a call that got a place.
+/// refused by a pool with no slot for a call that got a place; calls
+/// pipelined on one connection are all answered.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_instance_serves_calls_in_a_row_from_two_connections() {
     let server = Server::start(&["--max-instances", "1"]);
@@ -229,6 +230,35 @@ async fn one_instance_serves_calls_in_a_row_from_two_connections() {
     };
     let ((a, a_refused), (b, b_refused)) = tokio::join!(caller(300), caller(300));
     assert!(a > 0 && b > 0, "both connections were answered: {a} and {b} (refused {a_refused} and {b_refused})");
+
+    // Pipelined on one connection: hyper reads the next request in the
+    // poll that answered the last, and the last call's place is given back
+    // before the next call asks for one. Every call is answered.
+    let host = server.base.trim_start_matches("http://").to_string();
+    let path = url.trim_start_matches(&server.base).to_string();
+    let body = body.to_string();
+    let answers = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&host).unwrap();
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+        let requests: String = (0..5)
+            .map(|i| {
+                let connection = if i == 4 { "close" } else { "keep-alive" };
+                format!(
+                    "POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n\
+                     Content-Type: application/json\r\nContent-Length: {}\r\nConnection: {connection}\r\n\r\n{body}",
+                    body.len()
+                )
+            })
+            .collect();
+        stream.write_all(requests.as_bytes()).unwrap();
+        let mut answers = String::new();
+        stream.read_to_string(&mut answers).unwrap();
+        answers
+    })
+    .await
+    .unwrap();
+    assert_eq!(answers.matches("HTTP/1.1 200 OK").count(), 5, "{answers}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -404,7 +404,9 @@ pub(super) async fn call_tool(
     let claims_call_id = request.call_id.is_some();
     let run = run_call(host, options, caller.tenant, key_id, tool, version, input, request);
     if !claims_call_id {
-        // Nothing claimed: a client that hangs up ends its call, as on A2T.
+        // Nothing claimed: the call is the request's, as on A2T and MCP. A
+        // client that hangs up drops it (one that moved to the tool threads
+        // runs to its end there, but is not counted in usage or the console).
         return run.await;
     }
     // Own task: a client that hangs up must not leave a claimed call id

@@ -15,7 +15,7 @@ pub mod outbound;
 mod slot_isolation;
 mod teardown;
 
-pub use teardown::{after_answer, drop_after_answer};
+pub use teardown::{after_answer, drop_after_answer, drop_held};
 
 use crate::manifest::ToolManifest;
 use outbound::OutboundPolicy;

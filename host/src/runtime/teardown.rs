@@ -5,7 +5,9 @@
 //!
 //! While an HTTP connection is polled, inside [`after_answer`]
 //! (`api::serve`), the stores of the calls that finish are held and dropped
-//! when that poll ends: by then hyper has written their answers. The drop
+//! when that poll ends, or when the connection's next request starts in the
+//! same poll ([`drop_held`]): by then hyper has written their answers (or as
+//! much of a large one as the socket took). The drop
 //! stays on the same thread and happens before the thread takes any other
 //! work, so the slot is back in the pool as soon as before for every call
 //! but the one being answered. Anywhere else (a call that moved to the tool
@@ -33,6 +35,16 @@ pub fn drop_after_answer<T: 'static>(value: T) {
         None => Some(value),
     });
     drop(now);
+}
+
+/// Drops now what this thread holds for the poll it is in. A request that
+/// starts calls it (`api::request_id`): hyper reads a connection's next
+/// request in the same poll once the last answer is written, and what the
+/// last call left (its store, its place on the server) must not be held
+/// while the next one runs.
+pub fn drop_held() {
+    let held = HELD.with(|held| held.borrow_mut().as_mut().map(std::mem::take));
+    drop(held);
 }
 
 /// Runs `poll` (one poll of an HTTP connection), then drops what the calls
@@ -88,6 +100,20 @@ mod tests {
         assert_eq!(dropped.load(Ordering::SeqCst), 3, "dropped when the poll ended");
         drop_after_answer(Counted(dropped.clone()));
         assert_eq!(dropped.load(Ordering::SeqCst), 4, "the window closed with the poll");
+    }
+
+    #[test]
+    fn a_request_that_starts_in_the_same_poll_drops_what_the_last_one_left() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        after_answer(|| {
+            drop_after_answer(Counted(dropped.clone()));
+            drop_held();
+            assert_eq!(dropped.load(Ordering::SeqCst), 1, "dropped when the next request started");
+            drop_after_answer(Counted(dropped.clone()));
+            assert_eq!(dropped.load(Ordering::SeqCst), 1, "the window is still open");
+        });
+        assert_eq!(dropped.load(Ordering::SeqCst), 2);
+        drop_held();
     }
 
     #[test]
