@@ -336,9 +336,6 @@ async fn metrics(State(host): State<AppState>) -> axum::response::Response {
 /// [`CallerTrace`](crate::telemetry::CallerTrace) for the doors.
 async fn request_id(mut request: Request, next: Next) -> axum::response::Response {
     use tracing::Instrument;
-    // A connection's next request, read in the poll that answered the last:
-    // what the last call left to tear down goes first (`runtime::teardown`).
-    crate::runtime::drop_held();
     const HEADER: &str = "x-request-id";
     let given = request.headers().get(HEADER).and_then(|value| value.to_str().ok()).filter(|id| {
         (1..=128).contains(&id.len())

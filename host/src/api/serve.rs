@@ -210,6 +210,10 @@ impl Connection {
         let app = self.app.clone();
         let serving = activity.clone();
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            // hyper reads a connection's next request in the poll that
+            // answered the last: what the last call left to tear down goes
+            // before this one runs (`runtime::teardown`).
+            crate::runtime::drop_held();
             request.extensions_mut().insert(ConnectInfo(peer));
             let in_flight = serving.begin();
             let app = app.clone();

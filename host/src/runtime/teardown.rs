@@ -38,7 +38,7 @@ pub fn drop_after_answer<T: 'static>(value: T) {
 }
 
 /// Drops now what this thread holds for the poll it is in. A request that
-/// starts calls it (`api::request_id`): hyper reads a connection's next
+/// starts calls it (`api::serve`): hyper reads a connection's next
 /// request in the same poll once the last answer is written, and what the
 /// last call left (its store, its place on the server) must not be held
 /// while the next one runs.
