@@ -321,9 +321,32 @@ pub fn scheduling_of(thread: i32) -> Option<(i32, Duration)> {
 /// How long `thread` (of this process) has run, and waited to run while
 /// runnable, since it started (`/proc/self/task/TID/schedstat`).
 pub fn schedstat(thread: i32) -> Option<(Duration, Duration)> {
-    let text = std::fs::read_to_string(format!("/proc/self/task/{thread}/schedstat")).ok()?;
-    let mut fields = text.split_ascii_whitespace().map(|field| field.parse::<u64>().ok());
-    Some((Duration::from_nanos(fields.next()??), Duration::from_nanos(fields.next()??)))
+    Schedstat::open(thread)?.read()
+}
+
+/// A thread's `schedstat`, kept open to be read again: one system call a
+/// look, where opening it anew takes four (open, stat, read, close). It
+/// stays the file of the thread it was opened for: once that thread has
+/// ended it reads nothing, even if the system gave its id to a new one.
+pub struct Schedstat(std::fs::File);
+
+impl Schedstat {
+    /// `thread`'s (of this process), if it is running.
+    pub fn open(thread: i32) -> Option<Schedstat> {
+        std::fs::File::open(format!("/proc/self/task/{thread}/schedstat")).ok().map(Schedstat)
+    }
+
+    /// What the thread has run, and waited to run while runnable, since it
+    /// started; `None` once it has ended.
+    pub fn read(&self) -> Option<(Duration, Duration)> {
+        use std::os::unix::fs::FileExt;
+        // Three numbers of at most 20 digits each.
+        let mut buffer = [0u8; 80];
+        let read = self.0.read_at(&mut buffer, 0).ok()?;
+        let text = std::str::from_utf8(&buffer[..read]).ok()?;
+        let mut fields = text.split_ascii_whitespace().map(|field| field.parse::<u64>().ok());
+        Some((Duration::from_nanos(fields.next()??), Duration::from_nanos(fields.next()??)))
+    }
 }
 
 #[cfg(test)]
@@ -414,5 +437,36 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn a_kept_schedstat_reads_its_thread_anew_until_the_thread_ends() {
+        let (id_tx, id_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (spun_tx, spun_rx) = std::sync::mpsc::channel::<()>();
+        let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            id_tx.send(this_thread()).unwrap();
+            go_rx.recv().unwrap();
+            let started = std::time::Instant::now();
+            let mut spin = 0u64;
+            while started.elapsed() < Duration::from_millis(20) {
+                spin = std::hint::black_box(spin.wrapping_add(1));
+            }
+            spun_tx.send(()).unwrap();
+            end_rx.recv().unwrap();
+        });
+        let id = id_rx.recv().unwrap();
+        let file = Schedstat::open(id).expect("a running thread's schedstat");
+        let (ran_before, _) = file.read().expect("read while it runs");
+        go_tx.send(()).unwrap();
+        spun_rx.recv().unwrap();
+        // The same open file, read again, sees what the thread ran since.
+        let (ran_after, _) = file.read().expect("read again while it runs");
+        assert!(ran_after > ran_before, "{ran_before:?} then {ran_after:?}");
+        end_tx.send(()).unwrap();
+        thread.join().unwrap();
+        // Ended: the kept file reads nothing, whatever thread gets its id.
+        assert_eq!(file.read(), None, "a kept file of an ended thread");
     }
 }

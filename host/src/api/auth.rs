@@ -173,16 +173,17 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
     let options = request.extensions().get::<Arc<ApiOptions>>().cloned();
     // The MCP URL is an OAuth protected resource: its refusals say where
     // to get a token.
-    let oauth = options
-        .as_deref()
-        .filter(|_| request.uri().path() == "/mcp" && host.oauth_enabled(&tenant))
-        .map(|options| (options, tenant.as_str()));
+    // (Looked up only when needed: a token to check, or a refusal.)
+    let at_mcp = request.uri().path() == "/mcp";
+    let oauth = || {
+        options.as_deref().filter(|_| at_mcp && host.oauth_enabled(&tenant)).map(|options| (options, tenant.as_str()))
+    };
     // A key first (an operator's configured key may look like anything),
     // then a token.
     let principal = match presented.as_deref() {
         Some(bearer) => match host.authenticate(bearer) {
             Some(principal) => Some(principal),
-            None if is_token(bearer) => match token_principal(&host, oauth, bearer).await {
+            None if is_token(bearer) => match token_principal(&host, oauth(), bearer).await {
                 Ok(principal) => principal,
                 Err(error) => return error.into_response(),
             },
@@ -192,7 +193,7 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
     };
     let decision = decide(&host, access, scope, &tenant, presented.is_some(), principal.as_ref());
     if let Err(error) = decision {
-        return refusal(error, presented.is_some(), oauth);
+        return refusal(error, presented.is_some(), oauth());
     }
     request.extensions_mut().insert(Caller { tenant, principal });
     next.run(request).await
@@ -294,10 +295,10 @@ pub fn refusal_for(
     caller: &Caller,
 ) -> Option<Response> {
     let principal = caller.principal.as_ref();
-    let oauth = options.filter(|_| host.oauth_enabled(&caller.tenant)).map(|o| (o, caller.tenant.as_str()));
-    decide(host, access, scope, &caller.tenant, principal.is_some(), principal)
-        .err()
-        .map(|e| refusal(e, principal.is_some(), oauth))
+    decide(host, access, scope, &caller.tenant, principal.is_some(), principal).err().map(|e| {
+        let oauth = options.filter(|_| host.oauth_enabled(&caller.tenant)).map(|o| (o, caller.tenant.as_str()));
+        refusal(e, principal.is_some(), oauth)
+    })
 }
 
 /// A refusal, with the `WWW-Authenticate` challenge a `401` carries: at an

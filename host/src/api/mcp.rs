@@ -244,7 +244,7 @@ impl tower::Service<Request> for SharedService {
 /// before the body is read, so that a stranger costs no body): reads the
 /// method and checks the access it needs.
 pub(super) async fn per_method(
-    axum::extract::State(door): axum::extract::State<McpDoor>,
+    axum::extract::State(door): axum::extract::State<Arc<McpDoor>>,
     request: Request,
     next: Next,
 ) -> Response {

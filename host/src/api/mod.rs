@@ -115,7 +115,8 @@ impl Routes {
         let service = mcp::service(door.clone());
         // `layer`, not `route_layer`: every method is the service's fallback.
         let route = axum::routing::any_service(service)
-            .layer(middleware::from_fn_with_state(door, mcp::per_method))
+            // Behind one `Arc`: the layer clones its state for every request.
+            .layer(middleware::from_fn_with_state(Arc::new(door), mcp::per_method))
             .layer(middleware::from_fn(|request: Request, next: Next| {
                 auth::authorize(Access::Enumerate, Scope::Tenant, request, next)
             }))

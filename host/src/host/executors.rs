@@ -575,22 +575,32 @@ struct Spent {
     http_ran: Duration,
 }
 
+/// The threads the guard watches, by id: each one's `schedstat`, kept open,
+/// and what it had run and waited to run at the last look.
+type Seen = std::collections::HashMap<i32, (cpu_policy::Schedstat, Duration, Duration)>;
+
 /// What `threads` ran and waited to run, in all, since `seen` (which
 /// then holds what they had at this look; a thread seen first counts
 /// from the next).
-fn since_seen(
-    threads: &[i32],
-    seen: &mut std::collections::HashMap<i32, (Duration, Duration)>,
-) -> (Duration, Duration) {
+fn since_seen(threads: &[i32], seen: &mut Seen) -> (Duration, Duration) {
     let (mut ran, mut waited) = (Duration::ZERO, Duration::ZERO);
-    let mut now_seen = std::collections::HashMap::with_capacity(threads.len());
+    let mut now_seen = Seen::with_capacity(threads.len());
     for &thread in threads {
-        let Some((ran_since_start, waited_since_start)) = cpu_policy::schedstat(thread) else { continue };
-        if let Some(&(ran_before, waited_before)) = seen.get(&thread) {
+        let (file, before) = match seen.remove(&thread) {
+            Some((file, ran_before, waited_before)) => (file, Some((ran_before, waited_before))),
+            None => match cpu_policy::Schedstat::open(thread) {
+                Some(file) => (file, None),
+                None => continue,
+            },
+        };
+        // A thread that ended is forgotten (its id may come back as
+        // another's, whose file is opened anew).
+        let Some((ran_since_start, waited_since_start)) = file.read() else { continue };
+        if let Some((ran_before, waited_before)) = before {
             ran += ran_since_start.saturating_sub(ran_before);
             waited += waited_since_start.saturating_sub(waited_before);
         }
-        now_seen.insert(thread, (ran_since_start, waited_since_start));
+        now_seen.insert(thread, (file, ran_since_start, waited_since_start));
     }
     *seen = now_seen;
     (ran, waited)
