@@ -172,28 +172,32 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
     let presented = bearer(&request).map(str::to_string);
     let options = request.extensions().get::<Arc<ApiOptions>>().cloned();
     // The MCP URL is an OAuth protected resource: its refusals say where
-    // to get a token.
-    // (Looked up only when needed: a token to check, or a refusal.)
+    // to get a token. Looked up when needed (a token to check, a refusal),
+    // once: a token's refusal is given the setting its check saw.
     let at_mcp = request.uri().path() == "/mcp";
     let oauth = || {
         options.as_deref().filter(|_| at_mcp && host.oauth_enabled(&tenant)).map(|options| (options, tenant.as_str()))
     };
+    let mut oauth_seen = None;
     // A key first (an operator's configured key may look like anything),
     // then a token.
     let principal = match presented.as_deref() {
         Some(bearer) => match host.authenticate(bearer) {
             Some(principal) => Some(principal),
-            None if is_token(bearer) => match token_principal(&host, oauth(), bearer).await {
-                Ok(principal) => principal,
-                Err(error) => return error.into_response(),
-            },
+            None if is_token(bearer) => {
+                let seen = *oauth_seen.insert(oauth());
+                match token_principal(&host, seen, bearer).await {
+                    Ok(principal) => principal,
+                    Err(error) => return error.into_response(),
+                }
+            }
             None => None,
         },
         None => None,
     };
     let decision = decide(&host, access, scope, &tenant, presented.is_some(), principal.as_ref());
     if let Err(error) = decision {
-        return refusal(error, presented.is_some(), oauth());
+        return refusal(error, presented.is_some(), oauth_seen.unwrap_or_else(oauth));
     }
     request.extensions_mut().insert(Caller { tenant, principal });
     next.run(request).await
