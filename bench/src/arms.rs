@@ -469,7 +469,7 @@ pub async fn in_process(opts: &Opts, report: &mut Report) -> anyhow::Result<()> 
         Ok(())
     })
     .await?;
-    report.row("2 breakdown", "store setup alone (WASI context, limiter, deadline) p50", fmt(setup_only.p50), "", None);
+    report.row("2 breakdown", "store setup alone (limiter, deadline, stdio pipes; the WASI context is built at a call's first WASI import) p50", fmt(setup_only.p50), "", None);
     let instantiate_only = time_each(iterations, || async {
         let (mut store, _) = runtime.store(CallSetup::bare("echo"));
         std::hint::black_box(component.instance_pre().instantiate_async(&mut store).await?);

@@ -15,6 +15,11 @@ mod arms;
 mod fleet;
 mod measure;
 
+/// The server's allocator (`host/src/main.rs`): the in-process arms time
+/// Plinth's runtime, and what they time includes its allocations.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 
 /// What the harness needs to find and how long to run.

@@ -196,6 +196,8 @@ pub fn a2t_arguments<'a>(signature: &Signature, body: &'a Value) -> Result<Vec<(
         }
     };
     let mut arguments: Vec<(&str, &Value)> = Vec::with_capacity(params.len());
+    // Few are compared, many hashed (as in `input_record_from`).
+    let few = params.len().saturating_mul(params.len()) <= FEW_NAMES;
     let mut seen = HashSet::new();
     for param in params {
         let (Some(Value::String(name)), Some(value)) = (param.get("name"), param.get("value")) else {
@@ -205,7 +207,9 @@ pub fn a2t_arguments<'a>(signature: &Signature, body: &'a Value) -> Result<Vec<(
                 "each input parameter must be an object with `name` and `value`".into(),
             ));
         };
-        if !seen.insert(name.as_str()) && signature.input(name).is_some() {
+        let repeated =
+            if few { arguments.iter().any(|&(given, _)| given == name) } else { !seen.insert(name.as_str()) };
+        if repeated && signature.input(name).is_some() {
             return Err(refuse(
                 "duplicate_parameter",
                 Some(name),
@@ -219,6 +223,8 @@ pub fn a2t_arguments<'a>(signature: &Signature, body: &'a Value) -> Result<Vec<(
 
 /// Unknown parameters named in one refusal, at most.
 const MAX_UNKNOWN_REPORTED: usize = 16;
+/// Arguments × inputs up to which names are compared rather than hashed.
+const FEW_NAMES: usize = 64;
 
 /// Checks named values against the signature and builds the `input` record,
 /// reporting every parameter that is unknown, missing or invalid (unknown
@@ -245,15 +251,33 @@ pub fn input_record_from(
     supplier: Supplier,
 ) -> Result<Val, Vec<InputError>> {
     let mut errors = Vec::new();
-    // Indexed once, so a request's cost grows with its size, not with the
-    // product of its arguments and the tool's inputs.
-    let inputs: HashSet<&str> = signature.inputs.iter().map(|p| p.name.as_str()).collect();
-    let mut given: HashMap<&str, &Value> = HashMap::with_capacity(arguments.len());
+    // Indexed once when there are many, so a request's cost grows with its
+    // size, not with the product of its arguments and the tool's inputs. A
+    // few are compared instead: hashing them costs more (a twentieth of a
+    // pooled echo call, bench/ANALYSIS.md, arm 2).
+    let few = arguments.len().saturating_mul(signature.inputs.len()) <= FEW_NAMES;
+    let inputs: HashSet<&str> =
+        if few { HashSet::new() } else { signature.inputs.iter().map(|p| p.name.as_str()).collect() };
+    let is_input = |name: &str| if few { signature.input(name).is_some() } else { inputs.contains(name) };
+    // The first value given for a name counts.
+    let mut given: HashMap<&str, &Value> = HashMap::new();
+    if !few {
+        given.reserve(arguments.len());
+        for &(name, value) in arguments {
+            given.entry(name).or_insert(value);
+        }
+    }
+    let given_for = |name: &str| {
+        if few {
+            arguments.iter().find(|(given, _)| *given == name).map(|&(_, value)| value)
+        } else {
+            given.get(name).copied()
+        }
+    };
     let mut unknown = HashSet::new();
-    for &(name, value) in arguments {
-        given.entry(name).or_insert(value);
+    for &(name, _) in arguments {
         // A handful names the mistake; thousands would only make the answer huge.
-        if !inputs.contains(name) && unknown.len() < MAX_UNKNOWN_REPORTED && unknown.insert(name) {
+        if !is_input(name) && unknown.len() < MAX_UNKNOWN_REPORTED && unknown.insert(name) {
             let known: Vec<&str> = signature.inputs.iter().map(|p| p.name.as_str()).collect();
             errors.push(refuse(
                 "unknown_parameter",
@@ -264,7 +288,7 @@ pub fn input_record_from(
     }
     let mut fields = Vec::with_capacity(signature.inputs.len());
     for param in &signature.inputs {
-        let value = given.get(param.name.as_str()).copied().filter(|v| !v.is_null());
+        let value = given_for(&param.name).filter(|v| !v.is_null());
         if param.private && supplier == Supplier::Agent {
             match value {
                 Some(_) => errors.push(refuse(

@@ -56,12 +56,13 @@ fn input_type() -> impl Strategy<Value = InputType> {
 }
 
 /// A generated signature: unique snake_case inputs of any type, some
-/// optional, some private strings.
+/// optional, some private strings. Up to eleven: with the arguments for
+/// them, enough for names to be looked up both ways (`FEW_NAMES`).
 fn generated_signature() -> impl Strategy<Value = Signature> {
     prop::collection::btree_map(
         "[a-z][a-z0-9]{0,5}(_[a-z0-9]{1,4})?",
         (input_type(), any::<bool>(), any::<bool>()),
-        0..6,
+        0..12,
     )
     .prop_map(|params| Signature {
         name: "generated_tool".into(),

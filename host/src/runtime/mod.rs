@@ -23,13 +23,14 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, ResourceTable, Val, WasmStr};
 use wasmtime::{
-    CallHook, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap,
-    UpdateDeadline,
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap, UpdateDeadline,
 };
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -404,7 +405,7 @@ impl LogLabels {
 
 /// The per-invocation state inside a [`Store`].
 pub struct ToolState {
-    wasi: WasiCtx,
+    wasi: LazyWasi,
     http: WasiHttpCtx,
     table: ResourceTable,
     outbound: OutboundPolicy,
@@ -412,26 +413,13 @@ pub struct ToolState {
     limits: MemoryLimiter,
     log: ToolLog,
     secrets: BTreeMap<String, String>,
-    /// Where the tool stopped when it last gave its thread up: what a
-    /// deadline that passes meanwhile is reported as.
-    whereabouts: Whereabouts,
-}
-
-/// Where a running call is, kept by the store's call hook and its epoch
-/// callback. When the deadline's timer fires, the call is suspended at one
-/// of two places: at an epoch tick's yield (it was computing, and was only
-/// letting others run) or inside a host call that waits (an outbound
-/// request, a sleep). Which timer noticed the deadline first says nothing:
-/// a tool thread starved of CPU can yield at a tick and see the timer
-/// fired before it runs again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Whereabouts {
-    /// Running its own code.
-    Computing,
-    /// Inside a host call.
-    InHost,
-    /// Yielding at an epoch tick (itself a call into the host).
-    AtTick,
+    /// Whether the call's last poll ended in a yield at an epoch tick:
+    /// what a deadline that passes while it is suspended is reported as
+    /// ([`within`]). Outside the store too: the call borrows the store while
+    /// it is polled.
+    yielded_at_tick: Arc<AtomicBool>,
+    /// When the call's deadline passes.
+    ends: std::time::Instant,
 }
 
 /// Where a tool's log lines go: labelled, redacted, rate-limited and
@@ -583,7 +571,41 @@ impl ToolLog {
 
 impl WasiView for ToolState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView { ctx: self.wasi.get(), table: &mut self.table }
+    }
+}
+
+/// A call's WASI context, built at the call's first WASI import. Building
+/// one (its random generators seeded, its clocks and stdio boxed) and
+/// dropping it is a tenth of a pooled echo call (bench/ANALYSIS.md, arm 2),
+/// and a tool that computes an answer from its input makes no WASI call.
+enum LazyWasi {
+    /// Not built yet: the pipes its stdout and stderr will write to.
+    Unbuilt([MemoryOutputPipe; 2]),
+    /// Boxed: an unbuilt context should not cost every store its size.
+    Built(Box<WasiCtx>),
+}
+
+impl LazyWasi {
+    fn is_built(&self) -> bool {
+        matches!(self, LazyWasi::Built(_))
+    }
+
+    fn get(&mut self) -> &mut WasiCtx {
+        if let LazyWasi::Unbuilt([stdout, stderr]) = self {
+            let ctx = WasiCtx::builder()
+                .stdout(stdout.clone())
+                .stderr(stderr.clone())
+                .allow_tcp(false)
+                .allow_udp(false)
+                .allow_ip_name_lookup(false)
+                .build();
+            *self = LazyWasi::Built(Box::new(ctx));
+        }
+        match self {
+            LazyWasi::Built(ctx) => ctx,
+            LazyWasi::Unbuilt(_) => unreachable!("built above"),
+        }
     }
 }
 
@@ -931,20 +953,17 @@ impl Runtime {
     }
 
     /// A fresh store set up for one invocation: its WASI context (captured
-    /// stdio, nothing else), memory limiter and epoch deadline. Returns the
+    /// stdio, nothing else; built at the call's first WASI import), memory
+    /// limiter and epoch deadline. Returns the
     /// store and its stdout/stderr pipes.
     pub fn store(&self, setup: CallSetup) -> (Store<ToolState>, [MemoryOutputPipe; 2]) {
         let stdout = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
         let stderr = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
-        let wasi = WasiCtx::builder()
-            .stdout(stdout.clone())
-            .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
+        let deadline = setup.deadline.min(self.config.deadline);
+        let started = std::time::Instant::now();
+        let ends = started + deadline;
         let state = ToolState {
-            wasi,
+            wasi: LazyWasi::Unbuilt([stdout.clone(), stderr.clone()]),
             http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
             outbound: setup.outbound,
@@ -956,37 +975,22 @@ impl Runtime {
                 setup.log_budget,
             ),
             secrets: setup.secrets,
-            whereabouts: Whereabouts::Computing,
+            yielded_at_tick: Arc::new(AtomicBool::new(false)),
+            ends,
         };
-        let deadline = setup.deadline.min(self.config.deadline);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         // At every tick a running tool yields to the scheduler, so a CPU-bound
         // tool cannot hold a worker thread while other calls wait; once its
         // deadline has passed it is interrupted (a trap, reported as a timeout).
-        let ends = std::time::Instant::now() + deadline;
-        // Where the call is, as of its deadline: the transitions after it
-        // are those of its teardown. A host call may call back into the
-        // guest (its allocator, say) before it returns: the innermost
-        // transition is where the call is.
-        store.call_hook(move |mut store, hook| {
-            if std::time::Instant::now() < ends {
-                store.data_mut().whereabouts = match hook {
-                    CallHook::CallingHost | CallHook::ReturningFromWasm => Whereabouts::InHost,
-                    CallHook::CallingWasm | CallHook::ReturningFromHost => Whereabouts::Computing,
-                };
-            }
-            Ok(())
-        });
         store.set_epoch_deadline(1);
-        let started = ends - deadline;
-        store.epoch_deadline_callback(move |mut store| {
+        store.epoch_deadline_callback(move |store| {
             match at_tick(std::time::Instant::now(), started, ends) {
                 AtTick::Interrupt => return Ok(UpdateDeadline::Interrupt),
                 AtTick::GoOn => return Ok(UpdateDeadline::Continue(1)),
                 AtTick::Yield => {}
             }
-            store.data_mut().whereabouts = Whereabouts::AtTick;
+            store.data().yielded_at_tick.store(true, Ordering::Relaxed);
             #[cfg(test)]
             tests::stall_if_asked(store.data(), started);
             Ok(UpdateDeadline::Yield(1))
@@ -1010,8 +1014,9 @@ impl Runtime {
     ) -> Result<Val, CallError> {
         let deadline = setup.deadline.min(self.config.deadline);
         let (mut store, [stdout, stderr]) = self.store(setup);
+        let (yielded_at_tick, ends) = (store.data().yielded_at_tick.clone(), store.data().ends);
 
-        let run = async {
+        let run = Box::pin(async {
             let instance = component.pre.instantiate_async(&mut store).await?;
             let func = component
                 .export(export)
@@ -1021,19 +1026,18 @@ impl Runtime {
             func.call_async(&mut store, &[input], &mut results).await?;
             let [result] = results;
             wasmtime::Result::Ok(result)
-        };
-        let outcome = tokio::time::timeout(deadline, run).await;
-        let log = &mut store.data_mut().log;
-        log.captured("stdout", &stdout);
-        log.captured("stderr", &stderr);
+        });
+        let outcome = within(ends.into(), &yielded_at_tick, run).await;
+        // A call that made no WASI import wrote nothing to its stdio.
+        if store.data().wasi.is_built() {
+            let log = &mut store.data_mut().log;
+            log.captured("stdout", &stdout);
+            log.captured("stderr", &stderr);
+        }
         let denials = store.data().outbound.denials();
         store.data().log.finish(&denials);
         let result = match outcome {
-            // The timer fired while the call was suspended: waiting on the
-            // host (an outbound request, a sleep), or yielding at a tick.
-            Err(_elapsed) => {
-                Err(CallError::Timeout { deadline, computing: store.data().whereabouts != Whereabouts::InHost })
-            }
+            Err(DeadlinePassed { at_tick }) => Err(CallError::Timeout { deadline, computing: at_tick }),
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(classify(&error, store.data().limits.refused, deadline)),
         };
@@ -1041,6 +1045,44 @@ impl Runtime {
         teardown::drop_after_answer(store);
         result
     }
+}
+
+/// The deadline's timer fired while the call was suspended.
+struct DeadlinePassed {
+    /// Suspended at an epoch tick's yield: it was computing, and was only
+    /// letting others run. Otherwise it waits inside a host call (an
+    /// outbound request, a sleep): a poll of a call ends there or at a tick.
+    /// Which timer noticed the deadline first says nothing: a tool thread
+    /// starved of CPU can yield at a tick and see the timer fired before it
+    /// runs again.
+    at_tick: bool,
+}
+
+/// Polls `run` until it ends or its deadline, `ends`, passes. `yielded_at_tick`, set
+/// by the epoch callback when it yields, is cleared before every poll: when
+/// the timer fires it says where the last poll stopped.
+///
+/// The timer is set only if `run` waits: a call that answers in its first
+/// poll, as one that computes its answer does, never needs it, and setting
+/// and cancelling one costs a pooled echo call a few percent
+/// (bench/ANALYSIS.md, arm 2). A call computing past its deadline is
+/// stopped by the epoch callback instead.
+async fn within<T>(
+    ends: tokio::time::Instant,
+    yielded_at_tick: &AtomicBool,
+    run: impl Future<Output = T>,
+) -> Result<T, DeadlinePassed> {
+    let mut run = std::pin::pin!(run);
+    let mut run = std::future::poll_fn(move |cx| {
+        yielded_at_tick.store(false, Ordering::Relaxed);
+        run.as_mut().poll(cx)
+    });
+    if let Poll::Ready(output) = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut run).poll(cx))).await {
+        return Ok(output);
+    }
+    tokio::time::timeout_at(ends, run)
+        .await
+        .map_err(|_elapsed| DeadlinePassed { at_tick: yielded_at_tick.load(Ordering::Relaxed) })
 }
 
 /// What a running call does at an epoch tick.
