@@ -31,7 +31,7 @@ fn calls() -> Vec<Call> {
         ("echo", vec![("text", json!("good"))], &[200]),
         ("book_flight", booking, &[200]),
         // Never 504: a spinner starved of CPU at nice 19 is still computing
-        // at its deadline (runtime::Whereabouts).
+        // at its deadline (`runtime::within`).
         ("spin_forever", vec![("note", json!("x"))], &[422, 503]),
         ("echo", vec![("text", json!("good again"))], &[200]),
         ("memory_bomb", vec![("note", json!("x"))], &[422, 503]),

@@ -23,7 +23,6 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Poll;
@@ -413,10 +412,9 @@ pub struct ToolState {
     limits: MemoryLimiter,
     log: ToolLog,
     secrets: BTreeMap<String, String>,
-    /// Whether the call's last poll ended in a yield at an epoch tick:
-    /// what a deadline that passes while it is suspended is reported as
-    /// ([`within`]). Outside the store too: the call borrows the store while
-    /// it is polled.
+    /// Whether the call's last poll ended in a yield at an epoch tick
+    /// ([`within`]). Shared with the poller: the call borrows the store
+    /// while it is polled.
     yielded_at_tick: Arc<AtomicBool>,
     /// When the call's deadline passes.
     ends: std::time::Instant,
@@ -577,8 +575,9 @@ impl WasiView for ToolState {
 
 /// A call's WASI context, built at the call's first WASI import. Building
 /// one (its random generators seeded, its clocks and stdio boxed) and
-/// dropping it is a tenth of a pooled echo call (bench/ANALYSIS.md, arm 2),
-/// and a tool that computes an answer from its input makes no WASI call.
+/// dropping it is 0.4 µs of a pooled echo call's 6.8 (bench/ANALYSIS.md,
+/// arm 2), and a tool that computes its answer from its input may make no
+/// WASI call.
 enum LazyWasi {
     /// Not built yet: the pipes its stdout and stderr will write to.
     Unbuilt([MemoryOutputPipe; 2]),
@@ -1027,7 +1026,7 @@ impl Runtime {
             let [result] = results;
             wasmtime::Result::Ok(result)
         });
-        let outcome = within(ends.into(), &yielded_at_tick, run).await;
+        let outcome = within(ends, &yielded_at_tick, run).await;
         // A call that made no WASI import wrote nothing to its stdio.
         if store.data().wasi.is_built() {
             let log = &mut store.data_mut().log;
@@ -1037,7 +1036,7 @@ impl Runtime {
         let denials = store.data().outbound.denials();
         store.data().log.finish(&denials);
         let result = match outcome {
-            Err(DeadlinePassed { at_tick }) => Err(CallError::Timeout { deadline, computing: at_tick }),
+            Err(DeadlinePassed { computing }) => Err(CallError::Timeout { deadline, computing }),
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(classify(&error, store.data().limits.refused, deadline)),
         };
@@ -1049,40 +1048,65 @@ impl Runtime {
 
 /// The deadline's timer fired while the call was suspended.
 struct DeadlinePassed {
-    /// Suspended at an epoch tick's yield: it was computing, and was only
-    /// letting others run. Otherwise it waits inside a host call (an
-    /// outbound request, a sleep): a poll of a call ends there or at a tick.
-    /// Which timer noticed the deadline first says nothing: a tool thread
-    /// starved of CPU can yield at a tick and see the timer fired before it
-    /// runs again.
-    at_tick: bool,
+    /// Where the call was when its deadline passed: running (its own code,
+    /// or the host's between two waits), or suspended at an epoch tick's
+    /// yield — computing, either way, and only letting others run in the
+    /// second case. Otherwise it was waiting inside a host call (an
+    /// outbound request, a sleep). Which timer noticed the deadline first
+    /// says nothing: a tool thread starved of CPU can yield at a tick and
+    /// see the timer fired before it runs again.
+    computing: bool,
 }
 
-/// Polls `run` until it ends or its deadline, `ends`, passes. `yielded_at_tick`, set
-/// by the epoch callback when it yields, is cleared before every poll: when
-/// the timer fires it says where the last poll stopped.
+/// Polls `run` until it ends or its deadline, `ends`, passes.
 ///
-/// The timer is set only if `run` waits: a call that answers in its first
-/// poll, as one that computes its answer does, never needs it, and setting
-/// and cancelling one costs a pooled echo call a few percent
-/// (bench/ANALYSIS.md, arm 2). A call computing past its deadline is
-/// stopped by the epoch callback instead.
+/// A poll of a call ends at an epoch tick's yield or in a host call that
+/// waits. The epoch callback sets `yielded_at_tick` when it yields, and it
+/// is cleared before every poll, so after a poll it says which; a clock
+/// read after each poll that did not end the call (none for a call that
+/// ends in its first) notes whether the deadline passed while it ran.
+///
+/// The timer is set only if the call waits: one that answers in its first
+/// poll, as one that computes its answer does, never needs it. A call
+/// computing past its deadline is stopped by the epoch callback instead.
 async fn within<T>(
-    ends: tokio::time::Instant,
+    ends: std::time::Instant,
     yielded_at_tick: &AtomicBool,
     run: impl Future<Output = T>,
 ) -> Result<T, DeadlinePassed> {
     let mut run = std::pin::pin!(run);
-    let mut run = std::future::poll_fn(move |cx| {
+    // Unconstrained by tokio's budget, as `tokio::time::timeout`'s timer:
+    // a call that spends its task's budget still sees its deadline.
+    let mut timer = None;
+    // Where the call was when its deadline passed, once that is known.
+    let mut at_deadline: Option<bool> = None;
+    std::future::poll_fn(|cx| {
+        let polled_before = timer.is_some();
+        if polled_before && at_deadline.is_none() && std::time::Instant::now() >= ends {
+            // It passed while the call was suspended where its last poll
+            // left it.
+            at_deadline = Some(yielded_at_tick.load(Ordering::Relaxed));
+        }
         yielded_at_tick.store(false, Ordering::Relaxed);
-        run.as_mut().poll(cx)
-    });
-    if let Poll::Ready(output) = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut run).poll(cx))).await {
-        return Ok(output);
-    }
-    tokio::time::timeout_at(ends, run)
-        .await
-        .map_err(|_elapsed| DeadlinePassed { at_tick: yielded_at_tick.load(Ordering::Relaxed) })
+        if let Poll::Ready(output) = run.as_mut().poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        if at_deadline.is_none() && std::time::Instant::now() >= ends {
+            // It passed while the call ran.
+            at_deadline = Some(true);
+        }
+        let timer =
+            timer.get_or_insert_with(|| Box::pin(tokio::task::unconstrained(tokio::time::sleep_until(ends.into()))));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                let computing = at_deadline.unwrap_or_else(|| yielded_at_tick.load(Ordering::Relaxed));
+                Poll::Ready(Err(DeadlinePassed { computing }))
+            }
+            // The call gives its thread up here, at a tick as in a wait.
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
 }
 
 /// What a running call does at an epoch tick.
@@ -1272,6 +1296,103 @@ mod tests {
                 "stalled after a tick: {stalls}; {outcome:?}"
             );
         }
+    }
+
+    /// What a call does in each of its polls: runs for a while, then ends
+    /// its poll at a tick's yield or in a wait (or answers).
+    #[derive(Clone, Copy)]
+    enum Step {
+        Tick {
+            runs: Duration,
+        },
+        /// Yields at a tick, and is not polled again until its deadline has
+        /// passed (a tool thread starved of CPU).
+        StarvedAtTick,
+        Wait {
+            runs: Duration,
+        },
+        Answer,
+    }
+
+    /// A call played by `steps`, one a poll, as wasmtime's fiber would:
+    /// the epoch callback's flag set at a yield, and the task woken for it.
+    async fn play(steps: &[Step], deadline: Duration, yielded_at_tick: &AtomicBool) -> Result<(), DeadlinePassed> {
+        let ends = std::time::Instant::now() + deadline;
+        let mut next = steps.iter();
+        let call =
+            std::future::poll_fn(|cx| match next.next().copied().unwrap_or(Step::Wait { runs: Duration::ZERO }) {
+                Step::Tick { runs } => {
+                    std::thread::sleep(runs);
+                    yielded_at_tick.store(true, Ordering::Relaxed);
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+                Step::StarvedAtTick => {
+                    yielded_at_tick.store(true, Ordering::Relaxed);
+                    Poll::Pending
+                }
+                Step::Wait { runs } => {
+                    std::thread::sleep(runs);
+                    Poll::Pending
+                }
+                Step::Answer => Poll::Ready(()),
+            });
+        within(ends, yielded_at_tick, call).await
+    }
+
+    /// A deadline is reported by where the call was when it passed, not by
+    /// where the call's last poll stopped: a call resumed after its deadline
+    /// may have gone on to another place.
+    #[tokio::test]
+    async fn a_call_past_its_deadline_is_classed_by_where_it_was_when_it_passed() {
+        const ZERO: Duration = Duration::ZERO;
+        let d = Duration::from_millis(30);
+        let past = d + Duration::from_millis(20);
+        let flag = AtomicBool::new(false);
+        let cases = [
+            ("waiting on the host", vec![Step::Wait { runs: ZERO }], false),
+            ("yielding at ticks", vec![Step::Tick { runs: Duration::from_millis(2) }; 40], true),
+            // It computed past its deadline, then waited before any tick.
+            ("running, then waiting", vec![Step::Wait { runs: past }], true),
+            (
+                "at a tick, resumed past its deadline into a wait",
+                vec![Step::StarvedAtTick, Step::Wait { runs: ZERO }],
+                true,
+            ),
+            (
+                "waiting, resumed past its deadline into a tick",
+                vec![Step::Wait { runs: ZERO }, Step::Tick { runs: ZERO }],
+                false,
+            ),
+        ];
+        for (case, steps, computing) in cases {
+            let outcome = play(&steps, d, &flag).await;
+            assert!(matches!(outcome, Err(DeadlinePassed { computing: c }) if c == computing), "{case}");
+        }
+        // A wait that ends before the deadline: the call answers.
+        assert!(play(&[Step::Tick { runs: ZERO }, Step::Answer], d, &flag).await.is_ok());
+    }
+
+    /// A call that yields at a tick gives its thread up then: its poll ends
+    /// there, and it is not polled again until the executor's turn comes.
+    #[test]
+    fn a_call_that_yields_gives_its_thread_up_at_once() {
+        let executor = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let _entered = executor.enter();
+        let flag = AtomicBool::new(false);
+        let polls = std::cell::Cell::new(0);
+        let call = std::future::poll_fn(|cx| {
+            polls.set(polls.get() + 1);
+            flag.store(true, Ordering::Relaxed);
+            cx.waker().wake_by_ref();
+            Poll::<()>::Pending
+        });
+        let mut within = std::pin::pin!(within(std::time::Instant::now() + Duration::from_secs(5), &flag, call));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(within.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(polls.get(), 1, "the call ran on after its yield");
+        assert!(within.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(polls.get(), 2);
     }
 
     #[test]
