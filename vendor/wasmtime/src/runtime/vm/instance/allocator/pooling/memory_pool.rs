@@ -497,18 +497,20 @@ impl MemoryPool {
         &self,
         items: impl Iterator<Item = (MemoryAllocationIndex, Option<MemoryImageSlot>, usize)>,
     ) {
-        let mut per_stripe: smallvec::SmallVec<[smallvec::SmallVec<[(SlotId, usize); 8]>; 16]> = (0
-            ..self.stripes.len())
-            .map(|_| Default::default())
+        // PLINTH PATCH: the items sorted by stripe in one small vector, each
+        // stripe's allocator called once for its run (as published: a vector
+        // per stripe, about 2 KiB built and moved on every free).
+        let mut per_stripe: smallvec::SmallVec<[(usize, SlotId, usize); 8]> = items
+            .map(|(allocation_index, image, bytes_resident)| {
+                let (stripe_index, slot_id) = self.return_slot(allocation_index, image);
+                (stripe_index, slot_id, bytes_resident)
+            })
             .collect();
-        for (allocation_index, image, bytes_resident) in items {
-            let (stripe_index, slot_id) = self.return_slot(allocation_index, image);
-            per_stripe[stripe_index].push((slot_id, bytes_resident));
-        }
-        for (stripe, items) in self.stripes.iter().zip(per_stripe) {
-            if !items.is_empty() {
-                stripe.allocator.free_many(items);
-            }
+        per_stripe.sort_unstable_by_key(|(stripe_index, ..)| *stripe_index);
+        for run in per_stripe.chunk_by(|a, b| a.0 == b.0) {
+            self.stripes[run[0].0]
+                .allocator
+                .free_many(run.iter().map(|&(_, slot_id, bytes_resident)| (slot_id, bytes_resident)));
         }
     }
 
