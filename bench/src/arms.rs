@@ -479,7 +479,7 @@ pub async fn in_process(opts: &Opts, report: &mut Report) -> anyhow::Result<()> 
     report.row("2 breakdown", "store setup + instantiate, no call, p50", fmt(instantiate_only.p50), "", None);
 
     let speedup = dynamic[1].p50.as_secs_f64() / dynamic[0].p50.as_secs_f64();
-    report.row("2 on-demand/pooling", "p50 ratio", format!("{speedup:.1}×"), "≥ 5×", Some(speedup >= 5.0));
+    report.row("2 on-demand/pooling", "p50 ratio", format!("{speedup:.2}×"), "≥ 5×", Some(speedup >= 5.0));
     report.row(
         "2 pooling, dynamic Val",
         "p50 (target applies to the full path too)",
