@@ -497,7 +497,8 @@ impl MemoryPool {
         &self,
         items: impl Iterator<Item = (MemoryAllocationIndex, Option<MemoryImageSlot>, usize)>,
     ) {
-        // PLINTH PATCH: the items sorted by stripe in one small vector, each
+        // PLINTH PATCH: the items sorted by stripe in one small vector (a
+        // stable sort, keeping each stripe's items in the order given), each
         // stripe's allocator called once for its run (as published: a vector
         // per stripe, about 2 KiB built and moved on every free).
         let mut per_stripe: smallvec::SmallVec<[(usize, SlotId, usize); 8]> = items
@@ -506,11 +507,10 @@ impl MemoryPool {
                 (stripe_index, slot_id, bytes_resident)
             })
             .collect();
-        per_stripe.sort_unstable_by_key(|(stripe_index, ..)| *stripe_index);
+        per_stripe.sort_by_key(|(stripe_index, ..)| *stripe_index);
         for run in per_stripe.chunk_by(|a, b| a.0 == b.0) {
-            self.stripes[run[0].0]
-                .allocator
-                .free_many(run.iter().map(|&(_, slot_id, bytes_resident)| (slot_id, bytes_resident)));
+            let items = run.iter().map(|&(_, slot_id, bytes)| (slot_id, bytes));
+            self.stripes[run[0].0].allocator.free_many(items);
         }
     }
 
