@@ -13,6 +13,7 @@ pub mod cpu_policy;
 pub mod host;
 pub mod idempotency;
 pub mod invocation;
+pub mod keyed_rate;
 pub mod manifest;
 pub mod metrics;
 pub mod package;

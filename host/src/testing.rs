@@ -15,6 +15,21 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+/// A listener on 127.0.0.1 that takes connections and never answers: a
+/// request to it (or a TLS handshake with it) hangs until its client gives
+/// up. Holds the connections until the runtime ends. → its address.
+pub async fn silent_listener() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port of 127.0.0.1");
+    let address = listener.local_addr().expect("its address");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    address
+}
+
 /// A PostgreSQL cluster of the test process's own.
 pub struct TestPostgres {
     bin: PathBuf,

@@ -13,6 +13,7 @@ mod console;
 mod deploy;
 mod fleet;
 mod hardening_net;
+mod hardening_oauth;
 mod mcp;
 mod mcp_conformance;
 mod mcp_inspector;

@@ -25,7 +25,7 @@ use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 /// The sign-in form's double-submit token.
@@ -117,13 +117,14 @@ fn no_store(status: StatusCode, body: Value) -> Response {
 /// An OAuth error answer (RFC 6749 §5.2).
 fn oauth_error(e: &OAuthError) -> Response {
     let status = match e.code {
+        _ if e.retry_after.is_some() => StatusCode::TOO_MANY_REQUESTS,
         "invalid_client" => StatusCode::UNAUTHORIZED,
         "temporarily_unavailable" => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::BAD_REQUEST,
     };
     let mut response = no_store(status, json!({ "error": e.code, "error_description": e.description }));
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    if let Some(secs) = e.retry_after.or((status == StatusCode::SERVICE_UNAVAILABLE).then_some(1)) {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     response
 }
@@ -296,12 +297,13 @@ async fn check_request(
     options: &ApiOptions,
     tenant: &str,
     fields: &[(String, String)],
+    from: IpAddr,
 ) -> Result<Checked, Refused> {
     let one = |name: &str| field(fields, name).filter(|v| !v.is_empty());
     let client_id = one("client_id")
         .ok_or_else(|| Refused(StatusCode::BAD_REQUEST, "The request names no client (`client_id`).".into()))?;
     let client = host
-        .oauth_client(tenant, client_id)
+        .oauth_client(tenant, client_id, from)
         .await
         .map_err(|e| Refused(StatusCode::BAD_REQUEST, format!("The client cannot be used: {}.", e.description)))?;
     let redirect_uri = match one("redirect_uri") {
@@ -329,7 +331,7 @@ async fn check_request(
     if one("code_challenge_method") != Some("S256") || challenge.len() != 43 {
         return Err(refuse("invalid_request", "code_challenge_method must be S256, with its 43-character challenge"));
     }
-    let scopes = core::requested_scopes(one("scope")).map_err(|e| refuse(e.code, &e.description))?;
+    let scopes = core::requested_scopes(one("scope"));
     let resource = mcp_resource(options, tenant);
     if fields.iter().any(|(k, v)| k == "resource" && *v != resource) {
         return Err(refuse("invalid_target", "this authorization server issues tokens for its tenant's MCP URL only"));
@@ -399,6 +401,7 @@ pub(super) async fn authorize_form(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     Extension(options): Extension<Arc<ApiOptions>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
@@ -407,7 +410,7 @@ pub(super) async fn authorize_form(
         return no_authorization_server(tenant);
     }
     let fields = form(query.unwrap_or_default().as_bytes());
-    let checked = match check_request(&host, &options, tenant, &fields).await {
+    let checked = match check_request(&host, &options, tenant, &fields, peer.ip()).await {
         Ok(checked) => checked,
         Err(Refused(status, said)) => return sign_in_notice(&options, status, "Cannot sign in", said),
     };
@@ -453,7 +456,7 @@ pub(super) async fn authorize(
         let said = "This sign-in did not come from its page (it was sent from another site, or the page expired). Start again from the application.".to_string();
         return sign_in_notice(&options, StatusCode::FORBIDDEN, "Not signed in", said);
     }
-    let checked = match check_request(&host, &options, tenant, &fields).await {
+    let checked = match check_request(&host, &options, tenant, &fields, peer.ip()).await {
         Ok(checked) => checked,
         Err(Refused(status, said)) => return sign_in_notice(&options, status, "Cannot sign in", said),
     };
@@ -482,19 +485,28 @@ pub(super) async fn authorize(
 }
 
 /// `POST oauth/token`.
-#[utoipa::path(post, summary = "The token endpoint", description = "`grant_type=authorization_code` (with `code`, `redirect_uri`, `client_id`, `code_verifier`, optionally `resource`) or `grant_type=refresh_token` (with `refresh_token`, `client_id`, optionally `scope` and `resource`). Public clients only: no client secret. A refresh token is used once; presenting a used one again revokes its grant.", path = "/oauth/token", tag = "OAuth", operation_id = "token",
+#[utoipa::path(post, summary = "The token endpoint", description = "`grant_type=authorization_code` (with `code`, `redirect_uri`, `client_id`, `code_verifier`, optionally `resource`) or `grant_type=refresh_token` (with `refresh_token`, `client_id`, optionally `scope` and `resource`). Public clients only: no client secret. A refresh token is used once (the one just replaced may be presented again within 30 s, until its successor is used); presenting a used one again past that revokes its grant. Rated per client address and per grant.", path = "/oauth/token", tag = "OAuth", operation_id = "token",
     request_body(content = openapi::TokenForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 200, description = "The tokens", body = Value),
         (status = 400, description = "An OAuth error (`invalid_request`, `invalid_grant`, `unsupported_grant_type`, `invalid_scope`, `invalid_target`)", body = Value),
-        (status = 401, description = "`invalid_client`", body = Value),
+        (status = 401, description = "`invalid_client` (a registered client whose registration is gone: register again)", body = Value),
         (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
+        (status = 429, description = "`temporarily_unavailable`: too many token requests from this address, or refreshes of this grant", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
         (status = 503, description = "`temporarily_unavailable`", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
-pub(super) async fn token(State(host): State<AppState>, Extension(caller): Extension<Caller>, body: Bytes) -> Response {
+pub(super) async fn token(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: Bytes,
+) -> Response {
     let tenant = &caller.tenant;
     if !host.builtin_oauth(tenant) {
         return no_authorization_server(tenant);
+    }
+    if let Err(e) = host.admit_token_request(peer.ip()) {
+        return oauth_error(&e);
     }
     let fields = form(&body);
     let one = |name: &str| field(&fields, name).filter(|v| !v.is_empty());
@@ -525,17 +537,19 @@ pub(super) async fn token(State(host): State<AppState>, Extension(caller): Exten
 }
 
 /// `POST oauth/register`.
-#[utoipa::path(post, summary = "Dynamic client registration (RFC 7591)", description = "Registers a public client from its metadata (`redirect_uris`, `client_name`; `token_endpoint_auth_method` `none` if given). A tenant keeps a bounded number of registered clients; clients that publish a Client ID Metadata Document need no registration.", path = "/oauth/register", tag = "OAuth", operation_id = "register",
+#[utoipa::path(post, summary = "Dynamic client registration (RFC 7591)", description = "Registers a public client from its metadata (`redirect_uris`, `client_name`; `token_endpoint_auth_method` `none` if given). A tenant keeps a bounded number of registered clients (when full, its oldest client never used makes room), and one address registers a few at a time; clients that publish a Client ID Metadata Document need no registration.", path = "/oauth/register", tag = "OAuth", operation_id = "register",
     request_body(content = Value, content_type = "application/json"),
     responses(
         (status = 201, description = "The client's id and its metadata", body = Value),
         (status = 400, description = "`invalid_client_metadata`, `invalid_redirect_uri`", body = Value),
         (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
-        (status = 503, description = "`temporarily_unavailable` (the tenant keeps as many clients as it may)", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 429, description = "`temporarily_unavailable`: too many registrations from this address", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 503, description = "`temporarily_unavailable` (the tenant keeps as many clients in use as it may)", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
 pub(super) async fn register(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: Bytes,
 ) -> Response {
     let tenant = &caller.tenant;
@@ -545,7 +559,7 @@ pub(super) async fn register(
     let Ok(metadata) = serde_json::from_slice::<Value>(&body) else {
         return oauth_error(&OAuthError::new("invalid_client_metadata", "the body must be a JSON object"));
     };
-    match host.register_oauth_client(tenant, &metadata) {
+    match host.register_oauth_client(tenant, &metadata, peer.ip()) {
         Ok(registered) => no_store(StatusCode::CREATED, registered),
         Err(e) => oauth_error(&e),
     }

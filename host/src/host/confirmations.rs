@@ -176,6 +176,8 @@ pub(super) struct CheqState {
     /// sets: a cache of their own, so that made-up client documents cannot
     /// crowd them out.
     pub providers: jwks::JwksFetcher,
+    /// What the open OAuth endpoints take from one client.
+    pub oauth_rates: super::oauth::OAuthRates,
 }
 
 impl CheqState {
@@ -221,6 +223,7 @@ impl CheqState {
                 outbound,
                 options.jwks.max_bytes,
             ),
+            oauth_rates: Default::default(),
         })
     }
 }

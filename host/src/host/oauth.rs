@@ -16,7 +16,15 @@
 //!   with the grant (tenant, client, end user, scopes, resource), so every
 //!   replica of a fleet validates, refreshes and revokes them. A refresh
 //!   token is used once: refreshing rotates it, and presenting a used one
-//!   again (a stolen copy) revokes its whole family.
+//!   again (a stolen copy) revokes its whole family — except the one just
+//!   replaced, within [`REFRESH_REUSE_WINDOW`] of its use and until its
+//!   successor is used (a retry after a lost answer, two processes sharing
+//!   stored credentials). A grant keeps at most [`KEPT_TOKENS_PER_GRANT`]
+//!   tokens of each kind.
+//! - **Bounds**: what the open endpoints take from one client is rated
+//!   ([`OAuthRates`]: registrations and token requests per address,
+//!   refreshes per grant); a tenant full of registered clients makes room
+//!   by deleting the oldest never used.
 
 use super::ToolHost;
 use super::confirmations::random_token;
@@ -42,6 +50,22 @@ pub const CODE_TTL: Duration = Duration::from_secs(60);
 pub const MAX_REGISTERED_CLIENTS: u64 = 10_000;
 /// The longest client metadata (registered or fetched) accepted.
 pub const MAX_CLIENT_METADATA_BYTES: usize = 16 * 1024;
+/// The longest `client_id` looked at (a metadata document's URL included).
+pub const MAX_CLIENT_ID_BYTES: usize = 1024;
+/// How long after its use a refresh token may be presented again and still
+/// refresh (until the token that replaced it is used): long enough for a
+/// client to retry a refresh whose answer it lost, or for a second process
+/// sharing the same stored credentials to refresh at about the same time;
+/// short enough that a copy stolen later is caught by reuse detection.
+pub const REFRESH_REUSE_WINDOW: Duration = Duration::from_secs(30);
+/// Access and refresh tokens a grant keeps at most, of each kind: older
+/// ones (long replaced by refreshes) are deleted.
+pub const KEPT_TOKENS_PER_GRANT: u32 = 4;
+/// How long a registered client that was ever used is kept after its last
+/// use (once it holds no credential): a refresh token's life and a margin,
+/// so a client back after its refresh token expired signs in again under
+/// the id it has stored.
+pub const CLIENT_KEPT_AFTER_USE: Duration = Duration::from_secs(REFRESH_TTL.as_secs() + 7 * 24 * 3600);
 
 /// The prefixes of the credentials this server issues: a bearer that
 /// starts with one is a token, not an API key.
@@ -138,11 +162,23 @@ pub struct OAuthClient {
 pub struct OAuthError {
     pub code: &'static str,
     pub description: String,
+    /// Set when the client asked too often: seconds until it may again
+    /// (`429` with `Retry-After`).
+    pub retry_after: Option<u64>,
 }
 
 impl OAuthError {
     pub fn new(code: &'static str, description: impl Into<String>) -> OAuthError {
-        OAuthError { code, description: description.into() }
+        OAuthError { code, description: description.into(), retry_after: None }
+    }
+
+    /// A refusal for asking too often: again in `wait`.
+    fn too_often(what: &str, wait: Duration) -> OAuthError {
+        let secs = wait.as_secs() + 1;
+        OAuthError {
+            retry_after: Some(secs),
+            ..OAuthError::new("temporarily_unavailable", format!("too many {what}; try again in {secs} s"))
+        }
     }
 
     fn grant(description: &str) -> OAuthError {
@@ -177,23 +213,50 @@ impl IssuedTokens {
     }
 }
 
-/// The scopes of a request: `None` (none asked) means all; an unknown scope
-/// is refused.
-pub fn requested_scopes(scope: Option<&str>) -> Result<Vec<String>, OAuthError> {
-    let asked: Vec<&str> = scope.unwrap_or("").split(' ').filter(|s| !s.is_empty()).collect();
-    if asked.is_empty() {
-        return Ok(SCOPES.iter().map(|(s, _)| s.to_string()).collect());
-    }
-    let mut granted = Vec::new();
-    for s in asked {
-        if !SCOPES.iter().any(|(known, _)| *known == s) {
-            return Err(OAuthError::new("invalid_scope", format!("unknown scope `{s}`")));
-        }
-        if !granted.iter().any(|g| g == s) {
-            granted.push(s.to_string());
+/// The scopes of a request that this server knows, each once, in order.
+/// Others (`openid`, `offline_access`, another server's) are ignored, as
+/// RFC 6749 §3.3 allows; `None` when it asks for none this server knows.
+pub fn known_scopes(scope: Option<&str>) -> Option<Vec<String>> {
+    let mut known: Vec<String> = Vec::new();
+    for s in scope.unwrap_or("").split(' ') {
+        if SCOPES.iter().any(|(k, _)| *k == s) && !known.iter().any(|g| g == s) {
+            known.push(s.to_string());
         }
     }
-    Ok(granted)
+    (!known.is_empty()).then_some(known)
+}
+
+/// The scopes an authorization request is granted: those it asks for that
+/// this server knows, or all of them when it asks for none it knows.
+pub fn requested_scopes(scope: Option<&str>) -> Vec<String> {
+    known_scopes(scope).unwrap_or_else(|| SCOPES.iter().map(|(s, _)| s.to_string()).collect())
+}
+
+/// What the open endpoints take from one client, rated: registrations by
+/// client address (an IPv6 site), token requests by client address (an
+/// IPv6 host), refreshes by grant. In a fleet each replica rates its own
+/// share of the traffic.
+pub struct OAuthRates {
+    registrations: crate::keyed_rate::KeyedRate<std::net::IpAddr>,
+    token_requests: crate::keyed_rate::KeyedRate<std::net::IpAddr>,
+    refreshes: crate::keyed_rate::KeyedRate<String>,
+}
+
+/// Keys each rate table remembers at most.
+const RATED_KEYS: usize = 10_000;
+
+impl Default for OAuthRates {
+    fn default() -> Self {
+        use crate::keyed_rate::KeyedRate;
+        OAuthRates {
+            // An MCP host registers once per user and server; a NAT of
+            // users a few at a time.
+            registrations: KeyedRate::new(20, Duration::from_secs(30), RATED_KEYS),
+            token_requests: KeyedRate::new(60, Duration::from_millis(500), RATED_KEYS),
+            // A client refreshes about once an access token's life.
+            refreshes: KeyedRate::new(6, Duration::from_secs(10), RATED_KEYS),
+        }
+    }
 }
 
 /// Whether `given` matches one of `registered` (OAuth 2.1 §2.3.1): exactly,
@@ -221,9 +284,14 @@ fn sound_redirect_uri(uri: &str) -> bool {
     match url.scheme() {
         "https" => url.host_str().is_some(),
         "http" => matches!(url.host_str(), Some("127.0.0.1" | "[::1]" | "localhost")),
-        // javascript:, data: and the like would run in the browser.
-        "javascript" | "data" | "file" | "vbscript" | "blob" | "about" => false,
-        scheme => scheme.contains('.'),
+        // Schemes a browser handles itself: running script or reading
+        // local or in-browser data rather than handing off to an app.
+        "javascript" | "data" | "file" | "vbscript" | "blob" | "about" | "filesystem" | "view-source" | "chrome"
+        | "chrome-extension" | "moz-extension" | "resource" | "ws" | "wss" | "ftp" => false,
+        // A native app's private-use scheme (RFC 8252 §7.1): reverse domain
+        // names (`com.example.app:/cb`) and the plain names MCP hosts use
+        // (`cursor://anysphere.cursor-mcp/oauth/callback`).
+        _ => true,
     }
 }
 
@@ -253,21 +321,31 @@ fn client_from_metadata(client_id: &str, metadata: &Value, document: bool) -> Re
     Ok(OAuthClient { client_id: client_id.to_string(), name, redirect_uris, metadata_document: document })
 }
 
+/// Whether a client id is one this server registered (RFC 7591).
+fn is_registered_client_id(client_id: &str) -> bool {
+    client_id.starts_with("plinth_client_") && client_id.len() <= 100
+}
+
 /// Whether a client id is a Client ID Metadata Document's URL.
 pub fn is_metadata_document_url(client_id: &str) -> bool {
     client_id.starts_with("https://") || client_id.starts_with("http://")
 }
 
-/// Why a client's metadata document was not used, in words.
+/// Why a client's metadata document was not used, in words. Every failure
+/// to fetch it is told alike, whatever the cause (its name resolving to a
+/// private address, a refused connection, a timeout): telling them apart
+/// would map which names exist on the server's networks. The log keeps the
+/// cause.
 fn document_refusal(e: &super::confirmations::JwksError) -> &'static str {
     use super::confirmations::JwksError;
     match e {
         JwksError::Insecure => "must be at an https:// URL",
         JwksError::Credentials => "URL must not contain a user name or password",
-        JwksError::InternalAddress => "is on this server's own or a private network, which its operator does not allow",
         JwksError::TooLarge(_) => "is larger than this server reads",
-        JwksError::Invalid => "is not a JSON object",
-        JwksError::Unavailable => "could not be fetched (unreachable, too slow, redirected or not 200)",
+        JwksError::Invalid => "is not a JSON object served as application/json",
+        JwksError::InternalAddress | JwksError::Unavailable => {
+            "could not be fetched (unreachable, not allowed, too slow, redirected or not 200)"
+        }
     }
 }
 
@@ -363,12 +441,24 @@ impl ToolHost {
         Ok(())
     }
 
-    /// Registers a client (RFC 7591) from its metadata; answers the
-    /// registration response.
-    pub fn register_oauth_client(&self, tenant: &str, metadata: &Value) -> Result<Value, OAuthError> {
+    /// Registers a client (RFC 7591) from its metadata, for a request from
+    /// `from` (registrations are rated per client address); answers the
+    /// registration response. A tenant with as many clients as it may keep
+    /// deletes its oldest never used to make room.
+    pub fn register_oauth_client(
+        &self,
+        tenant: &str,
+        metadata: &Value,
+        from: std::net::IpAddr,
+    ) -> Result<Value, OAuthError> {
         let raw = metadata.to_string();
         if raw.len() > MAX_CLIENT_METADATA_BYTES {
             return Err(OAuthError::new("invalid_client_metadata", "the client metadata is too long"));
+        }
+        let site = crate::client_address::prefix(from, crate::client_address::SITE_PREFIX);
+        if let Err(wait) = self.cheq.oauth_rates.registrations.take(&site) {
+            tracing::info!(tenant, client = %from, "a client registration was refused: too many from its address");
+            return Err(OAuthError::too_often("registrations from this address", wait));
         }
         let client_id = format!("plinth_client_{}", random_token()?.trim_end_matches('='));
         let client = client_from_metadata(&client_id, metadata, false)?;
@@ -383,7 +473,7 @@ impl ToolHost {
         if !registered {
             return Err(OAuthError::new(
                 "temporarily_unavailable",
-                "this tenant has as many registered clients as it may keep; use a client metadata document",
+                "this tenant has as many registered clients in use as it may keep; use a client metadata document",
             ));
         }
         Ok(json!({
@@ -397,12 +487,21 @@ impl ToolHost {
         }))
     }
 
-    /// The client `client_id` of `tenant`: a registered one, or the one its
-    /// metadata document describes (fetched under the outbound policy).
-    pub async fn oauth_client(&self, tenant: &str, client_id: &str) -> Result<OAuthClient, OAuthError> {
+    /// The client `client_id` of `tenant`, for a request from `from`: a
+    /// registered one, or the one its metadata document describes (fetched
+    /// under the outbound policy, a few at a time per client address).
+    pub async fn oauth_client(
+        &self,
+        tenant: &str,
+        client_id: &str,
+        from: std::net::IpAddr,
+    ) -> Result<OAuthClient, OAuthError> {
         let unknown = || OAuthError::new("invalid_client", "this authorization server knows no such client");
+        if client_id.len() > MAX_CLIENT_ID_BYTES {
+            return Err(OAuthError::new("invalid_client", "the client_id is longer than this server reads"));
+        }
         if is_metadata_document_url(client_id) {
-            let document = self.cheq.documents.get(client_id).await.map_err(|e| {
+            let document = self.cheq.documents.get_for(client_id, Some(from)).await.map_err(|e| {
                 OAuthError::new("invalid_client", format!("the client's metadata document {}", document_refusal(&e)))
             })?;
             // The document must name itself (draft-ietf-oauth-client-id-metadata-document §4.1).
@@ -414,7 +513,7 @@ impl ToolHost {
             }
             return client_from_metadata(client_id, &document, true);
         }
-        if !client_id.starts_with("plinth_client_") || client_id.len() > 100 {
+        if !is_registered_client_id(client_id) {
             return Err(unknown());
         }
         let stored = crate::store::off_the_workers(|| self.store.oauth_client(tenant, client_id))?;
@@ -443,10 +542,53 @@ impl ToolHost {
             revoked_at: None,
         };
         crate::store::off_the_workers(|| self.store.insert_oauth_grants(std::slice::from_ref(&grant)))?;
+        self.client_used(tenant, &asked.client_id);
         Ok(code)
     }
 
-    /// Exchanges a code (authorization_code grant).
+    /// Records that a registered client was used (a code issued to it, a
+    /// refresh): the sweep and a full tenant spare it. Best effort: a
+    /// store failure here fails nothing.
+    fn client_used(&self, tenant: &str, client_id: &str) {
+        if !is_registered_client_id(client_id) {
+            return;
+        }
+        let now = unix_now();
+        if let Err(e) = crate::store::off_the_workers(|| self.store.touch_oauth_client(tenant, client_id, now)) {
+            tracing::warn!(tenant, error = %e, "a client's last use was not recorded");
+        }
+    }
+
+    /// Refuses a token request naming a registered client whose
+    /// registration is gone (swept after long disuse): `invalid_client`,
+    /// on which clients register again (RFC 6749 §5.2), rather than
+    /// `invalid_grant`, on which they would keep the stale id.
+    fn client_still_registered(&self, tenant: &str, client_id: &str) -> Result<(), OAuthError> {
+        if !is_registered_client_id(client_id) {
+            return Ok(());
+        }
+        match crate::store::off_the_workers(|| self.store.oauth_client(tenant, client_id))? {
+            Some(_) => Ok(()),
+            None => {
+                Err(OAuthError::new("invalid_client", "this client is not registered here (any more); register again"))
+            }
+        }
+    }
+
+    /// Admits a token request from `from`, or refuses it when that address
+    /// asked too often.
+    pub fn admit_token_request(&self, from: std::net::IpAddr) -> Result<(), OAuthError> {
+        let host = crate::client_address::prefix(from, crate::client_address::HOST_PREFIX);
+        self.cheq.oauth_rates.token_requests.take(&host).map_err(|wait| {
+            tracing::info!(client = %from, "a token request was refused: too many from its address");
+            OAuthError::too_often("token requests from this address", wait)
+        })
+    }
+
+    /// Exchanges a code (authorization_code grant). Everything is checked
+    /// before the code is spent: someone who saw a code but not its
+    /// verifier (or at another tenant, or for another client) cannot burn
+    /// it.
     pub fn exchange_code(
         &self,
         tenant: &str,
@@ -458,22 +600,14 @@ impl ToolHost {
     ) -> Result<IssuedTokens, OAuthError> {
         let now = unix_now();
         let sha = sha256_hex(code.as_bytes());
-        let used = crate::store::off_the_workers(|| self.store.use_oauth_grant(&sha, now))?;
-        let grant = used
+        let found = crate::store::off_the_workers(|| self.store.oauth_grant(&sha))?;
+        let grant = found
             .filter(|g| g.kind == "code" && g.tenant == tenant)
             .ok_or_else(|| OAuthError::grant("the code is not valid"))?;
-        if grant.used_at.is_some() {
-            // A code replayed: whoever holds it may have stolen it; what the
-            // first exchange issued is revoked (OAuth 2.1 §4.1.3).
-            crate::store::off_the_workers(|| self.store.revoke_oauth(&sha, Some(&grant.family), now))?;
-            return Err(OAuthError::grant("the code was already used; the tokens issued for it are revoked"));
-        }
-        if grant.revoked_at.is_some() || grant.expires_at <= now {
-            return Err(OAuthError::grant("the code has expired"));
-        }
         if grant.client_id != client_id {
             return Err(OAuthError::grant("the code was issued to another client"));
         }
+        self.client_still_registered(tenant, client_id)?;
         let detail: Value = serde_json::from_str(&grant.detail).unwrap_or_default();
         let required = detail["redirect_uri_given"].as_bool().unwrap_or(true);
         match redirect_uri {
@@ -491,6 +625,19 @@ impl ToolHost {
         if resource.is_some_and(|r| r != grant.resource) {
             return Err(OAuthError::new("invalid_target", "the code was issued for another resource"));
         }
+        // Every check passed: now it is spent, once.
+        let used = crate::store::off_the_workers(|| self.store.use_oauth_grant(&sha, now))?;
+        let grant = used.ok_or_else(|| OAuthError::grant("the code is not valid"))?;
+        if grant.used_at.is_some() {
+            // A code replayed by whoever holds its verifier too: it may have
+            // been stolen; what the first exchange issued is revoked (OAuth
+            // 2.1 §4.1.3).
+            crate::store::off_the_workers(|| self.store.revoke_oauth(&sha, Some(&grant.family), now))?;
+            return Err(OAuthError::grant("the code was already used; the tokens issued for it are revoked"));
+        }
+        if grant.revoked_at.is_some() || grant.expires_at <= now {
+            return Err(OAuthError::grant("the code has expired"));
+        }
         let scopes: Vec<String> = grant.scope.split(' ').map(str::to_string).collect();
         self.issue_after_use(&sha, &grant, &scopes)
     }
@@ -499,7 +646,8 @@ impl ToolHost {
     /// revoked its grant in between (after the spend, before these
     /// tokens existed), revokes them too.
     fn issue_after_use(&self, spent: &str, grant: &OAuthGrant, scopes: &[String]) -> Result<IssuedTokens, OAuthError> {
-        let tokens = self.issue_tokens(grant, scopes)?;
+        let parent = (grant.kind == "refresh").then_some(spent);
+        let tokens = self.issue_tokens(grant, scopes, parent)?;
         let revoked =
             crate::store::off_the_workers(|| self.store.oauth_grant(spent))?.is_none_or(|g| g.revoked_at.is_some());
         if revoked {
@@ -511,7 +659,9 @@ impl ToolHost {
     }
 
     /// Refreshes (refresh_token grant): the refresh token is used once;
-    /// presenting a used one revokes its family.
+    /// presenting a used one revokes its family, unless it is the one just
+    /// replaced, presented again within [`REFRESH_REUSE_WINDOW`] of its use
+    /// and before its successor was used: that refreshes again.
     pub fn refresh_tokens(
         &self,
         tenant: &str,
@@ -527,15 +677,26 @@ impl ToolHost {
         // Checked before it is marked used: another client presenting it
         // must not spend its owner's token.
         let found = crate::store::off_the_workers(|| self.store.oauth_grant(&sha))?;
-        if !found.as_ref().is_some_and(ours) {
+        let Some(found) = found.filter(ours) else {
+            self.client_still_registered(tenant, client_id)?;
             return Err(invalid());
+        };
+        if let Err(wait) = self.cheq.oauth_rates.refreshes.take(&found.family) {
+            tracing::info!(tenant, "a refresh was refused: its grant refreshed too often");
+            return Err(OAuthError::too_often("refreshes of this grant", wait));
         }
         let used = crate::store::off_the_workers(|| self.store.use_oauth_grant(&sha, now))?;
         let grant = used.filter(ours).ok_or_else(invalid)?;
-        if grant.used_at.is_some() {
-            crate::store::off_the_workers(|| self.store.revoke_oauth(&sha, Some(&grant.family), now))?;
-            tracing::warn!(tenant, "a used refresh token was presented again: its grant is revoked");
-            return Err(OAuthError::grant("the refresh token was already used; its grant is revoked"));
+        if let Some(first_use) = grant.used_at {
+            // Its successor's use revokes it: past that, or past the
+            // window, this is a replay.
+            let retried = grant.revoked_at.is_none() && now - first_use <= REFRESH_REUSE_WINDOW.as_secs() as i64;
+            if !retried {
+                crate::store::off_the_workers(|| self.store.revoke_oauth(&sha, Some(&grant.family), now))?;
+                tracing::warn!(tenant, "a used refresh token was presented again: its grant is revoked");
+                return Err(OAuthError::grant("the refresh token was already used; its grant is revoked"));
+            }
+            tracing::info!(tenant, "a refresh token was presented again within its reuse window");
         }
         if grant.revoked_at.is_some() || grant.expires_at <= now || !self.builtin_oauth(tenant) {
             return Err(OAuthError::grant("the refresh token has expired or was revoked"));
@@ -549,20 +710,41 @@ impl ToolHost {
             return Err(OAuthError::grant("the end user this token acts for no longer exists"));
         }
         let granted: Vec<String> = grant.scope.split(' ').map(str::to_string).collect();
-        let scopes = match scope {
+        let scopes = match known_scopes(scope) {
             None => granted,
             Some(asked) => {
-                let asked = requested_scopes(Some(asked))?;
                 if asked.iter().any(|s| !granted.contains(s)) {
                     return Err(OAuthError::new("invalid_scope", "a refresh cannot widen the scopes granted"));
                 }
                 asked
             }
         };
-        self.issue_after_use(&sha, &grant, &scopes)
+        let tokens = self.issue_after_use(&sha, &grant, &scopes)?;
+        if grant.used_at.is_none() {
+            // The token this one replaced leaves its reuse window now.
+            let detail: Value = serde_json::from_str(&grant.detail).unwrap_or_default();
+            if let Some(parent) = detail["parent"].as_str() {
+                crate::store::off_the_workers(|| self.store.revoke_oauth(parent, None, now))?;
+            }
+        }
+        if let Err(e) =
+            crate::store::off_the_workers(|| self.store.prune_oauth_family(&grant.family, KEPT_TOKENS_PER_GRANT))
+        {
+            tracing::warn!(tenant, error = %e, "a grant's old tokens were not pruned");
+        }
+        self.client_used(tenant, client_id);
+        Ok(tokens)
     }
 
-    fn issue_tokens(&self, from: &OAuthGrant, scopes: &[String]) -> Result<IssuedTokens, OAuthError> {
+    /// Issues an access and a refresh token of `from`'s grant; the refresh
+    /// token remembers the one it replaces (`parent`), whose reuse window
+    /// its own use closes.
+    fn issue_tokens(
+        &self,
+        from: &OAuthGrant,
+        scopes: &[String],
+        parent: Option<&str>,
+    ) -> Result<IssuedTokens, OAuthError> {
         let now = unix_now();
         let access_token = format!("{ACCESS_PREFIX}{}", random_token()?.trim_end_matches('='));
         let refresh_token = format!("{REFRESH_PREFIX}{}", random_token()?.trim_end_matches('='));
@@ -576,7 +758,11 @@ impl ToolHost {
             revoked_at: None,
             ..from.clone()
         };
-        let grants = [grant(&access_token, "access", ACCESS_TTL), grant(&refresh_token, "refresh", REFRESH_TTL)];
+        let refresh = OAuthGrant {
+            detail: parent.map_or_else(|| "{}".into(), |p| json!({ "parent": p }).to_string()),
+            ..grant(&refresh_token, "refresh", REFRESH_TTL)
+        };
+        let grants = [grant(&access_token, "access", ACCESS_TTL), refresh];
         crate::store::off_the_workers(|| self.store.insert_oauth_grants(&grants))?;
         Ok(IssuedTokens { access_token, refresh_token, scope: scopes.join(" ") })
     }
@@ -813,8 +999,16 @@ mod tests {
 
     #[test]
     fn only_sound_redirect_uris_are_registered() {
-        for good in ["https://app.example/cb", "http://127.0.0.1:3000/cb", "http://localhost/cb", "com.example.app:/cb"]
-        {
+        for good in [
+            "https://app.example/cb",
+            "http://127.0.0.1:3000/cb",
+            "http://localhost/cb",
+            "com.example.app:/cb",
+            // Private-use schemes as MCP hosts use them (RFC 8252 §7.1).
+            "cursor://anysphere.cursor-mcp/oauth/callback",
+            "vscode://vscode.github-authentication/did-authenticate",
+            "custom:/cb",
+        ] {
             assert!(sound_redirect_uri(good), "{good}");
         }
         for bad in [
@@ -824,17 +1018,27 @@ mod tests {
             "data:text/html,x",
             "https://user:pw@app.example/cb",
             "/relative",
-            "custom:/cb",
+            "file:///etc/passwd",
+            "vbscript:msgbox",
+            "blob:https://app.example/x",
+            "about:blank",
+            "view-source:https://app.example/",
+            "chrome-extension://abc/cb",
+            "wss://app.example/cb",
         ] {
             assert!(!sound_redirect_uri(bad), "{bad}");
         }
     }
 
     #[test]
-    fn scopes_default_to_all_and_unknown_ones_are_refused() {
-        assert_eq!(requested_scopes(None).unwrap(), ["tools:read", "tools:call"]);
-        assert_eq!(requested_scopes(Some("tools:read tools:read")).unwrap(), ["tools:read"]);
-        assert_eq!(requested_scopes(Some("admin")).unwrap_err().code, "invalid_scope");
+    fn scopes_default_to_all_and_unknown_ones_are_ignored() {
+        assert_eq!(requested_scopes(None), ["tools:read", "tools:call"]);
+        assert_eq!(requested_scopes(Some("tools:read tools:read")), ["tools:read"]);
+        // RFC 6749 §3.3: what the server does not know it may ignore, as
+        // OIDC-minded clients ask for `openid` and `offline_access`.
+        assert_eq!(requested_scopes(Some("openid offline_access tools:call")), ["tools:call"]);
+        assert_eq!(requested_scopes(Some("openid offline_access")), ["tools:read", "tools:call"]);
+        assert_eq!(known_scopes(Some("admin openid")), None);
     }
 
     #[test]

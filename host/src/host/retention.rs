@@ -67,7 +67,11 @@ pub(super) fn sweep(
     // their expiry (so a replay is still told apart from nonsense) they go.
     let day_ago = unix_now().saturating_sub(24 * 3600);
     let expired = store.sweep_oauth_grants(day_ago)?;
-    let unused = store.sweep_oauth_clients(day_ago)?;
+    // Clients never used go a day after registering; used ones a refresh
+    // token's life and a margin after their last use.
+    let idle_since =
+        unix_now().saturating_sub(i64::try_from(super::oauth::CLIENT_KEPT_AFTER_USE.as_secs()).unwrap_or(i64::MAX));
+    let unused = store.sweep_oauth_clients(day_ago, idle_since)?;
     if expired + unused > 0 {
         tracing::info!(expired, unused, "deleted expired OAuth codes and tokens, and clients that hold none");
     }

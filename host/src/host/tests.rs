@@ -541,20 +541,7 @@ fn lookups_for_a_tenant_that_does_not_exist_never_reach_the_store() {
 
 #[test]
 fn an_access_token_past_its_expiry_or_revoked_grants_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let host = ToolHost::open(options(dir.path())).unwrap();
-    let asked = super::oauth::Authorization {
-        client_id: "plinth_client_x".into(),
-        redirect_uri: "http://127.0.0.1/cb".into(),
-        redirect_uri_given: true,
-        code_challenge: "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM".into(),
-        scopes: vec!["tools:read".into()],
-        resource: "http://127.0.0.1:8080/mcp".into(),
-    };
-    let code = host.issue_code("default", "alice", &asked).unwrap();
-    let verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
-    let tokens =
-        host.exchange_code("default", &code, "plinth_client_x", Some("http://127.0.0.1/cb"), verifier, None).unwrap();
+    let (host, _dir, tokens) = host_with_a_grant();
     let grant = host.access_grant("default", &tokens.access_token).unwrap().expect("a fresh token is valid");
     assert_eq!((grant.end_user.as_str(), grant.scopes.as_slice()), ("alice", ["tools:read".to_string()].as_slice()));
     assert!(host.access_grant("acme", &tokens.access_token).unwrap().is_none(), "another tenant's");
@@ -577,13 +564,126 @@ fn open_registration_keeps_a_bounded_number_of_clients_per_tenant() {
     let dir = tempfile::tempdir().unwrap();
     let host = ToolHost::open(options(dir.path())).unwrap();
     let metadata = serde_json::json!({ "client_name": "x", "redirect_uris": ["http://127.0.0.1/cb"] });
-    for _ in 0..super::oauth::MAX_REGISTERED_CLIENTS {
-        host.register_oauth_client("default", &metadata).unwrap();
+    // Each from an address of its own: one address is rated.
+    let address = |n: u64| std::net::IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n as u32));
+    let mut ids = Vec::new();
+    for n in 0..super::oauth::MAX_REGISTERED_CLIENTS {
+        let registered = host.register_oauth_client("default", &metadata, address(n)).unwrap();
+        ids.push(registered["client_id"].as_str().unwrap().to_string());
     }
-    let refused = host.register_oauth_client("default", &metadata).unwrap_err();
+    // Full: the oldest client never used makes room for a newcomer.
+    let newcomer = host.register_oauth_client("default", &metadata, address(1 << 20)).unwrap();
+    assert!(host.store.oauth_client("default", &ids[0]).unwrap().is_none(), "the oldest unused client went");
+    assert!(host.store.oauth_client("default", newcomer["client_id"].as_str().unwrap()).unwrap().is_some());
+    // When every client is in use, none is evicted and a newcomer is refused.
+    let now = crate::tenancy::unix_now();
+    for id in &ids[1..] {
+        host.store.touch_oauth_client("default", id, now).unwrap();
+    }
+    host.store.touch_oauth_client("default", newcomer["client_id"].as_str().unwrap(), now).unwrap();
+    let refused = host.register_oauth_client("default", &metadata, address(1 << 21)).unwrap_err();
     assert_eq!(refused.code, "temporarily_unavailable");
-    assert!(host.register_oauth_client("acme", &metadata).is_ok(), "another tenant has its own bound");
+    assert!(ids[1..].iter().all(|id| host.store.oauth_client("default", id).unwrap().is_some()));
+    assert!(
+        host.register_oauth_client("acme", &metadata, address(1 << 22)).is_ok(),
+        "another tenant has its own bound"
+    );
     // Metadata past 16 KiB is refused before anything is stored.
     let huge = serde_json::json!({ "client_name": "x".repeat(20_000), "redirect_uris": ["http://127.0.0.1/cb"] });
-    assert_eq!(host.register_oauth_client("acme", &huge).unwrap_err().code, "invalid_client_metadata");
+    assert_eq!(
+        host.register_oauth_client("acme", &huge, address(1 << 23)).unwrap_err().code,
+        "invalid_client_metadata"
+    );
+}
+
+#[test]
+fn one_address_registers_a_few_clients_then_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = ToolHost::open(options(dir.path())).unwrap();
+    let metadata = serde_json::json!({ "client_name": "x", "redirect_uris": ["http://127.0.0.1/cb"] });
+    let flooder: std::net::IpAddr = "2001:db8:1::7".parse().unwrap();
+    let mut refused = None;
+    for n in 0..100u16 {
+        // Another address of the same /48 site counts as the same client.
+        let from = std::net::IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, n, 0, 0, 0, 1));
+        if let Err(e) = host.register_oauth_client("default", &metadata, from) {
+            refused = Some((n, e));
+            break;
+        }
+    }
+    let (n, e) = refused.expect("one site cannot register without end");
+    assert!(n >= 10, "a few registrations pass first: {n}");
+    assert_eq!((e.code, e.retry_after.is_some()), ("temporarily_unavailable", true));
+    assert!(host.register_oauth_client("default", &metadata, flooder).is_err());
+    assert!(host.register_oauth_client("default", &metadata, "192.0.2.1".parse().unwrap()).is_ok(), "others register");
+}
+
+/// A tenant with end user alice and a registered client `plinth_client_x`
+/// (registered two days ago) → (host, its data dir, a fresh grant's tokens).
+fn host_with_a_grant() -> (ToolHost, tempfile::TempDir, super::oauth::IssuedTokens) {
+    let dir = tempfile::tempdir().unwrap();
+    let host = ToolHost::open(options(dir.path())).unwrap();
+    let audit = crate::tenancy::AuditEntry::new(&Principal::server("test"), Some("default"), "end_user.put", "alice");
+    host.store.put_end_user("default", "alice", "not-a-real-hash", &audit).unwrap();
+    let two_days_ago = crate::tenancy::unix_now() - 2 * 24 * 3600;
+    assert!(host.store.register_oauth_client("default", "plinth_client_x", "{}", two_days_ago, 10).unwrap());
+    let asked = super::oauth::Authorization {
+        client_id: "plinth_client_x".into(),
+        redirect_uri: "http://127.0.0.1/cb".into(),
+        redirect_uri_given: true,
+        code_challenge: "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM".into(),
+        scopes: vec!["tools:read".into()],
+        resource: "http://127.0.0.1:8080/mcp".into(),
+    };
+    let code = host.issue_code("default", "alice", &asked).unwrap();
+    let verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+    let tokens =
+        host.exchange_code("default", &code, "plinth_client_x", Some("http://127.0.0.1/cb"), verifier, None).unwrap();
+    (host, dir, tokens)
+}
+
+#[test]
+fn a_used_client_outlives_its_tokens_and_one_swept_at_last_is_told_to_register_again() {
+    let (host, _dir, tokens) = host_with_a_grant();
+    let refresh = |token: &str| host.refresh_tokens("default", token, "plinth_client_x", None, None);
+    // Its tokens expire and are swept; the sweep as the server runs it (a
+    // day for clients never used, a refresh token's life and a margin
+    // after the last use) keeps the client: it signs in again under the id
+    // it has stored.
+    host.store.sweep_oauth_grants(i64::MAX).unwrap();
+    let now = crate::tenancy::unix_now();
+    let kept_after_use = super::oauth::CLIENT_KEPT_AFTER_USE.as_secs() as i64;
+    assert_eq!(host.store.sweep_oauth_clients(now - 24 * 3600, now - kept_after_use).unwrap(), 0);
+    assert_eq!(refresh(&tokens.refresh_token).unwrap_err().code, "invalid_grant", "its token is gone, not the client");
+    // Long idle, it is swept at last: the token endpoint says
+    // `invalid_client`, on which clients register again.
+    assert_eq!(host.store.sweep_oauth_clients(now - 24 * 3600, now + 1).unwrap(), 1);
+    let refused = refresh(&tokens.refresh_token).unwrap_err();
+    assert_eq!(refused.code, "invalid_client", "{refused}");
+    let verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+    let exchanged = host.exchange_code("default", "plinth_ac_x", "plinth_client_x", None, verifier, None);
+    assert_eq!(exchanged.unwrap_err().code, "invalid_grant", "a made-up code is no grant, whoever sends it");
+}
+
+#[test]
+fn a_grant_keeps_a_few_tokens_however_often_it_refreshes_and_its_refreshes_are_rated() {
+    let (host, _dir, first) = host_with_a_grant();
+    let sha = |token: &str| crate::package::sha256_hex(token.as_bytes());
+    let mut latest = first.clone();
+    for _ in 0..super::oauth::KEPT_TOKENS_PER_GRANT + 1 {
+        latest = host.refresh_tokens("default", &latest.refresh_token, "plinth_client_x", None, None).unwrap();
+    }
+    // The first tokens are long replaced: deleted, not kept for good.
+    assert!(host.store.oauth_grant(&sha(&first.access_token)).unwrap().is_none());
+    assert!(host.store.oauth_grant(&sha(&first.refresh_token)).unwrap().is_none());
+    assert!(host.access_grant("default", &latest.access_token).unwrap().is_some());
+    // One grant refreshing without pause is told to wait.
+    let refused = loop {
+        match host.refresh_tokens("default", &latest.refresh_token, "plinth_client_x", None, None) {
+            Ok(tokens) => latest = tokens,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!((refused.code, refused.retry_after.is_some()), ("temporarily_unavailable", true), "{refused}");
+    assert!(host.access_grant("default", &latest.access_token).unwrap().is_some(), "the refusal revoked nothing");
 }

@@ -607,8 +607,10 @@ pub trait RegistryStore: Send + Sync {
     fn revoke_oauth_of(&self, tenant: &str, end_user: Option<&str>, now: i64) -> Result<(), StoreError>;
     /// Deletes credentials that expired before `before`; returns how many.
     fn sweep_oauth_grants(&self, before: i64) -> Result<usize, StoreError>;
-    /// Registers an OAuth client (RFC 7591) of a tenant, unless the tenant
-    /// already has `max` registered: then `false` and nothing is stored.
+    /// Registers an OAuth client (RFC 7591) of a tenant. When the tenant
+    /// already has `max`, the oldest never used (no code ever issued to it,
+    /// no credential held) is deleted to make room; when none can be,
+    /// `false` and nothing is stored.
     fn register_oauth_client(
         &self,
         tenant: &str,
@@ -617,10 +619,17 @@ pub trait RegistryStore: Send + Sync {
         now: i64,
         max: u64,
     ) -> Result<bool, StoreError>;
-    /// Deletes clients registered before `before` that hold no credential
-    /// (never used, or all theirs expired and swept): open registration
-    /// cannot fill a tenant for good. Returns how many.
-    fn sweep_oauth_clients(&self, before: i64) -> Result<usize, StoreError>;
+    /// Deletes clients that hold no credential and were either never used
+    /// and registered before `unused_before`, or last used before
+    /// `idle_before`: open registration cannot fill a tenant for good, and
+    /// a client idle past its refresh token's life is kept long enough to
+    /// sign in again under its id. Returns how many.
+    fn sweep_oauth_clients(&self, unused_before: i64, idle_before: i64) -> Result<usize, StoreError>;
+    /// Records that a registered client obtained a code or refreshed at `now`.
+    fn touch_oauth_client(&self, tenant: &str, client_id: &str, now: i64) -> Result<(), StoreError>;
+    /// Deletes a grant's access and refresh tokens past the newest `keep`
+    /// of each kind (every refresh adds one of each); returns how many.
+    fn prune_oauth_family(&self, family: &str, keep: u32) -> Result<usize, StoreError>;
     /// A registered client's metadata (JSON).
     fn oauth_client(&self, tenant: &str, client_id: &str) -> Result<Option<String>, StoreError>;
 

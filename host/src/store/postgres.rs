@@ -1414,14 +1414,51 @@ impl RegistryStore for PostgresStore {
         })
     }
 
-    fn sweep_oauth_clients(&self, before: i64) -> Result<usize, StoreError> {
+    fn sweep_oauth_clients(&self, unused_before: i64, idle_before: i64) -> Result<usize, StoreError> {
         let pool = self.pool.clone();
         self.run(async move {
             let deleted = sqlx::query(
-                "DELETE FROM oauth_clients c WHERE c.created_at < $1 AND NOT EXISTS (
-                     SELECT 1 FROM oauth_grants g WHERE g.tenant = c.tenant AND g.client_id = c.client_id)",
+                "DELETE FROM oauth_clients c WHERE
+                     (CASE WHEN c.last_used_at IS NULL THEN c.created_at < $1 ELSE c.last_used_at < $2 END)
+                     AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.tenant = c.tenant AND g.client_id = c.client_id)",
             )
-            .bind(before)
+            .bind(unused_before)
+            .bind(idle_before)
+            .execute(&pool)
+            .await
+            .map_err(db)?
+            .rows_affected();
+            Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
+        })
+    }
+
+    fn touch_oauth_client(&self, tenant: &str, client_id: &str, now: i64) -> Result<(), StoreError> {
+        let (pool, tenant, id) = (self.pool.clone(), tenant.to_string(), client_id.to_string());
+        self.run(async move {
+            sqlx::query("UPDATE oauth_clients SET last_used_at = $3 WHERE tenant = $1 AND client_id = $2")
+                .bind(tenant)
+                .bind(id)
+                .bind(now)
+                .execute(&pool)
+                .await
+                .map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn prune_oauth_family(&self, family: &str, keep: u32) -> Result<usize, StoreError> {
+        let (pool, family) = (self.pool.clone(), family.to_string());
+        self.run(async move {
+            let deleted = sqlx::query(
+                "DELETE FROM oauth_grants WHERE family = $1 AND kind IN ('access', 'refresh') AND token_sha256 NOT IN (
+                     SELECT token_sha256 FROM oauth_grants WHERE family = $1 AND kind = 'access'
+                         ORDER BY expires_at DESC, token_sha256 LIMIT $2)
+                 AND token_sha256 NOT IN (
+                     SELECT token_sha256 FROM oauth_grants WHERE family = $1 AND kind = 'refresh'
+                         ORDER BY expires_at DESC, token_sha256 LIMIT $2)",
+            )
+            .bind(family)
+            .bind(i64::from(keep))
             .execute(&pool)
             .await
             .map_err(db)?
@@ -1454,6 +1491,21 @@ impl RegistryStore for PostgresStore {
         let (pool, tenant, id, metadata) =
             (self.pool.clone(), tenant.to_string(), client_id.to_string(), metadata.to_string());
         self.run(async move {
+            // Full: the oldest registration never used (holding no
+            // credential) makes room; one in use never does.
+            sqlx::query(
+                "DELETE FROM oauth_clients WHERE (tenant, client_id) IN (
+                     SELECT c.tenant, c.client_id FROM oauth_clients c
+                     WHERE c.tenant = $1 AND c.last_used_at IS NULL
+                       AND (SELECT count(*) FROM oauth_clients WHERE tenant = $1) >= $2
+                       AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.tenant = c.tenant AND g.client_id = c.client_id)
+                     ORDER BY c.created_at LIMIT 1)",
+            )
+            .bind(&tenant)
+            .bind(i64::try_from(max).unwrap_or(i64::MAX))
+            .execute(&pool)
+            .await
+            .map_err(db)?;
             // One statement: the count and the insert cannot be split by
             // another replica's registration beyond a few over the bound.
             let inserted = sqlx::query(

@@ -299,6 +299,12 @@ const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE usage_buckets ADD COLUMN outbound TEXT NOT NULL DEFAULT '{}';
 ",
+    // When a registered OAuth client last obtained a code or refreshed
+    // (the sweep and a full tenant's eviction spare clients in use).
+    "
+    ALTER TABLE oauth_clients ADD COLUMN last_used_at INTEGER;
+    CREATE INDEX oauth_clients_unused ON oauth_clients (tenant, created_at) WHERE last_used_at IS NULL;
+",
 ];
 
 /// An `oauth_grants` row, its columns in the table's order.
@@ -1159,11 +1165,33 @@ impl RegistryStore for SqliteStore {
         Ok(())
     }
 
-    fn sweep_oauth_clients(&self, before: i64) -> Result<usize, StoreError> {
+    fn sweep_oauth_clients(&self, unused_before: i64, idle_before: i64) -> Result<usize, StoreError> {
         Ok(self.conn().execute(
-            "DELETE FROM oauth_clients WHERE created_at < ?1 AND NOT EXISTS (
-                 SELECT 1 FROM oauth_grants g WHERE g.tenant = oauth_clients.tenant AND g.client_id = oauth_clients.client_id)",
-            [before],
+            "DELETE FROM oauth_clients WHERE
+                 (CASE WHEN last_used_at IS NULL THEN created_at < ?1 ELSE last_used_at < ?2 END)
+                 AND NOT EXISTS (SELECT 1 FROM oauth_grants g
+                                 WHERE g.tenant = oauth_clients.tenant AND g.client_id = oauth_clients.client_id)",
+            [unused_before, idle_before],
+        )?)
+    }
+
+    fn touch_oauth_client(&self, tenant: &str, client_id: &str, now: i64) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE oauth_clients SET last_used_at = ?3 WHERE tenant = ?1 AND client_id = ?2",
+            params![tenant, client_id, now],
+        )?;
+        Ok(())
+    }
+
+    fn prune_oauth_family(&self, family: &str, keep: u32) -> Result<usize, StoreError> {
+        Ok(self.conn().execute(
+            "DELETE FROM oauth_grants WHERE family = ?1 AND kind IN ('access', 'refresh') AND token_sha256 NOT IN (
+                 SELECT token_sha256 FROM oauth_grants WHERE family = ?1 AND kind = 'access'
+                     ORDER BY expires_at DESC, rowid DESC LIMIT ?2)
+             AND token_sha256 NOT IN (
+                 SELECT token_sha256 FROM oauth_grants WHERE family = ?1 AND kind = 'refresh'
+                     ORDER BY expires_at DESC, rowid DESC LIMIT ?2)",
+            params![family, keep],
         )?)
     }
 
@@ -1190,7 +1218,18 @@ impl RegistryStore for SqliteStore {
         let count: u64 =
             tx.query_row("SELECT count(*) FROM oauth_clients WHERE tenant = ?1", [tenant], |r| r.get(0))?;
         if count >= max {
-            return Ok(false);
+            // Full: the oldest registration that was never used (and holds
+            // no credential) makes room; one in use never does.
+            let evicted = tx.execute(
+                "DELETE FROM oauth_clients WHERE rowid IN (
+                     SELECT rowid FROM oauth_clients c WHERE c.tenant = ?1 AND c.last_used_at IS NULL
+                         AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.tenant = c.tenant AND g.client_id = c.client_id)
+                     ORDER BY c.created_at, c.rowid LIMIT ?2)",
+                params![tenant, count - max + 1],
+            )?;
+            if count - evicted as u64 >= max {
+                return Ok(false);
+            }
         }
         tx.execute(
             "INSERT INTO oauth_clients (tenant, client_id, metadata, created_at) VALUES (?1, ?2, ?3, ?4)",

@@ -342,10 +342,39 @@ fn oauth_credentials_are_used_once_and_revoked_by_family(store: &dyn RegistrySto
     // Expired ones are swept.
     assert_eq!(store.sweep_oauth_grants(2_001).unwrap(), 3);
     assert_eq!(store.oauth_grant("a1").unwrap(), None);
-    // Registered clients, a bounded number per tenant.
+    // A grant's tokens past the newest few of each kind are pruned.
+    let nth = |kind: &str, n: i64| OAuthGrant {
+        token_sha256: format!("{kind}-{n}"),
+        expires_at: 3_000 + n,
+        ..grant("", kind, "f3")
+    };
+    let many: Vec<OAuthGrant> = (0..5).flat_map(|n| [nth("access", n), nth("refresh", n)]).collect();
+    store.insert_oauth_grants(&many).unwrap();
+    store.insert_oauth_grants(&[grant("code-f3", "code", "f3")]).unwrap();
+    assert_eq!(store.prune_oauth_family("f3", 2).unwrap(), 6);
+    for (sha, kept) in [
+        ("access-4", true),
+        ("access-3", true),
+        ("access-2", false),
+        ("refresh-4", true),
+        ("refresh-3", true),
+        ("refresh-0", false),
+        ("code-f3", true),
+    ] {
+        assert_eq!(store.oauth_grant(sha).unwrap().is_some(), kept, "{sha}");
+    }
+    assert_eq!(store.prune_oauth_family("f3", 2).unwrap(), 0);
+    assert_eq!(store.sweep_oauth_grants(4_000).unwrap(), 5);
+    // Registered clients, a bounded number per tenant: a full tenant makes
+    // room by deleting its oldest client never used; a used one stays.
     assert!(store.register_oauth_client("default", "c1", "{}", 1, 2).unwrap());
-    assert!(store.register_oauth_client("default", "c2", "{\"n\":2}", 1, 2).unwrap());
-    assert!(!store.register_oauth_client("default", "c3", "{}", 1, 2).unwrap());
+    assert!(store.register_oauth_client("default", "c2", "{\"n\":2}", 2, 2).unwrap());
+    store.touch_oauth_client("default", "c2", 3).unwrap();
+    assert!(store.register_oauth_client("default", "c3", "{}", 4, 2).unwrap());
+    assert_eq!(store.oauth_client("default", "c1").unwrap(), None, "the oldest unused client made room");
+    store.touch_oauth_client("default", "c3", 5).unwrap();
+    assert!(!store.register_oauth_client("default", "c4", "{}", 6, 2).unwrap(), "every client is in use");
+    assert_eq!(store.oauth_client("default", "c4").unwrap(), None);
     assert!(store.register_oauth_client("acme", "c3", "{}", 1, 2).unwrap());
     assert_eq!(store.oauth_client("default", "c2").unwrap().as_deref(), Some("{\"n\":2}"));
     assert_eq!(store.oauth_client("acme", "c2").unwrap(), None);
@@ -354,7 +383,7 @@ fn oauth_credentials_are_used_once_and_revoked_by_family(store: &dyn RegistrySto
     let of = |sha: &str, user: &str, tenant: &str| OAuthGrant {
         end_user: user.into(),
         tenant: tenant.into(),
-        client_id: "c1".into(),
+        client_id: "c2".into(),
         ..grant(sha, "access", sha)
     };
     store
@@ -366,11 +395,15 @@ fn oauth_credentials_are_used_once_and_revoked_by_family(store: &dyn RegistrySto
     assert_eq!(store.oauth_grant("d1").unwrap().unwrap().revoked_at, None, "another tenant's bob");
     store.revoke_oauth_of("default", None, 201).unwrap();
     assert_eq!(store.oauth_grant("c1").unwrap().unwrap().revoked_at, Some(201));
-    // Registered clients that hold no credential are swept once old: c1
-    // holds some, c2 none.
-    assert_eq!(store.sweep_oauth_clients(0).unwrap(), 0, "none is old enough");
-    assert_eq!(store.sweep_oauth_clients(10).unwrap(), 2, "default's c2 and acme's c3");
-    assert!(store.oauth_client("default", "c1").unwrap().is_some());
+    // Registered clients that hold no credential are swept: never used
+    // ones once registered long enough, used ones once idle long enough.
+    // default's c2 holds credentials; c3 (used at 5) and acme's c3 (never
+    // used, registered at 1) hold none.
+    assert_eq!(store.sweep_oauth_clients(0, 0).unwrap(), 0, "none is old enough");
+    assert_eq!(store.sweep_oauth_clients(10, 4).unwrap(), 1, "acme's unused c3");
+    assert!(store.oauth_client("default", "c3").unwrap().is_some(), "used at 5: not idle long enough");
+    assert_eq!(store.sweep_oauth_clients(10, 10).unwrap(), 1, "default's c3, idle since 5");
+    assert!(store.oauth_client("default", "c2").unwrap().is_some(), "it holds credentials");
 }
 
 fn secrets_config_settings_and_keys_round_trip(store: &dyn RegistryStore) {

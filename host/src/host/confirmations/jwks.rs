@@ -17,7 +17,13 @@
 //!   until its cached set expires. A failed fetch is cached too, for a
 //!   shorter while, and one fetch per URL runs at a time (the others wait
 //!   for its result), so accepts posted while a confirmation server fails
-//!   cost it, and this server, one fetch per failure period, not one each.
+//!   cost it, and this server, one fetch per failure period, not one each;
+//! - fetches are bounded: [`MAX_FETCHES`] at once for each fetcher and
+//!   [`MAX_FETCHES_PER_CLIENT`] for one client address (a fetch over either
+//!   is refused at once, never queued), and whatever a fetch holds (its
+//!   place among the fetches in flight, its slot) is given back when the
+//!   request that set it off goes away mid-fetch, not only when the fetch
+//!   completes: each is held by a guard.
 
 use crate::runtime::outbound::{CheckedResolver, OutboundLimits, caused_by_refusal, read_capped};
 use serde_json::Value;
@@ -30,6 +36,11 @@ use std::time::{Duration, Instant};
 const MAX_CACHED: usize = 1024;
 /// Time a whole fetch may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Fetches one fetcher runs at once (each holds a connection and a
+/// resolution for up to [`FETCH_TIMEOUT`]).
+pub(crate) const MAX_FETCHES: usize = 32;
+/// Fetches set off by one client address at once.
+pub(crate) const MAX_FETCHES_PER_CLIENT: usize = 4;
 
 /// The operator's settings for fetching confirmation servers' keys.
 #[derive(Debug, Clone)]
@@ -101,6 +112,13 @@ pub(crate) struct JwksFetcher {
     flights: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// What a fetched document must be: a key set, or any JSON object.
     shape: fn(&Value) -> bool,
+    /// Whether the answer must say it is JSON (`application/json` or a
+    /// `+json` type), as metadata documents must.
+    json_content_type: bool,
+    /// Places for fetches running now.
+    running: Arc<tokio::sync::Semaphore>,
+    /// Fetches running now, by the client (address) that set them off.
+    by_client: Mutex<HashMap<IpAddr, usize>>,
 }
 
 impl JwksFetcher {
@@ -120,12 +138,16 @@ impl JwksFetcher {
             cache: Mutex::new(HashMap::new()),
             flights: Mutex::new(HashMap::new()),
             shape: |keys| keys["keys"].is_array(),
+            json_content_type: false,
+            running: Arc::new(tokio::sync::Semaphore::new(MAX_FETCHES)),
+            by_client: Mutex::new(HashMap::new()),
         }
     }
 
     /// A fetcher of JSON objects other than key sets (OAuth clients'
     /// metadata documents), under the same rules, capped at
-    /// [`crate::host::oauth::MAX_CLIENT_METADATA_BYTES`].
+    /// [`crate::host::oauth::MAX_CLIENT_METADATA_BYTES`]; each must be
+    /// answered `200` with a JSON content type.
     pub(crate) fn documents(options: JwksOptions, limits: Arc<OutboundLimits>) -> JwksFetcher {
         JwksFetcher::documents_of(options, limits, crate::host::oauth::MAX_CLIENT_METADATA_BYTES)
     }
@@ -133,7 +155,7 @@ impl JwksFetcher {
     /// A fetcher of JSON objects of at most `max_bytes`.
     pub(crate) fn documents_of(options: JwksOptions, limits: Arc<OutboundLimits>, max_bytes: usize) -> JwksFetcher {
         let options = JwksOptions { max_bytes, ..options };
-        JwksFetcher { shape: Value::is_object, ..JwksFetcher::new(options, limits) }
+        JwksFetcher { shape: Value::is_object, json_content_type: true, ..JwksFetcher::new(options, limits) }
     }
 
     /// Whether `url` may be a JWKS URL at all (checked when a publisher
@@ -161,22 +183,50 @@ impl JwksFetcher {
     /// for [`JwksOptions::failure_ttl`]); at most one fetch of a URL at a
     /// time.
     pub(crate) async fn get(&self, url: &str) -> Fetched {
+        self.get_for(url, None).await
+    }
+
+    /// [`JwksFetcher::get`] for a request from `client`, which may have at
+    /// most [`MAX_FETCHES_PER_CLIENT`] fetches running.
+    pub(crate) async fn get_for(&self, url: &str, client: Option<IpAddr>) -> Fetched {
         if let Some(cached) = self.cached(url) {
             return cached;
         }
-        let flight = self.flights().entry(url.to_string()).or_default().clone();
-        let _fetching = flight.lock().await;
+        let flight = Flight::join(self, url);
+        let _fetching = flight.lock.lock().await;
         // Whoever held the lock before may have fetched it meanwhile.
         if let Some(cached) = self.cached(url) {
             return cached;
         }
+        let Some(_place) = self.place(client) else {
+            tracing::warn!(host = %host_of(url), "a document fetch was refused: too many fetches at once");
+            return Err(JwksError::Unavailable);
+        };
         let fetched = self.fetch(url).await.map(Arc::new).inspect_err(|e| {
-            tracing::warn!(host = %host_of(url), error = %e, "a confirmation server's JWKS was not used");
+            tracing::warn!(host = %host_of(url), error = %e, "a fetched key set or document was not used");
         });
         self.remember(url, fetched.clone());
-        // Later callers find the result in the cache.
-        self.flights().remove(url);
         fetched
+    }
+
+    /// A place for one more fetch (of `client`, if named), given back when
+    /// dropped; `None` when every place is taken.
+    fn place(&self, client: Option<IpAddr>) -> Option<Place<'_>> {
+        let permit = self.running.clone().try_acquire_owned().ok()?;
+        let client = client.map(|ip| crate::client_address::prefix(ip, crate::client_address::HOST_PREFIX));
+        if let Some(ip) = client {
+            let mut by_client = self.clients();
+            let running = by_client.entry(ip).or_default();
+            if *running >= MAX_FETCHES_PER_CLIENT {
+                return None;
+            }
+            *running += 1;
+        }
+        Some(Place { fetcher: self, client, _permit: permit })
+    }
+
+    fn clients(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.by_client.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The cached outcome for `url` while it is fresh.
@@ -227,8 +277,13 @@ impl JwksFetcher {
                 JwksError::Unavailable
             }
         })?;
-        if !response.status().is_success() {
+        // Exactly 200 (the client metadata document draft §4; a 203 or 206
+        // is not the document itself).
+        if response.status() != reqwest::StatusCode::OK {
             return Err(JwksError::Unavailable);
+        }
+        if self.json_content_type && !is_json(response.headers()) {
+            return Err(JwksError::Invalid);
         }
         let max = self.options.max_bytes;
         if response.content_length().is_some_and(|n| n > max as u64) {
@@ -244,6 +299,61 @@ impl JwksFetcher {
         }
         Ok(document)
     }
+}
+
+/// A request's share in the fetch of one URL: the flight's lock, whose
+/// holder fetches. The last share dropped (the fetch done, or every
+/// request waiting for it gone) takes the URL out of the flights.
+struct Flight<'a> {
+    fetcher: &'a JwksFetcher,
+    url: &'a str,
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl<'a> Flight<'a> {
+    fn join(fetcher: &'a JwksFetcher, url: &'a str) -> Flight<'a> {
+        let lock = fetcher.flights().entry(url.to_string()).or_default().clone();
+        Flight { fetcher, url, lock }
+    }
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        let mut flights = self.fetcher.flights();
+        // Shares are taken under this lock: one held by the map and this
+        // one alone means no request is waiting on it.
+        if flights.get(self.url).is_some_and(|lock| Arc::ptr_eq(lock, &self.lock) && Arc::strong_count(lock) <= 2) {
+            flights.remove(self.url);
+        }
+    }
+}
+
+/// One running fetch's place, among the fetcher's and its client's.
+struct Place<'a> {
+    fetcher: &'a JwksFetcher,
+    client: Option<IpAddr>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        let Some(ip) = self.client else { return };
+        let mut by_client = self.fetcher.clients();
+        if let Some(running) = by_client.get_mut(&ip) {
+            *running = running.saturating_sub(1);
+            if *running == 0 {
+                by_client.remove(&ip);
+            }
+        }
+    }
+}
+
+/// Whether an answer's `Content-Type` is JSON: `application/json` or a
+/// `+json` type (`application/jwk-set+json`), any parameters.
+fn is_json(headers: &reqwest::header::HeaderMap) -> bool {
+    let Some(value) = headers.get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
+    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// What the log may say of a JWKS URL: its host, never a user name,
@@ -306,6 +416,76 @@ mod tests {
         assert!(retrying.get(url).await.is_err());
         assert!(retrying.cached(url).is_none(), "a zero failure time caches nothing");
         assert!(retrying.flights().is_empty(), "no fetch is left in flight");
+    }
+
+    async fn silent_server() -> String {
+        format!("http://{}", crate::testing::silent_listener().await)
+    }
+
+    #[tokio::test]
+    async fn a_fetch_abandoned_midway_leaves_nothing_behind() {
+        let fetcher = Arc::new(fetcher(true, &["127.0.0.0/8"]));
+        let base = silent_server().await;
+        let client: IpAddr = "192.0.2.7".parse().unwrap();
+        for i in 0..200 {
+            let (fetcher, url) = (fetcher.clone(), format!("{base}/client-{i}.json"));
+            let request = tokio::spawn(async move { fetcher.get_for(&url, Some(client)).await });
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            request.abort();
+            let _ = request.await;
+        }
+        assert!(fetcher.flights().is_empty(), "no URL is left in flight");
+        assert!(fetcher.clients().is_empty(), "no client is left counted");
+        assert_eq!(fetcher.running.available_permits(), MAX_FETCHES, "every place is given back");
+    }
+
+    #[tokio::test]
+    async fn fetches_are_bounded_per_client_and_for_the_fetcher_refused_at_once_beyond() {
+        let fetcher = Arc::new(fetcher(true, &["127.0.0.0/8"]));
+        let base = silent_server().await;
+        let start = |i: usize, client: &str| {
+            let (fetcher, url, client) = (fetcher.clone(), format!("{base}/c-{i}.json"), client.parse().ok());
+            tokio::spawn(async move { fetcher.get_for(&url, client).await })
+        };
+        let mut hanging: Vec<_> = (0..MAX_FETCHES_PER_CLIENT).map(|i| start(i, "192.0.2.1")).collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = Instant::now();
+        let refused = start(100, "192.0.2.1").await.unwrap();
+        assert!(matches!(refused, Err(JwksError::Unavailable)));
+        assert!(started.elapsed() < Duration::from_secs(2), "refused at once, not after the fetch timeout");
+        // Other clients fill the fetcher's places; past them anyone is refused.
+        for i in MAX_FETCHES_PER_CLIENT..MAX_FETCHES {
+            hanging.push(start(i, &format!("192.0.2.{}", 10 + i / MAX_FETCHES_PER_CLIENT)));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(fetcher.running.available_permits(), 0);
+        assert!(matches!(start(200, "198.51.100.1").await.unwrap(), Err(JwksError::Unavailable)));
+        for request in &hanging {
+            request.abort();
+        }
+        for request in hanging {
+            let _ = request.await;
+        }
+        assert_eq!(fetcher.running.available_permits(), MAX_FETCHES);
+        assert!(fetcher.clients().is_empty() && fetcher.flights().is_empty());
+    }
+
+    #[test]
+    fn a_document_must_say_it_is_json() {
+        let with = |value: &str| {
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(reqwest::header::CONTENT_TYPE, value.parse().unwrap());
+            is_json(&headers)
+        };
+        for good in
+            ["application/json", "application/json; charset=utf-8", "Application/JSON", "application/jwk-set+json"]
+        {
+            assert!(with(good), "{good}");
+        }
+        for bad in ["text/html", "text/plain", "application/jsonp", "text/json+x"] {
+            assert!(!with(bad), "{bad}");
+        }
+        assert!(!is_json(&reqwest::header::HeaderMap::new()));
     }
 
     #[test]
