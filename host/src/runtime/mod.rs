@@ -10,6 +10,8 @@
 //! WASI pieces the Rust standard library links against, with no preopened
 //! directories, no environment, no arguments and no network sockets.
 
+#[cfg(test)]
+mod engine_advisories;
 pub mod outbound;
 #[cfg(test)]
 mod slot_isolation;

@@ -116,6 +116,8 @@ pub mod raw {
                     vmctx: NonNull<VMContext>,
                     $( $pname : libcall!(@ty $param), )*
                 ) $(-> libcall!(@ty $result))? {
+                    // PLINTH PATCH: the arguments, for `disabled_libcall!`.
+                    let plinth_args = ($($pname,)*);
                     $(#[cfg($attr)])?
                     unsafe {
                         Instance::enter_host_from_wasm(vmctx, |store, instance| {
@@ -125,8 +127,13 @@ pub mod raw {
                     $(
                         #[cfg(not($attr))]
                         {
-                            let _ = vmctx;
-                            unreachable!();
+                            // PLINTH PATCH: was `unreachable!()` for every
+                            // builtin compiled out, a panic in this
+                            // `extern "C"` function, which aborts the
+                            // process. `is_subtype` is reachable without the
+                            // `gc` feature (GHSA-rc4p-x33f-vpr2); see
+                            // `disabled_libcall!`.
+                            disabled_libcall!($name, vmctx, plinth_args)
                         }
                     )?
                 }
@@ -156,6 +163,37 @@ pub mod raw {
         (@ty bool) => (bool);
         (@ty pointer) => (*mut u8);
         (@ty size) => (usize);
+    }
+
+    /// PLINTH PATCH: what a builtin that a cargo feature compiled out does
+    /// when compiled code calls it anyway.
+    ///
+    /// `is_subtype` is not a GC operation: without the `gc` feature the GC
+    /// proposal stays enabled (only GC types are refused), so a module may
+    /// declare non-final function types, and `call_indirect`, `ref.test`,
+    /// `ref.cast` and `br_on_cast` through one of them call `is_subtype`
+    /// whenever the callee's type is not that exact type. As published that
+    /// call reached `unreachable!()` and aborted the host
+    /// (GHSA-rc4p-x33f-vpr2, fixed upstream in 48.0.9); it now answers from
+    /// the engine's type registry, as the `gc` build does without its
+    /// per-store cache. The other builtins compiled out (GC objects,
+    /// exceptions, atomics, stack switching, wmemcheck) are emitted only for
+    /// instructions that validation refuses without their feature, and stay
+    /// unreachable.
+    #[allow(unused_macros, reason = "unused when no builtin is compiled out")]
+    macro_rules! disabled_libcall {
+        (is_subtype, $vmctx:ident, $args:ident) => {
+            unsafe {
+                Instance::enter_host_from_wasm($vmctx, |store, instance| {
+                    let (actual, expected) = $args;
+                    super::is_subtype_without_gc_cache(store, instance, actual, expected)
+                })
+            }
+        };
+        ($name:ident, $vmctx:ident, $args:ident) => {{
+            let _ = ($vmctx, $args);
+            unreachable!()
+        }};
     }
 
     wasmtime_environ::foreach_builtin_function!(libcall);
@@ -619,6 +657,24 @@ fn is_subtype(
 
     log::trace!("is_subtype(actual={actual:?}, expected={expected:?}) -> {is_subtype}",);
     u32::from(is_subtype)
+}
+
+// PLINTH PATCH: `is_subtype` for builds without the `gc` feature (see
+// `disabled_libcall!`): the same answer, from the engine's type registry,
+// without the store's cache (which lives with the GC data).
+#[cfg(not(feature = "gc"))]
+fn is_subtype_without_gc_cache(
+    store: &mut dyn VMStore,
+    _instance: InstanceId,
+    actual_engine_type: u32,
+    expected_engine_type: u32,
+) -> u32 {
+    use wasmtime_environ::VMSharedTypeIndex;
+
+    let actual = VMSharedTypeIndex::from_u32(actual_engine_type);
+    let expected = VMSharedTypeIndex::from_u32(expected_engine_type);
+    let engine = store.store_opaque().engine();
+    u32::from(engine.signatures().is_subtype(actual, expected))
 }
 
 // Implementation of `memory.atomic.notify` for locally defined memories.
