@@ -635,3 +635,65 @@ async fn a_client_metadata_document_is_fetched_within_the_outbound_policy() {
         assert!(started.elapsed() < std::time::Duration::from_secs(15), "a slow document is given up on");
     }
 }
+
+/// A client that came to the default tenant through `/t/default/mcp`
+/// finds every URL under `/t/default` (the SDKs refuse a resource that is
+/// not the URL they called, and an issuer other than the one they derived
+/// the metadata's URL from); one that came to `/mcp` keeps `/mcp` and `/`.
+/// A token is for the MCP URL it was asked for.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_of_the_default_tenants_t_root_finds_every_url_under_that_root() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let http = reqwest::Client::new();
+    let get = |url: String| {
+        let http = http.clone();
+        async move {
+            let response = http.get(&url).send().await.unwrap();
+            assert_eq!(response.status(), 200, "{url}");
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    for (root, metadata_path) in [("/t/default", "/t/default/mcp"), ("", "/mcp")] {
+        let issuer = format!("{}{root}", server.base);
+        let mcp = format!("{issuer}/mcp");
+        // The challenge at the MCP URL the client used...
+        let (status, challenge, _) = list_with(&server, root, "").await;
+        assert_eq!(status, 401);
+        let metadata_url = challenge.split("resource_metadata=\"").nth(1).unwrap().trim_end_matches('"').to_string();
+        assert_eq!(metadata_url, format!("{}/.well-known/oauth-protected-resource{metadata_path}", server.base));
+        // ...names metadata whose resource is that URL, and whose issuer is
+        // its root.
+        let metadata = get(metadata_url).await;
+        assert_eq!(metadata["resource"], mcp, "{root}");
+        assert_eq!(metadata["authorization_servers"], json!([issuer]), "{root}");
+        // The issuer's metadata, where RFC 8414 derives it from the issuer.
+        let server_metadata = get(format!("{}/.well-known/oauth-authorization-server{root}", server.base)).await;
+        assert_eq!(server_metadata["issuer"], issuer, "{root}");
+        for endpoint in ["authorization_endpoint", "token_endpoint", "registration_endpoint", "revocation_endpoint"] {
+            let url = server_metadata[endpoint].as_str().unwrap();
+            assert!(url.starts_with(&format!("{issuer}/oauth/")), "{root}: {endpoint} {url}");
+        }
+        // The same documents under the root itself.
+        assert_eq!(get(format!("{issuer}/.well-known/oauth-protected-resource")).await, metadata, "{root}");
+        assert_eq!(get(format!("{issuer}/.well-known/oauth-authorization-server")).await, server_metadata, "{root}");
+
+        // The flow through that root: the answer's `iss` is the issuer, and
+        // the token works at the MCP URL it was asked for.
+        let flow = Flow::new(&server, root);
+        let client_id = flow.register(&[REDIRECT]).await;
+        let fields = match flow.sign_in(&flow.request(&client_id, REDIRECT), "alice", "alice-password", "allow").await {
+            SentBack::Client(fields) => fields,
+            other => panic!("{root}: no code: {other:?}"),
+        };
+        assert_eq!(fields["iss"], issuer, "{root}");
+        let tokens = flow.exchange(&client_id, &fields["code"]).await;
+        let access = tokens["access_token"].as_str().unwrap();
+        assert_eq!(list_with(&server, root, access).await.0, 200, "{root}");
+        // Not at the default tenant's other MCP URL: it is not the token's
+        // audience.
+        let other = if root.is_empty() { "/t/default" } else { "" };
+        let (status, challenge, _) = list_with(&server, other, access).await;
+        assert_eq!(status, 401, "{root}");
+        assert!(challenge.starts_with("Bearer error=\"invalid_token\""), "{challenge}");
+    }
+}
