@@ -630,7 +630,7 @@ pub(super) async fn revoke(
 
 /// `PUT /admin/tenants/{tenant}/oauth`: an operator turns a tenant's
 /// authorization server on or off.
-#[utoipa::path(put, summary = "How a tenant's MCP URL takes OAuth tokens", description = "`{\"enabled\": false}` turns OAuth off: its metadata answers 404, its tokens stop working, and clients use keys. `{\"issuer\": \"https://idp.example\"}` accepts that identity provider's JWT access tokens for the MCP URL instead of the built-in server's (its end user in `endUserClaim`, default `sub`; its scopes in `scopeClaim`, default `scope`), and the resource metadata names it. The built-in server is the default. Audited.", path = "/admin/tenants/{tenant}/oauth", tag = "Admin", operation_id = "put_tenant_oauth",
+#[utoipa::path(put, summary = "How a tenant's MCP URL takes OAuth tokens", description = "`{\"enabled\": false}` turns OAuth off: its metadata answers 404, its tokens stop working, and clients use keys. `{\"issuer\": \"https://idp.example\"}` accepts that identity provider's JWT access tokens for the MCP URL instead of the built-in server's (its end user in `endUserClaim`, default `sub`, which must name one of the tenant's end users unless `anyEndUser` is `true`; its scopes in `scopeClaim`, default `scope`), and the resource metadata names it. The built-in server is the default. Audited.", path = "/admin/tenants/{tenant}/oauth", tag = "Admin", operation_id = "put_tenant_oauth",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(content = core::OAuthSetting, content_type = "application/json"),
     responses(
@@ -647,7 +647,7 @@ pub(super) async fn put_tenant_oauth(
     let setting: core::OAuthSetting = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(
             "invalid_request",
-            format!("expected {{\"enabled\", \"issuer\", \"endUserClaim\", \"scopeClaim\"}}: {e}"),
+            format!("expected {{\"enabled\", \"issuer\", \"endUserClaim\", \"scopeClaim\", \"anyEndUser\"}}: {e}"),
         )
     })?;
     host.set_oauth(caller.principal()?, &tenant, setting.clone())?;
