@@ -505,10 +505,12 @@ struct ServeArgs {
     /// The longest lockout, in seconds.
     #[arg(long, env = "PLINTH_LOGIN_LOCKOUT_MAX_SECS", default_value_t = 900)]
     login_lockout_max_secs: u64,
-    /// Failed confirmation-page logins per minute for the whole server
-    /// (that many at once at most, refilled evenly); beyond it every login
-    /// is refused before hashing (`429 login_locked`) until one is earned.
-    /// Failed catalog sign-ins have a budget of this size of their own.
+    /// Failed confirmation-page and OAuth sign-in logins per minute for
+    /// each tenant (that many at once at most, refilled evenly); beyond it
+    /// every login to that tenant is refused before hashing (`429
+    /// login_locked`) until one is earned, except at an address where its
+    /// user logged in before. Failed catalog sign-ins have budgets of this
+    /// size of their own.
     #[arg(long, env = "PLINTH_MAX_FAILED_LOGINS_PER_MINUTE", default_value_t = 600)]
     max_failed_logins_per_minute: u32,
     /// Keys each failed-login throttle table (users, (user, address) pairs,

@@ -636,6 +636,11 @@ async fn the_sdks_oauth_client_gets_its_token_from_a_tenants_identity_provider()
     let setting = json!({ "issuer": provider.issuer });
     let (status, body) = server.call_as(Some(TOKEN), Method::PUT, "/admin/tenants/acme/oauth", Some(&setting)).await;
     assert_eq!(status, 200, "{body}");
+    // The provider's user must be one of the tenant's end users.
+    let password = json!({ "password": "alice-password" });
+    let (status, body) =
+        server.call_as(Some(TOKEN), Method::PUT, "/t/acme/admin/end-users/alice", Some(&password)).await;
+    assert_eq!(status, 204, "{body}");
     // The resource metadata names the provider; the built-in server is off.
     let (_, metadata) = server.get("/.well-known/oauth-protected-resource/t/acme/mcp").await;
     assert_eq!(metadata["authorization_servers"], json!([provider.issuer]));

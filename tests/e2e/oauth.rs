@@ -655,3 +655,242 @@ async fn a_client_metadata_document_is_fetched_within_the_outbound_policy() {
         assert!(started.elapsed() < std::time::Duration::from_secs(15), "a slow document is given up on");
     }
 }
+
+/// A client that came to the default tenant through `/t/default/mcp`
+/// finds every URL under `/t/default` (the SDKs refuse a resource that is
+/// not the URL they called, and an issuer other than the one they derived
+/// the metadata's URL from); one that came to `/mcp` keeps `/mcp` and `/`.
+/// A token is for the MCP URL it was asked for.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_of_the_default_tenants_t_root_finds_every_url_under_that_root() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let http = reqwest::Client::new();
+    let get = |url: String| {
+        let http = http.clone();
+        async move {
+            let response = http.get(&url).send().await.unwrap();
+            assert_eq!(response.status(), 200, "{url}");
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    for (root, metadata_path) in [("/t/default", "/t/default/mcp"), ("", "/mcp")] {
+        let issuer = format!("{}{root}", server.base);
+        let mcp = format!("{issuer}/mcp");
+        // The challenge at the MCP URL the client used...
+        let (status, challenge, _) = list_with(&server, root, "").await;
+        assert_eq!(status, 401);
+        let metadata_url = challenge.split("resource_metadata=\"").nth(1).unwrap().trim_end_matches('"').to_string();
+        assert_eq!(metadata_url, format!("{}/.well-known/oauth-protected-resource{metadata_path}", server.base));
+        // ...names metadata whose resource is that URL, and whose issuer is
+        // its root.
+        let metadata = get(metadata_url).await;
+        assert_eq!(metadata["resource"], mcp, "{root}");
+        assert_eq!(metadata["authorization_servers"], json!([issuer]), "{root}");
+        // The issuer's metadata, where RFC 8414 derives it from the issuer.
+        let server_metadata = get(format!("{}/.well-known/oauth-authorization-server{root}", server.base)).await;
+        assert_eq!(server_metadata["issuer"], issuer, "{root}");
+        for endpoint in ["authorization_endpoint", "token_endpoint", "registration_endpoint", "revocation_endpoint"] {
+            let url = server_metadata[endpoint].as_str().unwrap();
+            assert!(url.starts_with(&format!("{issuer}/oauth/")), "{root}: {endpoint} {url}");
+        }
+        // The same documents under the root itself.
+        assert_eq!(get(format!("{issuer}/.well-known/oauth-protected-resource")).await, metadata, "{root}");
+        assert_eq!(get(format!("{issuer}/.well-known/oauth-authorization-server")).await, server_metadata, "{root}");
+
+        // The flow through that root: the answer's `iss` is the issuer, and
+        // the token works at the MCP URL it was asked for.
+        let flow = Flow::new(&server, root);
+        let client_id = flow.register(&[REDIRECT]).await;
+        let fields = match flow.sign_in(&flow.request(&client_id, REDIRECT), "alice", "alice-password", "allow").await {
+            SentBack::Client(fields) => fields,
+            other => panic!("{root}: no code: {other:?}"),
+        };
+        assert_eq!(fields["iss"], issuer, "{root}");
+        let tokens = flow.exchange(&client_id, &fields["code"]).await;
+        let access = tokens["access_token"].as_str().unwrap();
+        assert_eq!(list_with(&server, root, access).await.0, 200, "{root}");
+        // Not at the default tenant's other MCP URL: it is not the token's
+        // audience.
+        let other = if root.is_empty() { "/t/default" } else { "" };
+        let (status, challenge, _) = list_with(&server, other, access).await;
+        assert_eq!(status, 401, "{root}");
+        assert!(challenge.starts_with("Bearer error=\"invalid_token\""), "{challenge}");
+    }
+}
+
+/// A stand-in external identity provider on 127.0.0.1 (plain http: a
+/// server reaches it with `--oauth-allow-http --allow-private-cidr
+/// 127.0.0.0/8`): its OIDC discovery document and a key set it can change,
+/// counting the key set's fetches; it signs ES256 access tokens.
+struct StandInProvider {
+    issuer: String,
+    jwks: std::sync::Arc<std::sync::Mutex<Value>>,
+    jwks_fetches: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    _serving: tokio::task::JoinHandle<()>,
+}
+
+/// One of the provider's keys.
+struct ProviderKey {
+    kid: String,
+    pair: ring::signature::EcdsaKeyPair,
+}
+
+impl ProviderKey {
+    fn new(kid: &str) -> ProviderKey {
+        let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
+        ProviderKey {
+            kid: kid.into(),
+            pair: ring::signature::EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng).unwrap(),
+        }
+    }
+
+    fn jwk(&self) -> Value {
+        use ring::signature::KeyPair;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let point = self.pair.public_key().as_ref();
+        json!({ "kty": "EC", "crv": "P-256", "kid": self.kid, "alg": "ES256", "use": "sig",
+                "x": b64.encode(&point[1..33]), "y": b64.encode(&point[33..]) })
+    }
+}
+
+impl StandInProvider {
+    async fn start() -> StandInProvider {
+        use axum::routing::get;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let issuer = format!("http://{}", listener.local_addr().unwrap());
+        let discovery = json!({ "issuer": issuer, "jwks_uri": format!("{issuer}/jwks.json") });
+        let jwks = std::sync::Arc::new(std::sync::Mutex::new(json!({ "keys": [] })));
+        let jwks_fetches = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (served, fetches) = (jwks.clone(), jwks_fetches.clone());
+        let app = axum::Router::new()
+            .route(
+                "/.well-known/openid-configuration",
+                get(move || {
+                    let discovery = discovery.clone();
+                    async move { axum::Json(discovery) }
+                }),
+            )
+            .route(
+                "/jwks.json",
+                get(move || {
+                    fetches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let keys = served.lock().unwrap().clone();
+                    async move { axum::Json(keys) }
+                }),
+            );
+        let serving = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        StandInProvider { issuer, jwks, jwks_fetches, _serving: serving }
+    }
+
+    /// Publishes `keys` as its key set.
+    fn publish(&self, keys: &[&ProviderKey]) {
+        *self.jwks.lock().unwrap() = json!({ "keys": keys.iter().map(|k| k.jwk()).collect::<Vec<_>>() });
+    }
+
+    fn jwks_fetches(&self) -> usize {
+        self.jwks_fetches.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// An access token for `audience` naming `user`, signed by `key` with
+    /// header `kid` (the key's, unless given) and `typ` (none if `None`).
+    fn token(&self, key: &ProviderKey, kid: Option<&str>, typ: Option<&str>, audience: &str, user: &str) -> String {
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let mut header = json!({ "alg": "ES256", "kid": kid.unwrap_or(&key.kid) });
+        if let Some(typ) = typ {
+            header["typ"] = json!(typ);
+        }
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let claims = json!({ "iss": self.issuer, "aud": audience, "sub": user, "exp": now + 600, "iat": now,
+                             "scope": "tools:read tools:call", "client_id": "stand-in-client" });
+        let signed = format!("{}.{}", b64.encode(header.to_string()), b64.encode(claims.to_string()));
+        let signature = key.pair.sign(&ring::rand::SystemRandom::new(), signed.as_bytes()).unwrap();
+        format!("{signed}.{}", b64.encode(signature.as_ref()))
+    }
+}
+
+/// A server whose tenant `acme` takes `provider`'s tokens (with `extra`
+/// in its OAuth setting), and has the end user alice.
+async fn external_issuer_server(provider: &StandInProvider, extra: Value) -> Server {
+    let server = Server::start(&["--oauth-allow-http", "--allow-private-cidr", "127.0.0.0/8"]);
+    server.create_tenant("acme", json!({})).await;
+    set_issuer(&server, provider, extra).await;
+    let password = json!({ "password": "alice-password" });
+    let (status, body) =
+        server.call_as(Some(TOKEN), Method::PUT, "/t/acme/admin/end-users/alice", Some(&password)).await;
+    assert_eq!(status, 204, "{body}");
+    server
+}
+
+async fn set_issuer(server: &Server, provider: &StandInProvider, extra: Value) -> Value {
+    let mut setting = json!({ "issuer": provider.issuer });
+    setting.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, "/admin/tenants/acme/oauth", Some(&setting)).await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_external_token_must_be_an_access_token_naming_one_of_the_tenants_end_users() {
+    let provider = StandInProvider::start().await;
+    let key = ProviderKey::new("k1");
+    provider.publish(&[&key]);
+    let server = external_issuer_server(&provider, json!({})).await;
+    let audience = format!("{}/t/acme/mcp", server.base);
+    let status = |token: String| {
+        let server = &server;
+        async move { list_with(server, "/t/acme", &token).await.0 }
+    };
+    // An access token, typed as one or not typed, for alice.
+    for typ in [Some("at+jwt"), Some("application/at+jwt"), None] {
+        assert_eq!(status(provider.token(&key, None, typ, &audience, "alice")).await, 200, "{typ:?}");
+    }
+    // Another kind of JWT the provider signs (an ID token is `JWT`).
+    for typ in ["JWT", "id_token+jwt"] {
+        assert_eq!(status(provider.token(&key, None, Some(typ), &audience, "alice")).await, 401, "{typ}");
+    }
+    // A name the tenant never made, though the provider signed it.
+    assert_eq!(status(provider.token(&key, None, Some("at+jwt"), &audience, "mallory")).await, 401);
+    // Unless the operator lets the provider name anyone.
+    let setting = set_issuer(&server, &provider, json!({ "anyEndUser": true })).await;
+    assert_eq!(setting["anyEndUser"], true);
+    assert_eq!(status(provider.token(&key, None, Some("at+jwt"), &audience, "mallory")).await, 200);
+    // Only an operator may: a tenant's own publisher cannot.
+    let (_, publisher) = server.create_key(Some("acme"), "publisher").await;
+    let open = json!({ "issuer": provider.issuer, "anyEndUser": true });
+    let (status, _) = server.call_as(Some(&publisher), Method::PUT, "/admin/tenants/acme/oauth", Some(&open)).await;
+    assert_eq!(status, 403);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_naming_a_new_key_fetches_the_issuers_keys_again_at_most_once_in_a_while() {
+    let provider = StandInProvider::start().await;
+    let (old, new) = (ProviderKey::new("old"), ProviderKey::new("new"));
+    provider.publish(&[&old]);
+    let server = external_issuer_server(&provider, json!({})).await;
+    let audience = format!("{}/t/acme/mcp", server.base);
+    let status = |token: String| {
+        let server = &server;
+        async move { list_with(server, "/t/acme", &token).await.0 }
+    };
+    assert_eq!(status(provider.token(&old, None, None, &audience, "alice")).await, 200);
+    assert_eq!(provider.jwks_fetches(), 1);
+    // The provider rotates its keys: a token signed with the new one is
+    // taken at once, though the old set is still cached.
+    provider.publish(&[&old, &new]);
+    assert_eq!(status(provider.token(&new, None, None, &audience, "alice")).await, 200);
+    assert_eq!(provider.jwks_fetches(), 2);
+    // Tokens naming made-up keys cost no fetch each: within the interval
+    // the cached set answers (and so a key published meanwhile waits).
+    for i in 0..10 {
+        let kid = format!("made-up-{i}");
+        assert_eq!(status(provider.token(&new, Some(&kid), None, &audience, "alice")).await, 401, "{kid}");
+    }
+    let newer = ProviderKey::new("newer");
+    provider.publish(&[&new, &newer]);
+    assert_eq!(status(provider.token(&newer, None, None, &audience, "alice")).await, 401);
+    assert_eq!(provider.jwks_fetches(), 2);
+    // Known keys keep working from the cache.
+    assert_eq!(status(provider.token(&new, None, None, &audience, "alice")).await, 200);
+}

@@ -17,6 +17,7 @@
 //! Roles are ordered consumer < publisher < operator; each may do what the
 //! ones below it may.
 
+use super::oauth::Root as OAuthRoot;
 use super::{ApiError, ApiOptions, AppState};
 use crate::tenancy::{DEFAULT_TENANT, Principal, Role, is_tenant_name};
 use axum::extract::Request;
@@ -78,6 +79,9 @@ pub enum Scope {
 pub struct Caller {
     /// The tenant of the platform root the request came through.
     pub tenant: String,
+    /// Whether it came through `/t/{tenant}/` (the default tenant is also
+    /// served at `/`): the URLs it is answered with stay under that root.
+    pub tenant_root: bool,
     /// The key's principal; `None` only for open endpoints and public
     /// enumeration.
     pub principal: Option<Principal>,
@@ -165,9 +169,10 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
     if scope == Scope::Server && root.is_some() {
         return super::no_such_endpoint().into_response();
     }
+    let tenant_root = root.is_some();
     let tenant = root.unwrap_or_else(|| DEFAULT_TENANT.to_string());
     if access == Access::Catalog {
-        return authorize_designer(host, tenant, request, next).await;
+        return authorize_designer(host, tenant, tenant_root, request, next).await;
     }
     let presented = bearer(&request).map(str::to_string);
     let options = request.extensions().get::<Arc<ApiOptions>>().cloned();
@@ -176,7 +181,8 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
     // once: a token's refusal is given the setting its check saw.
     let at_mcp = request.uri().path() == "/mcp";
     let oauth = || {
-        options.as_deref().filter(|_| at_mcp && host.oauth_enabled(&tenant)).map(|options| (options, tenant.as_str()))
+        let root = OAuthRoot { tenant: tenant.as_str(), explicit: tenant_root };
+        options.as_deref().filter(|_| at_mcp && host.oauth_enabled(&tenant)).map(|options| (options, root))
     };
     let mut oauth_seen = None;
     // A key first (an operator's configured key may look like anything),
@@ -199,7 +205,7 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
     if let Err(error) = decision {
         return refusal(error, presented.is_some(), oauth_seen.unwrap_or_else(oauth));
     }
-    request.extensions_mut().insert(Caller { tenant, principal });
+    request.extensions_mut().insert(Caller { tenant, tenant_root, principal });
     next.run(request).await
 }
 
@@ -210,17 +216,19 @@ fn is_token(bearer: &str) -> bool {
 }
 
 /// The principal of an OAuth access token: valid, issued by the tenant's
-/// authorization server for its MCP URL, and presented there (`oauth` is
-/// `Some` only at the MCP URL of a tenant whose authorization server is
-/// on). Anywhere else a token is no credential: A2T, OTC and the admin API
-/// take keys.
+/// authorization server for the MCP URL it is presented at (the default
+/// tenant's `/mcp` and `/t/default/mcp` are two URLs: a token is for the
+/// one it was asked for), and presented there (`oauth` is `Some` only at
+/// the MCP URL of a tenant whose authorization server is on). Anywhere
+/// else a token is no credential: A2T, OTC and the admin API take keys.
 async fn token_principal(
     host: &AppState,
-    oauth: Option<(&ApiOptions, &str)>,
+    oauth: Option<(&ApiOptions, OAuthRoot<'_>)>,
     token: &str,
 ) -> Result<Option<Principal>, ApiError> {
-    let Some((options, tenant)) = oauth else { return Ok(None) };
-    let resource = super::oauth::mcp_resource(options, tenant);
+    let Some((options, root)) = oauth else { return Ok(None) };
+    let tenant = root.tenant;
+    let resource = super::oauth::mcp_resource(options, root);
     let grant = host
         .token_grant(tenant, token, &resource)
         .await
@@ -241,7 +249,13 @@ async fn token_principal(
 /// them: [`super::pages::posted_from_elsewhere`]) and carry
 /// the session's form token, else `403` and nothing is done. The handler
 /// gets the [`Caller`] and the [`DesignerSession`](crate::host::DesignerSession).
-async fn authorize_designer(host: AppState, tenant: String, mut request: Request, next: Next) -> Response {
+async fn authorize_designer(
+    host: AppState,
+    tenant: String,
+    tenant_root: bool,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let Some(options) = request.extensions().get::<Arc<ApiOptions>>().cloned() else {
         return ApiError::internal("the server is misconfigured").into_response();
     };
@@ -282,7 +296,7 @@ async fn authorize_designer(host: AppState, tenant: String, mut request: Request
         }
         request = Request::from_parts(parts, axum::body::Body::from(bytes));
     }
-    request.extensions_mut().insert(Caller { tenant, principal: Some(session.principal.clone()) });
+    request.extensions_mut().insert(Caller { tenant, tenant_root, principal: Some(session.principal.clone()) });
     request.extensions_mut().insert(session);
     next.run(request).await
 }
@@ -300,7 +314,7 @@ pub fn refusal_for(
 ) -> Option<Response> {
     let principal = caller.principal.as_ref();
     decide(host, access, scope, &caller.tenant, principal.is_some(), principal).err().map(|e| {
-        let oauth = options.filter(|_| host.oauth_enabled(&caller.tenant)).map(|o| (o, caller.tenant.as_str()));
+        let oauth = options.filter(|_| host.oauth_enabled(&caller.tenant)).map(|o| (o, OAuthRoot::of(caller)));
         refusal(e, principal.is_some(), oauth)
     })
 }
@@ -308,21 +322,21 @@ pub fn refusal_for(
 /// A refusal, with the `WWW-Authenticate` challenge a `401` carries: at an
 /// OAuth protected resource (`oauth`: its options and tenant), with where
 /// its metadata is and the scope needed, on a `403` for a scope too.
-fn refusal(error: ApiError, key_presented: bool, oauth: Option<(&ApiOptions, &str)>) -> Response {
+fn refusal(error: ApiError, key_presented: bool, oauth: Option<(&ApiOptions, OAuthRoot<'_>)>) -> Response {
     let invalid = error.status() == StatusCode::UNAUTHORIZED && key_presented;
     let needed = error.fields().iter().find(|(k, _)| k == "scope").and_then(|(_, v)| v.as_str().map(str::to_string));
     let insufficient = error.code() == "insufficient_scope";
     let mut response = error.into_response();
     let challenge = match (response.status(), oauth) {
-        (StatusCode::UNAUTHORIZED, Some((options, tenant))) => {
+        (StatusCode::UNAUTHORIZED, Some((options, root))) => {
             let error = invalid.then_some("invalid_token");
-            Some(super::oauth::challenge(options, tenant, error, &super::oauth::all_scopes()))
+            Some(super::oauth::challenge(options, root, error, &super::oauth::all_scopes()))
         }
         (StatusCode::UNAUTHORIZED, None) => {
             Some(if invalid { "Bearer error=\"invalid_token\"" } else { "Bearer" }.to_string())
         }
-        (StatusCode::FORBIDDEN, Some((options, tenant))) if insufficient => {
-            Some(super::oauth::challenge(options, tenant, Some("insufficient_scope"), needed.as_deref().unwrap_or("")))
+        (StatusCode::FORBIDDEN, Some((options, root))) if insufficient => {
+            Some(super::oauth::challenge(options, root, Some("insufficient_scope"), needed.as_deref().unwrap_or("")))
         }
         _ => None,
     };

@@ -573,7 +573,6 @@ impl ServerHandler for McpDoor {
         // A token's stream is checked against the token's grant (an
         // external JWT's, which cannot be revoked here, until it expires).
         let token = caller.principal.as_ref().and_then(|p| p.token.clone());
-        let resource = super::oauth::mcp_resource(&self.options, &caller.tenant);
         let tenant = caller.tenant;
         let wants_tools = context.accepted().tools_list_changed == Some(true);
         // A stream that asked for no tool changes only waits to be closed.
@@ -596,7 +595,8 @@ impl ServerHandler for McpDoor {
                     let live = match (key.as_deref(), &token) {
                         (None, _) => true,
                         (Some(k), None) => host.authenticate(k).is_some(),
-                        (Some(k), Some(_)) => host.token_grant(&tenant, k, &resource).await.is_ok_and(|g| g.is_some()),
+                        // Checked for the MCP URL it was checked for at the start.
+                        (Some(k), Some(t)) => host.token_grant(&tenant, k, &t.resource).await.is_ok_and(|g| g.is_some()),
                     };
                     if !live {
                         return Ok(());

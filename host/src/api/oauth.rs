@@ -35,14 +35,58 @@ const SIGN_IN_TOKEN: pages::SignInToken = pages::SignInToken { cookie: "plinth_o
 const CARRIED: [&str; 7] =
     ["response_type", "client_id", "redirect_uri", "state", "code_challenge", "code_challenge_method", "scope"];
 
-/// The tenant's issuer: its platform root's URL.
-pub fn issuer(options: &ApiOptions, tenant: &str) -> String {
-    super::cheq::root(options, tenant)
+/// A tenant's platform root as a client reached it: `/t/{tenant}`, or, for
+/// the default tenant reached without it, `/`. Every URL a client is given
+/// (resource, issuer, endpoints, metadata) stays under the root it came
+/// through: the SDKs check that the resource is the URL they called and
+/// that the issuer is the one they derived the metadata's URL from, so a
+/// client of `/t/default/mcp` must never be sent to `/mcp`, nor the other
+/// way round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Root<'a> {
+    /// The tenant.
+    pub tenant: &'a str,
+    /// Reached through `/t/{tenant}/` (every tenant but the default one
+    /// always is).
+    pub explicit: bool,
 }
 
-/// The tenant's MCP URL: the resource its tokens are for.
-pub fn mcp_resource(options: &ApiOptions, tenant: &str) -> String {
-    format!("{}/mcp", issuer(options, tenant))
+impl<'a> Root<'a> {
+    /// The root of `tenant` reached through `/t/{tenant}/`.
+    pub fn of_tenant(tenant: &'a str) -> Root<'a> {
+        Root { tenant, explicit: true }
+    }
+
+    /// The root the request of `caller` came through.
+    pub fn of(caller: &'a Caller) -> Root<'a> {
+        Root { tenant: &caller.tenant, explicit: caller.tenant_root }
+    }
+
+    /// Whether it is `/t/{tenant}` rather than `/`.
+    fn under_t(&self) -> bool {
+        self.explicit || self.tenant != crate::tenancy::DEFAULT_TENANT
+    }
+
+    /// Its URL.
+    pub fn url(&self, options: &ApiOptions) -> String {
+        if self.under_t() { format!("{}/t/{}", options.public_url, self.tenant) } else { options.public_url.clone() }
+    }
+
+    /// Its path on this server (cookie paths).
+    fn path(&self, options: &ApiOptions) -> String {
+        let prefix = pages::path_prefix(&options.public_url);
+        if self.under_t() { format!("{prefix}/t/{}", self.tenant) } else { prefix.to_string() }
+    }
+}
+
+/// The tenant's issuer: the URL of the platform root the client used.
+pub fn issuer(options: &ApiOptions, root: Root<'_>) -> String {
+    root.url(options)
+}
+
+/// The tenant's MCP URL under `root`: the resource its tokens are for.
+pub fn mcp_resource(options: &ApiOptions, root: Root<'_>) -> String {
+    format!("{}/mcp", issuer(options, root))
 }
 
 /// `url` with `/.well-known/{name}` put between its origin and its path
@@ -54,9 +98,9 @@ fn well_known(url: &str, name: &str) -> String {
     format!("{origin}/.well-known/{name}{}", path.trim_end_matches('/'))
 }
 
-/// The URL of the resource metadata of `tenant`'s MCP URL.
-pub fn resource_metadata_url(options: &ApiOptions, tenant: &str) -> String {
-    well_known(&mcp_resource(options, tenant), "oauth-protected-resource")
+/// The URL of the resource metadata of the MCP URL under `root`.
+pub fn resource_metadata_url(options: &ApiOptions, root: Root<'_>) -> String {
+    well_known(&mcp_resource(options, root), "oauth-protected-resource")
 }
 
 /// The scopes, space-separated, as a challenge names them.
@@ -64,30 +108,30 @@ pub fn all_scopes() -> String {
     SCOPES.iter().map(|(s, _)| *s).collect::<Vec<_>>().join(" ")
 }
 
-/// The `WWW-Authenticate` value of a refusal at `tenant`'s MCP URL:
+/// The `WWW-Authenticate` value of a refusal at the MCP URL under `root`:
 /// `error` (`invalid_token`, `insufficient_scope`) when there is one, the
 /// scope needed, and where the resource metadata is.
-pub fn challenge(options: &ApiOptions, tenant: &str, error: Option<&str>, scope: &str) -> String {
+pub fn challenge(options: &ApiOptions, root: Root<'_>, error: Option<&str>, scope: &str) -> String {
     let mut value = String::from("Bearer ");
     if let Some(error) = error {
         value.push_str(&format!("error=\"{error}\", "));
     }
-    value.push_str(&format!("scope=\"{scope}\", resource_metadata=\"{}\"", resource_metadata_url(options, tenant)));
+    value.push_str(&format!("scope=\"{scope}\", resource_metadata=\"{}\"", resource_metadata_url(options, root)));
     value
 }
 
-fn resource_metadata(options: &ApiOptions, tenant: &str, authorization_server: &str) -> Value {
+fn resource_metadata(options: &ApiOptions, root: Root<'_>, authorization_server: &str) -> Value {
     json!({
-        "resource": mcp_resource(options, tenant),
+        "resource": mcp_resource(options, root),
         "authorization_servers": [authorization_server],
         "scopes_supported": SCOPES.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
         "bearer_methods_supported": ["header"],
-        "resource_name": format!("Plinth tools of {tenant}"),
+        "resource_name": format!("Plinth tools of {}", root.tenant),
     })
 }
 
-fn server_metadata(options: &ApiOptions, tenant: &str) -> Value {
-    let issuer = issuer(options, tenant);
+fn server_metadata(options: &ApiOptions, root: Root<'_>) -> Value {
+    let issuer = issuer(options, root);
     json!({
         "issuer": issuer,
         "authorization_endpoint": format!("{issuer}/oauth/authorize"),
@@ -148,7 +192,7 @@ pub(super) async fn resource_metadata_here(
     Extension(caller): Extension<Caller>,
     Extension(options): Extension<Arc<ApiOptions>>,
 ) -> Response {
-    resource_metadata_of(&host, &options, &caller.tenant)
+    resource_metadata_of(&host, &options, Root::of(&caller))
 }
 
 /// `GET /.well-known/oauth-protected-resource/mcp`: the default tenant's,
@@ -162,7 +206,7 @@ pub(super) async fn default_resource_metadata(
     State(host): State<AppState>,
     Extension(options): Extension<Arc<ApiOptions>>,
 ) -> Response {
-    resource_metadata_of(&host, &options, crate::tenancy::DEFAULT_TENANT)
+    resource_metadata_of(&host, &options, Root { tenant: crate::tenancy::DEFAULT_TENANT, explicit: false })
 }
 
 /// `GET /.well-known/oauth-protected-resource/t/{tenant}/mcp`.
@@ -177,16 +221,17 @@ pub(super) async fn tenant_resource_metadata(
     Extension(options): Extension<Arc<ApiOptions>>,
     Path(tenant): Path<String>,
 ) -> Response {
-    resource_metadata_of(&host, &options, &tenant)
+    // `/t/default/mcp`'s metadata is under `/t/default` too.
+    resource_metadata_of(&host, &options, Root::of_tenant(&tenant))
 }
 
-fn resource_metadata_of(host: &AppState, options: &ApiOptions, tenant: &str) -> Response {
-    if !host.oauth_enabled(tenant) {
-        return no_authorization_server(tenant);
+fn resource_metadata_of(host: &AppState, options: &ApiOptions, root: Root<'_>) -> Response {
+    if !host.oauth_enabled(root.tenant) {
+        return no_authorization_server(root.tenant);
     }
     // The tenant's identity provider when it names one, else its own.
-    let server = host.oauth_setting(tenant).issuer.unwrap_or_else(|| issuer(options, tenant));
-    no_store(StatusCode::OK, resource_metadata(options, tenant, &server))
+    let server = host.oauth_setting(root.tenant).issuer.unwrap_or_else(|| issuer(options, root));
+    no_store(StatusCode::OK, resource_metadata(options, root, &server))
 }
 
 /// `GET /.well-known/oauth-authorization-server` (under a tenant's root
@@ -201,7 +246,7 @@ pub(super) async fn server_metadata_here(
     Extension(caller): Extension<Caller>,
     Extension(options): Extension<Arc<ApiOptions>>,
 ) -> Response {
-    server_metadata_of(&host, &options, &caller.tenant)
+    server_metadata_of(&host, &options, Root::of(&caller))
 }
 
 /// `GET /.well-known/oauth-authorization-server/t/{tenant}`.
@@ -216,14 +261,14 @@ pub(super) async fn tenant_server_metadata(
     Extension(options): Extension<Arc<ApiOptions>>,
     Path(tenant): Path<String>,
 ) -> Response {
-    server_metadata_of(&host, &options, &tenant)
+    server_metadata_of(&host, &options, Root::of_tenant(&tenant))
 }
 
-fn server_metadata_of(host: &AppState, options: &ApiOptions, tenant: &str) -> Response {
-    if !host.builtin_oauth(tenant) {
-        return no_authorization_server(tenant);
+fn server_metadata_of(host: &AppState, options: &ApiOptions, root: Root<'_>) -> Response {
+    if !host.builtin_oauth(root.tenant) {
+        return no_authorization_server(root.tenant);
     }
-    no_store(StatusCode::OK, server_metadata(options, tenant))
+    no_store(StatusCode::OK, server_metadata(options, root))
 }
 
 /// The sign-in and consent page.
@@ -277,12 +322,12 @@ fn with_query(redirect_uri: &str, params: &[(&str, &str)]) -> String {
 /// A redirect to the client with `params`, `state` and `iss` (RFC 9207).
 fn back_to_client(
     options: &ApiOptions,
-    tenant: &str,
+    root: Root<'_>,
     checked_uri: &str,
     state: Option<&str>,
     params: &[(&str, &str)],
 ) -> Response {
-    let issuer = issuer(options, tenant);
+    let issuer = issuer(options, root);
     let mut all: Vec<(&str, &str)> = params.to_vec();
     if let Some(state) = state {
         all.push(("state", state));
@@ -295,10 +340,11 @@ fn back_to_client(
 async fn check_request(
     host: &AppState,
     options: &ApiOptions,
-    tenant: &str,
+    root: Root<'_>,
     fields: &[(String, String)],
     from: IpAddr,
 ) -> Result<Checked, Refused> {
+    let tenant = root.tenant;
     let one = |name: &str| field(fields, name).filter(|v| !v.is_empty());
     let client_id = one("client_id")
         .ok_or_else(|| Refused(StatusCode::BAD_REQUEST, "The request names no client (`client_id`).".into()))?;
@@ -332,7 +378,7 @@ async fn check_request(
         return Err(refuse("invalid_request", "code_challenge_method must be S256, with its 43-character challenge"));
     }
     let scopes = core::requested_scopes(one("scope"));
-    let resource = mcp_resource(options, tenant);
+    let resource = mcp_resource(options, root);
     if fields.iter().any(|(k, v)| k == "resource" && *v != resource) {
         return Err(refuse("invalid_target", "this authorization server issues tokens for its tenant's MCP URL only"));
     }
@@ -349,14 +395,15 @@ async fn check_request(
 
 fn authorize_page(
     options: &ApiOptions,
-    tenant: &str,
+    root: Root<'_>,
     headers: &HeaderMap,
     fields: &[(String, String)],
     checked: &Checked,
     problem: Option<String>,
     status: StatusCode,
 ) -> Response {
-    let action = format!("{}/oauth/authorize", issuer(options, tenant));
+    let tenant = root.tenant;
+    let action = format!("{}/oauth/authorize", issuer(options, root));
     let mut hidden: Vec<(&'static str, String)> =
         CARRIED.iter().filter_map(|name| field(fields, name).map(|v| (*name, v.to_string()))).collect();
     hidden.extend(fields.iter().filter(|(k, _)| k == "resource").map(|(_, v)| ("resource", v.clone())));
@@ -375,7 +422,7 @@ fn authorize_page(
         hidden,
         token: token.clone(),
     };
-    let action_path = format!("{}/oauth/authorize", pages::tenant_root_path(&options.public_url, tenant));
+    let action_path = format!("{}/oauth/authorize", root.path(options));
     let page = pages::page_posting_to(status, &page, &checked.asked.redirect_uri);
     SIGN_IN_TOKEN.set(page, &options.public_url, token, action_path)
 }
@@ -410,7 +457,8 @@ pub(super) async fn authorize_form(
         return no_authorization_server(tenant);
     }
     let fields = form(query.unwrap_or_default().as_bytes());
-    let checked = match check_request(&host, &options, tenant, &fields, peer.ip()).await {
+    let root = Root::of(&caller);
+    let checked = match check_request(&host, &options, root, &fields, peer.ip()).await {
         Ok(checked) => checked,
         Err(Refused(status, said)) => return sign_in_notice(&options, status, "Cannot sign in", said),
     };
@@ -419,7 +467,7 @@ pub(super) async fn authorize_form(
         Ok(false) => Some(format!("{tenant} has no accounts to sign in with yet: ask its publisher for one.")),
         Err(_) => Some("Accounts cannot be checked right now; try again in a moment.".into()),
     };
-    authorize_page(&options, tenant, &headers, &fields, &checked, problem, StatusCode::OK)
+    authorize_page(&options, root, &headers, &fields, &checked, problem, StatusCode::OK)
 }
 
 /// `POST oauth/authorize`: the page's form. Signs the end user in (the
@@ -456,12 +504,13 @@ pub(super) async fn authorize(
         let said = "This sign-in did not come from its page (it was sent from another site, or the page expired). Start again from the application.".to_string();
         return sign_in_notice(&options, StatusCode::FORBIDDEN, "Not signed in", said);
     }
-    let checked = match check_request(&host, &options, tenant, &fields, peer.ip()).await {
+    let root = Root::of(&caller);
+    let checked = match check_request(&host, &options, root, &fields, peer.ip()).await {
         Ok(checked) => checked,
         Err(Refused(status, said)) => return sign_in_notice(&options, status, "Cannot sign in", said),
     };
     let back = |params: &[(&str, &str)]| {
-        back_to_client(&options, tenant, &checked.asked.redirect_uri, checked.state.as_deref(), params)
+        back_to_client(&options, root, &checked.asked.redirect_uri, checked.state.as_deref(), params)
     };
     if field(&fields, "decision") != Some("allow") {
         return back(&[("error", "access_denied"), ("error_description", "the person denied the request")]);
@@ -472,7 +521,7 @@ pub(super) async fn authorize(
         tracing::info!(tenant, client = %peer.ip(), error = %e, "an OAuth sign-in failed");
         let problem = pages::login_problem(&e, "sign-in");
         let error = ApiError::from(e);
-        let page = authorize_page(&options, tenant, &headers, &fields, &checked, Some(problem), error.status());
+        let page = authorize_page(&options, root, &headers, &fields, &checked, Some(problem), error.status());
         return error.onto(page);
     }
     match host.issue_code(tenant, user, &checked.asked) {
@@ -595,7 +644,7 @@ pub(super) async fn revoke(
 
 /// `PUT /admin/tenants/{tenant}/oauth`: an operator turns a tenant's
 /// authorization server on or off.
-#[utoipa::path(put, summary = "How a tenant's MCP URL takes OAuth tokens", description = "`{\"enabled\": false}` turns OAuth off: its metadata answers 404, its tokens stop working, and clients use keys. `{\"issuer\": \"https://idp.example\"}` accepts that identity provider's JWT access tokens for the MCP URL instead of the built-in server's (its end user in `endUserClaim`, default `sub`; its scopes in `scopeClaim`, default `scope`), and the resource metadata names it. The built-in server is the default. Audited.", path = "/admin/tenants/{tenant}/oauth", tag = "Admin", operation_id = "put_tenant_oauth",
+#[utoipa::path(put, summary = "How a tenant's MCP URL takes OAuth tokens", description = "`{\"enabled\": false}` turns OAuth off: its metadata answers 404, its tokens stop working, and clients use keys. `{\"issuer\": \"https://idp.example\"}` accepts that identity provider's JWT access tokens for the MCP URL instead of the built-in server's (its end user in `endUserClaim`, default `sub`, which must name one of the tenant's end users unless `anyEndUser` is `true`; its scopes in `scopeClaim`, default `scope`), and the resource metadata names it. The built-in server is the default. Audited.", path = "/admin/tenants/{tenant}/oauth", tag = "Admin", operation_id = "put_tenant_oauth",
     params(("tenant" = String, Path, description = "The tenant")),
     request_body(content = core::OAuthSetting, content_type = "application/json"),
     responses(
@@ -612,7 +661,7 @@ pub(super) async fn put_tenant_oauth(
     let setting: core::OAuthSetting = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(
             "invalid_request",
-            format!("expected {{\"enabled\", \"issuer\", \"endUserClaim\", \"scopeClaim\"}}: {e}"),
+            format!("expected {{\"enabled\", \"issuer\", \"endUserClaim\", \"scopeClaim\", \"anyEndUser\"}}: {e}"),
         )
     })?;
     host.set_oauth(caller.principal()?, &tenant, setting.clone())?;
@@ -636,10 +685,31 @@ mod tests {
     }
 
     #[test]
+    fn every_url_of_a_tenant_stays_under_the_root_the_client_used() {
+        let options = ApiOptions::default();
+        let base = &options.public_url;
+        let bare = Root { tenant: "default", explicit: false };
+        assert_eq!(mcp_resource(&options, bare), format!("{base}/mcp"));
+        assert_eq!(issuer(&options, bare), *base);
+        assert_eq!(resource_metadata_url(&options, bare), format!("{base}/.well-known/oauth-protected-resource/mcp"));
+        let under_t = Root::of_tenant("default");
+        assert_eq!(mcp_resource(&options, under_t), format!("{base}/t/default/mcp"));
+        assert_eq!(issuer(&options, under_t), format!("{base}/t/default"));
+        assert_eq!(
+            resource_metadata_url(&options, under_t),
+            format!("{base}/.well-known/oauth-protected-resource/t/default/mcp")
+        );
+        assert_eq!(server_metadata(&options, under_t)["token_endpoint"], format!("{base}/t/default/oauth/token"));
+        assert_eq!(under_t.path(&options), "/t/default");
+        // Any other tenant has only its `/t/` root.
+        assert_eq!(issuer(&options, Root { tenant: "acme", explicit: false }), format!("{base}/t/acme"));
+    }
+
+    #[test]
     fn a_challenge_names_the_metadata_and_the_scope() {
         let options = ApiOptions::default();
         assert_eq!(
-            challenge(&options, "acme", Some("insufficient_scope"), "tools:call"),
+            challenge(&options, Root::of_tenant("acme"), Some("insufficient_scope"), "tools:call"),
             "Bearer error=\"insufficient_scope\", scope=\"tools:call\", resource_metadata=\"http://127.0.0.1:8080/.well-known/oauth-protected-resource/t/acme/mcp\""
         );
     }

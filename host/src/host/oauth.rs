@@ -98,6 +98,12 @@ pub struct OAuthSetting {
     /// (default `scope`).
     #[serde(default = "scope_claim")]
     pub scope_claim: String,
+    /// `true`: an external token may name anyone in its end-user claim.
+    /// By default it must name one of the tenant's end users: whoever can
+    /// get a token from the provider (any account there) cannot act as a
+    /// name the tenant never made.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub any_end_user: bool,
 }
 
 fn yes() -> bool {
@@ -112,7 +118,13 @@ fn scope_claim() -> String {
 
 impl Default for OAuthSetting {
     fn default() -> Self {
-        OAuthSetting { enabled: true, issuer: None, end_user_claim: sub_claim(), scope_claim: scope_claim() }
+        OAuthSetting {
+            enabled: true,
+            issuer: None,
+            end_user_claim: sub_claim(),
+            scope_claim: scope_claim(),
+            any_end_user: false,
+        }
     }
 }
 
@@ -818,54 +830,100 @@ impl ToolHost {
         let grant = if token.starts_with(ACCESS_PREFIX) {
             self.access_grant(tenant, token)?
         } else {
-            self.external_grant(tenant, token, resource).await
+            self.external_grant(tenant, token, resource).await?
         };
         Ok(grant.filter(|g| g.resource == resource))
     }
 
     /// What an external identity provider's JWT access token grants at
-    /// `tenant`'s MCP URL `resource`, if it is one: signed by a key of the
-    /// tenant's issuer (its OIDC discovery document's `jwks_uri`, fetched
-    /// and cached under the outbound policy), issued by it, for `resource`
-    /// (`aud`), live (`exp`, `nbf`, a minute's leeway), naming a valid end
-    /// user in the configured claim. `None` for anything else.
-    pub async fn external_grant(&self, tenant: &str, token: &str, resource: &str) -> Option<TokenGrant> {
-        let setting = self.cheq.oauth.get(tenant).map(|s| s.clone()).filter(|s| s.enabled)?;
-        let issuer = setting.issuer.as_deref()?;
+    /// `tenant`'s MCP URL `resource`, if it is one: typed as an access token
+    /// where it says (`typ`, RFC 9068), signed by a key of the tenant's
+    /// issuer (its OIDC discovery document's `jwks_uri`, fetched and cached
+    /// under the outbound policy; fetched again, at most once every 30 s,
+    /// when the token names a key the cached set lacks), issued by it, for
+    /// `resource` (`aud`), live (`exp`, `nbf`, a minute's leeway), naming
+    /// in the configured claim one of the tenant's end users (anyone, if
+    /// the operator allowed it). `None` for anything else.
+    pub async fn external_grant(
+        &self,
+        tenant: &str,
+        token: &str,
+        resource: &str,
+    ) -> Result<Option<TokenGrant>, StoreError> {
+        let Some(setting) = self.cheq.oauth.get(tenant).map(|s| s.clone()).filter(|s| s.enabled) else {
+            return Ok(None);
+        };
+        let Some(issuer) = setting.issuer.as_deref() else { return Ok(None) };
         if token.len() > MAX_JWT_BYTES {
-            return None;
+            return Ok(None);
         }
         let refuse = |why: &str| {
             tracing::info!(tenant, why, "an external access token was refused");
-            None
+            Ok(None)
         };
-        let jwt = Jwt::parse(token)?;
-        let discovery = match self.cheq.providers.get(&format!("{issuer}/.well-known/openid-configuration")).await {
+        let Some(jwt) = Jwt::parse(token) else { return Ok(None) };
+        if !access_token_type(jwt.typ.as_deref()) {
+            return refuse("its `typ` is not an access token's (at+jwt)");
+        }
+        let providers = &self.cheq.providers;
+        let discovery = match providers.get(&format!("{issuer}/.well-known/openid-configuration")).await {
             Ok(document) => document,
             Err(e) => {
                 tracing::warn!(tenant, error = %e, "the tenant's identity provider's discovery document was not used");
-                return None;
+                return Ok(None);
             }
         };
         if discovery["issuer"].as_str() != Some(issuer) {
             return refuse("the discovery document names another issuer");
         }
-        let jwks_uri = discovery["jwks_uri"].as_str()?;
-        let keys = match self.cheq.providers.get(jwks_uri).await {
+        let Some(jwks_uri) = discovery["jwks_uri"].as_str() else { return Ok(None) };
+        let mut keys = providers.get(jwks_uri).await;
+        // A key the cached set lacks: the provider may have rotated its
+        // keys since (a refetch at most every 30 s per URL).
+        if keys.as_ref().is_ok_and(|keys| jwt.names_a_key_not_in(keys)) {
+            keys = providers.refetch(jwks_uri).await;
+        }
+        let keys = match keys {
             Ok(keys) => keys,
             Err(e) => {
                 tracing::warn!(tenant, error = %e, "the tenant's identity provider's keys were not used");
-                return None;
+                return Ok(None);
             }
         };
         if !jwt.verified_by(&keys) {
             return refuse("no key of the issuer signed it");
         }
-        match granted_by(&setting, issuer, &jwt.claims, resource, crate::tenancy::unix_now(), token) {
-            Ok(grant) => Some(grant),
-            Err(why) => refuse(why),
+        let grant = match granted_by(&setting, issuer, &jwt.claims, resource, crate::tenancy::unix_now(), token) {
+            Ok(grant) => grant,
+            Err(why) => return refuse(why),
+        };
+        if !self.end_user_may_act(tenant, &setting, &grant.end_user)? {
+            return refuse("its end-user claim names none of the tenant's end users");
         }
+        Ok(Some(grant))
     }
+
+    /// Whether an external token naming `end_user` may act as them: one of
+    /// `tenant`'s end users, or anyone when its operator allowed it
+    /// ([`OAuthSetting::any_end_user`]).
+    pub(super) fn end_user_may_act(
+        &self,
+        tenant: &str,
+        setting: &OAuthSetting,
+        end_user: &str,
+    ) -> Result<bool, StoreError> {
+        if setting.any_end_user {
+            return Ok(true);
+        }
+        Ok(crate::store::off_the_workers(|| self.store.end_user(tenant, end_user))?.is_some())
+    }
+}
+
+/// Whether a JWT's header `typ` (if it has one) is an access token's (RFC
+/// 9068 §2.1: `at+jwt`, or its full media type): an ID token or any other
+/// JWT the provider signs is not one. Media types ignore case.
+fn access_token_type(typ: Option<&str>) -> bool {
+    typ.is_none_or(|typ| typ.eq_ignore_ascii_case("at+jwt") || typ.eq_ignore_ascii_case("application/at+jwt"))
 }
 
 /// What a verified external token's `claims` grant at `resource`, or why
@@ -913,12 +971,13 @@ fn granted_by(
 }
 
 /// A JWT (compact JWS) taken apart: what was signed, the signature, its
-/// header's `alg` and `kid`, its claims.
+/// header's `alg`, `kid` and `typ`, its claims.
 struct Jwt {
     signed: String,
     signature: Vec<u8>,
     alg: String,
     kid: Option<String>,
+    typ: Option<String>,
     claims: Value,
 }
 
@@ -938,8 +997,15 @@ impl Jwt {
             signature: b64.decode(signature).ok()?,
             alg: header["alg"].as_str()?.to_string(),
             kid: header["kid"].as_str().map(str::to_string),
+            typ: header["typ"].as_str().map(str::to_string),
             claims: claims.is_object().then_some(claims)?,
         })
+    }
+
+    /// Whether it names a key (`kid`) that `jwks` does not have.
+    fn names_a_key_not_in(&self, jwks: &Value) -> bool {
+        let keys = jwks["keys"].as_array().map(Vec::as_slice).unwrap_or_default();
+        self.kid.as_deref().is_some_and(|kid| !keys.iter().any(|k| k["kid"].as_str() == Some(kid)))
     }
 
     /// Whether a key of `jwks` (the one its `kid` names, else any of the
@@ -1113,6 +1179,33 @@ mod tests {
         assert!(!Jwt::parse(&tampered).unwrap().verified_by(&jwks));
         let none = format!("{}.{payload}.", b64.encode(json!({ "alg": "none" }).to_string()));
         assert!(Jwt::parse(&none).is_none_or(|jwt| !jwt.verified_by(&jwks)));
+    }
+
+    #[test]
+    fn an_external_token_must_be_typed_as_an_access_token_where_it_says() {
+        for allowed in [None, Some("at+jwt"), Some("application/at+jwt"), Some("AT+JWT")] {
+            assert!(access_token_type(allowed), "{allowed:?}");
+        }
+        for refused in ["JWT", "jwt", "id_token+jwt", "logout+jwt", "", "at+jwt "] {
+            assert!(!access_token_type(Some(refused)), "{refused}");
+        }
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let header = b64.encode(json!({ "alg": "ES256", "typ": "JWT", "kid": "k1" }).to_string());
+        let jwt = Jwt::parse(&format!("{header}.{}.AA", b64.encode("{}"))).unwrap();
+        assert_eq!(jwt.typ.as_deref(), Some("JWT"));
+        assert!(jwt.names_a_key_not_in(&json!({ "keys": [{ "kid": "k0" }] })));
+        assert!(!jwt.names_a_key_not_in(&json!({ "keys": [{ "kid": "k1" }] })));
+    }
+
+    #[test]
+    fn the_any_end_user_opt_in_is_off_unless_an_operator_sets_it() {
+        let setting: OAuthSetting = serde_json::from_value(json!({ "issuer": "https://idp.example" })).unwrap();
+        assert!(!setting.any_end_user);
+        assert_eq!(serde_json::to_value(&setting).unwrap().get("anyEndUser"), None);
+        let open: OAuthSetting = serde_json::from_value(json!({ "anyEndUser": true })).unwrap();
+        assert!(open.any_end_user);
+        assert_eq!(serde_json::to_value(&open).unwrap()["anyEndUser"], true);
     }
 
     #[test]

@@ -687,3 +687,19 @@ fn a_grant_keeps_a_few_tokens_however_often_it_refreshes_and_its_refreshes_are_r
     assert_eq!((refused.code, refused.retry_after.is_some()), ("temporarily_unavailable", true), "{refused}");
     assert!(host.access_grant("default", &latest.access_token).unwrap().is_some(), "the refusal revoked nothing");
 }
+
+/// An external token may act only as one of the tenant's end users, unless
+/// the operator opted in to any name.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_external_token_acts_only_as_an_existing_end_user_unless_the_operator_allows_any() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Arc::new(ToolHost::open(options(dir.path())).unwrap());
+    let actor = Principal::server("test");
+    host.put_end_user(&actor, DEFAULT_TENANT, "alice", "alice-password").await.unwrap();
+    let setting = super::oauth::OAuthSetting { issuer: Some("https://idp.example".into()), ..Default::default() };
+    assert!(host.end_user_may_act(DEFAULT_TENANT, &setting, "alice").unwrap());
+    assert!(!host.end_user_may_act(DEFAULT_TENANT, &setting, "mallory").unwrap(), "no such end user");
+    assert!(!host.end_user_may_act("acme", &setting, "alice").unwrap(), "another tenant's end user");
+    let any = super::oauth::OAuthSetting { any_end_user: true, ..setting };
+    assert!(host.end_user_may_act(DEFAULT_TENANT, &any, "mallory").unwrap());
+}

@@ -10,6 +10,7 @@
 //! WASI pieces the Rust standard library links against, with no preopened
 //! directories, no environment, no arguments and no network sockets.
 
+pub(crate) mod lookups;
 #[cfg(test)]
 mod engine_advisories;
 pub mod outbound;

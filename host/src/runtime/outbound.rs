@@ -663,8 +663,9 @@ async fn check_addresses(
     let authority = uri.authority().ok_or(HttpError::HttpRequestUriInvalid)?;
     let port = authority.port_u16().unwrap_or(if uri.scheme_str() == Some("http") { 80 } else { 443 });
     let host = authority.host().trim_start_matches('[').trim_end_matches(']');
-    let addresses: Vec<std::net::SocketAddr> = match tokio::net::lookup_host((host, port)).await {
-        Ok(found) => found.collect(),
+    // Bounded in number and time, off the store's blocking pool.
+    let addresses = match super::lookups::TOOL_LOOKUPS.resolve(host, port).await {
+        Ok(found) => found,
         Err(_) => return Err(HttpError::DnsError { rcode: None, info_code: None }),
     };
     let Some(first) = addresses.first().copied() else {
@@ -758,7 +759,9 @@ pub async fn read_capped(response: &mut reqwest::Response, max: usize) -> Result
 /// A reqwest resolver under the outbound policy: resolves, and refuses the
 /// name unless every address passes it. A client built with it connects
 /// only to what it returns (confirmation servers' keys, OAuth client
-/// documents, registries).
+/// documents and identity providers, registries). Its lookups are the
+/// host's bounded set ([`super::lookups::HOST_LOOKUPS`]): a lookup past
+/// the bound is refused at once, one that does not answer in time fails.
 pub struct CheckedResolver {
     limits: Arc<OutboundLimits>,
 }
@@ -779,7 +782,7 @@ impl reqwest::dns::Resolve for CheckedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let limits = self.limits.clone();
         Box::pin(async move {
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            let found: Vec<SocketAddr> = super::lookups::HOST_LOOKUPS.resolve(name.as_str(), 0).await?;
             if found.is_empty() || found.iter().any(|a| limits.refuses(a.ip())) {
                 return Err(Box::new(RefusedAddress) as Box<dyn std::error::Error + Send + Sync>);
             }

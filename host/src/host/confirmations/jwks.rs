@@ -41,6 +41,9 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) const MAX_FETCHES: usize = 32;
 /// Fetches set off by one client address at once.
 pub(crate) const MAX_FETCHES_PER_CLIENT: usize = 4;
+/// The least time between two fetches of one URL that skip its cache
+/// ([`JwksFetcher::refetch`]).
+pub(crate) const REFETCH_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The operator's settings for fetching confirmation servers' keys.
 #[derive(Debug, Clone)]
@@ -119,6 +122,8 @@ pub(crate) struct JwksFetcher {
     running: Arc<tokio::sync::Semaphore>,
     /// Fetches running now, by the client (address) that set them off.
     by_client: Mutex<HashMap<IpAddr, usize>>,
+    /// By URL: when it was last fetched past its cache ([`Self::refetch`]).
+    refetched: Mutex<HashMap<String, Instant>>,
 }
 
 impl JwksFetcher {
@@ -141,6 +146,7 @@ impl JwksFetcher {
             json_content_type: false,
             running: Arc::new(tokio::sync::Semaphore::new(MAX_FETCHES)),
             by_client: Mutex::new(HashMap::new()),
+            refetched: Mutex::new(HashMap::new()),
         }
     }
 
@@ -256,6 +262,37 @@ impl JwksFetcher {
     /// Forgets the cached key set of `url` (its tenant changed servers).
     pub(crate) fn forget(&self, url: &str) {
         self.cache().remove(url);
+    }
+
+    /// The document at `url` fetched again past its cache (a key set that
+    /// lacks the key a token names: its issuer may have rotated its keys),
+    /// at most once per URL every [`REFETCH_INTERVAL`]: within it, the
+    /// cached outcome. Anyone can send tokens naming made-up keys, so they
+    /// cost the issuer, and this server, one fetch per interval, not one
+    /// each.
+    pub(crate) async fn refetch(&self, url: &str) -> Fetched {
+        if self.may_refetch(url, Instant::now()) {
+            self.forget(url);
+        }
+        self.get(url).await
+    }
+
+    /// Whether `url` may be fetched past its cache now (and if so, counts
+    /// it). The table is bounded like the cache; when it is full of recent
+    /// refetches, none is allowed.
+    fn may_refetch(&self, url: &str, now: Instant) -> bool {
+        let mut refetched = self.refetched.lock().unwrap_or_else(|p| p.into_inner());
+        if refetched.get(url).is_some_and(|at| now.duration_since(*at) < REFETCH_INTERVAL) {
+            return false;
+        }
+        if refetched.len() >= MAX_CACHED && !refetched.contains_key(url) {
+            refetched.retain(|_, at| now.duration_since(*at) < REFETCH_INTERVAL);
+            if refetched.len() >= MAX_CACHED {
+                return false;
+            }
+        }
+        refetched.insert(url.to_string(), now);
+        true
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Fetched)>> {
@@ -495,6 +532,22 @@ mod tests {
             assert!(matches!(strict.check_url(internal), Err(JwksError::InternalAddress)), "{internal}");
         }
         assert!(fetcher(true, &["127.0.0.0/8"]).check_url("http://127.0.0.1:9/").is_ok());
+    }
+
+    #[test]
+    fn a_url_is_fetched_past_its_cache_at_most_once_an_interval() {
+        let f = fetcher(false, &[]);
+        let t0 = Instant::now();
+        assert!(f.may_refetch("https://idp.example/jwks", t0));
+        assert!(!f.may_refetch("https://idp.example/jwks", t0 + Duration::from_secs(29)));
+        assert!(f.may_refetch("https://other.example/jwks", t0), "each URL has its own");
+        assert!(f.may_refetch("https://idp.example/jwks", t0 + REFETCH_INTERVAL));
+        // A full table of recent refetches allows no new one.
+        for i in 0..MAX_CACHED {
+            f.may_refetch(&format!("https://n{i}.example/jwks"), t0 + REFETCH_INTERVAL);
+        }
+        assert!(!f.may_refetch("https://new.example/jwks", t0 + REFETCH_INTERVAL));
+        assert!(f.may_refetch("https://new.example/jwks", t0 + REFETCH_INTERVAL * 3));
     }
 
     #[tokio::test]

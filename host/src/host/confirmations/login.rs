@@ -8,11 +8,16 @@
 //!   ([`LoginError::Busy`]), never queued, so a flood costs the server a
 //!   fixed amount of memory and CPU whatever its size. Such a refusal counts
 //!   as a failure of its address;
-//! - at most [`LoginOptions::max_failures_per_minute`] failed logins for the
-//!   whole server (a token bucket: that many at once, refilled evenly over a
-//!   minute); beyond it every login is refused before hashing
-//!   ([`LoginError::Locked`]), which bounds how fast anyone, from however
-//!   many addresses, can guess or fill the tables below;
+//! - at most [`LoginOptions::max_failures_per_minute`] failed logins per
+//!   tenant (a token bucket: that many at once, refilled evenly over a
+//!   minute); beyond it every login to that tenant is refused before
+//!   hashing ([`LoginError::Locked`]), which bounds how fast anyone, from
+//!   however many addresses, can guess a tenant's passwords or fill the
+//!   tables below. A budget per tenant, not one for the server: failures
+//!   on one tenant (made-up tenants included) must not lock every other
+//!   tenant's sign-ins. A login from an address where its user logged in
+//!   before is exempt (checked first), so an exhausted budget does not
+//!   lock a user out of the places they log in from;
 //! - failed logins are counted per client address (IPv4, or an IPv6 /48: a
 //!   site), per (user, client address) (IPv6 by /64) and per user across
 //!   addresses (a user is a (tenant, name)). Past a threshold each further
@@ -30,7 +35,9 @@
 //!   full of locked keys, a login whose failure it could not count is
 //!   refused ([`LoginError::Busy`]). A user key is the sha256 of (tenant,
 //!   name), fixed-size however long the names an anonymous caller makes up,
-//!   so the tables cannot be grown to exhaust memory.
+//!   so the tables cannot be grown to exhaust memory. The tenants' budgets
+//!   are a table of the same bound: a budget refilled to the full is
+//!   forgotten first, then the fullest one; an exhausted one never.
 //!
 //! Unknown tenants and user names are counted like known ones: the answers
 //! (and their timing) say nothing about who exists.
@@ -58,7 +65,7 @@ pub struct LoginOptions {
     pub lockout_max: Duration,
     /// Keys each throttle table remembers at most.
     pub max_tracked: usize,
-    /// Failed logins per minute for the whole server (at most that many at
+    /// Failed logins per minute for each tenant (at most that many at
     /// once).
     pub max_failures_per_minute: u32,
 }
@@ -84,7 +91,7 @@ pub enum LoginError {
     #[error("wrong user name or password")]
     Invalid,
     /// Too many failed logins for this user name, from this address, or on
-    /// the whole server.
+    /// the tenant.
     #[error("too many failed logins; try again in {}", seconds(.retry_after.as_secs().max(1)))]
     Locked {
         /// When a login may be tried again.
@@ -110,7 +117,7 @@ impl LoginError {
     }
 }
 
-/// The hashing slots, the throttle tables and the server-wide budget.
+/// The hashing slots, the throttle tables and the tenants' budgets.
 pub(crate) struct LoginGuard {
     pub(crate) hashing: std::sync::Arc<tokio::sync::Semaphore>,
     /// Per user, across addresses; not held at the user's known addresses.
@@ -121,12 +128,14 @@ pub(crate) struct LoginGuard {
     addresses: Throttle<IpAddr>,
     /// (user, address) pairs that logged in, with their last success.
     known: Known,
-    /// Failed logins the whole server may still take.
-    budget: Budget,
+    /// Failed logins each tenant may still take; not held at a user's known
+    /// addresses.
+    budgets: Budgets,
 }
 
 /// One login attempt's keys.
 struct Keys {
+    tenant: [u8; 32],
     user: [u8; 32],
     pair: [u8; 32],
     site: IpAddr,
@@ -135,7 +144,12 @@ struct Keys {
 impl Keys {
     fn new(tenant: &str, user: &str, address: IpAddr) -> Keys {
         let host = prefix(address, HOST_PREFIX);
-        Keys { user: user_key(tenant, user), pair: pair_key(tenant, user, host), site: prefix(address, SITE_PREFIX) }
+        Keys {
+            tenant: tenant_key(tenant),
+            user: user_key(tenant, user),
+            pair: pair_key(tenant, user, host),
+            site: prefix(address, SITE_PREFIX),
+        }
     }
 }
 
@@ -149,21 +163,22 @@ impl LoginGuard {
             user_addresses: Throttle::new(options.user_failures.max(1), backoff, max),
             addresses: Throttle::new(options.address_failures.max(1), backoff, max),
             known: Known::new(max),
-            budget: Budget::new(options.max_failures_per_minute.max(1), Instant::now()),
+            budgets: Budgets::new(options.max_failures_per_minute.max(1), max),
         }
     }
 
-    /// Refuses a login that is locked out (by the server's budget, its
-    /// address, its (user, address), or its user unless the address is one
-    /// the user logged in from), or whose failure could not be counted.
+    /// Refuses a login that is locked out (by its address, its (user,
+    /// address), and unless the address is one the user logged in from, by
+    /// its user or its tenant's budget), or whose failure could not be
+    /// counted.
     pub(crate) fn check(&self, tenant: &str, user: &str, address: IpAddr) -> Result<(), LoginError> {
         let now = Instant::now();
-        if let Some(retry_after) = self.budget.empty(now) {
-            return Err(LoginError::Locked { retry_after });
-        }
         let keys = Keys::new(tenant, user, address);
+        // Known pairs first: neither a flood of failures on the tenant nor
+        // one on the user locks a user out where they log in.
         let known = self.known.contains(&keys.pair);
         let locked = [
+            if known { None } else { self.budgets.empty(&keys.tenant, now) },
             self.addresses.locked(&keys.site, now),
             self.user_addresses.locked(&keys.pair, now),
             if known { None } else { self.users.locked(&keys.user, now) },
@@ -175,18 +190,19 @@ impl LoginGuard {
         // while a flood fills the tables (its failures are counted where
         // there is room).
         let room = known
-            || (self.addresses.has_room(&keys.site, now)
+            || (self.budgets.has_room(&keys.tenant, now)
+                && self.addresses.has_room(&keys.site, now)
                 && self.user_addresses.has_room(&keys.pair, now)
                 && self.users.has_room(&keys.user, now));
         if room { Ok(()) } else { Err(LoginError::Busy) }
     }
 
-    /// Counts a failed login against the server, the address, the (user,
+    /// Counts a failed login against the tenant, the address, the (user,
     /// address) and the user.
     pub(crate) fn failed(&self, tenant: &str, user: &str, address: IpAddr) {
         let now = Instant::now();
         let keys = Keys::new(tenant, user, address);
-        self.budget.spend(now);
+        self.budgets.spend(keys.tenant, now);
         self.addresses.fail(keys.site, now);
         self.user_addresses.fail(keys.pair, now);
         self.users.fail(keys.user, now);
@@ -207,6 +223,13 @@ impl LoginGuard {
         self.user_addresses.clear(&keys.pair);
         self.known.insert(keys.pair, Instant::now());
     }
+}
+
+/// A tenant's budget key: fixed-size, whatever tenant name a caller makes
+/// up.
+fn tenant_key(tenant: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(tenant.as_bytes()).into()
 }
 
 /// A user name's throttle key: fixed-size, and no name kept in memory.
@@ -260,8 +283,76 @@ impl Known {
     }
 }
 
-/// The server's failed-login budget: a token bucket of `per_minute` tokens,
-/// refilled evenly over a minute.
+/// The tenants' failed-login budgets, at most `max` tenants: when full, a
+/// budget refilled to the full (the same as none) is forgotten first, then
+/// the fullest; an exhausted one never (forgetting it would refill it).
+struct Budgets {
+    per_minute: u32,
+    max: usize,
+    tenants: Mutex<HashMap<[u8; 32], Budget>>,
+}
+
+impl Budgets {
+    fn new(per_minute: u32, max: usize) -> Budgets {
+        Budgets { per_minute, max, tenants: Mutex::new(HashMap::new()) }
+    }
+
+    fn tenants(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Budget>> {
+        self.tenants.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How long until `tenant`'s next failure may be spent, if none may now.
+    fn empty(&self, tenant: &[u8; 32], now: Instant) -> Option<Duration> {
+        self.tenants().get(tenant)?.empty(now)
+    }
+
+    /// Whether a failure of `tenant` can be counted.
+    fn has_room(&self, tenant: &[u8; 32], now: Instant) -> bool {
+        let mut tenants = self.tenants();
+        tenants.contains_key(tenant) || self.make_room(&mut tenants, now)
+    }
+
+    fn make_room(&self, tenants: &mut HashMap<[u8; 32], Budget>, now: Instant) -> bool {
+        if tenants.len() < self.max {
+            return true;
+        }
+        let full = f64::from(self.per_minute);
+        tenants.retain(|_, budget| budget.tokens(now) < full);
+        if tenants.len() < self.max {
+            return true;
+        }
+        let fullest = tenants
+            .iter()
+            .map(|(k, budget)| (*k, budget.tokens(now)))
+            .filter(|(_, tokens)| *tokens >= 1.0)
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        match fullest {
+            Some((key, _)) => {
+                tenants.remove(&key);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Spends one of `tenant`'s failures; not counted if the table is full
+    /// of exhausted budgets (the next [`Budgets::has_room`] refuses then).
+    fn spend(&self, tenant: [u8; 32], now: Instant) {
+        let mut tenants = self.tenants();
+        if !tenants.contains_key(&tenant) && !self.make_room(&mut tenants, now) {
+            return;
+        }
+        tenants.entry(tenant).or_insert_with(|| Budget::new(self.per_minute, now)).spend(now);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.tenants().len()
+    }
+}
+
+/// One tenant's failed-login budget: a token bucket of `per_minute`
+/// tokens, refilled evenly over a minute.
 struct Budget {
     per_minute: u32,
     state: Mutex<(f64, Instant)>,
@@ -280,6 +371,11 @@ impl Budget {
         state.0 = (state.0 + earned).min(f64::from(self.per_minute));
         state.1 = state.1.max(now);
         state
+    }
+
+    /// The tokens left by `now`.
+    fn tokens(&self, now: Instant) -> f64 {
+        self.refill(now).0
     }
 
     /// How long until the next failure may be spent, if none may now.
@@ -523,7 +619,7 @@ mod tests {
     }
 
     #[test]
-    fn the_server_wide_budget_refills_evenly_over_a_minute() {
+    fn a_tenants_budget_refills_evenly_over_a_minute() {
         let t0 = Instant::now();
         let budget = Budget::new(3, t0);
         for _ in 0..3 {
@@ -541,7 +637,7 @@ mod tests {
     }
 
     #[test]
-    fn past_the_server_wide_budget_every_login_is_refused() {
+    fn past_a_tenants_budget_every_login_to_it_is_refused() {
         let guard = LoginGuard::new(&LoginOptions {
             user_failures: 100,
             address_failures: 100,
@@ -549,9 +645,62 @@ mod tests {
             ..Default::default()
         });
         guard.failed("t", "a", "192.0.2.1".parse().unwrap());
-        guard.failed("u", "b", "198.51.100.1".parse().unwrap());
+        guard.failed("t", "b", "198.51.100.1".parse().unwrap());
         let elsewhere: IpAddr = "203.0.113.9".parse().unwrap();
-        assert!(matches!(guard.check("v", "c", elsewhere), Err(LoginError::Locked { .. })));
+        assert!(matches!(guard.check("t", "c", elsewhere), Err(LoginError::Locked { .. })));
+        assert!(guard.check("u", "c", elsewhere).is_ok(), "another tenant's budget is its own");
+    }
+
+    #[test]
+    fn failures_on_one_tenant_lock_neither_another_tenant_nor_a_known_address() {
+        // The defaults: 600 failures a minute, 20 per address. About 30
+        // addresses spend tenant a's whole budget without any of them
+        // being locked out before.
+        let guard = LoginGuard::new(&LoginOptions::default());
+        let home: IpAddr = "192.0.2.10".parse().unwrap();
+        guard.succeeded("a", "alice", home);
+        for i in 0..30u8 {
+            let address = IpAddr::from([198, 51, 100, i]);
+            for j in 0..20u8 {
+                assert!(!matches!(guard.check("a", &format!("u{i}-{j}"), address), Err(LoginError::Busy)));
+                guard.failed("a", &format!("u{i}-{j}"), address);
+            }
+        }
+        let stranger: IpAddr = "203.0.113.9".parse().unwrap();
+        assert!(
+            matches!(guard.check("a", "bob", stranger), Err(LoginError::Locked { .. })),
+            "tenant a's budget is spent"
+        );
+        assert!(guard.check("b", "carol", stranger).is_ok(), "tenant b is not locked by tenant a's failures");
+        assert!(guard.check("a", "alice", home).is_ok(), "alice still signs in where she did before");
+    }
+
+    #[test]
+    fn the_tenants_budgets_never_outgrow_their_bound_nor_forget_an_exhausted_one() {
+        let guard = LoginGuard::new(&LoginOptions {
+            user_failures: 100,
+            address_failures: 100_000,
+            max_failures_per_minute: 2,
+            max_tracked: 3,
+            ..Default::default()
+        });
+        let address: IpAddr = "192.0.2.1".parse().unwrap();
+        // The victim's budget is spent, then made-up tenants flood the table.
+        guard.failed("victim", "a", address);
+        guard.failed("victim", "a", address);
+        for i in 0..100 {
+            guard.failed(&format!("made-up-{i}"), "a", address);
+        }
+        assert_eq!(guard.budgets.len(), 3);
+        assert!(matches!(guard.check("victim", "b", address), Err(LoginError::Locked { .. })), "its lock holds");
+        // Once every tracked budget is spent, a failure that could not be
+        // counted is refused.
+        for i in 0..2 {
+            for _ in 0..2 {
+                guard.failed(&format!("spent-{i}"), "a", address);
+            }
+        }
+        assert!(matches!(guard.check("other", "b", address), Err(LoginError::Busy)));
     }
 
     #[test]
