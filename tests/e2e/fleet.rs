@@ -478,12 +478,18 @@ async fn an_oauth_token_issued_by_one_replica_works_refreshes_and_is_revoked_on_
     let (status, renewed) = Flow::new(fleet.replica(1), "").refresh(&client_id, refresh).await;
     assert_eq!(status, 200, "{renewed}");
     assert_eq!(list_with(fleet.replica(0), "", renewed["access_token"].as_str().unwrap()).await.0, 200);
-    // The spent refresh token presented again on replica 0: its grant is
-    // revoked on both.
+    // Its successor used on replica 0, the spent refresh token presented
+    // again there (past its reuse window: its successor was used): its
+    // grant is revoked on both.
+    let renewed_refresh = renewed["refresh_token"].as_str().unwrap();
+    let (status, next) = Flow::new(fleet.replica(0), "").refresh(&client_id, renewed_refresh).await;
+    assert_eq!(status, 200, "{next}");
     let (status, _) = Flow::new(fleet.replica(0), "").refresh(&client_id, refresh).await;
     assert_eq!(status, 400);
     for replica in &fleet.replicas {
-        assert_eq!(list_with(replica, "", renewed["access_token"].as_str().unwrap()).await.0, 401);
+        for tokens in [&renewed, &next] {
+            assert_eq!(list_with(replica, "", tokens["access_token"].as_str().unwrap()).await.0, 401);
+        }
     }
 }
 

@@ -747,7 +747,7 @@ async fn a_failing_confirmation_server_is_asked_once_however_many_accepts_arrive
     let (_, _, result) = fetch(&resource.replace("/transactions/", "/results/")).await;
     assert_eq!(result["state"], "pending", "nothing was decided");
     let logs = server.logs();
-    assert!(logs.contains("a confirmation server's JWKS was not used"), "{logs}");
+    assert!(logs.contains("a fetched key set or document was not used"), "{logs}");
     assert!(!logs.contains("s3cret-token"), "the URL's query was logged: {logs}");
 
     // A URL carrying credentials is refused when it is set, without
