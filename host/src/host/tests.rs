@@ -587,3 +587,25 @@ fn open_registration_keeps_a_bounded_number_of_clients_per_tenant() {
     let huge = serde_json::json!({ "client_name": "x".repeat(20_000), "redirect_uris": ["http://127.0.0.1/cb"] });
     assert_eq!(host.register_oauth_client("acme", &huge).unwrap_err().code, "invalid_client_metadata");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn re_verifying_live_versions_runs_apart_and_waits_its_turn() {
+    use base64::Engine;
+    use std::future::Future;
+    let dir = tempfile::tempdir().unwrap();
+    let host = Arc::new(ToolHost::open(options(dir.path())).unwrap());
+    let actor = Principal::server("test");
+    host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap();
+    let key = base64::engine::general_purpose::STANDARD.encode([1u8; 32]);
+    let policy = serde_json::json!({"requireSignature": true, "keys": [{"name": "k", "publicKey": key}]});
+    // Setting the policy stores it; the live versions are judged apart.
+    host.set_trust_policy(&actor, DEFAULT_TENANT, &serde_json::from_value(policy).unwrap()).unwrap();
+    let held = host.supply.reverifying.clone().acquire_many_owned(super::supply::MAX_REVERIFYING as u32).await.unwrap();
+    let mut waiting = Box::pin(host.clone().refused_versions(DEFAULT_TENANT.into()));
+    let pending = std::future::poll_fn(|cx| std::task::Poll::Ready(waiting.as_mut().poll(cx).is_pending())).await;
+    assert!(pending, "every re-verification slot is taken: it waits");
+    drop(held);
+    let refused = waiting.await;
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(host.supply.reverifying.available_permits(), super::supply::MAX_REVERIFYING, "its slot is given back");
+}
