@@ -871,7 +871,11 @@ async fn put_policy(server: &Server, key: &str, tenant: &str, policy: Value) -> 
 /// A trusted key as the API takes it: the base64 of a raw Ed25519 key.
 fn raw_key(name: &str, byte: u8, scopes: &[&str]) -> Value {
     use base64::Engine;
-    json!({ "name": name, "publicKey": base64::engine::general_purpose::STANDARD.encode([byte; 32]), "scopes": scopes })
+    let mut key = json!({ "name": name, "publicKey": base64::engine::general_purpose::STANDARD.encode([byte; 32]) });
+    if !scopes.is_empty() {
+        key["scopes"] = json!(scopes);
+    }
+    key
 }
 
 #[tokio::test(flavor = "multi_thread")]

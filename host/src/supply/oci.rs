@@ -706,6 +706,16 @@ mod tests {
         }
     }
 
+    #[test]
+    fn registry_text_in_an_error_is_quoted_and_cut() {
+        let r = Reference::parse("r.example/a/b:1").unwrap();
+        let forged = format!("application/x\nlevel=ERROR msg=forged{}", "y".repeat(256 << 10));
+        let e = wasm_layer(&r, &json!({ "mediaType": forged })).err().unwrap().to_string();
+        assert!(e.len() < 1024, "{} bytes", e.len());
+        assert!(!e.contains('\n'), "{e}");
+        assert!(e.contains(r#""application/x\nlevel=ERROR msg=forged"#), "{e}");
+    }
+
     /// What the test registries' token endpoints received: (where, the
     /// `Authorization` header).
     type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>;
