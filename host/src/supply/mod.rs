@@ -460,7 +460,8 @@ impl TrustPolicy {
             return Err(Untrusted {
                 expected: Vec::new(),
                 found: vec![format!(
-                    "a stored trust policy that cannot be read ({why}); every deploy is refused until an operator or publisher sets the policy again"
+                    "a stored trust policy that cannot be read ({why}); every deploy is refused until {} sets the policy again",
+                    if self.operator.is_some() { "an operator" } else { "an operator or a publisher" }
                 )],
             });
         }
