@@ -112,6 +112,10 @@ impl ToolHost {
             return Err(ChangeError::NotFound(format!("there is no tenant `{tenant}`")));
         }
         let mut policy = TrustPolicy::from_json(json).map_err(ChangeError::Invalid)?;
+        // The operator's policy is read, checked against and written back
+        // under the lock of this process's changes: a publisher's change
+        // made at the same moment cannot drop it.
+        let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
         let by_operator = actor.role == Role::Operator;
         if by_operator {
             policy.operator = policy.require_signature.then(|| Box::new(policy.clone()));
