@@ -163,12 +163,20 @@ pub fn show_trust(target: &TenantTarget) -> anyhow::Result<()> {
 fn print_policy(policy: &Value) {
     let required = policy["requireSignature"].as_bool().unwrap_or(false);
     println!("signature required: {}", if required { "yes" } else { "no" });
+    if policy["lockedByOperator"] == true {
+        println!("set by an operator: a publisher may only tighten it");
+    }
+    if let Some(why) = policy["unreadable"].as_str() {
+        println!("the stored policy cannot be read ({why}): every deploy is refused until it is set again");
+    }
     for key in policy["keys"].as_array().into_iter().flatten() {
+        let scopes: Vec<&str> = key["scopes"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
         println!(
-            "  {}  {}  {}",
+            "  {}  {}  {}{}",
             key["name"].as_str().unwrap_or("?"),
             key["kind"].as_str().unwrap_or("?"),
-            key["fingerprint"].as_str().unwrap_or("?")
+            key["fingerprint"].as_str().unwrap_or("?"),
+            if scopes.is_empty() { String::new() } else { format!("  for {}", scopes.join(", ")) }
         );
     }
 }

@@ -241,6 +241,10 @@ pub enum ChangeError {
     /// It conflicts with what exists.
     #[error("{0}")]
     Conflict(String),
+    /// The caller's role may not make this change (a publisher relaxing
+    /// what an operator set).
+    #[error("{0}")]
+    Forbidden(String),
     /// A confirmation condition was refused.
     #[error(transparent)]
     Condition(#[from] crate::cheq::ConditionError),
@@ -819,6 +823,20 @@ impl ToolHost {
         {
             if let Some(expected) = expect_version.filter(|e| *e != version.number) {
                 return Err(DeployError::UnexpectedVersion { expected, actual: version.number });
+            }
+            // The version keeps the provenance of its first deploy; evidence
+            // this deploy adds (a registry reference, a signer) is audited.
+            let recorded = &version.provenance;
+            let new_source = provenance.source.is_some() && provenance.source != recorded.source;
+            if new_source || provenance.signers.iter().any(|s| !recorded.signers.contains(s)) {
+                let audit = AuditEntry::new(actor, Some(tenant), "tool.provenance", &tool.name)
+                    .sha256(&version.sha256)
+                    .detail(serde_json::json!({
+                        "toolId": tool.id,
+                        "version": version.number,
+                        "provenance": provenance.to_json(),
+                    }));
+                self.store.record_audit(&audit)?;
             }
             return Ok(Deployed {
                 tool_id: tool.id,

@@ -853,3 +853,164 @@ async fn the_registry_token_flow_is_followed_with_the_tenants_credentials() {
     assert_eq!((status, answer["error"]["code"].as_str()), (403, Some("registry_not_allowed")), "{answer}");
     assert_eq!(realm_target.requests(), 0, "the refused realm was never contacted");
 }
+
+/// Pushes `bytes` to `repo_and_tag` with `plinth push`; answers the manifest digest.
+fn plinth_push(registry: &Registry, repo_and_tag: &str, bytes: &[u8]) -> String {
+    let file = tempfile::Builder::new().suffix(".wasm").tempfile().unwrap();
+    std::fs::write(file.path(), bytes).unwrap();
+    let reference = registry.reference(repo_and_tag);
+    let pushed = run(Command::new(plinth_bin()).arg("push").arg(file.path()).arg(&reference).arg("--insecure"));
+    pushed.trim().split_once('@').unwrap_or_else(|| panic!("no digest in {pushed}")).1.to_string()
+}
+
+/// `PUT /t/{tenant}/admin/trust-policy` as `key`.
+async fn put_policy(server: &Server, key: &str, tenant: &str, policy: Value) -> (u16, Value) {
+    server.call_as(Some(key), reqwest::Method::PUT, &format!("/t/{tenant}/admin/trust-policy"), Some(&policy)).await
+}
+
+/// A trusted key as the API takes it: the base64 of a raw Ed25519 key.
+fn raw_key(name: &str, byte: u8, scopes: &[&str]) -> Value {
+    use base64::Engine;
+    let mut key = json!({ "name": name, "publicKey": base64::engine::general_purpose::STANDARD.encode([byte; 32]) });
+    if !scopes.is_empty() {
+        key["scopes"] = json!(scopes);
+    }
+    key
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stored_trust_policy_that_no_longer_validates_refuses_every_deploy() {
+    let server = Server::start(&[]);
+    server.create_tenant("acme", json!({})).await;
+    let (_, publisher) = server.create_key(Some("acme"), "publisher").await;
+    let data = server.stop();
+    // As a release that reads a rule differently may have stored it: a
+    // signature required, and no key to sign with.
+    let db = rusqlite::Connection::open(data.path().join("registry.sqlite3")).unwrap();
+    db.execute(
+        "INSERT INTO tenant_settings (tenant, key, value, updated_at) VALUES ('acme', 'trust-policy', ?1, 0)",
+        [r#"{"requireSignature": true, "keys": []}"#],
+    )
+    .unwrap();
+    drop(db);
+    let plugins = plugins_dir();
+    let server = Server::start_in(data, &["--plugins", plugins.to_str().unwrap()]);
+
+    let (status, answer) = server.deploy_as(&publisher, "acme", echo()).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (422, Some("untrusted_component")), "{answer}");
+    let found = answer["error"]["found"].to_string();
+    assert!(found.contains("cannot be read") && found.contains("must trust at least one key"), "{answer}");
+    let (_, policy) = server.call_as(Some(&publisher), reqwest::Method::GET, "/t/acme/admin/trust-policy", None).await;
+    assert!(policy["unreadable"].as_str().unwrap().contains("must trust at least one key"), "{policy}");
+    assert!(server.logs().contains("a stored trust policy cannot be read"));
+
+    // Set again (by the publisher: no operator's policy was stored), deploys go through.
+    let (status, set) = put_policy(&server, &publisher, "acme", json!({})).await;
+    assert_eq!(status, 200, "{set}");
+    let (status, answer) = server.deploy_as(&publisher, "acme", echo()).await;
+    assert_eq!(status, 201, "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_publisher_cannot_relax_the_trust_policy_an_operator_set() {
+    let server = Server::start(&[]);
+    server.create_tenant("acme", json!({})).await;
+    let (_, publisher) = server.create_key(Some("acme"), "publisher").await;
+    let operators = json!({ "requireSignature": true, "keys": [raw_key("release", 7, &[])] });
+    let (status, set) = put_policy(&server, TOKEN, "acme", operators.clone()).await;
+    assert_eq!((status, &set["lockedByOperator"]), (200, &json!(true)), "{set}");
+
+    // Lowering it, or trusting one more key, is refused, and audited.
+    for looser in [
+        json!({ "requireSignature": false }),
+        json!({ "requireSignature": true, "keys": [raw_key("release", 7, &[]), raw_key("mine", 8, &[])] }),
+    ] {
+        let (status, refused) = put_policy(&server, &publisher, "acme", looser.clone()).await;
+        assert_eq!(
+            (status, refused["error"]["code"].as_str()),
+            (403, Some("relaxes_operator_trust_policy")),
+            "{looser}: {refused}"
+        );
+        assert!(refused["error"]["message"].as_str().unwrap().contains("ask an operator"), "{refused}");
+    }
+    let (status, answer) = server.deploy_as(&publisher, "acme", echo()).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (422, Some("untrusted_component")), "{answer}");
+
+    // Tightening is the publisher's to do (a scope added), and to undo.
+    let narrower = json!({ "requireSignature": true, "keys": [raw_key("release", 7, &["r.example/acme/*"])] });
+    let (status, set) = put_policy(&server, &publisher, "acme", narrower).await;
+    assert_eq!((status, &set["lockedByOperator"]), (200, &json!(true)), "{set}");
+    let (status, set) = put_policy(&server, &publisher, "acme", operators).await;
+    assert_eq!(status, 200, "{set}");
+
+    let (_, audit) = server.get("/admin/audit?tenant=acme&limit=50").await;
+    let actions: Vec<(String, String)> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"].as_str().unwrap().starts_with("trust-policy."))
+        .map(|e| (e["action"].as_str().unwrap().into(), e["detail"]["setBy"].as_str().unwrap_or("").into()))
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("trust-policy.put", "publisher"),
+        ("trust-policy.put", "publisher"),
+        ("trust-policy.refused", ""),
+        ("trust-policy.refused", ""),
+        ("trust-policy.put", "operator"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(actions, expected, "{audit}");
+
+    // The operator relaxes it: then the publisher is free again.
+    let (status, set) = put_policy(&server, TOKEN, "acme", json!({ "requireSignature": false })).await;
+    assert_eq!((status, &set["lockedByOperator"]), (200, &json!(false)), "{set}");
+    let (status, answer) = server.deploy_as(&publisher, "acme", echo()).await;
+    assert_eq!(status, 201, "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tag_beside_a_digest_is_checked_against_the_registry() {
+    let registry = Registry::start(false);
+    plinth_push(&registry, "acme/echo:a", &echo());
+    let other = plinth_push(&registry, "acme/echo:b", &fixture("echo_v2.wasm"));
+    let server = server_for(&[&registry.address], &[]);
+    // Tag `a` does not point at `other`: recording `:a` would be a false provenance.
+    let reference = format!("{}@{other}", registry.reference("acme/echo:a"));
+    let (status, answer) = deploy_reference(&server, TOKEN, None, &reference).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (422, Some("digest_mismatch")), "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("names the tag `a`"), "{answer}");
+    // Where it does, the tag is recorded.
+    let reference = format!("{}@{other}", registry.reference("acme/echo:b"));
+    let (status, answer) = deploy_reference(&server, TOKEN, None, &reference).await;
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(answer["provenance"]["source"]["reference"], reference);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn evidence_a_second_deploy_of_the_same_bytes_brings_is_recorded() {
+    let registry = Registry::start(false);
+    let digest = plinth_push(&registry, "acme/echo:1.0", &echo());
+    let server = server_for(&[&registry.address], &[]);
+    server.create_tenant("acme", json!({})).await;
+    let (_, publisher) = server.create_key(Some("acme"), "publisher").await;
+    // Posted first: no source.
+    let (status, posted) = server.deploy_as(&publisher, "acme", echo()).await;
+    assert_eq!(status, 201, "{posted}");
+    // The same bytes by reference: nothing changes, but where they were found is recorded.
+    let reference = registry.reference("acme/echo:1.0");
+    let (status, again) = deploy_reference(&server, &publisher, Some("acme"), &reference).await;
+    assert_eq!((status, again["version"].as_u64()), (200, Some(1)), "{again}");
+    let (_, audit) = server.get("/admin/audit?tenant=acme&limit=10").await;
+    let entry = audit["items"].as_array().unwrap().iter().find(|e| e["action"] == "tool.provenance").cloned();
+    let entry = entry.unwrap_or_else(|| panic!("no tool.provenance entry in {audit}"));
+    assert_eq!(entry["detail"]["provenance"]["source"], json!({ "reference": reference, "manifestDigest": digest }));
+    assert_eq!(entry["detail"]["version"], 1);
+    // Posted again: no evidence the version lacks, no entry.
+    let (status, _) = server.deploy_as(&publisher, "acme", echo()).await;
+    assert_eq!(status, 200);
+    let (_, audit) = server.get("/admin/audit?tenant=acme&limit=10").await;
+    let count = audit["items"].as_array().unwrap().iter().filter(|e| e["action"] == "tool.provenance").count();
+    assert_eq!(count, 1, "posted bytes bring no new evidence: {audit}");
+}

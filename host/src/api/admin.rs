@@ -197,6 +197,7 @@ pub(super) async fn get_trust_policy(State(host): State<AppState>, Extension(cal
     responses(
         (status = 200, description = "Stored", body = openapi::TrustPolicySet),
         (status = 400, description = "`invalid_json`, `invalid_trust_policy`", body = openapi::ErrorBody),
+        (status = 403, description = "`relaxes_operator_trust_policy`: an operator set the policy, and a publisher may only tighten it (require a signature, remove keys, narrow scopes)", body = openapi::ErrorBody),
         openapi::StorageFailed,
     ))]
 pub(super) async fn put_trust_policy(
@@ -205,12 +206,15 @@ pub(super) async fn put_trust_policy(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let json: crate::supply::TrustPolicyJson = json_body(&body)?;
-    let refused = host.set_trust_policy(caller.principal()?, &caller.tenant, &json).map_err(|e| match e {
+    host.set_trust_policy(caller.principal()?, &caller.tenant, &json).map_err(|e| match e {
         crate::host::ChangeError::Invalid(why) => ApiError::bad_request("invalid_trust_policy", why),
+        crate::host::ChangeError::Forbidden(why) => {
+            ApiError::new(StatusCode::FORBIDDEN, "relaxes_operator_trust_policy", why)
+        }
         other => other.into(),
     })?;
     let mut answer = host.trust_policy(&caller.tenant).to_api_json();
-    answer["wouldRefuse"] = Value::Array(refused);
+    answer["wouldRefuse"] = Value::Array(host.clone().refused_versions(caller.tenant.clone()).await);
     Ok(axum::Json(answer).into_response())
 }
 
@@ -222,9 +226,8 @@ pub(super) async fn refused_by_trust_policy(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
 ) -> Response {
-    let tenant = caller.tenant.clone();
     // Embedded signatures are checked again from the stored bytes.
-    let items = tokio::task::spawn_blocking(move || host.versions_refused_by_policy(&tenant)).await.unwrap_or_default();
+    let items = host.refused_versions(caller.tenant.clone()).await;
     axum::Json(json!({ "items": items })).into_response()
 }
 

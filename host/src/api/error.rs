@@ -353,7 +353,7 @@ fn pull_error(e: &crate::supply::oci::OciError) -> ApiError {
         E::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "quota_exceeded"),
         E::Denied(..) => (StatusCode::UNPROCESSABLE_ENTITY, "registry_denied"),
         E::NotWasm(..) => (StatusCode::UNPROCESSABLE_ENTITY, "not_a_component_artifact"),
-        E::DigestMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "digest_mismatch"),
+        E::DigestMismatch { .. } | E::TagMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "digest_mismatch"),
         E::TimedOut(..) => {
             return ApiError::new(StatusCode::GATEWAY_TIMEOUT, "registry_timeout", e.to_string())
                 .retry_after(REGISTRY_RETRY_SECS);
@@ -428,6 +428,7 @@ impl From<ChangeError> for ApiError {
             ChangeError::NotFound(message) => ApiError::not_found(message),
             ChangeError::Invalid(message) => ApiError::bad_request("invalid_request", message),
             ChangeError::Conflict(message) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
+            ChangeError::Forbidden(message) => ApiError::new(StatusCode::FORBIDDEN, "forbidden", message),
             ChangeError::Condition(e) => e.into(),
             ChangeError::Store(_) => {
                 tracing::error!(error = %e, "a change failed in the store");

@@ -746,6 +746,12 @@ pub mod schemas {
         /// `wasmsign2` signatures, ECDSA P-256 for cosign ones; or the
         /// base64 of a `wasmsign2 keygen` public key file.
         pub public_key: String,
+        /// The repositories the key may sign for: `registry/repository`,
+        /// `registry/prefix/*` or `registry/*` (at most 16). A scoped key
+        /// counts only for a deploy by reference that matches, never for
+        /// posted bytes; none: any component.
+        #[serde(default)]
+        pub scopes: Vec<String>,
     }
 
     /// A trust policy.
@@ -756,6 +762,13 @@ pub mod schemas {
         pub require_signature: bool,
         /// The trusted keys.
         pub keys: Vec<TrustedKey>,
+        /// An operator set the policy: a publisher may only tighten it
+        /// (require a signature, remove keys, narrow scopes).
+        pub locked_by_operator: bool,
+        /// Why the stored policy cannot be read, if it cannot: every
+        /// deploy is refused until it is set again.
+        #[serde(default)]
+        pub unreadable: Option<String>,
     }
 
     /// A trusted key.
@@ -770,6 +783,9 @@ pub mod schemas {
         pub kind: String,
         /// `sha256:` and the hex SHA-256 of its SubjectPublicKeyInfo.
         pub fingerprint: String,
+        /// The repositories it may sign for (absent: any).
+        #[serde(default)]
+        pub scopes: Option<Vec<String>>,
     }
 
     /// A trust policy just set, and the live versions it would refuse.
@@ -780,6 +796,13 @@ pub mod schemas {
         pub require_signature: bool,
         /// The trusted keys.
         pub keys: Vec<TrustedKey>,
+        /// An operator set the policy: a publisher may only tighten it
+        /// (require a signature, remove keys, narrow scopes).
+        pub locked_by_operator: bool,
+        /// Why the stored policy cannot be read, if it cannot: every
+        /// deploy is refused until it is set again.
+        #[serde(default)]
+        pub unreadable: Option<String>,
         /// Live versions it would refuse if deployed now (they keep running).
         pub would_refuse: Vec<RefusedVersion>,
     }

@@ -15,7 +15,7 @@ use super::{ChangeError, DeployError, DeploySlot, Deployed, ToolHost};
 use crate::store::StoreError;
 use crate::supply::oci::{Credentials, OciClient, OciError, OciOptions};
 use crate::supply::{Evidence, Provenance, Reference, RegistrySignatures, Source, TrustPolicy, TrustPolicyJson};
-use crate::tenancy::{AuditEntry, Principal};
+use crate::tenancy::{AuditEntry, Principal, Role};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,7 +51,13 @@ pub(super) struct SupplyState {
     /// One pull per tenant at a time: a registry that stalls holds a deploy
     /// slot until the pull's deadline, and must not hold every slot.
     pulling: dashmap::DashMap<String, Arc<tokio::sync::Semaphore>>,
+    /// Re-verifications of live versions under way: each reads every live
+    /// version's bytes and checks their signatures, off the async workers.
+    pub(super) reverifying: Arc<tokio::sync::Semaphore>,
 }
+
+/// Re-verifications of live versions run at once, across the server.
+pub(super) const MAX_REVERIFYING: usize = 2;
 
 impl SupplyState {
     pub(super) fn new(options: &RegistryOptions, limits: Arc<crate::runtime::outbound::OutboundLimits>) -> SupplyState {
@@ -62,8 +68,19 @@ impl SupplyState {
         })
         .inspect_err(|e| tracing::error!(error = %e, "no registry client: deploys by reference will fail"))
         .ok();
-        SupplyState { trust: dashmap::DashMap::new(), client, pulling: dashmap::DashMap::new() }
+        SupplyState {
+            trust: dashmap::DashMap::new(),
+            client,
+            pulling: dashmap::DashMap::new(),
+            reverifying: Arc::new(tokio::sync::Semaphore::new(MAX_REVERIFYING)),
+        }
     }
+}
+
+/// The `registry/repository` a version was pulled from, for key scopes.
+fn repository_of(source: Option<&Source>) -> Option<String> {
+    let reference = Reference::parse(&source?.reference).ok()?;
+    Some(format!("{}/{}", reference.registry, reference.repository))
 }
 
 /// A registry name as credentials are stored under: `host[:port]`.
@@ -82,23 +99,65 @@ impl ToolHost {
     }
 
     /// Sets a tenant's trust policy (audited). It judges deploys from now
-    /// on; running versions keep running. Answers the live versions it
-    /// would refuse.
-    pub fn set_trust_policy(
-        &self,
-        actor: &Principal,
-        tenant: &str,
-        json: &TrustPolicyJson,
-    ) -> Result<Vec<Value>, ChangeError> {
+    /// on; running versions keep running ([`ToolHost::refused_versions`]
+    /// says which it would refuse).
+    ///
+    /// What an operator set, only an operator relaxes: a publisher may
+    /// replace an operator's policy only with one at least as strict (a
+    /// signature still required, no key added, no scope widened). The
+    /// operator's policy is kept with the tenant's, so a publisher may
+    /// also undo its own tightening. A refused attempt is audited too.
+    pub fn set_trust_policy(&self, actor: &Principal, tenant: &str, json: &TrustPolicyJson) -> Result<(), ChangeError> {
         if self.tenant(tenant).is_none() {
             return Err(ChangeError::NotFound(format!("there is no tenant `{tenant}`")));
         }
-        let policy = TrustPolicy::from_json(json).map_err(ChangeError::Invalid)?;
-        let audit = AuditEntry::new(actor, Some(tenant), "trust-policy.put", tenant).detail(policy.to_api_json());
-        let value = serde_json::to_string(&policy.to_json()).unwrap_or_default();
+        let mut policy = TrustPolicy::from_json(json).map_err(ChangeError::Invalid)?;
+        // The operator's policy is read, checked against and written back
+        // under the lock of this process's changes: a publisher's change
+        // made at the same moment cannot drop it.
+        let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        let by_operator = actor.role == Role::Operator;
+        if by_operator {
+            policy.operator = policy.require_signature.then(|| Box::new(policy.clone()));
+        } else if let Some(operator) = self.trust_policy(tenant).operator {
+            if let Err(why) = policy.at_least_as_strict_as(&operator) {
+                let audit = AuditEntry::new(actor, Some(tenant), "trust-policy.refused", tenant)
+                    .detail(json!({ "why": why, "policy": policy.to_api_json() }));
+                self.store.record_audit(&audit)?;
+                tracing::warn!(
+                    tenant,
+                    key = actor.key_id,
+                    why,
+                    "a publisher tried to relax an operator's trust policy"
+                );
+                return Err(ChangeError::Forbidden(format!(
+                    "an operator set this tenant's trust policy, and a publisher may only tighten it: {why}; ask an operator to relax it"
+                )));
+            }
+            policy.operator = Some(operator);
+        }
+        let mut detail = policy.to_api_json();
+        detail["setBy"] = json!(actor.role.as_str());
+        let audit = AuditEntry::new(actor, Some(tenant), "trust-policy.put", tenant).detail(detail);
+        let value = serde_json::to_string(&policy.to_stored()).unwrap_or_default();
         self.store.put_setting(&(tenant.to_string(), TRUST_SETTING.into(), value), &audit)?;
         self.supply.trust.insert(tenant.to_string(), policy);
-        Ok(self.versions_refused_by_policy(tenant))
+        Ok(())
+    }
+
+    /// [`ToolHost::versions_refused_by_policy`] on a blocking thread (it
+    /// reads and checks every live version of the tenant), at most
+    /// [`MAX_REVERIFYING`] at once: the rest wait their turn.
+    pub async fn refused_versions(self: Arc<Self>, tenant: String) -> Vec<Value> {
+        let Ok(permit) = self.supply.reverifying.clone().acquire_owned().await else {
+            return Vec::new();
+        };
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            self.versions_refused_by_policy(&tenant)
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// The live versions of `tenant` its current trust policy would refuse
@@ -110,10 +169,12 @@ impl ToolHost {
         if !policy.require_signature {
             return Vec::new();
         }
-        let trusted: Vec<String> = policy.keys.iter().map(|k| k.fingerprint()).collect();
         let mut refused = Vec::new();
         for tool in self.registry.all().into_iter().filter(|t| t.tenant == tenant) {
             for version in tool.versions_before(None, usize::MAX) {
+                let repository = repository_of(version.provenance.source.as_ref());
+                let trusted: Vec<String> =
+                    policy.keys.iter().filter(|k| k.covers(repository.as_deref())).map(|k| k.fingerprint()).collect();
                 if version.retired_at().is_some()
                     || (policy.unreadable.is_none()
                         && version.provenance.signers.iter().any(|s| trusted.contains(&s.fingerprint)))
@@ -121,7 +182,8 @@ impl ToolHost {
                     continue;
                 }
                 let passes = self.store.blob(&version.sha256).is_ok_and(|bytes| {
-                    policy.judge(&Evidence { component: &bytes, registry: RegistrySignatures::NotFetched }).is_ok()
+                    let evidence = Evidence { component: &bytes, registry: RegistrySignatures::NotFetched, repository };
+                    policy.judge(&evidence).is_ok()
                 });
                 if !passes {
                     refused.push(json!({
@@ -145,24 +207,16 @@ impl ToolHost {
         let mut loaded = std::collections::HashMap::new();
         for (tenant, key, value) in self.store.settings()? {
             if key == TRUST_SETTING {
-                let json: TrustPolicyJson = match serde_json::from_str(&value) {
-                    Ok(json) => json,
-                    Err(e) => {
-                        tracing::error!(tenant, error = %e, "a stored trust policy cannot be read; deploys to the tenant are refused until it is set again");
-                        loaded.insert(tenant, TrustPolicy::unreadable(e.to_string()));
-                        continue;
-                    }
-                };
-                match TrustPolicy::from_json(&json) {
-                    Ok(policy) => {
-                        loaded.insert(tenant, policy);
-                    }
-                    Err(why) => tracing::error!(
+                // One that cannot be read or does not validate refuses every deploy.
+                let policy = TrustPolicy::from_stored(&value);
+                if let Some(why) = &policy.unreadable {
+                    tracing::error!(
                         tenant,
                         why,
-                        "a stored trust policy cannot be read; deploys to the tenant are refused"
-                    ),
+                        "a stored trust policy cannot be read; deploys to the tenant are refused until it is set again"
+                    );
                 }
+                loaded.insert(tenant, policy);
             }
         }
         self.supply.trust.retain(|tenant, _| loaded.contains_key(tenant));
@@ -293,7 +347,8 @@ impl ToolHost {
         source: Option<Source>,
         registry: RegistrySignatures,
     ) -> Result<Provenance, DeployError> {
-        let signers = self.trust_policy(tenant).judge(&Evidence { component: bytes, registry }).inspect_err(|e| {
+        let repository = repository_of(source.as_ref());
+        let signers = self.trust_policy(tenant).judge(&Evidence { component: bytes, registry, repository }).inspect_err(|e| {
             tracing::warn!(tenant, source = source.as_ref().map(|s| s.reference.as_str()), found = ?e.found, "the trust policy refused a deploy");
         })?;
         Ok(Provenance { source, signers })

@@ -703,3 +703,25 @@ async fn an_external_token_acts_only_as_an_existing_end_user_unless_the_operator
     let any = super::oauth::OAuthSetting { any_end_user: true, ..setting };
     assert!(host.end_user_may_act(DEFAULT_TENANT, &any, "mallory").unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn re_verifying_live_versions_runs_apart_and_waits_its_turn() {
+    use base64::Engine;
+    use std::future::Future;
+    let dir = tempfile::tempdir().unwrap();
+    let host = Arc::new(ToolHost::open(options(dir.path())).unwrap());
+    let actor = Principal::server("test");
+    host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap();
+    let key = base64::engine::general_purpose::STANDARD.encode([1u8; 32]);
+    let policy = serde_json::json!({"requireSignature": true, "keys": [{"name": "k", "publicKey": key}]});
+    // Setting the policy stores it; the live versions are judged apart.
+    host.set_trust_policy(&actor, DEFAULT_TENANT, &serde_json::from_value(policy).unwrap()).unwrap();
+    let held = host.supply.reverifying.clone().acquire_many_owned(super::supply::MAX_REVERIFYING as u32).await.unwrap();
+    let mut waiting = Box::pin(host.clone().refused_versions(DEFAULT_TENANT.into()));
+    let pending = std::future::poll_fn(|cx| std::task::Poll::Ready(waiting.as_mut().poll(cx).is_pending())).await;
+    assert!(pending, "every re-verification slot is taken: it waits");
+    drop(held);
+    let refused = waiting.await;
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(host.supply.reverifying.available_permits(), super::supply::MAX_REVERIFYING, "its slot is given back");
+}

@@ -712,4 +712,7 @@ pub trait RegistryStore: Send + Sync {
 
     /// Entries of the audit log, newest first.
     fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError>;
+    /// Appends an entry that goes with no stored change (a refused
+    /// attempt, evidence about what is stored already).
+    fn record_audit(&self, audit: &AuditEntry) -> Result<(), StoreError>;
 }

@@ -1590,6 +1590,15 @@ impl RegistryStore for PostgresStore {
         })
     }
 
+    fn record_audit(&self, audit: &AuditEntry) -> Result<(), StoreError> {
+        let (pool, audit) = (self.pool.clone(), audit.clone());
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            insert_audit(&mut tx, &audit).await.map_err(db)?;
+            tx.commit().await.map_err(db)
+        })
+    }
+
     fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
         let (pool, tenant) = (self.pool.clone(), query.tenant.clone());
         let before = query.before.unwrap_or(i64::MAX);

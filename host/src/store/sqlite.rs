@@ -1453,6 +1453,10 @@ impl RegistryStore for SqliteStore {
         Ok(ChangeFeed::default())
     }
 
+    fn record_audit(&self, audit: &AuditEntry) -> Result<(), StoreError> {
+        self.audited(audit, |_| Ok(()))
+    }
+
     fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(

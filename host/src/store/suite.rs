@@ -224,6 +224,11 @@ fn audit_pages_newest_first_and_filters_by_tenant(store: &dyn RegistryStore) {
     let next = store.audit(&AuditQuery { tenant: Some("acme".into()), before: Some(first[1].seq), limit: 2 }).unwrap();
     assert_eq!(next.iter().map(|e| e.target.as_str()).collect::<Vec<_>>(), ["s0"]);
     assert_eq!(store.audit(&AuditQuery { limit: 100, ..Default::default() }).unwrap().len(), 6);
+    // An entry with no change of its own (a refused attempt).
+    let refused = AuditEntry::new(&Principal::server("test"), Some("acme"), "trust-policy.refused", "acme");
+    store.record_audit(&refused).unwrap();
+    let newest = store.audit(&AuditQuery { tenant: Some("acme".into()), before: None, limit: 1 }).unwrap();
+    assert_eq!(newest[0].action, "trust-policy.refused");
 }
 
 fn a_call_id_is_claimed_once_until_it_expires(store: &dyn RegistryStore) {

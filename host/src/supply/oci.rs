@@ -23,6 +23,7 @@
 //! (`WWW-Authenticate: Bearer realm=…`) with Basic credentials at the realm.
 
 use super::cosign;
+use super::outside_text;
 use super::reference::{Reference, is_sha256_digest};
 use crate::runtime::outbound::{OutboundLimits, read_capped};
 use base64::Engine;
@@ -87,6 +88,11 @@ pub enum OciError {
     /// Bytes that are not what their digest says.
     #[error("the {what} of `{reference}` does not match its digest: expected {expected}, the registry sent {found}")]
     DigestMismatch { reference: String, what: &'static str, expected: String, found: String },
+    /// A reference that names a tag and a digest, where the tag points elsewhere.
+    #[error(
+        "`{reference}` names the tag `{tag}`, which points at {found} in the registry, not at the digest given: deploy by the digest alone, or by the tag alone"
+    )]
+    TagMismatch { reference: String, tag: String, found: String },
     /// Larger than allowed.
     #[error("the {what} of `{reference}` is {size} bytes; at most {max} are accepted")]
     TooLarge { reference: String, what: &'static str, size: u64, max: u64 },
@@ -191,6 +197,17 @@ impl OciClient {
                     found: manifest_digest,
                 });
             }
+            // A tag recorded beside a digest is checked: provenance says only what was true.
+            if let (Some(tag), Some(pinned)) = (&reference.tag, &reference.digest) {
+                let (tagged, _) = session.manifest(tag).await?;
+                if tagged != *pinned {
+                    return Err(OciError::TagMismatch {
+                        reference: reference.to_string(),
+                        tag: tag.clone(),
+                        found: tagged,
+                    });
+                }
+            }
             let layer = wasm_layer(reference, &manifest)?;
             let bytes = session.blob(&layer.digest, layer.size, max_bytes, "component layer").await?;
             let signatures = if with_signatures {
@@ -255,7 +272,8 @@ fn wasm_layer(reference: &Reference, manifest: &Value) -> Result<Layer, OciError
     let media_type = manifest["mediaType"].as_str().unwrap_or(OCI_MANIFEST);
     if media_type != OCI_MANIFEST && media_type != DOCKER_MANIFEST {
         return Err(not_wasm(&format!(
-            "its manifest is `{media_type}` (an index or another kind); push one component per tag"
+            "its manifest is {} (an index or another kind); push one component per tag",
+            outside_text(media_type)
         )));
     }
     if manifest["config"]["mediaType"] != WASM_CONFIG {
@@ -367,6 +385,11 @@ impl<'a> Session<'a> {
         self.reference.registry.clone()
     }
 
+    /// Whether `url` is on the registry's own origin (scheme, host, port).
+    fn is_registry(&self, url: &Url) -> bool {
+        url.origin() == self.base.origin()
+    }
+
     fn url(&self, path: &str) -> Url {
         // The base is a valid URL and `path` is a digest, tag or fixed segment.
         self.base.join(path).unwrap_or_else(|_| self.base.clone())
@@ -389,7 +412,9 @@ impl<'a> Session<'a> {
                 request = request.body(body.clone());
             }
             let response = request.send().await.map_err(|e| self.transport(e))?;
-            if response.status() != StatusCode::UNAUTHORIZED || attempt == 1 {
+            // A challenge counts only from the registry's own origin: a host
+            // it redirected to (blob storage) never gets its credentials.
+            if response.status() != StatusCode::UNAUTHORIZED || attempt == 1 || !self.is_registry(response.url()) {
                 return Ok(response);
             }
             let challenge = response
@@ -422,6 +447,8 @@ impl<'a> Session<'a> {
             why = format!("{why}: {s}");
             source = s.source();
         }
+        // It may hold a URL the registry chose (a redirect's Location).
+        let why = outside_text(&why);
         if e.is_redirect() {
             return OciError::Unreachable(self.registry(), format!("a redirect was refused ({why})"));
         }
@@ -459,11 +486,10 @@ impl<'a> Session<'a> {
             query.append_pair("scope", &scope);
         }
         let mut request = self.client.http.get(realm.clone());
-        // Credentials go to the realm only over https or on the registry's own host.
-        let realm_host = realm.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
-        let same_host = realm_host.eq_ignore_ascii_case(self.reference.host());
+        // Credentials go to the realm only over https or at the registry's
+        // own origin (scheme, host and port: another port is another server).
         if let Some(Some(basic)) = basic
-            && (realm.scheme() == "https" || same_host)
+            && (realm.scheme() == "https" || self.is_registry(&realm))
         {
             request = request.header(header::AUTHORIZATION, basic);
         }
@@ -678,5 +704,115 @@ mod tests {
             let e = wasm_layer(&r, &bad).err().unwrap().to_string();
             assert!(e.contains(says), "{e}");
         }
+    }
+
+    #[test]
+    fn registry_text_in_an_error_is_quoted_and_cut() {
+        let r = Reference::parse("r.example/a/b:1").unwrap();
+        let forged = format!("application/x\nlevel=ERROR msg=forged{}", "y".repeat(256 << 10));
+        let e = wasm_layer(&r, &json!({ "mediaType": forged })).err().unwrap().to_string();
+        assert!(e.len() < 1024, "{} bytes", e.len());
+        assert!(!e.contains('\n'), "{e}");
+        assert!(e.contains(r#""application/x\nlevel=ERROR msg=forged"#), "{e}");
+    }
+
+    /// What the test registries' token endpoints received: (where, the
+    /// `Authorization` header).
+    type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>;
+
+    fn token_route(seen: &Seen, name: &'static str) -> axum::routing::MethodRouter {
+        let seen = seen.clone();
+        axum::routing::get(move |headers: axum::http::HeaderMap| {
+            let auth = headers.get("authorization").map(|v| v.to_str().unwrap().to_string());
+            seen.lock().unwrap().push((name.to_string(), auth));
+            async { axum::Json(json!({"token": "t"})) }
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn credentials_answer_only_a_challenge_from_the_registrys_own_origin() {
+        use axum::http::{HeaderMap as H, StatusCode as S};
+        use axum::response::IntoResponse;
+        let seen: Seen = Default::default();
+        let body = b"abc".to_vec();
+        let digest = sha256_digest(&body);
+        // Another server on the same host: blob storage the registry
+        // redirects to, which challenges with a realm of its own.
+        let storage = {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let realm = format!("Bearer realm=\"http://127.0.0.1:{port}/token\"");
+            let router = axum::Router::new()
+                .route(
+                    "/blob",
+                    axum::routing::get(move || {
+                        std::future::ready((S::UNAUTHORIZED, [("www-authenticate", realm.clone())]))
+                    }),
+                )
+                .route("/token", token_route(&seen, "storage"));
+            tokio::spawn(async move { axum::serve(listener, router).await });
+            port
+        };
+        let registry = {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let own_realm = format!("Bearer realm=\"http://127.0.0.1:{port}/token\"");
+            let body = body.clone();
+            let router = axum::Router::new()
+                // Redirected to storage.
+                .route(
+                    "/v2/a/redirected/blobs/{digest}",
+                    axum::routing::get(move || async move {
+                        (S::TEMPORARY_REDIRECT, [("location", format!("http://127.0.0.1:{storage}/blob"))])
+                    }),
+                )
+                // A challenge by the registry whose realm is on another port, over http.
+                .route(
+                    "/v2/a/elsewhere/blobs/{digest}",
+                    axum::routing::get(move || async move {
+                        let realm = format!("Bearer realm=\"http://127.0.0.1:{storage}/token\"");
+                        (S::UNAUTHORIZED, [("www-authenticate", realm)])
+                    }),
+                )
+                // A challenge whose realm is the registry's own.
+                .route(
+                    "/v2/a/own/blobs/{digest}",
+                    axum::routing::get(move |headers: H| {
+                        std::future::ready(if headers.get("authorization").is_some_and(|v| v == "Bearer t") {
+                            body.clone().into_response()
+                        } else {
+                            (S::UNAUTHORIZED, [("www-authenticate", own_realm.clone())]).into_response()
+                        })
+                    }),
+                )
+                .route("/token", token_route(&seen, "registry"));
+            tokio::spawn(async move { axum::serve(listener, router).await });
+            port
+        };
+        let client = OciClient::new(OciOptions {
+            insecure: vec!["127.0.0.1".into()],
+            limits: None,
+            timeout: Duration::from_secs(20),
+        })
+        .unwrap();
+        let credentials = Credentials { username: "u".into(), password: "secret".into() };
+        let pull = |repository: &str| {
+            let reference = Reference::parse(&format!("127.0.0.1:{registry}/a/{repository}:1")).unwrap();
+            let (client, credentials, digest) = (&client, &credentials, digest.clone());
+            async move {
+                let mut session = Session::new(client, &reference, Some(credentials), false).unwrap();
+                session.blob(&digest, 3, 10, "component layer").await
+            }
+        };
+        assert!(matches!(pull("redirected").await, Err(OciError::Denied(..))));
+        assert!(matches!(pull("elsewhere").await, Err(OciError::Denied(..))));
+        assert!(
+            seen.lock().unwrap().iter().all(|(_, auth)| auth.is_none()),
+            "no credentials left the registry's origin: {seen:?}"
+        );
+        // The registry's own realm gets them.
+        assert_eq!(pull("own").await.unwrap(), b"abc");
+        let basic = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode("u:secret"));
+        assert_eq!(seen.lock().unwrap().last().unwrap(), &("registry".to_string(), Some(basic)));
     }
 }

@@ -194,13 +194,13 @@ impl<'a> Reader<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use ed25519_dalek::{Signer, SigningKey};
 
     /// Signs like wasmsign2 does (the interoperability tests use the real
     /// tool; this covers the reader's edges).
-    fn sign(component: &[u8], key: &SigningKey) -> Vec<u8> {
+    pub(crate) fn sign(component: &[u8], key: &SigningKey) -> Vec<u8> {
         let rest = &component[8..];
         let hash: [u8; 32] = Sha256::digest(rest).into();
         let mut message = b"wasmsig\x01\x01\x01".to_vec();
