@@ -10,9 +10,9 @@
 //! WASI pieces the Rust standard library links against, with no preopened
 //! directories, no environment, no arguments and no network sockets.
 
-pub(crate) mod lookups;
 #[cfg(test)]
 mod engine_advisories;
+pub(crate) mod lookups;
 pub mod outbound;
 #[cfg(test)]
 mod slot_isolation;
