@@ -78,8 +78,25 @@ async fn abandoned_metadata_document_fetches_give_their_memory_back() {
         anonymous_after < anonymous + 16 * 1024,
         "anonymous memory {anonymous} KiB → {anonymous_after} KiB (resident {resident} → {resident_after} KiB)"
     );
-    // The server still answers, and a real document is still fetched.
-    assert_eq!(server.get("/health").await.0, 200);
+    // A real document is still fetched. (The short URLs' fetches, each
+    // abandoned mid-way, leave too little behind to weigh here; that
+    // their guards give everything back is
+    // `jwks.rs::a_fetch_abandoned_midway_leaves_nothing_behind`.)
+    let document = |url: &str| {
+        json!({ "client_id": url, "client_name": "Document host", "redirect_uris": ["http://127.0.0.1:41873/callback"] })
+            .to_string()
+    };
+    let url = document_host(200, "application/json", document).await;
+    let query = [
+        ("response_type", "code"),
+        ("client_id", url.as_str()),
+        ("code_challenge", "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"),
+        ("code_challenge_method", "S256"),
+    ];
+    let response = reqwest::Client::new().get(format!("{}/oauth/authorize", server.base)).query(&query).send().await;
+    let response = response.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.text().await.unwrap().contains("Document host"));
 }
 
 /// Registers a client with `redirect_uris` from `client` → (status, body).

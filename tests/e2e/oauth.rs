@@ -411,7 +411,9 @@ async fn stolen_replayed_or_mismatched_credentials_are_refused() {
     assert_eq!(status, 200, "{first}");
     let (status, retried) = flow.refresh(&owner, refresh).await;
     assert_eq!(status, 200, "a retry within the reuse window: {retried}");
-    let (status, next) = flow.refresh(&owner, first["refresh_token"].as_str().unwrap()).await;
+    // The retry's tokens are the live line; what the first use issued is
+    // replaced.
+    let (status, next) = flow.refresh(&owner, retried["refresh_token"].as_str().unwrap()).await;
     assert_eq!(status, 200, "{next}");
     let (status, body) = flow.refresh(&owner, refresh).await;
     assert_eq!((status, &body["error"]), (400, &json!("invalid_grant")), "{body}");
@@ -420,6 +422,18 @@ async fn stolen_replayed_or_mismatched_credentials_are_refused() {
     }
     let (status, _) = flow.refresh(&owner, next["refresh_token"].as_str().unwrap()).await;
     assert_eq!(status, 400, "the rotated refresh token is revoked with its grant");
+    // A thief who replayed a token within its window, and kept what the
+    // first use issued, gets no second line: that token is replaced, and
+    // presenting it revokes the grant.
+    let (owner, tokens) = flow.tokens().await;
+    let refresh = tokens["refresh_token"].as_str().unwrap();
+    let (status, kept_by_thief) = flow.refresh(&owner, refresh).await;
+    assert_eq!(status, 200, "{kept_by_thief}");
+    let (status, retried) = flow.refresh(&owner, refresh).await;
+    assert_eq!(status, 200, "{retried}");
+    let (status, body) = flow.refresh(&owner, kept_by_thief["refresh_token"].as_str().unwrap()).await;
+    assert_eq!((status, &body["error"]), (400, &json!("invalid_grant")), "{body}");
+    assert_eq!(list_with(&server, "", retried["access_token"].as_str().unwrap()).await.0, 401, "the grant is revoked");
     // Another client cannot use a client's refresh token, nor spend it.
     let (owner, tokens) = flow.tokens().await;
     let refresh = tokens["refresh_token"].as_str().unwrap();

@@ -206,7 +206,10 @@ pub(super) async fn put_trust_policy(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let json: crate::supply::TrustPolicyJson = json_body(&body)?;
-    host.set_trust_policy(caller.principal()?, &caller.tenant, &json).map_err(|e| match e {
+    let principal = caller.principal()?;
+    // It takes the host's change lock and reads the store: off the async
+    // workers.
+    crate::store::off_the_workers(|| host.set_trust_policy(principal, &caller.tenant, &json)).map_err(|e| match e {
         crate::host::ChangeError::Invalid(why) => ApiError::bad_request("invalid_trust_policy", why),
         crate::host::ChangeError::Forbidden(why) => {
             ApiError::new(StatusCode::FORBIDDEN, "relaxes_operator_trust_policy", why)

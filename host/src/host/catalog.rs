@@ -168,14 +168,16 @@ pub struct Catalog {
 impl ToolHost {
     /// Checks `key` for `tenant`'s catalog and opens a session lasting
     /// [`SESSION_TTL`]; returns the cookie's value. Failed sign-ins are
-    /// throttled by client address, by key id and on the whole server, as
-    /// the confirmation pages' logins are.
+    /// throttled by client address, by key id and per tenant (made-up
+    /// tenants sharing one budget), as the confirmation pages' logins are.
     pub fn sign_in_designer(&self, tenant: &str, key: &str, address: IpAddr) -> Result<String, SignInError> {
         // A key's id is public (the audit log shows it): a guesser of one
         // key's secret is throttled per id. Anything else is counted by its
         // hash, so that made-up keys do not lock each other out.
         let throttled_as = tenancy::key_id(key).map_or_else(|| tenancy::key_sha256(key), str::to_string);
         let guard = &self.catalog.sign_ins;
+        // Made-up tenants share one failed-sign-in budget.
+        let tenant = if self.tenant(tenant).is_some() { tenant } else { super::confirmations::login::UNKNOWN_TENANT };
         guard.check(tenant, &throttled_as, address)?;
         let principal = self.authenticate(key).filter(|p| p.sees(tenant) && self.tenant(tenant).is_some());
         let Some(principal) = principal else {

@@ -998,7 +998,7 @@ impl ToolHost {
 
     /// Logs an end user in to the built-in confirmation page, from the
     /// client at `address` (the TCP peer). Refused at once, before any
-    /// hashing, while the server's failed-login budget is spent or the
+    /// hashing, while the tenant's failed-login budget is spent or the
     /// address, the (user, address) or the user (but at an address it
     /// logged in from before) is locked out by failed logins, or when every
     /// hashing slot is taken (counted against the address); otherwise the
@@ -1015,6 +1015,9 @@ impl ToolHost {
             return Err(LoginError::Invalid);
         }
         let guard = &self.cheq.login;
+        // Made-up tenants share one budget: a budget each would let a
+        // guesser who names a new tenant every time fail without bound.
+        let tenant = if self.tenant(tenant).is_some() { tenant } else { login::UNKNOWN_TENANT };
         guard.check(tenant, name, address)?;
         let Ok(slot) = guard.hashing.clone().try_acquire_owned() else {
             guard.busy(address);

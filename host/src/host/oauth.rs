@@ -296,16 +296,20 @@ fn sound_redirect_uri(uri: &str) -> bool {
     match url.scheme() {
         "https" => url.host_str().is_some(),
         "http" => matches!(url.host_str(), Some("127.0.0.1" | "[::1]" | "localhost")),
-        // Schemes a browser handles itself: running script or reading
-        // local or in-browser data rather than handing off to an app.
-        "javascript" | "data" | "file" | "vbscript" | "blob" | "about" | "filesystem" | "view-source" | "chrome"
-        | "chrome-extension" | "moz-extension" | "resource" | "ws" | "wss" | "ftp" => false,
-        // A native app's private-use scheme (RFC 8252 §7.1): reverse domain
-        // names (`com.example.app:/cb`) and the plain names MCP hosts use
-        // (`cursor://anysphere.cursor-mcp/oauth/callback`).
-        _ => true,
+        // A native app's private-use scheme (RFC 8252 §7.1): a reverse
+        // domain name (`com.example.app:/cb`), or one of the plain names
+        // MCP hosts use. Any other plain scheme may be a handler of the
+        // browser (`javascript:`, `data:`, `file:`, `blob:`) or of the
+        // operating system (`ms-msdt:`, `search-ms:`), which a redirect
+        // from this server must never open.
+        scheme => scheme.contains('.') || MCP_HOST_SCHEMES.contains(&scheme),
     }
 }
+
+/// The private-use redirect schemes without a dot that MCP hosts register
+/// (Cursor's `cursor://anysphere.cursor-mcp/oauth/callback`, VS Code's
+/// `vscode://…`).
+pub const MCP_HOST_SCHEMES: [&str; 6] = ["cursor", "vscode", "vscode-insiders", "windsurf", "zed", "claude"];
 
 /// A client's metadata (registered or fetched) checked: its redirect URIs
 /// and name.
@@ -699,16 +703,23 @@ impl ToolHost {
         }
         let used = crate::store::off_the_workers(|| self.store.use_oauth_grant(&sha, now))?;
         let grant = used.filter(ours).ok_or_else(invalid)?;
-        if let Some(first_use) = grant.used_at {
-            // Its successor's use revokes it: past that, or past the
-            // window, this is a replay.
-            let retried = grant.revoked_at.is_none() && now - first_use <= REFRESH_REUSE_WINDOW.as_secs() as i64;
-            if !retried {
-                crate::store::off_the_workers(|| self.store.revoke_oauth(&sha, Some(&grant.family), now))?;
-                tracing::warn!(tenant, "a used refresh token was presented again: its grant is revoked");
-                return Err(OAuthError::grant("the refresh token was already used; its grant is revoked"));
-            }
+        // A revoked refresh token is presented only from a stale copy: a
+        // token the grant's owner moved past (its successor was used), or
+        // one a retry replaced. Like a replay, it revokes the grant.
+        let replayed = grant.used_at.is_some_and(|first_use| {
+            grant.revoked_at.is_some() || now - first_use > REFRESH_REUSE_WINDOW.as_secs() as i64
+        });
+        if replayed || (grant.revoked_at.is_some() && grant.expires_at > now) {
+            crate::store::off_the_workers(|| self.store.revoke_oauth(&sha, Some(&grant.family), now))?;
+            tracing::warn!(tenant, "a spent or revoked refresh token was presented again: its grant is revoked");
+            return Err(OAuthError::grant("the refresh token was already used or revoked; its grant is revoked"));
+        }
+        if grant.used_at.is_some() {
+            // A retry within the window: what the first use issued is
+            // replaced (the client never stored it), so one line of tokens
+            // stays live.
             tracing::info!(tenant, "a refresh token was presented again within its reuse window");
+            crate::store::off_the_workers(|| self.store.revoke_unused_refresh(&grant.family, now))?;
         }
         if grant.revoked_at.is_some() || grant.expires_at <= now || !self.builtin_oauth(tenant) {
             return Err(OAuthError::grant("the refresh token has expired or was revoked"));
@@ -739,9 +750,10 @@ impl ToolHost {
                 crate::store::off_the_workers(|| self.store.revoke_oauth(parent, None, now))?;
             }
         }
-        if let Err(e) =
-            crate::store::off_the_workers(|| self.store.prune_oauth_family(&grant.family, KEPT_TOKENS_PER_GRANT))
-        {
+        let spare = [sha256_hex(tokens.access_token.as_bytes()), sha256_hex(tokens.refresh_token.as_bytes())];
+        if let Err(e) = crate::store::off_the_workers(|| {
+            self.store.prune_oauth_family(&grant.family, KEPT_TOKENS_PER_GRANT, &spare)
+        }) {
             tracing::warn!(tenant, error = %e, "a grant's old tokens were not pruned");
         }
         self.client_used(tenant, client_id);
@@ -1073,7 +1085,6 @@ mod tests {
             // Private-use schemes as MCP hosts use them (RFC 8252 §7.1).
             "cursor://anysphere.cursor-mcp/oauth/callback",
             "vscode://vscode.github-authentication/did-authenticate",
-            "custom:/cb",
         ] {
             assert!(sound_redirect_uri(good), "{good}");
         }
@@ -1091,6 +1102,9 @@ mod tests {
             "view-source:https://app.example/",
             "chrome-extension://abc/cb",
             "wss://app.example/cb",
+            "custom:/cb",
+            "ms-msdt:/id",
+            "search-ms:query=x",
         ] {
             assert!(!sound_redirect_uri(bad), "{bad}");
         }

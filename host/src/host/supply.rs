@@ -117,9 +117,18 @@ impl ToolHost {
         // made at the same moment cannot drop it.
         let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
         let by_operator = actor.role == Role::Operator;
+        // The floor as the store has it, not this replica's copy: another
+        // replica may have set it since this one last caught up.
+        let stored = self
+            .store
+            .settings()?
+            .into_iter()
+            .find(|(t, key, _)| t == tenant && key == TRUST_SETTING)
+            .map(|(_, _, text)| TrustPolicy::from_stored(&text));
+        let current = stored.unwrap_or_else(|| self.trust_policy(tenant));
         if by_operator {
             policy.operator = policy.require_signature.then(|| Box::new(policy.clone()));
-        } else if let Some(operator) = self.trust_policy(tenant).operator {
+        } else if let Some(operator) = current.operator {
             if let Err(why) = policy.at_least_as_strict_as(&operator) {
                 let audit = AuditEntry::new(actor, Some(tenant), "trust-policy.refused", tenant)
                     .detail(json!({ "why": why, "policy": policy.to_api_json() }));

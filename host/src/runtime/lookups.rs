@@ -29,9 +29,14 @@ const LOOKUP_STACK: usize = 256 * 1024;
 /// Lookups for tools' outbound requests.
 pub(crate) static TOOL_LOOKUPS: LazyLock<NameLookups> =
     LazyLock::new(|| NameLookups::new(MAX_LOOKUPS, LOOKUP_TIMEOUT, Arc::new(system_lookup)));
-/// Lookups for the host's own fetches (keys, documents, registries): a
+/// Lookups for the host's own fetches of what an operator or a tenant
+/// named (confirmation servers' keys, identity providers, registries): a
 /// tool's dead names cannot take their slots.
 pub(crate) static HOST_LOOKUPS: LazyLock<NameLookups> =
+    LazyLock::new(|| NameLookups::new(MAX_LOOKUPS, LOOKUP_TIMEOUT, Arc::new(system_lookup)));
+/// Lookups for names anyone may choose (OAuth client metadata documents):
+/// a stranger's dead names take only these slots.
+pub(crate) static STRANGER_LOOKUPS: LazyLock<NameLookups> =
     LazyLock::new(|| NameLookups::new(MAX_LOOKUPS, LOOKUP_TIMEOUT, Arc::new(system_lookup)));
 
 /// How a name is looked up: the system's resolver, or a test's.

@@ -759,17 +759,28 @@ pub async fn read_capped(response: &mut reqwest::Response, max: usize) -> Result
 /// A reqwest resolver under the outbound policy: resolves, and refuses the
 /// name unless every address passes it. A client built with it connects
 /// only to what it returns (confirmation servers' keys, OAuth client
-/// documents and identity providers, registries). Its lookups are the
-/// host's bounded set ([`super::lookups::HOST_LOOKUPS`]): a lookup past
-/// the bound is refused at once, one that does not answer in time fails.
+/// documents and identity providers, registries). Its lookups are one of
+/// the bounded sets of [`super::lookups`]: a lookup past the bound is
+/// refused at once, one that does not answer in time fails.
 pub struct CheckedResolver {
     limits: Arc<OutboundLimits>,
+    lookups: &'static super::lookups::NameLookups,
 }
 
 impl CheckedResolver {
-    /// A resolver under `limits` (the registry client uses it too).
+    /// A resolver under `limits` for names an operator or a tenant chose
+    /// (confirmation servers, identity providers, registries), whose
+    /// lookups are the host's set.
     pub fn new(limits: Arc<OutboundLimits>) -> CheckedResolver {
-        CheckedResolver { limits }
+        CheckedResolver { limits, lookups: &super::lookups::HOST_LOOKUPS }
+    }
+
+    /// A resolver under `limits` for names anyone may choose (OAuth client
+    /// metadata documents), whose lookups are a set of their own: names
+    /// that never answer, sent by strangers who hang up at once, cannot
+    /// take the slots registries and identity providers need.
+    pub fn for_strangers(limits: Arc<OutboundLimits>) -> CheckedResolver {
+        CheckedResolver { limits, lookups: &super::lookups::STRANGER_LOOKUPS }
     }
 }
 
@@ -780,9 +791,9 @@ struct RefusedAddress;
 
 impl reqwest::dns::Resolve for CheckedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let limits = self.limits.clone();
+        let (limits, lookups) = (self.limits.clone(), self.lookups);
         Box::pin(async move {
-            let found: Vec<SocketAddr> = super::lookups::HOST_LOOKUPS.resolve(name.as_str(), 0).await?;
+            let found: Vec<SocketAddr> = lookups.resolve(name.as_str(), 0).await?;
             if found.is_empty() || found.iter().any(|a| limits.refuses(a.ip())) {
                 return Err(Box::new(RefusedAddress) as Box<dyn std::error::Error + Send + Sync>);
             }

@@ -628,8 +628,12 @@ pub trait RegistryStore: Send + Sync {
     /// Records that a registered client obtained a code or refreshed at `now`.
     fn touch_oauth_client(&self, tenant: &str, client_id: &str, now: i64) -> Result<(), StoreError>;
     /// Deletes a grant's access and refresh tokens past the newest `keep`
-    /// of each kind (every refresh adds one of each); returns how many.
-    fn prune_oauth_family(&self, family: &str, keep: u32) -> Result<usize, StoreError>;
+    /// of each kind (every refresh adds one of each), never those whose
+    /// sha256 is in `spare` (the ones just issued); returns how many.
+    fn prune_oauth_family(&self, family: &str, keep: u32, spare: &[String]) -> Result<usize, StoreError>;
+    /// Revokes a grant's refresh tokens that were never used (the tokens a
+    /// refresh issued before it was retried).
+    fn revoke_unused_refresh(&self, family: &str, now: i64) -> Result<(), StoreError>;
     /// A registered client's metadata (JSON).
     fn oauth_client(&self, tenant: &str, client_id: &str) -> Result<Option<String>, StoreError>;
 

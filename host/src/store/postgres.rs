@@ -1446,11 +1446,12 @@ impl RegistryStore for PostgresStore {
         })
     }
 
-    fn prune_oauth_family(&self, family: &str, keep: u32) -> Result<usize, StoreError> {
-        let (pool, family) = (self.pool.clone(), family.to_string());
+    fn prune_oauth_family(&self, family: &str, keep: u32, spare: &[String]) -> Result<usize, StoreError> {
+        let (pool, family, spare) = (self.pool.clone(), family.to_string(), spare.to_vec());
         self.run(async move {
             let deleted = sqlx::query(
-                "DELETE FROM oauth_grants WHERE family = $1 AND kind IN ('access', 'refresh') AND token_sha256 NOT IN (
+                "DELETE FROM oauth_grants WHERE family = $1 AND kind IN ('access', 'refresh')
+                 AND NOT (token_sha256 = ANY($3)) AND token_sha256 NOT IN (
                      SELECT token_sha256 FROM oauth_grants WHERE family = $1 AND kind = 'access'
                          ORDER BY expires_at DESC, token_sha256 LIMIT $2)
                  AND token_sha256 NOT IN (
@@ -1459,11 +1460,28 @@ impl RegistryStore for PostgresStore {
             )
             .bind(family)
             .bind(i64::from(keep))
+            .bind(spare)
             .execute(&pool)
             .await
             .map_err(db)?
             .rows_affected();
             Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
+        })
+    }
+
+    fn revoke_unused_refresh(&self, family: &str, now: i64) -> Result<(), StoreError> {
+        let (pool, family) = (self.pool.clone(), family.to_string());
+        self.run(async move {
+            sqlx::query(
+                "UPDATE oauth_grants SET revoked_at = $2
+                 WHERE family = $1 AND kind = 'refresh' AND used_at IS NULL AND revoked_at IS NULL",
+            )
+            .bind(family)
+            .bind(now)
+            .execute(&pool)
+            .await
+            .map_err(db)?;
+            Ok(())
         })
     }
 

@@ -304,6 +304,7 @@ const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE oauth_clients ADD COLUMN last_used_at INTEGER;
     CREATE INDEX oauth_clients_unused ON oauth_clients (tenant, created_at) WHERE last_used_at IS NULL;
+    CREATE INDEX oauth_grants_by_client ON oauth_grants (tenant, client_id);
 ",
 ];
 
@@ -1183,16 +1184,27 @@ impl RegistryStore for SqliteStore {
         Ok(())
     }
 
-    fn prune_oauth_family(&self, family: &str, keep: u32) -> Result<usize, StoreError> {
+    fn prune_oauth_family(&self, family: &str, keep: u32, spare: &[String]) -> Result<usize, StoreError> {
+        let spare = serde_json::to_string(spare).unwrap_or_else(|_| "[]".into());
         Ok(self.conn().execute(
-            "DELETE FROM oauth_grants WHERE family = ?1 AND kind IN ('access', 'refresh') AND token_sha256 NOT IN (
+            "DELETE FROM oauth_grants WHERE family = ?1 AND kind IN ('access', 'refresh')
+             AND token_sha256 NOT IN (SELECT value FROM json_each(?3)) AND token_sha256 NOT IN (
                  SELECT token_sha256 FROM oauth_grants WHERE family = ?1 AND kind = 'access'
                      ORDER BY expires_at DESC, rowid DESC LIMIT ?2)
              AND token_sha256 NOT IN (
                  SELECT token_sha256 FROM oauth_grants WHERE family = ?1 AND kind = 'refresh'
                      ORDER BY expires_at DESC, rowid DESC LIMIT ?2)",
-            params![family, keep],
+            params![family, keep, spare],
         )?)
+    }
+
+    fn revoke_unused_refresh(&self, family: &str, now: i64) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE oauth_grants SET revoked_at = ?2
+             WHERE family = ?1 AND kind = 'refresh' AND used_at IS NULL AND revoked_at IS NULL",
+            params![family, now],
+        )?;
+        Ok(())
     }
 
     fn sweep_oauth_grants(&self, before: i64) -> Result<usize, StoreError> {

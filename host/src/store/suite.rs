@@ -356,7 +356,12 @@ fn oauth_credentials_are_used_once_and_revoked_by_family(store: &dyn RegistrySto
     let many: Vec<OAuthGrant> = (0..5).flat_map(|n| [nth("access", n), nth("refresh", n)]).collect();
     store.insert_oauth_grants(&many).unwrap();
     store.insert_oauth_grants(&[grant("code-f3", "code", "f3")]).unwrap();
-    assert_eq!(store.prune_oauth_family("f3", 2).unwrap(), 6);
+    assert_eq!(store.prune_oauth_family("f3", 2, &["refresh-0".to_string()]).unwrap(), 5, "refresh-0 is spared");
+    assert!(store.oauth_grant("refresh-0").unwrap().is_some());
+    store.revoke_unused_refresh("f3", 150).unwrap();
+    assert_eq!(store.oauth_grant("refresh-4").unwrap().unwrap().revoked_at, Some(150));
+    assert_eq!(store.oauth_grant("access-4").unwrap().unwrap().revoked_at, None, "access tokens stay");
+    assert_eq!(store.prune_oauth_family("f3", 2, &[]).unwrap(), 1);
     for (sha, kept) in [
         ("access-4", true),
         ("access-3", true),
@@ -368,7 +373,7 @@ fn oauth_credentials_are_used_once_and_revoked_by_family(store: &dyn RegistrySto
     ] {
         assert_eq!(store.oauth_grant(sha).unwrap().is_some(), kept, "{sha}");
     }
-    assert_eq!(store.prune_oauth_family("f3", 2).unwrap(), 0);
+    assert_eq!(store.prune_oauth_family("f3", 2, &[]).unwrap(), 0);
     assert_eq!(store.sweep_oauth_grants(4_000).unwrap(), 5);
     // Registered clients, a bounded number per tenant: a full tenant makes
     // room by deleting its oldest client never used; a used one stays.

@@ -128,11 +128,16 @@ pub(crate) struct JwksFetcher {
 
 impl JwksFetcher {
     pub(crate) fn new(options: JwksOptions, limits: Arc<OutboundLimits>) -> JwksFetcher {
+        let resolver = CheckedResolver::new(limits.clone());
+        JwksFetcher::with_resolver(options, limits, resolver)
+    }
+
+    fn with_resolver(options: JwksOptions, limits: Arc<OutboundLimits>, resolver: CheckedResolver) -> JwksFetcher {
         let client = reqwest::Client::builder()
             .timeout(FETCH_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
-            .dns_resolver(Arc::new(CheckedResolver::new(limits.clone())))
+            .dns_resolver(Arc::new(resolver))
             .build()
             .inspect_err(|e| tracing::error!(error = %e, "no HTTP client for confirmation servers' keys"))
             .ok();
@@ -154,8 +159,16 @@ impl JwksFetcher {
     /// metadata documents), under the same rules, capped at
     /// [`crate::host::oauth::MAX_CLIENT_METADATA_BYTES`]; each must be
     /// answered `200` with a JSON content type.
+    /// Anyone can name one, so their names are looked up apart from the
+    /// host's ([`CheckedResolver::for_strangers`]).
     pub(crate) fn documents(options: JwksOptions, limits: Arc<OutboundLimits>) -> JwksFetcher {
-        JwksFetcher::documents_of(options, limits, crate::host::oauth::MAX_CLIENT_METADATA_BYTES)
+        let options = JwksOptions { max_bytes: crate::host::oauth::MAX_CLIENT_METADATA_BYTES, ..options };
+        let resolver = CheckedResolver::for_strangers(limits.clone());
+        JwksFetcher {
+            shape: Value::is_object,
+            json_content_type: true,
+            ..JwksFetcher::with_resolver(options, limits, resolver)
+        }
     }
 
     /// A fetcher of JSON objects of at most `max_bytes`.
@@ -269,10 +282,21 @@ impl JwksFetcher {
     /// at most once per URL every [`REFETCH_INTERVAL`]: within it, the
     /// cached outcome. Anyone can send tokens naming made-up keys, so they
     /// cost the issuer, and this server, one fetch per interval, not one
-    /// each.
+    /// each. The fresh document replaces the cached one only when it was
+    /// fetched: a failed refetch (the issuer's blip, made-up tokens sent
+    /// while it fails) leaves the good key set in place.
     pub(crate) async fn refetch(&self, url: &str) -> Fetched {
-        if self.may_refetch(url, Instant::now()) {
-            self.forget(url);
+        if self.may_refetch(url, Instant::now())
+            && let Some(_place) = self.place(None)
+        {
+            match self.fetch(url).await {
+                Ok(fresh) => {
+                    let fetched = Ok(Arc::new(fresh));
+                    self.remember(url, fetched.clone());
+                    return fetched;
+                }
+                Err(e) => tracing::warn!(host = %host_of(url), error = %e, "a key set was not fetched again"),
+            }
         }
         self.get(url).await
     }
@@ -548,6 +572,35 @@ mod tests {
         }
         assert!(!f.may_refetch("https://new.example/jwks", t0 + REFETCH_INTERVAL));
         assert!(f.may_refetch("https://new.example/jwks", t0 + REFETCH_INTERVAL * 3));
+    }
+
+    #[tokio::test]
+    async fn a_failed_refetch_keeps_the_key_set_it_had() {
+        // A key set once, then failures.
+        let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = served.clone();
+        let app = axum::Router::new().route(
+            "/jwks.json",
+            axum::routing::get(move || {
+                let first = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+                async move {
+                    if first {
+                        (axum::http::StatusCode::OK, r#"{"keys": [{"kid": "k1"}]}"#)
+                    } else {
+                        (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "down")
+                    }
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let f = fetcher(true, &["127.0.0.0/8"]);
+        assert!(f.get(&url).await.is_ok());
+        let again = f.refetch(&url).await.expect("the good key set is kept");
+        assert_eq!(again["keys"][0]["kid"], "k1");
+        assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 2, "it was fetched again, and failed");
+        assert!(f.get(&url).await.is_ok(), "the cache still holds the good set");
     }
 
     #[tokio::test]

@@ -225,6 +225,10 @@ impl LoginGuard {
     }
 }
 
+/// What callers throttle a login to a tenant that does not exist as: no
+/// tenant is named so, and all such logins share one budget.
+pub(crate) const UNKNOWN_TENANT: &str = "";
+
 /// A tenant's budget key: fixed-size, whatever tenant name a caller makes
 /// up.
 fn tenant_key(tenant: &str) -> [u8; 32] {
