@@ -1113,16 +1113,16 @@ pub async fn against_baseline(opts: &Opts, baseline: &Path, report: &mut Report)
         "11 this ÷ baseline",
         &format!("echo requests/s ({of_rounds})"),
         format!("{throughput:.2} (rounds {each})"),
-        "≥ 0.95",
-        judged(throughput >= 0.95),
+        "≥ 0.97",
+        judged(throughput >= 0.97),
     );
     let (latency, each) = this.one_over(&base);
     report.row(
         "11 this ÷ baseline one connection",
         &format!("echo p50 ({of_rounds}): this · baseline"),
         format!("{latency:.2} (rounds {each}; {} · {})", fmt(this.median_one()), fmt(base.median_one())),
-        "≤ 1.05",
-        judged(latency <= 1.05),
+        "≤ 1.03",
+        judged(latency <= 1.03),
     );
     Ok(())
 }
