@@ -181,8 +181,22 @@ fn print_policy(policy: &Value) {
     }
 }
 
-/// `plinth trust set [--require-signature] --trusted-key NAME=FILE…`.
-pub fn set_trust(target: &TenantTarget, require_signature: bool, keys: &[String]) -> anyhow::Result<()> {
+/// `plinth trust set [--require-signature] --trusted-key NAME=FILE… [--key-scope NAME=PATTERN…]`.
+pub fn set_trust(
+    target: &TenantTarget,
+    require_signature: bool,
+    keys: &[String],
+    scopes: &[String],
+) -> anyhow::Result<()> {
+    let mut scoped: Vec<(&str, &str)> = Vec::new();
+    for scope in scopes {
+        scoped.push(scope.split_once('=').context("write each key scope as NAME=PATTERN")?);
+    }
+    if let Some((name, _)) =
+        scoped.iter().find(|(name, _)| !keys.iter().any(|k| k.split_once('=').is_some_and(|(n, _)| n == *name)))
+    {
+        anyhow::bail!("--key-scope names `{name}`, which no --trusted-key names");
+    }
     let mut listed = Vec::new();
     for key in keys {
         let (name, file) = key.split_once('=').context("write each key as NAME=FILE")?;
@@ -192,7 +206,12 @@ pub fn set_trust(target: &TenantTarget, require_signature: bool, keys: &[String]
             Ok(text) if text.contains("-----BEGIN") => text,
             _ => base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &bytes),
         };
-        listed.push(serde_json::json!({ "name": name, "publicKey": public_key }));
+        let mut key = serde_json::json!({ "name": name, "publicKey": public_key });
+        let patterns: Vec<&str> = scoped.iter().filter(|(n, _)| *n == name).map(|(_, p)| *p).collect();
+        if !patterns.is_empty() {
+            key["scopes"] = serde_json::json!(patterns);
+        }
+        listed.push(key);
     }
     let body = serde_json::json!({ "requireSignature": require_signature, "keys": listed });
     let url = format!("{}/admin/trust-policy", root(target));

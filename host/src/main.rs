@@ -194,6 +194,12 @@ enum TrustCommand {
         /// key file.
         #[arg(long = "trusted-key", value_name = "NAME=FILE")]
         keys: Vec<String>,
+        /// Limits the key NAME to deploys pulled from repositories that
+        /// match PATTERN (`registry/repository`, `registry/prefix/*`,
+        /// `registry/*`; repeatable): it then signs for nothing else, and
+        /// never for posted bytes.
+        #[arg(long = "key-scope", value_name = "NAME=PATTERN")]
+        scopes: Vec<String>,
         #[command(flatten)]
         target: TenantTarget,
     },
@@ -725,8 +731,8 @@ fn main() -> std::process::ExitCode {
         }
         Command::Trust { command } => match command {
             TrustCommand::Show { target } => client::show_trust(&target),
-            TrustCommand::Set { require_signature, keys, target } => {
-                client::set_trust(&target, require_signature, &keys)
+            TrustCommand::Set { require_signature, keys, scopes, target } => {
+                client::set_trust(&target, require_signature, &keys, &scopes)
             }
             TrustCommand::Check { target } => match client::check_trust(&target) {
                 Ok(true) => Ok(()),

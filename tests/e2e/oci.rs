@@ -337,6 +337,9 @@ async fn the_trust_policy_accepts_only_what_a_trusted_key_signed_over_these_byte
         .arg(format!("release={}", release_pk.display()))
         .arg("--trusted-key")
         .arg(format!("ci={}", cosign_pub.display()))
+        // The CI key signs only for this registry's repositories.
+        .arg("--key-scope")
+        .arg(format!("ci={}/*", registry.address))
         .output()
         .unwrap();
     assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
@@ -346,6 +349,8 @@ async fn the_trust_policy_accepts_only_what_a_trusted_key_signed_over_these_byte
     };
     assert_eq!(policy["keys"][0]["kind"], "wasmsign2", "{policy}");
     assert_eq!(policy["keys"][1]["kind"], "cosign", "{policy}");
+    assert_eq!(policy["keys"][1]["scopes"], json!([format!("{}/*", registry.address)]), "{policy}");
+    assert!(policy["keys"][0].get("scopes").is_none_or(|s| s.as_array().is_some_and(Vec::is_empty)), "{policy}");
 
     let deploy = |reference: String| {
         let (server, publisher) = (&server, publisher.clone());
