@@ -1650,6 +1650,7 @@ impl ToolHost {
         // Every tool's requests are counted, a tool that declares no host
         // included: its attempts (`undeclared`, `denied`) are the ones to see.
         let outbound = OutboundPolicy::new(&version.host_patterns, &config, self.limits.outbound.clone())
+            .for_tenant(&tool.tenant)
             .traced(run.trace.cloned())
             .counted(self.metrics.outbound(&tool.tenant, &tool.name).tallied(run.outbound));
         // `describe` runs before anyone has confirmed the call: it may read, not act.

@@ -21,14 +21,18 @@ use std::time::Duration;
 
 /// Lookups at once in each set (a thread each while it runs).
 const MAX_LOOKUPS: usize = 32;
+/// Tools' lookups at once for one tenant: a tenant whose tools name hosts
+/// whose DNS never answers holds at most this share of [`TOOL_LOOKUPS`].
+const MAX_TOOL_LOOKUPS_PER_TENANT: usize = 8;
 /// The longest a caller waits for one lookup.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// A lookup thread's stack: `getaddrinfo` needs little.
 const LOOKUP_STACK: usize = 256 * 1024;
 
 /// Lookups for tools' outbound requests.
-pub(crate) static TOOL_LOOKUPS: LazyLock<NameLookups> =
-    LazyLock::new(|| NameLookups::new(MAX_LOOKUPS, LOOKUP_TIMEOUT, Arc::new(system_lookup)));
+pub(crate) static TOOL_LOOKUPS: LazyLock<NameLookups> = LazyLock::new(|| {
+    NameLookups::new(MAX_LOOKUPS, LOOKUP_TIMEOUT, Arc::new(system_lookup)).per_key(MAX_TOOL_LOOKUPS_PER_TENANT)
+});
 /// Lookups for the host's own fetches of what an operator or a tenant
 /// named (confirmation servers' keys, identity providers, registries): a
 /// tool's dead names cannot take their slots.
@@ -61,20 +65,75 @@ pub(crate) struct NameLookups {
     slots: Arc<tokio::sync::Semaphore>,
     timeout: Duration,
     lookup: LookupFn,
+    /// Lookups running by key (a tenant), each held until its lookup ends.
+    by_key: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    max_per_key: usize,
+}
+
+/// A key's share of the lookups running, given back when the lookup ends.
+struct KeyShare {
+    by_key: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    key: String,
+}
+
+impl Drop for KeyShare {
+    fn drop(&mut self) {
+        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(running) = by_key.get_mut(&self.key) {
+            *running = running.saturating_sub(1);
+            if *running == 0 {
+                by_key.remove(&self.key);
+            }
+        }
+    }
 }
 
 impl NameLookups {
     /// At most `max` lookups at once, each waited for at most `timeout`.
     pub(crate) fn new(max: usize, timeout: Duration, lookup: LookupFn) -> NameLookups {
-        NameLookups { slots: Arc::new(tokio::sync::Semaphore::new(max.max(1))), timeout, lookup }
+        NameLookups {
+            slots: Arc::new(tokio::sync::Semaphore::new(max.max(1))),
+            timeout,
+            lookup,
+            by_key: Arc::default(),
+            max_per_key: usize::MAX,
+        }
+    }
+
+    /// The same set, where one key (a tenant) holds at most `max` lookups.
+    pub(crate) fn per_key(self, max: usize) -> NameLookups {
+        NameLookups { max_per_key: max.max(1), ..self }
     }
 
     /// The addresses of `host` (with `port`). An address literal is its own
     /// answer and takes no slot.
     pub(crate) async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, LookupError> {
+        self.resolve_as(None, host, port).await
+    }
+
+    /// [`NameLookups::resolve`] for `key` (a tenant), which may have at
+    /// most the set's share per key running.
+    pub(crate) async fn resolve_as(
+        &self,
+        key: Option<&str>,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<SocketAddr>, LookupError> {
         if let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
             return Ok(vec![SocketAddr::new(ip, port)]);
         }
+        let share = match key {
+            Some(key) if self.max_per_key != usize::MAX => {
+                let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+                let running = by_key.entry(key.to_string()).or_default();
+                if *running >= self.max_per_key {
+                    return Err(LookupError::Busy);
+                }
+                *running += 1;
+                Some(KeyShare { by_key: self.by_key.clone(), key: key.to_string() })
+            }
+            _ => None,
+        };
         let slot = self.slots.clone().try_acquire_owned().map_err(|_| LookupError::Busy)?;
         let (answer, answered) = tokio::sync::oneshot::channel();
         let lookup = self.lookup.clone();
@@ -85,7 +144,7 @@ impl NameLookups {
             .spawn(move || {
                 let found = lookup(&name, port);
                 // Free before answering: the caller may look up again at once.
-                drop(slot);
+                drop((slot, share));
                 let _ = answer.send(found);
             })
             // Not spawned: the closure, and with it the slot, is dropped.
@@ -167,6 +226,27 @@ mod tests {
         assert!(matches!(lookups.resolve("other.example", 443).await, Err(LookupError::Busy)));
         drop(release);
         while lookups.slots.available_permits() == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn one_tenants_dead_names_hold_only_its_share_of_the_tools_lookups() {
+        let (lookup, release) = hanging();
+        let lookups = NameLookups::new(4, Duration::from_millis(1), lookup).per_key(2);
+        for name in ["dead-1.example", "dead-2.example"] {
+            assert!(matches!(lookups.resolve_as(Some("noisy"), name, 443).await, Err(LookupError::TimedOut)));
+        }
+        // Its two lookups still hang: the tenant's share is spent, the set's is not.
+        assert!(matches!(lookups.resolve_as(Some("noisy"), "dead-3.example", 443).await, Err(LookupError::Busy)));
+        assert!(matches!(lookups.resolve_as(Some("quiet"), "slow.example", 443).await, Err(LookupError::TimedOut)));
+        assert_eq!(lookups.slots.available_permits(), 1, "noisy holds two, quiet one");
+        drop(release);
+        while lookups.slots.available_permits() < 4 {
+            tokio::task::yield_now().await;
+        }
+        // Once its lookups ended, nothing of the tenant is left counted.
+        while !lookups.by_key.lock().unwrap().is_empty() {
             tokio::task::yield_now().await;
         }
     }

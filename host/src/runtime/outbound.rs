@@ -248,6 +248,9 @@ pub struct OutboundPolicy {
     counter: Option<crate::metrics::OutboundCounter>,
     /// Set once a request has gone out.
     sent_any: SentAny,
+    /// The tenant whose tool this is: its lookups are a bounded share of
+    /// the tools' ([`super::lookups::TOOL_LOOKUPS`]).
+    tenant: Option<Arc<str>>,
 }
 
 /// Whether an invocation sent a request: its connecting, TLS and reading
@@ -288,7 +291,13 @@ impl OutboundPolicy {
             trace: None,
             counter: None,
             sent_any: SentAny::default(),
+            tenant: None,
         }
+    }
+
+    /// The same policy, for a tool of `tenant`.
+    pub fn for_tenant(self, tenant: &str) -> Self {
+        OutboundPolicy { tenant: Some(Arc::from(tenant)), ..self }
     }
 
     /// The same policy, continuing the caller's trace: every request
@@ -427,9 +436,9 @@ impl WasiHttpHooks for OutboundPolicy {
         let mut request = request;
         let span = self.trace_request(&mut request, &entry);
         let (limits, denials, counter) = (self.limits.clone(), self.denials.clone(), self.counter.clone());
-        let checked = limits.clone();
+        let (checked, tenant) = (limits.clone(), self.tenant.clone());
         let sent = async move {
-            let address = check_addresses(&uri, &checked, &denials).await?;
+            let address = check_addresses(&uri, &checked, &denials, tenant.as_deref()).await?;
             send_to(request, address, &options, TLS.as_ref()).await
         };
         Box::new(
@@ -659,12 +668,13 @@ async fn check_addresses(
     uri: &http::Uri,
     limits: &OutboundLimits,
     denials: &Denials,
+    tenant: Option<&str>,
 ) -> Result<std::net::SocketAddr, HttpError> {
     let authority = uri.authority().ok_or(HttpError::HttpRequestUriInvalid)?;
     let port = authority.port_u16().unwrap_or(if uri.scheme_str() == Some("http") { 80 } else { 443 });
     let host = authority.host().trim_start_matches('[').trim_end_matches(']');
     // Bounded in number and time, off the store's blocking pool.
-    let addresses = match super::lookups::TOOL_LOOKUPS.resolve(host, port).await {
+    let addresses = match super::lookups::TOOL_LOOKUPS.resolve_as(tenant, host, port).await {
         Ok(found) => found,
         Err(_) => return Err(HttpError::DnsError { rcode: None, info_code: None }),
     };
@@ -1056,13 +1066,16 @@ mod tests {
         let uri: http::Uri = "http://127.0.0.1:9/".parse().unwrap();
         let denials = Denials::default();
         let closed = OutboundLimits::default();
-        assert!(matches!(check_addresses(&uri, &closed, &denials).await, Err(HttpError::HttpRequestDenied)));
+        assert!(matches!(check_addresses(&uri, &closed, &denials, None).await, Err(HttpError::HttpRequestDenied)));
         assert!(denials.first().unwrap().contains("127.0.0.1"));
         let open = OutboundLimits { allowed_private: vec!["127.0.0.0/8".parse().unwrap()], ..Default::default() };
-        assert_eq!(check_addresses(&uri, &open, &Denials::default()).await.unwrap(), "127.0.0.1:9".parse().unwrap());
+        assert_eq!(
+            check_addresses(&uri, &open, &Denials::default(), None).await.unwrap(),
+            "127.0.0.1:9".parse().unwrap()
+        );
         let localhost: http::Uri = "http://localhost:9/".parse().unwrap();
         assert!(
-            check_addresses(&localhost, &closed, &Denials::default()).await.is_err(),
+            check_addresses(&localhost, &closed, &Denials::default(), None).await.is_err(),
             "names are checked after resolution"
         );
     }
