@@ -295,8 +295,12 @@ impl OutboundPolicy {
         }
     }
 
-    /// The same policy, for a tool of `tenant`.
+    /// The same policy, for a tool of `tenant`. A tool that declares no
+    /// host resolves no name: it is spared the copy of the name.
     pub fn for_tenant(self, tenant: &str) -> Self {
+        if self.allowed.is_empty() {
+            return self;
+        }
         OutboundPolicy { tenant: Some(Arc::from(tenant)), ..self }
     }
 
