@@ -33,7 +33,7 @@ LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
 DATA       ?= ./plinth-data
 
-.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients schemathesis openapi screenshots run test check bench bench-smoke wrk peer oci-tools system-packages
+.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients schemathesis openapi screenshots run test check bench bench-smoke wrk peer oci-tools system-packages fuzz
 
 help:
 	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
@@ -43,6 +43,7 @@ help:
 	@echo "make openapi  write the server's OpenAPI document to docs/openapi.json"
 	@echo "make screenshots  retake the catalog's pictures in docs/catalog/ (browser tests)"
 	@echo "make bench    run the benchmark harness (release build) and write bench/RESULTS.md"
+	@echo "make fuzz     run every fuzz target for FUZZ_SECONDS (default 60) each (nightly; not part of make test)"
 
 # The tools are WebAssembly components: they need Rust's wasm32-wasip2 target.
 wasm-target:
@@ -209,3 +210,10 @@ check:
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy -p plinth-bench --all-targets -- -D warnings
 	$(CARGO) clippy --target wasm32-wasip2 -p plinth-sdk $(addprefix -p ,$(PLUGINS)) -- -D warnings
+
+# The fuzzers (fuzz/, cargo-fuzz on nightly): every target, or FUZZ_TARGETS,
+# for FUZZ_SECONDS each; not part of `make test` or CI. docs/security.md.
+FUZZ_SECONDS ?= 60
+fuzz: plugins
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz
+	FUZZ_SECONDS=$(FUZZ_SECONDS) ./fuzz/run $(FUZZ_TARGETS)

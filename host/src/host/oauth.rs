@@ -1053,6 +1053,49 @@ impl Jwt {
     }
 }
 
+/// The checks `external_grant` and `oauth_client` make of what outside
+/// parties send (an external issuer's JWT and key set, a client's metadata)
+/// without the fetching around them: for the fuzzers (`fuzz/`), not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    /// What [`ToolHost::external_grant`] decides once it holds the issuer's
+    /// key set `jwks`, in its order: the token's size, its form, its `typ`,
+    /// a key of `jwks` that signed it, its claims at `now`.
+    pub fn external_token(
+        setting: &OAuthSetting,
+        issuer: &str,
+        token: &str,
+        jwks: &Value,
+        resource: &str,
+        now: i64,
+    ) -> Result<TokenGrant, &'static str> {
+        if token.len() > MAX_JWT_BYTES {
+            return Err("longer than a JWT is read");
+        }
+        let jwt = Jwt::parse(token).ok_or("not a JWT")?;
+        if !access_token_type(jwt.typ.as_deref()) {
+            return Err("not an access token");
+        }
+        let _ = jwt.names_a_key_not_in(jwks);
+        if !jwt.verified_by(jwks) {
+            return Err("no key of the issuer signed it");
+        }
+        granted_by(setting, issuer, &jwt.claims, resource, now, token)
+    }
+
+    /// A client's metadata, registered or fetched (a CIMD document).
+    pub fn client_metadata(client_id: &str, metadata: &Value, document: bool) -> Result<OAuthClient, OAuthError> {
+        client_from_metadata(client_id, metadata, document)
+    }
+
+    /// Whether a declared redirect URI is one a client may register.
+    pub fn sound_redirect(uri: &str) -> bool {
+        sound_redirect_uri(uri)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
