@@ -26,8 +26,21 @@ pub fn tolerate_caught_panics_in(crates: &'static [&'static str]) {
     });
 }
 
-/// A current-thread tokio runtime for the target's thread.
+/// What the `plinth` binary's `main` has and libFuzzer's does not: a
+/// write to a connection its peer closed is an error, not SIGPIPE (Rust's
+/// runtime ignores the signal before `main`; libFuzzer's `main` is C's).
+pub fn ignore_sigpipe() {
+    static ONCE: Once = Once::new();
+    // SAFETY: setting a signal's disposition to SIG_IGN, once, before any
+    // thread of ours writes to a socket.
+    ONCE.call_once(|| unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    });
+}
+
+/// The tokio runtime the target's requests run on (one worker thread).
 pub fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    ignore_sigpipe();
     RT.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap())
 }

@@ -235,7 +235,10 @@ fn one(u: &mut Unstructured) -> Result<()> {
         request = request.header(name.as_str(), value.as_str());
     }
     let body = body(u, w, &tool)?;
-    let Ok(request) = request.body(Body::from(body.clone())) else { return Ok(()) };
+    let Ok(mut request) = request.body(Body::from(body.clone())) else { return Ok(()) };
+    // What the accept loop (api::serve) puts on every request: its TCP peer.
+    let peer: [u8; 4] = *u.choose(&[[127, 0, 0, 1], [10, 0, 0, 7], [203, 0, 113, 9]])?;
+    request.extensions_mut().insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((peer, 40000))));
     let asked = format!("{path} {key:?} {}", String::from_utf8_lossy(&body));
 
     let app = w.app.clone();
@@ -283,7 +286,9 @@ fn one(u: &mut Unstructured) -> Result<()> {
             // OAuth's endpoints answer RFC 6749's shape; the MCP door JSON-RPC's.
             let oauth = v["error"].is_string();
             let rpc = v["jsonrpc"] == "2.0";
-            assert!(shaped || oauth || rpc, "{code} error body not in the error shape: {text}");
+            // The OTC door answers the OTC specification's error shape.
+            let otc = path.contains("/otc/") && v["code"].is_string() && v["message"].is_string();
+            assert!(shaped || oauth || rpc || otc, "{code} error body not in the error shape: {text}");
         }
     }
     Ok(())
