@@ -113,8 +113,14 @@ fn signed_token(u: &mut Unstructured) -> Result<()> {
     let aud = if u.arbitrary()? { json!(RESOURCE) } else { json!(["https://other.example", RESOURCE]) };
     put("iss", pick(u, json!(ISSUER), json!(format!("{ISSUER}/")))?);
     put("aud", pick(u, aud, json!("https://tools.example.com/t/other/mcp"))?);
-    put("exp", pick(u, json!(right_exp), json!(wrong_exp))?);
-    put("nbf", pick(u, json!(right_nbf), json!(wrong_nbf))?);
+    // The ends of i64 too: an issuer's numbers are any numbers.
+    let edge = |u: &mut Unstructured| -> Result<Value> {
+        Ok(json!(*u.choose(&[i64::MAX, i64::MIN, i64::MAX - 59, i64::MIN + 59, NOW - 60, NOW + 60, NOW - 61, NOW + 61])?))
+    };
+    let exp = if u.ratio(1, 8)? { Some(edge(u)?) } else { pick(u, json!(right_exp), json!(wrong_exp))? };
+    let nbf = if u.ratio(1, 8)? { Some(edge(u)?) } else { pick(u, json!(right_nbf), json!(wrong_nbf))? };
+    put("exp", exp);
+    put("nbf", nbf);
     put("sub", pick(u, json!(sub), json!(""))?);
     put("scope", pick(u, json!("tools:call tools:read other"), json!(["tools:read"]))?);
     put("jti", pick(u, json!(jti), json!(7))?);

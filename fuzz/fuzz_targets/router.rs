@@ -251,13 +251,25 @@ fn one(u: &mut Unstructured) -> Result<()> {
         let headers = response.headers().clone();
         // A listening stream (`subscriptions/listen`) does not end: its
         // first part is enough.
+        let stream = headers.get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
         let mut bytes = Vec::new();
         let mut body = response.into_body();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-        while let Ok(Some(frame)) = tokio::time::timeout_at(deadline, body.frame()).await {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(if stream { 1 } else { 10 });
+        loop {
+            let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(_) if stream => break,
+                Err(_) => panic!("the body of a {status} answer did not end within 10 s: {asked}"),
+            };
             let Ok(frame) = frame else { break };
             if let Some(data) = frame.data_ref() {
                 bytes.extend_from_slice(data);
+                // A stream's first event is its answer (`tools/call` over
+                // SSE); a listening stream sends nothing more for minutes.
+                if stream && bytes.ends_with(b"\n\n") {
+                    break;
+                }
             }
         }
         (status, headers, bytes, asked)
