@@ -961,8 +961,9 @@ fn granted_by(
     if !audience {
         return Err("not for this MCP URL");
     }
-    if claims["exp"].as_i64().is_none_or(|exp| exp + CLOCK_LEEWAY_SECS <= now)
-        || claims["nbf"].as_i64().is_some_and(|nbf| nbf - CLOCK_LEEWAY_SECS > now)
+    // Saturating: the claims are the issuer's numbers, any i64.
+    if claims["exp"].as_i64().is_none_or(|exp| exp.saturating_add(CLOCK_LEEWAY_SECS) <= now)
+        || claims["nbf"].as_i64().is_some_and(|nbf| nbf.saturating_sub(CLOCK_LEEWAY_SECS) > now)
     {
         return Err("expired or not yet valid");
     }
@@ -1196,6 +1197,23 @@ mod tests {
         claims["scp"] = json!(["tools:read", "admin"]);
         let grant = granted_by(&custom, "https://idp.example", &claims, resource, 1_000, "t").unwrap();
         assert_eq!((grant.end_user.as_str(), grant.scopes.as_slice()), ("bob", ["tools:read".to_string()].as_slice()));
+    }
+
+    /// An issuer's `exp` or `nbf` at the ends of i64 overflowed the leeway
+    /// arithmetic (a panic where overflow is checked, a wrapped comparison
+    /// where it is not).
+    #[test]
+    fn an_external_token_with_extreme_times_is_judged_without_overflow() {
+        let setting = OAuthSetting { issuer: Some("https://idp.example".into()), ..OAuthSetting::default() };
+        let resource = "https://tools.example/t/acme/mcp";
+        let claims = |exp: i64, nbf: i64| json!({ "iss": "https://idp.example", "aud": resource, "exp": exp, "nbf": nbf, "sub": "alice" });
+        let judge = |exp, nbf| granted_by(&setting, "https://idp.example", &claims(exp, nbf), resource, 1_000, "t").err();
+        // Far in the future: live.
+        assert_eq!(judge(i64::MAX, 900), None);
+        assert_eq!(judge(i64::MAX - 30, i64::MIN), None);
+        // Far in the past: expired; far in the future: not yet valid.
+        assert_eq!(judge(i64::MIN, 900), Some("expired or not yet valid"));
+        assert_eq!(judge(2_000, i64::MAX), Some("expired or not yet valid"));
     }
 
     #[test]
