@@ -62,13 +62,19 @@ impl Reference {
             ));
         }
         let tag = tag.map(str::to_string).or_else(|| digest.is_none().then(|| DEFAULT_TAG.to_string()));
-        Ok(Reference {
+        let reference = Reference {
             // Host names are case-insensitive: one spelling for credentials and URLs.
             registry: registry.to_ascii_lowercase(),
             repository: repository.to_string(),
             tag,
             digest: digest.map(str::to_string),
-        })
+        };
+        // The written form (with the default tag added) is what is stored
+        // and parsed again: it must fit the same bound.
+        if reference.to_string().len() > 512 {
+            return Err("a reference is 1 to 512 characters, like ghcr.io/acme/echo:1.0".into());
+        }
+        Ok(reference)
     }
 
     /// What a manifest request names: the digest when there is one, else the tag.
@@ -190,6 +196,19 @@ mod tests {
         assert_eq!(Reference::parse("[::1]:5000/a/b:v").unwrap().host(), "::1");
         assert!(Reference::parse("registry.example/a__b/c-d.e/f---g:v_1").is_ok());
         assert_eq!(Reference::parse("GHCR.io/acme/echo:V1").unwrap().to_string(), "ghcr.io/acme/echo:V1");
+    }
+
+    /// Found by the `signatures` fuzz target: a reference of 505 to 512
+    /// characters without a tag was accepted, but its written form (with
+    /// `:latest`) was longer than 512 and refused when read back.
+    #[test]
+    fn an_accepted_reference_reads_back_from_its_written_form() {
+        let long = format!("registry.example/{}", "a".repeat(512 - "registry.example/".len()));
+        assert_eq!(long.len(), 512);
+        assert!(Reference::parse(&long).is_err(), "its written form would be {} characters", long.len() + 7);
+        let fits = format!("registry.example/{}", "a".repeat(505 - "registry.example/".len()));
+        let reference = Reference::parse(&fits).unwrap();
+        assert_eq!(Reference::parse(&reference.to_string()).unwrap(), reference);
     }
 
     #[test]
