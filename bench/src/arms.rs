@@ -411,7 +411,7 @@ struct ToolError {
 pub async fn in_process(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let iterations = if opts.smoke { 200 } else { 5000 };
     let bytes = std::fs::read(opts.plugins.join("echo.wasm"))?;
-    let sha = package::sha256_hex(&bytes);
+    let sha = plinth::digest::sha256_hex(&bytes);
     let signature = echo_signature(opts)?;
     let request = json!({"name": "echo", "input_parameters": [{"name": "text", "value": "hello"}]});
 
@@ -1278,7 +1278,7 @@ pub async fn languages(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
 
         let iterations = if opts.smoke { 20 } else { 1000 };
         let runtime = Runtime::new(RuntimeConfig::default())?;
-        let component = runtime.load(&bytes, &package::sha256_hex(&bytes))?;
+        let component = runtime.load(&bytes, &plinth::digest::sha256_hex(&bytes))?;
         for _ in 0..10 {
             runtime.call(&component, input_value(&signature, &request)?, CallSetup::bare("echo")).await?;
         }

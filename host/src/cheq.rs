@@ -769,7 +769,7 @@ impl SigningKey {
     /// The key in `dir/file`, created (readable by its owner only) on
     /// first use.
     pub fn load_or_create(dir: &Path, file: &str) -> std::io::Result<SigningKey> {
-        let secret = crate::tenancy::read_or_create_hex_key(&dir.join(file), "a CHEQ signing key")?;
+        let secret = crate::private_files::read_or_create_hex_key(&dir.join(file), "a CHEQ signing key")?;
         Ok(SigningKey::from_bytes(&secret))
     }
 

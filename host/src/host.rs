@@ -13,6 +13,7 @@ pub use usage::{UsageOptions, window as usage_window};
 mod executors;
 mod places;
 use places::{Places, Taken};
+mod fetcher;
 mod fleet;
 pub mod oauth;
 mod supply;
@@ -26,18 +27,20 @@ pub use catalog::{
     Catalog, CatalogEntry, CatalogOrder, CatalogQuery, DesignerSession, MAX_SEARCH_CHARS,
     SESSION_TTL as CATALOG_SESSION_TTL, SignInError,
 };
-pub use confirmations::{CheqOptions, JwksError, JwksOptions, LoginError, LoginOptions, PageSession};
+pub use confirmations::{CheqOptions, LoginError, LoginOptions, PageSession};
 pub use confirmations::{
-    ConfirmationNeed, ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, FrontDoor,
-    MAX_END_USER_CHARS, PendingConfirmation, RunningConfirmed, State, as_words, is_end_user_name,
-    published_annotations, rfc3339,
+    ConfirmationNeed, ConfirmationServer, Confirmed, DEFAULT_CONFIRMATION_TTL, DecideError, MAX_END_USER_CHARS,
+    PendingConfirmation, RunningConfirmed, State, as_words, is_end_user_name, published_annotations, rfc3339,
 };
+pub use fetcher::{JwksError, JwksOptions};
 
+use crate::door::FrontDoor;
+use crate::egress::OutboundLimits;
 use crate::idempotency::{CallLedger, Claim, Ticket};
 use crate::invocation::{self, Described, InputError, OutputError, OutputLimits, ToolResult};
 use crate::package::{PackageError, ToolPackage};
 use crate::registry::{Registry, Tool, ToolVersion};
-use crate::runtime::outbound::{OutboundLimits, OutboundPolicy};
+use crate::runtime::outbound::OutboundPolicy;
 use crate::runtime::{
     self, CallError, CallSetup, Export, LoadError, LoadedComponent, LogBudget, LogLabels, Redactor, Runtime,
     RuntimeConfig,
@@ -580,6 +583,8 @@ pub struct ToolHost {
     calls: CallLedger,
     /// The keys this server signs CHEQ objects with, and their expiry.
     cheq: CheqState,
+    /// OAuth's settings, fetchers and rates (`host/oauth.rs`).
+    oauth: oauth::OAuthState,
     /// Serializes the registry-changing step of deploys and retirements, so
     /// version numbers are assigned without races. Compilation happens
     /// before it is taken.
@@ -606,7 +611,7 @@ impl ToolHost {
     /// version refers to.
     pub fn open(options: HostOptions) -> anyhow::Result<Self> {
         // Private: the data dir holds secrets, key hashes and evidence.
-        crate::store::private_dir(&options.data_dir)?;
+        crate::private_files::private_dir(&options.data_dir)?;
         let store: Arc<dyn RegistryStore> = match &options.database_url {
             None => {
                 let cipher = SecretsCipher::resolve(&options.data_dir, options.secrets_key.as_deref())?;
@@ -631,6 +636,11 @@ impl ToolHost {
         let runtime = Runtime::new(runtime_config)?;
         let cheq =
             CheqState::new(store.as_ref(), options.confirmation_ttl, &options.cheq, options.limits.outbound.clone())?;
+        let oauth = oauth::OAuthState::new(
+            &options.cheq.jwks,
+            options.cheq.client_documents_allow_http,
+            options.limits.outbound.clone(),
+        );
         let supply = supply::SupplyState::new(&options.registries, options.limits.outbound.clone());
         let host = ToolHost {
             supply,
@@ -655,6 +665,7 @@ impl ToolHost {
             // twice that covers one that waited for a slot first.
             calls: CallLedger::new(options.call_retention, 2 * deadline + Duration::from_secs(1)),
             cheq,
+            oauth,
             changes: std::sync::Mutex::new(()),
             deploys: Arc::new(tokio::sync::Semaphore::new(options.max_concurrent_deploys.max(1))),
             metrics: Arc::default(),
@@ -1335,8 +1346,8 @@ impl ToolHost {
         let call_id = call.call_id.clone();
         let outcome = self.dispatch(tool.clone(), version, call).await;
         let elapsed = started.elapsed();
-        self.metrics.invoked(&tool.tenant, &tool.name, number, door, &outcome, elapsed);
-        let code = crate::metrics::outcome_code(&outcome);
+        let code = outcome_code(&outcome);
+        self.metrics.invoked(&tool.tenant, &tool.name, number, door.as_str(), code, elapsed);
         self.usage.count(usage::Counted {
             tenant: &tool.tenant,
             tool_id: tool.id.to_string(),
@@ -1652,7 +1663,7 @@ impl ToolHost {
         let outbound = OutboundPolicy::new(&version.host_patterns, &config, self.limits.outbound.clone())
             .for_tenant(&tool.tenant)
             .traced(run.trace.cloned())
-            .counted(self.metrics.outbound(&tool.tenant, &tool.name).tallied(run.outbound));
+            .counted(Arc::new(self.metrics.outbound(&tool.tenant, &tool.name).tallied(run.outbound)));
         // `describe` runs before anyone has confirmed the call: it may read, not act.
         let outbound = if run.export == Export::Describe { outbound.read_only() } else { outbound };
         let denials = outbound.denials();
@@ -1772,4 +1783,21 @@ impl Drop for ToolHost {
             executors.shutdown();
         }
     }
+}
+
+/// A call's outcome as `/metrics` and the console name it: `ok`,
+/// `tool_error`, or the code of what stopped it.
+pub fn outcome_code(outcome: &Result<ToolResult, InvokeError>) -> &'static str {
+    match outcome {
+        Ok(ToolResult::Outputs(_)) => "ok",
+        Ok(ToolResult::Failed(_)) => "tool_error",
+        Err(e) => e.code(),
+    }
+}
+
+/// 32 random bytes, base64url.
+fn random_token() -> Result<String, StoreError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| StoreError::Io(std::io::Error::other(e)))?;
+    Ok(base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, bytes))
 }

@@ -3,11 +3,11 @@
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use plinth::api;
+use plinth::egress::OutboundLimits;
 use plinth::host::{CheqOptions, HostLimits, HostOptions, JwksOptions, LoginOptions, ToolConfig, ToolHost};
 use plinth::invocation::OutputLimits;
 use plinth::manifest::ToolManifest;
 use plinth::package::{self, ToolPackage};
-use plinth::runtime::outbound::OutboundLimits;
 use plinth::runtime::{RuntimeConfig, SlotReset};
 use plinth::telemetry::SpanExport;
 use plinth::tenancy::{DEFAULT_TENANT, Principal, Role, is_tenant_name};
@@ -1030,7 +1030,7 @@ fn create_operator_key(host: &ToolHost, data: &Path) -> anyhow::Result<()> {
             None,
             Role::Operator,
             Some("created at first start".into()),
-            |new| plinth::tenancy::write_private_file(&path, &format!("{}\n", new.key)),
+            |new| plinth::private_files::write_private_file(&path, &format!("{}\n", new.key)),
         )
         .with_context(|| format!("creating the first operator key in {}", path.display()))?;
     println!("operator key (saved to {}; shown only now): {}", path.display(), new.key);

@@ -7,7 +7,8 @@
 //! Choices where the draft is open are documented in `docs/a2t.md`.
 
 use super::{ApiError, ApiOptions, AppState, Caller, openapi};
-use crate::host::{Call, FrontDoor, InvokeError};
+use crate::door::FrontDoor;
+use crate::host::{Call, InvokeError};
 use crate::invocation::{self, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::telemetry::CallerTrace;

@@ -27,9 +27,10 @@
 
 use super::pages::{self, DesignerBar, Frame, Paragraph, Product, field, form};
 use super::{ApiError, ApiOptions, AppState, Caller, openapi};
+use crate::door::FrontDoor;
 use crate::host::ConsoleEntry;
 use crate::host::{
-    CATALOG_SESSION_TTL, Call, CatalogOrder, CatalogQuery, ConfirmationNeed, DesignerSession, FrontDoor, InvokeError,
+    CATALOG_SESSION_TTL, Call, CatalogOrder, CatalogQuery, ConfirmationNeed, DesignerSession, InvokeError,
     MAX_SEARCH_CHARS, State as TxState, ToolHost, as_words,
 };
 use crate::idempotency::Claim;
@@ -1483,7 +1484,7 @@ fn form_sha256(tool_id: uuid::Uuid, form: &[(String, String)]) -> String {
         form.iter().filter(|(name, _)| name != "form_token" && name != CALL_ID_FIELD).collect();
     fields.sort();
     let request = serde_json::json!({ "catalog_try": tool_id.to_string(), "fields": fields });
-    crate::package::sha256_hex(request.to_string().as_bytes())
+    crate::digest::sha256_hex(request.to_string().as_bytes())
 }
 
 /// `422 call_outcome_unknown`: a form sent again whose first call's answer

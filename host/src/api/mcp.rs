@@ -26,7 +26,8 @@ mod direct;
 
 use super::auth::{self, Access, Scope};
 use super::{ApiError, ApiOptions, AppState, Caller};
-use crate::host::{Call, ConfirmationNeed, FrontDoor, InvokeError, PendingConfirmation, State as TxState, ToolHost};
+use crate::door::FrontDoor;
+use crate::host::{Call, ConfirmationNeed, InvokeError, PendingConfirmation, State as TxState, ToolHost};
 use crate::invocation::{self, InputError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::schema;
@@ -1191,7 +1192,7 @@ fn call_fingerprint(caller: &Caller, tool: &str, end_user: &Option<String>, argu
         "endUser": end_user,
         "arguments": arguments,
     });
-    crate::package::sha256_hex(call.to_string().as_bytes())
+    crate::digest::sha256_hex(call.to_string().as_bytes())
 }
 
 /// Calls of 2025-11-25 clients that wait for their end user, per tenant and

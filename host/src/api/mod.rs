@@ -21,7 +21,8 @@ pub mod otc;
 pub mod pages;
 pub mod serve;
 
-use crate::host::{FrontDoor, InvokeError, ToolHost};
+use crate::door::FrontDoor;
+use crate::host::{InvokeError, ToolHost};
 use crate::invocation::ToolResult;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};

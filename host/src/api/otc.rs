@@ -12,7 +12,8 @@
 //! sends and accepts, is written down in `docs/otc.md`.
 
 use super::{ApiError, ApiOptions, AppState, Caller, openapi};
-use crate::host::{Call, FrontDoor, InvokeError, ToolHost};
+use crate::door::FrontDoor;
+use crate::host::{Call, InvokeError, ToolHost};
 use crate::idempotency::Claim;
 use crate::invocation::{self, InputError, OutputError, ToolError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
@@ -68,7 +69,7 @@ fn otc_name(toolkit: &str, tool_name: &str) -> String {
     if name.len() <= MAX_NAME_CHARS {
         return name;
     }
-    let hash = crate::package::sha256_hex(name.as_bytes());
+    let hash = crate::digest::sha256_hex(name.as_bytes());
     format!("{}_{}", &name[..MAX_NAME_CHARS - 9], &hash[..8])
 }
 
@@ -323,7 +324,7 @@ impl CallRequest {
         if let Some(user) = &self.end_user {
             request["user_id"] = user.clone().into();
         }
-        crate::package::sha256_hex(request.to_string().as_bytes())
+        crate::digest::sha256_hex(request.to_string().as_bytes())
     }
 }
 

@@ -7,14 +7,14 @@
 //! Transport-free: the HTTP side (URI pack, resource and result URIs, the
 //! built-in confirmation page) is `api::cheq`.
 
-mod jwks;
 pub(super) mod login;
 
-pub use jwks::{JwksError, JwksOptions};
 pub use login::{LoginError, LoginOptions};
 
-use super::{Call, ChangeError, InvokeError, ToolHost};
+use super::fetcher::{JwksError, JwksFetcher, JwksOptions};
+use super::{Call, ChangeError, InvokeError, ToolHost, random_token};
 use crate::cheq::{self, Confirmation, ConfirmationPolicy, SigningKey, VerifyError};
+use crate::door::FrontDoor;
 use crate::invocation::{self, CallDescription, ToolResult};
 use crate::metrics::CheqEvent;
 use crate::registry::{Tool, ToolVersion};
@@ -42,39 +42,6 @@ pub const MIN_PASSWORD_CHARS: usize = 8;
 /// that they take as long as known ones.
 const UNKNOWN_USER_HASH: &str =
     "$argon2id$v=19$m=19456,t=2,p=1$AAAAAAAAAAAAAAAAAAAAAA$Uy0bGqOQ2VjW8rRXb6tVX9z5m6a0m4fGZ0F6yH0wq7I";
-
-/// The front door a call came through: its result is answered in that
-/// door's shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FrontDoor {
-    /// A2T.
-    A2t,
-    /// Open Tool Calling.
-    Otc,
-    /// The Model Context Protocol.
-    Mcp,
-}
-
-impl FrontDoor {
-    /// As stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FrontDoor::A2t => "a2t",
-            FrontDoor::Otc => "otc",
-            FrontDoor::Mcp => "mcp",
-        }
-    }
-
-    /// From its stored form.
-    pub fn parse(s: &str) -> Option<FrontDoor> {
-        match s {
-            "a2t" => Some(FrontDoor::A2t),
-            "otc" => Some(FrontDoor::Otc),
-            "mcp" => Some(FrontDoor::Mcp),
-            _ => None,
-        }
-    }
-}
 
 /// Which calls of a version need their end user's confirmation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,35 +128,22 @@ pub(super) struct CheqState {
     /// Password hashing slots and the failed-login throttle.
     login: login::LoginGuard,
     /// External confirmation servers' keys, fetched and cached.
-    jwks: jwks::JwksFetcher,
+    jwks: JwksFetcher,
     /// Confirmed calls running or keeping their answers ([`RunningConfirmed`]).
     running: Arc<tokio::sync::watch::Sender<usize>>,
-    /// Tenants' OAuth settings other than the default (`host/oauth.rs`):
-    /// off, or an external issuer.
-    pub oauth: dashmap::DashMap<String, super::oauth::OAuthSetting>,
-    /// OAuth clients' metadata documents, fetched and cached under the
-    /// same rules as confirmation servers' keys, and to public addresses
-    /// only unless the operator allows http (tests, closed networks):
-    /// anyone can make the server fetch one.
-    pub documents: jwks::JwksFetcher,
-    /// Tenants' external identity providers' discovery documents and key
-    /// sets: a cache of their own, so that made-up client documents cannot
-    /// crowd them out.
-    pub providers: jwks::JwksFetcher,
-    /// What the open OAuth endpoints take from one client.
-    pub oauth_rates: super::oauth::OAuthRates,
 }
 
 impl CheqState {
     /// `outbound`: the address policy key fetches follow, the one tools'
-    /// outbound requests follow.
+    /// outbound requests follow (its OAuth counterpart is
+    /// [`super::oauth::OAuthState::new`]).
     /// The signing keys are the store's (every replica of a fleet signs
     /// with the same, so one JWKS checks them all).
     pub fn new(
         store: &dyn RegistryStore,
         ttl: Duration,
         options: &CheqOptions,
-        outbound: Arc<crate::runtime::outbound::OutboundLimits>,
+        outbound: Arc<crate::egress::OutboundLimits>,
     ) -> anyhow::Result<CheqState> {
         let key = |name| {
             store
@@ -204,26 +158,8 @@ impl CheqState {
             servers: Default::default(),
             overrides: Default::default(),
             login: login::LoginGuard::new(&options.login),
-            jwks: jwks::JwksFetcher::new(options.jwks.clone(), outbound.clone()),
+            jwks: JwksFetcher::new(options.jwks.clone(), outbound),
             running: Arc::new(tokio::sync::watch::Sender::new(0)),
-            oauth: Default::default(),
-            documents: jwks::JwksFetcher::documents(
-                JwksOptions { allow_http: options.client_documents_allow_http, ..options.jwks.clone() },
-                if options.client_documents_allow_http {
-                    outbound.clone()
-                } else {
-                    Arc::new(crate::runtime::outbound::OutboundLimits {
-                        allowed_private: Vec::new(),
-                        ..(*outbound).clone()
-                    })
-                },
-            ),
-            providers: jwks::JwksFetcher::documents_of(
-                JwksOptions { allow_http: options.client_documents_allow_http, ..options.jwks.clone() },
-                outbound,
-                options.jwks.max_bytes,
-            ),
-            oauth_rates: Default::default(),
         })
     }
 }
@@ -248,7 +184,7 @@ impl ToolHost {
         let now = unix_now();
         self.store.insert_session(
             &StoredSession {
-                token_sha256: crate::package::sha256_hex(token.as_bytes()),
+                token_sha256: crate::digest::sha256_hex(token.as_bytes()),
                 tenant: tenant.to_string(),
                 user: user.to_string(),
                 form_token: random_token()?,
@@ -265,7 +201,7 @@ impl ToolHost {
         if self.tenant(tenant).is_none() {
             return Ok(None);
         }
-        let stored = self.store.session(&crate::package::sha256_hex(token.as_bytes()), unix_now())?;
+        let stored = self.store.session(&crate::digest::sha256_hex(token.as_bytes()), unix_now())?;
         Ok(stored.filter(|s| s.tenant == tenant).map(|s| PageSession {
             tenant: s.tenant,
             user: s.user,
@@ -298,13 +234,6 @@ impl ToolHost {
     pub fn forget_waiting_call(&self, tenant: &str, fingerprint: &str) -> Result<(), StoreError> {
         self.store.delete_waiting_call(tenant, fingerprint)
     }
-}
-
-/// 32 random bytes, base64url.
-pub(super) fn random_token() -> Result<String, StoreError> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| StoreError::Io(std::io::Error::other(e)))?;
-    Ok(B64.encode(bytes))
 }
 
 /// A tenant's external confirmation server: where end users confirm (the
@@ -546,20 +475,14 @@ impl ToolHost {
         Ok(self.store.confirmation(id)?.filter(|c| c.tenant == tenant))
     }
 
-    /// Loads the tenants' CHEQ settings (at start).
     /// Loads the tenants' CHEQ settings, replacing what was loaded before
     /// (another replica may have changed or removed some).
     pub(super) fn load_cheq_settings(&self) -> Result<(), StoreError> {
         let mut servers = std::collections::HashMap::new();
         let mut overrides = std::collections::HashMap::new();
-        let mut oauth = std::collections::HashMap::new();
         for (tenant, key, value) in self.store.settings()? {
             let what = format!("tenant {tenant} setting {key}");
-            if key == super::oauth::OAUTH_SETTING {
-                let setting: super::oauth::OAuthSetting =
-                    serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
-                oauth.insert(tenant, setting);
-            } else if key == SERVER_SETTING {
+            if key == SERVER_SETTING {
                 let server: ConfirmationServer =
                     serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
                 servers.insert(tenant, server);
@@ -568,10 +491,6 @@ impl ToolHost {
                     serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
                 overrides.insert(tool_id, (tenant, policy));
             }
-        }
-        self.cheq.oauth.retain(|tenant, _| oauth.contains_key(tenant));
-        for (tenant, setting) in oauth {
-            self.cheq.oauth.insert(tenant, setting);
         }
         self.cheq.servers.retain(|tenant, _| servers.contains_key(tenant));
         for (tenant, server) in servers {

@@ -27,11 +27,13 @@
 //!   by deleting the oldest never used.
 
 use super::ToolHost;
-use super::confirmations::random_token;
-use crate::package::sha256_hex;
+use super::fetcher::{JwksError, JwksFetcher, JwksOptions};
+use super::random_token;
+use crate::digest::sha256_hex;
 use crate::store::{OAuthGrant, StoreError};
-use crate::tenancy::unix_now;
+use crate::tenancy::{TokenGrant, unix_now};
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The scopes an agent's token may carry: what a consumer key may do.
@@ -134,28 +136,6 @@ const CLOCK_LEEWAY_SECS: i64 = 60;
 /// The longest bearer read as an external JWT.
 const MAX_JWT_BYTES: usize = 16 * 1024;
 
-/// What a valid access token grants.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenGrant {
-    /// The client it was issued to.
-    pub client_id: String,
-    /// The end user who signed in: calls made with it are theirs.
-    pub end_user: String,
-    /// The scopes granted.
-    pub scopes: Vec<String>,
-    /// The resource (a tenant's MCP URL) it is for.
-    pub resource: String,
-    /// Its grant's id (a code and every token issued from it).
-    pub family: String,
-}
-
-impl TokenGrant {
-    /// Whether it carries `scope`.
-    pub fn has(&self, scope: &str) -> bool {
-        self.scopes.iter().any(|s| s == scope)
-    }
-}
-
 /// A client, as the authorization page and the token endpoint see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OAuthClient {
@@ -248,7 +228,7 @@ pub fn requested_scopes(scope: Option<&str>) -> Vec<String> {
 /// client address (an IPv6 site), token requests by client address (an
 /// IPv6 host), refreshes by grant. In a fleet each replica rates its own
 /// share of the traffic.
-pub struct OAuthRates {
+pub(super) struct OAuthRates {
     registrations: crate::keyed_rate::KeyedRate<std::net::IpAddr>,
     token_requests: crate::keyed_rate::KeyedRate<std::net::IpAddr>,
     refreshes: crate::keyed_rate::KeyedRate<String>,
@@ -352,8 +332,7 @@ pub fn is_metadata_document_url(client_id: &str) -> bool {
 /// private address, a refused connection, a timeout): telling them apart
 /// would map which names exist on the server's networks. The log keeps the
 /// cause.
-fn document_refusal(e: &super::confirmations::JwksError) -> &'static str {
-    use super::confirmations::JwksError;
+fn document_refusal(e: &JwksError) -> &'static str {
     match e {
         JwksError::Insecure => "must be at an https:// URL",
         JwksError::Credentials => "URL must not contain a user name or password",
@@ -392,10 +371,75 @@ pub struct Authorization {
     pub resource: String,
 }
 
+/// The OAuth state a server keeps in memory: the tenants' settings, the
+/// fetchers of documents others serve, and the open endpoints' rates.
+pub(super) struct OAuthState {
+    /// Tenants' OAuth settings other than the default: off, or an external
+    /// issuer.
+    pub settings: dashmap::DashMap<String, OAuthSetting>,
+    /// OAuth clients' metadata documents, fetched and cached under the
+    /// same rules as confirmation servers' keys, and to public addresses
+    /// only unless the operator allows http (tests, closed networks):
+    /// anyone can make the server fetch one.
+    pub documents: JwksFetcher,
+    /// Tenants' external identity providers' discovery documents and key
+    /// sets: a cache of their own, so that made-up client documents cannot
+    /// crowd them out.
+    pub providers: JwksFetcher,
+    /// What the open OAuth endpoints take from one client.
+    pub rates: OAuthRates,
+}
+
+impl OAuthState {
+    /// `jwks`: the rules confirmation servers' keys are fetched under,
+    /// which documents follow too (with `http://` only when
+    /// `documents_allow_http`); `outbound`: the address policy of tools'
+    /// outbound requests.
+    pub fn new(
+        jwks: &JwksOptions,
+        documents_allow_http: bool,
+        outbound: Arc<crate::egress::OutboundLimits>,
+    ) -> OAuthState {
+        let options = JwksOptions { allow_http: documents_allow_http, ..jwks.clone() };
+        OAuthState {
+            settings: Default::default(),
+            documents: JwksFetcher::documents(
+                options.clone(),
+                if documents_allow_http {
+                    outbound.clone()
+                } else {
+                    Arc::new(crate::egress::OutboundLimits { allowed_private: Vec::new(), ..(*outbound).clone() })
+                },
+                MAX_CLIENT_METADATA_BYTES,
+            ),
+            providers: JwksFetcher::documents_of(options, outbound, jwks.max_bytes),
+            rates: Default::default(),
+        }
+    }
+}
+
 impl ToolHost {
+    /// Loads the tenants' OAuth settings, replacing what was loaded before
+    /// (another replica may have changed or removed some).
+    pub(super) fn load_oauth_settings(&self) -> Result<(), StoreError> {
+        let mut oauth = std::collections::HashMap::new();
+        for (tenant, key, value) in self.store.settings()? {
+            if key == OAUTH_SETTING {
+                let what = format!("tenant {tenant} setting {key}");
+                let setting: OAuthSetting = serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
+                oauth.insert(tenant, setting);
+            }
+        }
+        self.oauth.settings.retain(|tenant, _| oauth.contains_key(tenant));
+        for (tenant, setting) in oauth {
+            self.oauth.settings.insert(tenant, setting);
+        }
+        Ok(())
+    }
+
     /// A tenant's OAuth setting (the default unless an operator set one).
     pub fn oauth_setting(&self, tenant: &str) -> OAuthSetting {
-        self.cheq.oauth.get(tenant).map(|s| s.clone()).unwrap_or_default()
+        self.oauth.settings.get(tenant).map(|s| s.clone()).unwrap_or_default()
     }
 
     /// Whether `tenant`'s MCP URL takes OAuth tokens (from its built-in
@@ -403,13 +447,13 @@ impl ToolHost {
     /// turn OAuth off. Answered from memory: every unauthenticated request
     /// to an MCP URL asks.
     pub fn oauth_enabled(&self, tenant: &str) -> bool {
-        self.tenant(tenant).is_some() && self.cheq.oauth.get(tenant).is_none_or(|s| s.enabled)
+        self.tenant(tenant).is_some() && self.oauth.settings.get(tenant).is_none_or(|s| s.enabled)
     }
 
     /// Whether `tenant`'s built-in authorization server is the one that
     /// issues its tokens.
     pub fn builtin_oauth(&self, tenant: &str) -> bool {
-        self.oauth_enabled(tenant) && self.cheq.oauth.get(tenant).is_none_or(|s| s.issuer.is_none())
+        self.oauth_enabled(tenant) && self.oauth.settings.get(tenant).is_none_or(|s| s.issuer.is_none())
     }
 
     /// Whether anyone can sign in to `tenant`'s authorization server.
@@ -432,7 +476,7 @@ impl ToolHost {
         }
         if let Some(issuer) = &setting.issuer {
             let discovery = format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/'));
-            if issuer.ends_with('/') || self.cheq.providers.check_url(&discovery).is_err() {
+            if issuer.ends_with('/') || self.oauth.providers.check_url(&discovery).is_err() {
                 return Err(super::ChangeError::Invalid(
                     "`issuer` must be an https:// URL without a trailing slash, user name or password, on an address this server may reach".into(),
                 ));
@@ -453,7 +497,7 @@ impl ToolHost {
         if leaves_builtin {
             self.store.revoke_oauth_of(tenant, None, crate::tenancy::unix_now())?;
         }
-        self.cheq.oauth.insert(tenant.to_string(), setting);
+        self.oauth.settings.insert(tenant.to_string(), setting);
         Ok(())
     }
 
@@ -472,7 +516,7 @@ impl ToolHost {
             return Err(OAuthError::new("invalid_client_metadata", "the client metadata is too long"));
         }
         let site = crate::client_address::prefix(from, crate::client_address::SITE_PREFIX);
-        if let Err(wait) = self.cheq.oauth_rates.registrations.take(&site) {
+        if let Err(wait) = self.oauth.rates.registrations.take(&site) {
             tracing::info!(tenant, client = %from, "a client registration was refused: too many from its address");
             return Err(OAuthError::too_often("registrations from this address", wait));
         }
@@ -517,7 +561,7 @@ impl ToolHost {
             return Err(OAuthError::new("invalid_client", "the client_id is longer than this server reads"));
         }
         if is_metadata_document_url(client_id) {
-            let document = self.cheq.documents.get_for(client_id, Some(from)).await.map_err(|e| {
+            let document = self.oauth.documents.get_for(client_id, Some(from)).await.map_err(|e| {
                 OAuthError::new("invalid_client", format!("the client's metadata document {}", document_refusal(&e)))
             })?;
             // The document must name itself (draft-ietf-oauth-client-id-metadata-document §4.1).
@@ -595,7 +639,7 @@ impl ToolHost {
     /// asked too often.
     pub fn admit_token_request(&self, from: std::net::IpAddr) -> Result<(), OAuthError> {
         let host = crate::client_address::prefix(from, crate::client_address::HOST_PREFIX);
-        self.cheq.oauth_rates.token_requests.take(&host).map_err(|wait| {
+        self.oauth.rates.token_requests.take(&host).map_err(|wait| {
             tracing::info!(client = %from, "a token request was refused: too many from its address");
             OAuthError::too_often("token requests from this address", wait)
         })
@@ -697,7 +741,7 @@ impl ToolHost {
             self.client_still_registered(tenant, client_id)?;
             return Err(invalid());
         };
-        if let Err(wait) = self.cheq.oauth_rates.refreshes.take(&found.family) {
+        if let Err(wait) = self.oauth.rates.refreshes.take(&found.family) {
             tracing::info!(tenant, "a refresh was refused: its grant refreshed too often");
             return Err(OAuthError::too_often("refreshes of this grant", wait));
         }
@@ -862,7 +906,7 @@ impl ToolHost {
         token: &str,
         resource: &str,
     ) -> Result<Option<TokenGrant>, StoreError> {
-        let Some(setting) = self.cheq.oauth.get(tenant).map(|s| s.clone()).filter(|s| s.enabled) else {
+        let Some(setting) = self.oauth.settings.get(tenant).map(|s| s.clone()).filter(|s| s.enabled) else {
             return Ok(None);
         };
         let Some(issuer) = setting.issuer.as_deref() else { return Ok(None) };
@@ -877,7 +921,7 @@ impl ToolHost {
         if !access_token_type(jwt.typ.as_deref()) {
             return refuse("its `typ` is not an access token's (at+jwt)");
         }
-        let providers = &self.cheq.providers;
+        let providers = &self.oauth.providers;
         let discovery = match providers.get(&format!("{issuer}/.well-known/openid-configuration")).await {
             Ok(document) => document,
             Err(e) => {

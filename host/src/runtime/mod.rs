@@ -12,7 +12,6 @@
 
 #[cfg(test)]
 mod engine_advisories;
-pub(crate) mod lookups;
 pub mod outbound;
 #[cfg(test)]
 mod slot_isolation;
@@ -839,7 +838,7 @@ impl Runtime {
         };
         if let Some(dir) = &config.cache_dir {
             // Compiled code of private components: the owner's only.
-            crate::store::private_dir(dir)?;
+            crate::private_files::private_dir(dir)?;
         }
         let pool = engine.pooling_allocator_metrics().map(|live| (live, totals));
         Ok(Runtime {
@@ -1290,7 +1289,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rt = runtime(dir.path());
         let bytes = wat::parse_str(SPINNER).unwrap();
-        let spinner = rt.load(&bytes, &crate::package::sha256_hex(&bytes)).unwrap();
+        let spinner = rt.load(&bytes, &crate::digest::sha256_hex(&bytes)).unwrap();
         for (tool, stalls) in [("spinner", false), (STALLS_AFTER_A_TICK, true)] {
             let setup = CallSetup { deadline: Duration::from_millis(50), ..CallSetup::bare(tool) };
             let outcome = executor.block_on(rt.call(&spinner, Val::U64(0), setup));
@@ -1402,7 +1401,7 @@ mod tests {
     fn compiled_code_is_cached_and_a_bad_entry_is_recompiled() {
         let dir = tempfile::tempdir().unwrap();
         let (component, _, _) = crate::package::tests::build(crate::package::tests::ECHOISH);
-        let sha = crate::package::sha256_hex(&component);
+        let sha = crate::digest::sha256_hex(&component);
         let rt = runtime(dir.path());
         rt.load(&component, &sha).unwrap();
         let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();

@@ -24,12 +24,12 @@
 //!   version that is not the tool's next.
 
 use super::{
-    CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, LedgerBound, OAuthGrant, RegistryStore,
+    CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, OAuthGrant, RegistryStore,
     SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession,
     StoredSetting, StoredVersion, Topic, UsageRow,
 };
-use crate::package::sha256_hex;
-use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord, unix_now};
+use crate::digest::sha256_hex;
+use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, LedgerBound, Role, TenantRecord, unix_now};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Row};
 use std::future::Future;

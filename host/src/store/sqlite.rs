@@ -1,11 +1,11 @@
 //! The embedded registry: SQLite in the data dir.
 
 use super::{
-    BlobStore, CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, LedgerBound, OAuthGrant,
-    RegistryStore, SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret,
-    StoredSession, StoredSetting, StoredVersion, UsageRow,
+    BlobStore, CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, OAuthGrant, RegistryStore,
+    SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession,
+    StoredSetting, StoredVersion, UsageRow,
 };
-use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord, unix_now};
+use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, LedgerBound, Role, TenantRecord, unix_now};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
 use std::sync::Mutex;
@@ -382,7 +382,7 @@ impl SqliteStore {
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut create, 0o600);
         create.open(&path)?;
-        super::private_file(&path)?;
+        crate::private_files::private_file(&path)?;
         let conn = Connection::open(&path)?;
         // Deleted rows (secrets, evidence) are overwritten, not left in
         // free pages.
@@ -405,7 +405,7 @@ impl SqliteStore {
             return Err(StoreError::Inconsistent(format!("table {table} refers to rows that do not exist")));
         }
         for suffix in ["-wal", "-shm"] {
-            super::private_file(&data_dir.join(format!("{DB_FILE}{suffix}")))?;
+            crate::private_files::private_file(&data_dir.join(format!("{DB_FILE}{suffix}")))?;
         }
         let blobs = BlobStore::open(data_dir)?;
         let store = SqliteStore { conn: Mutex::new(conn), cipher, blobs, data_dir: data_dir.to_path_buf() };
@@ -1456,7 +1456,7 @@ impl RegistryStore for SqliteStore {
     }
 
     fn server_key(&self, name: &str) -> Result<[u8; 32], StoreError> {
-        Ok(crate::tenancy::read_or_create_hex_key(&self.data_dir.join(name), name)?)
+        Ok(crate::private_files::read_or_create_hex_key(&self.data_dir.join(name), name)?)
     }
 
     fn changes_since(&self, _after: i64) -> Result<ChangeFeed, StoreError> {

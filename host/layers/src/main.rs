@@ -1,0 +1,561 @@
+//! The import-direction check: `plinth-layers [SRC]` (default: the host's
+//! `src/`) reads every module of the host's library, collects the `crate::`,
+//! `super::` and `self::` paths it names — in `use` items, in function
+//! bodies, in macro calls and in attributes such as utoipa's `paths(...)` —
+//! and fails when modules import each other around a circle, printing the
+//! edges that close it.
+//!
+//! What counts (ARCHITECTURE.md, "Layers"):
+//! - A module is a file (`host/oauth.rs` is `host::oauth`); a `mod x { }`
+//!   written inline belongs to its file.
+//! - Code that only tests compile (`#[cfg(test)]` items and the files they
+//!   declare) and comments are skipped.
+//! - A parent and its own descendants may use each other freely; any other
+//!   edge is lifted to the two siblings under the closest common parent
+//!   (`host::oauth → tenancy` is `host → tenancy` at the top; `api::mcp →
+//!   api::cheq` is `mcp → cheq` inside `api`). Each folder's siblings, and
+//!   the top-level modules, must then form no cycle.
+//! - A path reached through a `use`d module alias (`use crate::host; …
+//!   host::oauth::X`) counts as an edge to the aliased module (`host`), the
+//!   `use` that brought it in.
+
+use proc_macro2::{Delimiter, TokenStream, TokenTree};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use syn::visit::Visit;
+
+fn main() -> std::process::ExitCode {
+    let src = std::env::args_os()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../src"));
+    match check(&src) {
+        Ok(summary) => {
+            println!("{summary}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(report) => {
+            eprintln!("{report}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// A module path below the crate root (`["host", "oauth"]`); the root is `[]`.
+type ModPath = Vec<String>;
+
+/// One use of another module: where it is written and what it names.
+#[derive(Clone, Debug)]
+struct Use {
+    file: PathBuf,
+    line: usize,
+    text: String,
+}
+
+/// Reads the library under `src` and answers a one-line summary, or the
+/// report of every cycle found.
+fn check(src: &Path) -> Result<String, String> {
+    let modules = discover(src)?;
+    let known: BTreeSet<ModPath> = modules.keys().cloned().collect();
+    // (group, from, to) → the uses that make the edge.
+    let mut lifted: BTreeMap<(ModPath, String, String), Vec<Use>> = BTreeMap::new();
+    let mut edges = 0;
+    for (module, file) in &modules {
+        let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let parsed = syn::parse_file(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        let mut collector = Collector { scope: module.clone(), found: Vec::new() };
+        collector.visit_file(&parsed);
+        for (target, line, text) in collector.found {
+            let Some(to) = owning_module(&known, &target) else { continue };
+            let Some((group, from_child, to_child)) = lift(module, &to) else { continue };
+            edges += 1;
+            lifted.entry((group, from_child, to_child)).or_default().push(Use {
+                file: file.strip_prefix(src).unwrap_or(file).to_path_buf(),
+                line,
+                text,
+            });
+        }
+    }
+    let mut groups: BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (group, from, to) in lifted.keys() {
+        groups.entry(group.clone()).or_default().entry(from.clone()).or_default().insert(to.clone());
+    }
+    let mut report = String::new();
+    for (group, graph) in &groups {
+        for cycle in strongly_connected(graph).into_iter().filter(|c| c.len() > 1) {
+            let place = if group.is_empty() {
+                "the crate's top-level modules".to_string()
+            } else {
+                format!("the modules of `{}`", group.join("::"))
+            };
+            let _ = writeln!(
+                report,
+                "import cycle among {place}: {}",
+                cycle.iter().cloned().collect::<Vec<_>>().join(", ")
+            );
+            for from in &cycle {
+                for to in graph.get(from).into_iter().flatten().filter(|to| cycle.contains(*to)) {
+                    let uses = &lifted[&(group.clone(), from.clone(), to.clone())];
+                    let _ = writeln!(
+                        report,
+                        "  {from} -> {to} ({} use{}):",
+                        uses.len(),
+                        if uses.len() == 1 { "" } else { "s" }
+                    );
+                    for u in uses.iter().take(4) {
+                        let _ = writeln!(report, "    {}:{} {}", u.file.display(), u.line, u.text);
+                    }
+                    if uses.len() > 4 {
+                        let _ = writeln!(report, "    … and {} more", uses.len() - 4);
+                    }
+                }
+            }
+        }
+    }
+    if report.is_empty() {
+        Ok(format!("layers: {} modules, {edges} cross-module uses, no import cycle", modules.len()))
+    } else {
+        Err(report)
+    }
+}
+
+/// Every module file of the library, found by following `mod x;` from
+/// `lib.rs` (skipping the ones only tests compile).
+fn discover(src: &Path) -> Result<BTreeMap<ModPath, PathBuf>, String> {
+    let mut modules = BTreeMap::new();
+    let mut pending = vec![(ModPath::new(), src.join("lib.rs"), src.to_path_buf())];
+    while let Some((module, file, dir)) = pending.pop() {
+        let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let parsed = syn::parse_file(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        declared_files(&parsed.items, &module, &dir, &mut pending)?;
+        modules.insert(module, file);
+    }
+    Ok(modules)
+}
+
+/// The `mod x;` declarations in `items`, with the file each names; `dir` is
+/// the folder a child of this module lives in.
+fn declared_files(
+    items: &[syn::Item],
+    module: &ModPath,
+    dir: &Path,
+    pending: &mut Vec<(ModPath, PathBuf, PathBuf)>,
+) -> Result<(), String> {
+    for item in items {
+        let syn::Item::Mod(m) = item else { continue };
+        if only_for_tests(&m.attrs) {
+            continue;
+        }
+        let name = m.ident.to_string();
+        let mut child = module.clone();
+        child.push(name.clone());
+        match &m.content {
+            // An inline module's own `mod y;` live in dir/x/.
+            Some((_, inner)) => declared_files(inner, &child, &dir.join(&name), pending)?,
+            None => {
+                let flat = dir.join(format!("{name}.rs"));
+                let (file, child_dir) = if flat.exists() {
+                    (flat, dir.join(&name))
+                } else {
+                    (dir.join(&name).join("mod.rs"), dir.join(&name))
+                };
+                if !file.exists() {
+                    return Err(format!(
+                        "module `{}` is declared but neither {name}.rs nor {name}/mod.rs exists in {}",
+                        child.join("::"),
+                        dir.display()
+                    ));
+                }
+                pending.push((child, file, child_dir));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether attributes carry `#[cfg(test)]` (alone, not `cfg(not(test))`).
+fn only_for_tests(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test"))
+}
+
+/// The known module a resolved path falls in: its longest prefix that is a
+/// module file (an item's path names the module that holds it).
+fn owning_module(known: &BTreeSet<ModPath>, target: &[String]) -> Option<ModPath> {
+    (0..=target.len()).rev().map(|n| target[..n].to_vec()).find(|p| known.contains(p))
+}
+
+/// An edge between two module files, lifted to the siblings under their
+/// closest common parent; `None` for a module and its own ancestor or
+/// descendant (and for a module and itself).
+fn lift(from: &ModPath, to: &ModPath) -> Option<(ModPath, String, String)> {
+    let common = from.iter().zip(to).take_while(|(a, b)| a == b).count();
+    if common == from.len() || common == to.len() {
+        return None;
+    }
+    Some((from[..common].to_vec(), from[common].clone(), to[common].clone()))
+}
+
+/// Tarjan's strongly connected components, each as a set of nodes.
+fn strongly_connected(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
+    struct State<'g> {
+        graph: &'g BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'g str, usize>,
+        low: BTreeMap<&'g str, usize>,
+        stack: Vec<&'g str>,
+        on_stack: BTreeSet<&'g str>,
+        out: Vec<BTreeSet<String>>,
+    }
+    fn visit<'g>(s: &mut State<'g>, v: &'g str) {
+        let i = s.index.len();
+        s.index.insert(v, i);
+        s.low.insert(v, i);
+        s.stack.push(v);
+        s.on_stack.insert(v);
+        for w in s.graph.get(v).into_iter().flatten() {
+            if !s.index.contains_key(w.as_str()) {
+                visit(s, w);
+                let lw = s.low[w.as_str()];
+                let lv = s.low.get_mut(v).expect("visited");
+                *lv = (*lv).min(lw);
+            } else if s.on_stack.contains(w.as_str()) {
+                let iw = s.index[w.as_str()];
+                let lv = s.low.get_mut(v).expect("visited");
+                *lv = (*lv).min(iw);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut component = BTreeSet::new();
+            while let Some(w) = s.stack.pop() {
+                s.on_stack.remove(w);
+                component.insert(w.to_string());
+                if w == v {
+                    break;
+                }
+            }
+            s.out.push(component);
+        }
+    }
+    let mut s = State {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        out: Vec::new(),
+    };
+    for v in graph.keys() {
+        if !s.index.contains_key(v.as_str()) {
+            visit(&mut s, v);
+        }
+    }
+    s.out
+}
+
+/// Walks one file and collects every path it names that starts with
+/// `crate`, `super` or `self`, resolved against the module it is written in.
+struct Collector {
+    /// The module the walker is in (an inline `mod` extends it).
+    scope: ModPath,
+    found: Vec<(ModPath, usize, String)>,
+}
+
+impl Collector {
+    fn record(&mut self, segments: &[String], line: usize) {
+        let Some(first) = segments.first() else { return };
+        let mut resolved = match first.as_str() {
+            "crate" => ModPath::new(),
+            "super" | "self" => self.scope.clone(),
+            _ => return,
+        };
+        let mut rest = segments;
+        if first == "crate" || first == "self" {
+            rest = &segments[1..];
+        }
+        while let Some(s) = rest.first().filter(|s| *s == "super") {
+            let _ = s;
+            if resolved.pop().is_none() {
+                return;
+            }
+            rest = &rest[1..];
+        }
+        resolved.extend(rest.iter().cloned());
+        self.found.push((resolved, line, segments.join("::")));
+    }
+
+    /// Paths written inside macro calls and attribute arguments, which syn
+    /// leaves as tokens: `crate :: a :: b`, `super :: x`.
+    fn scan_tokens(&mut self, tokens: TokenStream) {
+        let flat: Vec<TokenTree> = tokens.into_iter().collect();
+        let mut i = 0;
+        while i < flat.len() {
+            match &flat[i] {
+                TokenTree::Group(g) => {
+                    if g.delimiter() != Delimiter::None || !g.stream().is_empty() {
+                        self.scan_tokens(g.stream());
+                    }
+                    i += 1;
+                }
+                TokenTree::Ident(id)
+                    if matches!(id.to_string().as_str(), "crate" | "super" | "self") && is_path_sep(&flat, i + 1) =>
+                {
+                    let line = id.span().start().line;
+                    let mut segments = vec![id.to_string()];
+                    let mut j = i + 1;
+                    while is_path_sep(&flat, j) {
+                        match flat.get(j + 2) {
+                            Some(TokenTree::Ident(next)) => {
+                                segments.push(next.to_string());
+                                j += 3;
+                            }
+                            _ => break,
+                        }
+                    }
+                    self.record(&segments, line);
+                    i = j.max(i + 1);
+                }
+                _ => i += 1,
+            }
+        }
+    }
+
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.use_tree(prefix, &p.tree);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => {
+                let line = n.ident.span().start().line;
+                let mut full = prefix.clone();
+                if n.ident != "self" {
+                    full.push(n.ident.to_string());
+                }
+                self.record(&full, line);
+            }
+            syn::UseTree::Rename(r) => {
+                let line = r.ident.span().start().line;
+                let mut full = prefix.clone();
+                if r.ident != "self" {
+                    full.push(r.ident.to_string());
+                }
+                self.record(&full, line);
+            }
+            syn::UseTree::Glob(g) => {
+                let line = g.star_token.spans[0].start().line;
+                self.record(&prefix.clone(), line);
+            }
+            syn::UseTree::Group(g) => {
+                for t in &g.items {
+                    self.use_tree(prefix, t);
+                }
+            }
+        }
+    }
+}
+
+fn is_path_sep(tokens: &[TokenTree], at: usize) -> bool {
+    matches!((tokens.get(at), tokens.get(at + 1)), (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b))) if a.as_char() == ':' && b.as_char() == ':')
+}
+
+fn item_attrs(item: &syn::Item) -> &[syn::Attribute] {
+    use syn::Item::*;
+    match item {
+        Const(i) => &i.attrs,
+        Enum(i) => &i.attrs,
+        ExternCrate(i) => &i.attrs,
+        Fn(i) => &i.attrs,
+        ForeignMod(i) => &i.attrs,
+        Impl(i) => &i.attrs,
+        Macro(i) => &i.attrs,
+        Mod(i) => &i.attrs,
+        Static(i) => &i.attrs,
+        Struct(i) => &i.attrs,
+        Trait(i) => &i.attrs,
+        TraitAlias(i) => &i.attrs,
+        Type(i) => &i.attrs,
+        Union(i) => &i.attrs,
+        Use(i) => &i.attrs,
+        _ => &[],
+    }
+}
+
+fn impl_item_attrs(item: &syn::ImplItem) -> &[syn::Attribute] {
+    match item {
+        syn::ImplItem::Const(i) => &i.attrs,
+        syn::ImplItem::Fn(i) => &i.attrs,
+        syn::ImplItem::Type(i) => &i.attrs,
+        syn::ImplItem::Macro(i) => &i.attrs,
+        _ => &[],
+    }
+}
+
+impl<'ast> Visit<'ast> for Collector {
+    fn visit_item(&mut self, item: &'ast syn::Item) {
+        if only_for_tests(item_attrs(item)) {
+            return;
+        }
+        syn::visit::visit_item(self, item);
+    }
+
+    fn visit_impl_item(&mut self, item: &'ast syn::ImplItem) {
+        if only_for_tests(impl_item_attrs(item)) {
+            return;
+        }
+        syn::visit::visit_impl_item(self, item);
+    }
+
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        // A declared file is walked as a module of its own; an inline one
+        // is walked here, with `super` resolved from inside it.
+        if let Some((_, items)) = &m.content {
+            for attr in &m.attrs {
+                self.visit_attribute(attr);
+            }
+            self.scope.push(m.ident.to_string());
+            for item in items {
+                self.visit_item(item);
+            }
+            self.scope.pop();
+        }
+    }
+
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        for attr in &u.attrs {
+            self.visit_attribute(attr);
+        }
+        self.use_tree(&mut Vec::new(), &u.tree);
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+        if let Some(first) = path.segments.first() {
+            self.record(&segments, first.ident.span().start().line);
+        }
+        syn::visit::visit_path(self, path);
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        self.scan_tokens(mac.tokens.clone());
+        syn::visit::visit_macro(self, mac);
+    }
+
+    fn visit_attribute(&mut self, attr: &'ast syn::Attribute) {
+        if let syn::Meta::List(list) = &attr.meta {
+            self.scan_tokens(list.tokens.clone());
+        }
+        syn::visit::visit_attribute(self, attr);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A crate written to a temporary folder: (relative path, text) pairs.
+    fn crate_of(files: &[(&str, &str)]) -> PathBuf {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("plinth-layers-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (path, text) in files {
+            let file = dir.join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(file, text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn a_planted_cycle_fails_and_names_both_edges() {
+        let dir = crate_of(&[
+            ("lib.rs", "pub mod a; pub mod b;"),
+            ("a.rs", "use crate::b::Thing;\npub fn f() {}"),
+            ("b.rs", "pub struct Thing;\npub fn g() { crate::a::f(); }"),
+        ]);
+        let report = check(&dir).unwrap_err();
+        assert!(report.contains("import cycle among the crate's top-level modules: a, b"), "{report}");
+        assert!(report.contains("a -> b (1 use):\n    a.rs:1 crate::b::Thing"), "{report}");
+        assert!(report.contains("b -> a (1 use):\n    b.rs:2 crate::a::f"), "{report}");
+    }
+
+    #[test]
+    fn one_direction_passes() {
+        let dir = crate_of(&[
+            ("lib.rs", "pub mod a; pub mod b;"),
+            ("a.rs", "use crate::b::Thing;"),
+            ("b.rs", "pub struct Thing;"),
+        ]);
+        assert!(check(&dir).unwrap().contains("3 modules, 1 cross-module uses, no import cycle"));
+    }
+
+    #[test]
+    fn test_code_comments_and_strings_do_not_count() {
+        let dir = crate_of(&[
+            ("lib.rs", "pub mod a; pub mod b;"),
+            ("a.rs", "use crate::b::Thing;"),
+            (
+                "b.rs",
+                "pub struct Thing;\n// crate::a::f()\n/// crate::a::f()\nconst S: &str = \"crate::a::f\";\n#[cfg(test)]\nmod tests { use crate::a::f; }\n#[cfg(test)]\nmod more;\nimpl Thing { #[cfg(test)] fn t() { crate::a::f(); } }",
+            ),
+            ("b/more.rs", "use crate::a::f;"),
+        ]);
+        assert!(check(&dir).is_ok(), "{:?}", check(&dir));
+    }
+
+    #[test]
+    fn paths_in_macros_attributes_and_nested_groups_count() {
+        let dir = crate_of(&[
+            ("lib.rs", "pub mod a; pub mod b;"),
+            ("a.rs", "use crate::{b::{Thing}};"),
+            ("b.rs", "pub struct Thing;\n#[derive(Doc)]\n#[doc_paths(paths(crate::a::handler))]\nstruct Api;"),
+        ]);
+        assert!(check(&dir).unwrap_err().contains("b -> a"));
+        let dir = crate_of(&[
+            ("lib.rs", "pub mod a; pub mod b;"),
+            ("a.rs", "use crate::b::Thing;"),
+            ("b.rs", "pub struct Thing;\nfn f() { tokio::select! { _ = crate::a::go() => {} } }"),
+        ]);
+        assert!(check(&dir).unwrap_err().contains("b -> a"));
+    }
+
+    #[test]
+    fn parent_and_child_may_use_each_other_but_siblings_may_not() {
+        let dir = crate_of(&[
+            ("lib.rs", "pub mod api;"),
+            ("api/mod.rs", "pub mod a2t; pub mod cheq; pub fn shared() {}"),
+            ("api/a2t.rs", "use super::shared; use super::cheq::link;"),
+            ("api/cheq.rs", "pub fn link() { super::a2t::list(); }"),
+        ]);
+        let report = check(&dir).unwrap_err();
+        assert!(report.contains("import cycle among the modules of `api`: a2t, cheq"), "{report}");
+    }
+
+    #[test]
+    fn a_submodule_edge_lifts_to_its_top_level_module() {
+        // host::oauth -> tenancy and tenancy -> host::oauth's parent folder.
+        let dir = crate_of(&[
+            ("lib.rs", "pub mod host; pub mod tenancy;"),
+            ("host.rs", "mod oauth; use crate::tenancy::Role;"),
+            ("host/oauth.rs", "pub struct TokenGrant;"),
+            ("tenancy.rs", "pub struct Role; use crate::host::oauth::TokenGrant;"),
+        ]);
+        let report = check(&dir).unwrap_err();
+        assert!(report.contains("host -> tenancy"), "{report}");
+        assert!(
+            report.contains("tenancy -> host (1 use):\n    tenancy.rs:1 crate::host::oauth::TokenGrant"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn super_in_an_inline_module_resolves_from_inside_it() {
+        let dir = crate_of(&[
+            ("lib.rs", "pub mod a; pub mod b;"),
+            ("a.rs", "pub mod inner { use super::super::b::Thing; }"),
+            ("b.rs", "pub struct Thing; use crate::a::inner;"),
+        ]);
+        assert!(check(&dir).unwrap_err().contains("a -> b"));
+    }
+}
