@@ -17,7 +17,7 @@
 //! Roles are ordered consumer < publisher < operator; each may do what the
 //! ones below it may.
 
-use super::oauth::Root as OAuthRoot;
+use super::links::Root as OAuthRoot;
 use super::{ApiError, ApiOptions, AppState};
 use crate::tenancy::{DEFAULT_TENANT, Principal, Role, is_tenant_name};
 use axum::extract::Request;
@@ -228,7 +228,7 @@ async fn token_principal(
 ) -> Result<Option<Principal>, ApiError> {
     let Some((options, root)) = oauth else { return Ok(None) };
     let tenant = root.tenant;
-    let resource = super::oauth::mcp_resource(options, root);
+    let resource = super::links::mcp_resource(options, root);
     let grant = host
         .token_grant(tenant, token, &resource)
         .await
@@ -330,13 +330,13 @@ fn refusal(error: ApiError, key_presented: bool, oauth: Option<(&ApiOptions, OAu
     let challenge = match (response.status(), oauth) {
         (StatusCode::UNAUTHORIZED, Some((options, root))) => {
             let error = invalid.then_some("invalid_token");
-            Some(super::oauth::challenge(options, root, error, &super::oauth::all_scopes()))
+            Some(super::links::challenge(options, root, error, &super::links::all_scopes()))
         }
         (StatusCode::UNAUTHORIZED, None) => {
             Some(if invalid { "Bearer error=\"invalid_token\"" } else { "Bearer" }.to_string())
         }
         (StatusCode::FORBIDDEN, Some((options, root))) if insufficient => {
-            Some(super::oauth::challenge(options, root, Some("insufficient_scope"), needed.as_deref().unwrap_or("")))
+            Some(super::links::challenge(options, root, Some("insufficient_scope"), needed.as_deref().unwrap_or("")))
         }
         _ => None,
     };

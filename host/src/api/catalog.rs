@@ -26,7 +26,7 @@
 //! (`Access::Catalog`), as for every route.
 
 use super::pages::{self, DesignerBar, Frame, Paragraph, Product, field, form};
-use super::{ApiError, ApiOptions, AppState, Caller, openapi};
+use super::{ApiError, ApiOptions, AppState, Caller, schemas};
 use crate::door::FrontDoor;
 use crate::host::ConsoleEntry;
 use crate::host::{
@@ -308,7 +308,7 @@ pub(super) async fn sign_in_form(
 /// returns to `next`, or shows the form again with why not (`401`, `429`
 /// or `503`, with `Retry-After` when waiting helps).
 #[utoipa::path(post, summary = "Signs in to the catalog", description = "Checks that the form is the sign-in page's (its token is its cookie's; the browser does not say it came from elsewhere), then the key (any live key of the tenant; a consumer key is enough), and opens a session. Failed sign-ins are throttled like the confirmation pages' logins; a refusal is the sign-in page again, with its status, `Retry-After` when waiting helps, and the code in `Plinth-Error-Code`.", path = "/catalog/sign-in", tag = "Catalog", operation_id = "catalog_sign_in",
-    request_body(content = openapi::SignInForm, content_type = "application/x-www-form-urlencoded"),
+    request_body(content = schemas::SignInForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 303, description = "Signed in: on to `next`, with the session cookie", headers(
             ("Location" = String, description = "The catalog page to go on to"),
@@ -366,7 +366,7 @@ pub(super) async fn sign_in(
 /// `POST catalog/sign-out`: ends the session (the access layer checked
 /// its form token) and forgets the cookie.
 #[utoipa::path(post, summary = "Signs out of the catalog", description = "Ends the session and forgets its cookie.", path = "/catalog/sign-out", tag = "Catalog", operation_id = "catalog_sign_out",
-    request_body(content = openapi::FormTokenForm, content_type = "application/x-www-form-urlencoded"),
+    request_body(content = schemas::FormTokenForm, content_type = "application/x-www-form-urlencoded"),
     responses((status = 303, description = "Signed out: on to the sign-in page", headers(
         ("Location" = String, description = "The sign-in page"),
         ("Set-Cookie" = String, description = "The session cookie, expired"),
@@ -1315,7 +1315,7 @@ fn typed(param: &InputParam, text: &str) -> Value {
 /// to it) and runs the call through the core.
 #[utoipa::path(post, summary = "Tries a tool", description = "Checks the form against the signature (each bad field refused where it is) and runs the call through the core, as an A2T call: the tenant's quotas, the tool's limits and its confirmation policy apply. The page's status is the call's. The form's `call_id` makes it one call: the same form sent again (a reload) is answered from the record of its first call, marked `idempotent-replayed: true`, and the tool does not run again.", path = "/catalog/tools/{tool_id}/try", tag = "Catalog", operation_id = "catalog_try",
     params(("tool_id" = String, Path, description = "The tool's `toolId`")),
-    request_body(content = openapi::TryForm, content_type = "application/x-www-form-urlencoded"),
+    request_body(content = schemas::TryForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 200, description = "It ran: its outputs (or, for the form sent again, its first call's)", content_type = "text/html", body = String,
             headers(("idempotent-replayed" = Option<String>, description = "`true` when the answer is the recorded one of this form's first call"))),
@@ -1351,7 +1351,7 @@ pub(super) async fn try_call(about: AboutTool, body: Bytes) -> Response {
     let end_user = field(&form, END_USER_FIELD).map(str::trim).filter(|u| !u.is_empty()).map(str::to_string);
     if let Some(user) = &end_user {
         entered.insert(END_USER_FIELD.to_string(), user.clone());
-        if let Err(e) = super::cheq::check_end_user(user) {
+        if let Err(e) = super::links::check_end_user(user) {
             errors.insert(END_USER_FIELD.to_string(), e.message().to_string());
         }
     }
@@ -1586,10 +1586,11 @@ fn came_of(
         Ok(ToolResult::Failed(failed)) => refused(ApiError::from(failed)),
         Err(InvokeError::ConfirmationPending(pending)) => {
             let links = Links::new(options, &session.tenant);
-            let pack = super::cheq::uri_pack_body(options, &pending);
+            let pack = super::links::uri_pack_body(options, &pending);
             // A link to the built-in confirmation page only: an external
             // confirmation server takes the pack its own way.
-            let confirm_href = pending.confirmation_uri.is_none().then(|| super::confirmation_link(options, &pending));
+            let confirm_href =
+                pending.confirmation_uri.is_none().then(|| super::links::confirmation_link(options, &pending));
             let answer = Answer::Pending {
                 end_user: end_user.unwrap_or_default(),
                 expires: at(pending.expires_at),

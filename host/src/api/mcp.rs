@@ -777,7 +777,7 @@ impl McpDoor {
         scope: &CallScope<'_>,
     ) -> Result<CallToolResponse, ErrorData> {
         let (host, caller) = (&scope.host, &scope.caller);
-        let url = super::confirmation_link(&self.options, pending);
+        let url = super::links::confirmation_link(&self.options, pending);
         let message = format!(
             "`{tool}` runs only once you confirm it: open the link, log in and review the call (it expires at {}).",
             crate::host::rfc3339(pending.expires_at)
@@ -870,7 +870,7 @@ impl McpDoor {
         let (host, caller) = (&scope.host, &scope.caller);
         match outcome(host, &caller.tenant, transaction).await? {
             Outcome::Pending(pending) => {
-                let url = super::confirmation_link(&self.options, &pending);
+                let url = super::links::confirmation_link(&self.options, &pending);
                 if scope.stateless {
                     return Ok(link_result(tool, end_user, &url, &pending).into());
                 }
@@ -987,10 +987,10 @@ fn end_user(meta: Option<&JsonObject>, headers: &HeaderMap) -> Result<Option<Str
         |e: ApiError| rpc_error(ErrorCode::INVALID_PARAMS.0, e.message().to_string(), "invalid_end_user", Map::new());
     match meta.and_then(|m| m.get(meta::END_USER)) {
         Some(Value::String(user)) => {
-            super::cheq::check_end_user(user).map_err(invalid)?;
+            super::links::check_end_user(user).map_err(invalid)?;
             Ok(Some(user.clone()))
         }
-        Some(Value::Null) | None => super::cheq::end_user_header(headers).map_err(invalid),
+        Some(Value::Null) | None => super::links::end_user_header(headers).map_err(invalid),
         Some(_) => Err(rpc_error(
             ErrorCode::INVALID_PARAMS.0,
             format!("_meta.{} must be the end user's name", meta::END_USER),
