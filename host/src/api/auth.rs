@@ -259,25 +259,31 @@ async fn authorize_designer(
     let Some(options) = request.extensions().get::<Arc<ApiOptions>>().cloned() else {
         return ApiError::internal("the server is misconfigured").into_response();
     };
-    let session = match super::catalog::session_token(request.headers()) {
+    let session = match super::catalog::session::session_token(request.headers()) {
         None => None,
         Some(token) => match host.designer_session(&tenant, &token) {
             Ok(session) => session,
             Err(e) => {
                 tracing::warn!(tenant, error = %e, "a catalog session could not be read");
-                return super::catalog::sessions_unreadable(&options, &tenant);
+                return super::catalog::session::sessions_unreadable(&options, &tenant);
             }
         },
     };
     let session =
         session.filter(|s| decide(&host, Access::Catalog, Scope::Tenant, &tenant, true, Some(&s.principal)).is_ok());
     let Some(session) = session else {
-        return super::catalog::sign_in_required(&options, &tenant, request.method(), request.uri(), request.headers());
+        return super::catalog::session::sign_in_required(
+            &options,
+            &tenant,
+            request.method(),
+            request.uri(),
+            request.headers(),
+        );
     };
     if !matches!(*request.method(), Method::GET | Method::HEAD) {
         if super::pages::posted_from_elsewhere(request.headers(), &options.public_url) {
             tracing::warn!(tenant, "a catalog form posted from another site was refused");
-            return super::catalog::forged_form(&options, &session);
+            return super::catalog::session::forged_form(&options, &session);
         }
         let (parts, body) = request.into_parts();
         let Ok(bytes) = axum::body::to_bytes(body, options.max_request_bytes).await else {
@@ -292,7 +298,7 @@ async fn authorize_designer(
         let token = token.unwrap_or_default();
         if !super::pages::form_token_matches(&token, &session.form_token) {
             tracing::warn!(tenant, "a catalog form without its session's form token was refused");
-            return super::catalog::forged_form(&options, &session);
+            return super::catalog::session::forged_form(&options, &session);
         }
         request = Request::from_parts(parts, axum::body::Body::from(bytes));
     }

@@ -219,21 +219,21 @@ fn routes(options: &ApiOptions) -> Routes {
         // The pages' stylesheet, and the designer's catalog: its pages need
         // a catalog session of the tenant (`Catalog`, decided in auth.rs).
         .add(Method::GET, pages::STYLESHEET_PATH, Open, Server, get(pages::stylesheet))
-        .add(Method::GET, "/catalog/sign-in", Open, Tenant, get(catalog::sign_in_form))
-        .add(Method::POST, "/catalog/sign-in", Open, Tenant, post(catalog::sign_in).layer(form_limit))
-        .add(Method::POST, "/catalog/sign-out", Catalog, Tenant, post(catalog::sign_out).layer(form_limit))
-        .add(Method::GET, "/catalog", Catalog, Tenant, get(catalog::catalog))
-        .add(Method::GET, "/catalog/tools/{tool_id}", Catalog, Tenant, get(catalog::tool))
-        .add(Method::GET, "/catalog/tools/{tool_id}/diff", Catalog, Tenant, get(catalog::diff))
-        .add(Method::GET, "/catalog/tools/{tool_id}/try", Catalog, Tenant, get(catalog::try_form))
+        .add(Method::GET, "/catalog/sign-in", Open, Tenant, get(catalog::session::sign_in_form))
+        .add(Method::POST, "/catalog/sign-in", Open, Tenant, post(catalog::session::sign_in).layer(form_limit))
+        .add(Method::POST, "/catalog/sign-out", Catalog, Tenant, post(catalog::session::sign_out).layer(form_limit))
+        .add(Method::GET, "/catalog", Catalog, Tenant, get(catalog::list::catalog))
+        .add(Method::GET, "/catalog/tools/{tool_id}", Catalog, Tenant, get(catalog::tool_page::tool))
+        .add(Method::GET, "/catalog/tools/{tool_id}/diff", Catalog, Tenant, get(catalog::diff::diff))
+        .add(Method::GET, "/catalog/tools/{tool_id}/try", Catalog, Tenant, get(catalog::try_call::try_form))
         .add(
             Method::POST,
             "/catalog/tools/{tool_id}/try",
             Catalog,
             Tenant,
-            post(catalog::try_call).layer(invocation_limit),
+            post(catalog::try_call::try_call).layer(invocation_limit),
         )
-        .add(Method::GET, "/catalog/confirmations/{id}", Catalog, Tenant, get(catalog::confirmation))
+        .add(Method::GET, "/catalog/confirmations/{id}", Catalog, Tenant, get(catalog::try_call::confirmation))
         // OAuth 2.1 for the MCP door: metadata where RFC 9728 and RFC 8414
         // put it (and under each tenant's root), the tenant's authorization
         // server.
