@@ -15,6 +15,9 @@
 //!   (`host::oauth → tenancy` is `host → tenancy` at the top; `api::mcp →
 //!   api::cheq` is `mcp → cheq` inside `api`). Each folder's siblings, and
 //!   the top-level modules, must then form no cycle.
+//! - A name a module re-exports (`pub use oauth::TokenGrant;` in `host`)
+//!   counts as the module it comes from (`crate::host::TokenGrant` is an
+//!   edge to `host::oauth`), so that a re-export cannot hide an edge.
 //! - A path reached through a `use`d module alias (`use crate::host; …
 //!   host::oauth::X`) counts as an edge to the aliased module (`host`), the
 //!   `use` that brought it in.
@@ -61,12 +64,20 @@ fn check(src: &Path) -> Result<String, String> {
     // (group, from, to) → the uses that make the edge.
     let mut lifted: BTreeMap<(ModPath, String, String), Vec<Use>> = BTreeMap::new();
     let mut edges = 0;
+    let mut collected = Vec::new();
+    // A re-exported name (module path + name) → the path it stands for.
+    let mut exports: BTreeMap<ModPath, ModPath> = BTreeMap::new();
     for (module, file) in &modules {
         let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
         let parsed = syn::parse_file(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-        let mut collector = Collector { scope: module.clone(), found: Vec::new() };
+        let mut collector = Collector { scope: module.clone(), known: &known, found: Vec::new(), exports: Vec::new() };
         collector.visit_file(&parsed);
-        for (target, line, text) in collector.found {
+        exports.extend(collector.exports);
+        collected.push((module, file, collector.found));
+    }
+    for (module, file, found) in collected {
+        for (target, line, text) in found {
+            let target = through_exports(&known, &exports, target);
             let Some(to) = owning_module(&known, &target) else { continue };
             let Some((group, from_child, to_child)) = lift(module, &to) else { continue };
             edges += 1;
@@ -179,6 +190,25 @@ fn only_for_tests(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test"))
 }
 
+/// `target` with every re-exported name on its way replaced by the path it
+/// stands for (`host::TokenGrant` → `host::oauth::TokenGrant`).
+fn through_exports(known: &BTreeSet<ModPath>, exports: &BTreeMap<ModPath, ModPath>, mut target: ModPath) -> ModPath {
+    for _ in 0..8 {
+        let Some(module) = owning_module(known, &target) else { break };
+        let Some(name) = target.get(module.len()) else { break };
+        let mut exported = module.clone();
+        exported.push(name.clone());
+        let Some(source) = exports.get(&exported) else { break };
+        let mut next = source.clone();
+        next.extend(target[module.len() + 1..].iter().cloned());
+        if next == target {
+            break;
+        }
+        target = next;
+    }
+    target
+}
+
 /// The known module a resolved path falls in: its longest prefix that is a
 /// module file (an item's path names the module that holds it).
 fn owning_module(known: &BTreeSet<ModPath>, target: &[String]) -> Option<ModPath> {
@@ -254,33 +284,55 @@ fn strongly_connected(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSe
 
 /// Walks one file and collects every path it names that starts with
 /// `crate`, `super` or `self`, resolved against the module it is written in.
-struct Collector {
+struct Collector<'k> {
     /// The module the walker is in (an inline `mod` extends it).
     scope: ModPath,
+    /// Every module of the crate.
+    known: &'k BTreeSet<ModPath>,
     found: Vec<(ModPath, usize, String)>,
+    /// What this file re-exports: (module path + name, the path it stands for).
+    exports: Vec<(ModPath, ModPath)>,
 }
 
-impl Collector {
+impl Collector<'_> {
     fn record(&mut self, segments: &[String], line: usize) {
-        let Some(first) = segments.first() else { return };
+        if let Some(resolved) = self.resolve(segments) {
+            self.found.push((resolved, line, segments.join("::")));
+        }
+    }
+
+    /// `segments` as a path from the crate root, if they start with
+    /// `crate`, `super` or `self`.
+    fn resolve(&self, segments: &[String]) -> Option<ModPath> {
+        let first = segments.first()?;
         let mut resolved = match first.as_str() {
             "crate" => ModPath::new(),
             "super" | "self" => self.scope.clone(),
-            _ => return,
+            _ => return None,
         };
         let mut rest = segments;
         if first == "crate" || first == "self" {
             rest = &segments[1..];
         }
-        while let Some(s) = rest.first().filter(|s| *s == "super") {
-            let _ = s;
-            if resolved.pop().is_none() {
-                return;
-            }
+        while rest.first().is_some_and(|s| s == "super") {
+            resolved.pop()?;
             rest = &rest[1..];
         }
         resolved.extend(rest.iter().cloned());
-        self.found.push((resolved, line, segments.join("::")));
+        Some(resolved)
+    }
+
+    /// A `use` path as written: one that starts with a child module's name
+    /// (`use oauth::X;` in `host`) is relative to this module.
+    fn use_path(&self, mut path: Vec<String>) -> Vec<String> {
+        if let Some(first) = path.first() {
+            let mut child = self.scope.clone();
+            child.push(first.clone());
+            if self.known.contains(&child) {
+                path.insert(0, "self".to_string());
+            }
+        }
+        path
     }
 
     /// Paths written inside macro calls and attribute arguments, which syn
@@ -319,37 +371,41 @@ impl Collector {
         }
     }
 
-    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
-        match tree {
+    /// Records the paths of a `use` tree; `exported` when the `use` is
+    /// visible outside its module (a re-export).
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree, exported: bool) {
+        let (ident, alias, line) = match tree {
             syn::UseTree::Path(p) => {
                 prefix.push(p.ident.to_string());
-                self.use_tree(prefix, &p.tree);
+                self.use_tree(prefix, &p.tree, exported);
                 prefix.pop();
-            }
-            syn::UseTree::Name(n) => {
-                let line = n.ident.span().start().line;
-                let mut full = prefix.clone();
-                if n.ident != "self" {
-                    full.push(n.ident.to_string());
-                }
-                self.record(&full, line);
-            }
-            syn::UseTree::Rename(r) => {
-                let line = r.ident.span().start().line;
-                let mut full = prefix.clone();
-                if r.ident != "self" {
-                    full.push(r.ident.to_string());
-                }
-                self.record(&full, line);
-            }
-            syn::UseTree::Glob(g) => {
-                let line = g.star_token.spans[0].start().line;
-                self.record(&prefix.clone(), line);
+                return;
             }
             syn::UseTree::Group(g) => {
                 for t in &g.items {
-                    self.use_tree(prefix, t);
+                    self.use_tree(prefix, t, exported);
                 }
+                return;
+            }
+            syn::UseTree::Glob(g) => {
+                let path = self.use_path(prefix.clone());
+                self.record(&path, g.star_token.spans[0].start().line);
+                return;
+            }
+            syn::UseTree::Name(n) => (&n.ident, &n.ident, n.ident.span().start().line),
+            syn::UseTree::Rename(r) => (&r.ident, &r.rename, r.ident.span().start().line),
+        };
+        let mut full = prefix.clone();
+        if ident != "self" {
+            full.push(ident.to_string());
+        }
+        let full = self.use_path(full);
+        self.record(&full, line);
+        if exported && alias != "_" {
+            if let Some(source) = self.resolve(&full) {
+                let mut name = self.scope.clone();
+                name.push(if ident == "self" { prefix.last().cloned().unwrap_or_default() } else { alias.to_string() });
+                self.exports.push((name, source));
             }
         }
     }
@@ -391,7 +447,7 @@ fn impl_item_attrs(item: &syn::ImplItem) -> &[syn::Attribute] {
     }
 }
 
-impl<'ast> Visit<'ast> for Collector {
+impl<'ast> Visit<'ast> for Collector<'_> {
     fn visit_item(&mut self, item: &'ast syn::Item) {
         if only_for_tests(item_attrs(item)) {
             return;
@@ -425,7 +481,8 @@ impl<'ast> Visit<'ast> for Collector {
         for attr in &u.attrs {
             self.visit_attribute(attr);
         }
-        self.use_tree(&mut Vec::new(), &u.tree);
+        let exported = !matches!(u.vis, syn::Visibility::Inherited);
+        self.use_tree(&mut Vec::new(), &u.tree, exported);
     }
 
     fn visit_path(&mut self, path: &'ast syn::Path) {
@@ -547,6 +604,26 @@ mod tests {
             report.contains("tenancy -> host (1 use):\n    tenancy.rs:1 crate::host::oauth::TokenGrant"),
             "{report}"
         );
+    }
+
+    #[test]
+    fn a_re_export_does_not_hide_the_module_it_comes_from() {
+        // `host` re-exports `oauth::TokenGrant`; `tenancy` names it through
+        // `host`, yet the edge is to `host::oauth`, a sibling of
+        // `host::confirmations` that uses `tenancy`... and inside `host`,
+        // `oauth` names `confirmations` through the parent's re-export.
+        let dir = crate_of(&[
+            ("lib.rs", "pub mod host;"),
+            (
+                "host.rs",
+                "mod confirmations; mod oauth; pub use confirmations::{Setting as CheqSetting}; pub use oauth::*;",
+            ),
+            ("host/confirmations.rs", "pub struct Setting; use super::oauth::Grant;"),
+            ("host/oauth.rs", "pub struct Grant; fn f() { let _ = super::CheqSetting; }"),
+        ]);
+        let report = check(&dir).unwrap_err();
+        assert!(report.contains("import cycle among the modules of `host`: confirmations, oauth"), "{report}");
+        assert!(report.contains("oauth -> confirmations (1 use):\n    host/oauth.rs:1 super::CheqSetting"), "{report}");
     }
 
     #[test]

@@ -24,7 +24,8 @@
 
 mod direct;
 
-use super::auth::{self, Access, Scope};
+use super::access::{Access, Scope};
+use super::auth;
 use super::{ApiError, ApiOptions, AppState, Caller};
 use crate::door::FrontDoor;
 use crate::host::{Call, ConfirmationNeed, InvokeError, PendingConfirmation, State as TxState, ToolHost};

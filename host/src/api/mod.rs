@@ -7,6 +7,7 @@
 //! without an access decision.
 
 pub mod a2t;
+pub mod access;
 pub mod admin;
 pub mod auth;
 pub mod catalog;
@@ -35,7 +36,7 @@ use axum::routing::{MethodRouter, delete, get, post, put};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use auth::{Access, Caller, Scope};
+pub use access::{Access, Caller, Scope};
 pub use error::ApiError;
 
 /// Shared state of every handler.
