@@ -29,10 +29,25 @@ use std::path::{Path, PathBuf};
 use syn::visit::Visit;
 
 fn main() -> std::process::ExitCode {
-    let src = std::env::args_os()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../src"));
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    // `--edges`: also print every lifted edge (group: from -> to), the
+    // graph the layer table of ARCHITECTURE.md is read from.
+    let print_edges = args.iter().any(|a| a == "--edges");
+    args.retain(|a| a != "--edges");
+    let src = args.first().map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../src"));
+    if print_edges {
+        match edges(&src) {
+            Ok(all) => {
+                for (group, from, to) in all {
+                    println!(
+                        "{}: {from} -> {to}",
+                        if group.is_empty() { "crate".to_string() } else { group.join("::") }
+                    );
+                }
+            }
+            Err(e) => eprintln!("{e}"),
+        }
+    }
     match check(&src) {
         Ok(summary) => {
             println!("{summary}");
@@ -43,6 +58,38 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The crate's top-level modules by layer, highest first (ARCHITECTURE.md,
+/// "Layers"): a module may use its own layer's (without a cycle) and the
+/// layers below, never one above. A new top-level module takes its place
+/// here, and in ARCHITECTURE.md's table.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("doors", &["api", "build", "scaffold"]),
+    ("core", &["host"]),
+    ("state", &["registry", "idempotency", "tool_ids", "store"]),
+    ("models", &["package", "signature", "supply", "invocation", "metrics"]),
+    ("engine and rules", &["runtime", "manifest", "cheq"]),
+    (
+        "leaves",
+        &[
+            "tenancy",
+            "telemetry",
+            "cpu_policy",
+            "client_address",
+            "door",
+            "digest",
+            "private_files",
+            "egress",
+            "keyed_rate",
+            "testing",
+        ],
+    ),
+];
+
+/// A top-level module's layer (0 the highest), if the table has it.
+fn layer_of(layers: &[(&str, &[&str])], module: &str) -> Option<usize> {
+    layers.iter().position(|(_, modules)| modules.contains(&module))
 }
 
 /// A module path below the crate root (`["host", "oauth"]`); the root is `[]`.
@@ -56,9 +103,64 @@ struct Use {
     text: String,
 }
 
+/// Every lifted edge of the library under `src`: (group, from, to).
+fn edges(src: &Path) -> Result<Vec<(ModPath, String, String)>, String> {
+    Ok(lifted_uses(src)?.0.into_keys().collect())
+}
+
 /// Reads the library under `src` and answers a one-line summary, or the
-/// report of every cycle found.
+/// report of every cycle and upward use found.
 fn check(src: &Path) -> Result<String, String> {
+    check_with(src, LAYERS)
+}
+
+/// [`check`] against the layer table `layers`.
+fn check_with(src: &Path, layers: &[(&str, &[&str])]) -> Result<String, String> {
+    let (lifted, modules, edges) = lifted_uses(src)?;
+    let upward = report_upward(&lifted, &modules_at_top(src)?, layers);
+    match report_cycles(&lifted, modules, edges) {
+        Ok(summary) if upward.is_empty() => Ok(summary),
+        Ok(_) => Err(upward),
+        Err(cycles) => Err(format!("{upward}{cycles}")),
+    }
+}
+
+/// The crate's top-level modules.
+fn modules_at_top(src: &Path) -> Result<BTreeSet<String>, String> {
+    Ok(discover(src)?.into_keys().filter(|m| m.len() == 1).map(|m| m[0].clone()).collect())
+}
+
+/// Every top-level module missing from `layers`, and every use of a module
+/// in a layer above the user's.
+fn report_upward(
+    lifted: &BTreeMap<(ModPath, String, String), Vec<Use>>,
+    top: &BTreeSet<String>,
+    layers: &[(&str, &[&str])],
+) -> String {
+    let mut report = String::new();
+    for module in top.iter().filter(|m| layer_of(layers, m).is_none()) {
+        let _ = writeln!(
+            report,
+            "module `{module}` has no layer: add it to LAYERS (host/layers/src/main.rs) and to ARCHITECTURE.md's table"
+        );
+    }
+    for ((group, from, to), uses) in lifted.iter().filter(|((group, _, _), _)| group.is_empty()) {
+        let (Some(a), Some(b)) = (layer_of(layers, from), layer_of(layers, to)) else { continue };
+        if b < a {
+            let _ = writeln!(report, "`{from}` ({}) uses `{to}` ({}), a layer above it:", layers[a].0, layers[b].0);
+            for u in uses.iter().take(4) {
+                let _ = writeln!(report, "    {}:{} {}", u.file.display(), u.line, u.text);
+            }
+            let _ = group;
+        }
+    }
+    report
+}
+
+/// The uses between modules, lifted to siblings (group, from, to), with
+/// the number of modules and of uses counted.
+#[allow(clippy::type_complexity)]
+fn lifted_uses(src: &Path) -> Result<(BTreeMap<(ModPath, String, String), Vec<Use>>, usize, usize), String> {
     let modules = discover(src)?;
     let known: BTreeSet<ModPath> = modules.keys().cloned().collect();
     // (group, from, to) → the uses that make the edge.
@@ -88,6 +190,15 @@ fn check(src: &Path) -> Result<String, String> {
             });
         }
     }
+    Ok((lifted, modules.len(), edges))
+}
+
+/// The report of every cycle among the lifted edges, or the summary.
+fn report_cycles(
+    lifted: &BTreeMap<(ModPath, String, String), Vec<Use>>,
+    modules: usize,
+    edges: usize,
+) -> Result<String, String> {
     let mut groups: BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
     for (group, from, to) in lifted.keys() {
         groups.entry(group.clone()).or_default().entry(from.clone()).or_default().insert(to.clone());
@@ -125,7 +236,7 @@ fn check(src: &Path) -> Result<String, String> {
         }
     }
     if report.is_empty() {
-        Ok(format!("layers: {} modules, {edges} cross-module uses, no import cycle", modules.len()))
+        Ok(format!("layers: {modules} modules, {edges} cross-module uses, no import cycle, no use of a higher layer"))
     } else {
         Err(report)
     }
@@ -510,6 +621,12 @@ impl<'ast> Visit<'ast> for Collector<'_> {
 mod tests {
     use super::*;
 
+    /// [`check`] with every module the tests name in one layer: only
+    /// cycles fail.
+    fn flat(dir: &Path) -> Result<String, String> {
+        check_with(dir, &[("all", &["a", "b", "api", "host", "tenancy"])])
+    }
+
     /// A crate written to a temporary folder: (relative path, text) pairs.
     fn crate_of(files: &[(&str, &str)]) -> PathBuf {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -531,7 +648,7 @@ mod tests {
             ("a.rs", "use crate::b::Thing;\npub fn f() {}"),
             ("b.rs", "pub struct Thing;\npub fn g() { crate::a::f(); }"),
         ]);
-        let report = check(&dir).unwrap_err();
+        let report = flat(&dir).unwrap_err();
         assert!(report.contains("import cycle among the crate's top-level modules: a, b"), "{report}");
         assert!(report.contains("a -> b (1 use):\n    a.rs:1 crate::b::Thing"), "{report}");
         assert!(report.contains("b -> a (1 use):\n    b.rs:2 crate::a::f"), "{report}");
@@ -544,7 +661,7 @@ mod tests {
             ("a.rs", "use crate::b::Thing;"),
             ("b.rs", "pub struct Thing;"),
         ]);
-        assert!(check(&dir).unwrap().contains("3 modules, 1 cross-module uses, no import cycle"));
+        assert!(flat(&dir).unwrap().contains("3 modules, 1 cross-module uses, no import cycle, no use of a higher layer"));
     }
 
     #[test]
@@ -558,7 +675,7 @@ mod tests {
             ),
             ("b/more.rs", "use crate::a::f;"),
         ]);
-        assert!(check(&dir).is_ok(), "{:?}", check(&dir));
+        assert!(flat(&dir).is_ok(), "{:?}", flat(&dir));
     }
 
     #[test]
@@ -568,13 +685,13 @@ mod tests {
             ("a.rs", "use crate::{b::{Thing}};"),
             ("b.rs", "pub struct Thing;\n#[derive(Doc)]\n#[doc_paths(paths(crate::a::handler))]\nstruct Api;"),
         ]);
-        assert!(check(&dir).unwrap_err().contains("b -> a"));
+        assert!(flat(&dir).unwrap_err().contains("b -> a"));
         let dir = crate_of(&[
             ("lib.rs", "pub mod a; pub mod b;"),
             ("a.rs", "use crate::b::Thing;"),
             ("b.rs", "pub struct Thing;\nfn f() { tokio::select! { _ = crate::a::go() => {} } }"),
         ]);
-        assert!(check(&dir).unwrap_err().contains("b -> a"));
+        assert!(flat(&dir).unwrap_err().contains("b -> a"));
     }
 
     #[test]
@@ -585,7 +702,7 @@ mod tests {
             ("api/a2t.rs", "use super::shared; use super::cheq::link;"),
             ("api/cheq.rs", "pub fn link() { super::a2t::list(); }"),
         ]);
-        let report = check(&dir).unwrap_err();
+        let report = flat(&dir).unwrap_err();
         assert!(report.contains("import cycle among the modules of `api`: a2t, cheq"), "{report}");
     }
 
@@ -598,7 +715,7 @@ mod tests {
             ("host/oauth.rs", "pub struct TokenGrant;"),
             ("tenancy.rs", "pub struct Role; use crate::host::oauth::TokenGrant;"),
         ]);
-        let report = check(&dir).unwrap_err();
+        let report = flat(&dir).unwrap_err();
         assert!(report.contains("host -> tenancy"), "{report}");
         assert!(
             report.contains("tenancy -> host (1 use):\n    tenancy.rs:1 crate::host::oauth::TokenGrant"),
@@ -621,9 +738,27 @@ mod tests {
             ("host/confirmations.rs", "pub struct Setting; use super::oauth::Grant;"),
             ("host/oauth.rs", "pub struct Grant; fn f() { let _ = super::CheqSetting; }"),
         ]);
-        let report = check(&dir).unwrap_err();
+        let report = flat(&dir).unwrap_err();
         assert!(report.contains("import cycle among the modules of `host`: confirmations, oauth"), "{report}");
         assert!(report.contains("oauth -> confirmations (1 use):\n    host/oauth.rs:1 super::CheqSetting"), "{report}");
+    }
+
+    #[test]
+    fn a_use_of_a_higher_layer_fails_even_without_a_cycle() {
+        let dir = crate_of(&[
+            ("lib.rs", "pub mod host; pub mod tenancy; pub mod extra;"),
+            ("host.rs", "pub struct ToolHost;"),
+            ("tenancy.rs", "fn f() { let _ = crate::host::ToolHost; }"),
+            ("extra.rs", ""),
+        ]);
+        let report = check(&dir).unwrap_err();
+        assert!(
+            report.contains(
+                "`tenancy` (leaves) uses `host` (core), a layer above it:\n    tenancy.rs:1 crate::host::ToolHost"
+            ),
+            "{report}"
+        );
+        assert!(report.contains("module `extra` has no layer"), "{report}");
     }
 
     #[test]
@@ -633,6 +768,6 @@ mod tests {
             ("a.rs", "pub mod inner { use super::super::b::Thing; }"),
             ("b.rs", "pub struct Thing; use crate::a::inner;"),
         ]);
-        assert!(check(&dir).unwrap_err().contains("a -> b"));
+        assert!(flat(&dir).unwrap_err().contains("a -> b"));
     }
 }
