@@ -661,7 +661,9 @@ mod tests {
             ("a.rs", "use crate::b::Thing;"),
             ("b.rs", "pub struct Thing;"),
         ]);
-        assert!(flat(&dir).unwrap().contains("3 modules, 1 cross-module uses, no import cycle, no use of a higher layer"));
+        assert!(
+            flat(&dir).unwrap().contains("3 modules, 1 cross-module uses, no import cycle, no use of a higher layer")
+        );
     }
 
     #[test]

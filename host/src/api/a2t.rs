@@ -309,3 +309,9 @@ pub(super) fn answer(outcome: Result<ToolResult, InvokeError>, call_id: &str, ve
     response.headers_mut().insert("plinth-tool-version", HeaderValue::from(version));
     response
 }
+
+/// The A2T door's operations, merged into the OpenAPI document
+/// (`openapi.rs`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(list_tools, get_tool, invoke_current, list_versions, get_version, invoke_version,))]
+pub(super) struct Doc;

@@ -691,3 +691,33 @@ pub(super) async fn audit(
         next,
     ))
 }
+
+/// The admin API's operations, merged into the OpenAPI document
+/// (`openapi.rs`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    deploy,
+    retire,
+    get_trust_policy,
+    put_trust_policy,
+    refused_by_trust_policy,
+    list_registries,
+    put_registry,
+    delete_registry,
+    list_secrets,
+    put_secret,
+    delete_secret,
+    list_config,
+    put_config,
+    delete_config,
+    own_tenant,
+    list_tenants,
+    create_tenant,
+    get_tenant,
+    update_tenant,
+    list_keys,
+    create_key,
+    revoke_key,
+    audit,
+))]
+pub(super) struct Doc;

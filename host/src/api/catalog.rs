@@ -354,6 +354,22 @@ fn find_version(tool: &Tool, n: Option<&str>) -> Result<Arc<ToolVersion>, Unavai
     found.ok_or_else(|| Unavailable::Version(tool.name.clone()))
 }
 
+/// The catalog's pages's operations, merged into the OpenAPI document
+/// (`openapi.rs`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    session::sign_in_form,
+    session::sign_in,
+    session::sign_out,
+    list::catalog,
+    tool_page::tool,
+    diff::diff,
+    try_call::try_form,
+    try_call::try_call,
+    try_call::confirmation,
+))]
+pub(super) struct Doc;
+
 #[cfg(test)]
 mod tests {
     use super::try_call::{SHOWN_JSON_BYTES, form_sha256, shown_json, typed};

@@ -926,6 +926,28 @@ fn login_page(
     LOGIN_TOKEN.set(pages::page(status, &page), &options.public_url, token, action_path)
 }
 
+/// The CHEQ endpoints's operations, merged into the OpenAPI document
+/// (`openapi.rs`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    get_transaction,
+    decide_transaction,
+    get_result,
+    confirm_page,
+    login,
+    decide,
+    evidence,
+    put_end_user,
+    delete_end_user,
+    get_confirmation_server,
+    put_confirmation_server,
+    delete_confirmation_server,
+    get_policy,
+    put_policy,
+    delete_policy,
+))]
+pub(super) struct Doc;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -320,3 +320,9 @@ impl http_body::Body for EventStream {
         self.rx.poll_recv(cx).map(|chunk| chunk.map(|bytes| Ok(http_body::Frame::data(bytes))))
     }
 }
+
+/// The console (logs and usage)'s operations, merged into the OpenAPI document
+/// (`openapi.rs`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(logs, usage,))]
+pub(super) struct Doc;

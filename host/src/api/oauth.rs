@@ -584,6 +584,24 @@ pub(super) async fn put_tenant_oauth(
     Ok(axum::Json(setting).into_response())
 }
 
+/// The OAuth endpoints's operations, merged into the OpenAPI document
+/// (`openapi.rs`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    resource_metadata_here,
+    default_resource_metadata,
+    tenant_resource_metadata,
+    server_metadata_here,
+    tenant_server_metadata,
+    authorize_form,
+    authorize,
+    token,
+    register,
+    revoke,
+    put_tenant_oauth,
+))]
+pub(super) struct Doc;
+
 #[cfg(test)]
 mod tests {
     use super::*;

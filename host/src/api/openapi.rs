@@ -38,7 +38,9 @@ const API_KEY: &str = "apiKey";
 /// cookie.
 const CATALOG_SESSION: &str = "catalogSession";
 
-/// Every annotated handler, and the schemas the annotations do not reach.
+/// The server's own annotated handlers, the schemas the annotations do not
+/// reach, and the tags; each door lists its own handlers beside them (its
+/// `Doc`), merged in by [`document`].
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -52,76 +54,7 @@ const CATALOG_SESSION: &str = "catalogSession";
         super::jwks,
         super::metrics,
         openapi_json,
-        super::a2t::list_tools,
-        super::a2t::get_tool,
-        super::a2t::invoke_current,
-        super::a2t::list_versions,
-        super::a2t::get_version,
-        super::a2t::invoke_version,
-        super::otc::health,
-        super::otc::list_tools,
-        super::otc::call_tool,
-        super::cheq::get_transaction,
-        super::cheq::decide_transaction,
-        super::cheq::get_result,
-        super::cheq::confirm_page,
-        super::cheq::login,
-        super::cheq::decide,
-        super::cheq::evidence,
-        super::cheq::put_end_user,
-        super::cheq::delete_end_user,
-        super::cheq::get_confirmation_server,
-        super::cheq::put_confirmation_server,
-        super::cheq::delete_confirmation_server,
-        super::cheq::get_policy,
-        super::cheq::put_policy,
-        super::cheq::delete_policy,
-        super::admin::deploy,
-        super::admin::retire,
-        super::console::logs,
-        super::console::usage,
-        super::admin::get_trust_policy,
-        super::admin::put_trust_policy,
-        super::admin::refused_by_trust_policy,
-        super::admin::list_registries,
-        super::admin::put_registry,
-        super::admin::delete_registry,
-        super::admin::list_secrets,
-        super::admin::put_secret,
-        super::admin::delete_secret,
-        super::admin::list_config,
-        super::admin::put_config,
-        super::admin::delete_config,
-        super::admin::own_tenant,
-        super::admin::list_tenants,
-        super::admin::create_tenant,
-        super::admin::get_tenant,
-        super::admin::update_tenant,
-        super::admin::list_keys,
-        super::admin::create_key,
-        super::admin::revoke_key,
-        super::admin::audit,
         super::pages::stylesheet,
-        super::catalog::session::sign_in_form,
-        super::catalog::session::sign_in,
-        super::catalog::session::sign_out,
-        super::catalog::list::catalog,
-        super::catalog::tool_page::tool,
-        super::catalog::diff::diff,
-        super::catalog::try_call::try_form,
-        super::catalog::try_call::try_call,
-        super::catalog::try_call::confirmation,
-        super::oauth::resource_metadata_here,
-        super::oauth::default_resource_metadata,
-        super::oauth::tenant_resource_metadata,
-        super::oauth::server_metadata_here,
-        super::oauth::tenant_server_metadata,
-        super::oauth::authorize_form,
-        super::oauth::authorize,
-        super::oauth::token,
-        super::oauth::register,
-        super::oauth::revoke,
-        super::oauth::put_tenant_oauth,
     ),
     // What `IntoResponses` and `add_mcp` refer to (utoipa collects the rest
     // from the annotations).
@@ -164,7 +97,19 @@ pub fn rendered() -> &'static String {
 
 /// The document, and what is wrong with it (see [`problems`]).
 fn document() -> (Value, Vec<String>) {
-    let mut doc = serde_json::to_value(Annotated::openapi()).unwrap_or_default();
+    let mut annotated = Annotated::openapi();
+    for door in [
+        super::a2t::Doc::openapi(),
+        super::otc::Doc::openapi(),
+        super::cheq::Doc::openapi(),
+        super::admin::Doc::openapi(),
+        super::console::Doc::openapi(),
+        super::catalog::Doc::openapi(),
+        super::oauth::Doc::openapi(),
+    ] {
+        annotated.merge(door);
+    }
+    let mut doc = serde_json::to_value(annotated).unwrap_or_default();
     let mut problems = Vec::new();
     add_otc_schemas(&mut doc);
     add_mcp(&mut doc);

@@ -691,6 +691,12 @@ pub(super) async fn otc_error_shape(response: Response) -> Response {
     Response::from_parts(parts, Body::from(Value::Object(otc).to_string()))
 }
 
+/// The OTC door's operations, merged into the OpenAPI document
+/// (`openapi.rs`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(health, list_tools, call_tool,))]
+pub(super) struct Doc;
+
 #[cfg(test)]
 mod tests {
     use super::*;
