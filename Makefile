@@ -33,7 +33,7 @@ LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
 DATA       ?= ./plinth-data
 
-.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients schemathesis openapi screenshots run test check bench bench-smoke wrk peer oci-tools system-packages
+.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients schemathesis openapi screenshots run test check bench bench-smoke wrk peer oci-tools system-packages layers
 
 help:
 	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
@@ -41,6 +41,7 @@ help:
 	@echo "make plugins  build and pack the example tools into $(PLUGIN_OUT)/"
 	@echo "make build    build the plinth binary"
 	@echo "make openapi  write the server's OpenAPI document to docs/openapi.json"
+	@echo "make layers   check that the host's modules import in one direction (ARCHITECTURE.md)"
 	@echo "make screenshots  retake the catalog's pictures in docs/catalog/ (browser tests)"
 	@echo "make bench    run the benchmark harness (release build) and write bench/RESULTS.md"
 
@@ -94,7 +95,7 @@ fixtures: plugins toolchains
 
 # Ends with one summary line over every test binary (cargo prints one
 # result line per binary, the last of which may be a crate without tests).
-test: fixtures browser mcp-clients toolchains postgres schemathesis oci-tools
+test: fixtures browser mcp-clients toolchains postgres schemathesis oci-tools layers
 	@set -o pipefail; PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures \
 		PLINTH_TEST_MCP_CLIENTS=$(CURDIR)/target/mcp-clients PLINTH_TEST_TOOLCHAINS=$(CURDIR)/target/toolchains \
 		PLINTH_TEST_SCHEMATHESIS=$(CURDIR)/target/schemathesis PLINTH_TEST_OCI_TOOLS=$(OCI_TOOLS)/bin \
@@ -203,7 +204,15 @@ bench-smoke: fixtures wrk postgres
 	./target/debug/plinth-bench --smoke --plinth target/debug/plinth --fake-weather target/debug/fake-weather \
 		--plugins $(PLUGIN_OUT) --fixtures target/fixtures
 
-check:
+# The import-direction check (ARCHITECTURE.md, "Layers"): fails on any
+# import cycle between the host's modules and any use of a higher layer,
+# naming the uses that close it. Its own unit tests plant both. A cargo
+# invocation of its own, so its parser never changes the host's build.
+layers:
+	@$(CARGO) test -q -p plinth-layers
+	@$(CARGO) run -q -p plinth-layers
+
+check: layers
 	$(CARGO) fmt --all -- --check
 	./host/unified-features/check
 	$(CARGO) clippy --all-targets -- -D warnings

@@ -15,6 +15,9 @@
 //!   (`host::oauth → tenancy` is `host → tenancy` at the top; `api::mcp →
 //!   api::cheq` is `mcp → cheq` inside `api`). Each folder's siblings, and
 //!   the top-level modules, must then form no cycle.
+//! - A name a module re-exports (`pub use oauth::TokenGrant;` in `host`)
+//!   counts as the module it comes from (`crate::host::TokenGrant` is an
+//!   edge to `host::oauth`), so that a re-export cannot hide an edge.
 //! - A path reached through a `use`d module alias (`use crate::host; …
 //!   host::oauth::X`) counts as an edge to the aliased module (`host`), the
 //!   `use` that brought it in.
@@ -26,10 +29,25 @@ use std::path::{Path, PathBuf};
 use syn::visit::Visit;
 
 fn main() -> std::process::ExitCode {
-    let src = std::env::args_os()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../src"));
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    // `--edges`: also print every lifted edge (group: from -> to), the
+    // graph the layer table of ARCHITECTURE.md is read from.
+    let print_edges = args.iter().any(|a| a == "--edges");
+    args.retain(|a| a != "--edges");
+    let src = args.first().map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../src"));
+    if print_edges {
+        match edges(&src) {
+            Ok(all) => {
+                for (group, from, to) in all {
+                    println!(
+                        "{}: {from} -> {to}",
+                        if group.is_empty() { "crate".to_string() } else { group.join("::") }
+                    );
+                }
+            }
+            Err(e) => eprintln!("{e}"),
+        }
+    }
     match check(&src) {
         Ok(summary) => {
             println!("{summary}");
@@ -40,6 +58,38 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The crate's top-level modules by layer, highest first (ARCHITECTURE.md,
+/// "Layers"): a module may use its own layer's (without a cycle) and the
+/// layers below, never one above. A new top-level module takes its place
+/// here, and in ARCHITECTURE.md's table.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("doors", &["api", "build", "scaffold"]),
+    ("core", &["host"]),
+    ("state", &["registry", "idempotency", "tool_ids", "store"]),
+    ("models", &["package", "signature", "supply", "invocation", "metrics"]),
+    ("engine and rules", &["runtime", "manifest", "cheq"]),
+    (
+        "leaves",
+        &[
+            "tenancy",
+            "telemetry",
+            "cpu_policy",
+            "client_address",
+            "door",
+            "digest",
+            "private_files",
+            "egress",
+            "keyed_rate",
+            "testing",
+        ],
+    ),
+];
+
+/// A top-level module's layer (0 the highest), if the table has it.
+fn layer_of(layers: &[(&str, &[&str])], module: &str) -> Option<usize> {
+    layers.iter().position(|(_, modules)| modules.contains(&module))
 }
 
 /// A module path below the crate root (`["host", "oauth"]`); the root is `[]`.
@@ -53,20 +103,83 @@ struct Use {
     text: String,
 }
 
+/// Every lifted edge of the library under `src`: (group, from, to).
+fn edges(src: &Path) -> Result<Vec<(ModPath, String, String)>, String> {
+    Ok(lifted_uses(src)?.0.into_keys().collect())
+}
+
 /// Reads the library under `src` and answers a one-line summary, or the
-/// report of every cycle found.
+/// report of every cycle and upward use found.
 fn check(src: &Path) -> Result<String, String> {
+    check_with(src, LAYERS)
+}
+
+/// [`check`] against the layer table `layers`.
+fn check_with(src: &Path, layers: &[(&str, &[&str])]) -> Result<String, String> {
+    let (lifted, modules, edges) = lifted_uses(src)?;
+    let upward = report_upward(&lifted, &modules_at_top(src)?, layers);
+    match report_cycles(&lifted, modules, edges) {
+        Ok(summary) if upward.is_empty() => Ok(summary),
+        Ok(_) => Err(upward),
+        Err(cycles) => Err(format!("{upward}{cycles}")),
+    }
+}
+
+/// The crate's top-level modules.
+fn modules_at_top(src: &Path) -> Result<BTreeSet<String>, String> {
+    Ok(discover(src)?.into_keys().filter(|m| m.len() == 1).map(|m| m[0].clone()).collect())
+}
+
+/// Every top-level module missing from `layers`, and every use of a module
+/// in a layer above the user's.
+fn report_upward(
+    lifted: &BTreeMap<(ModPath, String, String), Vec<Use>>,
+    top: &BTreeSet<String>,
+    layers: &[(&str, &[&str])],
+) -> String {
+    let mut report = String::new();
+    for module in top.iter().filter(|m| layer_of(layers, m).is_none()) {
+        let _ = writeln!(
+            report,
+            "module `{module}` has no layer: add it to LAYERS (host/layers/src/main.rs) and to ARCHITECTURE.md's table"
+        );
+    }
+    for ((group, from, to), uses) in lifted.iter().filter(|((group, _, _), _)| group.is_empty()) {
+        let (Some(a), Some(b)) = (layer_of(layers, from), layer_of(layers, to)) else { continue };
+        if b < a {
+            let _ = writeln!(report, "`{from}` ({}) uses `{to}` ({}), a layer above it:", layers[a].0, layers[b].0);
+            for u in uses.iter().take(4) {
+                let _ = writeln!(report, "    {}:{} {}", u.file.display(), u.line, u.text);
+            }
+            let _ = group;
+        }
+    }
+    report
+}
+
+/// The uses between modules, lifted to siblings (group, from, to), with
+/// the number of modules and of uses counted.
+#[allow(clippy::type_complexity)]
+fn lifted_uses(src: &Path) -> Result<(BTreeMap<(ModPath, String, String), Vec<Use>>, usize, usize), String> {
     let modules = discover(src)?;
     let known: BTreeSet<ModPath> = modules.keys().cloned().collect();
     // (group, from, to) → the uses that make the edge.
     let mut lifted: BTreeMap<(ModPath, String, String), Vec<Use>> = BTreeMap::new();
     let mut edges = 0;
+    let mut collected = Vec::new();
+    // A re-exported name (module path + name) → the path it stands for.
+    let mut exports: BTreeMap<ModPath, ModPath> = BTreeMap::new();
     for (module, file) in &modules {
         let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
         let parsed = syn::parse_file(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-        let mut collector = Collector { scope: module.clone(), found: Vec::new() };
+        let mut collector = Collector { scope: module.clone(), known: &known, found: Vec::new(), exports: Vec::new() };
         collector.visit_file(&parsed);
-        for (target, line, text) in collector.found {
+        exports.extend(collector.exports);
+        collected.push((module, file, collector.found));
+    }
+    for (module, file, found) in collected {
+        for (target, line, text) in found {
+            let target = through_exports(&known, &exports, target);
             let Some(to) = owning_module(&known, &target) else { continue };
             let Some((group, from_child, to_child)) = lift(module, &to) else { continue };
             edges += 1;
@@ -77,6 +190,15 @@ fn check(src: &Path) -> Result<String, String> {
             });
         }
     }
+    Ok((lifted, modules.len(), edges))
+}
+
+/// The report of every cycle among the lifted edges, or the summary.
+fn report_cycles(
+    lifted: &BTreeMap<(ModPath, String, String), Vec<Use>>,
+    modules: usize,
+    edges: usize,
+) -> Result<String, String> {
     let mut groups: BTreeMap<ModPath, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
     for (group, from, to) in lifted.keys() {
         groups.entry(group.clone()).or_default().entry(from.clone()).or_default().insert(to.clone());
@@ -114,7 +236,7 @@ fn check(src: &Path) -> Result<String, String> {
         }
     }
     if report.is_empty() {
-        Ok(format!("layers: {} modules, {edges} cross-module uses, no import cycle", modules.len()))
+        Ok(format!("layers: {modules} modules, {edges} cross-module uses, no import cycle, no use of a higher layer"))
     } else {
         Err(report)
     }
@@ -177,6 +299,25 @@ fn declared_files(
 /// Whether attributes carry `#[cfg(test)]` (alone, not `cfg(not(test))`).
 fn only_for_tests(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|a| a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test"))
+}
+
+/// `target` with every re-exported name on its way replaced by the path it
+/// stands for (`host::TokenGrant` → `host::oauth::TokenGrant`).
+fn through_exports(known: &BTreeSet<ModPath>, exports: &BTreeMap<ModPath, ModPath>, mut target: ModPath) -> ModPath {
+    for _ in 0..8 {
+        let Some(module) = owning_module(known, &target) else { break };
+        let Some(name) = target.get(module.len()) else { break };
+        let mut exported = module.clone();
+        exported.push(name.clone());
+        let Some(source) = exports.get(&exported) else { break };
+        let mut next = source.clone();
+        next.extend(target[module.len() + 1..].iter().cloned());
+        if next == target {
+            break;
+        }
+        target = next;
+    }
+    target
 }
 
 /// The known module a resolved path falls in: its longest prefix that is a
@@ -254,33 +395,55 @@ fn strongly_connected(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSe
 
 /// Walks one file and collects every path it names that starts with
 /// `crate`, `super` or `self`, resolved against the module it is written in.
-struct Collector {
+struct Collector<'k> {
     /// The module the walker is in (an inline `mod` extends it).
     scope: ModPath,
+    /// Every module of the crate.
+    known: &'k BTreeSet<ModPath>,
     found: Vec<(ModPath, usize, String)>,
+    /// What this file re-exports: (module path + name, the path it stands for).
+    exports: Vec<(ModPath, ModPath)>,
 }
 
-impl Collector {
+impl Collector<'_> {
     fn record(&mut self, segments: &[String], line: usize) {
-        let Some(first) = segments.first() else { return };
+        if let Some(resolved) = self.resolve(segments) {
+            self.found.push((resolved, line, segments.join("::")));
+        }
+    }
+
+    /// `segments` as a path from the crate root, if they start with
+    /// `crate`, `super` or `self`.
+    fn resolve(&self, segments: &[String]) -> Option<ModPath> {
+        let first = segments.first()?;
         let mut resolved = match first.as_str() {
             "crate" => ModPath::new(),
             "super" | "self" => self.scope.clone(),
-            _ => return,
+            _ => return None,
         };
         let mut rest = segments;
         if first == "crate" || first == "self" {
             rest = &segments[1..];
         }
-        while let Some(s) = rest.first().filter(|s| *s == "super") {
-            let _ = s;
-            if resolved.pop().is_none() {
-                return;
-            }
+        while rest.first().is_some_and(|s| s == "super") {
+            resolved.pop()?;
             rest = &rest[1..];
         }
         resolved.extend(rest.iter().cloned());
-        self.found.push((resolved, line, segments.join("::")));
+        Some(resolved)
+    }
+
+    /// A `use` path as written: one that starts with a child module's name
+    /// (`use oauth::X;` in `host`) is relative to this module.
+    fn use_path(&self, mut path: Vec<String>) -> Vec<String> {
+        if let Some(first) = path.first() {
+            let mut child = self.scope.clone();
+            child.push(first.clone());
+            if self.known.contains(&child) {
+                path.insert(0, "self".to_string());
+            }
+        }
+        path
     }
 
     /// Paths written inside macro calls and attribute arguments, which syn
@@ -319,37 +482,41 @@ impl Collector {
         }
     }
 
-    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
-        match tree {
+    /// Records the paths of a `use` tree; `exported` when the `use` is
+    /// visible outside its module (a re-export).
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree, exported: bool) {
+        let (ident, alias, line) = match tree {
             syn::UseTree::Path(p) => {
                 prefix.push(p.ident.to_string());
-                self.use_tree(prefix, &p.tree);
+                self.use_tree(prefix, &p.tree, exported);
                 prefix.pop();
-            }
-            syn::UseTree::Name(n) => {
-                let line = n.ident.span().start().line;
-                let mut full = prefix.clone();
-                if n.ident != "self" {
-                    full.push(n.ident.to_string());
-                }
-                self.record(&full, line);
-            }
-            syn::UseTree::Rename(r) => {
-                let line = r.ident.span().start().line;
-                let mut full = prefix.clone();
-                if r.ident != "self" {
-                    full.push(r.ident.to_string());
-                }
-                self.record(&full, line);
-            }
-            syn::UseTree::Glob(g) => {
-                let line = g.star_token.spans[0].start().line;
-                self.record(&prefix.clone(), line);
+                return;
             }
             syn::UseTree::Group(g) => {
                 for t in &g.items {
-                    self.use_tree(prefix, t);
+                    self.use_tree(prefix, t, exported);
                 }
+                return;
+            }
+            syn::UseTree::Glob(g) => {
+                let path = self.use_path(prefix.clone());
+                self.record(&path, g.star_token.spans[0].start().line);
+                return;
+            }
+            syn::UseTree::Name(n) => (&n.ident, &n.ident, n.ident.span().start().line),
+            syn::UseTree::Rename(r) => (&r.ident, &r.rename, r.ident.span().start().line),
+        };
+        let mut full = prefix.clone();
+        if ident != "self" {
+            full.push(ident.to_string());
+        }
+        let full = self.use_path(full);
+        self.record(&full, line);
+        if exported && alias != "_" {
+            if let Some(source) = self.resolve(&full) {
+                let mut name = self.scope.clone();
+                name.push(if ident == "self" { prefix.last().cloned().unwrap_or_default() } else { alias.to_string() });
+                self.exports.push((name, source));
             }
         }
     }
@@ -391,7 +558,7 @@ fn impl_item_attrs(item: &syn::ImplItem) -> &[syn::Attribute] {
     }
 }
 
-impl<'ast> Visit<'ast> for Collector {
+impl<'ast> Visit<'ast> for Collector<'_> {
     fn visit_item(&mut self, item: &'ast syn::Item) {
         if only_for_tests(item_attrs(item)) {
             return;
@@ -425,7 +592,8 @@ impl<'ast> Visit<'ast> for Collector {
         for attr in &u.attrs {
             self.visit_attribute(attr);
         }
-        self.use_tree(&mut Vec::new(), &u.tree);
+        let exported = !matches!(u.vis, syn::Visibility::Inherited);
+        self.use_tree(&mut Vec::new(), &u.tree, exported);
     }
 
     fn visit_path(&mut self, path: &'ast syn::Path) {
@@ -453,6 +621,12 @@ impl<'ast> Visit<'ast> for Collector {
 mod tests {
     use super::*;
 
+    /// [`check`] with every module the tests name in one layer: only
+    /// cycles fail.
+    fn flat(dir: &Path) -> Result<String, String> {
+        check_with(dir, &[("all", &["a", "b", "api", "host", "tenancy"])])
+    }
+
     /// A crate written to a temporary folder: (relative path, text) pairs.
     fn crate_of(files: &[(&str, &str)]) -> PathBuf {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -474,7 +648,7 @@ mod tests {
             ("a.rs", "use crate::b::Thing;\npub fn f() {}"),
             ("b.rs", "pub struct Thing;\npub fn g() { crate::a::f(); }"),
         ]);
-        let report = check(&dir).unwrap_err();
+        let report = flat(&dir).unwrap_err();
         assert!(report.contains("import cycle among the crate's top-level modules: a, b"), "{report}");
         assert!(report.contains("a -> b (1 use):\n    a.rs:1 crate::b::Thing"), "{report}");
         assert!(report.contains("b -> a (1 use):\n    b.rs:2 crate::a::f"), "{report}");
@@ -487,7 +661,7 @@ mod tests {
             ("a.rs", "use crate::b::Thing;"),
             ("b.rs", "pub struct Thing;"),
         ]);
-        assert!(check(&dir).unwrap().contains("3 modules, 1 cross-module uses, no import cycle"));
+        assert!(flat(&dir).unwrap().contains("3 modules, 1 cross-module uses, no import cycle, no use of a higher layer"));
     }
 
     #[test]
@@ -501,7 +675,7 @@ mod tests {
             ),
             ("b/more.rs", "use crate::a::f;"),
         ]);
-        assert!(check(&dir).is_ok(), "{:?}", check(&dir));
+        assert!(flat(&dir).is_ok(), "{:?}", flat(&dir));
     }
 
     #[test]
@@ -511,13 +685,13 @@ mod tests {
             ("a.rs", "use crate::{b::{Thing}};"),
             ("b.rs", "pub struct Thing;\n#[derive(Doc)]\n#[doc_paths(paths(crate::a::handler))]\nstruct Api;"),
         ]);
-        assert!(check(&dir).unwrap_err().contains("b -> a"));
+        assert!(flat(&dir).unwrap_err().contains("b -> a"));
         let dir = crate_of(&[
             ("lib.rs", "pub mod a; pub mod b;"),
             ("a.rs", "use crate::b::Thing;"),
             ("b.rs", "pub struct Thing;\nfn f() { tokio::select! { _ = crate::a::go() => {} } }"),
         ]);
-        assert!(check(&dir).unwrap_err().contains("b -> a"));
+        assert!(flat(&dir).unwrap_err().contains("b -> a"));
     }
 
     #[test]
@@ -528,7 +702,7 @@ mod tests {
             ("api/a2t.rs", "use super::shared; use super::cheq::link;"),
             ("api/cheq.rs", "pub fn link() { super::a2t::list(); }"),
         ]);
-        let report = check(&dir).unwrap_err();
+        let report = flat(&dir).unwrap_err();
         assert!(report.contains("import cycle among the modules of `api`: a2t, cheq"), "{report}");
     }
 
@@ -541,12 +715,50 @@ mod tests {
             ("host/oauth.rs", "pub struct TokenGrant;"),
             ("tenancy.rs", "pub struct Role; use crate::host::oauth::TokenGrant;"),
         ]);
-        let report = check(&dir).unwrap_err();
+        let report = flat(&dir).unwrap_err();
         assert!(report.contains("host -> tenancy"), "{report}");
         assert!(
             report.contains("tenancy -> host (1 use):\n    tenancy.rs:1 crate::host::oauth::TokenGrant"),
             "{report}"
         );
+    }
+
+    #[test]
+    fn a_re_export_does_not_hide_the_module_it_comes_from() {
+        // `host` re-exports `oauth::TokenGrant`; `tenancy` names it through
+        // `host`, yet the edge is to `host::oauth`, a sibling of
+        // `host::confirmations` that uses `tenancy`... and inside `host`,
+        // `oauth` names `confirmations` through the parent's re-export.
+        let dir = crate_of(&[
+            ("lib.rs", "pub mod host;"),
+            (
+                "host.rs",
+                "mod confirmations; mod oauth; pub use confirmations::{Setting as CheqSetting}; pub use oauth::*;",
+            ),
+            ("host/confirmations.rs", "pub struct Setting; use super::oauth::Grant;"),
+            ("host/oauth.rs", "pub struct Grant; fn f() { let _ = super::CheqSetting; }"),
+        ]);
+        let report = flat(&dir).unwrap_err();
+        assert!(report.contains("import cycle among the modules of `host`: confirmations, oauth"), "{report}");
+        assert!(report.contains("oauth -> confirmations (1 use):\n    host/oauth.rs:1 super::CheqSetting"), "{report}");
+    }
+
+    #[test]
+    fn a_use_of_a_higher_layer_fails_even_without_a_cycle() {
+        let dir = crate_of(&[
+            ("lib.rs", "pub mod host; pub mod tenancy; pub mod extra;"),
+            ("host.rs", "pub struct ToolHost;"),
+            ("tenancy.rs", "fn f() { let _ = crate::host::ToolHost; }"),
+            ("extra.rs", ""),
+        ]);
+        let report = check(&dir).unwrap_err();
+        assert!(
+            report.contains(
+                "`tenancy` (leaves) uses `host` (core), a layer above it:\n    tenancy.rs:1 crate::host::ToolHost"
+            ),
+            "{report}"
+        );
+        assert!(report.contains("module `extra` has no layer"), "{report}");
     }
 
     #[test]
@@ -556,6 +768,6 @@ mod tests {
             ("a.rs", "pub mod inner { use super::super::b::Thing; }"),
             ("b.rs", "pub struct Thing; use crate::a::inner;"),
         ]);
-        assert!(check(&dir).unwrap_err().contains("a -> b"));
+        assert!(flat(&dir).unwrap_err().contains("a -> b"));
     }
 }
