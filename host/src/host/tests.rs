@@ -2,8 +2,9 @@
 //! retired code, deploy concurrency; and of confirmed calls.
 
 use super::*;
+use crate::invocation;
 use crate::package::tests::{ECHOISH, build};
-use crate::tenancy::DEFAULT_TENANT;
+use crate::tenancy::{DEFAULT_TENANT, Principal, Quotas};
 
 fn options(data_dir: &std::path::Path) -> HostOptions {
     HostOptions {
