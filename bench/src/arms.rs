@@ -628,10 +628,11 @@ async fn stages(
     let metrics = plinth::metrics::Metrics::default();
     let outcome: Result<plinth::invocation::ToolResult, plinth::host::InvokeError> =
         Ok(plinth::invocation::ToolResult::Outputs(outputs.clone()));
-    let door = plinth::host::FrontDoor::A2t;
+    let door = plinth::door::FrontDoor::A2t;
     let counted = time_each(iterations, || async {
         metrics.ran("default", "echo", 1, Duration::from_micros(9));
-        metrics.invoked("default", "echo", 1, door, &outcome, Duration::from_micros(20));
+        let code = plinth::host::outcome_code(&outcome);
+        metrics.invoked("default", "echo", 1, door.as_str(), code, Duration::from_micros(20));
         metrics.answered("POST", "/tools/{tool_ref}", 200);
         Ok(())
     })
