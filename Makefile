@@ -167,9 +167,9 @@ container-tools:
 	[ -z "$$missing" ] || { apt-get update -qq && apt-get install -y -qq $$missing; }
 image: plugins container-tools
 	$(CARGO) build --release --locked -p plinth
-	./deploy/image/build --binary target/release/plinth --plugins $(PLUGIN_OUT) --tag $(IMAGE) --report
+	./deploy/image/build --binary target/release/plinth --plugins $(PLUGIN_OUT) --tag $(IMAGE) --report --fresh-base
 image-fleet: container-tools
-	./deploy/image/build-postgres --postgres plinth-postgres:15 --nginx plinth-nginx:local
+	FRESH_BASE=1 ./deploy/image/build-postgres --postgres plinth-postgres:15 --nginx plinth-nginx:local
 test-images: plugins container-tools
 	./deploy/image/build --binary target/debug/plinth --plugins $(PLUGIN_OUT) --tag localhost/plinth:test
 	./deploy/image/build-postgres --postgres localhost/plinth-postgres:test --nginx localhost/plinth-nginx:test

@@ -36,7 +36,8 @@ need_tools() {
 # Prints the image name of a base with PACKAGES (comma-separated), made with
 # mmdebstrap's VARIANT; FINISH is a function run with the root file system's
 # folder as $1 before it is imported. Builds it only when no image of that
-# name exists.
+# name exists, or always with FRESH_BASE=1 (the packages' security fixes
+# since the last build).
 debian_base() {
     local name=$1 finish=$2 variant=$3 packages=$4
     shift 4
@@ -44,7 +45,7 @@ debian_base() {
     suite=$(debian_suite)
     key=$( { echo "$suite $variant $packages $*"; declare -f "$finish"; } | sha256sum | cut -c1-16)
     image="localhost/$name:$key"
-    if podman image exists "$image"; then
+    if [ "${FRESH_BASE:-0}" != 1 ] && podman image exists "$image"; then
         echo "$image"
         return
     fi
@@ -64,7 +65,10 @@ debian_base() {
         "deb http://deb.debian.org/debian $suite-updates main" \
         "deb http://deb.debian.org/debian-security $suite-security main" >&2
     "$finish" "$root/rootfs"
-    tar --numeric-owner --xattrs -C "$root/rootfs" -c . | podman import --quiet - "$image" >/dev/null
+    # The label tells our bases (and the images on them) from anyone else's
+    # when a replaced one is cleaned up (remove_replaced).
+    tar --numeric-owner --xattrs -C "$root/rootfs" -c . \
+        | podman import --quiet --change "LABEL dev.plinth.base=$name" - "$image" >/dev/null
     rm -rf "$root"
     trap - EXIT
     # Bases this one replaces go, unless an image is still built on them.
@@ -76,13 +80,18 @@ debian_base() {
 }
 
 # remove_replaced TAG PREVIOUS_ID: removes the image TAG named before a
-# rebuild, unless it is the same or a container still uses it.
+# rebuild, unless it is the same or a container still uses it; then the
+# bases of ours that no name refers to any more (a base made again).
 remove_replaced() {
     local now
     now=$(podman image inspect --format '{{.Id}}' "$1")
     if [ -n "$2" ] && [ "$2" != "$now" ]; then
         podman rmi "$2" >/dev/null 2>&1 || true
     fi
+    local unnamed
+    for unnamed in $(podman images -q --filter dangling=true --filter label=dev.plinth.base); do
+        podman rmi "$unnamed" >/dev/null 2>&1 || true
+    done
 }
 
 # A free TCP port on 127.0.0.1.
