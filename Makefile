@@ -33,8 +33,7 @@ LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
 DATA       ?= ./plinth-data
 
-.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients schemathesis openapi screenshots run test check bench bench-smoke wrk peer oci-tools system-packages \
-	container-tools image image-fleet test-images image-test
+.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients schemathesis openapi screenshots run test check bench bench-smoke wrk peer oci-tools system-packages
 
 help:
 	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
@@ -96,7 +95,7 @@ fixtures: plugins toolchains
 
 # Ends with one summary line over every test binary (cargo prints one
 # result line per binary, the last of which may be a crate without tests).
-test: fixtures browser mcp-clients toolchains postgres schemathesis oci-tools test-images
+test: fixtures browser mcp-clients toolchains postgres schemathesis oci-tools
 	@set -o pipefail; PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures \
 		PLINTH_TEST_MCP_CLIENTS=$(CURDIR)/target/mcp-clients PLINTH_TEST_TOOLCHAINS=$(CURDIR)/target/toolchains \
 		PLINTH_TEST_SCHEMATHESIS=$(CURDIR)/target/schemathesis PLINTH_TEST_OCI_TOOLS=$(OCI_TOOLS)/bin \
@@ -162,6 +161,9 @@ openapi: build
 # images (tests/e2e/container.rs) take the debug binary the tests build
 # anyway: a release build would compile wasmtime a second time.
 IMAGE ?= plinth:local
+.PHONY: container-tools image image-fleet test-images image-test
+# make test builds the tests' images first (tests/e2e/container.rs runs them).
+test: test-images
 container-tools:
 	@missing=$$(for p in $(CONTAINER_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	[ -z "$$missing" ] || { apt-get update -qq && apt-get install -y -qq $$missing; }
