@@ -33,7 +33,7 @@ LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
 DATA       ?= ./plinth-data
 
-.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients schemathesis openapi screenshots run test check bench bench-smoke wrk peer oci-tools system-packages fuzz
+.PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients schemathesis openapi screenshots run test check bench bench-smoke wrk peer oci-tools system-packages layers fuzz
 
 help:
 	@echo "make run      build everything and serve the example tools on http://$(LISTEN)"
@@ -41,8 +41,10 @@ help:
 	@echo "make plugins  build and pack the example tools into $(PLUGIN_OUT)/"
 	@echo "make build    build the plinth binary"
 	@echo "make openapi  write the server's OpenAPI document to docs/openapi.json"
+	@echo "make layers   check that the host's modules import in one direction (ARCHITECTURE.md)"
 	@echo "make screenshots  retake the catalog's pictures in docs/catalog/ (browser tests)"
 	@echo "make bench    run the benchmark harness (release build) and write bench/RESULTS.md"
+	@echo "make image    build the server's container image ($(IMAGE)) with podman, from Debian packages"
 	@echo "make fuzz     run every fuzz target for FUZZ_SECONDS (default 60) each (nightly; not part of make test)"
 
 # The tools are WebAssembly components: they need Rust's wasm32-wasip2 target.
@@ -95,7 +97,7 @@ fixtures: plugins toolchains
 
 # Ends with one summary line over every test binary (cargo prints one
 # result line per binary, the last of which may be a crate without tests).
-test: fixtures browser mcp-clients toolchains postgres schemathesis oci-tools
+test: fixtures browser mcp-clients toolchains postgres schemathesis oci-tools layers
 	@set -o pipefail; PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures \
 		PLINTH_TEST_MCP_CLIENTS=$(CURDIR)/target/mcp-clients PLINTH_TEST_TOOLCHAINS=$(CURDIR)/target/toolchains \
 		PLINTH_TEST_SCHEMATHESIS=$(CURDIR)/target/schemathesis PLINTH_TEST_OCI_TOOLS=$(OCI_TOOLS)/bin \
@@ -113,7 +115,8 @@ screenshots: fixtures browser
 # apt run: two at once would fight over dpkg's lock (.ci/run installs them
 # first, then builds the OCI tools beside the rest). Each target below still
 # installs its own when it is missing.
-DEBIAN_PACKAGES := chromium chromium-driver postgresql docker-registry wrk
+CONTAINER_PACKAGES := podman runc netavark aardvark-dns mmdebstrap podman-compose curl
+DEBIAN_PACKAGES := chromium chromium-driver postgresql docker-registry wrk $(CONTAINER_PACKAGES)
 system-packages:
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	[ -z "$$missing" ] || { apt-get update -qq && apt-get install -y -qq $$missing; }
@@ -152,6 +155,31 @@ schemathesis:
 # code; tests/e2e/openapi.rs fails when it differs from what the server serves.
 openapi: build
 	./target/debug/plinth openapi > docs/openapi.json.new && mv docs/openapi.json.new docs/openapi.json
+
+# The container images (deploy/image, docs/deploying.md), built with podman
+# from Debian packages: nothing is pulled. `make image`: the server with the
+# release binary, reporting its size and start time; `make image-fleet`: the
+# PostgreSQL and nginx images deploy/compose.yaml runs beside it. The tests'
+# images (tests/e2e/container.rs) take the debug binary the tests build
+# anyway: a release build would compile wasmtime a second time.
+IMAGE ?= plinth:local
+.PHONY: container-tools image image-fleet test-images image-test
+# make test builds the tests' images first (tests/e2e/container.rs runs them).
+test: test-images
+container-tools:
+	@missing=$$(for p in $(CONTAINER_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	[ -z "$$missing" ] || { apt-get update -qq && apt-get install -y -qq $$missing; }
+image: plugins container-tools
+	$(CARGO) build --release --locked -p plinth
+	./deploy/image/build --binary target/release/plinth --plugins $(PLUGIN_OUT) --tag $(IMAGE) --report --fresh-base
+image-fleet: container-tools
+	FRESH_BASE=1 ./deploy/image/build-postgres --postgres plinth-postgres:15 --nginx plinth-nginx:local
+test-images: plugins container-tools
+	./deploy/image/build --binary target/debug/plinth --plugins $(PLUGIN_OUT) --tag localhost/plinth:test
+	./deploy/image/build-postgres --postgres localhost/plinth-postgres:test --nginx localhost/plinth-nginx:test
+image-test: test-images fixtures
+	PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures \
+		$(CARGO) test -p plinth --test e2e container::
 
 # The HTTP arms use wrk as the load generator (a separate process).
 wrk:
@@ -204,7 +232,15 @@ bench-smoke: fixtures wrk postgres
 	./target/debug/plinth-bench --smoke --plinth target/debug/plinth --fake-weather target/debug/fake-weather \
 		--plugins $(PLUGIN_OUT) --fixtures target/fixtures
 
-check:
+# The import-direction check (ARCHITECTURE.md, "Layers"): fails on any
+# import cycle between the host's modules and any use of a higher layer,
+# naming the uses that close it. Its own unit tests plant both. A cargo
+# invocation of its own, so its parser never changes the host's build.
+layers:
+	@$(CARGO) test -q -p plinth-layers
+	@$(CARGO) run -q -p plinth-layers
+
+check: layers
 	$(CARGO) fmt --all -- --check
 	./host/unified-features/check
 	$(CARGO) clippy --all-targets -- -D warnings

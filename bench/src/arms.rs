@@ -411,7 +411,7 @@ struct ToolError {
 pub async fn in_process(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let iterations = if opts.smoke { 200 } else { 5000 };
     let bytes = std::fs::read(opts.plugins.join("echo.wasm"))?;
-    let sha = package::sha256_hex(&bytes);
+    let sha = plinth::digest::sha256_hex(&bytes);
     let signature = echo_signature(opts)?;
     let request = json!({"name": "echo", "input_parameters": [{"name": "text", "value": "hello"}]});
 
@@ -628,10 +628,11 @@ async fn stages(
     let metrics = plinth::metrics::Metrics::default();
     let outcome: Result<plinth::invocation::ToolResult, plinth::host::InvokeError> =
         Ok(plinth::invocation::ToolResult::Outputs(outputs.clone()));
-    let door = plinth::host::FrontDoor::A2t;
+    let door = plinth::door::FrontDoor::A2t;
     let counted = time_each(iterations, || async {
         metrics.ran("default", "echo", 1, Duration::from_micros(9));
-        metrics.invoked("default", "echo", 1, door, &outcome, Duration::from_micros(20));
+        let code = plinth::host::outcome_code(&outcome);
+        metrics.invoked("default", "echo", 1, door.as_str(), code, Duration::from_micros(20));
         metrics.answered("POST", "/tools/{tool_ref}", 200);
         Ok(())
     })
@@ -1278,7 +1279,7 @@ pub async fn languages(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
 
         let iterations = if opts.smoke { 20 } else { 1000 };
         let runtime = Runtime::new(RuntimeConfig::default())?;
-        let component = runtime.load(&bytes, &package::sha256_hex(&bytes))?;
+        let component = runtime.load(&bytes, &plinth::digest::sha256_hex(&bytes))?;
         for _ in 0..10 {
             runtime.call(&component, input_value(&signature, &request)?, CallSetup::bare("echo")).await?;
         }

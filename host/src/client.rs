@@ -3,7 +3,7 @@
 //! A2T and admin APIs, with the key in `--key`/`PLINTH_KEY`, exactly as any
 //! other client would.
 
-use crate::{ServerArgs, TenantTarget};
+use crate::cli::{ServerArgs, TenantTarget};
 use anyhow::{Context, bail};
 use plinth::package::ToolPackage;
 use plinth::signature::SignatureDiff;

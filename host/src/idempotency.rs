@@ -23,7 +23,8 @@
 //! took effect, so it is not run again. A graceful stop waits until nothing
 //! is in flight ([`CallLedger::in_flight`]), so only a death leaves one.
 
-use crate::store::{CallKey, Claimed, LedgerBound, RegistryStore, StoreError};
+use crate::store::{CallKey, Claimed, RegistryStore, StoreError};
+use crate::tenancy::LedgerBound;
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 use std::sync::Arc;

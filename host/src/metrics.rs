@@ -5,13 +5,11 @@
 //!
 //! Every label comes from a bounded set — tenants and tools exist only as
 //! their quotas allow, versions per tool are bounded, the outcome is an
-//! [`InvokeError::code`], routes come from the route table, outbound hosts
+//! invocation error's code, routes come from the route table, outbound hosts
 //! are manifest entries, states and statuses are fixed lists — so no
 //! request or tool can add a series of its own: no call ids, end users,
 //! keys, paths or free-form values (docs/observability.md).
 
-use crate::host::{FrontDoor, InvokeError};
-use crate::invocation::ToolResult;
 use crate::runtime::outbound::OutboundStatus;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -147,9 +145,9 @@ pub struct OutboundCounter {
     tally: Option<OutboundTally>,
 }
 
-impl OutboundCounter {
+impl crate::runtime::outbound::CountOutbound for OutboundCounter {
     /// A request to the declared `host` ended with `status`.
-    pub fn count(&self, host: &str, status: OutboundStatus) {
+    fn count(&self, host: &str, status: OutboundStatus) {
         let labels = OutboundLabels {
             tenant: self.tenant.clone(),
             tool: self.tool.clone(),
@@ -161,7 +159,9 @@ impl OutboundCounter {
             tally.add(host, status.as_str());
         }
     }
+}
 
+impl OutboundCounter {
     /// Also counts each request in `tally` (one call's, for its usage).
     pub fn tallied(self, tally: Option<OutboundTally>) -> Self {
         OutboundCounter { tally, ..self }
@@ -328,19 +328,19 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// An invocation of `tool`'s `version` through `door` ended with
-    /// `outcome` after `elapsed`.
+    /// An invocation of `tool`'s `version` through `door` (its name) ended
+    /// with `outcome` (`ok`, `tool_error` or the code of what stopped it)
+    /// after `elapsed`.
     pub fn invoked(
         &self,
         tenant: &str,
         tool: &str,
         version: u32,
-        door: FrontDoor,
-        outcome: &Result<ToolResult, InvokeError>,
+        door: &'static str,
+        outcome: &'static str,
         elapsed: Duration,
     ) {
-        let outcome = outcome_code(outcome);
-        let (tenant, tool, door) = (tenant.to_string(), tool.to_string(), door.as_str());
+        let (tenant, tool) = (tenant.to_string(), tool.to_string());
         self.invocation_seconds
             .get_or_create(&CallLabels { tenant: tenant.clone(), tool: tool.clone(), version, door })
             .observe(elapsed.as_secs_f64());
@@ -423,15 +423,5 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
-    }
-}
-
-/// A call's outcome as `/metrics` and the console name it: `ok`,
-/// `tool_error`, or the code of what stopped it.
-pub fn outcome_code(outcome: &Result<ToolResult, InvokeError>) -> &'static str {
-    match outcome {
-        Ok(ToolResult::Outputs(_)) => "ok",
-        Ok(ToolResult::Failed(_)) => "tool_error",
-        Err(e) => e.code(),
     }
 }

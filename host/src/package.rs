@@ -10,9 +10,9 @@
 //! [`Signature`] from the component's real types, so a manifest or a doc
 //! comment can describe a tool but never change what it accepts.
 
+use crate::digest::sha256_hex;
 use crate::manifest::{self, ManifestError, ToolManifest};
 use crate::signature::{self, DeriveError, Signature};
-use sha2::{Digest, Sha256};
 use std::panic::AssertUnwindSafe;
 use wit_parser::decoding::DecodedWasm;
 use wit_parser::{PackageMetadata, Resolve, WorldId};
@@ -51,11 +51,6 @@ pub enum PackageError {
     /// The WIT does not make a valid tool.
     #[error("{0}")]
     Signature(#[from] DeriveError),
-}
-
-/// The lower-case hex sha256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 impl ToolPackage {

@@ -76,7 +76,7 @@ impl ToolVersion {
                 stored.version,
                 &stored.sha256,
                 &stored.signature,
-                &stored.provenance,
+                (stored.provenance != crate::supply::Provenance::default()).then(|| stored.provenance.to_json()),
             ),
             number: stored.version,
             sha256: stored.sha256,

@@ -71,7 +71,7 @@ pub struct Principal {
     pub tenant: Option<String>,
     /// For an OAuth access token rather than a key: what it grants (its
     /// end user, scopes and resource).
-    pub token: Option<std::sync::Arc<crate::host::oauth::TokenGrant>>,
+    pub token: Option<std::sync::Arc<TokenGrant>>,
 }
 
 impl Principal {
@@ -86,6 +86,28 @@ impl Principal {
     /// that does not exist.
     pub fn sees(&self, tenant: &str) -> bool {
         self.role == Role::Operator || self.tenant.as_deref() == Some(tenant)
+    }
+}
+
+/// What a valid access token grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenGrant {
+    /// The client it was issued to.
+    pub client_id: String,
+    /// The end user who signed in: calls made with it are theirs.
+    pub end_user: String,
+    /// The scopes granted.
+    pub scopes: Vec<String>,
+    /// The resource (a tenant's MCP URL) it is for.
+    pub resource: String,
+    /// Its grant's id (a code and every token issued from it).
+    pub family: String,
+}
+
+impl TokenGrant {
+    /// Whether it carries `scope`.
+    pub fn has(&self, scope: &str) -> bool {
+        self.scopes.iter().any(|s| s == scope)
     }
 }
 
@@ -139,10 +161,37 @@ impl Default for Quotas {
     }
 }
 
+/// How much of one tenant's call ledger is kept (its quotas
+/// `maxRecordedCalls` and `maxRecordedCallBytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerBound {
+    /// Records kept, settled or running.
+    pub records: u64,
+    /// Bytes of recorded responses kept.
+    pub bytes: u64,
+}
+
+impl LedgerBound {
+    /// How many of the oldest records to forget from a ledger holding
+    /// `records` and `bytes`: `None` when it is within bounds. Past the
+    /// record bound, it trims the excess and a sixty-fourth of the bound
+    /// more, so that a tenant at its bound does not trim on every call.
+    pub fn trim_batch(&self, records: u64, bytes: u64) -> Option<u64> {
+        let slack = (self.records / 64).max(1);
+        if records > self.records {
+            Some(records - self.records + slack)
+        } else if bytes > self.bytes {
+            Some(slack.min(64))
+        } else {
+            None
+        }
+    }
+}
+
 impl Quotas {
     /// How much of the tenant's call ledger is kept.
-    pub fn ledger_bound(&self) -> crate::store::LedgerBound {
-        crate::store::LedgerBound { records: self.max_recorded_calls, bytes: self.max_recorded_call_bytes }
+    pub fn ledger_bound(&self) -> LedgerBound {
+        LedgerBound { records: self.max_recorded_calls, bytes: self.max_recorded_call_bytes }
     }
 
     /// These quotas with the fields of `patch` (a JSON object of the same
@@ -326,66 +375,6 @@ pub struct AuditQuery {
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
-}
-
-/// A 32-byte key kept in a file of its own.
-#[derive(Debug)]
-pub enum KeyFile {
-    /// The file's text, for its owner to decode.
-    Read(String),
-    /// There was no file: a new random key, now written to it.
-    Created([u8; 32]),
-}
-
-/// Reads the key in `path`, or, when there is none, makes a random one and
-/// writes it there as `encode` spells it (see [`write_private_file`]).
-pub fn read_or_create_key(
-    path: &std::path::Path,
-    encode: impl FnOnce(&[u8; 32]) -> String,
-) -> std::io::Result<KeyFile> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(KeyFile::Read(text)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let mut key = [0u8; 32];
-            getrandom::fill(&mut key).map_err(std::io::Error::other)?;
-            write_private_file(path, &encode(&key))?;
-            Ok(KeyFile::Created(key))
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// A 32-byte key kept in `path` as 64 hex digits, created (readable by its
-/// owner only) on first use. `what` names it in the error for a file that
-/// holds something else.
-pub fn read_or_create_hex_key(path: &std::path::Path, what: &str) -> std::io::Result<[u8; 32]> {
-    match read_or_create_key(path, |key| hex::encode(key))? {
-        KeyFile::Created(key) => Ok(key),
-        KeyFile::Read(text) => hex::decode(text.trim())
-            .ok()
-            .and_then(|b| <[u8; 32]>::try_from(b).ok())
-            .ok_or_else(|| std::io::Error::other(format!("{} is not {what} (64 hex digits)", path.display()))),
-    }
-}
-
-/// Writes `text` to `path`, readable and writable by its owner only (keys
-/// and other secrets), atomically: a temporary file (0600) in the same
-/// directory is written and fsynced, renamed over `path`, and the directory
-/// fsynced. A crash leaves either no file or the whole one, never a part.
-pub fn write_private_file(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => std::path::Path::new("."),
-    };
-    // tempfile creates its files 0600 on unix.
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    #[cfg(unix)]
-    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    std::io::Write::write_all(&mut tmp, text.as_bytes())?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    // The rename is durable only once the directory entry is.
-    std::fs::File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]

@@ -265,7 +265,7 @@ async fn sessions_are_stored_by_hash_and_outlive_a_restart() {
     let designer = Designer::sign_in(&server.base, &key).await;
     let token = designer.cookie.split_once('=').unwrap().1.to_string();
     assert_eq!(server.stored_count("SELECT count(*) FROM designer_sessions"), 1);
-    let hash = plinth::package::sha256_hex(token.as_bytes());
+    let hash = plinth::digest::sha256_hex(token.as_bytes());
     assert_eq!(
         server.stored_count(&format!("SELECT count(*) FROM designer_sessions WHERE token_sha256 = '{hash}'")),
         1

@@ -10,6 +10,7 @@ mod cheq_browser;
 mod cheq_restart;
 mod cli;
 mod console;
+mod container;
 mod deploy;
 mod fleet;
 mod hardening_net;

@@ -262,7 +262,7 @@ async fn a_component_wkg_pushed_deploys_by_reference_and_shows_where_it_came_fro
     let (status, version) = server.get(&format!("/tools/{id}/versions/1")).await;
     assert_eq!(status, 200);
     assert_eq!(version["provenance"], json!({ "source": { "reference": reference, "manifestDigest": digest } }));
-    assert_eq!(version["contentHash"], format!("sha256:{}", plinth::package::sha256_hex(&echo())));
+    assert_eq!(version["contentHash"], format!("sha256:{}", plinth::digest::sha256_hex(&echo())));
     let (status, answer) = server.invoke("echo", &[("text", json!("pulled"))]).await;
     assert_eq!((status, crate::support::outputs(&answer)["text"].clone()), (200, json!("pulled")), "{answer}");
 
@@ -297,7 +297,7 @@ async fn what_plinth_pushes_wkg_pulls_back_byte_for_byte_and_plinth_deploys_by_d
     let server = server_for(&[&registry.address], &[]);
     let (status, deployed) = deploy_reference(&server, TOKEN, None, &pinned).await;
     assert_eq!(status, 201, "{deployed}");
-    assert_eq!(deployed["sha256"], plinth::package::sha256_hex(&bytes));
+    assert_eq!(deployed["sha256"], plinth::digest::sha256_hex(&bytes));
     assert_eq!(deployed["provenance"]["source"]["reference"], pinned);
 
     // A reference the registry does not have, and one that is not a reference.
@@ -784,7 +784,7 @@ fn base64_of(text: &str) -> String {
 }
 
 fn sha256_digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", plinth::package::sha256_hex(bytes))
+    format!("sha256:{}", plinth::digest::sha256_hex(bytes))
 }
 
 /// One answer of [`Fake::Token`]: (status line, headers, body).
@@ -841,7 +841,7 @@ async fn the_registry_token_flow_is_followed_with_the_tenants_credentials() {
     assert_eq!(status, 204);
     let (status, answer) = deploy_reference(&server, TOKEN, None, &reference).await;
     assert_eq!(status, 201, "{answer}");
-    assert_eq!(answer["sha256"], plinth::package::sha256_hex(&echo()));
+    assert_eq!(answer["sha256"], plinth::digest::sha256_hex(&echo()));
 
     // A registry whose token realm is an address the policy refuses: the
     // credentials are never sent there.

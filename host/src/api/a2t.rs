@@ -6,8 +6,10 @@
 //!
 //! Choices where the draft is open are documented in `docs/a2t.md`.
 
-use super::{ApiError, ApiOptions, AppState, Caller, openapi};
-use crate::host::{Call, FrontDoor, InvokeError};
+use super::paging::{PageQuery, cursor, json_text, page_of_json};
+use super::{ApiError, ApiOptions, AppState, Caller, schemas};
+use crate::door::FrontDoor;
+use crate::host::{Call, InvokeError};
 use crate::invocation::{self, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::telemetry::CallerTrace;
@@ -17,15 +19,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 use std::sync::Arc;
-
-/// Page size when the client asks for none.
-pub const DEFAULT_PAGE_LIMIT: usize = 50;
-/// Largest page the server offers; larger requests are clamped to it.
-pub const MAX_PAGE_LIMIT: usize = 200;
 
 /// `{toolId}:invoke` and `{n}:invoke`: the A2T invocation suffix.
 pub fn strip_invoke_suffix(segment: &str) -> Option<&str> {
@@ -86,97 +81,17 @@ fn cacheable(host: &AppState, tool: &Tool, version: &ToolVersion, headers: &Head
     response
 }
 
-/// `pageLimit`, `pageCursor` and `tag` from the query string.
-pub(super) struct PageQuery {
-    pub(super) limit: usize,
-    cursor: Option<String>,
-    tags: Vec<String>,
-}
-
-impl PageQuery {
-    pub(super) fn parse(raw: Option<&str>) -> Result<Self, ApiError> {
-        let mut query = PageQuery { limit: DEFAULT_PAGE_LIMIT, cursor: None, tags: Vec::new() };
-        for (key, value) in form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
-            match key.as_ref() {
-                "pageLimit" => {
-                    let limit: usize = value.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
-                        ApiError::bad_request(
-                            "invalid_page_limit",
-                            format!("pageLimit must be a whole number from 1 to {MAX_PAGE_LIMIT}"),
-                        )
-                    })?;
-                    query.limit = limit.min(MAX_PAGE_LIMIT);
-                }
-                "pageCursor" => query.cursor = Some(value.into_owned()),
-                "tag" => query.tags.push(value.into_owned()),
-                _ => {}
-            }
-        }
-        Ok(query)
-    }
-
-    /// Decodes a cursor this server issued with `prefix`.
-    pub(super) fn cursor_after(&self, prefix: &str) -> Result<Option<String>, ApiError> {
-        let Some(cursor) = &self.cursor else { return Ok(None) };
-        let invalid = || {
-            ApiError::bad_request(
-                "invalid_cursor",
-                "pageCursor is not a cursor this server issued for this listing; start again without it",
-            )
-        };
-        let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| invalid())?;
-        let text = String::from_utf8(bytes).map_err(|_| invalid())?;
-        text.strip_prefix(prefix).map(|s| Some(s.to_string())).ok_or_else(invalid)
-    }
-}
-
-pub(super) fn cursor(prefix: &str, after: &str) -> String {
-    URL_SAFE_NO_PAD.encode(format!("{prefix}{after}"))
-}
-
-pub(super) fn page(items: Vec<Value>, limit: usize, next: Option<String>) -> axum::Json<Value> {
-    axum::Json(json!({ "items": items, "paging": paging(limit, next) }))
-}
-
-fn paging(limit: usize, next: Option<String>) -> Value {
-    let mut paging = json!({ "pageLimit": limit });
-    if let Some(next) = next {
-        paging["next"] = next.into();
-    }
-    paging
-}
-
-/// A page of items that are JSON text already.
-fn page_of_json(items: impl Iterator<Item = String>, limit: usize, next: Option<String>) -> Response {
-    let mut body = String::from("{\"items\":[");
-    for (i, item) in items.enumerate() {
-        if i > 0 {
-            body.push(',');
-        }
-        body.push_str(&item);
-    }
-    body.push_str("],\"paging\":");
-    body.push_str(&paging(limit, next).to_string());
-    body.push('}');
-    json_text(body)
-}
-
-/// A `200` whose body is JSON text.
-fn json_text(body: String) -> Response {
-    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
-}
-
 const TOOLS_CURSOR: &str = "tools:";
 const VERSIONS_CURSOR: &str = "versions:";
 
 /// The tenant's tools, each at its current version, by name.
 #[utoipa::path(get, path = "/tools", tag = "A2T", operation_id = "list_tools",
     params(
-        openapi::PageParams,
+        schemas::PageParams,
         ("tag" = Option<Vec<String>>, Query, explode = true, description = "Only tools with every tag given (repeatable)"),
     ),
     responses(
-        (status = 200, description = "A page of tools", body = openapi::ToolPage, links(
+        (status = 200, description = "A page of tools", body = schemas::ToolPage, links(
             ("GetTool" = (operation_id = "get_tool", parameters(("tool_id" = "$response.body#/items/0/toolId")))),
             ("ListVersions" = (operation_id = "list_versions", parameters(("tool_id" = "$response.body#/items/0/toolId")))),
             ("GetVersion" = (operation_id = "get_version", parameters(("tool_id" = "$response.body#/items/0/toolId"), ("version" = "$response.body#/items/0/version")))),
@@ -187,7 +102,7 @@ const VERSIONS_CURSOR: &str = "versions:";
             ("DeletePolicy" = (operation_id = "delete_policy", parameters(("tool_id" = "$response.body#/items/0/toolId")))),
             ("Retire" = (operation_id = "retire", parameters(("tool_id" = "$response.body#/items/0/toolId"), ("version" = "$response.body#/items/0/version")))),
         )),
-        (status = 400, description = "`invalid_page_limit`, `invalid_cursor`", body = openapi::ErrorBody),
+        (status = 400, description = "`invalid_page_limit`, `invalid_cursor`", body = schemas::ErrorBody),
     ))]
 pub(super) async fn list_tools(
     State(host): State<AppState>,
@@ -225,10 +140,10 @@ fn parse_version(raw: &str) -> Result<u32, ApiError> {
         ("If-None-Match" = Option<String>, Header, description = "An `ETag` of this resource: `304` when it still matches"),
     ),
     responses(
-        (status = 200, description = "The current version", body = openapi::ToolSignature, headers(("ETag" = String, description = "Changes with the signature, the current version, retirement and the confirmation a call needs"))),
+        (status = 200, description = "The current version", body = schemas::ToolSignature, headers(("ETag" = String, description = "Changes with the signature, the current version, retirement and the confirmation a call needs"))),
         (status = 304, description = "`If-None-Match` matched", headers(("ETag" = String, description = "Changes with the signature, the current version, retirement and the confirmation a call needs"))),
-        (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
-        (status = 410, description = "`tool_retired`: every version is retired", body = openapi::ErrorBody),
+        (status = 404, description = "`not_found`: no such tool in this tenant", body = schemas::ErrorBody),
+        (status = 410, description = "`tool_retired`: every version is retired", body = schemas::ErrorBody),
     ))]
 pub(super) async fn get_tool(
     State(host): State<AppState>,
@@ -246,12 +161,12 @@ pub(super) async fn get_tool(
 /// Every version of a tool, newest first.
 #[utoipa::path(get, path = "/tools/{tool_id}/versions", tag = "A2T", operation_id = "list_versions",
     params(("tool_id" = String, Path, description = "The tool's `toolId`"),
-        openapi::PageParams,
+        schemas::PageParams,
     ),
     responses(
-        (status = 200, description = "A page of versions", body = openapi::ToolPage),
-        (status = 400, description = "`invalid_page_limit`, `invalid_cursor`", body = openapi::ErrorBody),
-        (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
+        (status = 200, description = "A page of versions", body = schemas::ToolPage),
+        (status = 400, description = "`invalid_page_limit`, `invalid_cursor`", body = schemas::ErrorBody),
+        (status = 404, description = "`not_found`: no such tool in this tenant", body = schemas::ErrorBody),
     ))]
 pub(super) async fn list_versions(
     State(host): State<AppState>,
@@ -283,9 +198,9 @@ pub(super) async fn list_versions(
         ("If-None-Match" = Option<String>, Header, description = "An `ETag` of this resource: `304` when it still matches"),
     ),
     responses(
-        (status = 200, description = "The version", body = openapi::ToolSignature, headers(("ETag" = String, description = "Changes with the signature, the current version, retirement and the confirmation a call needs"))),
+        (status = 200, description = "The version", body = schemas::ToolSignature, headers(("ETag" = String, description = "Changes with the signature, the current version, retirement and the confirmation a call needs"))),
         (status = 304, description = "`If-None-Match` matched", headers(("ETag" = String, description = "Changes with the signature, the current version, retirement and the confirmation a call needs"))),
-        (status = 404, description = "`not_found`: no such tool, or no such version", body = openapi::ErrorBody),
+        (status = 404, description = "`not_found`: no such tool, or no such version", body = schemas::ErrorBody),
     ))]
 pub(super) async fn get_version(
     State(host): State<AppState>,
@@ -312,9 +227,9 @@ fn strip_invoke(segment: &str) -> Result<&str, ApiError> {
 
 /// Invokes the tool's current version.
 #[utoipa::path(post, path = "/tools/{tool_id}:invoke", tag = "A2T", operation_id = "invoke_tool",
-    params(("tool_id" = String, Path, description = "The tool's `toolId`"), openapi::EndUserHeader),
-    request_body = openapi::Invocation,
-    responses(openapi::InvocationAnswers))]
+    params(("tool_id" = String, Path, description = "The tool's `toolId`"), schemas::EndUserHeader),
+    request_body = schemas::Invocation,
+    responses(schemas::InvocationAnswers))]
 pub(super) async fn invoke_current(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -325,7 +240,7 @@ pub(super) async fn invoke_current(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let tool_id = strip_invoke(&tool_ref)?;
-    let end_user = super::cheq::end_user_header(&headers)?;
+    let end_user = super::links::end_user_header(&headers)?;
     let trace = trace.map(|Extension(trace)| trace);
     invoke(&host, &caller, &options, tool_id, None, end_user, trace, &super::body_within_limit(body)?).await
 }
@@ -334,10 +249,10 @@ pub(super) async fn invoke_current(
 #[utoipa::path(post, path = "/tools/{tool_id}/versions/{version}:invoke", tag = "A2T", operation_id = "invoke_version",
     params(("tool_id" = String, Path, description = "The tool's `toolId`"),
         ("version" = String, Path, description = "The version's number (from 1)"),
-        openapi::EndUserHeader,
+        schemas::EndUserHeader,
     ),
-    request_body = openapi::Invocation,
-    responses(openapi::InvocationAnswers))]
+    request_body = schemas::Invocation,
+    responses(schemas::InvocationAnswers))]
 pub(super) async fn invoke_version(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -348,7 +263,7 @@ pub(super) async fn invoke_version(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let version = parse_version(strip_invoke(&version_ref)?)?;
-    let end_user = super::cheq::end_user_header(&headers)?;
+    let end_user = super::links::end_user_header(&headers)?;
     let trace = trace.map(|Extension(trace)| trace);
     invoke(&host, &caller, &options, &tool_id, Some(version), end_user, trace, &super::body_within_limit(body)?).await
 }
@@ -376,7 +291,7 @@ async fn invoke(
     let call_id = call.call_id.clone();
     let number = version.number;
     match host.invoke(tool, version, call).await {
-        Err(InvokeError::ConfirmationPending(pending)) => Ok(super::cheq::uri_pack(options, &pending)),
+        Err(InvokeError::ConfirmationPending(pending)) => Ok(super::links::uri_pack(options, &pending)),
         outcome => Ok(answer(outcome, &call_id, number)),
     }
 }
@@ -394,3 +309,9 @@ pub(super) fn answer(outcome: Result<ToolResult, InvokeError>, call_id: &str, ve
     response.headers_mut().insert("plinth-tool-version", HeaderValue::from(version));
     response
 }
+
+/// The A2T door's operations, merged into the OpenAPI document
+/// (`openapi.rs`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(list_tools, get_tool, invoke_current, list_versions, get_version, invoke_version,))]
+pub(super) struct Doc;

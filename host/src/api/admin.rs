@@ -21,8 +21,8 @@
 //!
 //! Who may call which is declared with each route (see [`super::auth`]).
 
-use super::a2t::PageQuery;
-use super::{Access, ApiError, AppState, Caller, Routes, Scope, openapi};
+use super::paging::PageQuery;
+use super::{Access, ApiError, AppState, Caller, Routes, Scope, schemas};
 use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord};
 use axum::Extension;
 use axum::body::Bytes;
@@ -84,22 +84,22 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
     params(("expectVersion" = Option<u32>, Query, minimum = 1, description = "Deploy only if the new version would be this number")),
     request_body(description = "The packed component (`plinth pack`), or the OCI reference of one for the server to pull", content(
         (Vec<u8> = "application/wasm"),
-        (openapi::DeployReference = "application/json"),
+        (schemas::DeployReference = "application/json"),
     )),
     responses(
-        (status = 200, description = "The same bytes are deployed already: nothing changed", body = openapi::Deployed),
-        (status = 201, description = "A new version", body = openapi::Deployed),
-        (status = 400, description = "`invalid_component`, `invalid_expect_version`, `invalid_condition`, `condition_too_costly`, `invalid_request`, `invalid_json`, `invalid_reference`", body = openapi::ErrorBody),
-        (status = 403, description = "`registry_not_allowed`: plain http to a registry the operator did not list, or an address the outbound policy refuses", body = openapi::ErrorBody),
-        (status = 404, description = "`artifact_not_found`: the registry has no such tag or digest", body = openapi::ErrorBody),
-        (status = 409, description = "`breaking_change`, `version_mismatch`, `quota_exceeded`", body = openapi::ErrorBody),
-        (status = 413, description = "`quota_exceeded`: larger than the tenant may deploy", body = openapi::ErrorBody),
-        (status = 415, description = "`unsupported_media_type`: neither `application/wasm` nor `application/json`", body = openapi::ErrorBody),
-        (status = 422, description = "`untrusted_component`: the tenant's trust policy refuses it (the error names the keys expected and what was found); `not_a_component_artifact`; `registry_denied`: the registry refused the tenant's credentials (or wants some); `digest_mismatch`: the registry sent bytes other than their digest names", body = openapi::ErrorBody),
-        (status = 500, description = "`deploy_failed`: interrupted; nothing was deployed", body = openapi::ErrorBody),
-        (status = 502, description = "`registry_failed`: the registry could not be reached or answered an error; nothing was deployed", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
-        (status = 503, description = "`busy` (every deploy slot compiling), `storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
-        (status = 504, description = "`registry_timeout`: the pull did not finish in time", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 200, description = "The same bytes are deployed already: nothing changed", body = schemas::Deployed),
+        (status = 201, description = "A new version", body = schemas::Deployed),
+        (status = 400, description = "`invalid_component`, `invalid_expect_version`, `invalid_condition`, `condition_too_costly`, `invalid_request`, `invalid_json`, `invalid_reference`", body = schemas::ErrorBody),
+        (status = 403, description = "`registry_not_allowed`: plain http to a registry the operator did not list, or an address the outbound policy refuses", body = schemas::ErrorBody),
+        (status = 404, description = "`artifact_not_found`: the registry has no such tag or digest", body = schemas::ErrorBody),
+        (status = 409, description = "`breaking_change`, `version_mismatch`, `quota_exceeded`", body = schemas::ErrorBody),
+        (status = 413, description = "`quota_exceeded`: larger than the tenant may deploy", body = schemas::ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: neither `application/wasm` nor `application/json`", body = schemas::ErrorBody),
+        (status = 422, description = "`untrusted_component`: the tenant's trust policy refuses it (the error names the keys expected and what was found); `not_a_component_artifact`; `registry_denied`: the registry refused the tenant's credentials (or wants some); `digest_mismatch`: the registry sent bytes other than their digest names", body = schemas::ErrorBody),
+        (status = 500, description = "`deploy_failed`: interrupted; nothing was deployed", body = schemas::ErrorBody),
+        (status = 502, description = "`registry_failed`: the registry could not be reached or answered an error; nothing was deployed", body = schemas::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 503, description = "`busy` (every deploy slot compiling), `storage_failed`", body = schemas::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 504, description = "`registry_timeout`: the pull did not finish in time", body = schemas::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
 pub(super) async fn deploy(
     State(host): State<AppState>,
@@ -134,7 +134,7 @@ pub(super) async fn deploy(
         let body = read_within(request.into_body(), MAX_JSON_BYTES).await?.ok_or_else(|| {
             ApiError::bad_request("invalid_json", format!("the body is larger than {MAX_JSON_BYTES} bytes"))
         })?;
-        let wanted: openapi::DeployReference = json_body(&body)?;
+        let wanted: schemas::DeployReference = json_body(&body)?;
         host.clone().deploy_reference(slot, principal, tenant, &wanted.reference, expect_version).await?
     } else {
         let quota = host.tenant(&caller.tenant).map_or(0, |t| t.record.quotas.max_component_bytes);
@@ -184,7 +184,7 @@ pub(super) async fn deploy(
 /// The tenant's trust policy: its keys (kind and fingerprint) and whether a
 /// signature is required.
 #[utoipa::path(get, path = "/admin/trust-policy", tag = "Admin", operation_id = "get_trust_policy",
-    responses((status = 200, description = "The policy (the default: no keys, nothing required)", body = openapi::TrustPolicy)))]
+    responses((status = 200, description = "The policy (the default: no keys, nothing required)", body = schemas::TrustPolicy)))]
 pub(super) async fn get_trust_policy(State(host): State<AppState>, Extension(caller): Extension<Caller>) -> Response {
     axum::Json(host.trust_policy(&caller.tenant).to_api_json()).into_response()
 }
@@ -193,12 +193,12 @@ pub(super) async fn get_trust_policy(State(host): State<AppState>, Extension(cal
 /// on; running versions keep running, and the answer lists those it would
 /// refuse.
 #[utoipa::path(put, path = "/admin/trust-policy", tag = "Admin", operation_id = "put_trust_policy",
-    request_body(content = openapi::TrustPolicyInput, content_type = "application/json"),
+    request_body(content = schemas::TrustPolicyInput, content_type = "application/json"),
     responses(
-        (status = 200, description = "Stored", body = openapi::TrustPolicySet),
-        (status = 400, description = "`invalid_json`, `invalid_trust_policy`", body = openapi::ErrorBody),
-        (status = 403, description = "`relaxes_operator_trust_policy`: an operator set the policy, and a publisher may only tighten it (require a signature, remove keys, narrow scopes)", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 200, description = "Stored", body = schemas::TrustPolicySet),
+        (status = 400, description = "`invalid_json`, `invalid_trust_policy`", body = schemas::ErrorBody),
+        (status = 403, description = "`relaxes_operator_trust_policy`: an operator set the policy, and a publisher may only tighten it (require a signature, remove keys, narrow scopes)", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn put_trust_policy(
     State(host): State<AppState>,
@@ -224,7 +224,7 @@ pub(super) async fn put_trust_policy(
 /// The tenant's live versions its trust policy would refuse if they were
 /// deployed now (they keep running).
 #[utoipa::path(get, path = "/admin/trust-policy/refused", tag = "Admin", operation_id = "refused_by_trust_policy",
-    responses((status = 200, description = "The versions", body = openapi::RefusedVersions)))]
+    responses((status = 200, description = "The versions", body = schemas::RefusedVersions)))]
 pub(super) async fn refused_by_trust_policy(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -236,7 +236,7 @@ pub(super) async fn refused_by_trust_policy(
 
 /// The registries the tenant has credentials for (never the passwords).
 #[utoipa::path(get, path = "/admin/registries", tag = "Admin", operation_id = "list_registries",
-    responses((status = 200, description = "The registries and user names", body = openapi::RegistryList)))]
+    responses((status = 200, description = "The registries and user names", body = schemas::RegistryList)))]
 pub(super) async fn list_registries(State(host): State<AppState>, Extension(caller): Extension<Caller>) -> Response {
     axum::Json(json!({ "items": host.registry_credentials(&caller.tenant) })).into_response()
 }
@@ -245,11 +245,11 @@ pub(super) async fn list_registries(State(host): State<AppState>, Extension(call
 /// deploys by reference to that registry use them.
 #[utoipa::path(put, path = "/admin/registries/{registry}", tag = "Admin", operation_id = "put_registry",
     params(("registry" = String, Path, example = "ghcr.io", description = "`host` or `host:port`, as in references")),
-    request_body(content = openapi::RegistryCredentials, content_type = "application/json"),
+    request_body(content = schemas::RegistryCredentials, content_type = "application/json"),
     responses(
         (status = 204, description = "Stored"),
-        (status = 400, description = "`invalid_json`, `invalid_request`: not a registry name, or an empty user name", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 400, description = "`invalid_json`, `invalid_request`: not a registry name, or an empty user name", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn put_registry(
     State(host): State<AppState>,
@@ -267,8 +267,8 @@ pub(super) async fn put_registry(
     params(("registry" = String, Path, example = "ghcr.io", description = "`host` or `host:port`")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 404, description = "`not_found`: no credentials for that registry", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 404, description = "`not_found`: no credentials for that registry", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn delete_registry(
     State(host): State<AppState>,
@@ -283,9 +283,9 @@ pub(super) async fn delete_registry(
 #[utoipa::path(delete, path = "/admin/tools/{tool_id}/versions/{version}", tag = "Admin", operation_id = "retire",
     params(("tool_id" = String, Path, description = "The tool's `toolId`"), ("version" = String, Path, description = "The version's number")),
     responses(
-        (status = 200, description = "Retired", body = openapi::Retired),
-        (status = 404, description = "`not_found`: no such tool or version", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 200, description = "Retired", body = schemas::Retired),
+        (status = 404, description = "`not_found`: no such tool or version", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn retire(
     State(host): State<AppState>,
@@ -349,8 +349,8 @@ fn text_value(body: Bytes, code: &'static str) -> Result<String, ApiError> {
     request_body(description = "The value: UTF-8, not empty, at most 64 KiB", content = String, content_type = "text/plain"),
     responses(
         (status = 204, description = "Stored"),
-        (status = 400, description = "`invalid_secret_id`, `invalid_secret_value`, `invalid_request`", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 400, description = "`invalid_secret_id`, `invalid_secret_value`, `invalid_request`", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn put_secret(
     State(host): State<AppState>,
@@ -369,8 +369,8 @@ pub(super) async fn put_secret(
     params(("id" = String, Path, description = "The secret's id")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 404, description = "`not_found`: no such secret", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 404, description = "`not_found`: no such secret", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn delete_secret(
     State(host): State<AppState>,
@@ -383,7 +383,7 @@ pub(super) async fn delete_secret(
 
 /// The tenant's secrets' ids (never their values).
 #[utoipa::path(get, path = "/admin/secrets", tag = "Admin", operation_id = "list_secrets", responses(
-    (status = 200, description = "The ids", body = openapi::SecretList),
+    (status = 200, description = "The ids", body = schemas::SecretList),
 ))]
 pub(super) async fn list_secrets(
     State(host): State<AppState>,
@@ -401,8 +401,8 @@ pub(super) async fn list_secrets(
     request_body(description = "The value: UTF-8, not empty, at most 64 KiB", content = String, content_type = "text/plain"),
     responses(
         (status = 204, description = "Set"),
-        (status = 400, description = "`invalid_tool_name`, `invalid_config_key`, `invalid_config_value`, `invalid_request`", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 400, description = "`invalid_tool_name`, `invalid_config_key`, `invalid_config_value`, `invalid_request`", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn put_config(
     State(host): State<AppState>,
@@ -424,8 +424,8 @@ pub(super) async fn put_config(
     ),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 404, description = "`not_found`: no such value", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 404, description = "`not_found`: no such value", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn delete_config(
     State(host): State<AppState>,
@@ -438,7 +438,7 @@ pub(super) async fn delete_config(
 
 /// The tenant's stored config values.
 #[utoipa::path(get, path = "/admin/config", tag = "Admin", operation_id = "list_config", responses(
-    (status = 200, description = "By tool, by key", body = openapi::ConfigList),
+    (status = 200, description = "By tool, by key", body = schemas::ConfigList),
 ))]
 pub(super) async fn list_config(
     State(host): State<AppState>,
@@ -458,7 +458,7 @@ fn tenant_json(record: &TenantRecord) -> Value {
 
 /// The key's own tenant: its settings and quotas.
 #[utoipa::path(get, path = "/admin/tenant", tag = "Admin", operation_id = "own_tenant", responses(
-    (status = 200, description = "The tenant", body = openapi::Tenant),
+    (status = 200, description = "The tenant", body = schemas::Tenant),
 ))]
 pub(super) async fn own_tenant(
     State(host): State<AppState>,
@@ -470,7 +470,7 @@ pub(super) async fn own_tenant(
 
 /// Every tenant.
 #[utoipa::path(get, path = "/admin/tenants", tag = "Admin", operation_id = "list_tenants", responses(
-    (status = 200, description = "The tenants", body = openapi::TenantList),
+    (status = 200, description = "The tenants", body = schemas::TenantList),
 ))]
 pub(super) async fn list_tenants(State(host): State<AppState>) -> axum::Json<Value> {
     let items: Vec<Value> = host.tenants().iter().map(tenant_json).collect();
@@ -481,8 +481,8 @@ pub(super) async fn list_tenants(State(host): State<AppState>) -> axum::Json<Val
 #[utoipa::path(get, path = "/admin/tenants/{name}", tag = "Admin", operation_id = "get_tenant",
     params(("name" = String, Path, example = "acme", description = "The tenant's name")),
     responses(
-        (status = 200, description = "The tenant", body = openapi::Tenant),
-        (status = 404, description = "`not_found`: no such tenant", body = openapi::ErrorBody),
+        (status = 200, description = "The tenant", body = schemas::Tenant),
+        (status = 404, description = "`not_found`: no such tenant", body = schemas::ErrorBody),
     ))]
 pub(super) async fn get_tenant(State(host): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
     let tenant = host.tenant(&name).ok_or_else(|| ApiError::not_found(format!("there is no tenant `{name}`")))?;
@@ -513,15 +513,15 @@ fn empty_object() -> Value {
 
 /// Creates a tenant.
 #[utoipa::path(post, path = "/admin/tenants", tag = "Admin", operation_id = "create_tenant",
-    request_body = openapi::NewTenant,
+    request_body = schemas::NewTenant,
     responses(
-        (status = 201, description = "Created", body = openapi::Tenant, links(
+        (status = 201, description = "Created", body = schemas::Tenant, links(
             ("GetTenant" = (operation_id = "get_tenant", parameters(("name" = "$response.body#/name")))),
             ("UpdateTenant" = (operation_id = "update_tenant", parameters(("name" = "$response.body#/name")))),
         )),
-        (status = 400, description = "`invalid_json` (not the body described), `invalid_request`", body = openapi::ErrorBody),
-        (status = 409, description = "`conflict`: the tenant exists", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 400, description = "`invalid_json` (not the body described), `invalid_request`", body = schemas::ErrorBody),
+        (status = 409, description = "`conflict`: the tenant exists", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn create_tenant(
     State(host): State<AppState>,
@@ -536,12 +536,12 @@ pub(super) async fn create_tenant(
 /// Changes a tenant's settings or quotas.
 #[utoipa::path(patch, path = "/admin/tenants/{name}", tag = "Admin", operation_id = "update_tenant",
     params(("name" = String, Path, example = "acme", description = "The tenant's name")),
-    request_body = openapi::TenantChange,
+    request_body = schemas::TenantChange,
     responses(
-        (status = 200, description = "Changed", body = openapi::Tenant),
-        (status = 400, description = "`invalid_json` (not the body described), `invalid_request`", body = openapi::ErrorBody),
-        (status = 404, description = "`not_found`: no such tenant", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 200, description = "Changed", body = schemas::Tenant),
+        (status = 400, description = "`invalid_json` (not the body described), `invalid_request`", body = schemas::ErrorBody),
+        (status = 404, description = "`not_found`: no such tenant", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn update_tenant(
     State(host): State<AppState>,
@@ -569,7 +569,7 @@ fn key_json(record: &KeyRecord) -> Value {
 #[utoipa::path(get, path = "/admin/keys", tag = "Admin", operation_id = "list_keys",
     params(("tenant" = Option<String>, Query, description = "Only this tenant's keys")),
     responses(
-        (status = 200, description = "The keys", body = openapi::KeyList),
+        (status = 200, description = "The keys", body = schemas::KeyList),
     ))]
 pub(super) async fn list_keys(State(host): State<AppState>, RawQuery(raw): RawQuery) -> axum::Json<Value> {
     let tenant = form_urlencoded::parse(raw.unwrap_or_default().as_bytes())
@@ -589,14 +589,14 @@ struct NewKeyRequest {
 
 /// Creates a key; the answer is the only time the key is shown.
 #[utoipa::path(post, path = "/admin/keys", tag = "Admin", operation_id = "create_key",
-    request_body = openapi::NewKeyRequest,
+    request_body = schemas::NewKeyRequest,
     responses(
-        (status = 201, description = "Created (`Cache-Control: no-store`)", body = openapi::CreatedKey,
+        (status = 201, description = "Created (`Cache-Control: no-store`)", body = schemas::CreatedKey,
             headers(("Cache-Control" = String, description = "`no-store`")),
             links(("RevokeKey" = (operation_id = "revoke_key", parameters(("id" = "$response.body#/id")))))),
-        (status = 400, description = "`invalid_json`, `invalid_role`, `invalid_label`, `invalid_request`", body = openapi::ErrorBody),
-        (status = 404, description = "`not_found`: no such tenant", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 400, description = "`invalid_json`, `invalid_role`, `invalid_label`, `invalid_request`", body = schemas::ErrorBody),
+        (status = 404, description = "`not_found`: no such tenant", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn create_key(
     State(host): State<AppState>,
@@ -622,9 +622,9 @@ pub(super) async fn create_key(
 #[utoipa::path(delete, path = "/admin/keys/{id}", tag = "Admin", operation_id = "revoke_key",
     params(("id" = String, Path, description = "The key's id")),
     responses(
-        (status = 200, description = "Revoked", body = openapi::Key),
-        (status = 404, description = "`not_found`: no such key", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 200, description = "Revoked", body = schemas::Key),
+        (status = 404, description = "`not_found`: no such key", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn revoke_key(
     State(host): State<AppState>,
@@ -643,13 +643,13 @@ const AUDIT_CURSOR: &str = "audit:";
 #[utoipa::path(get, summary = "The audit log, newest first", description = "An operator reads every entry (or one tenant's with `?tenant=`); a publisher reads its own tenant's, and naming another tenant is `404` as everywhere else.", path = "/admin/audit", tag = "Admin", operation_id = "audit",
     params(
         ("tenant" = Option<String>, Query, description = "Only this tenant's entries (a publisher: its own only)"),
-        openapi::PageParams,
+        schemas::PageParams,
     ),
     responses(
-        (status = 200, description = "A page of entries, newest first", body = openapi::AuditPage),
-        (status = 400, description = "`invalid_page_limit`, `invalid_cursor`", body = openapi::ErrorBody),
-        (status = 404, description = "`not_found`: another tenant than the publisher's own", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 200, description = "A page of entries, newest first", body = schemas::AuditPage),
+        (status = 400, description = "`invalid_page_limit`, `invalid_cursor`", body = schemas::ErrorBody),
+        (status = 404, description = "`not_found`: another tenant than the publisher's own", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn audit(
     State(host): State<AppState>,
@@ -681,13 +681,43 @@ pub(super) async fn audit(
     let more = entries.len() > query.limit;
     entries.truncate(query.limit);
     let next = if more {
-        entries.last().map(|e: &AuditEntry| super::a2t::cursor(AUDIT_CURSOR, &e.seq.to_string()))
+        entries.last().map(|e: &AuditEntry| super::paging::cursor(AUDIT_CURSOR, &e.seq.to_string()))
     } else {
         None
     };
-    Ok(super::a2t::page(
+    Ok(super::paging::page(
         entries.iter().map(|e| serde_json::to_value(e).unwrap_or_default()).collect(),
         query.limit,
         next,
     ))
 }
+
+/// The admin API's operations, merged into the OpenAPI document
+/// (`openapi.rs`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    deploy,
+    retire,
+    get_trust_policy,
+    put_trust_policy,
+    refused_by_trust_policy,
+    list_registries,
+    put_registry,
+    delete_registry,
+    list_secrets,
+    put_secret,
+    delete_secret,
+    list_config,
+    put_config,
+    delete_config,
+    own_tenant,
+    list_tenants,
+    create_tenant,
+    get_tenant,
+    update_tenant,
+    list_keys,
+    create_key,
+    revoke_key,
+    audit,
+))]
+pub(super) struct Doc;

@@ -17,7 +17,8 @@
 //! Roles are ordered consumer < publisher < operator; each may do what the
 //! ones below it may.
 
-use super::oauth::Root as OAuthRoot;
+use super::access::{Access, Caller, Scope, unauthorized};
+use super::links::Root as OAuthRoot;
 use super::{ApiError, ApiOptions, AppState};
 use crate::tenancy::{DEFAULT_TENANT, Principal, Role, is_tenant_name};
 use axum::extract::Request;
@@ -25,75 +26,6 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
-
-/// What an endpoint needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Access {
-    /// Anyone (`/health`).
-    Open,
-    /// List and read the tenant's tools: a consumer key of the tenant, or
-    /// no key when the tenant's enumeration is public.
-    Enumerate,
-    /// Invoke the tenant's tools: a consumer key of the tenant.
-    Invoke,
-    /// Change the tenant's tools, secrets and config: a publisher key.
-    Publish,
-    /// Read the audit log: a publisher (its tenant's entries) or an
-    /// operator (all of them).
-    Audit,
-    /// Tenants, quotas and keys: an operator key.
-    Operate,
-    /// The designer's catalog pages: a catalog session of the tenant,
-    /// opened at this root with one of its keys (a consumer key is enough)
-    /// that is still live. The session cookie is the credential (a bearer
-    /// key is not read), and every form posted must carry the session's
-    /// form token and come from this origin.
-    Catalog,
-}
-
-impl Access {
-    /// The lowest role that may call the endpoint; `None` for open ones.
-    pub fn least_role(self) -> Option<Role> {
-        match self {
-            Access::Open => None,
-            Access::Enumerate | Access::Invoke | Access::Catalog => Some(Role::Consumer),
-            Access::Publish | Access::Audit => Some(Role::Publisher),
-            Access::Operate => Some(Role::Operator),
-        }
-    }
-}
-
-/// Whether an endpoint is about one tenant (served under `/` for the default
-/// tenant and under `/t/{tenant}/` for every tenant) or about the server
-/// (served under `/` only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Scope {
-    /// One tenant's tools, secrets, config.
-    Tenant,
-    /// The whole server.
-    Server,
-}
-
-/// The request's tenant and who is asking; what handlers act on.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    /// The tenant of the platform root the request came through.
-    pub tenant: String,
-    /// Whether it came through `/t/{tenant}/` (the default tenant is also
-    /// served at `/`): the URLs it is answered with stay under that root.
-    pub tenant_root: bool,
-    /// The key's principal; `None` only for open endpoints and public
-    /// enumeration.
-    pub principal: Option<Principal>,
-}
-
-impl Caller {
-    /// The principal of an endpoint that requires a key. Handlers behind
-    /// [`authorize`] with a role requirement always have one.
-    pub fn principal(&self) -> Result<&Principal, ApiError> {
-        self.principal.as_ref().ok_or_else(unauthorized)
-    }
-}
 
 /// The platform root a request came through, set by [`strip_tenant_root`].
 #[derive(Debug, Clone)]
@@ -144,14 +76,6 @@ pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
-}
-
-fn unauthorized() -> ApiError {
-    ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
-        "a valid API key is required: send Authorization: Bearer <key>",
-    )
 }
 
 fn no_such_tenant(tenant: &str) -> ApiError {
@@ -228,7 +152,7 @@ async fn token_principal(
 ) -> Result<Option<Principal>, ApiError> {
     let Some((options, root)) = oauth else { return Ok(None) };
     let tenant = root.tenant;
-    let resource = super::oauth::mcp_resource(options, root);
+    let resource = super::links::mcp_resource(options, root);
     let grant = host
         .token_grant(tenant, token, &resource)
         .await
@@ -259,25 +183,31 @@ async fn authorize_designer(
     let Some(options) = request.extensions().get::<Arc<ApiOptions>>().cloned() else {
         return ApiError::internal("the server is misconfigured").into_response();
     };
-    let session = match super::catalog::session_token(request.headers()) {
+    let session = match super::catalog::session::session_token(request.headers()) {
         None => None,
         Some(token) => match host.designer_session(&tenant, &token) {
             Ok(session) => session,
             Err(e) => {
                 tracing::warn!(tenant, error = %e, "a catalog session could not be read");
-                return super::catalog::sessions_unreadable(&options, &tenant);
+                return super::catalog::session::sessions_unreadable(&options, &tenant);
             }
         },
     };
     let session =
         session.filter(|s| decide(&host, Access::Catalog, Scope::Tenant, &tenant, true, Some(&s.principal)).is_ok());
     let Some(session) = session else {
-        return super::catalog::sign_in_required(&options, &tenant, request.method(), request.uri(), request.headers());
+        return super::catalog::session::sign_in_required(
+            &options,
+            &tenant,
+            request.method(),
+            request.uri(),
+            request.headers(),
+        );
     };
     if !matches!(*request.method(), Method::GET | Method::HEAD) {
         if super::pages::posted_from_elsewhere(request.headers(), &options.public_url) {
             tracing::warn!(tenant, "a catalog form posted from another site was refused");
-            return super::catalog::forged_form(&options, &session);
+            return super::catalog::session::forged_form(&options, &session);
         }
         let (parts, body) = request.into_parts();
         let Ok(bytes) = axum::body::to_bytes(body, options.max_request_bytes).await else {
@@ -292,7 +222,7 @@ async fn authorize_designer(
         let token = token.unwrap_or_default();
         if !super::pages::form_token_matches(&token, &session.form_token) {
             tracing::warn!(tenant, "a catalog form without its session's form token was refused");
-            return super::catalog::forged_form(&options, &session);
+            return super::catalog::session::forged_form(&options, &session);
         }
         request = Request::from_parts(parts, axum::body::Body::from(bytes));
     }
@@ -330,13 +260,13 @@ fn refusal(error: ApiError, key_presented: bool, oauth: Option<(&ApiOptions, OAu
     let challenge = match (response.status(), oauth) {
         (StatusCode::UNAUTHORIZED, Some((options, root))) => {
             let error = invalid.then_some("invalid_token");
-            Some(super::oauth::challenge(options, root, error, &super::oauth::all_scopes()))
+            Some(super::links::challenge(options, root, error, &super::links::all_scopes()))
         }
         (StatusCode::UNAUTHORIZED, None) => {
             Some(if invalid { "Bearer error=\"invalid_token\"" } else { "Bearer" }.to_string())
         }
         (StatusCode::FORBIDDEN, Some((options, root))) if insufficient => {
-            Some(super::oauth::challenge(options, root, Some("insufficient_scope"), needed.as_deref().unwrap_or("")))
+            Some(super::links::challenge(options, root, Some("insufficient_scope"), needed.as_deref().unwrap_or("")))
         }
         _ => None,
     };

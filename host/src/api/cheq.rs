@@ -20,12 +20,10 @@
 //! `GET {resource uri}/cheq`, and `?accept`/`?reject` as HTTP clients write
 //! them.
 
+use super::links::*;
 use super::pages::{self, Frame, Paragraph, Product, Revealed, field, form};
-use super::{ApiError, ApiOptions, AppState, Caller, openapi};
-use crate::host::{
-    DecideError, InvokeError, MAX_END_USER_CHARS, PageSession, PendingConfirmation, State as TxState, as_words,
-    is_end_user_name, rfc3339,
-};
+use super::{ApiError, ApiOptions, AppState, Caller, schemas};
+use crate::host::{DecideError, InvokeError, PageSession, State as TxState, as_words, rfc3339};
 use crate::store::StoredConfirmation;
 use crate::tenancy::unix_now;
 use askama::Template;
@@ -39,80 +37,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The URI pack's keys, exactly as the draft spells them.
-pub const CONFIRMATION_URI: &str = "confirmation uri";
-/// The resource URI's key.
-pub const RESOURCE_URI: &str = "resource uri";
-/// The result URI's key.
-pub const RESULT_URI: &str = "result uri";
-
 /// How long the agent should wait between polls of a pending result.
 const POLL_AFTER_SECS: u64 = 2;
 /// How long an end user stays logged in to the confirmation page.
 const SESSION_TTL: Duration = Duration::from_secs(30 * 60);
 /// The session cookie.
 const SESSION_COOKIE: &str = "plinth_cheq_session";
-
-/// The A2T header that names the end user a call acts for.
-pub const END_USER_HEADER: &str = "plinth-end-user";
-
-/// The end user named by the A2T `Plinth-End-User` header, if any.
-pub fn end_user_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get(END_USER_HEADER) else { return Ok(None) };
-    let user = value.to_str().map_err(|_| bad_end_user())?.to_string();
-    check_end_user(&user)?;
-    Ok(Some(user))
-}
-
-/// An end user's name: 1 to 128 printable characters.
-pub fn check_end_user(user: &str) -> Result<(), ApiError> {
-    if !is_end_user_name(user) {
-        return Err(bad_end_user());
-    }
-    Ok(())
-}
-
-fn bad_end_user() -> ApiError {
-    ApiError::bad_request(
-        "invalid_end_user",
-        format!("the end user must be named by 1 to {MAX_END_USER_CHARS} printable characters"),
-    )
-}
-
-/// `https://host/t/acme` (or the bare public URL for the default tenant).
-pub(super) fn root(options: &ApiOptions, tenant: &str) -> String {
-    if tenant == crate::tenancy::DEFAULT_TENANT {
-        options.public_url.clone()
-    } else {
-        format!("{}/t/{tenant}", options.public_url)
-    }
-}
-
-/// The URI pack (figure 3) of a pending call.
-pub fn uri_pack_body(options: &ApiOptions, pending: &PendingConfirmation) -> Value {
-    let root = root(options, &pending.tenant);
-    let confirmation = pending.confirmation_uri.clone().unwrap_or_else(|| format!("{root}/cheq/confirm"));
-    json!({
-        CONFIRMATION_URI: confirmation,
-        RESOURCE_URI: format!("{root}/cheq/transactions/{}", pending.id),
-        RESULT_URI: format!("{root}/cheq/results/{}", pending.id),
-    })
-}
-
-/// `202 Accepted` with the URI pack and `Location: {result uri}`.
-pub fn uri_pack(options: &ApiOptions, pending: &PendingConfirmation) -> Response {
-    pack_response(uri_pack_body(options, pending))
-}
-
-/// `202 Accepted` with `pack`.
-fn pack_response(pack: Value) -> Response {
-    let location = pack[RESULT_URI].as_str().and_then(|uri| HeaderValue::from_str(uri).ok());
-    let mut response = (StatusCode::ACCEPTED, axum::Json(pack)).into_response();
-    if let Some(location) = location {
-        response.headers_mut().insert(header::LOCATION, location);
-    }
-    response
-}
 
 fn storage(e: crate::store::StoreError) -> ApiError {
     DecideError::Store(e).into()
@@ -132,9 +62,9 @@ fn transaction(host: &AppState, tenant: &str, id: &str) -> Result<StoredConfirma
     params(("id" = String, Path, description = "The transaction id (from the URI pack)"),
         ("raw" = Option<String>, Query, description = "Present: the CHEQ object alone, unsigned")),
     responses(
-        (status = 200, description = "The CHEQ signed by this server (with `?raw`, the CHEQ object)", body = openapi::CheqAnswer),
-        (status = 404, description = "`unknown_transaction`", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 200, description = "The CHEQ signed by this server (with `?raw`, the CHEQ object)", body = schemas::CheqAnswer),
+        (status = 404, description = "`unknown_transaction`", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn get_transaction(
     State(host): State<AppState>,
@@ -197,18 +127,18 @@ fn decision(query: Option<&str>) -> Result<Decision, ApiError> {
         ("accept" = Option<String>, Query, description = "Accept: the body is the CHEQ countersigned by the confirmation server"),
         ("reject" = Option<String>, Query, description = "Reject: the call never runs")),
     request_body(description = "On `?accept`, the countersigned CHEQ: a JWS in the general or flattened JSON serialization, or the compact one", content(
-        (openapi::SignedCheq = "application/json"),
+        (schemas::SignedCheq = "application/json"),
         (String = "application/jose"),
     )),
     responses(
-        (status = 200, description = "The decision was recorded (an accepted call has run)", body = openapi::DecisionRecorded),
-        (status = 400, description = "`invalid_decision`, `invalid_json`", body = openapi::ErrorBody),
-        (status = 403, description = "`invalid_signature`, `not_confirmed`", body = openapi::ErrorBody),
-        (status = 404, description = "`unknown_transaction`", body = openapi::ErrorBody),
-        (status = 409, description = "`already_decided`, `cheq_altered`", body = openapi::ErrorBody),
-        (status = 410, description = "`confirmation_expired`, `version_retired`", body = openapi::ErrorBody),
-        (status = 502, description = "`jwks_*`: the external confirmation server's keys cannot be used", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 200, description = "The decision was recorded (an accepted call has run)", body = schemas::DecisionRecorded),
+        (status = 400, description = "`invalid_decision`, `invalid_json`", body = schemas::ErrorBody),
+        (status = 403, description = "`invalid_signature`, `not_confirmed`", body = schemas::ErrorBody),
+        (status = 404, description = "`unknown_transaction`", body = schemas::ErrorBody),
+        (status = 409, description = "`already_decided`, `cheq_altered`", body = schemas::ErrorBody),
+        (status = 410, description = "`confirmation_expired`, `version_retired`", body = schemas::ErrorBody),
+        (status = 502, description = "`jwks_*`: the external confirmation server's keys cannot be used", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn decide_transaction(
     State(host): State<AppState>,
@@ -242,7 +172,7 @@ pub(super) async fn decide_transaction(
 /// `GET /admin/confirmation-server`: the tenant's external confirmation
 /// server, or `null` (the built-in one).
 #[utoipa::path(get, summary = "The tenant's confirmation server", description = "The tenant's external confirmation server, or `null` when the built-in one confirms.", path = "/admin/confirmation-server", tag = "Admin", responses(
-    (status = 200, description = "The tenant's confirmation server", body = openapi::ConfirmationServerSetting),
+    (status = 200, description = "The tenant's confirmation server", body = schemas::ConfirmationServerSetting),
 ))]
 pub(super) async fn get_confirmation_server(
     State(host): State<AppState>,
@@ -256,8 +186,8 @@ pub(super) async fn get_confirmation_server(
     request_body = crate::host::ConfirmationServer,
     responses(
         (status = 204, description = "Set"),
-        (status = 400, description = "`invalid_json`, `invalid_request`", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 400, description = "`invalid_json`, `invalid_request`", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn put_confirmation_server(
     State(host): State<AppState>,
@@ -274,7 +204,7 @@ pub(super) async fn put_confirmation_server(
 /// `DELETE /admin/confirmation-server`: back to the built-in one.
 #[utoipa::path(delete, summary = "Back to the built-in confirmation server", description = "The tenant's end users confirm on the built-in confirmation server again.", path = "/admin/confirmation-server", tag = "Admin", responses(
     (status = 204, description = "The built-in confirmation server confirms again"),
-    openapi::StorageFailed,
+    schemas::StorageFailed,
 ))]
 pub(super) async fn delete_confirmation_server(
     State(host): State<AppState>,
@@ -288,8 +218,8 @@ pub(super) async fn delete_confirmation_server(
 /// tool's policy (`null` when the tool's own applies) and what the newest
 /// version declares.
 #[utoipa::path(get, summary = "A tool's confirmation policy", description = "The tenant's override of the tool's policy (`null` when the tool's own applies) and what the newest version declares.", path = "/admin/tools/{tool_id}/confirmation", tag = "Admin", params(("tool_id" = String, Path, description = "The tool's `toolId`")), responses(
-    (status = 200, description = "The override and the tool's own policy", body = openapi::PolicySetting),
-    (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
+    (status = 200, description = "The override and the tool's own policy", body = schemas::PolicySetting),
+    (status = 404, description = "`not_found`: no such tool in this tenant", body = schemas::ErrorBody),
 ))]
 pub(super) async fn get_policy(
     State(host): State<AppState>,
@@ -309,9 +239,9 @@ pub(super) async fn get_policy(
     request_body = crate::cheq::ConfirmationPolicy,
     responses(
         (status = 204, description = "The override applies to the tool's calls"),
-        (status = 400, description = "`invalid_json`, `invalid_request`, `invalid_condition`, `condition_too_costly`", body = openapi::ErrorBody),
-        (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 400, description = "`invalid_json`, `invalid_request`, `invalid_condition`, `condition_too_costly`", body = schemas::ErrorBody),
+        (status = 404, description = "`not_found`: no such tool in this tenant", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn put_policy(
     State(host): State<AppState>,
@@ -333,8 +263,8 @@ pub(super) async fn put_policy(
 /// applies again.
 #[utoipa::path(delete, summary = "Drops the override of a tool's confirmation policy", description = "The tool's own policy applies again.", path = "/admin/tools/{tool_id}/confirmation", tag = "Admin", params(("tool_id" = String, Path, description = "The tool's `toolId`")), responses(
     (status = 204, description = "The tool's own policy applies again"),
-    (status = 404, description = "`not_found`: no such tool in this tenant", body = openapi::ErrorBody),
-    openapi::StorageFailed,
+    (status = 404, description = "`not_found`: no such tool in this tenant", body = schemas::ErrorBody),
+    schemas::StorageFailed,
 ))]
 pub(super) async fn delete_policy(
     State(host): State<AppState>,
@@ -413,14 +343,14 @@ fn final_answer(answer: &mut Value) {
     params(("id" = String, Path, description = "The transaction id (from the URI pack)")),
     responses(
         (status = 200, description = "The call's answer, in the shape of the door it came through (A2T outputs, an OTC result, an MCP result); final", content_type = "application/json", body = Object),
-        (status = 202, description = "The end user has not decided (`pending`), or the accepted call runs (`running`)", body = openapi::TransactionWaiting,
+        (status = 202, description = "The end user has not decided (`pending`), or the accepted call runs (`running`)", body = schemas::TransactionWaiting,
             headers(("Retry-After" = u64, description = "Seconds until the next poll"))),
         (status = 400, description = "The call's own answer: its input was refused when it ran (final)", content_type = "application/json", body = Object),
         (status = 403, description = "`confirmation_rejected`: the end user rejected the call", content_type = "application/json", body = Object),
-        (status = 404, description = "`unknown_transaction`", body = openapi::ErrorBody),
+        (status = 404, description = "`unknown_transaction`", body = schemas::ErrorBody),
         (status = 410, description = "`confirmation_expired`, `version_retired`", content_type = "application/json", body = Object),
         (status = 422, description = "The call's own failure (`tool_error`, …, a temporary one kept as final), or `call_outcome_unknown`", content_type = "application/json", body = Object),
-        (status = 503, description = "`storage_failed`: the transaction could not be read", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 503, description = "`storage_failed`: the transaction could not be read", body = schemas::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
 pub(super) async fn get_result(
     State(host): State<AppState>,
@@ -464,9 +394,9 @@ pub(super) async fn get_result(
 #[utoipa::path(get, summary = "The evidence of a CHEQ transaction", description = "The CHEQ this server signed, the decision (the CHEQ with the confirmation server's signature, or who rejected it), and what came of it. An operator sees every tenant's; a publisher its own.", path = "/admin/cheq/{id}", tag = "CHEQ", operation_id = "evidence",
     params(("id" = String, Path, description = "The transaction id")),
     responses(
-        (status = 200, description = "The transaction's evidence", body = openapi::Evidence),
-        (status = 404, description = "`unknown_transaction` (another tenant's too, for a publisher)", body = openapi::ErrorBody),
-        openapi::StorageFailed,
+        (status = 200, description = "The transaction's evidence", body = schemas::Evidence),
+        (status = 404, description = "`unknown_transaction` (another tenant's too, for a publisher)", body = schemas::ErrorBody),
+        schemas::StorageFailed,
     ))]
 pub(super) async fn evidence(
     State(host): State<AppState>,
@@ -502,11 +432,11 @@ pub(super) async fn evidence(
 
 /// `PUT /admin/end-users/{name}` with `{"password": "…"}`.
 #[utoipa::path(put, summary = "Sets an end user's password", description = "An end user of the built-in confirmation server; the password is hashed with Argon2id.", path = "/admin/end-users/{name}", tag = "Admin", params(("name" = String, Path, min_length = 1, max_length = 128, example = "alice", description = "The end user's name: 1 to 128 printable characters")),
-    request_body = openapi::EndUserPassword,
+    request_body = schemas::EndUserPassword,
     responses(
         (status = 204, description = "Set"),
-        (status = 400, description = "`invalid_end_user`, `invalid_json`, `invalid_request`", body = openapi::ErrorBody),
-        (status = 503, description = "`login_busy`, `storage_failed`", body = openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 400, description = "`invalid_end_user`, `invalid_json`, `invalid_request`", body = schemas::ErrorBody),
+        (status = 503, description = "`login_busy`, `storage_failed`", body = schemas::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
 pub(super) async fn put_end_user(
     State(host): State<AppState>,
@@ -529,8 +459,8 @@ pub(super) async fn put_end_user(
 /// `DELETE /admin/end-users/{name}`.
 #[utoipa::path(delete, summary = "Deletes an end user", description = "The end user can no longer log in to the confirmation page.", path = "/admin/end-users/{name}", tag = "Admin", params(("name" = String, Path, min_length = 1, max_length = 128, example = "alice", description = "The end user's name: 1 to 128 printable characters")), responses(
     (status = 204, description = "Deleted, with the end user's sessions"),
-    (status = 404, description = "`not_found`: no such end user", body = openapi::ErrorBody),
-    openapi::StorageFailed,
+    (status = 404, description = "`not_found`: no such end user", body = schemas::ErrorBody),
+    schemas::StorageFailed,
 ))]
 pub(super) async fn delete_end_user(
     State(host): State<AppState>,
@@ -655,7 +585,7 @@ pub(super) async fn confirm_page(
 /// its status (`401`, `429`, `503`), `Retry-After` when waiting helps, and
 /// the error code in `Plinth-Error-Code`.
 #[utoipa::path(post, summary = "Logs an end user in to the confirmation page", description = "Checks the end user's password and opens a session. Failed logins are throttled by user name and by client address, and the hashing is bounded; a refusal is the login page again, with its status, `Retry-After` when waiting helps, and the error code in `Plinth-Error-Code`.", path = "/cheq/login", tag = "CHEQ", operation_id = "login",
-    request_body(content = openapi::LoginForm, content_type = "application/x-www-form-urlencoded"),
+    request_body(content = schemas::LoginForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 303, description = "Logged in: to the confirmation page, with the session cookie", headers(
             ("Location" = String, description = "The confirmation page"),
@@ -719,7 +649,7 @@ pub(super) async fn login(
 /// page. Needs the session and the page's form token, and the end user the
 /// call was made for.
 #[utoipa::path(post, summary = "The end user's Accept or Reject", description = "From the confirmation page: needs the session, the page's form token, and the end user the call was made for.", path = "/cheq/decide", tag = "CHEQ", operation_id = "decide",
-    request_body(content = openapi::DecisionForm, content_type = "application/x-www-form-urlencoded"),
+    request_body(content = schemas::DecisionForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 200, description = "Decided: what came of it", content_type = "text/html", body = String),
         (status = 400, description = "Neither accept nor reject", content_type = "text/html", body = String),
@@ -995,6 +925,28 @@ fn login_page(
     };
     LOGIN_TOKEN.set(pages::page(status, &page), &options.public_url, token, action_path)
 }
+
+/// The CHEQ endpoints's operations, merged into the OpenAPI document
+/// (`openapi.rs`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    get_transaction,
+    decide_transaction,
+    get_result,
+    confirm_page,
+    login,
+    decide,
+    evidence,
+    put_end_user,
+    delete_end_user,
+    get_confirmation_server,
+    put_confirmation_server,
+    delete_confirmation_server,
+    get_policy,
+    put_policy,
+    delete_policy,
+))]
+pub(super) struct Doc;
 
 #[cfg(test)]
 mod tests {

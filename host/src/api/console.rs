@@ -103,11 +103,11 @@ fn parse_query(raw: Option<&str>) -> Result<LogsQuery, ApiError> {
     ),
     responses(
         (status = 200, description = "The recent calls, newest first (JSON); or, with `Accept: text/event-stream`, a live tail: `event: call` with an entry per call as it ends, `event: dropped` with how many the reader lost by falling behind, `event: end` when the stream ends (after an hour, when the server stops or the key is revoked)", content(
-            (super::openapi::ConsolePage = "application/json"),
+            (super::schemas::ConsolePage = "application/json"),
             (String = "text/event-stream"),
         )),
-        (status = 400, description = "`invalid_query`", body = super::openapi::ErrorBody),
-        (status = 429, description = "`too_many_tails`: the tenant has as many live tails open as the operator allows", body = super::openapi::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 400, description = "`invalid_query`", body = super::schemas::ErrorBody),
+        (status = 429, description = "`too_many_tails`: the tenant has as many live tails open as the operator allows", body = super::schemas::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
 pub(super) async fn logs(
     State(host): State<AppState>,
@@ -145,9 +145,9 @@ pub(super) async fn logs(
         ("tool" = Option<String>, Query, description = "Only this tool (its name or toolId)"),
     ),
     responses(
-        (status = 200, description = "The usage", body = super::openapi::UsagePage),
-        (status = 400, description = "`invalid_query`", body = super::openapi::ErrorBody),
-        super::openapi::StorageFailed,
+        (status = 200, description = "The usage", body = super::schemas::UsagePage),
+        (status = 400, description = "`invalid_query`", body = super::schemas::ErrorBody),
+        super::schemas::StorageFailed,
     ))]
 pub(super) async fn usage(
     State(host): State<AppState>,
@@ -320,3 +320,9 @@ impl http_body::Body for EventStream {
         self.rx.poll_recv(cx).map(|chunk| chunk.map(|bytes| Ok(http_body::Frame::data(bytes))))
     }
 }
+
+/// The console (logs and usage)'s operations, merged into the OpenAPI document
+/// (`openapi.rs`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(logs, usage,))]
+pub(super) struct Doc;

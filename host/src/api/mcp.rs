@@ -23,10 +23,14 @@
 //! The mapping and the choices behind it are in `docs/mcp.md`.
 
 mod direct;
+mod listeners;
+use listeners::Listeners;
 
-use super::auth::{self, Access, Scope};
+use super::access::{Access, Scope};
+use super::auth;
 use super::{ApiError, ApiOptions, AppState, Caller};
-use crate::host::{Call, ConfirmationNeed, FrontDoor, InvokeError, PendingConfirmation, State as TxState, ToolHost};
+use crate::door::FrontDoor;
+use crate::host::{Call, ConfirmationNeed, InvokeError, PendingConfirmation, State as TxState, ToolHost};
 use crate::invocation::{self, InputError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::schema;
@@ -50,7 +54,7 @@ use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Map, Value, json};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
@@ -72,14 +76,6 @@ const OUTCOME_KEPT: Duration = Duration::from_secs(24 * 3600);
 /// this many, a repetition starts a new transaction, which needs its own
 /// confirmation: safe, if less convenient).
 const MAX_LEGACY_PENDING_PER_TENANT: usize = 1_000;
-/// `subscriptions/listen` streams open at once, server-wide.
-const MAX_LISTENERS: usize = 1_024;
-/// Of those, streams of one tenant: a quarter, so that one tenant's
-/// consumers cannot take every slot.
-const MAX_LISTENERS_PER_TENANT: usize = MAX_LISTENERS / 4;
-/// Streams of one key (or of one tenant's clients without a key): a
-/// client needs one; a few allow for restarts and several windows.
-const MAX_LISTENERS_PER_KEY: usize = 16;
 /// How long one `subscriptions/listen` stream lasts; the client opens the
 /// next one (and its key is checked again).
 const LISTEN_LIFETIME: Duration = Duration::from_secs(10 * 60);
@@ -307,69 +303,6 @@ pub struct McpDoor {
     codec: Arc<rmcp::model::RequestStateCodec>,
     listeners: Arc<Listeners>,
     lane: Arc<direct::Lane>,
-}
-
-/// The open `subscriptions/listen` streams, counted server-wide, by tenant
-/// and by key, each under its cap.
-#[derive(Default)]
-struct Listeners {
-    /// Open streams by `tenant` and by `tenant/key id` (`tenant/` for
-    /// clients without a key).
-    open: std::sync::Mutex<HashMap<String, usize>>,
-}
-
-/// One open stream's place in [`Listeners`], given back when it ends.
-struct ListenerSlot {
-    listeners: Arc<Listeners>,
-    counted: [String; 3],
-}
-
-impl Listeners {
-    const SERVER: &'static str = "";
-
-    /// A place for a stream of `tenant`'s `key_id`, or which cap is full.
-    fn take(self: &Arc<Self>, tenant: &str, key_id: &str) -> Result<ListenerSlot, ErrorData> {
-        let counted = [Self::SERVER.to_string(), tenant.to_string(), format!("{tenant}/{key_id}")];
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let caps = [
-            (MAX_LISTENERS, "server", "too many clients are listening; list the tools instead"),
-            (
-                MAX_LISTENERS_PER_TENANT,
-                "tenant",
-                "too many of this tenant's clients are listening; list the tools instead",
-            ),
-            (
-                MAX_LISTENERS_PER_KEY,
-                "key",
-                "this key has too many listening streams open; close one, or list the tools instead",
-            ),
-        ];
-        for (name, (cap, scope, message)) in counted.iter().zip(caps) {
-            if open.get(name).copied().unwrap_or(0) >= cap {
-                let data =
-                    Map::from_iter([("scope".to_string(), Value::from(scope)), ("limit".to_string(), cap.into())]);
-                return Err(rpc_error(ErrorCode::INTERNAL_ERROR.0, message, "too_many_listeners", data));
-            }
-        }
-        for name in &counted {
-            *open.entry(name.clone()).or_default() += 1;
-        }
-        Ok(ListenerSlot { listeners: self.clone(), counted })
-    }
-}
-
-impl Drop for ListenerSlot {
-    fn drop(&mut self) {
-        let mut open = self.listeners.open.lock().unwrap_or_else(|p| p.into_inner());
-        for name in &self.counted {
-            if let Some(n) = open.get_mut(name) {
-                *n -= 1;
-                if *n == 0 {
-                    open.remove(name);
-                }
-            }
-        }
-    }
 }
 
 impl McpDoor {
@@ -776,7 +709,7 @@ impl McpDoor {
         scope: &CallScope<'_>,
     ) -> Result<CallToolResponse, ErrorData> {
         let (host, caller) = (&scope.host, &scope.caller);
-        let url = super::confirmation_link(&self.options, pending);
+        let url = super::links::confirmation_link(&self.options, pending);
         let message = format!(
             "`{tool}` runs only once you confirm it: open the link, log in and review the call (it expires at {}).",
             crate::host::rfc3339(pending.expires_at)
@@ -869,7 +802,7 @@ impl McpDoor {
         let (host, caller) = (&scope.host, &scope.caller);
         match outcome(host, &caller.tenant, transaction).await? {
             Outcome::Pending(pending) => {
-                let url = super::confirmation_link(&self.options, &pending);
+                let url = super::links::confirmation_link(&self.options, &pending);
                 if scope.stateless {
                     return Ok(link_result(tool, end_user, &url, &pending).into());
                 }
@@ -986,10 +919,10 @@ fn end_user(meta: Option<&JsonObject>, headers: &HeaderMap) -> Result<Option<Str
         |e: ApiError| rpc_error(ErrorCode::INVALID_PARAMS.0, e.message().to_string(), "invalid_end_user", Map::new());
     match meta.and_then(|m| m.get(meta::END_USER)) {
         Some(Value::String(user)) => {
-            super::cheq::check_end_user(user).map_err(invalid)?;
+            super::links::check_end_user(user).map_err(invalid)?;
             Ok(Some(user.clone()))
         }
-        Some(Value::Null) | None => super::cheq::end_user_header(headers).map_err(invalid),
+        Some(Value::Null) | None => super::links::end_user_header(headers).map_err(invalid),
         Some(_) => Err(rpc_error(
             ErrorCode::INVALID_PARAMS.0,
             format!("_meta.{} must be the end user's name", meta::END_USER),
@@ -1191,7 +1124,7 @@ fn call_fingerprint(caller: &Caller, tool: &str, end_user: &Option<String>, argu
         "endUser": end_user,
         "arguments": arguments,
     });
-    crate::package::sha256_hex(call.to_string().as_bytes())
+    crate::digest::sha256_hex(call.to_string().as_bytes())
 }
 
 /// Calls of 2025-11-25 clients that wait for their end user, per tenant and
@@ -1235,34 +1168,6 @@ impl LegacyPending {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn listening_streams_are_capped_per_key_and_per_tenant_and_given_back() {
-        let listeners = Arc::new(Listeners::default());
-        let refusal = |e: ErrorData| e.data.unwrap()["scope"].as_str().unwrap().to_string();
-        // One key: 16 streams, then refused; another key of the tenant goes on.
-        let mine: Vec<_> = (0..MAX_LISTENERS_PER_KEY).map(|_| listeners.take("acme", "k1").unwrap()).collect();
-        assert_eq!(refusal(listeners.take("acme", "k1").err().unwrap()), "key");
-        // The tenant's quarter of the server, then refused for every key of it,
-        // while another tenant still listens.
-        let mut rest = Vec::new();
-        for i in 0.. {
-            match listeners.take("acme", &format!("other{}", i / MAX_LISTENERS_PER_KEY)) {
-                Ok(slot) => rest.push(slot),
-                Err(e) => {
-                    assert_eq!(refusal(e), "tenant");
-                    break;
-                }
-            }
-        }
-        assert_eq!(mine.len() + rest.len(), MAX_LISTENERS_PER_TENANT);
-        let theirs = listeners.take("globex", "k1").unwrap();
-        // Streams that end give their places back.
-        drop(mine);
-        let again = listeners.take("acme", "k1").unwrap();
-        drop((rest, theirs, again));
-        assert!(listeners.open.lock().unwrap().is_empty(), "every count is given back");
-    }
 
     #[test]
     fn only_tools_call_needs_a_key_that_may_invoke() {

@@ -7,6 +7,7 @@
 //! without an access decision.
 
 pub mod a2t;
+pub mod access;
 pub mod admin;
 pub mod auth;
 pub mod catalog;
@@ -14,14 +15,18 @@ pub mod cheq;
 pub mod console;
 pub mod cors;
 pub mod error;
+pub mod links;
 pub mod mcp;
 pub mod oauth;
 pub mod openapi;
 pub mod otc;
 pub mod pages;
+pub mod paging;
+pub mod schemas;
 pub mod serve;
 
-use crate::host::{FrontDoor, InvokeError, ToolHost};
+use crate::door::FrontDoor;
+use crate::host::{InvokeError, ToolHost};
 use crate::invocation::ToolResult;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -31,7 +36,7 @@ use axum::routing::{MethodRouter, delete, get, post, put};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use auth::{Access, Caller, Scope};
+pub use access::{Access, Caller, Scope};
 pub use error::ApiError;
 
 /// Shared state of every handler.
@@ -215,21 +220,21 @@ fn routes(options: &ApiOptions) -> Routes {
         // The pages' stylesheet, and the designer's catalog: its pages need
         // a catalog session of the tenant (`Catalog`, decided in auth.rs).
         .add(Method::GET, pages::STYLESHEET_PATH, Open, Server, get(pages::stylesheet))
-        .add(Method::GET, "/catalog/sign-in", Open, Tenant, get(catalog::sign_in_form))
-        .add(Method::POST, "/catalog/sign-in", Open, Tenant, post(catalog::sign_in).layer(form_limit))
-        .add(Method::POST, "/catalog/sign-out", Catalog, Tenant, post(catalog::sign_out).layer(form_limit))
-        .add(Method::GET, "/catalog", Catalog, Tenant, get(catalog::catalog))
-        .add(Method::GET, "/catalog/tools/{tool_id}", Catalog, Tenant, get(catalog::tool))
-        .add(Method::GET, "/catalog/tools/{tool_id}/diff", Catalog, Tenant, get(catalog::diff))
-        .add(Method::GET, "/catalog/tools/{tool_id}/try", Catalog, Tenant, get(catalog::try_form))
+        .add(Method::GET, "/catalog/sign-in", Open, Tenant, get(catalog::session::sign_in_form))
+        .add(Method::POST, "/catalog/sign-in", Open, Tenant, post(catalog::session::sign_in).layer(form_limit))
+        .add(Method::POST, "/catalog/sign-out", Catalog, Tenant, post(catalog::session::sign_out).layer(form_limit))
+        .add(Method::GET, "/catalog", Catalog, Tenant, get(catalog::list::catalog))
+        .add(Method::GET, "/catalog/tools/{tool_id}", Catalog, Tenant, get(catalog::tool_page::tool))
+        .add(Method::GET, "/catalog/tools/{tool_id}/diff", Catalog, Tenant, get(catalog::diff::diff))
+        .add(Method::GET, "/catalog/tools/{tool_id}/try", Catalog, Tenant, get(catalog::try_call::try_form))
         .add(
             Method::POST,
             "/catalog/tools/{tool_id}/try",
             Catalog,
             Tenant,
-            post(catalog::try_call).layer(invocation_limit),
+            post(catalog::try_call::try_call).layer(invocation_limit),
         )
-        .add(Method::GET, "/catalog/confirmations/{id}", Catalog, Tenant, get(catalog::confirmation))
+        .add(Method::GET, "/catalog/confirmations/{id}", Catalog, Tenant, get(catalog::try_call::confirmation))
         // OAuth 2.1 for the MCP door: metadata where RFC 9728 and RFC 8414
         // put it (and under each tenant's root), the tenant's authorization
         // server.
@@ -496,20 +501,6 @@ pub(crate) async fn render_outcome(
     }
 }
 
-/// The link an end user opens to confirm a waiting call: the confirmation
-/// page with the call's resource URI in its query (no credential:
-/// accepting still needs the end user's login or their confirmation
-/// server's signature). What the MCP door elicits and the catalog links to.
-pub(crate) fn confirmation_link(options: &ApiOptions, pending: &crate::host::PendingConfirmation) -> String {
-    let pack = cheq::uri_pack_body(options, pending);
-    let page = pack[cheq::CONFIRMATION_URI].as_str().unwrap_or_default();
-    let resource = pack[cheq::RESOURCE_URI].as_str().unwrap_or_default();
-    let query: String = form_urlencoded::Serializer::new(String::new()).append_pair("resource_uri", resource).finish();
-    // An external confirmation server's URI may have a query of its own.
-    let separator = if page.contains('?') { '&' } else { '?' };
-    format!("{page}{separator}{query}")
-}
-
 /// An error in the shape of `door`'s errors.
 pub(crate) async fn render_error(door: FrontDoor, error: ApiError) -> axum::response::Response {
     use axum::response::IntoResponse;
@@ -546,7 +537,7 @@ pub fn endpoints() -> Vec<Endpoint> {
 /// and as built-in confirmation server), for confirmation servers and for
 /// verifying stored evidence later.
 #[utoipa::path(get, summary = "The server's public signing keys", description = "The Ed25519 keys this server signs CHEQ objects with, as resource server and as built-in confirmation server: for confirmation servers, and to verify stored evidence later.", path = "/.well-known/jwks.json", tag = "Server", operation_id = "jwks", responses(
-    (status = 200, description = "The server's JSON Web Key Set", body = openapi::Jwks),
+    (status = 200, description = "The server's JSON Web Key Set", body = schemas::Jwks),
 ))]
 async fn jwks(State(host): State<AppState>) -> axum::Json<serde_json::Value> {
     axum::Json(host.cheq_jwks())
@@ -557,7 +548,7 @@ async fn jwks(State(host): State<AppState>) -> axum::Json<serde_json::Value> {
 /// Open to anyone, so it says nothing about any tenant (not even how many
 /// tools the server holds).
 #[utoipa::path(get, path = "/health", tag = "Server", operation_id = "health", responses(
-    (status = 200, description = "The server answers", body = openapi::Health),
+    (status = 200, description = "The server answers", body = schemas::Health),
 ))]
 async fn health() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({ "status": "ok" }))
@@ -570,8 +561,8 @@ async fn health() -> axum::Json<serde_json::Value> {
 /// so traffic goes to replicas that see every deploy and revocation.
 /// `/health` is liveness: the process answers.
 #[utoipa::path(get, path = "/ready", tag = "Server", operation_id = "ready", responses(
-    (status = 200, description = "Ready for traffic", body = openapi::Readiness),
-    (status = 503, description = "Not caught up with the store, or cannot reach it", body = openapi::Readiness,
+    (status = 200, description = "Ready for traffic", body = schemas::Readiness),
+    (status = 503, description = "Not caught up with the store, or cannot reach it", body = schemas::Readiness,
         headers(("Retry-After" = u64, description = "Seconds to wait"))),
 ))]
 async fn ready(State(host): State<AppState>) -> axum::response::Response {
@@ -596,29 +587,4 @@ fn no_such_endpoint() -> ApiError {
 
 async fn not_found() -> ApiError {
     no_such_endpoint()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::host::PendingConfirmation;
-
-    #[test]
-    fn the_confirmation_link_carries_the_resource_uri_whatever_query_the_page_has() {
-        let options = ApiOptions { public_url: "https://tools.example.com".into(), ..ApiOptions::default() };
-        let pending = |tenant: &str, confirmation_uri: Option<&str>| PendingConfirmation {
-            id: "tx1".into(),
-            expires_at: 0,
-            tenant: tenant.into(),
-            confirmation_uri: confirmation_uri.map(str::to_string),
-        };
-        assert_eq!(
-            confirmation_link(&options, &pending("default", None)),
-            "https://tools.example.com/cheq/confirm?resource_uri=https%3A%2F%2Ftools.example.com%2Fcheq%2Ftransactions%2Ftx1"
-        );
-        assert_eq!(
-            confirmation_link(&options, &pending("acme", Some("https://confirm.example/page?realm=acme"))),
-            "https://confirm.example/page?realm=acme&resource_uri=https%3A%2F%2Ftools.example.com%2Ft%2Facme%2Fcheq%2Ftransactions%2Ftx1"
-        );
-    }
 }

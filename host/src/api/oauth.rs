@@ -15,8 +15,9 @@
 //! | `{root}/oauth/authorize` | sign-in and consent (`GET` the page, `POST` its form) |
 //! | `{root}/oauth/token`, `…/register`, `…/revoke` | the token, registration and revocation endpoints |
 
+use super::links::{Root, issuer, mcp_resource};
 use super::pages::{self, Frame, Paragraph, Product, field, form};
-use super::{ApiError, ApiOptions, AppState, Caller, openapi};
+use super::{ApiError, ApiOptions, AppState, Caller, schemas};
 use crate::host::oauth::{self as core, Authorization, OAuthClient, OAuthError, SCOPES};
 use askama::Template;
 use axum::Extension;
@@ -34,91 +35,6 @@ const SIGN_IN_TOKEN: pages::SignInToken = pages::SignInToken { cookie: "plinth_o
 /// The authorization request's parameters the page carries in its form.
 const CARRIED: [&str; 7] =
     ["response_type", "client_id", "redirect_uri", "state", "code_challenge", "code_challenge_method", "scope"];
-
-/// A tenant's platform root as a client reached it: `/t/{tenant}`, or, for
-/// the default tenant reached without it, `/`. Every URL a client is given
-/// (resource, issuer, endpoints, metadata) stays under the root it came
-/// through: the SDKs check that the resource is the URL they called and
-/// that the issuer is the one they derived the metadata's URL from, so a
-/// client of `/t/default/mcp` must never be sent to `/mcp`, nor the other
-/// way round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Root<'a> {
-    /// The tenant.
-    pub tenant: &'a str,
-    /// Reached through `/t/{tenant}/` (every tenant but the default one
-    /// always is).
-    pub explicit: bool,
-}
-
-impl<'a> Root<'a> {
-    /// The root of `tenant` reached through `/t/{tenant}/`.
-    pub fn of_tenant(tenant: &'a str) -> Root<'a> {
-        Root { tenant, explicit: true }
-    }
-
-    /// The root the request of `caller` came through.
-    pub fn of(caller: &'a Caller) -> Root<'a> {
-        Root { tenant: &caller.tenant, explicit: caller.tenant_root }
-    }
-
-    /// Whether it is `/t/{tenant}` rather than `/`.
-    fn under_t(&self) -> bool {
-        self.explicit || self.tenant != crate::tenancy::DEFAULT_TENANT
-    }
-
-    /// Its URL.
-    pub fn url(&self, options: &ApiOptions) -> String {
-        if self.under_t() { format!("{}/t/{}", options.public_url, self.tenant) } else { options.public_url.clone() }
-    }
-
-    /// Its path on this server (cookie paths).
-    fn path(&self, options: &ApiOptions) -> String {
-        let prefix = pages::path_prefix(&options.public_url);
-        if self.under_t() { format!("{prefix}/t/{}", self.tenant) } else { prefix.to_string() }
-    }
-}
-
-/// The tenant's issuer: the URL of the platform root the client used.
-pub fn issuer(options: &ApiOptions, root: Root<'_>) -> String {
-    root.url(options)
-}
-
-/// The tenant's MCP URL under `root`: the resource its tokens are for.
-pub fn mcp_resource(options: &ApiOptions, root: Root<'_>) -> String {
-    format!("{}/mcp", issuer(options, root))
-}
-
-/// `url` with `/.well-known/{name}` put between its origin and its path
-/// (RFC 9728 §3.1, RFC 8414 §3.1).
-fn well_known(url: &str, name: &str) -> String {
-    let after_scheme = url.find("://").map_or(0, |i| i + 3);
-    let path_at = url[after_scheme..].find('/').map_or(url.len(), |i| after_scheme + i);
-    let (origin, path) = url.split_at(path_at);
-    format!("{origin}/.well-known/{name}{}", path.trim_end_matches('/'))
-}
-
-/// The URL of the resource metadata of the MCP URL under `root`.
-pub fn resource_metadata_url(options: &ApiOptions, root: Root<'_>) -> String {
-    well_known(&mcp_resource(options, root), "oauth-protected-resource")
-}
-
-/// The scopes, space-separated, as a challenge names them.
-pub fn all_scopes() -> String {
-    SCOPES.iter().map(|(s, _)| *s).collect::<Vec<_>>().join(" ")
-}
-
-/// The `WWW-Authenticate` value of a refusal at the MCP URL under `root`:
-/// `error` (`invalid_token`, `insufficient_scope`) when there is one, the
-/// scope needed, and where the resource metadata is.
-pub fn challenge(options: &ApiOptions, root: Root<'_>, error: Option<&str>, scope: &str) -> String {
-    let mut value = String::from("Bearer ");
-    if let Some(error) = error {
-        value.push_str(&format!("error=\"{error}\", "));
-    }
-    value.push_str(&format!("scope=\"{scope}\", resource_metadata=\"{}\"", resource_metadata_url(options, root)));
-    value
-}
 
 fn resource_metadata(options: &ApiOptions, root: Root<'_>, authorization_server: &str) -> Value {
     json!({
@@ -185,7 +101,7 @@ fn no_authorization_server(tenant: &str) -> Response {
 #[utoipa::path(get, summary = "The MCP URL's protected resource metadata (RFC 9728)", description = "Where clients of the MCP door get their tokens: the tenant's authorization server, and the scopes. The same document is served at the RFC 9728 location `/.well-known/oauth-protected-resource/t/{tenant}/mcp` (`/.well-known/oauth-protected-resource/mcp` for the default tenant).", path = "/.well-known/oauth-protected-resource", tag = "OAuth", operation_id = "resource_metadata",
     responses(
         (status = 200, description = "The metadata", body = Value),
-        (status = 404, description = "The tenant has no authorization server (it does not exist, or its operator turned it off)", body = openapi::ErrorBody),
+        (status = 404, description = "The tenant has no authorization server (it does not exist, or its operator turned it off)", body = schemas::ErrorBody),
     ))]
 pub(super) async fn resource_metadata_here(
     State(host): State<AppState>,
@@ -200,7 +116,7 @@ pub(super) async fn resource_metadata_here(
 #[utoipa::path(get, summary = "The default tenant's MCP URL's protected resource metadata (RFC 9728)", description = "As `/.well-known/oauth-protected-resource`, at the location RFC 9728 derives from the MCP URL `/mcp`.", path = "/.well-known/oauth-protected-resource/mcp", tag = "OAuth", operation_id = "default_resource_metadata",
     responses(
         (status = 200, description = "The metadata", body = Value),
-        (status = 404, description = "The default tenant has no authorization server", body = openapi::ErrorBody),
+        (status = 404, description = "The default tenant has no authorization server", body = schemas::ErrorBody),
     ))]
 pub(super) async fn default_resource_metadata(
     State(host): State<AppState>,
@@ -214,7 +130,7 @@ pub(super) async fn default_resource_metadata(
     params(("tenant" = String, Path, description = "The tenant")),
     responses(
         (status = 200, description = "The metadata", body = Value),
-        (status = 404, description = "No such tenant, or it has no authorization server", body = openapi::ErrorBody),
+        (status = 404, description = "No such tenant, or it has no authorization server", body = schemas::ErrorBody),
     ))]
 pub(super) async fn tenant_resource_metadata(
     State(host): State<AppState>,
@@ -239,7 +155,7 @@ fn resource_metadata_of(host: &AppState, options: &ApiOptions, root: Root<'_>) -
 #[utoipa::path(get, summary = "The tenant's authorization server metadata (RFC 8414)", description = "Its endpoints and what it supports: the authorization code grant with PKCE S256, public clients, Client ID Metadata Documents, dynamic registration, refresh, revocation. Also served at the RFC 8414 location `/.well-known/oauth-authorization-server/t/{tenant}`.", path = "/.well-known/oauth-authorization-server", tag = "OAuth", operation_id = "server_metadata",
     responses(
         (status = 200, description = "The metadata", body = Value),
-        (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
+        (status = 404, description = "The tenant has no authorization server", body = schemas::ErrorBody),
     ))]
 pub(super) async fn server_metadata_here(
     State(host): State<AppState>,
@@ -254,7 +170,7 @@ pub(super) async fn server_metadata_here(
     params(("tenant" = String, Path, description = "The tenant")),
     responses(
         (status = 200, description = "The metadata", body = Value),
-        (status = 404, description = "No such tenant, or it has no authorization server", body = openapi::ErrorBody),
+        (status = 404, description = "No such tenant, or it has no authorization server", body = schemas::ErrorBody),
     ))]
 pub(super) async fn tenant_server_metadata(
     State(host): State<AppState>,
@@ -442,7 +358,7 @@ fn authorize_page(
     responses(
         (status = 200, description = "The sign-in and consent page", content_type = "text/html", body = String),
         (status = 400, description = "A request that cannot be served (no usable client or redirect URI, no PKCE, an unknown scope, another resource): a page saying so, never a redirect", content_type = "text/html", body = String),
-        (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
+        (status = 404, description = "The tenant has no authorization server", body = schemas::ErrorBody),
     ))]
 pub(super) async fn authorize_form(
     State(host): State<AppState>,
@@ -474,13 +390,13 @@ pub(super) async fn authorize_form(
 /// same throttles as the confirmation page) and, when they allow, sends
 /// the browser back to the client with a code.
 #[utoipa::path(post, summary = "Signs in and answers the client (the authorization endpoint's form)", description = "The sign-in and consent form: the authorization request's fields, the end user's name and password, `decision` (`allow` or `deny`) and the page's `login_token` (its cookie holds it too). Failed sign-ins are throttled like the confirmation page's.", path = "/oauth/authorize", tag = "OAuth", operation_id = "authorize",
-    request_body(content = openapi::AuthorizeForm, content_type = "application/x-www-form-urlencoded"),
+    request_body(content = schemas::AuthorizeForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 303, description = "Back to the client: with `code` (allowed) or `error=access_denied`", headers(("Location" = String, description = "The client's redirect URI"))),
         (status = 400, description = "No usable client or redirect URI", content_type = "text/html", body = String),
         (status = 401, description = "Wrong user name or password: the page again (`Plinth-Error-Code: login_failed`)", content_type = "text/html", body = String),
         (status = 403, description = "Not posted from the page in this browser", content_type = "text/html", body = String),
-        (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
+        (status = 404, description = "The tenant has no authorization server", body = schemas::ErrorBody),
         (status = 429, description = "Too many failed sign-ins (`login_locked`)", content_type = "text/html", body = String, headers(("Retry-After" = u64, description = "Seconds"))),
         (status = 503, description = "The sign-in cannot be checked now", content_type = "text/html", body = String, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
@@ -535,12 +451,12 @@ pub(super) async fn authorize(
 
 /// `POST oauth/token`.
 #[utoipa::path(post, summary = "The token endpoint", description = "`grant_type=authorization_code` (with `code`, `redirect_uri`, `client_id`, `code_verifier`, optionally `resource`) or `grant_type=refresh_token` (with `refresh_token`, `client_id`, optionally `scope` and `resource`). Public clients only: no client secret. A refresh token is used once (the one just replaced may be presented again within 30 s, until its successor is used); presenting a used one again past that revokes its grant. Rated per client address and per grant.", path = "/oauth/token", tag = "OAuth", operation_id = "token",
-    request_body(content = openapi::TokenForm, content_type = "application/x-www-form-urlencoded"),
+    request_body(content = schemas::TokenForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 200, description = "The tokens", body = Value),
         (status = 400, description = "An OAuth error (`invalid_request`, `invalid_grant`, `unsupported_grant_type`, `invalid_scope`, `invalid_target`)", body = Value),
         (status = 401, description = "`invalid_client` (a registered client whose registration is gone: register again)", body = Value),
-        (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
+        (status = 404, description = "The tenant has no authorization server", body = schemas::ErrorBody),
         (status = 429, description = "`temporarily_unavailable`: too many token requests from this address, or refreshes of this grant", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
         (status = 503, description = "`temporarily_unavailable`", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
@@ -591,7 +507,7 @@ pub(super) async fn token(
     responses(
         (status = 201, description = "The client's id and its metadata", body = Value),
         (status = 400, description = "`invalid_client_metadata`, `invalid_redirect_uri`", body = Value),
-        (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
+        (status = 404, description = "The tenant has no authorization server", body = schemas::ErrorBody),
         (status = 429, description = "`temporarily_unavailable`: too many registrations from this address", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
         (status = 503, description = "`temporarily_unavailable` (the tenant keeps as many clients in use as it may)", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
@@ -616,11 +532,11 @@ pub(super) async fn register(
 
 /// `POST oauth/revoke`.
 #[utoipa::path(post, summary = "Token revocation (RFC 7009)", description = "Revokes `token` (a refresh token with every token of its grant, an access token alone) of the client `client_id`. Answers `200` whether or not the token was known.", path = "/oauth/revoke", tag = "OAuth", operation_id = "revoke",
-    request_body(content = openapi::RevokeForm, content_type = "application/x-www-form-urlencoded"),
+    request_body(content = schemas::RevokeForm, content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 200, description = "Revoked, or there was nothing to revoke"),
         (status = 400, description = "`invalid_request`", body = Value),
-        (status = 404, description = "The tenant has no authorization server", body = openapi::ErrorBody),
+        (status = 404, description = "The tenant has no authorization server", body = schemas::ErrorBody),
         (status = 503, description = "`temporarily_unavailable`", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
 pub(super) async fn revoke(
@@ -649,8 +565,8 @@ pub(super) async fn revoke(
     request_body(content = core::OAuthSetting, content_type = "application/json"),
     responses(
         (status = 200, description = "The setting as it now is", body = core::OAuthSetting),
-        (status = 400, description = "`invalid_request`", body = openapi::ErrorBody),
-        (status = 404, description = "No such tenant", body = openapi::ErrorBody),
+        (status = 400, description = "`invalid_request`", body = schemas::ErrorBody),
+        (status = 404, description = "No such tenant", body = schemas::ErrorBody),
     ))]
 pub(super) async fn put_tenant_oauth(
     State(host): State<AppState>,
@@ -668,21 +584,28 @@ pub(super) async fn put_tenant_oauth(
     Ok(axum::Json(setting).into_response())
 }
 
+/// The OAuth endpoints's operations, merged into the OpenAPI document
+/// (`openapi.rs`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    resource_metadata_here,
+    default_resource_metadata,
+    tenant_resource_metadata,
+    server_metadata_here,
+    tenant_server_metadata,
+    authorize_form,
+    authorize,
+    token,
+    register,
+    revoke,
+    put_tenant_oauth,
+))]
+pub(super) struct Doc;
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn well_known_urls_go_between_the_origin_and_the_path() {
-        assert_eq!(
-            well_known("http://127.0.0.1:8080/t/acme/mcp", "oauth-protected-resource"),
-            "http://127.0.0.1:8080/.well-known/oauth-protected-resource/t/acme/mcp"
-        );
-        assert_eq!(
-            well_known("https://tools.example", "oauth-authorization-server"),
-            "https://tools.example/.well-known/oauth-authorization-server"
-        );
-    }
+    use crate::api::links::{challenge, resource_metadata_url};
 
     #[test]
     fn every_url_of_a_tenant_stays_under_the_root_the_client_used() {

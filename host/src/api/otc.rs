@@ -11,8 +11,9 @@
 //! Where the RFC text and `otc-openapi-1.0.json` disagree, and what Plinth
 //! sends and accepts, is written down in `docs/otc.md`.
 
-use super::{ApiError, ApiOptions, AppState, Caller, openapi};
-use crate::host::{Call, FrontDoor, InvokeError, ToolHost};
+use super::{ApiError, ApiOptions, AppState, Caller, schemas};
+use crate::door::FrontDoor;
+use crate::host::{Call, InvokeError, ToolHost};
 use crate::idempotency::Claim;
 use crate::invocation::{self, InputError, OutputError, ToolError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
@@ -68,7 +69,7 @@ fn otc_name(toolkit: &str, tool_name: &str) -> String {
     if name.len() <= MAX_NAME_CHARS {
         return name;
     }
-    let hash = crate::package::sha256_hex(name.as_bytes());
+    let hash = crate::digest::sha256_hex(name.as_bytes());
     format!("{}_{}", &name[..MAX_NAME_CHARS - 9], &hash[..8])
 }
 
@@ -194,7 +195,7 @@ fn build_definition(tool: &Tool, version: &ToolVersion) -> Value {
 /// `GET /otc/health`: the same answer under every platform root, so that
 /// it tells no one which tenants exist.
 #[utoipa::path(get, summary = "OTC health", description = "The same answer under every platform root, existing tenant or not, so that it tells no one which tenants exist.", path = "/otc/health", tag = "OTC", operation_id = "otc_health", responses(
-    (status = 200, description = "The server can take calls", body = openapi::OtcHealth),
+    (status = 200, description = "The server can take calls", body = schemas::OtcHealth),
     (status = 503, description = "The server cannot take calls now (its store cannot record them)", body = ref("#/components/schemas/OtcServerErrorResponse")),
 ))]
 pub(super) async fn health(State(host): State<AppState>) -> Response {
@@ -303,7 +304,7 @@ impl CallRequest {
             Some(Value::Object(context)) => {
                 let end_user = optional_string(context, "user_id")?;
                 if let Some(user) = &end_user {
-                    super::cheq::check_end_user(user)?;
+                    super::links::check_end_user(user)?;
                 }
                 (context_secrets(context)?, end_user)
             }
@@ -323,7 +324,7 @@ impl CallRequest {
         if let Some(user) = &self.end_user {
             request["user_id"] = user.clone().into();
         }
-        crate::package::sha256_hex(request.to_string().as_bytes())
+        crate::digest::sha256_hex(request.to_string().as_bytes())
     }
 }
 
@@ -546,8 +547,8 @@ pub(super) fn result(
 /// CHEQ: the result URI answers the call's `CallToolResponse` once the end
 /// user decided.
 fn pending_answer(call_id: &str, options: &ApiOptions, pending: &crate::host::PendingConfirmation) -> Value {
-    let Value::Object(pack) = super::cheq::uri_pack_body(options, pending) else { return Value::Null };
-    let result_uri = pack[super::cheq::RESULT_URI].as_str().unwrap_or_default().to_string();
+    let Value::Object(pack) = super::links::uri_pack_body(options, pending) else { return Value::Null };
+    let result_uri = pack[super::links::RESULT_URI].as_str().unwrap_or_default().to_string();
     let error = json!({
         "message": format!(
             "the call waits for its end user's confirmation; the tool has not run yet. Its outcome will be at {result_uri}"
@@ -569,7 +570,7 @@ fn pending_answer(call_id: &str, options: &ApiOptions, pending: &crate::host::Pe
 /// `response` with `Location: {result uri}` when `answer` carries a URI
 /// pack (the call waits for its end user).
 fn located(mut response: Response, answer: &Value) -> Response {
-    if let Some(uri) = answer[super::cheq::RESULT_URI].as_str().and_then(|u| HeaderValue::from_str(u).ok()) {
+    if let Some(uri) = answer[super::links::RESULT_URI].as_str().and_then(|u| HeaderValue::from_str(u).ok()) {
         response.headers_mut().insert(header::LOCATION, uri);
     }
     response
@@ -689,6 +690,12 @@ pub(super) async fn otc_error_shape(response: Response) -> Response {
     parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     Response::from_parts(parts, Body::from(Value::Object(otc).to_string()))
 }
+
+/// The OTC door's operations, merged into the OpenAPI document
+/// (`openapi.rs`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(health, list_tools, call_tool,))]
+pub(super) struct Doc;
 
 #[cfg(test)]
 mod tests {

@@ -53,7 +53,7 @@ pub fn tenant_root_path(public_url: &str, tenant: &str) -> String {
 /// never keep an old one.
 fn stylesheet_url(public_url: &str) -> String {
     static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let version = VERSION.get_or_init(|| crate::package::sha256_hex(STYLESHEET.as_bytes())[..12].to_string());
+    let version = VERSION.get_or_init(|| crate::digest::sha256_hex(STYLESHEET.as_bytes())[..12].to_string());
     format!("{}{STYLESHEET_PATH}?v={version}", path_prefix(public_url))
 }
 

@@ -4,7 +4,11 @@
 //! changed claim.
 
 use super::*;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use ed25519_dalek::Signer;
 use proptest::prelude::*;
+use serde_json::json;
 use std::sync::OnceLock;
 
 /// The resource server's key, the confirmation server's, and one nobody trusts.

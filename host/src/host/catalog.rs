@@ -185,15 +185,15 @@ impl ToolHost {
             return Err(SignInError::Invalid);
         };
         guard.succeeded(tenant, &throttled_as, address);
-        let token = super::confirmations::random_token()?;
+        let token = super::random_token()?;
         let now = unix_now();
         self.store.insert_designer_session(
             &StoredDesignerSession {
-                token_sha256: crate::package::sha256_hex(token.as_bytes()),
+                token_sha256: crate::digest::sha256_hex(token.as_bytes()),
                 tenant: tenant.to_string(),
                 key_id: principal.key_id,
                 key_sha256: tenancy::key_sha256(key),
-                form_token: super::confirmations::random_token()?,
+                form_token: super::random_token()?,
                 created_at: now,
                 expires_at: now.saturating_add(SESSION_TTL.as_secs() as i64),
             },
@@ -211,7 +211,7 @@ impl ToolHost {
         if self.tenant(tenant).is_none() {
             return Ok(None);
         }
-        let stored = self.store.designer_session(&crate::package::sha256_hex(token.as_bytes()), unix_now())?;
+        let stored = self.store.designer_session(&crate::digest::sha256_hex(token.as_bytes()), unix_now())?;
         let Some(stored) = stored.filter(|s| s.tenant == tenant) else { return Ok(None) };
         let Some(principal) = self.live_principal(&stored.key_id, &stored.key_sha256) else { return Ok(None) };
         Ok(Some(DesignerSession {
@@ -224,7 +224,7 @@ impl ToolHost {
 
     /// Ends the catalog session whose cookie is `token` (signing out).
     pub fn sign_out_designer(&self, token: &str) -> Result<(), StoreError> {
-        self.store.delete_designer_session(&crate::package::sha256_hex(token.as_bytes()))
+        self.store.delete_designer_session(&crate::digest::sha256_hex(token.as_bytes()))
     }
 
     /// The principal of the key with this id and hash, if it is live: a

@@ -7,25 +7,28 @@
 //! Transport-free: the HTTP side (URI pack, resource and result URIs, the
 //! built-in confirmation page) is `api::cheq`.
 
-mod jwks;
+mod end_users;
 pub(super) mod login;
+mod sessions;
+mod settings;
 
-pub use jwks::{JwksError, JwksOptions};
+pub use end_users::{MAX_END_USER_CHARS, is_end_user_name};
 pub use login::{LoginError, LoginOptions};
+pub use sessions::PageSession;
+pub use settings::ConfirmationServer;
 
-use super::{Call, ChangeError, InvokeError, ToolHost};
+use super::fetcher::{JwksError, JwksFetcher, JwksOptions};
+use super::{Call, InvokeError, ToolHost};
 use crate::cheq::{self, Confirmation, ConfirmationPolicy, SigningKey, VerifyError};
+use crate::door::FrontDoor;
 use crate::invocation::{self, CallDescription, ToolResult};
 use crate::metrics::CheqEvent;
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::Signature;
-use crate::store::{RegistryStore, StoreError, StoredConfirmation, StoredSession};
-use crate::tenancy::{AuditEntry, Principal, unix_now};
-use argon2::Argon2;
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use crate::store::{RegistryStore, StoreError, StoredConfirmation};
+use crate::tenancy::{AuditEntry, unix_now};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,47 +37,6 @@ use uuid::Uuid;
 /// How long an unanswered confirmation stays open unless the operator says
 /// otherwise (`--confirmation-ttl`).
 pub const DEFAULT_CONFIRMATION_TTL: Duration = Duration::from_secs(15 * 60);
-
-/// The shortest end-user password accepted.
-pub const MIN_PASSWORD_CHARS: usize = 8;
-
-/// A hash no password matches in practice, checked for unknown user names so
-/// that they take as long as known ones.
-const UNKNOWN_USER_HASH: &str =
-    "$argon2id$v=19$m=19456,t=2,p=1$AAAAAAAAAAAAAAAAAAAAAA$Uy0bGqOQ2VjW8rRXb6tVX9z5m6a0m4fGZ0F6yH0wq7I";
-
-/// The front door a call came through: its result is answered in that
-/// door's shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FrontDoor {
-    /// A2T.
-    A2t,
-    /// Open Tool Calling.
-    Otc,
-    /// The Model Context Protocol.
-    Mcp,
-}
-
-impl FrontDoor {
-    /// As stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FrontDoor::A2t => "a2t",
-            FrontDoor::Otc => "otc",
-            FrontDoor::Mcp => "mcp",
-        }
-    }
-
-    /// From its stored form.
-    pub fn parse(s: &str) -> Option<FrontDoor> {
-        match s {
-            "a2t" => Some(FrontDoor::A2t),
-            "otc" => Some(FrontDoor::Otc),
-            "mcp" => Some(FrontDoor::Mcp),
-            _ => None,
-        }
-    }
-}
 
 /// Which calls of a version need their end user's confirmation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,35 +123,22 @@ pub(super) struct CheqState {
     /// Password hashing slots and the failed-login throttle.
     login: login::LoginGuard,
     /// External confirmation servers' keys, fetched and cached.
-    jwks: jwks::JwksFetcher,
+    jwks: JwksFetcher,
     /// Confirmed calls running or keeping their answers ([`RunningConfirmed`]).
     running: Arc<tokio::sync::watch::Sender<usize>>,
-    /// Tenants' OAuth settings other than the default (`host/oauth.rs`):
-    /// off, or an external issuer.
-    pub oauth: dashmap::DashMap<String, super::oauth::OAuthSetting>,
-    /// OAuth clients' metadata documents, fetched and cached under the
-    /// same rules as confirmation servers' keys, and to public addresses
-    /// only unless the operator allows http (tests, closed networks):
-    /// anyone can make the server fetch one.
-    pub documents: jwks::JwksFetcher,
-    /// Tenants' external identity providers' discovery documents and key
-    /// sets: a cache of their own, so that made-up client documents cannot
-    /// crowd them out.
-    pub providers: jwks::JwksFetcher,
-    /// What the open OAuth endpoints take from one client.
-    pub oauth_rates: super::oauth::OAuthRates,
 }
 
 impl CheqState {
     /// `outbound`: the address policy key fetches follow, the one tools'
-    /// outbound requests follow.
+    /// outbound requests follow (its OAuth counterpart is
+    /// [`super::oauth::OAuthState::new`]).
     /// The signing keys are the store's (every replica of a fleet signs
     /// with the same, so one JWKS checks them all).
     pub fn new(
         store: &dyn RegistryStore,
         ttl: Duration,
         options: &CheqOptions,
-        outbound: Arc<crate::runtime::outbound::OutboundLimits>,
+        outbound: Arc<crate::egress::OutboundLimits>,
     ) -> anyhow::Result<CheqState> {
         let key = |name| {
             store
@@ -204,131 +153,14 @@ impl CheqState {
             servers: Default::default(),
             overrides: Default::default(),
             login: login::LoginGuard::new(&options.login),
-            jwks: jwks::JwksFetcher::new(options.jwks.clone(), outbound.clone()),
+            jwks: JwksFetcher::new(options.jwks.clone(), outbound),
             running: Arc::new(tokio::sync::watch::Sender::new(0)),
-            oauth: Default::default(),
-            documents: jwks::JwksFetcher::documents(
-                JwksOptions { allow_http: options.client_documents_allow_http, ..options.jwks.clone() },
-                if options.client_documents_allow_http {
-                    outbound.clone()
-                } else {
-                    Arc::new(crate::runtime::outbound::OutboundLimits {
-                        allowed_private: Vec::new(),
-                        ..(*outbound).clone()
-                    })
-                },
-            ),
-            providers: jwks::JwksFetcher::documents_of(
-                JwksOptions { allow_http: options.client_documents_allow_http, ..options.jwks.clone() },
-                outbound,
-                options.jwks.max_bytes,
-            ),
-            oauth_rates: Default::default(),
         })
     }
 }
 
-/// A logged-in end user of the built-in confirmation page.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PageSession {
-    /// The tenant it is for.
-    pub tenant: String,
-    /// The end user.
-    pub user: String,
-    /// The token every form of the session carries (CSRF).
-    pub form_token: String,
-}
-
-impl ToolHost {
-    /// Opens a confirmation-page session for `user` (whose password was
-    /// checked) lasting `ttl`; returns the cookie's value. Only its sha256
-    /// is stored, in the store, so that any replica knows the session.
-    pub fn open_page_session(&self, tenant: &str, user: &str, ttl: Duration) -> Result<String, StoreError> {
-        let token = random_token()?;
-        let now = unix_now();
-        self.store.insert_session(
-            &StoredSession {
-                token_sha256: crate::package::sha256_hex(token.as_bytes()),
-                tenant: tenant.to_string(),
-                user: user.to_string(),
-                form_token: random_token()?,
-                expires_at: now.saturating_add(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX)),
-            },
-            now,
-        )?;
-        Ok(token)
-    }
-
-    /// The live session of `tenant` whose cookie is `token`.
-    pub fn page_session(&self, tenant: &str, token: &str) -> Result<Option<PageSession>, StoreError> {
-        // A made-up tenant is answered from memory, never from the store.
-        if self.tenant(tenant).is_none() {
-            return Ok(None);
-        }
-        let stored = self.store.session(&crate::package::sha256_hex(token.as_bytes()), unix_now())?;
-        Ok(stored.filter(|s| s.tenant == tenant).map(|s| PageSession {
-            tenant: s.tenant,
-            user: s.user,
-            form_token: s.form_token,
-        }))
-    }
-}
-
-impl ToolHost {
-    /// The transaction a repeated call (by the front door's fingerprint of
-    /// it) waits on, while it is kept.
-    pub fn waiting_call(&self, tenant: &str, fingerprint: &str) -> Result<Option<String>, StoreError> {
-        self.store.waiting_call(tenant, fingerprint, unix_now())
-    }
-
-    /// Records that the call `fingerprint` waits on transaction `id` until
-    /// `kept_until`, within `max_per_tenant` such calls per tenant.
-    pub fn keep_waiting_call(
-        &self,
-        tenant: &str,
-        fingerprint: &str,
-        id: &str,
-        kept_until: i64,
-        max_per_tenant: usize,
-    ) -> Result<(), StoreError> {
-        self.store.put_waiting_call(tenant, fingerprint, id, kept_until, max_per_tenant)
-    }
-
-    /// Forgets a waiting call (its outcome was delivered).
-    pub fn forget_waiting_call(&self, tenant: &str, fingerprint: &str) -> Result<(), StoreError> {
-        self.store.delete_waiting_call(tenant, fingerprint)
-    }
-}
-
-/// 32 random bytes, base64url.
-pub(super) fn random_token() -> Result<String, StoreError> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| StoreError::Io(std::io::Error::other(e)))?;
-    Ok(B64.encode(bytes))
-}
-
-/// A tenant's external confirmation server: where end users confirm (the
-/// URI pack's confirmation URI), and the keys its signatures are checked
-/// against.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ConfirmationServer {
-    /// The confirmation server's URI (figure 3).
-    pub uri: String,
-    /// Where its JWKS is published.
-    pub jwks_url: String,
-}
-
 /// Why an accepted call of a retired version did not run.
 pub const RETIRED_MESSAGE: &str = "the version this call was made to was retired before the end user's acceptance could run it; the tool did not run and this confirmation has ended. Make the call again to use the current version";
-
-/// The tenant setting that holds its confirmation server.
-const SERVER_SETTING: &str = "confirmation-server";
-
-/// The tenant setting that holds a publisher's override of a tool's policy.
-fn override_setting(tool_id: Uuid) -> String {
-    format!("confirmation:{tool_id}")
-}
 
 /// Where a transaction stands, as the caller sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -546,49 +378,6 @@ impl ToolHost {
         Ok(self.store.confirmation(id)?.filter(|c| c.tenant == tenant))
     }
 
-    /// Loads the tenants' CHEQ settings (at start).
-    /// Loads the tenants' CHEQ settings, replacing what was loaded before
-    /// (another replica may have changed or removed some).
-    pub(super) fn load_cheq_settings(&self) -> Result<(), StoreError> {
-        let mut servers = std::collections::HashMap::new();
-        let mut overrides = std::collections::HashMap::new();
-        let mut oauth = std::collections::HashMap::new();
-        for (tenant, key, value) in self.store.settings()? {
-            let what = format!("tenant {tenant} setting {key}");
-            if key == super::oauth::OAUTH_SETTING {
-                let setting: super::oauth::OAuthSetting =
-                    serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
-                oauth.insert(tenant, setting);
-            } else if key == SERVER_SETTING {
-                let server: ConfirmationServer =
-                    serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
-                servers.insert(tenant, server);
-            } else if let Some(tool_id) = key.strip_prefix("confirmation:").and_then(|id| Uuid::parse_str(id).ok()) {
-                let policy: ConfirmationPolicy =
-                    serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;
-                overrides.insert(tool_id, (tenant, policy));
-            }
-        }
-        self.cheq.oauth.retain(|tenant, _| oauth.contains_key(tenant));
-        for (tenant, setting) in oauth {
-            self.cheq.oauth.insert(tenant, setting);
-        }
-        self.cheq.servers.retain(|tenant, _| servers.contains_key(tenant));
-        for (tenant, server) in servers {
-            self.cheq.servers.insert(tenant, server);
-        }
-        self.cheq.overrides.retain(|tool_id, _| overrides.contains_key(tool_id));
-        for (tool_id, (tenant, policy)) in overrides {
-            // An override changes a tool's listing (its confirmation need).
-            if self.cheq.overrides.get(&tool_id).is_none_or(|entry| entry.0 != policy) {
-                let compiled = Arc::new(policy.compile());
-                self.cheq.overrides.insert(tool_id, (policy, compiled));
-                self.registry.changed(&tenant);
-            }
-        }
-        Ok(())
-    }
-
     /// Whether a call of `version` with `inputs` needs its end user's
     /// confirmation: always with a private input; else by the tenant's
     /// override of the tool's policy, if it set one, or the tool's own.
@@ -622,95 +411,6 @@ impl ToolHost {
     /// must be looked at).
     pub(super) fn may_need_confirmation(&self, tool: &Tool, version: &ToolVersion) -> bool {
         !matches!(version.confirmation, Confirmation::Never) || self.cheq.overrides.contains_key(&tool.id)
-    }
-
-    /// The tenant's external confirmation server, if it has one.
-    pub fn confirmation_server(&self, tenant: &str) -> Option<ConfirmationServer> {
-        self.cheq.servers.get(tenant).map(|s| s.clone())
-    }
-
-    /// Sets (or with `None` removes) the tenant's external confirmation
-    /// server.
-    pub fn set_confirmation_server(
-        &self,
-        actor: &Principal,
-        tenant: &str,
-        server: Option<ConfirmationServer>,
-    ) -> Result<(), ChangeError> {
-        match server {
-            Some(server) => {
-                if !(server.uri.starts_with("https://") || server.uri.starts_with("http://")) {
-                    return Err(ChangeError::Invalid("`uri` must be an http(s) URL".into()));
-                }
-                self.cheq
-                    .jwks
-                    .check_url(&server.jwks_url)
-                    .map_err(|e| ChangeError::Invalid(format!("`jwks_url`: {e}")))?;
-                let value = serde_json::to_string(&server).unwrap_or_default();
-                let audit = AuditEntry::new(actor, Some(tenant), "cheq.server.put", tenant)
-                    .detail(json!({ "uri": server.uri, "jwks_url": server.jwks_url }));
-                self.store.put_setting(&(tenant.to_string(), SERVER_SETTING.into(), value), &audit)?;
-                if let Some(old) = self.cheq.servers.insert(tenant.to_string(), server) {
-                    self.cheq.jwks.forget(&old.jwks_url);
-                }
-            }
-            None => {
-                let audit = AuditEntry::new(actor, Some(tenant), "cheq.server.delete", tenant);
-                if !self.store.delete_setting(tenant, SERVER_SETTING, &audit)? {
-                    return Err(ChangeError::NotFound("the tenant has no external confirmation server".into()));
-                }
-                if let Some((_, old)) = self.cheq.servers.remove(tenant) {
-                    self.cheq.jwks.forget(&old.jwks_url);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The tenant's override of a tool's confirmation policy, if any.
-    pub fn confirmation_override(&self, tool_id: Uuid) -> Option<ConfirmationPolicy> {
-        self.cheq.overrides.get(&tool_id).map(|entry| entry.0.clone())
-    }
-
-    /// Sets (or with `None` removes) a tenant's override of a tool's
-    /// confirmation policy, whatever the tool declared. A condition must
-    /// compile and name inputs of the tool's newest version.
-    pub fn set_confirmation_override(
-        &self,
-        actor: &Principal,
-        tenant: &str,
-        tool_id: &str,
-        policy: Option<ConfirmationPolicy>,
-    ) -> Result<(), ChangeError> {
-        let tool =
-            self.tool(tenant, tool_id).ok_or_else(|| ChangeError::NotFound(format!("there is no tool {tool_id}")))?;
-        let key = override_setting(tool.id);
-        match policy {
-            Some(policy) => {
-                let newest = tool.version(tool.newest_number());
-                let inputs: Vec<&str> = newest
-                    .as_ref()
-                    .map(|v| v.signature.inputs.iter().map(|p| p.name.as_str()).collect())
-                    .unwrap_or_default();
-                policy.check(&inputs)?;
-                let value = serde_json::to_string(&policy).unwrap_or_default();
-                let audit = AuditEntry::new(actor, Some(tenant), "cheq.policy.put", tool.id.to_string())
-                    .detail(serde_json::to_value(&policy).unwrap_or_default());
-                self.store.put_setting(&(tenant.to_string(), key, value), &audit)?;
-                let compiled = Arc::new(policy.compile());
-                self.cheq.overrides.insert(tool.id, (policy, compiled));
-            }
-            None => {
-                let audit = AuditEntry::new(actor, Some(tenant), "cheq.policy.delete", tool.id.to_string());
-                if !self.store.delete_setting(tenant, &key, &audit)? {
-                    return Err(ChangeError::NotFound(format!("{tool_id} has no confirmation override")));
-                }
-                self.cheq.overrides.remove(&tool.id);
-            }
-        }
-        // The listings that say which tools need confirmation changed.
-        self.registry.changed(tenant);
-        Ok(())
     }
 
     /// A transaction of any tenant (for the operator's evidence).
@@ -941,118 +641,6 @@ impl ToolHost {
         Ok((tool, version, input))
     }
 
-    /// Sets an end user's password: who may log in to the built-in
-    /// confirmation page and confirm the calls made for them. Only an
-    /// Argon2id hash is stored. The hash waits for one of the hashing slots
-    /// logins use, and is computed off the async threads.
-    pub async fn put_end_user(
-        self: &Arc<Self>,
-        actor: &Principal,
-        tenant: &str,
-        name: &str,
-        password: &str,
-    ) -> Result<(), ChangeError> {
-        if password.chars().count() < MIN_PASSWORD_CHARS {
-            return Err(ChangeError::Invalid(format!(
-                "an end user's password must be at least {MIN_PASSWORD_CHARS} characters"
-            )));
-        }
-        let slot = self.cheq.login.hashing.clone().acquire_owned().await;
-        let host = self.clone();
-        let (actor, tenant, name, password) =
-            (actor.clone(), tenant.to_string(), name.to_string(), password.to_string());
-        tokio::task::spawn_blocking(move || {
-            let _slot = slot;
-            host.store_end_user(&actor, &tenant, &name, &password)
-        })
-        .await
-        .map_err(|_| ChangeError::Invalid("the password could not be hashed".into()))?
-    }
-
-    fn store_end_user(&self, actor: &Principal, tenant: &str, name: &str, password: &str) -> Result<(), ChangeError> {
-        let mut salt = [0u8; 16];
-        getrandom::fill(&mut salt).map_err(|e| ChangeError::Invalid(e.to_string()))?;
-        let salt = SaltString::encode_b64(&salt).map_err(|e| ChangeError::Invalid(e.to_string()))?;
-        let hash = Argon2::default()
-            .hash_password(password.as_bytes(), &salt)
-            .map_err(|e| ChangeError::Invalid(e.to_string()))?
-            .to_string();
-        let audit = AuditEntry::new(actor, Some(tenant), "end_user.put", name);
-        self.store.put_end_user(tenant, name, &hash, &audit)?;
-        // A new password ends what the old one signed in to.
-        self.store.revoke_oauth_of(tenant, Some(name), unix_now())?;
-        tracing::info!(tenant, end_user = name, "end user set");
-        Ok(())
-    }
-
-    /// Removes an end user: they can no longer log in to confirm.
-    pub fn delete_end_user(&self, actor: &Principal, tenant: &str, name: &str) -> Result<(), ChangeError> {
-        let audit = AuditEntry::new(actor, Some(tenant), "end_user.delete", name);
-        if !self.store.delete_end_user(tenant, name, &audit)? {
-            return Err(ChangeError::NotFound(format!("there is no end user `{name}`")));
-        }
-        // Their OAuth grants end with them (a later user of the name gets none).
-        self.store.revoke_oauth_of(tenant, Some(name), unix_now())?;
-        Ok(())
-    }
-
-    /// Logs an end user in to the built-in confirmation page, from the
-    /// client at `address` (the TCP peer). Refused at once, before any
-    /// hashing, while the tenant's failed-login budget is spent or the
-    /// address, the (user, address) or the user (but at an address it
-    /// logged in from before) is locked out by failed logins, or when every
-    /// hashing slot is taken (counted against the address); otherwise the
-    /// password is checked off the async threads. An unknown tenant or user
-    /// name is answered, throttled and timed like a wrong password.
-    pub async fn log_in_end_user(
-        self: &Arc<Self>,
-        tenant: &str,
-        name: &str,
-        password: &str,
-        address: std::net::IpAddr,
-    ) -> Result<(), LoginError> {
-        if !is_end_user_name(name) {
-            return Err(LoginError::Invalid);
-        }
-        let guard = &self.cheq.login;
-        // Made-up tenants share one budget: a budget each would let a
-        // guesser who names a new tenant every time fail without bound.
-        let tenant = if self.tenant(tenant).is_some() { tenant } else { login::UNKNOWN_TENANT };
-        guard.check(tenant, name, address)?;
-        let Ok(slot) = guard.hashing.clone().try_acquire_owned() else {
-            guard.busy(address);
-            return Err(LoginError::Busy);
-        };
-        let host = self.clone();
-        let (t, n, p) = (tenant.to_string(), name.to_string(), password.to_string());
-        let valid = tokio::task::spawn_blocking(move || {
-            let _slot = slot;
-            host.check_end_user(&t, &n, &p)
-        })
-        .await
-        .unwrap_or(Ok(false))?;
-        if valid {
-            guard.succeeded(tenant, name, address);
-            Ok(())
-        } else {
-            guard.failed(tenant, name, address);
-            Err(LoginError::Invalid)
-        }
-    }
-
-    /// Whether `password` is `name`'s (slow on purpose: run it off the
-    /// async threads, in a hashing slot). An unknown name costs the same as
-    /// a wrong password.
-    fn check_end_user(&self, tenant: &str, name: &str, password: &str) -> Result<bool, StoreError> {
-        // A tenant that does not exist is not looked up (the hash below
-        // still runs: it answers as late as an unknown user's).
-        let stored = if self.tenant(tenant).is_some() { self.store.end_user(tenant, name)? } else { None };
-        let hash = stored.as_deref().unwrap_or(UNKNOWN_USER_HASH);
-        let matches = PasswordHash::new(hash)
-            .is_ok_and(|hash| Argon2::default().verify_password(password.as_bytes(), &hash).is_ok());
-        Ok(matches && stored.is_some())
-    }
-
     /// Counts an accepted transaction's call as running until the returned
     /// guard is handed to [`ToolHost::finish_confirmation`] (or dropped):
     /// take it as soon as the transaction is accepted.
@@ -1234,16 +822,6 @@ impl StoredConfirmation {
     pub fn cheq_object(&self) -> Value {
         serde_json::from_slice(&self.issued_payload()).unwrap_or_default()
     }
-}
-
-/// Longest end-user name.
-pub const MAX_END_USER_CHARS: usize = 128;
-
-/// Whether `name` can name an end user: 1 to [`MAX_END_USER_CHARS`]
-/// printable characters.
-pub fn is_end_user_name(name: &str) -> bool {
-    let length = name.chars().count();
-    (1..=MAX_END_USER_CHARS).contains(&length) && !name.chars().any(char::is_control)
 }
 
 /// What MCP clients and the catalog are told of `version`, whose calls

@@ -173,6 +173,7 @@ impl ToolHost {
             }
             Topic::Settings => {
                 self.load_cheq_settings()?;
+                self.load_oauth_settings()?;
                 self.load_trust_policies()?;
             }
             Topic::Versions => self.reload_versions()?,

@@ -60,7 +60,7 @@ pub(super) struct SupplyState {
 pub(super) const MAX_REVERIFYING: usize = 2;
 
 impl SupplyState {
-    pub(super) fn new(options: &RegistryOptions, limits: Arc<crate::runtime::outbound::OutboundLimits>) -> SupplyState {
+    pub(super) fn new(options: &RegistryOptions, limits: Arc<crate::egress::OutboundLimits>) -> SupplyState {
         let client = OciClient::new(OciOptions {
             insecure: options.insecure.clone(),
             limits: Some(limits),

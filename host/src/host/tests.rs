@@ -2,8 +2,9 @@
 //! retired code, deploy concurrency; and of confirmed calls.
 
 use super::*;
+use crate::invocation;
 use crate::package::tests::{ECHOISH, build};
-use crate::tenancy::DEFAULT_TENANT;
+use crate::tenancy::{DEFAULT_TENANT, Principal, Quotas};
 
 fn options(data_dir: &std::path::Path) -> HostOptions {
     HostOptions {
@@ -547,9 +548,9 @@ fn an_access_token_past_its_expiry_or_revoked_grants_nothing() {
     assert!(host.access_grant("acme", &tokens.access_token).unwrap().is_none(), "another tenant's");
 
     // Expired: its row says so.
-    let sha = crate::package::sha256_hex(tokens.access_token.as_bytes());
+    let sha = crate::digest::sha256_hex(tokens.access_token.as_bytes());
     let mut row = host.store.oauth_grant(&sha).unwrap().unwrap();
-    row.token_sha256 = crate::package::sha256_hex(b"plinth_at_expired");
+    row.token_sha256 = crate::digest::sha256_hex(b"plinth_at_expired");
     row.expires_at = crate::tenancy::unix_now() - 1;
     host.store.insert_oauth_grants(&[row]).unwrap();
     assert!(host.access_grant("default", "plinth_at_expired").unwrap().is_none());
@@ -668,7 +669,7 @@ fn a_used_client_outlives_its_tokens_and_one_swept_at_last_is_told_to_register_a
 #[test]
 fn a_grant_keeps_a_few_tokens_however_often_it_refreshes_and_its_refreshes_are_rated() {
     let (host, _dir, first) = host_with_a_grant();
-    let sha = |token: &str| crate::package::sha256_hex(token.as_bytes());
+    let sha = |token: &str| crate::digest::sha256_hex(token.as_bytes());
     let mut latest = first.clone();
     for _ in 0..super::oauth::KEPT_TOKENS_PER_GRANT + 1 {
         latest = host.refresh_tokens("default", &latest.refresh_token, "plinth_client_x", None, None).unwrap();

@@ -3,7 +3,8 @@
 //! every refusal is a typed [`ManifestError`] with a message.
 
 use super::*;
-use crate::runtime::outbound::{OutboundLimits, OutboundPolicy};
+use crate::egress::OutboundLimits;
+use crate::runtime::outbound::OutboundPolicy;
 use proptest::prelude::*;
 use std::sync::Arc;
 

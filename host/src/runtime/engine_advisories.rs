@@ -17,7 +17,7 @@ fn runtime() -> Runtime {
 
 fn load(runtime: &Runtime, wat: &str) -> Result<LoadedComponent, LoadError> {
     let bytes = wat::parse_str(wat).expect("the test tool is valid WAT");
-    runtime.load(&bytes, &crate::package::sha256_hex(&bytes))
+    runtime.load(&bytes, &crate::digest::sha256_hex(&bytes))
 }
 
 /// Why the engine refused `wat`, which it must.

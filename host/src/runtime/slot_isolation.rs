@@ -178,7 +178,7 @@ const RESETS: [SlotReset; 2] = [SlotReset::Scan, SlotReset::Prefix];
 
 fn load(runtime: &Runtime, salt: u32) -> LoadedComponent {
     let bytes = component(salt);
-    let sha = crate::package::sha256_hex(&bytes);
+    let sha = crate::digest::sha256_hex(&bytes);
     runtime.load(&bytes, &sha).expect("the test tool loads")
 }
 

@@ -103,14 +103,15 @@ pub struct LockedJson {
 
 impl LockedJson {
     /// Serialises version `version` (bytes `sha256`) of tool `tool_id`,
-    /// with its provenance (an extension, present when the version came
-    /// from a registry or a trusted key signed it: locked like the rest).
+    /// with its provenance's JSON (an extension, present when the version
+    /// came from a registry or a trusted key signed it: locked like the
+    /// rest).
     pub fn new(
         tool_id: &uuid::Uuid,
         version: u32,
         sha256: &str,
         s: &Signature,
-        provenance: &crate::supply::Provenance,
+        provenance: Option<Value>,
     ) -> LockedJson {
         let (mut head, mut tail) = (Map::new(), Map::new());
         let mut before = true;
@@ -124,8 +125,8 @@ impl LockedJson {
             }
         }
         tail.insert("contentHash".into(), format!("sha256:{sha256}").into());
-        if *provenance != crate::supply::Provenance::default() {
-            tail.insert("provenance".into(), provenance.to_json());
+        if let Some(provenance) = provenance {
+            tail.insert("provenance".into(), provenance);
         }
         // `{"a":1}` → `{"a":1,"currentVersion":` and `,"b":2`.
         let head = Value::Object(head).to_string();
@@ -153,7 +154,7 @@ mod tests {
         }))
         .unwrap();
         let id = uuid::Uuid::new_v4();
-        let locked = LockedJson::new(&id, 2, "ab", &signature, &Default::default());
+        let locked = LockedJson::new(&id, 2, "ab", &signature, None);
         let text = format!("{}3{}}}", locked.head, locked.tail);
         let mut expected = signature_json(Some(&id), 2, Some(3), &signature);
         expected["contentHash"] = "sha256:ab".into();

@@ -292,7 +292,7 @@ impl Signature {
     pub fn sha256(&self) -> String {
         // Field order is fixed by the struct, so the JSON is canonical for
         // this model; the hash is stored with the version at deploy time.
-        crate::package::sha256_hex(&serde_json::to_vec(self).unwrap_or_default())
+        crate::digest::sha256_hex(&serde_json::to_vec(self).unwrap_or_default())
     }
 
     /// The input parameter called `name`.

@@ -1,7 +1,7 @@
 //! Content-addressed component bytes under `DATA/blobs/sha256/`.
 
 use super::StoreError;
-use crate::package::sha256_hex;
+use crate::digest::sha256_hex;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -14,9 +14,9 @@ pub struct BlobStore {
 impl BlobStore {
     /// Opens (creating) the blob folder under `data_dir`.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
-        super::private_dir(&data_dir.join("blobs"))?;
+        crate::private_files::private_dir(&data_dir.join("blobs"))?;
         let dir = data_dir.join("blobs").join("sha256");
-        super::private_dir(&dir)?;
+        crate::private_files::private_dir(&dir)?;
         Ok(BlobStore { dir })
     }
 

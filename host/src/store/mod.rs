@@ -22,7 +22,7 @@ pub use sqlite::SqliteStore;
 
 use crate::manifest::ToolManifest;
 use crate::signature::Signature;
-use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, TenantRecord};
+use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, LedgerBound, TenantRecord};
 use uuid::Uuid;
 
 /// A persistence failure. Messages name the data dir path, never contents.
@@ -75,46 +75,6 @@ pub(crate) fn off_the_workers<T>(wait: impl FnOnce() -> T) -> T {
             tokio::task::block_in_place(wait)
         }
         _ => wait(),
-    }
-}
-
-/// Creates `dir` (and its parents) readable by its owner only, and tightens
-/// an existing one that others could read, saying so: the data dir holds
-/// secrets, key hashes and evidence.
-pub fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-        let mode = std::fs::metadata(dir)?.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            tracing::warn!(dir = %dir.display(), mode = format!("{mode:o}"), "others could read this directory of the data dir; it is now 0700");
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-        }
-        Ok(())
-    }
-    #[cfg(not(unix))]
-    std::fs::create_dir_all(dir)
-}
-
-/// Makes an existing file readable and writable by its owner only.
-pub(crate) fn private_file(path: &std::path::Path) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        match std::fs::metadata(path) {
-            Ok(meta) if meta.permissions().mode() & 0o077 != 0 => {
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            }
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = path;
-        Ok(())
     }
 }
 
@@ -185,33 +145,6 @@ pub type StoredSetting = (String, String, String);
 
 /// A tool config value as stored: `(tenant, tool, key, value)`.
 pub type StoredConfig = (String, String, String, String);
-
-/// How much of one tenant's call ledger is kept (its quotas
-/// `maxRecordedCalls` and `maxRecordedCallBytes`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LedgerBound {
-    /// Records kept, settled or running.
-    pub records: u64,
-    /// Bytes of recorded responses kept.
-    pub bytes: u64,
-}
-
-impl LedgerBound {
-    /// How many of the oldest records to forget from a ledger holding
-    /// `records` and `bytes`: `None` when it is within bounds. Past the
-    /// record bound, it trims the excess and a sixty-fourth of the bound
-    /// more, so that a tenant at its bound does not trim on every call.
-    pub fn trim_batch(&self, records: u64, bytes: u64) -> Option<u64> {
-        let slack = (self.records / 64).max(1);
-        if records > self.records {
-            Some(records - self.records + slack)
-        } else if bytes > self.bytes {
-            Some(slack.min(64))
-        } else {
-            None
-        }
-    }
-}
 
 /// What an OAuth credential the built-in authorization server issued is
 /// (`api/oauth.rs`, `host/oauth.rs`). Only the sha256 of the credential

@@ -24,13 +24,13 @@
 //!   version that is not the tool's next.
 
 use super::{
-    CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, LedgerBound, OAuthGrant, RegistryStore,
+    CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, OAuthGrant, RegistryStore,
     SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession,
     StoredSetting, StoredVersion, Topic, UsageRow,
 };
-use crate::package::sha256_hex;
-use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, Role, TenantRecord, unix_now};
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use crate::digest::sha256_hex;
+use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, LedgerBound, Role, TenantRecord, unix_now};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Row};
 use std::future::Future;
 use std::str::FromStr;
@@ -44,8 +44,6 @@ const STATEMENT_WAIT: Duration = Duration::from_secs(10);
 /// How long a connection is waited for when the pool has none free (or the
 /// database is unreachable).
 const ACQUIRE_WAIT: Duration = Duration::from_secs(3);
-/// How often a replica beats.
-const HEARTBEAT: Duration = Duration::from_secs(1);
 /// One `oauth_grants` row by its sha256, its columns in [`oauth_grant_row`]'s
 /// order.
 macro_rules! oauth_grant_select {
@@ -62,10 +60,12 @@ macro_rules! live_since {
         "now() - interval '5 seconds'"
     };
 }
-/// The notification channel of the change log.
-const CHANNEL: &str = "plinth_changes";
-/// The advisory lock (two-key space) that orders change-log writes.
-const CHANGE_LOCK: (i32, i32) = (0x706c_6e74, 1);
+
+// After the macros: the fleet code splices `live_since!` too.
+mod fleet;
+
+use fleet::{HEARTBEAT, interrupt_orphans, record};
+
 /// The `store_meta` row that proves the secrets key is the one the stored
 /// secrets were sealed with.
 const KEY_CHECK: &str = "secrets-key-check";
@@ -204,84 +204,6 @@ impl PostgresStore {
         self.cipher.open("", KEY_CHECK, &stored)?;
         Ok(())
     }
-
-    /// Records this replica's heartbeat and counts the live replicas.
-    fn beat(&self) -> Result<(), StoreError> {
-        let (pool, replica, live) = (self.pool.clone(), self.replica.clone(), self.live.clone());
-        self.run(async move { beat(&pool, &replica, &live).await })
-    }
-
-    fn spawn_heartbeat(&self) {
-        let (pool, replica, live) = (self.pool.clone(), self.replica.clone(), self.live.clone());
-        let reachability = self.reachability.clone();
-        let Some(runtime) = &self.runtime else { return };
-        runtime.spawn(async move {
-            let mut ticks = 0u64;
-            loop {
-                tokio::time::sleep(HEARTBEAT).await;
-                // The heartbeat always tries: it is what finds the database
-                // back after an outage.
-                let beaten = beat(&pool, &replica, &live).await;
-                reachability.observe(&beaten);
-                if let Err(e) = beaten {
-                    tracing::warn!(error = %e, "the heartbeat could not be recorded");
-                    continue;
-                }
-                ticks += 1;
-                if ticks.is_multiple_of(10)
-                    && let Err(e) = tidy(&pool).await
-                {
-                    tracing::warn!(error = %e, "the fleet's housekeeping failed");
-                }
-            }
-        });
-    }
-
-    /// Listens for change notifications; wakes the waiter on each one, and
-    /// after every (re)connection, since notifications sent while the
-    /// connection was down are lost.
-    fn spawn_listener(&self) {
-        let (pool, changed) = (self.pool.clone(), self.changed.clone());
-        let Some(runtime) = &self.runtime else { return };
-        runtime.spawn(async move {
-            let wake = || {
-                let (flag, condvar) = &*changed;
-                *flag.lock().unwrap_or_else(|p| p.into_inner()) = true;
-                condvar.notify_all();
-            };
-            loop {
-                let mut listener = match PgListener::connect_with(&pool).await {
-                    Ok(listener) => listener,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot listen for changes; retrying");
-                        tokio::time::sleep(HEARTBEAT).await;
-                        continue;
-                    }
-                };
-                if let Err(e) = listener.listen(CHANNEL).await {
-                    tracing::warn!(error = %e, "cannot listen for changes; retrying");
-                    tokio::time::sleep(HEARTBEAT).await;
-                    continue;
-                }
-                wake();
-                loop {
-                    match listener.try_recv().await {
-                        Ok(Some(_)) => wake(),
-                        // The connection was lost; the next receive
-                        // reconnects. Whatever was sent meanwhile is lost:
-                        // the replica reads the log.
-                        Ok(None) => wake(),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "the change listener failed; reconnecting");
-                            wake();
-                            tokio::time::sleep(HEARTBEAT).await;
-                            break;
-                        }
-                    }
-                }
-            }
-        });
-    }
 }
 
 /// A circuit breaker in front of the database. When a call could not reach
@@ -320,74 +242,6 @@ impl Drop for PostgresStore {
             runtime.shutdown_background();
         }
     }
-}
-
-async fn beat(pool: &PgPool, replica: &str, live: &AtomicUsize) -> Result<(), StoreError> {
-    sqlx::query("INSERT INTO replicas (id) VALUES ($1) ON CONFLICT (id) DO UPDATE SET heartbeat_ts = now()")
-        .bind(replica)
-        .execute(pool)
-        .await
-        .map_err(db)?;
-    let count: i64 = sqlx::query(concat!("SELECT count(*) FROM replicas WHERE heartbeat_ts > ", live_since!()))
-        .fetch_one(pool)
-        .await
-        .and_then(|row| row.try_get(0))
-        .map_err(db)?;
-    live.store(usize::try_from(count).unwrap_or(1).max(1), Ordering::Release);
-    Ok(())
-}
-
-/// Housekeeping any replica may do: forget long-gone replicas, end the
-/// running transactions of replicas that died (`interrupted`), and drop
-/// change-log rows older than a day, always keeping the newest (a replica
-/// behind by more reloads everything).
-async fn tidy(pool: &PgPool) -> Result<(), StoreError> {
-    interrupt_orphans(pool).await?;
-    sqlx::query("DELETE FROM replicas WHERE heartbeat_ts < now() - interval '1 hour'")
-        .execute(pool)
-        .await
-        .map_err(db)?;
-    sqlx::query(
-        "DELETE FROM changes WHERE at_ts < now() - interval '1 day'
-         AND seq < (SELECT max(seq) FROM changes)",
-    )
-    .execute(pool)
-    .await
-    .map_err(db)?;
-    Ok(())
-}
-
-async fn interrupt_orphans(pool: &PgPool) -> Result<usize, StoreError> {
-    let done = sqlx::query(concat!(
-        "UPDATE confirmations SET state = 'interrupted'
-         WHERE state = 'accepted' AND (runner IS NULL OR runner NOT IN (
-             SELECT id FROM replicas WHERE heartbeat_ts > ",
-        live_since!(),
-        "))"
-    ))
-    .execute(pool)
-    .await
-    .map_err(db)?;
-    Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
-}
-
-/// Appends a change-log row for `topic`, with its notification, to the
-/// transaction `tx`. The lock is held to the commit: change-log rows commit
-/// in sequence order, so a replica that has read row N has seen every row
-/// before it.
-async fn record(tx: &mut PgConnection, topic: Topic) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
-        .bind(CHANGE_LOCK.0)
-        .bind(CHANGE_LOCK.1)
-        .execute(&mut *tx)
-        .await?;
-    let seq: i64 = sqlx::query("INSERT INTO changes (topic) VALUES ($1) RETURNING seq")
-        .bind(topic.as_str())
-        .fetch_one(&mut *tx)
-        .await?
-        .try_get(0)?;
-    sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(seq.to_string()).execute(&mut *tx).await?;
-    Ok(())
 }
 
 async fn insert_audit(tx: &mut PgConnection, audit: &AuditEntry) -> Result<(), sqlx::Error> {

@@ -45,9 +45,9 @@ impl SecretsCipher {
             return Self::from_base64(text, "PLINTH_SECRETS_KEY");
         }
         let path = data_dir.join(KEY_FILE);
-        match crate::tenancy::read_or_create_key(&path, |key| format!("{}\n", STANDARD.encode(key)))? {
-            crate::tenancy::KeyFile::Read(text) => Self::from_base64(&text, &path.display().to_string()),
-            crate::tenancy::KeyFile::Created(key) => {
+        match crate::private_files::read_or_create_key(&path, |key| format!("{}\n", STANDARD.encode(key)))? {
+            crate::private_files::KeyFile::Read(text) => Self::from_base64(&text, &path.display().to_string()),
+            crate::private_files::KeyFile::Created(key) => {
                 tracing::info!(path = %path.display(), "created the key that encrypts stored secrets");
                 Ok(Self::new(&key))
             }

@@ -7,7 +7,7 @@
 
 use super::*;
 use crate::signature::Signature;
-use crate::tenancy::{Principal, Quotas, unix_now};
+use crate::tenancy::{LedgerBound, Principal, Quotas, unix_now};
 use crate::testing::TestPostgres;
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ pub(super) fn version(tool_id: Uuid, n: u32) -> StoredVersion {
         tenant: "default".into(),
         name: "echo".into(),
         version: n,
-        sha256: crate::package::sha256_hex(&component(n)),
+        sha256: crate::digest::sha256_hex(&component(n)),
         signature: Signature {
             name: "echo".into(),
             description: "d".into(),
@@ -157,7 +157,7 @@ fn versions_are_kept_with_their_bytes_and_never_overwritten(store: &dyn Registry
     store.insert_version(&version(id, 1), &component(1), &audit("tool.deploy")).unwrap();
     store.insert_version(&version(id, 2), &component(2), &audit("tool.deploy")).unwrap();
     let mut changed = version(id, 2);
-    changed.sha256 = crate::package::sha256_hex(b"other bytes");
+    changed.sha256 = crate::digest::sha256_hex(b"other bytes");
     assert!(store.insert_version(&changed, b"other bytes", &audit("tool.deploy")).is_err());
     let wrong_bytes = version(id, 3);
     assert!(

@@ -25,7 +25,7 @@
 use super::cosign;
 use super::outside_text;
 use super::reference::{Reference, is_sha256_digest};
-use crate::runtime::outbound::{OutboundLimits, read_capped};
+use crate::egress::{OutboundLimits, read_capped};
 use base64::Engine;
 use reqwest::header::{self, HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
@@ -166,7 +166,7 @@ impl OciClient {
             .read_timeout(options.timeout.min(Duration::from_secs(30)))
             .user_agent(concat!("plinth/", env!("CARGO_PKG_VERSION")));
         if let Some(limits) = &options.limits {
-            builder = builder.dns_resolver(Arc::new(crate::runtime::outbound::CheckedResolver::new(limits.clone())));
+            builder = builder.dns_resolver(Arc::new(crate::egress::CheckedResolver::new(limits.clone())));
         }
         let http = builder.build().map_err(|e| OciError::Unreachable("*".into(), e.to_string()))?;
         Ok(OciClient { http, options })
@@ -429,7 +429,7 @@ impl<'a> Session<'a> {
     }
 
     fn transport(&self, e: reqwest::Error) -> OciError {
-        if crate::runtime::outbound::caused_by_refusal(&e) {
+        if crate::egress::caused_by_refusal(&e) {
             return OciError::AddressRefused(self.registry());
         }
         if e.is_timeout() {

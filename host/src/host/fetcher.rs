@@ -1,8 +1,11 @@
-//! The keys of tenants' external confirmation servers, fetched from their
-//! JWKS URLs under the same rules as a tool's outbound requests.
+//! Documents fetched from others' servers under the same rules as a tool's
+//! outbound requests: the keys of tenants' external confirmation servers
+//! (their JWKS URLs, for CHEQ), and for OAuth, clients' metadata documents
+//! and external identity providers' discovery documents and key sets.
 //!
-//! The URL is a publisher's, and the fetch is set off by whoever posts an
-//! accept to a resource URI, so:
+//! The URL is a publisher's (or, for a client metadata document, anyone's),
+//! and the fetch is set off by whoever posts an accept to a resource URI or
+//! opens a sign-in page, so:
 //! - only `https://` (plain `http://` only when the operator allows it);
 //! - the name is resolved and every address must be public, unless a
 //!   network the operator allows for tools (`--allow-private-cidr`) holds
@@ -25,7 +28,7 @@
 //!   request that set it off goes away mid-fetch, not only when the fetch
 //!   completes: each is held by a guard.
 
-use crate::runtime::outbound::{CheckedResolver, OutboundLimits, caused_by_refusal, read_capped};
+use crate::egress::{CheckedResolver, OutboundLimits, caused_by_refusal, read_capped};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -156,13 +159,13 @@ impl JwksFetcher {
     }
 
     /// A fetcher of JSON objects other than key sets (OAuth clients'
-    /// metadata documents), under the same rules, capped at
-    /// [`crate::host::oauth::MAX_CLIENT_METADATA_BYTES`]; each must be
+    /// metadata documents), under the same rules, capped at `max_bytes`
+    /// ([`super::oauth::MAX_CLIENT_METADATA_BYTES`]); each must be
     /// answered `200` with a JSON content type.
     /// Anyone can name one, so their names are looked up apart from the
     /// host's ([`CheckedResolver::for_strangers`]).
-    pub(crate) fn documents(options: JwksOptions, limits: Arc<OutboundLimits>) -> JwksFetcher {
-        let options = JwksOptions { max_bytes: crate::host::oauth::MAX_CLIENT_METADATA_BYTES, ..options };
+    pub(crate) fn documents(options: JwksOptions, limits: Arc<OutboundLimits>, max_bytes: usize) -> JwksFetcher {
+        let options = JwksOptions { max_bytes, ..options };
         let resolver = CheckedResolver::for_strangers(limits.clone());
         JwksFetcher {
             shape: Value::is_object,

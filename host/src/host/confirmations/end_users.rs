@@ -1,0 +1,143 @@
+//! End-user accounts: who may log in to the built-in confirmation page and
+//! confirm the calls made for them (Argon2id hashes; the throttles are
+//! `login.rs`).
+
+use super::login::{self, LoginError};
+use crate::host::{ChangeError, ToolHost};
+use crate::store::StoreError;
+use crate::tenancy::{AuditEntry, Principal, unix_now};
+use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use std::sync::Arc;
+
+/// The shortest end-user password accepted.
+pub const MIN_PASSWORD_CHARS: usize = 8;
+
+/// A hash no password matches in practice, checked for unknown user names so
+/// that they take as long as known ones.
+const UNKNOWN_USER_HASH: &str =
+    "$argon2id$v=19$m=19456,t=2,p=1$AAAAAAAAAAAAAAAAAAAAAA$Uy0bGqOQ2VjW8rRXb6tVX9z5m6a0m4fGZ0F6yH0wq7I";
+
+/// Longest end-user name.
+pub const MAX_END_USER_CHARS: usize = 128;
+
+/// Whether `name` can name an end user: 1 to [`MAX_END_USER_CHARS`]
+/// printable characters.
+pub fn is_end_user_name(name: &str) -> bool {
+    let length = name.chars().count();
+    (1..=MAX_END_USER_CHARS).contains(&length) && !name.chars().any(char::is_control)
+}
+
+impl ToolHost {
+    /// Sets an end user's password: who may log in to the built-in
+    /// confirmation page and confirm the calls made for them. Only an
+    /// Argon2id hash is stored. The hash waits for one of the hashing slots
+    /// logins use, and is computed off the async threads.
+    pub async fn put_end_user(
+        self: &Arc<Self>,
+        actor: &Principal,
+        tenant: &str,
+        name: &str,
+        password: &str,
+    ) -> Result<(), ChangeError> {
+        if password.chars().count() < MIN_PASSWORD_CHARS {
+            return Err(ChangeError::Invalid(format!(
+                "an end user's password must be at least {MIN_PASSWORD_CHARS} characters"
+            )));
+        }
+        let slot = self.cheq.login.hashing.clone().acquire_owned().await;
+        let host = self.clone();
+        let (actor, tenant, name, password) =
+            (actor.clone(), tenant.to_string(), name.to_string(), password.to_string());
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            host.store_end_user(&actor, &tenant, &name, &password)
+        })
+        .await
+        .map_err(|_| ChangeError::Invalid("the password could not be hashed".into()))?
+    }
+
+    fn store_end_user(&self, actor: &Principal, tenant: &str, name: &str, password: &str) -> Result<(), ChangeError> {
+        let mut salt = [0u8; 16];
+        getrandom::fill(&mut salt).map_err(|e| ChangeError::Invalid(e.to_string()))?;
+        let salt = SaltString::encode_b64(&salt).map_err(|e| ChangeError::Invalid(e.to_string()))?;
+        let hash = Argon2::default()
+            .hash_password(password.as_bytes(), &salt)
+            .map_err(|e| ChangeError::Invalid(e.to_string()))?
+            .to_string();
+        let audit = AuditEntry::new(actor, Some(tenant), "end_user.put", name);
+        self.store.put_end_user(tenant, name, &hash, &audit)?;
+        // A new password ends what the old one signed in to.
+        self.store.revoke_oauth_of(tenant, Some(name), unix_now())?;
+        tracing::info!(tenant, end_user = name, "end user set");
+        Ok(())
+    }
+
+    /// Removes an end user: they can no longer log in to confirm.
+    pub fn delete_end_user(&self, actor: &Principal, tenant: &str, name: &str) -> Result<(), ChangeError> {
+        let audit = AuditEntry::new(actor, Some(tenant), "end_user.delete", name);
+        if !self.store.delete_end_user(tenant, name, &audit)? {
+            return Err(ChangeError::NotFound(format!("there is no end user `{name}`")));
+        }
+        // Their OAuth grants end with them (a later user of the name gets none).
+        self.store.revoke_oauth_of(tenant, Some(name), unix_now())?;
+        Ok(())
+    }
+
+    /// Logs an end user in to the built-in confirmation page, from the
+    /// client at `address` (the TCP peer). Refused at once, before any
+    /// hashing, while the tenant's failed-login budget is spent or the
+    /// address, the (user, address) or the user (but at an address it
+    /// logged in from before) is locked out by failed logins, or when every
+    /// hashing slot is taken (counted against the address); otherwise the
+    /// password is checked off the async threads. An unknown tenant or user
+    /// name is answered, throttled and timed like a wrong password.
+    pub async fn log_in_end_user(
+        self: &Arc<Self>,
+        tenant: &str,
+        name: &str,
+        password: &str,
+        address: std::net::IpAddr,
+    ) -> Result<(), LoginError> {
+        if !is_end_user_name(name) {
+            return Err(LoginError::Invalid);
+        }
+        let guard = &self.cheq.login;
+        // Made-up tenants share one budget: a budget each would let a
+        // guesser who names a new tenant every time fail without bound.
+        let tenant = if self.tenant(tenant).is_some() { tenant } else { login::UNKNOWN_TENANT };
+        guard.check(tenant, name, address)?;
+        let Ok(slot) = guard.hashing.clone().try_acquire_owned() else {
+            guard.busy(address);
+            return Err(LoginError::Busy);
+        };
+        let host = self.clone();
+        let (t, n, p) = (tenant.to_string(), name.to_string(), password.to_string());
+        let valid = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            host.check_end_user(&t, &n, &p)
+        })
+        .await
+        .unwrap_or(Ok(false))?;
+        if valid {
+            guard.succeeded(tenant, name, address);
+            Ok(())
+        } else {
+            guard.failed(tenant, name, address);
+            Err(LoginError::Invalid)
+        }
+    }
+
+    /// Whether `password` is `name`'s (slow on purpose: run it off the
+    /// async threads, in a hashing slot). An unknown name costs the same as
+    /// a wrong password.
+    fn check_end_user(&self, tenant: &str, name: &str, password: &str) -> Result<bool, StoreError> {
+        // A tenant that does not exist is not looked up (the hash below
+        // still runs: it answers as late as an unknown user's).
+        let stored = if self.tenant(tenant).is_some() { self.store.end_user(tenant, name)? } else { None };
+        let hash = stored.as_deref().unwrap_or(UNKNOWN_USER_HASH);
+        let matches = PasswordHash::new(hash)
+            .is_ok_and(|hash| Argon2::default().verify_password(password.as_bytes(), &hash).is_ok());
+        Ok(matches && stored.is_some())
+    }
+}

@@ -1,0 +1,231 @@
+//! OAuth clients: registered dynamically (RFC 7591, stored, a bounded
+//! number per tenant) or named by the URL of their Client ID Metadata
+//! Document, fetched under the outbound policy and cached briefly; their
+//! redirect URIs checked.
+
+use super::{MAX_CLIENT_ID_BYTES, MAX_CLIENT_METADATA_BYTES, MAX_REGISTERED_CLIENTS, OAuthError};
+use crate::host::ToolHost;
+use crate::host::fetcher::JwksError;
+use crate::host::random_token;
+use crate::tenancy::unix_now;
+use serde_json::{Value, json};
+
+/// A client, as the authorization page and the token endpoint see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuthClient {
+    pub client_id: String,
+    /// Its `client_name`, else its id.
+    pub name: String,
+    pub redirect_uris: Vec<String>,
+    /// Whether its id is the URL of its metadata document.
+    pub metadata_document: bool,
+}
+
+/// Whether `given` matches one of `registered` (OAuth 2.1 §2.3.1): exactly,
+/// or, for an `http` loopback address, with any port.
+pub fn redirect_matches(registered: &[String], given: &str) -> bool {
+    let Ok(given_url) = reqwest::Url::parse(given) else { return false };
+    registered.iter().any(|r| {
+        if r == given {
+            return true;
+        }
+        let Ok(mut r) = reqwest::Url::parse(r) else { return false };
+        let loopback = r.scheme() == "http" && matches!(r.host_str(), Some("127.0.0.1" | "[::1]" | "localhost"));
+        loopback && r.set_port(given_url.port()).is_ok() && r == given_url
+    })
+}
+
+/// Checks a redirect URI a client declares: absolute, no fragment, `https`
+/// or an `http` loopback address, or a private-use scheme of a native app
+/// (`com.example.app:/callback`).
+pub(super) fn sound_redirect_uri(uri: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(uri) else { return false };
+    if url.fragment().is_some() || !url.username().is_empty() || url.password().is_some() {
+        return false;
+    }
+    match url.scheme() {
+        "https" => url.host_str().is_some(),
+        "http" => matches!(url.host_str(), Some("127.0.0.1" | "[::1]" | "localhost")),
+        // A native app's private-use scheme (RFC 8252 §7.1): a reverse
+        // domain name (`com.example.app:/cb`), or one of the plain names
+        // MCP hosts use. Any other plain scheme may be a handler of the
+        // browser (`javascript:`, `data:`, `file:`, `blob:`) or of the
+        // operating system (`ms-msdt:`, `search-ms:`), which a redirect
+        // from this server must never open.
+        scheme => scheme.contains('.') || MCP_HOST_SCHEMES.contains(&scheme),
+    }
+}
+
+/// The private-use redirect schemes without a dot that MCP hosts register
+/// (Cursor's `cursor://anysphere.cursor-mcp/oauth/callback`, VS Code's
+/// `vscode://…`).
+pub const MCP_HOST_SCHEMES: [&str; 6] = ["cursor", "vscode", "vscode-insiders", "windsurf", "zed", "claude"];
+
+/// A client's metadata (registered or fetched) checked: its redirect URIs
+/// and name.
+pub(super) fn client_from_metadata(
+    client_id: &str,
+    metadata: &Value,
+    document: bool,
+) -> Result<OAuthClient, OAuthError> {
+    let invalid = |why: &str| OAuthError::new("invalid_client_metadata", why);
+    let uris = metadata["redirect_uris"].as_array().ok_or_else(|| invalid("`redirect_uris` must be a list"))?;
+    let mut redirect_uris = Vec::new();
+    for uri in uris {
+        let uri = uri.as_str().filter(|u| sound_redirect_uri(u)).ok_or_else(|| {
+            OAuthError::new(
+                "invalid_redirect_uri",
+                "every redirect URI must be https://, http:// on a loopback address, or an app's own scheme, without a fragment",
+            )
+        })?;
+        redirect_uris.push(uri.to_string());
+    }
+    if redirect_uris.is_empty() || redirect_uris.len() > 16 {
+        return Err(invalid("`redirect_uris` must list 1 to 16 URIs"));
+    }
+    // Every client is public (PKCE, no secret): a registration asking for
+    // a secret method is answered `none` (RFC 7591 §3.2.1 lets the server
+    // replace what it does not support), a document's is not used.
+    let name = metadata["client_name"].as_str().filter(|n| !n.trim().is_empty()).unwrap_or(client_id);
+    let name: String = name.chars().filter(|c| !c.is_control()).take(100).collect();
+    Ok(OAuthClient { client_id: client_id.to_string(), name, redirect_uris, metadata_document: document })
+}
+
+/// Whether a client id is one this server registered (RFC 7591).
+fn is_registered_client_id(client_id: &str) -> bool {
+    client_id.starts_with("plinth_client_") && client_id.len() <= 100
+}
+
+/// Whether a client id is a Client ID Metadata Document's URL.
+pub fn is_metadata_document_url(client_id: &str) -> bool {
+    client_id.starts_with("https://") || client_id.starts_with("http://")
+}
+
+/// Why a client's metadata document was not used, in words. Every failure
+/// to fetch it is told alike, whatever the cause (its name resolving to a
+/// private address, a refused connection, a timeout): telling them apart
+/// would map which names exist on the server's networks. The log keeps the
+/// cause.
+fn document_refusal(e: &JwksError) -> &'static str {
+    match e {
+        JwksError::Insecure => "must be at an https:// URL",
+        JwksError::Credentials => "URL must not contain a user name or password",
+        JwksError::TooLarge(_) => "is larger than this server reads",
+        JwksError::Invalid => "is not a JSON object served as application/json",
+        JwksError::InternalAddress | JwksError::Unavailable => {
+            "could not be fetched (unreachable, not allowed, too slow, redirected or not 200)"
+        }
+    }
+}
+
+impl ToolHost {
+    /// Registers a client (RFC 7591) from its metadata, for a request from
+    /// `from` (registrations are rated per client address); answers the
+    /// registration response. A tenant with as many clients as it may keep
+    /// deletes its oldest never used to make room.
+    pub fn register_oauth_client(
+        &self,
+        tenant: &str,
+        metadata: &Value,
+        from: std::net::IpAddr,
+    ) -> Result<Value, OAuthError> {
+        let raw = metadata.to_string();
+        if raw.len() > MAX_CLIENT_METADATA_BYTES {
+            return Err(OAuthError::new("invalid_client_metadata", "the client metadata is too long"));
+        }
+        let site = crate::client_address::prefix(from, crate::client_address::SITE_PREFIX);
+        if let Err(wait) = self.oauth.rates.registrations.take(&site) {
+            tracing::info!(tenant, client = %from, "a client registration was refused: too many from its address");
+            return Err(OAuthError::too_often("registrations from this address", wait));
+        }
+        let client_id = format!("plinth_client_{}", random_token()?.trim_end_matches('='));
+        let client = client_from_metadata(&client_id, metadata, false)?;
+        let stored = json!({
+            "client_name": client.name,
+            "redirect_uris": client.redirect_uris,
+        });
+        let now = unix_now();
+        let registered = crate::store::off_the_workers(|| {
+            self.store.register_oauth_client(tenant, &client_id, &stored.to_string(), now, MAX_REGISTERED_CLIENTS)
+        })?;
+        if !registered {
+            return Err(OAuthError::new(
+                "temporarily_unavailable",
+                "this tenant has as many registered clients in use as it may keep; use a client metadata document",
+            ));
+        }
+        Ok(json!({
+            "client_id": client_id,
+            "client_id_issued_at": now,
+            "client_name": client.name,
+            "redirect_uris": client.redirect_uris,
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+        }))
+    }
+
+    /// The client `client_id` of `tenant`, for a request from `from`: a
+    /// registered one, or the one its metadata document describes (fetched
+    /// under the outbound policy, a few at a time per client address).
+    pub async fn oauth_client(
+        &self,
+        tenant: &str,
+        client_id: &str,
+        from: std::net::IpAddr,
+    ) -> Result<OAuthClient, OAuthError> {
+        let unknown = || OAuthError::new("invalid_client", "this authorization server knows no such client");
+        if client_id.len() > MAX_CLIENT_ID_BYTES {
+            return Err(OAuthError::new("invalid_client", "the client_id is longer than this server reads"));
+        }
+        if is_metadata_document_url(client_id) {
+            let document = self.oauth.documents.get_for(client_id, Some(from)).await.map_err(|e| {
+                OAuthError::new("invalid_client", format!("the client's metadata document {}", document_refusal(&e)))
+            })?;
+            // The document must name itself (draft-ietf-oauth-client-id-metadata-document §4.1).
+            if document["client_id"].as_str() != Some(client_id) {
+                return Err(OAuthError::new(
+                    "invalid_client",
+                    "the client's metadata document does not name its own URL as its client_id",
+                ));
+            }
+            return client_from_metadata(client_id, &document, true);
+        }
+        if !is_registered_client_id(client_id) {
+            return Err(unknown());
+        }
+        let stored = crate::store::off_the_workers(|| self.store.oauth_client(tenant, client_id))?;
+        let stored = stored.ok_or_else(unknown)?;
+        let metadata: Value = serde_json::from_str(&stored).map_err(|_| unknown())?;
+        client_from_metadata(client_id, &metadata, false)
+    }
+
+    /// Records that a registered client was used (a code issued to it, a
+    /// refresh): the sweep and a full tenant spare it. Best effort: a
+    /// store failure here fails nothing.
+    pub(super) fn client_used(&self, tenant: &str, client_id: &str) {
+        if !is_registered_client_id(client_id) {
+            return;
+        }
+        let now = unix_now();
+        if let Err(e) = crate::store::off_the_workers(|| self.store.touch_oauth_client(tenant, client_id, now)) {
+            tracing::warn!(tenant, error = %e, "a client's last use was not recorded");
+        }
+    }
+
+    /// Refuses a token request naming a registered client whose
+    /// registration is gone (swept after long disuse): `invalid_client`,
+    /// on which clients register again (RFC 6749 §5.2), rather than
+    /// `invalid_grant`, on which they would keep the stale id.
+    pub(super) fn client_still_registered(&self, tenant: &str, client_id: &str) -> Result<(), OAuthError> {
+        if !is_registered_client_id(client_id) {
+            return Ok(());
+        }
+        match crate::store::off_the_workers(|| self.store.oauth_client(tenant, client_id))? {
+            Some(_) => Ok(()),
+            None => {
+                Err(OAuthError::new("invalid_client", "this client is not registered here (any more); register again"))
+            }
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! Unit tests of the sandbox: limits, redaction, deadlines and where a
+//! call was when they passed, the compiled-code cache, the pool's slots.
+
+use super::*;
+
+fn runtime(cache: &std::path::Path) -> Runtime {
+    Runtime::new(RuntimeConfig { cache_dir: Some(cache.to_path_buf()), pooling: false, ..Default::default() }).unwrap()
+}
+
+#[test]
+fn the_memory_limit_is_the_sum_over_every_memory() {
+    const MIB: usize = 1 << 20;
+    let mut limiter = MemoryLimiter::new(32 * MIB, 10);
+    // Two memories created, then each grown to just under the limit.
+    assert!(limiter.memory_growing(0, MIB, None).unwrap());
+    assert!(limiter.memory_growing(0, MIB, None).unwrap());
+    assert!(limiter.memory_growing(MIB, 20 * MIB, None).unwrap());
+    assert!(!limiter.refused);
+    assert!(!limiter.memory_growing(MIB, 20 * MIB, None).unwrap(), "21 + 20 MiB is over 32");
+    assert!(limiter.refused);
+    // What is left can still be used.
+    assert!(limiter.memory_growing(MIB, 12 * MIB, None).unwrap());
+    assert_eq!(limiter.memory_bytes, 32 * MIB);
+    assert!(!limiter.memory_growing(20 * MIB, 20 * MIB + 65536, None).unwrap());
+    // Tables likewise.
+    assert!(limiter.table_growing(0, 6, None).unwrap());
+    assert!(!limiter.table_growing(0, 6, None).unwrap());
+    assert!(limiter.table_growing(0, 4, None).unwrap());
+}
+
+#[test]
+fn a_cut_never_leaves_part_of_a_secret() {
+    let redactor = Redactor::new(["sk-secret".to_string(), "abc".to_string()]);
+    assert_eq!(redactor.longest(), 9);
+    let text = "0123sk-secret tail";
+    // Cutting at 8 would keep "sk-s": the cut moves to the secret's start.
+    assert_eq!(redactor.cut(text, 8), 4);
+    assert_eq!(redactor.cut(text, 13), 13, "the whole secret fits");
+    assert_eq!(redactor.cut(text, 100), text.len());
+    assert_eq!(redactor.text(&text[..redactor.cut(text, 13)]), "0123[redacted]");
+    // Character boundaries: never inside "é".
+    let accented = "aé";
+    assert_eq!(Redactor::default().cut(accented, 2), 1);
+    // A secret that starts inside another one's span.
+    let nested = Redactor::new(["xxab".to_string(), "abyy".to_string()]);
+    assert_eq!(nested.cut("..xxabyy..", 6), 2);
+}
+
+/// The tool name of a call whose thread loses the CPU for longer than
+/// its deadline right after it yields at a tick (before the deadline's
+/// timer is looked at), as a tool thread at nice 19 can on a busy
+/// machine: at the first tick 5 ms into the call, when the timer has
+/// been set.
+const STALLS_AFTER_A_TICK: &str = "stalls-after-a-tick";
+
+pub(super) fn stall_if_asked(state: &ToolState, started: std::time::Instant) {
+    if state.log.labels.tool == STALLS_AFTER_A_TICK && started.elapsed() >= Duration::from_millis(5) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A tool that loops forever, yielding at every tick.
+const SPINNER: &str = r#"(component
+      (core module $M (func (export "run") (param i64) (result i64) (loop $l (br $l)) unreachable))
+      (core instance $m (instantiate $M))
+      (func (export "call") (param "op" u64) (result u64) (canon lift (core func $m "run"))))"#;
+
+/// A tick lands anywhere in a call: one in its first moments does not
+/// send the rest of a cheap call off the thread that received it.
+#[test]
+fn a_tick_early_in_a_call_lets_it_run_on_and_later_ones_make_it_yield() {
+    let started = std::time::Instant::now();
+    let ends = started + Duration::from_secs(5);
+    assert_eq!(at_tick(started + Duration::from_micros(40), started, ends), AtTick::GoOn);
+    assert_eq!(at_tick(started + FIRST_YIELD_AFTER, started, ends), AtTick::Yield);
+    assert_eq!(at_tick(started + Duration::from_millis(3), started, ends), AtTick::Yield);
+    assert_eq!(at_tick(ends, started, ends), AtTick::Interrupt);
+    // A deadline shorter than the grace still stops the call.
+    assert_eq!(at_tick(started + Duration::from_micros(100), started, started), AtTick::Interrupt);
+}
+
+/// Its deadline's timer fires while the spinner is suspended at a tick,
+/// not in a host call: it was computing (`422`, the same input would
+/// time out again), not waiting on a backend (`504`, retry). Before,
+/// whichever timer noticed the deadline first decided.
+#[test]
+fn a_deadline_passing_while_a_computing_tool_waits_for_its_thread_is_a_computing_timeout() {
+    let executor = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(dir.path());
+    let bytes = wat::parse_str(SPINNER).unwrap();
+    let spinner = rt.load(&bytes, &crate::digest::sha256_hex(&bytes)).unwrap();
+    for (tool, stalls) in [("spinner", false), (STALLS_AFTER_A_TICK, true)] {
+        let setup = CallSetup { deadline: Duration::from_millis(50), ..CallSetup::bare(tool) };
+        let outcome = executor.block_on(rt.call(&spinner, Val::U64(0), setup));
+        assert!(
+            matches!(outcome, Err(CallError::Timeout { computing: true, .. })),
+            "stalled after a tick: {stalls}; {outcome:?}"
+        );
+    }
+}
+
+/// What a call does in each of its polls: runs for a while, then ends
+/// its poll at a tick's yield or in a wait (or answers).
+#[derive(Clone, Copy)]
+enum Step {
+    Tick {
+        runs: Duration,
+    },
+    /// Yields at a tick, and is not polled again until its deadline has
+    /// passed (a tool thread starved of CPU).
+    StarvedAtTick,
+    Wait {
+        runs: Duration,
+    },
+    Answer,
+}
+
+/// A call played by `steps`, one a poll, as wasmtime's fiber would:
+/// the epoch callback's flag set at a yield, and the task woken for it.
+async fn play(steps: &[Step], deadline: Duration, yielded_at_tick: &AtomicBool) -> Result<(), DeadlinePassed> {
+    let ends = std::time::Instant::now() + deadline;
+    let mut next = steps.iter();
+    let call = std::future::poll_fn(|cx| match next.next().copied().unwrap_or(Step::Wait { runs: Duration::ZERO }) {
+        Step::Tick { runs } => {
+            std::thread::sleep(runs);
+            yielded_at_tick.store(true, Ordering::Relaxed);
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+        Step::StarvedAtTick => {
+            yielded_at_tick.store(true, Ordering::Relaxed);
+            Poll::Pending
+        }
+        Step::Wait { runs } => {
+            std::thread::sleep(runs);
+            Poll::Pending
+        }
+        Step::Answer => Poll::Ready(()),
+    });
+    within(ends, yielded_at_tick, call).await
+}
+
+/// A deadline is reported by where the call was when it passed, not by
+/// where the call's last poll stopped: a call resumed after its deadline
+/// may have gone on to another place.
+#[tokio::test]
+async fn a_call_past_its_deadline_is_classed_by_where_it_was_when_it_passed() {
+    const ZERO: Duration = Duration::ZERO;
+    let d = Duration::from_millis(30);
+    let past = d + Duration::from_millis(20);
+    let flag = AtomicBool::new(false);
+    let cases = [
+        ("waiting on the host", vec![Step::Wait { runs: ZERO }], false),
+        ("yielding at ticks", vec![Step::Tick { runs: Duration::from_millis(2) }; 40], true),
+        // It computed past its deadline, then waited before any tick.
+        ("running, then waiting", vec![Step::Wait { runs: past }], true),
+        (
+            "at a tick, resumed past its deadline into a wait",
+            vec![Step::StarvedAtTick, Step::Wait { runs: ZERO }],
+            true,
+        ),
+        (
+            "waiting, resumed past its deadline into a tick",
+            vec![Step::Wait { runs: ZERO }, Step::Tick { runs: ZERO }],
+            false,
+        ),
+    ];
+    for (case, steps, computing) in cases {
+        let outcome = play(&steps, d, &flag).await;
+        assert!(matches!(outcome, Err(DeadlinePassed { computing: c }) if c == computing), "{case}");
+    }
+    // A wait that ends before the deadline: the call answers.
+    assert!(play(&[Step::Tick { runs: ZERO }, Step::Answer], d, &flag).await.is_ok());
+}
+
+/// A call that yields at a tick gives its thread up then: its poll ends
+/// there, and it is not polled again until the executor's turn comes.
+#[test]
+fn a_call_that_yields_gives_its_thread_up_at_once() {
+    let executor = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let _entered = executor.enter();
+    let flag = AtomicBool::new(false);
+    let polls = std::cell::Cell::new(0);
+    let call = std::future::poll_fn(|cx| {
+        polls.set(polls.get() + 1);
+        flag.store(true, Ordering::Relaxed);
+        cx.waker().wake_by_ref();
+        Poll::<()>::Pending
+    });
+    let mut within = std::pin::pin!(within(std::time::Instant::now() + Duration::from_secs(5), &flag, call));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(within.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(polls.get(), 1, "the call ran on after its yield");
+    assert!(within.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(polls.get(), 2);
+}
+
+#[test]
+fn compiled_code_is_cached_and_a_bad_entry_is_recompiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (component, _, _) = crate::package::tests::build(crate::package::tests::ECHOISH);
+    let sha = crate::digest::sha256_hex(&component);
+    let rt = runtime(dir.path());
+    rt.load(&component, &sha).unwrap();
+    let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(entries.len(), 1);
+    let entry = &entries[0];
+    assert!(entry.file_name().unwrap().to_str().unwrap().starts_with(&sha));
+    assert!(rt.cached(&sha).is_some(), "a sound entry is used");
+
+    // Flip a byte of the compiled code: the checksum catches it.
+    let mut bytes = std::fs::read(entry).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(entry, &bytes).unwrap();
+    assert!(rt.cached(&sha).is_none());
+    rt.load(&component, &sha).unwrap();
+    assert!(rt.cached(&sha).is_some(), "recompiled and rewritten");
+
+    // Truncated to nothing, and garbage with a valid checksum.
+    std::fs::write(entry, b"").unwrap();
+    assert!(rt.cached(&sha).is_none());
+    let junk = b"not compiled code".to_vec();
+    let mut entry_bytes = Sha256::digest(&junk).to_vec();
+    entry_bytes.extend_from_slice(&junk);
+    std::fs::write(entry, entry_bytes).unwrap();
+    assert!(rt.cached(&sha).is_none(), "wasmtime's own header check refuses it");
+    rt.load(&component, &sha).unwrap();
+}
+
+/// The instance pool keeps shards of its own for the tool threads below
+/// the server's priority (`wasmtime::mark_pooling_background_thread`,
+/// vendor/wasmtime/PLINTH.md), so that an HTTP thread never waits on a
+/// lock one of them holds. Neither side is confined to its half: when
+/// its own shards are full it takes slots from the others, and every
+/// slot of the pool stays usable from either.
+#[test]
+fn background_threads_have_shards_of_their_own_yet_every_slot_stays_usable() {
+    const SLOTS: u32 = 100;
+    let mut pool = wasmtime::PoolingAllocationConfig::new();
+    pool.total_core_instances(2 * SLOTS).total_memories(SLOTS).total_tables(0).max_memory_size(1 << 16);
+    let mut config = Config::new();
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    let engine = Engine::new(&config).unwrap();
+    // Its one memory takes a slot of the pool's memories.
+    let module = wasmtime::Module::new(&engine, wat::parse_str("(module (memory 1 1))").unwrap()).unwrap();
+    let take = |count: u32| -> Vec<wasmtime::Store<()>> {
+        (0..count)
+            .map(|_| {
+                let mut store = wasmtime::Store::new(&engine, ());
+                wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+                store
+            })
+            .collect()
+    };
+    let one_more = || {
+        let mut store = wasmtime::Store::new(&engine, ());
+        wasmtime::Instance::new(&mut store, &module, &[]).is_ok()
+    };
+    // `work` on a thread of its own, marked a background thread.
+    fn in_background<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    wasmtime::mark_pooling_background_thread();
+                    work()
+                })
+                .join()
+                .unwrap()
+        })
+    }
+    // A background thread takes more than its half, a normal thread
+    // the rest: the pool is full, for both.
+    let background = in_background(|| take(SLOTS * 7 / 10));
+    let normal = take(SLOTS - SLOTS * 7 / 10);
+    assert!(!one_more(), "the pool holds {SLOTS} instances, no more");
+    assert!(!in_background(one_more), "nor for a background thread");
+    // Given back, the slots serve either kind of thread, all of them.
+    drop((background, normal));
+    let normal = take(SLOTS);
+    assert!(!one_more());
+    drop(normal);
+    let background = in_background(|| take(SLOTS));
+    assert!(!one_more());
+    drop(background);
+}
