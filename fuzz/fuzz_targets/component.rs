@@ -64,7 +64,7 @@ fn read_and_load(bytes: &[u8], compile: bool) -> Option<ToolPackage> {
             return None;
         }
     };
-    assert_eq!(package.sha256, package::sha256_hex(bytes));
+    assert_eq!(package.sha256, plinth::digest::sha256_hex(bytes));
     let _ = plinth::signature::a2t::signature_json(None, 1, Some(1), &package.signature);
     let _ = plinth::signature::schema::input_schema(&package.signature);
     let _ = plinth::signature::schema::output_schema(&package.signature);
