@@ -512,12 +512,13 @@ impl Collector<'_> {
         }
         let full = self.use_path(full);
         self.record(&full, line);
-        if exported && alias != "_" {
-            if let Some(source) = self.resolve(&full) {
-                let mut name = self.scope.clone();
-                name.push(if ident == "self" { prefix.last().cloned().unwrap_or_default() } else { alias.to_string() });
-                self.exports.push((name, source));
-            }
+        if exported
+            && alias != "_"
+            && let Some(source) = self.resolve(&full)
+        {
+            let mut name = self.scope.clone();
+            name.push(if ident == "self" { prefix.last().cloned().unwrap_or_default() } else { alias.to_string() });
+            self.exports.push((name, source));
         }
     }
 }
