@@ -172,9 +172,11 @@ impl ToolHost {
                 }
             }
             Topic::Settings => {
-                self.load_cheq_settings()?;
-                self.load_oauth_settings()?;
-                self.load_trust_policies()?;
+                // One read of the settings for the three concerns kept in them.
+                let settings = self.store.settings()?;
+                self.load_cheq_settings(&settings)?;
+                self.load_oauth_settings(&settings)?;
+                self.load_trust_policies(&settings)?;
             }
             Topic::Versions => self.reload_versions()?,
         }

@@ -287,9 +287,9 @@ impl OAuthState {
 impl ToolHost {
     /// Loads the tenants' OAuth settings, replacing what was loaded before
     /// (another replica may have changed or removed some).
-    pub(super) fn load_oauth_settings(&self) -> Result<(), StoreError> {
+    pub(super) fn load_oauth_settings(&self, settings: &[crate::store::StoredSetting]) -> Result<(), StoreError> {
         let mut oauth = std::collections::HashMap::new();
-        for (tenant, key, value) in self.store.settings()? {
+        for (tenant, key, value) in settings.iter().cloned() {
             if key == OAUTH_SETTING {
                 let what = format!("tenant {tenant} setting {key}");
                 let setting: OAuthSetting = serde_json::from_str(&value).map_err(|e| StoreError::Decode(what, e))?;

@@ -212,9 +212,9 @@ impl ToolHost {
     }
 
     /// Loads the tenants' trust policies, replacing what was loaded before.
-    pub(super) fn load_trust_policies(&self) -> Result<(), StoreError> {
+    pub(super) fn load_trust_policies(&self, settings: &[crate::store::StoredSetting]) -> Result<(), StoreError> {
         let mut loaded = std::collections::HashMap::new();
-        for (tenant, key, value) in self.store.settings()? {
+        for (tenant, key, value) in settings.iter().cloned() {
             if key == TRUST_SETTING {
                 // One that cannot be read or does not validate refuses every deploy.
                 let policy = TrustPolicy::from_stored(&value);

@@ -34,10 +34,13 @@ fn override_setting(tool_id: Uuid) -> String {
 impl ToolHost {
     /// Loads the tenants' CHEQ settings, replacing what was loaded before
     /// (another replica may have changed or removed some).
-    pub(in crate::host) fn load_cheq_settings(&self) -> Result<(), StoreError> {
+    pub(in crate::host) fn load_cheq_settings(
+        &self,
+        settings: &[crate::store::StoredSetting],
+    ) -> Result<(), StoreError> {
         let mut servers = std::collections::HashMap::new();
         let mut overrides = std::collections::HashMap::new();
-        for (tenant, key, value) in self.store.settings()? {
+        for (tenant, key, value) in settings.iter().cloned() {
             let what = format!("tenant {tenant} setting {key}");
             if key == SERVER_SETTING {
                 let server: ConfirmationServer =
