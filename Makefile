@@ -96,13 +96,22 @@ fixtures: plugins toolchains
 	$(call pack_portable,tests/fixtures,$(PORTABLE_FIXTURES),target/fixtures)
 
 # Ends with one summary line over every test binary (cargo prints one
-# result line per binary, the last of which may be a crate without tests).
+# result line per binary, the last of which may be a crate without tests),
+# and, when some failed, what each failure said (its first lines, without
+# backtraces): the end of a long log is what a CI page shows.
 test: fixtures browser mcp-clients toolchains postgres schemathesis oci-tools layers
-	@set -o pipefail; PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures \
+	@set -o pipefail; status=0; PLINTH_TEST_PLUGINS=$(CURDIR)/$(PLUGIN_OUT) PLINTH_TEST_FIXTURES=$(CURDIR)/target/fixtures \
 		PLINTH_TEST_MCP_CLIENTS=$(CURDIR)/target/mcp-clients PLINTH_TEST_TOOLCHAINS=$(CURDIR)/target/toolchains \
 		PLINTH_TEST_SCHEMATHESIS=$(CURDIR)/target/schemathesis PLINTH_TEST_OCI_TOOLS=$(OCI_TOOLS)/bin \
-		$(CARGO) test --no-fail-fast 2>&1 | tee target/test.log
-	@awk '/^test result:/ { passed += $$4; failed += $$6 } END { printf "summary: %d passed, %d failed\n", passed, failed }' target/test.log
+		$(CARGO) test --no-fail-fast 2>&1 | tee target/test.log || status=$$?; \
+	if [ $$status -ne 0 ]; then \
+		echo "== what each failing test said (first lines; the whole log is target/test.log) =="; \
+		awk 'BEGIN { shown = 99 } /^---- .* stdout ----$$/ { shown = 0; print; next } /^stack backtrace:|^note: / { shown = 99 } \
+			shown < 12 && !/^ +[0-9]+: |^ +at / { if (length($$0) > 400) $$0 = substr($$0, 1, 400) "…"; print; shown++ }' target/test.log | \
+			grep -v "^$$" | tail -n 400; \
+	fi; \
+	awk '/^test result:/ { passed += $$4; failed += $$6 } END { printf "summary: %d passed, %d failed\n", passed, failed }' target/test.log; \
+	exit $$status
 
 # Retakes the catalog's pictures in docs/catalog/ (the README shows them):
 # the catalog's browser tests, saving their screenshots there instead of in

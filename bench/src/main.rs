@@ -12,6 +12,7 @@
 //! enough for medians of microsecond operations).
 
 mod arms;
+mod density;
 mod fleet;
 mod measure;
 
@@ -36,6 +37,11 @@ pub struct Opts {
     pub fixtures: PathBuf,
     /// The repository's `wit/` folder (to generate tools).
     pub wit: PathBuf,
+    /// The pinned Python and JavaScript toolchains (`make toolchains`).
+    pub toolchains: PathBuf,
+    /// Where the density arm keeps the tools it generated and built, between
+    /// runs (building them takes minutes).
+    pub density_cache: PathBuf,
     /// Where to write the report.
     pub out: Option<PathBuf>,
     /// The peer arm: `wasmtime` (wasmtime-cli, the same wasmtime version)
@@ -69,6 +75,8 @@ impl Opts {
             plugins: "target/plugins".into(),
             fixtures: "target/fixtures".into(),
             wit: "wit".into(),
+            toolchains: "target/toolchains".into(),
+            density_cache: "target/bench-density".into(),
             out: None,
             peer: None,
             baseline: None,
@@ -84,6 +92,7 @@ impl Opts {
                 "--plugins" => opts.plugins = value()?.into(),
                 "--fixtures" => opts.fixtures = value()?.into(),
                 "--wit" => opts.wit = value()?.into(),
+                "--toolchains" => opts.toolchains = value()?.into(),
                 "--out" => opts.out = Some(value()?.into()),
                 "--wasmtime" => wasmtime = Some(value()?.into()),
                 "--peer-echo" => peer_echo = Some(value()?.into()),
@@ -141,6 +150,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if runs(10) {
         arms::console_cost(&opts, &mut report).await?;
+    }
+    if runs(12) {
+        density::density(&opts, &mut report).await?;
     }
     if let Some(baseline) = &opts.baseline
         && runs(11)

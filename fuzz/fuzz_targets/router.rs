@@ -76,6 +76,7 @@ fn world() -> &'static World {
             confirmation_ttl: plinth::host::DEFAULT_CONFIRMATION_TTL,
             confirmation_retention: plinth::host::DEFAULT_CONFIRMATION_RETENTION,
             max_concurrent_deploys: 1,
+            idle_unlink: std::time::Duration::from_secs(600),
             secrets_key: None,
             registries: Default::default(),
             console: Default::default(),

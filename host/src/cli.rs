@@ -55,6 +55,17 @@ pub(crate) enum Command {
     /// serves; `plinth openapi > docs/openapi.json` refreshes the committed
     /// copy).
     Openapi,
+    /// Compiles the component on standard input into `--out` (the server
+    /// runs this in a process of its own for every compilation).
+    #[command(hide = true)]
+    CompileWorker {
+        /// The file to write the compiled code to.
+        #[arg(long)]
+        out: PathBuf,
+        /// Cranelift's incremental cache folder.
+        #[arg(long)]
+        incremental: Option<PathBuf>,
+    },
     /// CHEQ evidence.
     Cheq {
         #[command(subcommand)]
@@ -602,6 +613,10 @@ pub(crate) struct ServeArgs {
     /// slot before its body is read); more answer 503 with Retry-After.
     #[arg(long, env = "PLINTH_MAX_CONCURRENT_DEPLOYS", default_value_t = plinth::host::DEFAULT_MAX_CONCURRENT_DEPLOYS)]
     pub(crate) max_concurrent_deploys: usize,
+    /// Seconds a version goes uncalled before its linked code is let go;
+    /// its next call links it again from the compiled cache (milliseconds).
+    #[arg(long, env = "PLINTH_IDLE_UNLINK_SECS", default_value_t = 600)]
+    pub(crate) idle_unlink_secs: u64,
     /// The key stored secrets are encrypted with: the base64 of 32 random
     /// bytes (`head -c32 /dev/urandom | base64`); prefer the environment
     /// variable to the flag. Without it, DATA/secrets.key is used (created

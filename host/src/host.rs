@@ -93,6 +93,9 @@ pub struct HostOptions {
     /// Deploys that may be received and compiled at once; more are refused
     /// with `503`.
     pub max_concurrent_deploys: usize,
+    /// How long a version goes uncalled before its linked code is let go
+    /// (the next call links it again from the compiled cache).
+    pub idle_unlink: Duration,
     /// The key stored secrets are encrypted with (base64 of 32 bytes); when
     /// `None`, `DATA/secrets.key` (created at first start).
     pub secrets_key: Option<String>,
@@ -342,6 +345,11 @@ pub enum InvokeError {
     /// The store failed.
     #[error("the server could not record the call: {0}")]
     Storage(String),
+    /// The version's code could not be linked for the call (its compiled
+    /// code, or its bytes, could not be read or compiled); the tool did not
+    /// run.
+    #[error("{0}; the tool did not run")]
+    Unavailable(String),
     /// Plinth itself failed while it ran the call (its task was interrupted:
     /// a bug, or the server going down), not the tool.
     #[error("the server could not finish the call: {0}; the tool may or may not have run")]
@@ -361,7 +369,8 @@ impl InvokeError {
             InvokeError::Call(CallError::Busy)
             | InvokeError::Busy(_)
             | InvokeError::RateLimited { .. }
-            | InvokeError::Storage(_) => true,
+            | InvokeError::Storage(_)
+            | InvokeError::Unavailable(_) => true,
             InvokeError::Internal(_) => false,
             InvokeError::Call(CallError::ResourceExhausted | CallError::Trapped(_))
             | InvokeError::Output(_)
@@ -393,6 +402,7 @@ impl InvokeError {
             InvokeError::EndUserRequired(_) => "end_user_required",
             InvokeError::CannotWait(_) => "confirmation_cannot_wait",
             InvokeError::Storage(_) => "storage_failed",
+            InvokeError::Unavailable(_) => "tool_unavailable",
             InvokeError::Internal(_) => "internal",
         }
     }
@@ -413,7 +423,8 @@ impl InvokeError {
             | InvokeError::ConfirmationPending(_)
             | InvokeError::EndUserRequired(_)
             | InvokeError::CannotWait(_)
-            | InvokeError::Storage(_) => false,
+            | InvokeError::Storage(_)
+            | InvokeError::Unavailable(_) => false,
         }
     }
 }
@@ -544,9 +555,14 @@ impl Tenant {
 
 /// The core: registry + runtime + store.
 pub struct ToolHost {
-    registry: Registry,
-    runtime: Runtime,
+    registry: Arc<Registry>,
+    runtime: Arc<Runtime>,
     store: Arc<dyn RegistryStore>,
+    /// Components to compile into the cache in the background (by sha256):
+    /// stored versions whose compiled code is not there (after a wasmtime
+    /// upgrade, or another replica's deploy), so that their first call
+    /// only links.
+    to_prepare: std::sync::Mutex<std::sync::mpsc::Sender<String>>,
     /// Where this replica's caches stand in the store's change log, and
     /// whether it is ready to serve (see [`ToolHost::catch_up`]).
     fleet: fleet::FleetState,
@@ -626,7 +642,8 @@ impl ToolHost {
         let deadline = options.runtime.deadline;
         let mut runtime_config = options.runtime;
         runtime_config.cache_dir.get_or_insert_with(|| options.data_dir.join("compiled"));
-        let runtime = Runtime::new(runtime_config)?;
+        let runtime = Arc::new(Runtime::new(runtime_config)?);
+        let to_prepare = start_preparing(runtime.clone(), store.clone())?;
         let cheq =
             CheqState::new(store.as_ref(), options.confirmation_ttl, &options.cheq, options.limits.outbound.clone())?;
         let oauth = oauth::OAuthState::new(
@@ -639,8 +656,9 @@ impl ToolHost {
             supply,
             console: console::ConsoleState::new(options.console.clone()),
             usage: Arc::new(usage::UsageState::new(options.usage.clone())),
-            registry: Registry::default(),
+            registry: Arc::default(),
             runtime,
+            to_prepare: std::sync::Mutex::new(to_prepare),
             fleet: fleet::FleetState::new(options.change_poll),
             store,
             tool_config: options.tool_config,
@@ -674,35 +692,34 @@ impl ToolHost {
         for topic in [Topic::Settings, Topic::Tenants, Topic::Keys, Topic::Secrets, Topic::Config] {
             host.reload(topic)?;
         }
-        let (mut loaded, mut retired) = (0usize, 0usize);
+        let (mut live, mut retired) = (0usize, 0usize);
         for version in host.store.versions()? {
-            // One bad version must not keep the others from being served.
-            let (tenant, name, number) = (version.tenant.clone(), version.name.clone(), version.version);
-            match host.load_stored(version) {
-                Ok(true) => loaded += 1,
-                Ok(false) => retired += 1,
-                Err(e) => {
-                    tracing::error!(tenant, tool = name, version = number, error = %e, "stored version could not be loaded; it is not served")
-                }
+            if host.load_stored(version) {
+                live += 1;
+            } else {
+                retired += 1;
             }
         }
-        tracing::info!(loaded, retired, "stored versions loaded (retired versions are listed, not compiled)");
+        tracing::info!(live, retired, "stored versions registered (each is linked at its first call)");
+        start_unlinking_idle(&host.registry, options.idle_unlink)?;
         host.fleet.caught_up_to(start);
         Ok(host)
     }
 
-    /// Registers a stored version; compiles it only if it is live (a retired
-    /// version answers `410` from its metadata alone). Returns whether it
-    /// was compiled.
-    fn load_stored(&self, stored: StoredVersion) -> Result<bool, DeployError> {
-        let component = match stored.retired_at {
-            Some(_) => None,
-            None => Some(self.runtime.load(&self.store.blob(&stored.sha256)?, &stored.sha256)?),
-        };
-        let compiled = component.is_some();
+    /// Registers a stored version without linking it: its first call does
+    /// (a retired version answers `410` from its metadata alone). A live
+    /// version whose compiled code is not in the cache is compiled in the
+    /// background. Returns whether it is live.
+    fn load_stored(&self, stored: StoredVersion) -> bool {
+        let live = stored.retired_at.is_none();
+        if live && !self.runtime.is_cached(&stored.sha256) {
+            // The receiver lives as long as the runtime; a send fails only
+            // once it is gone, and then the first call compiles.
+            let _ = self.to_prepare.lock().unwrap_or_else(|p| p.into_inner()).send(stored.sha256.clone());
+        }
         let (tenant, name) = (stored.tenant.clone(), stored.name.clone());
-        self.registry.insert(stored.tool_id, &tenant, &name, ToolVersion::from_stored(stored, component));
-        Ok(compiled)
+        self.registry.insert(stored.tool_id, &tenant, &name, ToolVersion::from_stored(stored, None));
+        live
     }
 
     /// The metrics in the Prometheus (OpenMetrics) text format.
@@ -744,6 +761,56 @@ impl Drop for ToolHost {
             executors.shutdown();
         }
     }
+}
+
+/// The thread that compiles stored components missing from the compiled
+/// cache, one at a time, at low priority; it ends with the host (when the
+/// sender is dropped).
+fn start_preparing(
+    runtime: Arc<Runtime>,
+    store: Arc<dyn RegistryStore>,
+) -> std::io::Result<std::sync::mpsc::Sender<String>> {
+    let (send, receive) = std::sync::mpsc::channel::<String>();
+    std::thread::Builder::new().name("plinth-prepare".into()).spawn(move || {
+        while let Ok(sha256) = receive.recv() {
+            if runtime.is_cached(&sha256) {
+                continue;
+            }
+            let prepared = store
+                .blob(&sha256)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| runtime.prepare(&bytes, &sha256).map_err(|e| e.to_string()));
+            match prepared {
+                Ok(()) => tracing::info!(sha256, "compiled a stored component in the background"),
+                Err(error) => {
+                    tracing::warn!(
+                        sha256,
+                        error,
+                        "a stored component could not be compiled; its first call will try again"
+                    )
+                }
+            }
+        }
+    })?;
+    Ok(send)
+}
+
+/// The thread that lets the linked code of versions idle for `idle` go;
+/// it ends with the registry.
+fn start_unlinking_idle(registry: &Arc<Registry>, idle: Duration) -> std::io::Result<()> {
+    let registry = Arc::downgrade(registry);
+    let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    std::thread::Builder::new().name("plinth-unlink-idle".into()).spawn(move || {
+        loop {
+            std::thread::sleep(every);
+            let Some(registry) = registry.upgrade() else { return };
+            let unlinked = registry.unlink_idle(idle.as_secs());
+            if unlinked > 0 {
+                tracing::debug!(unlinked, "idle versions let their linked code go");
+            }
+        }
+    })?;
+    Ok(())
 }
 
 /// A call's outcome as `/metrics` and the console name it: `ok`,

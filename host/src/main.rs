@@ -52,6 +52,7 @@ fn main() -> std::process::ExitCode {
             Ok(false) => return std::process::ExitCode::from(1),
             Err(e) => Err(e),
         },
+        Command::CompileWorker { out, incremental } => plinth::runtime::run_worker(&out, incremental.as_deref()),
         Command::Openapi => {
             print!("{}", plinth::api::openapi::rendered());
             Ok(())
@@ -205,6 +206,8 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
                 SlotResetArg::Scan => SlotReset::Scan,
             },
             cache_dir: None,
+            // Compilation runs in a process of its own: this program.
+            compile_worker: std::env::current_exe().ok(),
             ..RuntimeConfig::default()
         },
         tool_config: parse_tool_config(&args.tool_config)?,
@@ -220,6 +223,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
                 .max(1),
         ),
         max_concurrent_deploys: args.max_concurrent_deploys.max(1),
+        idle_unlink: Duration::from_secs(args.idle_unlink_secs.max(1)),
         secrets_key: args.secrets_key.clone().filter(|k| !k.is_empty()),
         cheq: CheqOptions {
             login: LoginOptions {

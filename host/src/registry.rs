@@ -5,9 +5,16 @@
 //! compiled and ready, and a reader holds an `Arc` to the version it started
 //! with, so a version added mid-request never changes that request.
 //!
+//! A version's compiled code is linked when it is first needed, not at
+//! start: a deploy links it (it has just been compiled, and is checked
+//! linkable), a restart or another replica's deploy does not, and the first
+//! call links it then (mapped from the compiled cache: milliseconds). A
+//! version idle for a while lets its code go ([`ToolVersion::unlink_if_idle`]),
+//! and the next call links it again.
+//!
 //! A retired version keeps its metadata (it is still listed and answers
-//! `410`) but not its compiled code: retiring unloads it, and a version
-//! already retired at start is never compiled.
+//! `410`) but not its compiled code: retiring unloads it, and a retired
+//! version is never linked again.
 
 use crate::manifest::{HostPattern, ToolManifest};
 use crate::runtime::LoadedComponent;
@@ -16,7 +23,7 @@ use crate::signature::a2t::LockedJson;
 use crate::store::StoredVersion;
 use dashmap::DashMap;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use uuid::Uuid;
 
@@ -34,9 +41,15 @@ pub struct ToolVersion {
     pub manifest: Arc<ToolManifest>,
     /// The manifest's `allowed-hosts`, parsed once.
     pub host_patterns: Vec<HostPattern>,
-    /// The compiled component; `None` once the version is retired (a call
-    /// that began before keeps its own `Arc` until it ends).
+    /// The linked component; `None` until it is first needed, while idle,
+    /// and once the version is retired (a call that began before keeps its
+    /// own `Arc` until it ends).
     component: RwLock<Option<Arc<LoadedComponent>>>,
+    /// When its code was last asked for (seconds on [`ticks`]' clock).
+    last_used: AtomicU64,
+    /// Held while its code is being linked, so that concurrent first calls
+    /// link it once.
+    pub linking: tokio::sync::Mutex<()>,
     /// When it was deployed (Unix seconds).
     pub created_at: i64,
     /// When it was retired (Unix seconds), 0 while it is live.
@@ -59,10 +72,10 @@ pub struct ToolVersion {
 }
 
 impl ToolVersion {
-    /// A version from its registry row and its compiled component (`None`
-    /// for a retired version, which is never compiled). The signature stored
-    /// with the version is the locked one.
-    pub fn from_stored(stored: StoredVersion, component: Option<LoadedComponent>) -> Self {
+    /// A version from its registry row and its linked component, if it has
+    /// one yet (`None` for a retired version, which is never linked). The
+    /// signature stored with the version is the locked one.
+    pub fn from_stored(stored: StoredVersion, component: Option<Arc<LoadedComponent>>) -> Self {
         // The end user enters private inputs when confirming: a tool with
         // one needs confirmation on every call.
         let confirmation = if stored.signature.inputs.iter().any(|p| p.private) {
@@ -85,7 +98,9 @@ impl ToolVersion {
             host_patterns: stored.manifest.host_patterns(),
             confirmation,
             manifest: Arc::new(stored.manifest),
-            component: RwLock::new(component.map(Arc::new)),
+            component: RwLock::new(component),
+            last_used: AtomicU64::new(ticks()),
+            linking: tokio::sync::Mutex::new(()),
             created_at: stored.created_at,
             retired_at: AtomicI64::new(stored.retired_at.unwrap_or(0)),
             otc_view: Default::default(),
@@ -99,9 +114,32 @@ impl ToolVersion {
         Some(self.retired_at.load(Ordering::Acquire)).filter(|t| *t != 0)
     }
 
-    /// The compiled component to run, while the version is live.
+    /// Its linked component, if it is linked now (see [`Self::link`]).
     pub fn component(&self) -> Option<Arc<LoadedComponent>> {
-        self.component.read().unwrap_or_else(|p| p.into_inner()).clone()
+        let component = self.component.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if component.is_some() {
+            self.last_used.store(ticks(), Ordering::Relaxed);
+        }
+        component
+    }
+
+    /// Keeps `component` as its linked code, unless it was retired
+    /// meanwhile (then the call that linked it still runs it, once).
+    pub fn link(&self, component: Arc<LoadedComponent>) {
+        let mut slot = self.component.write().unwrap_or_else(|p| p.into_inner());
+        if self.retired_at().is_none() {
+            *slot = Some(component);
+            self.last_used.store(ticks(), Ordering::Relaxed);
+        }
+    }
+
+    /// Lets its code go if nobody asked for it in the last `idle` seconds;
+    /// returns whether it did. Calls running keep their `Arc`.
+    pub fn unlink_if_idle(&self, idle: u64) -> bool {
+        if ticks().saturating_sub(self.last_used.load(Ordering::Relaxed)) < idle {
+            return false;
+        }
+        self.component.write().unwrap_or_else(|p| p.into_inner()).take().is_some()
     }
 
     /// Marks the version retired at `at` and drops its compiled code. Calls
@@ -111,6 +149,13 @@ impl ToolVersion {
         self.retired_at.store(at, Ordering::Release);
         self.component.write().unwrap_or_else(|p| p.into_inner()).take().is_some()
     }
+}
+
+/// Seconds since the process's first look at this clock: when versions
+/// were last used, cheaper to keep than an `Instant`.
+fn ticks() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_secs()
 }
 
 /// A tool: a stable id and name, its tenant, and its versions.
@@ -273,6 +318,14 @@ impl Registry {
     /// Every tool of every tenant.
     pub fn all(&self) -> Vec<Arc<Tool>> {
         self.by_id.iter().map(|t| t.value().clone()).collect()
+    }
+
+    /// Lets the code of every version idle for `idle` seconds go; returns
+    /// how many let it go.
+    pub fn unlink_idle(&self, idle: u64) -> usize {
+        let tools = self.all();
+        let versions = tools.iter().flat_map(|tool| tool.versions_before(None, usize::MAX));
+        versions.filter(|version| version.unlink_if_idle(idle)).count()
     }
 
     /// How many tools `tenant` has stored, fully retired ones included

@@ -305,11 +305,18 @@ async fn compiled_cache_lookups_and_pool_slots_are_exported() {
     assert!(in_use(&text, "core_instances").is_some_and(|n| n >= 1.0), "{text}");
     spinning.abort();
 
-    // Restarted on the same data dir: both versions load from the cache.
+    // Restarted on the same data dir: nothing is linked until it is
+    // called, and then from the cache.
     let data = tokio::task::block_in_place(|| server.stop());
     let server = Server::start_in(data, &[]);
     let text = scrape(&server).await;
-    assert_eq!((cache(&text, "hit"), cache(&text, "miss")), (Some(2.0), Some(0.0)), "{text}");
+    assert_eq!((cache(&text, "hit"), cache(&text, "miss")), (Some(0.0), Some(0.0)), "{text}");
+    let id = server.tool_id("echo").await;
+    let (status, body) =
+        server.post(&format!("/tools/{id}:invoke"), &invocation("echo", &[("text", json!("x"))])).await;
+    assert_eq!(status, 200, "{body}");
+    let text = scrape(&server).await;
+    assert_eq!((cache(&text, "hit"), cache(&text, "miss")), (Some(1.0), Some(0.0)), "{text}");
 }
 
 /// A small OpenTelemetry collector on 127.0.0.1: it takes OTLP/HTTP

@@ -208,10 +208,11 @@ async fn a_retired_version_drops_its_compiled_code_and_is_not_compiled_at_start(
     assert_eq!((status, body["error"]["code"].as_str()), (410, Some("version_retired")), "{body}");
     assert_eq!(server.post(&format!("/tools/{tool_id}/versions/2:invoke"), &call).await.0, 200);
 
-    // After a restart, only the live versions are compiled.
+    // After a restart, versions are registered, not linked: a live one is
+    // linked at its first call, a retired one never.
     let server = Server::start_in(server.stop(), &[]);
     let logs = plain(&server.logs());
-    let line = logs.lines().find(|l| l.contains("stored versions loaded")).unwrap_or_else(|| panic!("{logs}"));
+    let line = logs.lines().find(|l| l.contains("stored versions registered")).unwrap_or_else(|| panic!("{logs}"));
     assert!(line.contains("retired=1"), "{line}");
     let (status, body) = server.post(&format!("/tools/{tool_id}/versions/1:invoke"), &call).await;
     assert_eq!((status, body["error"]["code"].as_str()), (410, Some("version_retired")), "{body}");

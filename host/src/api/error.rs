@@ -281,6 +281,9 @@ impl From<InvokeError> for ApiError {
                 tracing::error!(error = %message, "a call was interrupted inside the server");
                 ApiError::internal(message)
             }
+            InvokeError::Unavailable(_) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message).retry_after(RETRY_SOON_SECS)
+            }
             InvokeError::Storage(_) => {
                 tracing::error!(error = %message, "a call could not be recorded");
                 ApiError::storage_failed(
@@ -569,6 +572,7 @@ mod tests {
             InvokeError::EndUserRequired("x".into()),
             InvokeError::CannotWait("x".into()),
             InvokeError::Storage("x".into()),
+            InvokeError::Unavailable("x".into()),
             InvokeError::Internal("x".into()),
         ];
         errors.extend(invoke.into_iter().map(ApiError::from));

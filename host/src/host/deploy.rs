@@ -9,6 +9,7 @@ use crate::runtime::LoadedComponent;
 use crate::signature::SignatureDiff;
 use crate::store::{StoreError, StoredVersion, Topic};
 use crate::tenancy::{AuditEntry, Principal, Quotas, unix_now};
+use std::sync::Arc;
 use uuid::Uuid;
 
 /// How many times a deploy decides its version number again after another
@@ -126,7 +127,7 @@ impl ToolHost {
         bytes: &[u8],
         package: &ToolPackage,
         quotas: &Quotas,
-        component: &LoadedComponent,
+        component: &Arc<LoadedComponent>,
         expect_version: Option<u32>,
         provenance: &crate::supply::Provenance,
     ) -> Result<Deployed, DeployError> {

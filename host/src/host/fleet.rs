@@ -208,23 +208,35 @@ impl ToolHost {
                 }
                 None => {
                     let (tenant, name, number) = (stored.tenant.clone(), stored.name.clone(), stored.version);
-                    match self.load_stored(stored) {
-                        Ok(_) => {
-                            self.registry.changed(&tenant);
-                            tracing::info!(
-                                tenant,
-                                tool = name,
-                                version = number,
-                                "version deployed by another replica loaded"
-                            );
-                        }
-                        // Its bytes are in the store; a replica that cannot
-                        // compile them (out of memory, say) must still serve
-                        // the rest.
-                        Err(e) => {
-                            tracing::error!(tenant, tool = name, version = number, error = %e, "a version another replica deployed could not be loaded")
-                        }
+                    // Compiled here before it is served, as at a deploy:
+                    // with its code in this replica's cache, it answers
+                    // even while the database is down. Linked at its
+                    // first call.
+                    let prepared = self
+                        .store
+                        .blob(&stored.sha256)
+                        .map_err(|e| e.to_string())
+                        .and_then(|bytes| self.runtime.prepare(&bytes, &stored.sha256).map_err(|e| e.to_string()));
+                    if let Err(error) = prepared {
+                        // A replica that cannot compile it (out of memory,
+                        // say) still serves the rest; its first call here
+                        // tries again.
+                        tracing::error!(
+                            tenant,
+                            tool = name,
+                            version = number,
+                            error,
+                            "a version another replica deployed could not be compiled"
+                        );
                     }
+                    self.load_stored(stored);
+                    self.registry.changed(&tenant);
+                    tracing::info!(
+                        tenant,
+                        tool = name,
+                        version = number,
+                        "version deployed by another replica registered"
+                    );
                 }
             }
         }

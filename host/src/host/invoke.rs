@@ -277,6 +277,51 @@ impl ToolHost {
         }
     }
 
+    /// The version's linked code, linked now if it is not (mapped from the
+    /// compiled cache; compiled first if the cache has none), once however
+    /// many calls ask at the same time.
+    async fn linked(&self, tool: &Tool, version: &ToolVersion) -> Result<Arc<runtime::LoadedComponent>, InvokeError> {
+        let retired = || InvokeError::Retired(format!("version {} of `{}` is retired", version.number, tool.name));
+        if let Some(component) = version.component() {
+            return Ok(component);
+        }
+        let _linking = version.linking.lock().await;
+        if let Some(component) = version.component() {
+            return Ok(component);
+        }
+        if version.retired_at().is_some() {
+            return Err(retired());
+        }
+        let (runtime, store, sha256) = (self.runtime.clone(), self.store.clone(), version.sha256.clone());
+        // Mapping and linking take milliseconds, compiling seconds: off the
+        // threads that run calls.
+        let linked = tokio::task::spawn_blocking(move || match runtime.load_compiled(&sha256) {
+            Ok(Some(component)) => Ok(component),
+            Ok(None) => {
+                let bytes = store.blob(&sha256).map_err(|e| format!("its bytes could not be read: {e}"))?;
+                runtime.load(&bytes, &sha256).map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e.to_string()),
+        })
+        .await
+        .map_err(|e| InvokeError::Internal(format!("linking was interrupted: {e}")))?;
+        let component = linked.map_err(|e| {
+            tracing::error!(
+                tenant = tool.tenant,
+                tool = tool.name,
+                version = version.number,
+                error = e,
+                "a version could not be linked"
+            );
+            InvokeError::Unavailable(format!("version {} of `{}` could not be loaded", version.number, tool.name))
+        })?;
+        version.link(component.clone());
+        if version.retired_at().is_some() {
+            return Err(retired());
+        }
+        Ok(component)
+    }
+
     /// Runs the tool's `describe` for a call that needs confirmation, under
     /// the same slots and limits as the call itself; `None` when the tool
     /// exports none.
@@ -287,7 +332,7 @@ impl ToolHost {
         version: &ToolVersion,
         call: &Call,
     ) -> Result<Option<Described>, InvokeError> {
-        if !version.component().is_some_and(|c| c.describes()) {
+        if !self.linked(tool, version).await?.describes() {
             return Ok(None);
         }
         let run = RunOf {
@@ -393,9 +438,7 @@ impl ToolHost {
         let redactor = Redactor::new(setup.secrets.values().chain(&setup.redact).cloned());
         let started = std::time::Instant::now();
         // Retired since it was resolved: its code is gone, and so is the call.
-        let component = version
-            .component()
-            .ok_or_else(|| InvokeError::Retired(format!("version {} of `{}` is retired", version.number, tool.name)))?;
+        let component = self.linked(tool, version).await?;
         // The tool's execution, a child of the call's span, when spans are
         // exported (OpenTelemetry's semantic conventions for running a tool).
         let span = if crate::telemetry::exporting() {

@@ -20,6 +20,7 @@ fn options(data_dir: &std::path::Path) -> HostOptions {
         confirmation_ttl: DEFAULT_CONFIRMATION_TTL,
         confirmation_retention: DEFAULT_CONFIRMATION_RETENTION,
         max_concurrent_deploys: DEFAULT_MAX_CONCURRENT_DEPLOYS,
+        idle_unlink: Duration::from_secs(600),
         secrets_key: None,
         registries: Default::default(),
         console: Default::default(),
@@ -71,7 +72,60 @@ fn a_retired_version_drops_its_code_and_is_not_compiled_again_at_start() {
     let tool = host.registry().get(&tool_id).unwrap();
     assert!(tool.version(1).unwrap().component().is_none(), "a retired version is not compiled at start");
     assert!(tool.version(1).unwrap().retired_at().is_some());
-    assert!(tool.version(2).unwrap().component().is_some());
+    assert!(tool.version(2).unwrap().component().is_none(), "nor a live one: its first call links it");
+}
+
+/// What a call answers, to compare: the test component traps at once, the
+/// same way whenever it runs.
+async fn answer(host: &Arc<ToolHost>, tool_id: &str, version: u32) -> String {
+    format!("{:?}", call(host, tool_id, version, "hi").await)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_linked_at_its_first_call_answers_as_one_linked_at_deploy() {
+    let dir = tempfile::tempdir().unwrap();
+    let actor = Principal::server("test");
+    let (tool_id, at_deploy) = {
+        let host = Arc::new(ToolHost::open(options(dir.path())).unwrap());
+        let tool_id = host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap().tool_id.to_string();
+        let (_, version) = host.resolve(DEFAULT_TENANT, &tool_id, Some(1)).unwrap();
+        assert!(version.component().is_some(), "a deploy links what it compiled");
+        (tool_id.clone(), answer(&host, &tool_id, 1).await)
+    };
+    assert!(at_deploy.contains("Trapped"), "{at_deploy}");
+    let host = Arc::new(ToolHost::open(options(dir.path())).unwrap());
+    let (_, version) = host.resolve(DEFAULT_TENANT, &tool_id, Some(1)).unwrap();
+    assert!(version.component().is_none(), "a restart links nothing");
+    assert_eq!(answer(&host, &tool_id, 1).await, at_deploy);
+    assert!(version.component().is_some(), "its first call linked it");
+    assert_eq!(host.runtime.cache_counts().1, 0, "from the compiled cache: nothing was compiled");
+    // Idle, it lets its code go; the next call links it again.
+    assert_eq!(host.registry().unlink_idle(0), 1);
+    assert!(version.component().is_none());
+    assert_eq!(answer(&host, &tool_id, 1).await, at_deploy);
+    // Retired, it is never linked again.
+    host.retire(&actor, DEFAULT_TENANT, &tool_id, 1).unwrap();
+    assert!(matches!(host.resolve(DEFAULT_TENANT, &tool_id, Some(1)), Err(InvokeError::Retired(_))));
+    assert!(version.component().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tenants_deploying_the_same_bytes_share_its_code_and_one_retiring_leaves_the_other_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Arc::new(ToolHost::open(options(dir.path())).unwrap());
+    let operator = Principal::server("test");
+    host.create_tenant(&operator, "acme", false, &serde_json::json!({})).unwrap();
+    let bytes = packed("1");
+    let ours = host.deploy(&operator, DEFAULT_TENANT, &bytes, None).unwrap().tool_id.to_string();
+    let theirs = host.deploy(&operator, "acme", &bytes, None).unwrap().tool_id.to_string();
+    assert_eq!(host.runtime.cache_counts().1, 1, "compiled once");
+    assert_eq!(host.runtime.linked_count(), 1, "linked once, for both");
+    let expected = answer(&host, &ours, 1).await;
+    host.retire(&operator, "acme", &theirs, 1).unwrap();
+    assert_eq!(answer(&host, &ours, 1).await, expected);
+    assert_eq!(host.runtime.linked_count(), 1);
+    host.retire(&operator, DEFAULT_TENANT, &ours, 1).unwrap();
+    assert_eq!(host.runtime.linked_count(), 0, "nobody holds it: its code is let go");
 }
 
 #[test]

@@ -15,7 +15,7 @@ fn runtime() -> Runtime {
     Runtime::new(RuntimeConfig { max_instances: 2, ..RuntimeConfig::default() }).expect("a runtime starts")
 }
 
-fn load(runtime: &Runtime, wat: &str) -> Result<LoadedComponent, LoadError> {
+fn load(runtime: &Runtime, wat: &str) -> Result<Arc<LoadedComponent>, LoadError> {
     let bytes = wat::parse_str(wat).expect("the test tool is valid WAT");
     runtime.load(&bytes, &crate::digest::sha256_hex(&bytes))
 }

@@ -1,7 +1,9 @@
 //! The sandbox: wasmtime with the component model.
 //!
-//! A version is compiled once and pre-instantiated once ([`Runtime::load`]);
-//! every invocation gets a fresh [`Store`] (the protocol is stateless, and so
+//! A component is compiled once (by the sha256 of its bytes, in a worker
+//! process, mapped from disk: [`compiled`]) and pre-instantiated once
+//! ([`Runtime::load`]), shared by every version with those bytes while any
+//! holds it; every invocation gets a fresh [`Store`] (the protocol is stateless, and so
 //! no call can see another's memory), bounded in time (epoch deadline plus a
 //! wall-clock timeout) and memory. Instances come from the pooling allocator.
 //!
@@ -10,6 +12,7 @@
 //! WASI pieces the Rust standard library links against, with no preopened
 //! directories, no environment, no arguments and no network sockets.
 
+mod compiled;
 #[cfg(test)]
 mod engine_advisories;
 pub mod outbound;
@@ -19,6 +22,7 @@ mod slot_isolation;
 mod teardown;
 mod tool_log;
 
+pub use compiled::run_worker;
 pub use redact::Redactor;
 pub use teardown::{after_answer, drop_after_answer, drop_held};
 pub use tool_log::{CallLines, LogBudget, LogLabels, LogLine};
@@ -26,7 +30,6 @@ use tool_log::{LogLevel, ToolLog};
 
 use crate::manifest::ToolManifest;
 use outbound::OutboundPolicy;
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,7 +38,7 @@ use std::task::Poll;
 use std::time::Duration;
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre, Linker, ResourceTable, Val, WasmStr};
 use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap, UpdateDeadline,
+    Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store, Trap, UpdateDeadline,
 };
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -78,6 +81,10 @@ pub struct RuntimeConfig {
     pub pooling: bool,
     /// Where compiled components are cached across restarts (none: no cache).
     pub cache_dir: Option<PathBuf>,
+    /// The program that compiles components in a process of its own
+    /// (`plinth compile-worker`, see [`compiled`]); none, or no cache dir:
+    /// they are compiled in this process.
+    pub compile_worker: Option<PathBuf>,
     /// How many bytes of each linear memory and table are reset in place
     /// (copied back from the component's initial image, or zeroed) when
     /// its slot is freed, rather than handed back to the kernel. Resetting
@@ -117,6 +124,7 @@ impl Default for RuntimeConfig {
             max_instances: 100,
             pooling: true,
             cache_dir: None,
+            compile_worker: None,
             keep_resident_bytes: 1 << 20,
             slot_reset: SlotReset::Scan,
         }
@@ -387,9 +395,12 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<ToolState>,
     config: RuntimeConfig,
-    /// Identifies what compiled code this engine can load: part of every
-    /// cache entry's name, so a wasmtime upgrade or a config change misses.
-    engine_key: String,
+    /// The compiled-code cache (none without a cache dir).
+    code: Option<compiled::CodeCache>,
+    /// Components loaded and linked, by the sha256 of their bytes, while
+    /// any version holds them: tenants and versions that deploy the same
+    /// bytes share one compiled and linked component.
+    linked: std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<LoadedComponent>>>,
     stop_ticker: Arc<AtomicBool>,
     /// The pooling allocator's live counts and sizes, for the metrics.
     pool: Option<(wasmtime::PoolingAllocatorMetrics, PoolTotals)>,
@@ -455,8 +466,14 @@ impl Runtime {
         if config.pooling {
             tracing::info!(reset = ?config.slot_reset, "pool slots");
         }
-        let mut wasm = Config::new();
-        wasm.wasm_component_model(true).epoch_interruption(true);
+        let mut wasm = compiled::code_config();
+        let incremental = match (&config.cache_dir, &config.compile_worker) {
+            (Some(dir), None) => Some(compiled::IncrementalStore::open(&dir.join("incremental"))?),
+            _ => None,
+        };
+        if let Some(store) = incremental {
+            wasm.enable_incremental_compilation(Arc::new(store))?;
+        }
         let totals = PoolTotals::for_instances(config.max_instances);
         if config.pooling {
             let mut pool = PoolingAllocationConfig::new();
@@ -529,22 +546,15 @@ impl Runtime {
             }
         })?;
 
-        let engine_key = {
-            use std::hash::{Hash, Hasher};
-            let mut hasher = std::hash::DefaultHasher::new();
-            engine.precompile_compatibility_hash().hash(&mut hasher);
-            format!("{:016x}", hasher.finish())
-        };
-        if let Some(dir) = &config.cache_dir {
-            // Compiled code of private components: the owner's only.
-            crate::private_files::private_dir(dir)?;
-        }
+        // Compiled code of private components: the owner's only.
+        let code = config.cache_dir.as_deref().map(|dir| compiled::CodeCache::open(dir, &engine)).transpose()?;
         let pool = engine.pooling_allocator_metrics().map(|live| (live, totals));
         Ok(Runtime {
             engine,
             linker,
             config,
-            engine_key,
+            code,
+            linked: Default::default(),
             stop_ticker,
             pool,
             cache_hits: 0.into(),
@@ -584,72 +594,94 @@ impl Runtime {
         &self.config
     }
 
-    /// Compiles a component (or takes it from the cache, keyed by the
-    /// sha256 of its bytes) and links it against the host's capabilities.
-    pub fn load(&self, bytes: &[u8], sha256: &str) -> Result<LoadedComponent, LoadError> {
-        let component = match self.cached(sha256) {
-            Some(component) => {
-                self.cache_hits.fetch_add(1, Ordering::Relaxed);
-                component
-            }
-            None => {
-                self.cache_misses.fetch_add(1, Ordering::Relaxed);
-                let component =
-                    Component::new(&self.engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
-                self.cache(sha256, &component);
-                component
-            }
+    /// The component whose bytes hash to `sha256`, linked against the
+    /// host's capabilities: the one already linked if a version holds it,
+    /// else mapped from the cache, else compiled from `bytes` (in the
+    /// compile worker when there is one) and cached.
+    pub fn load(&self, bytes: &[u8], sha256: &str) -> Result<Arc<LoadedComponent>, LoadError> {
+        if let Some(loaded) = self.load_compiled(sha256)? {
+            return Ok(loaded);
+        }
+        let component = self.compile(bytes, sha256)?;
+        self.link(sha256, component)
+    }
+
+    /// Compiles these bytes into the cache unless it has them, without
+    /// linking (a stored version's code, ahead of its first call).
+    pub fn prepare(&self, bytes: &[u8], sha256: &str) -> Result<(), LoadError> {
+        if !self.is_cached(sha256) {
+            self.compile(bytes, sha256)?;
+        }
+        Ok(())
+    }
+
+    /// Compiles (in the compile worker when there is one) and caches; the
+    /// component is mapped from the cache when it has a cache.
+    fn compile(&self, bytes: &[u8], sha256: &str) -> Result<Component, LoadError> {
+        self.cache_misses.fetch_add(1, Ordering::Relaxed);
+        if let (Some(code), Some(worker)) = (&self.code, &self.config.compile_worker) {
+            code.compile_in_worker(worker, sha256, bytes).map_err(LoadError::Compile)?;
+            return code.map(&self.engine, sha256).ok_or_else(|| {
+                LoadError::Compile("the compile worker's output could not be loaded (see the log)".into())
+            });
+        }
+        let component = Component::new(&self.engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        let Some(code) = &self.code else { return Ok(component) };
+        // Failing to cache is not an error: the next load compiles. Cached,
+        // the code is mapped from there rather than kept in the heap.
+        let stored = component
+            .serialize()
+            .map_err(std::io::Error::other)
+            .and_then(|serialized| code.put_serialized(sha256, &serialized));
+        if let Err(e) = &stored {
+            tracing::warn!(error = %e, "could not cache a compiled component");
+        }
+        Ok(stored.ok().and_then(|()| code.map(&self.engine, sha256)).unwrap_or(component))
+    }
+
+    /// The component whose bytes hash to `sha256` if it needs no compiling:
+    /// already linked, or in the cache (mapped and linked now).
+    pub fn load_compiled(&self, sha256: &str) -> Result<Option<Arc<LoadedComponent>>, LoadError> {
+        if let Some(loaded) = self.linked_now(sha256) {
+            self.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(loaded));
+        }
+        let Some(component) = self.code.as_ref().and_then(|code| code.map(&self.engine, sha256)) else {
+            return Ok(None);
         };
+        self.cache_hits.fetch_add(1, Ordering::Relaxed);
+        self.link(sha256, component).map(Some)
+    }
+
+    /// Whether the cache has a compilation of these bytes (no check of it).
+    pub fn is_cached(&self, sha256: &str) -> bool {
+        self.code.as_ref().is_some_and(|code| code.entry(sha256).exists())
+    }
+
+    fn linked_now(&self, sha256: &str) -> Option<Arc<LoadedComponent>> {
+        self.linked.lock().unwrap_or_else(|p| p.into_inner()).get(sha256)?.upgrade()
+    }
+
+    /// Links a compiled component, or takes the one another loader linked
+    /// meanwhile, and shares it.
+    fn link(&self, sha256: &str, component: Component) -> Result<Arc<LoadedComponent>, LoadError> {
         let call = component.get_export_index(None, "call").ok_or(LoadError::NoCall)?;
         let describe = component.get_export_index(None, "describe");
         let pre = self.linker.instantiate_pre(&component).map_err(|e| LoadError::Link(format!("{e:#}")))?;
-        Ok(LoadedComponent { pre, call, describe })
+        let mut linked = self.linked.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(loaded) = linked.get(sha256).and_then(std::sync::Weak::upgrade) {
+            return Ok(loaded);
+        }
+        // The entries of components no version holds any more go here.
+        linked.retain(|_, held| held.strong_count() > 0);
+        let loaded = Arc::new(LoadedComponent { pre, call, describe });
+        linked.insert(sha256.to_string(), Arc::downgrade(&loaded));
+        Ok(loaded)
     }
 
-    fn cache_path(&self, sha256: &str) -> Option<PathBuf> {
-        let dir = self.config.cache_dir.as_ref()?;
-        Some(dir.join(format!("{sha256}-{}.cwasm", self.engine_key)))
-    }
-
-    /// A cached compilation, if there is a sound one. Each entry is the
-    /// sha256 of the compiled code followed by the code; anything that does
-    /// not check out is recompiled, never trusted.
-    fn cached(&self, sha256: &str) -> Option<Component> {
-        let path = self.cache_path(sha256)?;
-        let entry = std::fs::read(&path).ok()?;
-        if entry.len() < 32 || Sha256::digest(&entry[32..]).as_slice() != &entry[..32] {
-            tracing::warn!(path = %path.display(), "compiled cache entry is corrupt; recompiling");
-            return None;
-        }
-        // SAFETY: wasmtime requires that deserialized bytes come from
-        // `Component::serialize` of a compatible engine. This entry was
-        // written by this host into its own data dir, its checksum matches,
-        // its name carries this engine's compatibility key, and wasmtime
-        // checks its own header as well.
-        match unsafe { Component::deserialize(&self.engine, &entry[32..]) } {
-            Ok(component) => Some(component),
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "compiled cache entry is stale; recompiling");
-                None
-            }
-        }
-    }
-
-    /// Writes a compilation to the cache; failing to cache is not an error.
-    fn cache(&self, sha256: &str, component: &Component) {
-        let Some(path) = self.cache_path(sha256) else { return };
-        let write = || -> std::io::Result<()> {
-            let code = component.serialize().map_err(|e| std::io::Error::other(e.to_string()))?;
-            let dir = path.parent().unwrap_or(std::path::Path::new("."));
-            let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-            std::io::Write::write_all(&mut tmp, &Sha256::digest(&code))?;
-            std::io::Write::write_all(&mut tmp, &code)?;
-            tmp.persist(&path).map_err(|e| e.error)?;
-            Ok(())
-        };
-        if let Err(e) = write() {
-            tracing::warn!(path = %path.display(), error = %e, "could not cache a compiled component");
-        }
+    /// How many distinct components are linked now.
+    pub fn linked_count(&self) -> usize {
+        self.linked.lock().unwrap_or_else(|p| p.into_inner()).values().filter(|held| held.strong_count() > 0).count()
     }
 
     /// A fresh store set up for one invocation: its WASI context (captured

@@ -176,7 +176,7 @@ fn one_slot_runtime(slot_reset: SlotReset) -> Runtime {
 /// Both ways of resetting a slot, the default first.
 const RESETS: [SlotReset; 2] = [SlotReset::Scan, SlotReset::Prefix];
 
-fn load(runtime: &Runtime, salt: u32) -> LoadedComponent {
+fn load(runtime: &Runtime, salt: u32) -> Arc<LoadedComponent> {
     let bytes = component(salt);
     let sha = crate::digest::sha256_hex(&bytes);
     runtime.load(&bytes, &sha).expect("the test tool loads")

@@ -2,6 +2,8 @@
 //! call was when they passed, the compiled-code cache, the pool's slots.
 
 use super::*;
+use sha2::{Digest, Sha256};
+use wasmtime::Config;
 
 fn runtime(cache: &std::path::Path) -> Runtime {
     Runtime::new(RuntimeConfig { cache_dir: Some(cache.to_path_buf()), pooling: false, ..Default::default() }).unwrap()
@@ -197,36 +199,137 @@ fn a_call_that_yields_gives_its_thread_up_at_once() {
 }
 
 #[test]
-fn compiled_code_is_cached_and_a_bad_entry_is_recompiled() {
+fn compiled_code_is_mapped_from_the_cache_and_a_bad_entry_is_recompiled_never_mapped() {
     let dir = tempfile::tempdir().unwrap();
     let (component, _, _) = crate::package::tests::build(crate::package::tests::ECHOISH);
     let sha = crate::digest::sha256_hex(&component);
     let rt = runtime(dir.path());
-    rt.load(&component, &sha).unwrap();
-    let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
-    assert_eq!(entries.len(), 1);
-    let entry = &entries[0];
+    // Dropped at once: nothing holds it linked, so each load below goes to
+    // the cache.
+    drop(rt.load(&component, &sha).unwrap());
+    let code = rt.code.as_ref().unwrap();
+    let entry = code.entry(&sha);
+    let sum = std::path::PathBuf::from(format!("{}.sum", entry.display()));
     assert!(entry.file_name().unwrap().to_str().unwrap().starts_with(&sha));
-    assert!(rt.cached(&sha).is_some(), "a sound entry is used");
+    assert!(sum.exists(), "the entry's checksum is beside it");
+    let mapped = || code.map(&rt.engine, &sha).is_some();
+    assert!(mapped(), "a sound entry is mapped");
+    let misses = || rt.cache_counts().1;
+    let compiled_before = misses();
+    drop(rt.load(&component, &sha).unwrap());
+    assert_eq!(misses(), compiled_before, "a sound entry is not compiled again");
 
     // Flip a byte of the compiled code: the checksum catches it.
-    let mut bytes = std::fs::read(entry).unwrap();
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0xff;
-    std::fs::write(entry, &bytes).unwrap();
-    assert!(rt.cached(&sha).is_none());
-    rt.load(&component, &sha).unwrap();
-    assert!(rt.cached(&sha).is_some(), "recompiled and rewritten");
+    let sound = std::fs::read(&entry).unwrap();
+    let mut flipped = sound.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 0xff;
+    std::fs::write(&entry, &flipped).unwrap();
+    assert!(!mapped());
+    drop(rt.load(&component, &sha).unwrap());
+    assert_eq!(misses(), compiled_before + 1, "recompiled");
+    assert!(mapped(), "and rewritten");
 
-    // Truncated to nothing, and garbage with a valid checksum.
-    std::fs::write(entry, b"").unwrap();
-    assert!(rt.cached(&sha).is_none());
+    // Truncated, then without its checksum.
+    std::fs::write(&entry, &sound[..sound.len() / 2]).unwrap();
+    assert!(!mapped());
+    drop(rt.load(&component, &sha).unwrap());
+    assert_eq!(misses(), compiled_before + 2);
+    std::fs::remove_file(&sum).unwrap();
+    assert!(!mapped(), "an entry without its checksum is not trusted");
+    drop(rt.load(&component, &sha).unwrap());
+    assert!(mapped());
+
+    // Garbage with a matching checksum: wasmtime's own header check
+    // refuses it.
     let junk = b"not compiled code".to_vec();
-    let mut entry_bytes = Sha256::digest(&junk).to_vec();
-    entry_bytes.extend_from_slice(&junk);
-    std::fs::write(entry, entry_bytes).unwrap();
-    assert!(rt.cached(&sha).is_none(), "wasmtime's own header check refuses it");
-    rt.load(&component, &sha).unwrap();
+    std::fs::write(&entry, &junk).unwrap();
+    std::fs::write(&sum, Sha256::digest(&junk)).unwrap();
+    assert!(!mapped());
+    drop(rt.load(&component, &sha).unwrap());
+    assert!(mapped());
+}
+
+#[tokio::test]
+async fn versions_with_the_same_bytes_share_one_linked_component_while_any_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (component, _, _) = crate::package::tests::build(crate::package::tests::ECHOISH);
+    let sha = crate::digest::sha256_hex(&component);
+    let rt = runtime(dir.path());
+    let (first, second) = (rt.load(&component, &sha).unwrap(), rt.load(&component, &sha).unwrap());
+    assert!(Arc::ptr_eq(&first, &second), "one compiled and linked component");
+    assert_eq!(rt.linked_count(), 1);
+    assert_eq!(rt.cache_counts().1, 1, "compiled once");
+    // One holder lets go (its version retired): the other still runs it.
+    drop(first);
+    // The test component's code is a stub that traps at once: reaching the
+    // trap shows its code is still mapped and runs.
+    let input =
+        Val::Record(vec![("text".into(), Val::String("still here".into())), ("mood".into(), Val::Option(None))]);
+    let answer = rt.call(&second, input, CallSetup::bare("echoish")).await;
+    assert!(matches!(answer, Err(CallError::Trapped(_))), "{answer:?}");
+    drop(second);
+    assert_eq!(rt.linked_count(), 0, "nobody holds it: it is unmapped");
+    drop(rt.load(&component, &sha).unwrap());
+    assert_eq!(rt.cache_counts().1, 1, "linked again from the cache, not compiled");
+}
+
+#[test]
+fn the_compile_workers_settings_make_code_the_server_maps() {
+    // The worker builds its engine from `code_config` with an incremental
+    // cache and no pool; the server's has a pool. Their code must be
+    // interchangeable: the same compatibility key.
+    let dir = tempfile::tempdir().unwrap();
+    let server =
+        Runtime::new(RuntimeConfig { cache_dir: Some(dir.path().to_path_buf()), ..Default::default() }).unwrap();
+    let mut worker = compiled::code_config();
+    worker
+        .enable_incremental_compilation(Arc::new(compiled::IncrementalStore::open(&dir.path().join("i")).unwrap()))
+        .unwrap();
+    let worker = Engine::new(&worker).unwrap();
+    assert_eq!(compiled::engine_key(&server.engine), compiled::engine_key(&worker));
+}
+
+#[test]
+fn a_second_build_reuses_the_functions_the_first_compiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let functions = dir.path().join("incremental");
+    let mut config = compiled::code_config();
+    config.enable_incremental_compilation(Arc::new(compiled::IncrementalStore::open(&functions).unwrap())).unwrap();
+    let engine = Engine::new(&config).unwrap();
+    let count = || walk(&functions).len();
+    let (component, _, _) = crate::package::tests::build(crate::package::tests::ECHOISH);
+    engine.precompile_component(&component).unwrap();
+    let first = count();
+    assert!(first > 0, "the functions compiled are kept");
+    // Compiled again, its functions come from the cache: one (of 12 here)
+    // is keyed differently on its first hit and is stored once more, and
+    // from then on none is.
+    engine.precompile_component(&component).unwrap();
+    let (cold, first) = (first, count());
+    assert!(first <= cold + 1, "{first} functions stored after compiling twice, {cold} after once");
+    engine.precompile_component(&component).unwrap();
+    assert_eq!(count(), first, "compiled a third time: nothing new");
+    // The same code with other docs (another version of the tool): not one
+    // function is compiled again.
+    let mut relabeled = component.clone();
+    let section = [&[10u8][..], b"build-note", b"build 2"].concat();
+    relabeled.extend_from_slice(&[0, section.len() as u8]);
+    relabeled.extend_from_slice(&section);
+    assert_ne!(relabeled, component);
+    engine.precompile_component(&relabeled).unwrap();
+    assert_eq!(count(), first, "every function came from the cache");
+    // A damaged entry is a miss, never code.
+    let damaged = walk(&functions).into_iter().next().unwrap();
+    std::fs::write(&damaged, b"garbage").unwrap();
+    engine.precompile_component(&component).unwrap();
+    assert_eq!(count(), first, "the damaged one was compiled again and replaced");
+    assert_ne!(std::fs::read(&damaged).unwrap(), b"garbage");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries.flatten().flat_map(|e| if e.path().is_dir() { walk(&e.path()) } else { vec![e.path()] }).collect()
 }
 
 /// The instance pool keeps shards of its own for the tool threads below

@@ -1,0 +1,244 @@
+//! Compiled code: compiled once per component (the sha256 of its bytes),
+//! kept on disk, and mapped rather than copied into the server's heap.
+//!
+//! - An entry is `<sha256>-<engine key>.cwasm`, exactly what wasmtime
+//!   serialised, so that `Component::deserialize_file` maps it: its code is
+//!   the page cache's, shared by every process and version that loads the
+//!   same bytes, and reclaimable by the kernel while idle. Beside it,
+//!   `<entry>.sum` holds the entry's sha256, checked (streamed through a
+//!   small buffer) before every map: a corrupt or truncated entry is
+//!   recompiled, never mapped. Entries are written whole and renamed into
+//!   place, never rewritten, so a mapped entry never changes under its map.
+//! - Compiling happens in a worker process when the runtime has one
+//!   (`plinth compile-worker`): the compiler's working memory — hundreds of
+//!   MiB for a Python or JavaScript tool — ends with the worker instead of
+//!   staying in the server's heap, and a compiler bug a hostile component
+//!   triggers ends there too.
+//! - The worker's Cranelift keeps each function it compiles in
+//!   `incremental/` (its incremental compilation cache): a second Python or
+//!   JavaScript tool carries the same language runtime as the first, and
+//!   those functions are taken from there instead of being compiled again.
+
+use sha2::{Digest, Sha256};
+use std::borrow::Cow;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use wasmtime::component::Component;
+use wasmtime::{Config, Engine};
+
+/// What a failed compile worker's error may say, at most.
+const WORKER_ERROR_BYTES: usize = 4096;
+
+/// The engine settings that decide what compiled code looks like. The
+/// server's engine and the compile worker's both start from these, so that
+/// what the worker compiles the server can map (the engine key in an
+/// entry's name, and wasmtime's own header check, catch any difference).
+pub(super) fn code_config() -> Config {
+    let mut wasm = Config::new();
+    wasm.wasm_component_model(true).epoch_interruption(true);
+    wasm
+}
+
+/// A short key for an engine's code-compatibility settings: entries made by
+/// an engine with other settings (or another wasmtime) are never looked up.
+pub(super) fn engine_key(engine: &Engine) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+/// The folder of compiled entries, for one engine.
+#[derive(Debug)]
+pub(super) struct CodeCache {
+    dir: PathBuf,
+    engine_key: String,
+}
+
+impl CodeCache {
+    /// The cache in `dir` (made private to the owner) for `engine`.
+    pub(super) fn open(dir: &Path, engine: &Engine) -> std::io::Result<Self> {
+        crate::private_files::private_dir(dir)?;
+        Ok(CodeCache { dir: dir.to_path_buf(), engine_key: engine_key(engine) })
+    }
+
+    /// The entry of the component whose bytes hash to `sha256`.
+    pub(super) fn entry(&self, sha256: &str) -> PathBuf {
+        self.dir.join(format!("{sha256}-{}.cwasm", self.engine_key))
+    }
+
+    /// Where the worker keeps the functions it compiled.
+    pub(super) fn incremental_dir(&self) -> PathBuf {
+        self.dir.join("incremental")
+    }
+
+    /// The component mapped from its entry, if the entry is there and
+    /// sound; `None` (after a warning for an unsound one) means compile.
+    pub(super) fn map(&self, engine: &Engine, sha256: &str) -> Option<Component> {
+        let entry = self.entry(sha256);
+        let recorded = std::fs::read(sum_path(&entry)).ok();
+        let actual = match file_sha256(&entry) {
+            Ok(actual) => actual,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::warn!(path = %entry.display(), error = %e, "compiled cache entry unreadable; recompiling");
+                return None;
+            }
+        };
+        if recorded.as_deref() != Some(&actual[..]) {
+            tracing::warn!(path = %entry.display(), "compiled cache entry is corrupt or incomplete; recompiling");
+            return None;
+        }
+        // SAFETY: wasmtime requires that a mapped file come from
+        // `Component::serialize` (or `precompile_component`) of a
+        // compatible engine and not change while mapped. This entry was
+        // written by this host or its compile worker into its own private
+        // data dir, its checksum matches, its name carries this engine's
+        // compatibility key (wasmtime checks its own header as well), and
+        // entries are only ever replaced by a rename, never written in
+        // place.
+        match unsafe { Component::deserialize_file(engine, &entry) } {
+            Ok(component) => Some(component),
+            Err(e) => {
+                tracing::warn!(path = %entry.display(), error = %format!("{e:#}"), "compiled cache entry is stale; recompiling");
+                None
+            }
+        }
+    }
+
+    /// Stores a compilation made in this process (no worker).
+    pub(super) fn put_serialized(&self, sha256: &str, code: &[u8]) -> std::io::Result<()> {
+        let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)?;
+        tmp.write_all(code)?;
+        tmp.as_file().sync_data()?;
+        self.commit(sha256, tmp.into_temp_path())
+    }
+
+    /// Compiles `bytes` in the worker `worker` into this cache.
+    pub(super) fn compile_in_worker(&self, worker: &Path, sha256: &str, bytes: &[u8]) -> Result<(), String> {
+        let out = tempfile::NamedTempFile::new_in(&self.dir).map_err(|e| format!("a file for the worker: {e}"))?;
+        let out = out.into_temp_path();
+        let mut child = std::process::Command::new(worker)
+            .arg("compile-worker")
+            .arg("--out")
+            .arg(&out)
+            .arg("--incremental")
+            .arg(self.incremental_dir())
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("starting the compile worker {}: {e}", worker.display()))?;
+        // Written from a thread of its own: a worker that fails early stops
+        // reading, and its error must still be read.
+        let mut stdin = child.stdin.take();
+        let input = bytes.to_vec();
+        let writer = std::thread::spawn(move || stdin.as_mut().map(|s| s.write_all(&input)));
+        let mut error = Vec::new();
+        if let Some(stderr) = child.stderr.take() {
+            let _ = stderr.take(WORKER_ERROR_BYTES as u64).read_to_end(&mut error);
+        }
+        let status = child.wait().map_err(|e| format!("waiting for the compile worker: {e}"))?;
+        let _ = writer.join();
+        if !status.success() {
+            let error = String::from_utf8_lossy(&error);
+            let error = error.trim();
+            return Err(if error.is_empty() { format!("the compile worker failed ({status})") } else { error.into() });
+        }
+        self.commit(sha256, out).map_err(|e| format!("storing the compiled code: {e}"))
+    }
+
+    /// Renames a finished entry into place, then records its checksum.
+    fn commit(&self, sha256: &str, written: tempfile::TempPath) -> std::io::Result<()> {
+        let entry = self.entry(sha256);
+        let sum = file_sha256(&written)?;
+        written.persist(&entry).map_err(|e| e.error)?;
+        let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)?;
+        tmp.write_all(&sum)?;
+        tmp.persist(sum_path(&entry)).map_err(|e| e.error)?;
+        Ok(())
+    }
+}
+
+fn sum_path(entry: &Path) -> PathBuf {
+    let mut name = entry.as_os_str().to_owned();
+    name.push(".sum");
+    PathBuf::from(name)
+}
+
+/// The sha256 of a file, read through a small buffer.
+fn file_sha256(path: &Path) -> std::io::Result<[u8; 32]> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        match file.read(&mut buffer)? {
+            0 => break,
+            n => hasher.update(&buffer[..n]),
+        }
+    }
+    Ok(hasher.finalize().into())
+}
+
+/// Cranelift's incremental compilation cache in a folder: one file per
+/// function, named by the sha256 of its key, holding the sha256 of the
+/// value then the value (a damaged file is a miss, never code).
+#[derive(Debug)]
+pub(super) struct IncrementalStore {
+    dir: PathBuf,
+}
+
+impl IncrementalStore {
+    pub(super) fn open(dir: &Path) -> std::io::Result<Self> {
+        crate::private_files::private_dir(dir)?;
+        Ok(IncrementalStore { dir: dir.to_path_buf() })
+    }
+
+    fn path(&self, key: &[u8]) -> PathBuf {
+        let name = crate::digest::sha256_hex(key);
+        self.dir.join(&name[..2]).join(name)
+    }
+}
+
+impl wasmtime::CacheStore for IncrementalStore {
+    fn get(&self, key: &[u8]) -> Option<Cow<'_, [u8]>> {
+        let entry = std::fs::read(self.path(key)).ok()?;
+        let (sum, value) = entry.split_at_checked(32)?;
+        (Sha256::digest(value).as_slice() == sum).then(|| Cow::Owned(value.to_vec()))
+    }
+
+    fn insert(&self, key: &[u8], value: Vec<u8>) -> bool {
+        let path = self.path(key);
+        let write = || -> std::io::Result<()> {
+            let dir = path.parent().unwrap_or(&self.dir);
+            crate::private_files::private_dir(dir)?;
+            let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+            tmp.write_all(&Sha256::digest(&value))?;
+            tmp.write_all(&value)?;
+            tmp.persist(&path).map_err(|e| e.error)?;
+            Ok(())
+        };
+        write().is_ok()
+    }
+}
+
+/// The compile worker (`plinth compile-worker`): compiles the component on
+/// standard input into `out` with the server's code settings, keeping and
+/// reusing functions in `incremental`. Exits non-zero with the error on
+/// standard error.
+pub fn run_worker(out: &Path, incremental: Option<&Path>) -> anyhow::Result<()> {
+    let mut bytes = Vec::new();
+    std::io::stdin().read_to_end(&mut bytes)?;
+    let mut config = code_config();
+    if let Some(dir) = incremental {
+        config.enable_incremental_compilation(Arc::new(IncrementalStore::open(dir)?))?;
+    }
+    let engine = Engine::new(&config)?;
+    let code = engine.precompile_component(&bytes).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let mut file = std::fs::OpenOptions::new().write(true).truncate(true).open(out)?;
+    file.write_all(&code)?;
+    file.sync_data()?;
+    Ok(())
+}
