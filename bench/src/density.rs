@@ -143,7 +143,7 @@ fn generated(opts: &Opts, lang: Lang, i: usize) -> anyhow::Result<Generated> {
     let world_text = world(lang, i);
     let (file, code, language) = match lang {
         Lang::Python => ("app.py", python_source(i), "python"),
-        Lang::JavaScript => ("tool.js", javascript_source(i), "javascript"),
+        Lang::JavaScript => ("tool.js", javascript_source(i), "js"),
     };
     let name = format!("{}_{word}", lang.short());
     let field = format!("text-{word}");
@@ -248,7 +248,8 @@ async fn create_tenant(base: &str, name: &str) -> anyhow::Result<()> {
         "invocationsPerSecond": 1_000_000, "invocationBurst": 1_000_000,
     });
     let body = if name == "default" {
-        let response = client().patch(format!("{base}/admin/tenants/default")).json(&json!({ "quotas": quotas })).send().await?;
+        let response =
+            client().patch(format!("{base}/admin/tenants/default")).json(&json!({ "quotas": quotas })).send().await?;
         anyhow::ensure!(response.status().is_success(), "updating the default tenant answered {}", response.status());
         return Ok(());
     } else {
@@ -261,13 +262,18 @@ async fn create_tenant(base: &str, name: &str) -> anyhow::Result<()> {
 
 /// Calls version `version` (None: the current one) of a tool with `text`
 /// in `field` → how long it took.
-async fn call(base: &str, tenant: &str, id: &str, version: Option<u64>, field: &str) -> anyhow::Result<Duration> {
+async fn call(
+    base: &str,
+    tenant: &str,
+    (id, name): (&str, &str),
+    version: Option<u64>,
+    field: &str,
+) -> anyhow::Result<Duration> {
     let prefix = if tenant == "default" { String::new() } else { format!("/t/{tenant}") };
     let path = match version {
         Some(v) => format!("{base}{prefix}/tools/{id}/versions/{v}:invoke"),
         None => format!("{base}{prefix}/tools/{id}:invoke"),
     };
-    let name = if field == "text" { "echo".to_string() } else { String::new() };
     let body = json!({ "name": name, "input_parameters": [{ "name": field, "value": "the quick brown fox" }] });
     let started = Instant::now();
     let response = client().post(&path).json(&body).send().await?;
@@ -425,18 +431,24 @@ pub async fn density(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let tools = listed["items"].as_array().cloned().unwrap_or_default();
     let rust_id =
         tools.iter().find(|t| t["name"] == "echo").and_then(|t| t["toolId"].as_str()).unwrap_or_default().to_string();
-    let python_ids: Vec<(String, String)> = {
+    let python_ids: Vec<(String, String, String)> = {
         python
             .iter()
             .filter_map(|p| {
                 let tool = tools.iter().find(|t| t["name"] == p.name.as_str())?;
-                Some((tool["toolId"].as_str()?.to_string(), p.field.clone()))
+                Some((tool["toolId"].as_str()?.to_string(), p.name.clone(), p.field.clone()))
             })
             .collect()
     };
     anyhow::ensure!(!rust_id.is_empty() && python_ids.len() == sources, "the deployed tools are not all listed");
     drop(server);
-    row(report, "compiled code on disk (every distinct component, and the compile cache)", mib(disk_bytes(&data.path().join("compiled")) / 1024), "", None);
+    row(
+        report,
+        "compiled code on disk (every distinct component, and the compile cache)",
+        mib(disk_bytes(&data.path().join("compiled")) / 1024),
+        "",
+        None,
+    );
     let started = Instant::now();
     let server = Server::plinth(opts, data.path(), &[])?;
     let base = server.base.clone();
@@ -472,11 +484,11 @@ pub async fn density(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let mut rust_firsts = Vec::new();
     let step = (rust_builds / 50).max(1);
     for build in (0..rust_builds).step_by(step) {
-        rust_firsts.push(call(&base, "default", &rust_id, Some(build as u64 + 1), "text").await?);
+        rust_firsts.push(call(&base, "default", (&rust_id, "echo"), Some(build as u64 + 1), "text").await?);
     }
     let mut python_firsts = Vec::new();
-    for (id, field) in &python_ids {
-        python_firsts.push(call(&base, "default", id, None, field).await?);
+    for (id, name, field) in &python_ids {
+        python_firsts.push(call(&base, "default", (id, name), None, field).await?);
     }
     let (rust_p50, python_p50) = (p50(rust_firsts.clone()), p50(python_firsts.clone()));
     row(
@@ -494,8 +506,8 @@ pub async fn density(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         Some(python_p50 <= Duration::from_millis(300)),
     );
     let mut warm = Vec::new();
-    for (id, field) in python_ids.iter().take(5) {
-        warm.push(call(&base, "default", id, None, field).await?);
+    for (id, name, field) in python_ids.iter().take(5) {
+        warm.push(call(&base, "default", (id, name), None, field).await?);
     }
     row(report, "a Python call once linked (for comparison), p50", fmt(p50(warm)), "", None);
     Ok(())

@@ -13,6 +13,7 @@ pub mod cpu_policy;
 pub mod digest;
 pub mod door;
 pub mod egress;
+pub mod heap;
 pub mod host;
 pub mod idempotency;
 pub mod invocation;

@@ -118,7 +118,12 @@ impl ToolVersion {
     pub fn component(&self) -> Option<Arc<LoadedComponent>> {
         let component = self.component.read().unwrap_or_else(|p| p.into_inner()).clone();
         if component.is_some() {
-            self.last_used.store(ticks(), Ordering::Relaxed);
+            // Written once a second at most: every call reads it, and a
+            // write on each would move its cache line between the cores.
+            let now = ticks();
+            if self.last_used.load(Ordering::Relaxed) != now {
+                self.last_used.store(now, Ordering::Relaxed);
+            }
         }
         component
     }

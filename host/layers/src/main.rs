@@ -82,6 +82,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "private_files",
             "egress",
             "keyed_rate",
+            "heap",
             "testing",
         ],
     ),

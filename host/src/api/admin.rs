@@ -154,9 +154,15 @@ pub(super) async fn deploy(
         let slot = host.deploy_slot()?;
         let body = read_within(request.into_body(), limit).await?.ok_or_else(too_large)?;
         // Compiling is CPU-bound: keep it off the request threads.
-        tokio::task::spawn_blocking(move || host.deploy_in(slot, &principal, &tenant, &body, expect_version))
-            .await
-            .map_err(|_| crate::host::DeployError::Interrupted)??
+        tokio::task::spawn_blocking(move || {
+            let deployed = host.deploy_in(slot, &principal, &tenant, &body, expect_version);
+            // The upload and what parsing it took go back to the kernel.
+            drop(body);
+            crate::heap::give_back();
+            deployed
+        })
+        .await
+        .map_err(|_| crate::host::DeployError::Interrupted)??
     };
     let status = if deployed.created { StatusCode::CREATED } else { StatusCode::OK };
     if deployed.created {
