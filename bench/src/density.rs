@@ -146,7 +146,7 @@ fn generated(opts: &Opts, lang: Lang, i: usize) -> anyhow::Result<Generated> {
         Lang::JavaScript => ("tool.js", javascript_source(i), "js"),
     };
     let name = format!("{}_{word}", lang.short());
-    let field = format!("text-{word}");
+    let field = format!("text_{word}");
     let key = plinth::digest::sha256_hex(format!("{world_text}\n{code}\n{language}").as_bytes());
     let cache = opts.density_cache.join(format!("{name}-{}.wasm", &key[..16]));
     if let Ok(bytes) = std::fs::read(&cache) {

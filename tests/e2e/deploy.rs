@@ -443,3 +443,55 @@ async fn compatibility_holds_over_the_whole_history_of_a_tool() {
     assert_eq!(status, 201, "{body}");
     assert_eq!((body["toolId"].as_str(), body["version"].as_u64()), (Some(id.as_str()), Some(3)));
 }
+
+/// A thousand versions — 50 builds of echo, each deployed into 20 tenants
+/// — survive a restart, which links none of them; each then answers its
+/// first call itself, as the version it is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_with_a_thousand_versions_serves_each_correctly() {
+    const BUILDS: u32 = 50;
+    const TENANTS: usize = 20;
+    let server = Server::start_in(tempfile::tempdir().unwrap(), &[]);
+    let room = json!({ "maxVersionsPerTool": BUILDS, "invocationsPerSecond": 100_000, "invocationBurst": 100_000 });
+    let tenants: Vec<String> = (0..TENANTS).map(|t| format!("many-{t}")).collect();
+    for tenant in &tenants {
+        server.create_tenant(tenant, room.clone()).await;
+    }
+    let mut ids = Vec::new();
+    for tenant in &tenants {
+        let mut id = String::new();
+        for build in 1..=BUILDS {
+            let (status, body) = server
+                .post_component_as_operator(
+                    &format!("/t/{tenant}/admin/tools"),
+                    relabeled(&echo_v1(), &format!("b{build}")),
+                )
+                .await;
+            assert_eq!((status, body["version"].as_u64()), (201, Some(build.into())), "{body}");
+            id = body["toolId"].as_str().unwrap().to_string();
+        }
+        ids.push(id);
+    }
+
+    let started = Instant::now();
+    let server = Server::start_in(server.stop(), &[]);
+    let logs = server.logs();
+    let registered = logs.lines().find(|l| l.contains("stored versions registered")).unwrap_or_default();
+    assert!(registered.contains("1000"), "every version registered at start: {logs}");
+    eprintln!("restarted with 1000 versions in {:?}", started.elapsed());
+    for (tenant, id) in tenants.iter().zip(&ids) {
+        for build in 1..=BUILDS {
+            let text = format!("{tenant} {build}");
+            let response = server
+                .request(reqwest::Method::POST, &format!("/t/{tenant}/tools/{id}/versions/{build}:invoke"))
+                .json(&invocation("echo", &[("text", json!(text))]))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200, "{tenant} v{build}");
+            assert_eq!(response.headers()["plinth-tool-version"], build.to_string().as_str());
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(outputs(&body)["text"], text.as_str(), "{tenant} v{build}: {body}");
+        }
+    }
+}

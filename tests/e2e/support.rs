@@ -336,6 +336,11 @@ impl Server {
         self.post_component(key, &format!("/t/{tenant}/admin/tools"), bytes).await
     }
 
+    /// `POST path` with a component, as the operator.
+    pub async fn post_component_as_operator(&self, path: &str, bytes: Vec<u8>) -> (u16, Value) {
+        self.post_component(TOKEN, path, bytes).await
+    }
+
     async fn post_component(&self, key: &str, path: &str, bytes: Vec<u8>) -> (u16, Value) {
         let response = self
             .request_as(Some(key), reqwest::Method::POST, path)
