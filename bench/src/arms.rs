@@ -934,9 +934,12 @@ pub async fn deploy(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let cached_data = tempfile::tempdir()?;
     let cache = cached_data.path().join("compiled");
     std::fs::create_dir_all(&cache)?;
+    // The compiled entries (and their checksums), not the compile cache.
     for entry in std::fs::read_dir(fresh_data.path().join("compiled"))? {
         let entry = entry?;
-        std::fs::copy(entry.path(), cache.join(entry.file_name()))?;
+        if entry.file_type()?.is_file() {
+            std::fs::copy(entry.path(), cache.join(entry.file_name()))?;
+        }
     }
     let cached_server = Server::plinth(opts, cached_data.path(), &[])?;
     let cached = post(cached_server.base.clone()).await?;
