@@ -764,8 +764,8 @@ impl Drop for ToolHost {
 }
 
 /// The thread that compiles stored components missing from the compiled
-/// cache, one at a time, at low priority; it ends with the host (when the
-/// sender is dropped).
+/// cache, one at a time; it ends with the host (when the sender is
+/// dropped).
 fn start_preparing(
     runtime: Arc<Runtime>,
     store: Arc<dyn RegistryStore>,

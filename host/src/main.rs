@@ -206,8 +206,12 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
                 SlotResetArg::Scan => SlotReset::Scan,
             },
             cache_dir: None,
-            // Compilation runs in a process of its own: this program.
-            compile_worker: std::env::current_exe().ok(),
+            // Compilation runs in a process of its own: this program. Linux's
+            // /proc/self/exe is this process's binary even once the file
+            // it was started from is replaced or removed (an upgrade).
+            compile_worker: Some(PathBuf::from("/proc/self/exe"))
+                .filter(|exe| exe.exists())
+                .or_else(|| std::env::current_exe().ok()),
             ..RuntimeConfig::default()
         },
         tool_config: parse_tool_config(&args.tool_config)?,

@@ -307,6 +307,11 @@ impl From<DeployError> for ApiError {
             DeployError::Package(PackageError::Signature(DeriveError::Confirmation(
                 condition @ ConditionError::TooCostly(_),
             ))) => ApiError { message: e.to_string(), ..condition.clone().into() },
+            // The server's own trouble compiling, not the component's.
+            DeployError::Load(crate::runtime::LoadError::Unavailable(_)) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "compile_unavailable", e.to_string())
+                    .retry_after(RETRY_SOON_SECS)
+            }
             DeployError::Package(_) | DeployError::Load(_) => ApiError::bad_request("invalid_component", e.to_string()),
             DeployError::UnknownTenant(_) => ApiError::not_found(e.to_string()),
             DeployError::TooLarge { .. } => {

@@ -299,7 +299,7 @@ impl ToolHost {
             Ok(Some(component)) => Ok(component),
             Ok(None) => {
                 let bytes = store.blob(&sha256).map_err(|e| format!("its bytes could not be read: {e}"))?;
-                runtime.load(&bytes, &sha256).map_err(|e| e.to_string())
+                runtime.load_uncached(&bytes, &sha256).map_err(|e| e.to_string())
             }
             Err(e) => Err(e.to_string()),
         })

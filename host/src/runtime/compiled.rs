@@ -73,11 +73,29 @@ impl CodeCache {
         self.dir.join("incremental")
     }
 
+    /// Whether the entry and its checksum are there (not checked).
+    pub(super) fn is_complete(&self, sha256: &str) -> bool {
+        let entry = self.entry(sha256);
+        entry.is_file() && sum_path(&entry).is_file()
+    }
+
+    /// Removes an entry (one the server could not load).
+    pub(super) fn remove(&self, sha256: &str) {
+        let entry = self.entry(sha256);
+        let _ = std::fs::remove_file(sum_path(&entry));
+        let _ = std::fs::remove_file(entry);
+    }
+
     /// The component mapped from its entry, if the entry is there and
     /// sound; `None` (after a warning for an unsound one) means compile.
     pub(super) fn map(&self, engine: &Engine, sha256: &str) -> Option<Component> {
         let entry = self.entry(sha256);
-        let recorded = std::fs::read(sum_path(&entry)).ok();
+        let Ok(recorded) = std::fs::read(sum_path(&entry)) else {
+            // No checksum: none written yet, or an entry of the format
+            // before checksums were kept beside entries.
+            tracing::debug!(path = %entry.display(), "compiled cache entry without its checksum; recompiling");
+            return None;
+        };
         let actual = match file_sha256(&entry) {
             Ok(actual) => actual,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
@@ -86,8 +104,8 @@ impl CodeCache {
                 return None;
             }
         };
-        if recorded.as_deref() != Some(&actual[..]) {
-            tracing::warn!(path = %entry.display(), "compiled cache entry is corrupt or incomplete; recompiling");
+        if recorded != actual {
+            tracing::warn!(path = %entry.display(), "compiled cache entry is corrupt; recompiling");
             return None;
         }
         // SAFETY: wasmtime requires that a mapped file come from
@@ -98,13 +116,22 @@ impl CodeCache {
         // compatibility key (wasmtime checks its own header as well), and
         // entries are only ever replaced by a rename, never written in
         // place.
-        match unsafe { Component::deserialize_file(engine, &entry) } {
-            Ok(component) => Some(component),
-            Err(e) => {
-                tracing::warn!(path = %entry.display(), error = %format!("{e:#}"), "compiled cache entry is stale; recompiling");
-                None
-            }
+        let mapped = match unsafe { Component::deserialize_file(engine, &entry) } {
+            Ok(component) => return Some(component),
+            Err(e) => e,
+        };
+        // A data dir mounted `noexec` refuses executable maps of its files:
+        // the same checked bytes, copied into memory, still run.
+        // SAFETY: as above; the bytes are copied, so later changes to the
+        // file cannot reach them.
+        let copied = std::fs::read(&entry)
+            .ok()
+            .filter(|bytes| Sha256::digest(bytes).as_slice() == &actual[..])
+            .and_then(|bytes| unsafe { Component::deserialize(engine, &bytes) }.ok());
+        if copied.is_none() {
+            tracing::warn!(path = %entry.display(), error = %format!("{mapped:#}"), "compiled cache entry is stale; recompiling");
         }
+        copied
     }
 
     /// Stores a compilation made in this process (no worker).
@@ -116,21 +143,28 @@ impl CodeCache {
     }
 
     /// Compiles `bytes` in the worker `worker` into this cache.
-    pub(super) fn compile_in_worker(&self, worker: &Path, sha256: &str, bytes: &[u8]) -> Result<(), String> {
-        let out = tempfile::NamedTempFile::new_in(&self.dir).map_err(|e| format!("a file for the worker: {e}"))?;
+    pub(super) fn compile_in_worker(&self, worker: &Path, sha256: &str, bytes: &[u8]) -> Result<(), WorkerError> {
+        let failed = |what: &str, e: &dyn std::fmt::Display| {
+            tracing::error!(worker = %worker.display(), error = %e, "{what}");
+            WorkerError::Failed(what.to_string())
+        };
+        let out = tempfile::NamedTempFile::new_in(&self.dir)
+            .map_err(|e| failed("the compiled code could not be written (is the data disk full?)", &e))?;
         let out = out.into_temp_path();
+        // Nothing of the server's environment (its keys among it) goes to
+        // the worker: it needs none.
         let mut child = std::process::Command::new(worker)
             .arg("compile-worker")
             .arg("--out")
             .arg(&out)
             .arg("--incremental")
             .arg(self.incremental_dir())
-            .env_remove("RUST_LOG")
+            .env_clear()
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
-            .map_err(|e| format!("starting the compile worker {}: {e}", worker.display()))?;
+            .map_err(|e| failed("the compile worker could not be started", &e))?;
         // Written from a thread of its own: a worker that fails early stops
         // reading, and its error must still be read.
         let mut stdin = child.stdin.take();
@@ -140,14 +174,21 @@ impl CodeCache {
         if let Some(stderr) = child.stderr.take() {
             let _ = stderr.take(WORKER_ERROR_BYTES as u64).read_to_end(&mut error);
         }
-        let status = child.wait().map_err(|e| format!("waiting for the compile worker: {e}"))?;
+        let status = child.wait().map_err(|e| failed("the compile worker could not be waited for", &e))?;
         let _ = writer.join();
         if !status.success() {
-            let error = String::from_utf8_lossy(&error);
-            let error = error.trim();
-            return Err(if error.is_empty() { format!("the compile worker failed ({status})") } else { error.into() });
+            let said = String::from_utf8_lossy(&error);
+            let said = said.trim().trim_start_matches("error: ");
+            // It ended with an error it wrote: the compiler refused the
+            // component. Killed (a compiler crash, or the kernel out of
+            // memory), it could be either's doing.
+            return Err(match status.code() {
+                Some(_) if !said.is_empty() => WorkerError::Refused(said.to_string()),
+                _ => failed(&format!("the compile worker ended without compiling ({status})"), &status),
+            });
         }
-        self.commit(sha256, out).map_err(|e| format!("storing the compiled code: {e}"))
+        self.commit(sha256, out)
+            .map_err(|e| failed("the compiled code could not be stored (is the data disk full?)", &e))
     }
 
     /// Renames a finished entry into place, then records its checksum.
@@ -160,6 +201,16 @@ impl CodeCache {
         tmp.persist(sum_path(&entry)).map_err(|e| e.error)?;
         Ok(())
     }
+}
+
+/// Why the compile worker made no entry.
+#[derive(Debug)]
+pub(super) enum WorkerError {
+    /// The compiler refused the component, saying why.
+    Refused(String),
+    /// The worker could not run or finish (said without the server's
+    /// paths; the log has them).
+    Failed(String),
 }
 
 fn sum_path(entry: &Path) -> PathBuf {
@@ -241,4 +292,37 @@ pub fn run_worker(out: &Path, incremental: Option<&Path>) -> anyhow::Result<()> 
     file.write_all(&code)?;
     file.sync_data()?;
     Ok(())
+}
+
+/// A count of permits, waited for on the (blocking) thread that asks:
+/// compilations run on blocking threads.
+pub(super) struct Permits {
+    free: std::sync::Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+/// One permit, given back on drop.
+pub(super) struct Permit<'a>(&'a Permits);
+
+impl Permits {
+    pub(super) fn new(permits: usize) -> Self {
+        Permits { free: std::sync::Mutex::new(permits.max(1)), freed: std::sync::Condvar::new() }
+    }
+
+    /// A permit, once one is free.
+    pub(super) fn take(&self) -> Permit<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+        }
+        *free -= 1;
+        Permit(self)
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.0.freed.notify_one();
+    }
 }

@@ -68,6 +68,13 @@ const MAX_MEMORIES_PER_COMPONENT: u32 = 4;
 /// tool built by componentize-py about 14.
 const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 16;
 
+/// Compilations that may run at once, whoever asks for them: each takes a
+/// core and, for a Python or JavaScript tool, hundreds of MiB.
+pub const COMPILES_AT_ONCE: usize = 2;
+/// How long a failed compilation is answered from memory before the same
+/// bytes are compiled again.
+pub const RECOMPILE_AFTER: Duration = Duration::from_secs(60);
+
 /// Limits applied to every invocation.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -132,11 +139,16 @@ impl Default for RuntimeConfig {
 }
 
 /// Why a version could not be loaded into the runtime.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum LoadError {
     /// Compilation failed.
     #[error("the component could not be compiled: {0}")]
     Compile(String),
+    /// The server could not compile it now (its compile worker could not
+    /// run or finish, the disk is full): not the component's doing, as far
+    /// as the server can tell.
+    #[error("the server could not compile the component now: {0}")]
+    Unavailable(String),
     /// The component imports something the host does not provide.
     #[error("the component needs an import the host does not provide: {0}")]
     Link(String),
@@ -401,6 +413,10 @@ pub struct Runtime {
     /// any version holds them: tenants and versions that deploy the same
     /// bytes share one compiled and linked component.
     linked: std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<LoadedComponent>>>,
+    /// Compilations running now, at most [`COMPILES_AT_ONCE`].
+    compiles: compiled::Permits,
+    /// Compilations that failed lately, by sha256, with their error.
+    failures: std::sync::Mutex<std::collections::HashMap<String, (std::time::Instant, LoadError)>>,
     stop_ticker: Arc<AtomicBool>,
     /// The pooling allocator's live counts and sizes, for the metrics.
     pool: Option<(wasmtime::PoolingAllocatorMetrics, PoolTotals)>,
@@ -555,6 +571,8 @@ impl Runtime {
             config,
             code,
             linked: Default::default(),
+            compiles: compiled::Permits::new(COMPILES_AT_ONCE),
+            failures: Default::default(),
             stop_ticker,
             pool,
             cache_hits: 0.into(),
@@ -602,6 +620,12 @@ impl Runtime {
         if let Some(loaded) = self.load_compiled(sha256)? {
             return Ok(loaded);
         }
+        self.load_uncached(bytes, sha256)
+    }
+
+    /// [`Runtime::load`] for a caller that just found
+    /// [`Runtime::load_compiled`] empty: compiles, then links.
+    pub fn load_uncached(&self, bytes: &[u8], sha256: &str) -> Result<Arc<LoadedComponent>, LoadError> {
         let component = self.compile(bytes, sha256)?;
         self.link(sha256, component)
     }
@@ -616,13 +640,49 @@ impl Runtime {
     }
 
     /// Compiles (in the compile worker when there is one) and caches; the
-    /// component is mapped from the cache when it has a cache.
+    /// component is mapped from the cache when it has a cache. At most
+    /// [`COMPILES_AT_ONCE`] compile at once, whoever asks (deploys, first
+    /// calls, the background); the same bytes are compiled once by
+    /// whoever gets there first, and a failure is remembered for
+    /// [`RECOMPILE_AFTER`] rather than repeated for every call that asks.
     fn compile(&self, bytes: &[u8], sha256: &str) -> Result<Component, LoadError> {
+        if let Some(error) = self.recent_failure(sha256) {
+            return Err(error);
+        }
+        let _permit = self.compiles.take();
+        if let Some(component) = self.code.as_ref().and_then(|code| code.map(&self.engine, sha256)) {
+            // Another caller compiled it while this one waited.
+            return Ok(component);
+        }
+        if let Some(error) = self.recent_failure(sha256) {
+            return Err(error);
+        }
         self.cache_misses.fetch_add(1, Ordering::Relaxed);
+        let compiled = self.compile_now(bytes, sha256);
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        match &compiled {
+            Ok(_) => failures.remove(sha256),
+            Err(error) => failures.insert(sha256.to_string(), (std::time::Instant::now(), error.clone())),
+        };
+        compiled
+    }
+
+    fn recent_failure(&self, sha256: &str) -> Option<LoadError> {
+        let failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let (at, error) = failures.get(sha256)?;
+        (at.elapsed() < RECOMPILE_AFTER).then(|| error.clone())
+    }
+
+    fn compile_now(&self, bytes: &[u8], sha256: &str) -> Result<Component, LoadError> {
         if let (Some(code), Some(worker)) = (&self.code, &self.config.compile_worker) {
-            code.compile_in_worker(worker, sha256, bytes).map_err(LoadError::Compile)?;
+            code.compile_in_worker(worker, sha256, bytes).map_err(|e| match e {
+                compiled::WorkerError::Refused(why) => LoadError::Compile(why),
+                compiled::WorkerError::Failed(why) => LoadError::Unavailable(why),
+            })?;
             return code.map(&self.engine, sha256).ok_or_else(|| {
-                LoadError::Compile("the compile worker's output could not be loaded (see the log)".into())
+                // Never left to be found again: the next try compiles anew.
+                code.remove(sha256);
+                LoadError::Unavailable("the compile worker's output could not be loaded (the log says why)".into())
             });
         }
         let component = Component::new(&self.engine, bytes).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
@@ -655,7 +715,7 @@ impl Runtime {
 
     /// Whether the cache has a compilation of these bytes (no check of it).
     pub fn is_cached(&self, sha256: &str) -> bool {
-        self.code.as_ref().is_some_and(|code| code.entry(sha256).exists())
+        self.code.as_ref().is_some_and(|code| code.is_complete(sha256))
     }
 
     fn linked_now(&self, sha256: &str) -> Option<Arc<LoadedComponent>> {
