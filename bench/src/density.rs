@@ -179,27 +179,6 @@ fn generated(opts: &Opts, lang: Lang, i: usize) -> anyhow::Result<Generated> {
     Ok(Generated { name, field, bytes: std::fs::read(&cache)? })
 }
 
-/// A packed tool with an extra custom section: other bytes, the same tool.
-fn relabeled(packed: &[u8], label: &str) -> Vec<u8> {
-    let mut section = vec![b"build-label".len() as u8];
-    section.extend_from_slice(b"build-label");
-    section.extend_from_slice(label.as_bytes());
-    let mut bytes = packed.to_vec();
-    bytes.push(0);
-    let mut size = section.len();
-    // LEB128 of the section's size.
-    loop {
-        let byte = (size & 0x7f) as u8;
-        size >>= 7;
-        bytes.push(if size == 0 { byte } else { byte | 0x80 });
-        if size == 0 {
-            break;
-        }
-    }
-    bytes.extend_from_slice(&section);
-    bytes
-}
-
 /// `(anonymous, file-backed)` resident memory of a process, in KiB.
 fn memory_kib(server: &Server) -> (u64, u64) {
     let text = std::fs::read_to_string(format!("/proc/{}/smaps_rollup", server.pid())).unwrap_or_default();
@@ -381,7 +360,7 @@ pub async fn density(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
         }
     }
     for b in 0..rust_builds {
-        let bytes = Arc::new(relabeled(&echo, &format!("build {b}")));
+        let bytes = Arc::new(plinth::testing::relabeled(&echo, &format!("build {b}")));
         for tenant in tenant_names.iter().take(rust_tenants) {
             jobs.push((tenant.clone(), bytes.clone()));
         }

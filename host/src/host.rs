@@ -776,11 +776,7 @@ fn start_preparing(
             if runtime.is_cached(&sha256) {
                 continue;
             }
-            let prepared = store
-                .blob(&sha256)
-                .map_err(|e| e.to_string())
-                .and_then(|bytes| runtime.prepare(&bytes, &sha256).map_err(|e| e.to_string()));
-            match prepared {
+            match prepare_stored(&runtime, &*store, &sha256) {
                 Ok(()) => tracing::info!(sha256, "compiled a stored component in the background"),
                 Err(error) => {
                     tracing::warn!(
@@ -793,6 +789,13 @@ fn start_preparing(
         }
     })?;
     Ok(send)
+}
+
+/// Compiles a stored component into the compiled cache unless it is
+/// there, from its bytes in the store.
+fn prepare_stored(runtime: &Runtime, store: &dyn RegistryStore, sha256: &str) -> Result<(), String> {
+    let bytes = store.blob(sha256).map_err(|e| e.to_string())?;
+    runtime.prepare(&bytes, sha256).map_err(|e| e.to_string())
 }
 
 /// The thread that lets the linked code of versions idle for `idle` go;

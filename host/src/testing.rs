@@ -1,4 +1,5 @@
-//! A real PostgreSQL for tests and the benchmark: the machine's own server
+//! Helpers for tests and the benchmark: [`relabeled`] components, and a
+//! real PostgreSQL: the machine's own server
 //! binaries (Debian's `postgresql`, `make postgres`), a throwaway cluster in
 //! a temporary directory, on a free port of 127.0.0.1.
 //!
@@ -14,6 +15,30 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+/// A component with a custom section `build-label` holding `label` added
+/// at its end: the same tool, other bytes (and so another sha256), as a
+/// rebuild with other notes would be.
+pub fn relabeled(component: &[u8], label: &str) -> Vec<u8> {
+    const NAME: &[u8] = b"build-label";
+    let mut section = vec![NAME.len() as u8];
+    section.extend_from_slice(NAME);
+    section.extend_from_slice(label.as_bytes());
+    let mut bytes = component.to_vec();
+    bytes.push(0);
+    // The section's size, LEB128.
+    let mut size = section.len();
+    loop {
+        let byte = (size & 0x7f) as u8;
+        size >>= 7;
+        bytes.push(if size == 0 { byte } else { byte | 0x80 });
+        if size == 0 {
+            break;
+        }
+    }
+    bytes.extend_from_slice(&section);
+    bytes
+}
 
 /// A listener on 127.0.0.1 that takes connections and never answers: a
 /// request to it (or a TLS handshake with it) hangs until its client gives

@@ -81,14 +81,7 @@ pub fn with_manifest(packed: &[u8], edit: impl FnOnce(&mut Value)) -> Vec<u8> {
 /// A packed tool with an extra custom section: the same signature, other
 /// bytes (and so another sha256).
 pub fn relabeled(packed: &[u8], label: &str) -> Vec<u8> {
-    let mut bytes = packed.to_vec();
-    let name = b"build-label";
-    bytes.push(0);
-    bytes.push((1 + name.len() + label.len()) as u8);
-    bytes.push(name.len() as u8);
-    bytes.extend_from_slice(name);
-    bytes.extend_from_slice(label.as_bytes());
-    bytes
+    plinth::testing::relabeled(packed, label)
 }
 
 /// The operator key the tests start servers with (`PLINTH_OPERATOR_KEY`);

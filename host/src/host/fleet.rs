@@ -212,12 +212,7 @@ impl ToolHost {
                     // with its code in this replica's cache, it answers
                     // even while the database is down. Linked at its
                     // first call.
-                    let prepared = self
-                        .store
-                        .blob(&stored.sha256)
-                        .map_err(|e| e.to_string())
-                        .and_then(|bytes| self.runtime.prepare(&bytes, &stored.sha256).map_err(|e| e.to_string()));
-                    if let Err(error) = prepared {
+                    if let Err(error) = super::prepare_stored(&self.runtime, &*self.store, &stored.sha256) {
                         // A replica that cannot compile it (out of memory,
                         // say) still serves the rest; its first call here
                         // tries again.

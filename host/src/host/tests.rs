@@ -32,13 +32,8 @@ fn options(data_dir: &std::path::Path) -> HostOptions {
 /// A packed tool; `label` makes other bytes with the same signature.
 fn packed(label: &str) -> Vec<u8> {
     let (component, resolve, world) = build(ECHOISH);
-    let (mut bytes, _) = crate::package::pack(&component, &resolve, world, Default::default()).unwrap();
-    // A custom section: id 0, size, name, payload.
-    let name = b"build-label";
-    bytes.extend_from_slice(&[0, (1 + name.len() + label.len()) as u8, name.len() as u8]);
-    bytes.extend_from_slice(name);
-    bytes.extend_from_slice(label.as_bytes());
-    bytes
+    let (bytes, _) = crate::package::pack(&component, &resolve, world, Default::default()).unwrap();
+    crate::testing::relabeled(&bytes, label)
 }
 
 #[test]

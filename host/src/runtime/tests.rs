@@ -313,10 +313,7 @@ fn a_second_build_reuses_the_functions_the_first_compiled() {
     engine.precompile_component(&component).unwrap();
     let second = at_most_one_more(first, "compiled again");
     // The same code with other docs (another version of the tool).
-    let mut relabeled = component.clone();
-    let section = [&[10u8][..], b"build-note", b"build 2"].concat();
-    relabeled.extend_from_slice(&[0, section.len() as u8]);
-    relabeled.extend_from_slice(&section);
+    let relabeled = crate::testing::relabeled(&component, "build 2");
     assert_ne!(relabeled, component);
     engine.precompile_component(&relabeled).unwrap();
     let third = at_most_one_more(second, "another build of the same code");
