@@ -22,6 +22,10 @@ use std::time::Duration;
 
 /// The tenant setting that holds its trust policy.
 pub(super) const TRUST_SETTING: &str = "trust-policy";
+
+/// How often a trust-policy change is checked again against a policy that
+/// another writer replaced while it was being checked.
+const TRUST_WRITE_ATTEMPTS: usize = 8;
 /// The secret id prefix of registry credentials.
 const CREDENTIALS_PREFIX: &str = "registry:";
 /// Largest component pulled, whatever a tenant's quota says (as for posted bytes).
@@ -111,47 +115,53 @@ impl ToolHost {
         if self.tenant(tenant).is_none() {
             return Err(ChangeError::NotFound(format!("there is no tenant `{tenant}`")));
         }
-        let mut policy = TrustPolicy::from_json(json).map_err(ChangeError::Invalid)?;
-        // The operator's policy is read, checked against and written back
-        // under the lock of this process's changes: a publisher's change
-        // made at the same moment cannot drop it.
-        let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        let asked = TrustPolicy::from_json(json).map_err(ChangeError::Invalid)?;
         let by_operator = actor.role == Role::Operator;
-        // The floor as the store has it, not this replica's copy: another
-        // replica may have set it since this one last caught up.
-        let stored = self
-            .store
-            .settings()?
-            .into_iter()
-            .find(|(t, key, _)| t == tenant && key == TRUST_SETTING)
-            .map(|(_, _, text)| TrustPolicy::from_stored(&text));
-        let current = stored.unwrap_or_else(|| self.trust_policy(tenant));
-        if by_operator {
-            policy.operator = policy.require_signature.then(|| Box::new(policy.clone()));
-        } else if let Some(operator) = current.operator {
-            if let Err(why) = policy.at_least_as_strict_as(&operator) {
-                let audit = AuditEntry::new(actor, Some(tenant), "trust-policy.refused", tenant)
-                    .detail(json!({ "why": why, "policy": policy.to_api_json() }));
-                self.store.record_audit(&audit)?;
-                tracing::warn!(
-                    tenant,
-                    key = actor.key_id,
-                    why,
-                    "a publisher tried to relax an operator's trust policy"
-                );
-                return Err(ChangeError::Forbidden(format!(
-                    "an operator set this tenant's trust policy, and a publisher may only tighten it: {why}; ask an operator to relax it"
-                )));
+        // The floor as the store has it, not this replica's copy, written
+        // back only if nobody changed it meanwhile (a compare-and-set, so
+        // that a publisher's change on another replica at the same moment
+        // cannot drop an operator's floor); on a lost race, read again.
+        for _ in 0..TRUST_WRITE_ATTEMPTS {
+            let stored = self
+                .store
+                .settings()?
+                .into_iter()
+                .find(|(t, key, _)| t == tenant && key == TRUST_SETTING)
+                .map(|(_, _, text)| text);
+            let current = stored.as_deref().map(TrustPolicy::from_stored).unwrap_or_default();
+            let mut policy = asked.clone();
+            if by_operator {
+                policy.operator = policy.require_signature.then(|| Box::new(policy.clone()));
+            } else if let Some(operator) = current.operator {
+                if let Err(why) = policy.at_least_as_strict_as(&operator) {
+                    let audit = AuditEntry::new(actor, Some(tenant), "trust-policy.refused", tenant)
+                        .detail(json!({ "why": why, "policy": policy.to_api_json() }));
+                    self.store.record_audit(&audit)?;
+                    tracing::warn!(
+                        tenant,
+                        key = actor.key_id,
+                        why,
+                        "a publisher tried to relax an operator's trust policy"
+                    );
+                    return Err(ChangeError::Forbidden(format!(
+                        "an operator set this tenant's trust policy, and a publisher may only tighten it: {why}; ask an operator to relax it"
+                    )));
+                }
+                policy.operator = Some(operator);
             }
-            policy.operator = Some(operator);
+            let mut detail = policy.to_api_json();
+            detail["setBy"] = json!(actor.role.as_str());
+            let audit = AuditEntry::new(actor, Some(tenant), "trust-policy.put", tenant).detail(detail);
+            let value = serde_json::to_string(&policy.to_stored()).unwrap_or_default();
+            let setting = (tenant.to_string(), TRUST_SETTING.into(), value);
+            if self.store.replace_setting(&setting, stored.as_deref(), &audit)? {
+                self.supply.trust.insert(tenant.to_string(), policy);
+                return Ok(());
+            }
         }
-        let mut detail = policy.to_api_json();
-        detail["setBy"] = json!(actor.role.as_str());
-        let audit = AuditEntry::new(actor, Some(tenant), "trust-policy.put", tenant).detail(detail);
-        let value = serde_json::to_string(&policy.to_stored()).unwrap_or_default();
-        self.store.put_setting(&(tenant.to_string(), TRUST_SETTING.into(), value), &audit)?;
-        self.supply.trust.insert(tenant.to_string(), policy);
-        Ok(())
+        Err(ChangeError::Conflict(
+            "the trust policy kept changing while this change was checked against it: try again".into(),
+        ))
     }
 
     /// [`ToolHost::versions_refused_by_policy`] on a blocking thread (it

@@ -258,6 +258,67 @@ fn each_replica_enforces_its_share_of_a_tenants_rate_and_concurrency() {
     assert!(grown.start_call().is_some());
 }
 
+/// Issue 52: an operator's trust-policy floor is not dropped by a
+/// publisher's change made on another replica at the same moment. Each
+/// round the operator (on A) requires signatures while a publisher (on B)
+/// writes a policy that requires none: whichever order the store sees them
+/// in, the tenant ends with the operator's floor (the publisher's write is
+/// refused, or comes first and is replaced).
+#[test]
+fn a_publisher_on_another_replica_cannot_drop_the_floor_an_operator_sets_at_the_same_moment() {
+    use base64::Engine;
+    let database = crate::testing::TestPostgres::shared().fresh_database();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let replica = |dir: &tempfile::TempDir| {
+        ToolHost::open(HostOptions {
+            database_url: Some(database.clone()),
+            secrets_key: Some("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=".into()),
+            ..options(dir.path())
+        })
+        .unwrap()
+    };
+    let (a, b) = (replica(&dir_a), replica(&dir_b));
+    let operator = Principal::server("test");
+    a.create_tenant(&operator, "acme", false, &serde_json::json!({})).unwrap();
+    b.catch_up().unwrap();
+    let publisher = Principal { key_id: "pub".into(), role: Role::Publisher, tenant: Some("acme".into()), token: None };
+    let key = base64::engine::general_purpose::STANDARD.encode([1u8; 32]);
+    use crate::supply::TrustPolicyJson;
+    use crate::tenancy::Role;
+    let strict: TrustPolicyJson = serde_json::from_value(
+        serde_json::json!({"requireSignature": true, "keys": [{"name": "k", "publicKey": key}]}),
+    )
+    .unwrap();
+    let open: TrustPolicyJson = serde_json::from_value(serde_json::json!({"requireSignature": false})).unwrap();
+    let (mut refused, mut replaced) = (0, 0);
+    for round in 0..40 {
+        a.set_trust_policy(&operator, "acme", &open).unwrap(); // no floor
+        let barrier = std::sync::Barrier::new(2);
+        let published = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                barrier.wait();
+                a.set_trust_policy(&operator, "acme", &strict).unwrap();
+            });
+            let published = scope.spawn(|| {
+                barrier.wait();
+                b.set_trust_policy(&publisher, "acme", &open)
+            });
+            published.join().unwrap()
+        });
+        match published {
+            Ok(()) => replaced += 1,
+            Err(ChangeError::Forbidden(_)) => refused += 1,
+            Err(e) => panic!("round {round}: {e}"),
+        }
+        b.catch_up().unwrap();
+        for (name, replica) in [("A", &a), ("B", &b)] {
+            let policy = replica.trust_policy("acme");
+            assert!(policy.require_signature, "round {round}: {name} lost the operator's floor");
+        }
+    }
+    assert_eq!(refused + replaced, 40);
+}
+
 #[test]
 fn a_replica_catches_up_with_the_changes_another_made() {
     let database = crate::testing::TestPostgres::shared().fresh_database();

@@ -509,6 +509,18 @@ pub trait RegistryStore: Send + Sync {
     fn settings(&self) -> Result<Vec<StoredSetting>, StoreError>;
     /// Creates or replaces a tenant setting.
     fn put_setting(&self, setting: &StoredSetting, audit: &AuditEntry) -> Result<(), StoreError>;
+    /// Replaces a tenant setting only if its value is still `expected`
+    /// (`None`: only if it has none), in one atomic step: `false`, and
+    /// nothing written (not even the audit entry), when another writer — on
+    /// this replica or another — changed it first. For settings whose new
+    /// value is computed from the old one (a trust policy keeps the floor an
+    /// operator set).
+    fn replace_setting(
+        &self,
+        setting: &StoredSetting,
+        expected: Option<&str>,
+        audit: &AuditEntry,
+    ) -> Result<bool, StoreError>;
     /// Removes a tenant setting.
     fn delete_setting(&self, tenant: &str, key: &str, audit: &AuditEntry) -> Result<bool, StoreError>;
 

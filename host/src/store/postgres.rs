@@ -1060,6 +1060,47 @@ impl RegistryStore for PostgresStore {
         Ok(())
     }
 
+    fn replace_setting(
+        &self,
+        (tenant, key, value): &StoredSetting,
+        expected: Option<&str>,
+        audit: &AuditEntry,
+    ) -> Result<bool, StoreError> {
+        let (pool, audit) = (self.pool.clone(), audit.clone());
+        let (tenant, key, value, expected) = (tenant.clone(), key.clone(), value.clone(), expected.map(str::to_string));
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            // One statement each: under READ COMMITTED the update waits for
+            // a concurrent writer's row lock and then re-checks the value.
+            let query = match &expected {
+                None => sqlx::query(
+                    "INSERT INTO tenant_settings (tenant, key, value, updated_at) VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (tenant, key) DO NOTHING",
+                ),
+                Some(_) => sqlx::query(
+                    "UPDATE tenant_settings SET value = $3, updated_at = $4 WHERE tenant = $1 AND key = $2 AND value = $5",
+                ),
+            };
+            let query = query.bind(&tenant).bind(&key).bind(&value).bind(audit.at);
+            let query = match &expected {
+                None => query,
+                Some(old) => query.bind(old),
+            };
+            let changed = query
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?
+                .rows_affected();
+            if changed != 1 {
+                return Ok(false); // dropping the transaction rolls it back
+            }
+            insert_audit(&mut tx, &audit).await.map_err(db)?;
+            record(&mut tx, Topic::Settings).await.map_err(db)?;
+            tx.commit().await.map_err(db)?;
+            Ok(true)
+        })
+    }
+
     fn delete_setting(&self, tenant: &str, key: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
         let (tenant, key) = (tenant.to_string(), key.to_string());
         let deleted = audited!(

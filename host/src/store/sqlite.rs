@@ -707,6 +707,33 @@ impl RegistryStore for SqliteStore {
         Ok(())
     }
 
+    fn replace_setting(
+        &self,
+        (tenant, key, value): &StoredSetting,
+        expected: Option<&str>,
+        audit: &AuditEntry,
+    ) -> Result<bool, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let changed = match expected {
+            None => tx.execute(
+                "INSERT INTO tenant_settings (tenant, key, value, updated_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (tenant, key) DO NOTHING",
+                params![tenant, key, value, audit.at],
+            )?,
+            Some(old) => tx.execute(
+                "UPDATE tenant_settings SET value = ?3, updated_at = ?4 WHERE tenant = ?1 AND key = ?2 AND value = ?5",
+                params![tenant, key, value, audit.at, old],
+            )?,
+        };
+        if changed != 1 {
+            return Ok(false); // dropping the transaction rolls it back
+        }
+        insert_audit(&tx, audit)?;
+        tx.commit()?;
+        Ok(true)
+    }
+
     fn delete_setting(&self, tenant: &str, key: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
         let deleted = self.audited(audit, |tx| {
             tx.execute("DELETE FROM tenant_settings WHERE tenant = ?1 AND key = ?2", [tenant, key])

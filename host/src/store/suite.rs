@@ -112,6 +112,7 @@ for_both_stores!(
     a_tenants_call_ledger_keeps_within_its_bound,
     oauth_credentials_are_used_once_and_revoked_by_family,
     secrets_config_settings_and_keys_round_trip,
+    a_setting_is_replaced_only_from_the_value_its_writer_read,
     sessions_live_until_they_expire,
     designer_sessions_end_when_they_expire_are_signed_out_or_crowded_out,
     waiting_calls_are_capped_per_tenant,
@@ -414,6 +415,34 @@ fn oauth_credentials_are_used_once_and_revoked_by_family(store: &dyn RegistrySto
     assert!(store.oauth_client("default", "c3").unwrap().is_some(), "used at 5: not idle long enough");
     assert_eq!(store.sweep_oauth_clients(10, 10).unwrap(), 1, "default's c3, idle since 5");
     assert!(store.oauth_client("default", "c2").unwrap().is_some(), "it holds credentials");
+}
+
+/// The compare-and-set a trust policy's floor rests on: of writers that
+/// read the same value, exactly one replaces it, and the others write
+/// nothing, not even their audit entry.
+fn a_setting_is_replaced_only_from_the_value_its_writer_read(store: &dyn RegistryStore) {
+    let setting = |value: &str| ("default".to_string(), "trust-policy".to_string(), value.to_string());
+    assert!(store.replace_setting(&setting("v1"), None, &audit("setting.cas")).unwrap(), "absent, as expected");
+    assert!(!store.replace_setting(&setting("v1b"), None, &audit("setting.cas")).unwrap(), "no longer absent");
+    assert!(!store.replace_setting(&setting("v2"), Some("v0"), &audit("setting.cas")).unwrap(), "not v0");
+    assert!(store.replace_setting(&setting("v2"), Some("v1"), &audit("setting.cas")).unwrap());
+    assert_eq!(store.settings().unwrap(), [setting("v2")]);
+    // Eight writers read v2 at once; one wins.
+    let won: Vec<bool> = std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..8)
+            .map(|i| {
+                scope.spawn(move || {
+                    store.replace_setting(&setting(&format!("w{i}")), Some("v2"), &audit("setting.cas")).unwrap()
+                })
+            })
+            .collect();
+        writers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    assert_eq!(won.iter().filter(|w| **w).count(), 1, "{won:?}");
+    let winner = won.iter().position(|w| *w).unwrap();
+    assert_eq!(store.settings().unwrap(), [setting(&format!("w{winner}"))]);
+    let entries = store.audit(&AuditQuery { limit: 100, ..Default::default() }).unwrap();
+    assert_eq!(entries.iter().filter(|e| e.action == "setting.cas").count(), 3, "the three writes that happened");
 }
 
 fn secrets_config_settings_and_keys_round_trip(store: &dyn RegistryStore) {
