@@ -136,8 +136,18 @@ pub(crate) enum Command {
         tool: String,
         /// The version to retire.
         version: u32,
+        /// Retire it even when toolsets pin it (they then mark it
+        /// retired-pinned).
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         target: TenantTarget,
+    },
+    /// A tenant's toolsets: named sets of its tools, each pinned or
+    /// following its current version (publisher key; docs/toolsets.md).
+    Toolset {
+        #[command(subcommand)]
+        command: ToolsetCommand,
     },
     /// List a server's tools, or one tool's versions.
     Tools {
@@ -292,6 +302,10 @@ pub(crate) enum KeyCommand {
         /// A note to recognise it by.
         #[arg(long)]
         label: Option<String>,
+        /// Scope a consumer key to this toolset of its tenant: it opens
+        /// that toolset's roots and nothing else.
+        #[arg(long)]
+        toolset: Option<String>,
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -309,6 +323,47 @@ pub(crate) enum KeyCommand {
         tenant: Option<String>,
         #[command(flatten)]
         server: ServerArgs,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ToolsetCommand {
+    /// Create a toolset, or its next version (the same content changes
+    /// nothing).
+    Set {
+        /// The toolset's name.
+        name: String,
+        /// What it is for, for the agent's designer.
+        #[arg(long, default_value = "")]
+        description: String,
+        /// A tool: `NAME` follows its current version, `NAME@N` pins
+        /// version N (repeatable).
+        #[arg(long = "tool")]
+        tools: Vec<String>,
+        #[command(flatten)]
+        target: TenantTarget,
+    },
+    /// One toolset: its tools as they stand now and its URLs.
+    Show {
+        /// The toolset's name.
+        name: String,
+        /// A version of it (default: its newest).
+        #[arg(long)]
+        version: Option<u32>,
+        #[command(flatten)]
+        target: TenantTarget,
+    },
+    /// Every toolset of the tenant.
+    List {
+        #[command(flatten)]
+        target: TenantTarget,
+    },
+    /// Delete a toolset: its roots answer 404 and its scoped keys are revoked.
+    Rm {
+        /// The toolset's name.
+        name: String,
+        #[command(flatten)]
+        target: TenantTarget,
     },
 }
 

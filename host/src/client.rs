@@ -352,9 +352,10 @@ pub fn versions(target: &TenantTarget, tool: &str) -> anyhow::Result<()> {
 }
 
 /// `plinth retire TOOL N`.
-pub fn retire(target: &TenantTarget, tool: &str, version: u32) -> anyhow::Result<()> {
+pub fn retire(target: &TenantTarget, tool: &str, version: u32, force: bool) -> anyhow::Result<()> {
     let id = tool_id(target, tool)?;
-    let request = client()?.delete(format!("{}/admin/tools/{id}/versions/{version}", root(target)));
+    let force = if force { "?force=true" } else { "" };
+    let request = client()?.delete(format!("{}/admin/tools/{id}/versions/{version}{force}", root(target)));
     let body = send(request, &target.server)?;
     let current =
         body["currentVersion"].as_u64().map_or("none (every version is retired)".to_string(), |n| n.to_string());
@@ -409,8 +410,14 @@ pub fn list_tenants(server: &ServerArgs) -> anyhow::Result<()> {
 }
 
 /// `plinth key create`: prints the key, which the server never shows again.
-pub fn create_key(server: &ServerArgs, tenant: Option<&str>, role: &str, label: Option<&str>) -> anyhow::Result<()> {
-    let body = serde_json::json!({ "tenant": tenant, "role": role, "label": label });
+pub fn create_key(
+    server: &ServerArgs,
+    tenant: Option<&str>,
+    role: &str,
+    label: Option<&str>,
+    toolset: Option<&str>,
+) -> anyhow::Result<()> {
+    let body = serde_json::json!({ "tenant": tenant, "role": role, "label": label, "toolset": toolset });
     let key = send(client()?.post(format!("{}/admin/keys", base(server))).json(&body), server)?;
     eprintln!(
         "created {role} key {} for {} (store it now: it cannot be shown again)",
@@ -447,6 +454,82 @@ pub fn list_keys(server: &ServerArgs, tenant: Option<&str>) -> anyhow::Result<()
         );
     }
     Ok(())
+}
+
+/// `plinth toolset set NAME --tool T[@N]…`.
+pub fn set_toolset(target: &TenantTarget, name: &str, description: &str, tools: &[String]) -> anyhow::Result<()> {
+    let mut entries = Vec::with_capacity(tools.len());
+    for tool in tools {
+        let entry = match tool.split_once('@') {
+            None => serde_json::json!({ "name": tool }),
+            Some((tool, n)) => {
+                let n: u32 = n.parse().with_context(|| format!("--tool `{tool}@{n}`: the version is a number"))?;
+                serde_json::json!({ "name": tool, "version": n })
+            }
+        };
+        entries.push(entry);
+    }
+    let body = serde_json::json!({ "description": description, "tools": entries });
+    let url = format!("{}/admin/toolsets/{name}", root(target));
+    let toolset = send(client()?.put(url).json(&body), &target.server)?;
+    print_toolset(&toolset);
+    Ok(())
+}
+
+/// `plinth toolset show NAME`.
+pub fn show_toolset(target: &TenantTarget, name: &str, version: Option<u32>) -> anyhow::Result<()> {
+    let mut url = format!("{}/admin/toolsets/{name}", root(target));
+    if let Some(n) = version {
+        url.push_str(&format!("?version={n}"));
+    }
+    print_toolset(&send(client()?.get(url), &target.server)?);
+    Ok(())
+}
+
+/// `plinth toolset list`.
+pub fn list_toolsets(target: &TenantTarget) -> anyhow::Result<()> {
+    let toolsets = send(client()?.get(format!("{}/admin/toolsets", root(target))), &target.server)?;
+    println!("{:<32} {:>7} {:>5}  DESCRIPTION", "NAME", "VERSION", "TOOLS");
+    for toolset in toolsets["items"].as_array().into_iter().flatten() {
+        println!(
+            "{:<32} {:>7} {:>5}  {}",
+            toolset["name"].as_str().unwrap_or("?"),
+            toolset["version"],
+            toolset["tools"].as_array().map_or(0, Vec::len),
+            toolset["description"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+/// `plinth toolset rm NAME`.
+pub fn delete_toolset(target: &TenantTarget, name: &str) -> anyhow::Result<()> {
+    let request = client()?.delete(format!("{}/admin/toolsets/{name}", root(target)));
+    let response = with_token(request, &target.server).send().context("reaching the server")?;
+    if !response.status().is_success() {
+        json(response)?;
+    }
+    println!("deleted toolset {name}; its keys are revoked");
+    Ok(())
+}
+
+fn print_toolset(toolset: &Value) {
+    println!(
+        "{} version {}: {}",
+        toolset["name"].as_str().unwrap_or("?"),
+        toolset["version"],
+        toolset["description"].as_str().unwrap_or("")
+    );
+    for tool in toolset["tools"].as_array().into_iter().flatten() {
+        let pin = tool["version"].as_u64().map_or("current".to_string(), |n| format!("version {n}"));
+        let now = tool["resolvedVersion"].as_u64().map_or("-".to_string(), |n| n.to_string());
+        let state = tool["state"].as_str().unwrap_or("?");
+        let warning = if state == "retiredPinned" { "  (pinned version retired: pin another)" } else { "" };
+        println!("  {:<32} {pin:<12} now {now:<6} {state}{warning}", tool["name"].as_str().unwrap_or("?"));
+    }
+    for (door, url) in toolset["roots"].as_object().into_iter().flatten() {
+        println!("  {door:<7} {}", url.as_str().unwrap_or("?"));
+    }
 }
 
 /// `plinth audit`.

@@ -12,6 +12,7 @@ mod deploy;
 mod invoke;
 mod secrets;
 mod tenants;
+pub mod toolsets;
 mod usage;
 pub use usage::{UsageOptions, window as usage_window};
 mod executors;
@@ -248,6 +249,15 @@ pub enum ChangeError {
     /// what an operator set).
     #[error("{0}")]
     Forbidden(String),
+    /// Retiring the version would break the toolsets that pin it
+    /// (`host/toolsets.rs`); a forced retirement goes ahead.
+    #[error("{message}")]
+    PinnedByToolsets {
+        /// What to do about it.
+        message: String,
+        /// The toolsets, by name.
+        toolsets: Vec<String>,
+    },
     /// A confirmation condition was refused.
     #[error(transparent)]
     Condition(#[from] crate::cheq::ConditionError),
@@ -308,6 +318,10 @@ pub enum InvokeError {
     /// The version (or, unpinned, every version) is retired.
     #[error("{0}")]
     Retired(String),
+    /// The call came through a toolset's root and names a tool, or a
+    /// version, the toolset does not give (`host/toolsets.rs`).
+    #[error("{0}")]
+    OutsideToolset(String),
     /// The sandbox stopped the tool.
     #[error(transparent)]
     Call(#[from] CallError),
@@ -379,6 +393,7 @@ impl InvokeError {
             | InvokeError::UnknownVersion { .. }
             | InvokeError::Input(_)
             | InvokeError::Retired(_)
+            | InvokeError::OutsideToolset(_)
             | InvokeError::ConfirmationPending(_)
             | InvokeError::EndUserRequired(_)
             | InvokeError::CannotWait(_) => false,
@@ -391,6 +406,7 @@ impl InvokeError {
         match self {
             InvokeError::UnknownTool(_) | InvokeError::UnknownVersion { .. } => "not_found",
             InvokeError::Retired(_) => "version_retired",
+            InvokeError::OutsideToolset(_) => "outside_toolset",
             InvokeError::Input(e) => e.code,
             InvokeError::Call(e) => e.code(),
             InvokeError::Busy(_) => "busy",
@@ -418,6 +434,7 @@ impl InvokeError {
             | InvokeError::UnknownVersion { .. }
             | InvokeError::Input(_)
             | InvokeError::Retired(_)
+            | InvokeError::OutsideToolset(_)
             | InvokeError::Busy(_)
             | InvokeError::RateLimited { .. }
             | InvokeError::ConfirmationPending(_)
@@ -613,6 +630,8 @@ pub struct ToolHost {
     console: console::ConsoleState,
     /// This replica's usage totals, written to the store periodically.
     usage: Arc<usage::UsageState>,
+    /// The tenants' toolsets, every version (`host/toolsets.rs`).
+    toolsets: toolsets::ToolsetState,
 }
 
 impl ToolHost {
@@ -681,6 +700,7 @@ impl ToolHost {
             deploys: Arc::new(tokio::sync::Semaphore::new(options.max_concurrent_deploys.max(1))),
             metrics: Arc::default(),
             catalog: catalog::CatalogState::new(&options.cheq.login),
+            toolsets: toolsets::ToolsetState::default(),
         };
         // Where the change log stands before anything is read: a change
         // made while loading is then read again, never missed.
@@ -689,7 +709,7 @@ impl ToolHost {
         retention::start_confirmation_sweep(&host, options.confirmation_retention)?;
         usage::start_usage_flush(&host);
         host.fleet.count_replicas(host.store.live_replicas());
-        for topic in [Topic::Settings, Topic::Tenants, Topic::Keys, Topic::Secrets, Topic::Config] {
+        for topic in [Topic::Settings, Topic::Tenants, Topic::Keys, Topic::Toolsets, Topic::Secrets, Topic::Config] {
             host.reload(topic)?;
         }
         let (mut live, mut retired) = (0usize, 0usize);

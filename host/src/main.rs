@@ -4,7 +4,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use cli::{
     Allocator, CheqCommand, Cli, Command, KeyCommand, LogFormat, PackArgs, RegistryCommand, ServeArgs, SlotResetArg,
-    TenantCommand, ToolsCommand, TrustCommand,
+    TenantCommand, ToolsCommand, ToolsetCommand, TrustCommand,
 };
 use plinth::api;
 use plinth::egress::OutboundLimits;
@@ -90,7 +90,15 @@ fn main() -> std::process::ExitCode {
             RegistryCommand::Logout { registry, target } => client::registry_logout(&target, &registry),
             RegistryCommand::List { target } => client::registry_list(&target),
         },
-        Command::Retire { tool, version, target } => client::retire(&target, &tool, version),
+        Command::Retire { tool, version, force, target } => client::retire(&target, &tool, version, force),
+        Command::Toolset { command } => match command {
+            ToolsetCommand::Set { name, description, tools, target } => {
+                client::set_toolset(&target, &name, &description, &tools)
+            }
+            ToolsetCommand::Show { name, version, target } => client::show_toolset(&target, &name, version),
+            ToolsetCommand::List { target } => client::list_toolsets(&target),
+            ToolsetCommand::Rm { name, target } => client::delete_toolset(&target, &name),
+        },
         Command::Tools { command: ToolsCommand::List { target } } => client::list(&target),
         Command::Tools { command: ToolsCommand::Versions { tool, target } } => client::versions(&target, &tool),
         Command::Tenant { command } => match command {
@@ -103,8 +111,8 @@ fn main() -> std::process::ExitCode {
             TenantCommand::List { server } => client::list_tenants(&server),
         },
         Command::Key { command } => match command {
-            KeyCommand::Create { tenant, role, label, server } => {
-                client::create_key(&server, tenant.as_deref(), &role, label.as_deref())
+            KeyCommand::Create { tenant, role, label, toolset, server } => {
+                client::create_key(&server, tenant.as_deref(), &role, label.as_deref(), toolset.as_deref())
             }
             KeyCommand::Revoke { id, server } => client::revoke_key(&server, &id),
             KeyCommand::List { tenant, server } => client::list_keys(&server, tenant.as_deref()),

@@ -72,13 +72,17 @@ pub struct Principal {
     /// For an OAuth access token rather than a key: what it grants (its
     /// end user, scopes and resource).
     pub token: Option<std::sync::Arc<TokenGrant>>,
+    /// The toolset it is scoped to: a key made for it, or a token issued
+    /// for its MCP URL. Such a principal opens that toolset's roots and
+    /// nothing else.
+    pub toolset: Option<String>,
 }
 
 impl Principal {
     /// The server itself acting on the operator's behalf (tools deployed
     /// from `--plugins`/`--watch`, the first operator key).
     pub fn server(what: &str) -> Principal {
-        Principal { key_id: what.to_string(), role: Role::Operator, tenant: None, token: None }
+        Principal { key_id: what.to_string(), role: Role::Operator, tenant: None, token: None, toolset: None }
     }
 
     /// Whether the principal may act in `tenant` at all (its own tenant, or
@@ -257,6 +261,9 @@ pub struct KeyRecord {
     pub created_at: i64,
     /// When it was revoked, if it was.
     pub revoked_at: Option<i64>,
+    /// The toolset it is scoped to (a consumer key that opens that
+    /// toolset's roots and nothing else); `None` for the whole tenant.
+    pub toolset: Option<String>,
 }
 
 /// A freshly generated key: the text to hand out once, and its record.
@@ -280,8 +287,16 @@ impl NewKey {
         let id = hex::encode(id);
         use base64::Engine as _;
         let key = format!("{KEY_PREFIX}{id}_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret));
-        let record =
-            KeyRecord { id, tenant, role, key_sha256: key_sha256(&key), label, created_at: at, revoked_at: None };
+        let record = KeyRecord {
+            id,
+            tenant,
+            role,
+            key_sha256: key_sha256(&key),
+            label,
+            created_at: at,
+            revoked_at: None,
+            toolset: None,
+        };
         Ok(NewKey { key, record })
     }
 }
@@ -428,7 +443,13 @@ mod tests {
 
     #[test]
     fn principals_see_only_their_tenant_unless_operators() {
-        let consumer = Principal { key_id: "k".into(), role: Role::Consumer, tenant: Some("acme".into()), token: None };
+        let consumer = Principal {
+            key_id: "k".into(),
+            role: Role::Consumer,
+            tenant: Some("acme".into()),
+            token: None,
+            toolset: None,
+        };
         assert!(consumer.sees("acme"));
         assert!(!consumer.sees("globex"));
         assert!(Principal::server("x").sees("globex"));

@@ -163,6 +163,45 @@ async fn a_key_revoked_on_one_replica_stops_working_on_every_replica() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_toolset_made_on_one_replica_is_served_by_the_others_and_its_deletion_too() {
+    let fleet = Fleet::start(2, TestPostgres::shared().fresh_database(), &[]);
+    let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
+    let (status, deployed) = fleet.replica(0).deploy(echo, "").await;
+    assert_eq!(status, 201, "{deployed}");
+    let id = deployed["toolId"].as_str().unwrap().to_string();
+    let other = fleet.replica(1);
+    eventually("the deploy reaches the replica", || async { versions_of(other, "echo").await == [1] }).await;
+
+    let body = json!({ "description": "d", "tools": [{ "name": "echo", "version": 1 }] });
+    let (status, made) =
+        fleet.replica(0).call_as(Some(TOKEN), Method::PUT, "/admin/toolsets/travel", Some(&body)).await;
+    assert_eq!(status, 201, "{made}");
+    let key = json!({ "tenant": "default", "role": "consumer", "toolset": "travel" });
+    let (status, key) = fleet.replica(0).call_as(Some(TOKEN), Method::POST, "/admin/keys", Some(&key)).await;
+    assert_eq!(status, 201, "{key}");
+    let key = key["key"].as_str().unwrap().to_string();
+    let path = format!("/t/default/toolsets/travel/tools/{id}:invoke");
+    let call = invocation("echo", &[("text", json!("hi"))]);
+    eventually("the toolset and its key reach the replica", || async {
+        other.call_as(Some(&key), Method::POST, &path, Some(&call)).await.0 == 200
+    })
+    .await;
+    // The same version, refusals included, on the other replica.
+    let (status, body) = other.call_as(Some(&key), Method::GET, "/tools", None).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (403, Some("outside_toolset")), "{body}");
+    let (status, body) = other.delete(&format!("/admin/tools/{id}/versions/1")).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("version_pinned_by_toolset")), "{body}");
+
+    let (status, _) = fleet.replica(0).call_as(Some(TOKEN), Method::DELETE, "/admin/toolsets/travel", None).await;
+    assert_eq!(status, 204);
+    eventually("the deletion reaches the replica", || async {
+        other.call_as(Some(TOKEN), Method::GET, "/t/default/toolsets/travel/tools", None).await.0 == 404
+    })
+    .await;
+    assert_eq!(other.call_as(Some(&key), Method::POST, &path, Some(&call)).await.0, 401);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_call_id_runs_once_across_replicas() {
     let (url, backend_calls) = weather_backend().await;
     let config = format!("lookup_weather_by_city.backend-url={url}");

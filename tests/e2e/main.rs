@@ -33,6 +33,7 @@ mod soak;
 mod storage;
 mod support;
 mod tenancy;
+mod toolsets;
 mod untrusted_input;
 mod versions;
 mod weather;

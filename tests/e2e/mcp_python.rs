@@ -384,6 +384,45 @@ async fn a_tenants_key_reaches_only_its_tenants_tools() {
     assert_eq!(lines.last().unwrap()["refusals"][0]["status"], 401, "{lines:?}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_lists_and_calls_exactly_a_toolsets_tools() {
+    use crate::toolsets::{echo_v2, put_toolset, travel};
+    let server = Server::start(&[]);
+    echo_v2(&server).await;
+    assert_eq!(put_toolset(&server, "travel", travel()).await.0, 201);
+    let key = consumer(&server).await;
+    let url = format!("{}/t/default/toolsets/travel/mcp", server.base);
+
+    for mode in ["auto", "legacy"] {
+        let (_, tools) = list(&url, mode, Some(&key)).await;
+        assert_eq!(names(&tools), ["echo", "lookup_weather_by_city"], "{mode}");
+        // echo at its pin, though version 2 is current.
+        assert_eq!(find(&tools, "echo")["_meta"]["version"], 1, "{mode}");
+    }
+    for mode in ["2026-07-28", "legacy"] {
+        let outcome = call(&url, Some(&key), mode, "echo", json!({"text": "hi"}), None).await;
+        assert_eq!(structured(&outcome), &json!({"text": "hi"}), "{mode}");
+        // Outside it, whatever the request names: another tool, another version.
+        let outcome = call(&url, Some(&key), mode, "book_flight", json!({}), None).await;
+        assert_eq!(rpc_error(&outcome)["data"]["code"], "outside_toolset", "{mode}: {outcome}");
+        let pinned = Some(json!({"version": 2}));
+        let outcome = call(&url, Some(&key), mode, "echo", json!({"text": "hi"}), pinned).await;
+        assert_eq!(rpc_error(&outcome)["data"]["code"], "outside_toolset", "{mode}: {outcome}");
+    }
+
+    // A key scoped to the toolset opens its MCP URL, and no other.
+    let body = json!({ "tenant": "default", "role": "consumer", "toolset": "travel" });
+    let (status, created) = server.call_as(Some(TOKEN), Method::POST, "/admin/keys", Some(&body)).await;
+    assert_eq!(status, 201, "{created}");
+    let scoped = created["key"].as_str().unwrap();
+    let (_, tools) = list(&url, "auto", Some(scoped)).await;
+    assert_eq!(names(&tools), ["echo", "lookup_weather_by_city"]);
+    let lines = Script::run("list_tools.py", &[&format!("{}/mcp", server.base), "--mode", "auto"], Some(scoped)).await;
+    let refused = lines.last().unwrap();
+    assert_eq!(refused["refusals"][0]["status"], 403, "{lines:?}");
+    assert_eq!(refused["refusals"][0]["body"]["error"]["code"], "outside_toolset", "{lines:?}");
+}
+
 /// A server whose `book_flight` always needs its end user's confirmation,
 /// with the end users alice and bob; returns it and a consumer key.
 async fn confirming_server() -> (Server, String) {

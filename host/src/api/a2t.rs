@@ -9,7 +9,7 @@
 use super::paging::{PageQuery, cursor, json_text, page_of_json};
 use super::{ApiError, ApiOptions, AppState, Caller, schemas};
 use crate::door::FrontDoor;
-use crate::host::{Call, InvokeError};
+use crate::host::{Call, InvokeError, ToolHost};
 use crate::invocation::{self, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::telemetry::CallerTrace;
@@ -112,12 +112,14 @@ pub(super) async fn list_tools(
     let query = PageQuery::parse(raw.as_deref())?;
     let after = query.cursor_after(TOOLS_CURSOR)?;
     let tags = &query.tags;
-    // A tool whose every version is retired is no longer enumerated.
+    let view = caller.toolset.as_deref();
+    // A tool whose every version is retired is no longer enumerated; through
+    // a toolset, only its tools, each at the version it gives.
     let (tools, more) = host.registry().page(&caller.tenant, after.as_deref(), query.limit, |tool| {
-        tool.current().is_some_and(|current| tags.iter().all(|t| current.signature.tags.contains(t)))
+        ToolHost::version_in(view, tool).is_some_and(|listed| tags.iter().all(|t| listed.signature.tags.contains(t)))
     });
     let next = if more { tools.last().map(|t| cursor(TOOLS_CURSOR, &t.name)) } else { None };
-    let items = tools.iter().filter_map(|t| Some(version_json(&host, t, &*t.current()?)));
+    let items = tools.iter().filter_map(|t| Some(version_json(&host, t, &*ToolHost::version_in(view, t)?)));
     Ok(page_of_json(items, query.limit, next))
 }
 
@@ -152,6 +154,10 @@ pub(super) async fn get_tool(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let tool = find_tool(&host, &caller, &tool_id)?;
+    if let Some(toolset) = caller.toolset.as_deref() {
+        let (tool, version) = ToolHost::resolve_in(Some(toolset), tool, None)?;
+        return Ok(cacheable(&host, &tool, &version, &headers));
+    }
     let current = tool.current().ok_or_else(|| {
         ApiError::new(StatusCode::GONE, "tool_retired", format!("every version of `{}` is retired", tool.name))
     })?;
@@ -176,6 +182,11 @@ pub(super) async fn list_versions(
 ) -> Result<Response, ApiError> {
     let query = PageQuery::parse(raw.as_deref())?;
     let tool = find_tool(&host, &caller, &tool_id)?;
+    if let Some(toolset) = caller.toolset.as_deref() {
+        // Through a toolset a tool has one version: the one it gives.
+        let (tool, version) = ToolHost::resolve_in(Some(toolset), tool, None)?;
+        return Ok(page_of_json(std::iter::once(version_json(&host, &tool, &version)), query.limit, None));
+    }
     let before = match query.cursor_after(VERSIONS_CURSOR)? {
         Some(n) => {
             Some(n.parse::<u32>().map_err(|_| ApiError::bad_request("invalid_cursor", "pageCursor is not valid"))?)
@@ -210,6 +221,10 @@ pub(super) async fn get_version(
 ) -> Result<Response, ApiError> {
     let tool = find_tool(&host, &caller, &tool_id)?;
     let n = parse_version(&version)?;
+    if let Some(toolset) = caller.toolset.as_deref() {
+        let (tool, version) = ToolHost::resolve_in(Some(toolset), tool, Some(n))?;
+        return Ok(cacheable(&host, &tool, &version, &headers));
+    }
     let version = tool.version(n).ok_or_else(|| ApiError::not_found(format!("tool `{tool_id}` has no version {n}")))?;
     Ok(cacheable(&host, &tool, &version, &headers))
 }
@@ -279,11 +294,12 @@ async fn invoke(
     trace: Option<CallerTrace>,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    // Unknown tools are 404 whatever the body says.
-    find_tool(host, caller, tool_id)?;
+    // Unknown tools are 404, and tools or versions outside the caller's
+    // toolset 403, whatever the body says.
+    let tool = find_tool(host, caller, tool_id)?;
+    let (tool, version) = ToolHost::resolve_in(caller.toolset.as_deref(), tool, version)?;
     let body: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}")))?;
-    let (tool, version) = host.resolve(&caller.tenant, tool_id, version)?;
     let input = invocation::input_value(&version.signature, &body)?;
     let mut call = Call::new(input, FrontDoor::A2t);
     call.end_user = end_user;

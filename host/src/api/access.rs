@@ -64,6 +64,11 @@ pub struct Caller {
     /// The key's principal; `None` only for open endpoints and public
     /// enumeration.
     pub principal: Option<Principal>,
+    /// The toolset whose root the request came through (that version, or
+    /// its newest): the doors serve only what it gives
+    /// ([`crate::host::ToolHost::resolve_in`]). `None`: the tenant's whole
+    /// catalogue.
+    pub toolset: Option<std::sync::Arc<crate::store::StoredToolset>>,
 }
 
 impl Caller {

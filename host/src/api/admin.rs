@@ -287,21 +287,36 @@ pub(super) async fn delete_registry(
 
 /// Retires a version: it can no longer be called; its metadata stays.
 #[utoipa::path(delete, path = "/admin/tools/{tool_id}/versions/{version}", tag = "Admin", operation_id = "retire",
-    params(("tool_id" = String, Path, description = "The tool's `toolId`"), ("version" = String, Path, description = "The version's number")),
+    params(("tool_id" = String, Path, description = "The tool's `toolId`"), ("version" = String, Path, description = "The version's number"),
+        ("force" = Option<bool>, Query, description = "Retire it even when toolsets pin it (they then mark it retired-pinned)"),
+    ),
     responses(
         (status = 200, description = "Retired", body = schemas::Retired),
+        (status = 400, description = "`invalid_request`: `force` is not `true` or `false`", body = schemas::ErrorBody),
         (status = 404, description = "`not_found`: no such tool or version", body = schemas::ErrorBody),
+        (status = 409, description = "`version_pinned_by_toolset`: toolsets pin this version (`toolsets` names them); pass `force=true` to retire it anyway", body = schemas::ErrorBody),
         schemas::StorageFailed,
     ))]
 pub(super) async fn retire(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path((tool_id, version)): Path<(String, String)>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
     let version = version.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
         ApiError::not_found(format!("`{version}` is not a version; versions are whole numbers from 1"))
     })?;
-    host.retire(caller.principal()?, &caller.tenant, &tool_id, version)?;
+    let mut force = false;
+    for (key, value) in form_urlencoded::parse(raw.as_deref().unwrap_or("").as_bytes()) {
+        if key == "force" {
+            force = match value.as_ref() {
+                "true" => true,
+                "false" => false,
+                _ => return Err(ApiError::bad_request("invalid_request", "`force` is `true` or `false`")),
+            };
+        }
+    }
+    host.retire_forced(caller.principal()?, &caller.tenant, &tool_id, version, force)?;
     let current = host.tool(&caller.tenant, &tool_id).and_then(|t| t.current()).map(|v| v.number);
     Ok(axum::Json(json!({ "toolId": tool_id, "version": version, "retired": true, "currentVersion": current }))
         .into_response())
@@ -568,6 +583,7 @@ fn key_json(record: &KeyRecord) -> Value {
         "label": record.label,
         "createdAt": record.created_at,
         "revokedAt": record.revoked_at,
+        "toolset": record.toolset,
     })
 }
 
@@ -591,6 +607,7 @@ struct NewKeyRequest {
     tenant: Option<String>,
     role: String,
     label: Option<String>,
+    toolset: Option<String>,
 }
 
 /// Creates a key; the answer is the only time the key is shown.
@@ -601,7 +618,7 @@ struct NewKeyRequest {
             headers(("Cache-Control" = String, description = "`no-store`")),
             links(("RevokeKey" = (operation_id = "revoke_key", parameters(("id" = "$response.body#/id")))))),
         (status = 400, description = "`invalid_json`, `invalid_role`, `invalid_label`, `invalid_request`", body = schemas::ErrorBody),
-        (status = 404, description = "`not_found`: no such tenant", body = schemas::ErrorBody),
+        (status = 404, description = "`not_found`: no such tenant, or no such toolset in it", body = schemas::ErrorBody),
         schemas::StorageFailed,
     ))]
 pub(super) async fn create_key(
@@ -615,7 +632,18 @@ pub(super) async fn create_key(
     if request.label.as_ref().is_some_and(|l| l.len() > 200) {
         return Err(ApiError::bad_request("invalid_label", "a label is at most 200 bytes"));
     }
-    let new = host.create_key(caller.principal()?, request.tenant.as_deref(), role, request.label)?;
+    let new = match (request.toolset, role, request.tenant.as_deref()) {
+        (None, _, tenant) => host.create_key(caller.principal()?, tenant, role, request.label)?,
+        (Some(toolset), Role::Consumer, Some(tenant)) => {
+            host.create_toolset_key(caller.principal()?, tenant, &toolset, request.label)?
+        }
+        (Some(_), _, _) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "a key scoped to a toolset is a consumer key of the toolset's tenant: give `role: consumer` and `tenant`",
+            ));
+        }
+    };
     let mut body = key_json(&new.record);
     body["key"] = new.key.into();
     let mut response = (StatusCode::CREATED, axum::Json(body)).into_response();

@@ -31,9 +31,70 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 struct TenantRoot(Option<String>);
 
+/// The toolset root a request came through (`/t/{tenant}/toolsets/{name}`
+/// or `…/{name}@{n}`), set by [`strip_tenant_root`].
+#[derive(Debug, Clone)]
+struct ToolsetRoot {
+    name: String,
+    version: Option<u32>,
+}
+
+/// `/toolsets/{name}[@{n}]/rest` → the toolset's root and `/rest`, when
+/// `rest` is one of the doors a toolset is served on (A2T's `/tools…`,
+/// OTC's `/otc/…`, MCP's `/mcp`); `Err` for any other path under
+/// `/toolsets/` (no route: `404`).
+fn toolset_root(path: &str) -> Option<Result<(ToolsetRoot, String), ()>> {
+    let rest = path.strip_prefix("/toolsets/")?;
+    let (segment, tail) = rest.split_once('/').map_or((rest, ""), |(s, t)| (s, t));
+    let tail = format!("/{tail}");
+    let (name, version) = match segment.split_once('@') {
+        None => (segment, None),
+        Some((name, n)) => match n.parse::<u32>() {
+            // One spelling per version: `@1`, never `@01` or `@+1`.
+            Ok(v) if v >= 1 && v.to_string() == n => (name, Some(v)),
+            _ => return Some(Err(())),
+        },
+    };
+    let door = tail == "/tools" || tail.starts_with("/tools/") || tail.starts_with("/otc/") || tail == "/mcp";
+    if !crate::host::toolsets::is_toolset_name(name) || !door {
+        return Some(Err(()));
+    }
+    Some(Ok((ToolsetRoot { name: name.to_string(), version }, tail)))
+}
+
 /// Rewrites `/t/{tenant}/rest` to `/rest` and remembers the tenant, so that
-/// one set of routes serves every platform root. Runs before routing.
-pub fn strip_tenant_root(mut request: Request) -> Request {
+/// one set of routes serves every platform root; and
+/// `[/t/{tenant}]/toolsets/{name}[@{n}]/rest` to `/rest` too, remembering
+/// the toolset, so that the doors' handlers serve a toolset's root as
+/// another view of the same tenant. Runs before routing.
+pub fn strip_tenant_root(request: Request) -> Request {
+    let mut request = strip_platform_root(request);
+    let path = request.uri().path().to_string();
+    let Some(root) = toolset_root(&path) else { return request };
+    let (root, tail) = match root {
+        Ok(found) => found,
+        Err(()) => {
+            *request.uri_mut() = axum::http::Uri::from_static("/t/invalid");
+            return request;
+        }
+    };
+    let path_and_query = match request.uri().query() {
+        Some(q) => format!("{tail}?{q}"),
+        None => tail,
+    };
+    let mut parts = request.uri().clone().into_parts();
+    match path_and_query.parse() {
+        Ok(pq) => parts.path_and_query = Some(pq),
+        Err(_) => parts.path_and_query = Some(axum::http::uri::PathAndQuery::from_static("/t/invalid")),
+    }
+    if let Ok(uri) = axum::http::Uri::from_parts(parts) {
+        *request.uri_mut() = uri;
+    }
+    request.extensions_mut().insert(root);
+    request
+}
+
+fn strip_platform_root(mut request: Request) -> Request {
     let path = request.uri().path();
     let root = path.strip_prefix("/t/").map(|rest| match rest.split_once('/') {
         Some((tenant, tail)) => (tenant.to_string(), format!("/{tail}")),
@@ -78,6 +139,14 @@ pub fn bearer_token(headers: &axum::http::HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
 }
 
+fn no_such_toolset(name: &str, version: Option<u32>) -> ApiError {
+    let message = match version {
+        None => format!("there is no toolset `{name}` in this tenant"),
+        Some(n) => format!("there is no version {n} of toolset `{name}` in this tenant"),
+    };
+    ApiError::new(StatusCode::NOT_FOUND, "toolset_not_found", message)
+}
+
 fn no_such_tenant(tenant: &str) -> ApiError {
     ApiError::not_found(format!("there is no tenant `{tenant}` this key may use"))
 }
@@ -95,6 +164,7 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
     }
     let tenant_root = root.is_some();
     let tenant = root.unwrap_or_else(|| DEFAULT_TENANT.to_string());
+    let toolset_root = request.extensions().get::<ToolsetRoot>().cloned();
     if access == Access::Catalog {
         return authorize_designer(host, tenant, tenant_root, request, next).await;
     }
@@ -105,7 +175,11 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
     // once: a token's refusal is given the setting its check saw.
     let at_mcp = request.uri().path() == "/mcp";
     let oauth = || {
-        let root = OAuthRoot { tenant: tenant.as_str(), explicit: tenant_root };
+        let root = OAuthRoot {
+            tenant: tenant.as_str(),
+            explicit: tenant_root,
+            toolset: toolset_root.as_ref().map(|r| r.name.as_str()),
+        };
         options.as_deref().filter(|_| at_mcp && host.oauth_enabled(&tenant)).map(|options| (options, root))
     };
     let mut oauth_seen = None;
@@ -125,11 +199,21 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
         },
         None => None,
     };
-    let decision = decide(&host, access, scope, &tenant, presented.is_some(), principal.as_ref());
+    let toolset_name = toolset_root.as_ref().map(|r| r.name.as_str());
+    let decision = decide(&host, access, scope, &tenant, toolset_name, presented.is_some(), principal.as_ref());
     if let Err(error) = decision {
         return refusal(error, presented.is_some(), oauth_seen.unwrap_or_else(oauth));
     }
-    request.extensions_mut().insert(Caller { tenant, tenant_root, principal });
+    // A toolset's root: the toolset (that version, or its newest) must be
+    // live; the doors then serve its view of the tenant.
+    let toolset = match &toolset_root {
+        None => None,
+        Some(root) => match host.toolset(&tenant, &root.name, root.version) {
+            Some(toolset) => Some(toolset),
+            None => return no_such_toolset(&root.name, root.version).into_response(),
+        },
+    };
+    request.extensions_mut().insert(Caller { tenant, tenant_root, principal, toolset });
     next.run(request).await
 }
 
@@ -153,15 +237,33 @@ async fn token_principal(
     let Some((options, root)) = oauth else { return Ok(None) };
     let tenant = root.tenant;
     let resource = super::links::mcp_resource(options, root);
-    let grant = host
-        .token_grant(tenant, token, &resource)
-        .await
-        .map_err(|e| ApiError::storage_failed(format!("the token could not be checked: {e}")))?;
+    let unreadable =
+        |e: crate::store::StoreError| ApiError::storage_failed(format!("the token could not be checked: {e}"));
+    let grant = host.token_grant(tenant, token, &resource).await.map_err(unreadable)?;
+    if grant.is_none() {
+        // A good token issued for one of the tenant's toolsets, presented
+        // at another MCP URL: refused, saying why (docs/toolsets.md).
+        let elsewhere = host.access_grant(tenant, token).map_err(unreadable)?;
+        if let Some(scoped) = elsewhere
+            .as_ref()
+            .and_then(|g| super::links::toolset_of_resource(options, OAuthRoot { toolset: None, ..root }, &g.resource))
+        {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "outside_toolset",
+                format!(
+                    "this token was issued for toolset `{scoped}`: it opens /t/{tenant}/toolsets/{scoped}/mcp and nothing else"
+                ),
+            )
+            .with("toolset", scoped));
+        }
+    }
     Ok(grant.map(|grant| Principal {
         key_id: format!("oauth:{}", grant.family),
         role: Role::Consumer,
         tenant: Some(tenant.to_string()),
         token: Some(Arc::new(grant)),
+        toolset: root.toolset.map(str::to_string),
     }))
 }
 
@@ -193,8 +295,8 @@ async fn authorize_designer(
             }
         },
     };
-    let session =
-        session.filter(|s| decide(&host, Access::Catalog, Scope::Tenant, &tenant, true, Some(&s.principal)).is_ok());
+    let session = session
+        .filter(|s| decide(&host, Access::Catalog, Scope::Tenant, &tenant, None, true, Some(&s.principal)).is_ok());
     let Some(session) = session else {
         return super::catalog::session::sign_in_required(
             &options,
@@ -226,7 +328,12 @@ async fn authorize_designer(
         }
         request = Request::from_parts(parts, axum::body::Body::from(bytes));
     }
-    request.extensions_mut().insert(Caller { tenant, tenant_root, principal: Some(session.principal.clone()) });
+    request.extensions_mut().insert(Caller {
+        tenant,
+        tenant_root,
+        principal: Some(session.principal.clone()),
+        toolset: None,
+    });
     request.extensions_mut().insert(session);
     next.run(request).await
 }
@@ -243,7 +350,8 @@ pub fn refusal_for(
     caller: &Caller,
 ) -> Option<Response> {
     let principal = caller.principal.as_ref();
-    decide(host, access, scope, &caller.tenant, principal.is_some(), principal).err().map(|e| {
+    let toolset = caller.toolset.as_ref().map(|t| t.name.as_str());
+    decide(host, access, scope, &caller.tenant, toolset, principal.is_some(), principal).err().map(|e| {
         let oauth = options.filter(|_| host.oauth_enabled(&caller.tenant)).map(|o| (o, OAuthRoot::of(caller)));
         refusal(e, principal.is_some(), oauth)
     })
@@ -276,11 +384,15 @@ fn refusal(error: ApiError, key_presented: bool, oauth: Option<(&ApiOptions, OAu
     response
 }
 
+/// The decision: see the module docs. `toolset` is the toolset whose root
+/// the request came through, if any: a principal scoped to a toolset is
+/// refused (`403 outside_toolset`) anywhere but that toolset's roots.
 fn decide(
     host: &AppState,
     access: Access,
     scope: Scope,
     tenant: &str,
+    toolset: Option<&str>,
     key_presented: bool,
     principal: Option<&Principal>,
 ) -> Result<(), ApiError> {
@@ -295,6 +407,19 @@ fn decide(
     };
     if scope == Scope::Tenant && (!principal.sees(tenant) || host.tenant(tenant).is_none()) {
         return Err(no_such_tenant(tenant));
+    }
+    if let Some(scoped) = &principal.toolset
+        && toolset != Some(scoped.as_str())
+    {
+        let what = if principal.token.is_some() { "token was issued for" } else { "key is scoped to" };
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "outside_toolset",
+            format!(
+                "this {what} toolset `{scoped}`: it opens /t/{tenant}/toolsets/{scoped}/ (tools, otc, mcp) and nothing else"
+            ),
+        )
+        .with("toolset", scoped.as_str()));
     }
     // A token carries what its scopes allow, and never more than a
     // consumer key.

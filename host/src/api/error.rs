@@ -10,6 +10,7 @@
 //! is temporary — an executor retries it — and carries `Retry-After`.
 
 use crate::cheq::ConditionError;
+use crate::host::toolsets::ToolsetError;
 use crate::host::{
     ChangeError, DecideError, DeployError, InvokeError, JwksError, LoginError, SignInError, State as TxState,
 };
@@ -253,6 +254,7 @@ impl From<InvokeError> for ApiError {
         match e {
             InvokeError::UnknownTool(_) | InvokeError::UnknownVersion { .. } => ApiError::not_found(message),
             InvokeError::Retired(_) => ApiError::new(StatusCode::GONE, code, message),
+            InvokeError::OutsideToolset(_) => ApiError::new(StatusCode::FORBIDDEN, code, message),
             InvokeError::Input(e) => e.into(),
             // A slow backend may answer in time on the next call.
             InvokeError::Call(CallError::Timeout { computing: false, .. }) => {
@@ -437,9 +439,35 @@ impl From<ChangeError> for ApiError {
             ChangeError::Invalid(message) => ApiError::bad_request("invalid_request", message),
             ChangeError::Conflict(message) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
             ChangeError::Forbidden(message) => ApiError::new(StatusCode::FORBIDDEN, "forbidden", message),
+            ChangeError::PinnedByToolsets { message, toolsets } => {
+                ApiError::new(StatusCode::CONFLICT, "version_pinned_by_toolset", message).with("toolsets", toolsets)
+            }
             ChangeError::Condition(e) => e.into(),
             ChangeError::Store(_) => {
                 tracing::error!(error = %e, "a change failed in the store");
+                ApiError::storage_failed(
+                    "the change could not be stored (the data disk is full, or the database cannot be reached); nothing changed",
+                )
+            }
+        }
+    }
+}
+
+impl From<ToolsetError> for ApiError {
+    fn from(e: ToolsetError) -> Self {
+        let message = e.to_string();
+        match e {
+            ToolsetError::Invalid(_) => ApiError::bad_request("invalid_toolset", message),
+            ToolsetError::UnknownTool(_) => ApiError::new(StatusCode::NOT_FOUND, "toolset_tool_not_found", message),
+            ToolsetError::UnknownVersion { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "toolset_version_not_found", message)
+            }
+            ToolsetError::Retired(_) => ApiError::new(StatusCode::CONFLICT, "toolset_version_retired", message),
+            ToolsetError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "toolset_not_found", message),
+            ToolsetError::TooMany(_) => ApiError::new(StatusCode::CONFLICT, "quota_exceeded", message),
+            ToolsetError::Conflict => ApiError::busy(message),
+            ToolsetError::Store(_) => {
+                tracing::error!(error = %e, "a toolset change failed in the store");
                 ApiError::storage_failed(
                     "the change could not be stored (the data disk is full, or the database cannot be reached); nothing changed",
                 )
@@ -564,6 +592,7 @@ mod tests {
             InvokeError::UnknownTool("x".into()),
             InvokeError::UnknownVersion { tool_id: uuid::Uuid::nil(), version: 2 },
             InvokeError::Retired("x".into()),
+            InvokeError::OutsideToolset("x".into()),
             InvokeError::Call(CallError::Timeout { deadline: Duration::from_secs(1), computing: false }),
             InvokeError::Call(CallError::Timeout { deadline: Duration::from_secs(1), computing: true }),
             InvokeError::Call(CallError::ResourceExhausted),

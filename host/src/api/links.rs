@@ -108,17 +108,24 @@ pub struct Root<'a> {
     /// Reached through `/t/{tenant}/` (every tenant but the default one
     /// always is).
     pub explicit: bool,
+    /// The toolset whose MCP URL is meant (`…/toolsets/{name}/mcp`), if
+    /// any: a protected resource of its own (docs/toolsets.md).
+    pub toolset: Option<&'a str>,
 }
 
 impl<'a> Root<'a> {
     /// The root of `tenant` reached through `/t/{tenant}/`.
     pub fn of_tenant(tenant: &'a str) -> Root<'a> {
-        Root { tenant, explicit: true }
+        Root { tenant, explicit: true, toolset: None }
     }
 
     /// The root the request of `caller` came through.
     pub fn of(caller: &'a Caller) -> Root<'a> {
-        Root { tenant: &caller.tenant, explicit: caller.tenant_root }
+        Root {
+            tenant: &caller.tenant,
+            explicit: caller.tenant_root,
+            toolset: caller.toolset.as_ref().map(|t| t.name.as_str()),
+        }
     }
 
     /// Whether it is `/t/{tenant}` rather than `/`.
@@ -145,7 +152,18 @@ pub fn issuer(options: &ApiOptions, root: Root<'_>) -> String {
 
 /// The tenant's MCP URL under `root`: the resource its tokens are for.
 pub fn mcp_resource(options: &ApiOptions, root: Root<'_>) -> String {
-    format!("{}/mcp", issuer(options, root))
+    match root.toolset {
+        None => format!("{}/mcp", issuer(options, root)),
+        Some(toolset) => format!("{}/toolsets/{toolset}/mcp", issuer(options, root)),
+    }
+}
+
+/// The toolset whose MCP URL `resource` is, under `root`'s issuer (the
+/// name only: whether it is live is the caller's to check).
+pub fn toolset_of_resource<'r>(options: &ApiOptions, root: Root<'_>, resource: &'r str) -> Option<&'r str> {
+    let issuer = issuer(options, root);
+    let name = resource.strip_prefix(issuer.as_str())?.strip_prefix("/toolsets/")?.strip_suffix("/mcp")?;
+    crate::host::toolsets::is_toolset_name(name).then_some(name)
 }
 
 /// `url` with `/.well-known/{name}` put between its origin and its path

@@ -440,16 +440,21 @@ impl ServerHandler for McpDoor {
                 )
             })?),
         };
-        let (tools, more) =
-            host.registry().page(&caller.tenant, after.as_deref(), PAGE_SIZE, |tool| tool.current().is_some());
+        // Through a toolset, only its tools, each at the version it gives.
+        let view = caller.toolset.as_deref();
+        let (tools, more) = host
+            .registry()
+            .page(&caller.tenant, after.as_deref(), PAGE_SIZE, |tool| ToolHost::version_in(view, tool).is_some());
         let mut items = Vec::with_capacity(tools.len());
         for tool in &tools {
-            if let Some(version) = tool.current() {
+            if let Some(version) = ToolHost::version_in(view, tool) {
                 items.push(tool_entry(&host, tool, &version)?);
             }
         }
         let next = if more { tools.last().map(|t| URL_SAFE_NO_PAD.encode(&t.name)) } else { None };
-        let mut page = ListToolsResult::with_all_items(items).with_ttl_ms(0).with_cache_scope(CacheScope::Private);
+        let mut page = ListToolsResult::with_all_items(items)
+            .with_ttl_ms(ToolHost::list_ttl_ms(view))
+            .with_cache_scope(CacheScope::Private);
         page.next_cursor = next;
         Ok(page)
     }
@@ -630,7 +635,7 @@ fn resolve(
             ));
         }
     };
-    let (tool, version) = ToolHost::version_of(tool, pinned).map_err(|e| {
+    let (tool, version) = ToolHost::resolve_in(caller.toolset.as_deref(), tool, pinned).map_err(|e| {
         let error = ApiError::from(e);
         let code = if error.status().is_server_error() { ErrorCode::INTERNAL_ERROR } else { ErrorCode::INVALID_PARAMS };
         let plinth_code = if error.code() == "not_found" { "unknown_version" } else { error.code() };

@@ -24,6 +24,7 @@ pub mod pages;
 pub mod paging;
 pub mod schemas;
 pub mod serve;
+pub mod toolsets;
 
 use crate::door::FrontDoor;
 use crate::host::{InvokeError, ToolHost};
@@ -253,6 +254,13 @@ fn routes(options: &ApiOptions) -> Routes {
             Server,
             get(oauth::tenant_resource_metadata),
         )
+        .add(
+            Method::GET,
+            "/.well-known/oauth-protected-resource/t/{tenant}/toolsets/{name}/mcp",
+            Open,
+            Server,
+            get(oauth::toolset_resource_metadata),
+        )
         .add(Method::GET, "/.well-known/oauth-authorization-server", Open, Tenant, get(oauth::server_metadata_here))
         .add(
             Method::GET,
@@ -273,7 +281,7 @@ fn routes(options: &ApiOptions) -> Routes {
             Server,
             put(oauth::put_tenant_oauth).layer(form_limit),
         );
-    admin::routes(routes).add_mcp(options)
+    toolsets::routes(admin::routes(routes)).add_mcp(options)
 }
 
 /// The whole HTTP surface, as a service (the tenant roots are rewritten

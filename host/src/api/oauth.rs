@@ -15,7 +15,7 @@
 //! | `{root}/oauth/authorize` | sign-in and consent (`GET` the page, `POST` its form) |
 //! | `{root}/oauth/token`, `…/register`, `…/revoke` | the token, registration and revocation endpoints |
 
-use super::links::{Root, issuer, mcp_resource};
+use super::links::{Root, issuer, mcp_resource, toolset_of_resource};
 use super::pages::{self, Frame, Paragraph, Product, field, form};
 use super::{ApiError, ApiOptions, AppState, Caller, schemas};
 use crate::host::oauth::{self as core, Authorization, OAuthClient, OAuthError, SCOPES};
@@ -42,7 +42,10 @@ fn resource_metadata(options: &ApiOptions, root: Root<'_>, authorization_server:
         "authorization_servers": [authorization_server],
         "scopes_supported": SCOPES.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
         "bearer_methods_supported": ["header"],
-        "resource_name": format!("Plinth tools of {}", root.tenant),
+        "resource_name": match root.toolset {
+            None => format!("Plinth tools of {}", root.tenant),
+            Some(toolset) => format!("Plinth toolset {toolset} of {}", root.tenant),
+        },
     })
 }
 
@@ -122,7 +125,11 @@ pub(super) async fn default_resource_metadata(
     State(host): State<AppState>,
     Extension(options): Extension<Arc<ApiOptions>>,
 ) -> Response {
-    resource_metadata_of(&host, &options, Root { tenant: crate::tenancy::DEFAULT_TENANT, explicit: false })
+    resource_metadata_of(
+        &host,
+        &options,
+        Root { tenant: crate::tenancy::DEFAULT_TENANT, explicit: false, toolset: None },
+    )
 }
 
 /// `GET /.well-known/oauth-protected-resource/t/{tenant}/mcp`.
@@ -139,6 +146,26 @@ pub(super) async fn tenant_resource_metadata(
 ) -> Response {
     // `/t/default/mcp`'s metadata is under `/t/default` too.
     resource_metadata_of(&host, &options, Root::of_tenant(&tenant))
+}
+
+/// `GET /.well-known/oauth-protected-resource/t/{tenant}/toolsets/{name}/mcp`:
+/// a toolset's MCP URL's, where RFC 9728 puts it (docs/toolsets.md).
+#[utoipa::path(get, summary = "A toolset's MCP URL's protected resource metadata (RFC 9728)", description = "As `/.well-known/oauth-protected-resource`, for the toolset's MCP URL `/t/{tenant}/toolsets/{name}/mcp`: a token issued for it (`resource`, RFC 8707) opens that toolset only.", path = "/.well-known/oauth-protected-resource/t/{tenant}/toolsets/{name}/mcp", tag = "OAuth", operation_id = "toolset_resource_metadata",
+    params(("tenant" = String, Path, description = "The tenant"), ("name" = String, Path, description = "The toolset")),
+    responses(
+        (status = 200, description = "The metadata", body = Value),
+        (status = 404, description = "`not_found`: no such tenant or toolset, or OAuth is off for the tenant", body = schemas::ErrorBody),
+    ))]
+pub(super) async fn toolset_resource_metadata(
+    State(host): State<AppState>,
+    Extension(options): Extension<Arc<ApiOptions>>,
+    Path((tenant, name)): Path<(String, String)>,
+) -> Response {
+    if host.toolset(&tenant, &name, None).is_none() {
+        return ApiError::not_found("there is no such toolset").into_response();
+    }
+    let root = Root { tenant: &tenant, explicit: true, toolset: Some(&name) };
+    resource_metadata_of(&host, &options, root)
 }
 
 fn resource_metadata_of(host: &AppState, options: &ApiOptions, root: Root<'_>) -> Response {
@@ -294,9 +321,21 @@ async fn check_request(
         return Err(refuse("invalid_request", "code_challenge_method must be S256, with its 43-character challenge"));
     }
     let scopes = core::requested_scopes(one("scope"));
-    let resource = mcp_resource(options, root);
-    if fields.iter().any(|(k, v)| k == "resource" && *v != resource) {
-        return Err(refuse("invalid_target", "this authorization server issues tokens for its tenant's MCP URL only"));
+    // The tenant's MCP URL, or one of its toolsets' (RFC 8707): a token
+    // for a toolset's opens that toolset only.
+    let mut resource = mcp_resource(options, root);
+    for (_, asked) in fields.iter().filter(|(k, _)| k == "resource") {
+        let toolset = toolset_of_resource(options, root, asked).filter(|t| host.toolset(tenant, t, None).is_some());
+        match toolset {
+            _ if *asked == mcp_resource(options, root) => {}
+            Some(_) if *asked == resource || resource == mcp_resource(options, root) => resource = asked.clone(),
+            _ => {
+                return Err(refuse(
+                    "invalid_target",
+                    "this authorization server issues tokens for its tenant's MCP URL and its toolsets' MCP URLs only",
+                ));
+            }
+        }
     }
     let asked = Authorization {
         client_id: client.client_id.clone(),
@@ -591,6 +630,7 @@ pub(super) async fn put_tenant_oauth(
     resource_metadata_here,
     default_resource_metadata,
     tenant_resource_metadata,
+    toolset_resource_metadata,
     server_metadata_here,
     tenant_server_metadata,
     authorize_form,
@@ -611,7 +651,7 @@ mod tests {
     fn every_url_of_a_tenant_stays_under_the_root_the_client_used() {
         let options = ApiOptions::default();
         let base = &options.public_url;
-        let bare = Root { tenant: "default", explicit: false };
+        let bare = Root { tenant: "default", explicit: false, toolset: None };
         assert_eq!(mcp_resource(&options, bare), format!("{base}/mcp"));
         assert_eq!(issuer(&options, bare), *base);
         assert_eq!(resource_metadata_url(&options, bare), format!("{base}/.well-known/oauth-protected-resource/mcp"));
@@ -625,7 +665,7 @@ mod tests {
         assert_eq!(server_metadata(&options, under_t)["token_endpoint"], format!("{base}/t/default/oauth/token"));
         assert_eq!(under_t.path(&options), "/t/default");
         // Any other tenant has only its `/t/` root.
-        assert_eq!(issuer(&options, Root { tenant: "acme", explicit: false }), format!("{base}/t/acme"));
+        assert_eq!(issuer(&options, Root { tenant: "acme", explicit: false, toolset: None }), format!("{base}/t/acme"));
     }
 
     #[test]

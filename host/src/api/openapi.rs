@@ -103,6 +103,7 @@ fn document() -> (Value, Vec<String>) {
         super::otc::Doc::openapi(),
         super::cheq::Doc::openapi(),
         super::admin::Doc::openapi(),
+        super::toolsets::Doc::openapi(),
         super::console::Doc::openapi(),
         super::catalog::Doc::openapi(),
         super::oauth::Doc::openapi(),

@@ -19,7 +19,7 @@ use crate::invocation::{self, InputError, OutputError, ToolError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::runtime::CallError;
 use crate::signature::schema;
-use crate::store::CallKey;
+use crate::store::{CallKey, StoredToolset};
 use crate::telemetry::CallerTrace;
 use crate::tool_ids::{otc_tool_id, pascal_case, toolkit};
 use axum::Extension;
@@ -125,8 +125,15 @@ fn parse_tool_id(id: &str) -> Option<ToolRef<'_>> {
     Some(ToolRef { toolkit, name, version })
 }
 
-/// The version a ToolId names in the caller's tenant.
-fn resolve(host: &AppState, tenant: &str, tool_id: &str) -> Result<(Arc<Tool>, Arc<ToolVersion>), ApiError> {
+/// The version a ToolId names in the caller's tenant, through its toolset
+/// when it came through one (a tool or version outside it is `403
+/// outside_toolset`).
+fn resolve(
+    host: &AppState,
+    tenant: &str,
+    toolset: Option<&StoredToolset>,
+    tool_id: &str,
+) -> Result<(Arc<Tool>, Arc<ToolVersion>), ApiError> {
     let tool_ref = parse_tool_id(tool_id).ok_or_else(|| {
         ApiError::bad_request(
             "invalid_tool_id",
@@ -149,8 +156,9 @@ fn resolve(host: &AppState, tenant: &str, tool_id: &str) -> Result<(Arc<Tool>, A
             ));
         }
     };
-    let (tool, version) = ToolHost::version_of(tool, version).map_err(|e| match e {
+    let (tool, version) = ToolHost::resolve_in(toolset, tool, version).map_err(|e| match e {
         InvokeError::Retired(message) => ApiError::bad_request("version_retired", message),
+        e @ InvokeError::OutsideToolset(_) => ApiError::from(e),
         InvokeError::UnknownVersion { version, .. } => {
             ApiError::bad_request("unknown_version", format!("`{}` has no version {version}.0.0", tool_ref.name))
         }
@@ -219,6 +227,13 @@ pub(super) async fn list_tools(
     let (tools, _) = host.registry().page(&caller.tenant, None, usize::MAX, |_| true);
     let mut definitions = Vec::new();
     for tool in &tools {
+        if let Some(toolset) = caller.toolset.as_deref() {
+            // Through a toolset: its tools, each at the version it gives.
+            if let Some(version) = ToolHost::version_in(Some(toolset), tool) {
+                definitions.push(definition(&host, tool, &version));
+            }
+            continue;
+        }
         for version in tool.versions_before(None, usize::MAX) {
             if version.retired_at().is_none() {
                 definitions.push(definition(&host, tool, &version));
@@ -395,7 +410,7 @@ pub(super) async fn call_tool(
 ) -> Result<Response, ApiError> {
     let mut request = CallRequest::parse(&super::body_within_limit(body)?)?;
     request.trace = trace.map(|Extension(trace)| trace);
-    let (tool, version) = resolve(&host, &caller.tenant, &request.tool_id)?;
+    let (tool, version) = resolve(&host, &caller.tenant, caller.toolset.as_deref(), &request.tool_id)?;
     let arguments: Vec<(&str, &Value)> = request.input.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let input = match invocation::input_record(&version.signature, &arguments) {
         Ok(input) => input,

@@ -856,6 +856,9 @@ pub struct Key {
     /// When it was revoked.
     #[serde(rename = "revokedAt")]
     pub revoked_at: Option<i64>,
+    /// The toolset it is scoped to (it opens that toolset's roots and
+    /// nothing else); `null` for the whole tenant.
+    pub toolset: Option<String>,
 }
 
 /// A new key: its record, and the key itself, shown this once.
@@ -877,6 +880,8 @@ pub struct CreatedKey {
     /// Always `null`.
     #[serde(rename = "revokedAt")]
     pub revoked_at: Option<i64>,
+    /// The toolset it is scoped to; `null` for the whole tenant.
+    pub toolset: Option<String>,
     /// `plk_{id}_{secret}`: keep it, it is not shown again.
     pub key: String,
 }
@@ -902,6 +907,10 @@ pub struct NewKeyRequest {
     /// A note (at most 200 bytes of UTF-8).
     #[schema(max_length = 200)]
     pub label: Option<String>,
+    /// Scope a consumer key to this toolset of its tenant: it opens
+    /// `/t/{tenant}/toolsets/{toolset}/…` and nothing else.
+    #[schema(example = "travel")]
+    pub toolset: Option<String>,
 }
 
 /// A page of the audit log, newest first.
@@ -1154,4 +1163,97 @@ pub struct McpMessage {
     pub method: String,
     /// The method's parameters.
     pub params: Option<Map<String, Value>>,
+}
+
+/// A toolset to create, or its next version.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsetRequest {
+    /// What it is for, for the agent's designer (at most 2,000 characters).
+    #[schema(max_length = 2000, example = "Booking trips: flights and the weather where they land")]
+    pub description: Option<String>,
+    /// Its tools (at most 64), each pinned or following its current version.
+    #[schema(max_items = 64)]
+    pub tools: Vec<ToolsetEntryRequest>,
+}
+
+/// One tool of a toolset to create.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsetEntryRequest {
+    /// The tool's name in the tenant.
+    #[schema(example = "book-flight")]
+    pub name: String,
+    /// The version it is pinned to; absent (or `null`) follows the tool's
+    /// current version.
+    #[schema(minimum = 1)]
+    pub version: Option<u32>,
+}
+
+/// One tool of a toolset version, as it stands now.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsetTool {
+    /// The tool's name.
+    pub name: String,
+    /// Its pin; `null` follows the current version.
+    pub version: Option<u32>,
+    /// The tool's `toolId`, when the tenant has it.
+    #[serde(rename = "toolId")]
+    pub tool_id: Option<String>,
+    /// The version a call reaches now (a retired pin's, for a
+    /// `retiredPinned` tool).
+    #[serde(rename = "resolvedVersion")]
+    pub resolved_version: Option<u32>,
+    /// `live`; `retiredPinned` (its pinned version was retired by force: it
+    /// cannot be called until a new toolset version changes the pin);
+    /// `retired` (followed, every version retired); `missing`.
+    #[schema(pattern = "^(live|retiredPinned|retired|missing)$")]
+    pub state: String,
+}
+
+/// The URLs a toolset is served at.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsetRoots {
+    /// A2T: `…/toolsets/{name}/tools`.
+    pub a2t: String,
+    /// Open Tool Calling: `…/toolsets/{name}/otc`.
+    pub otc: String,
+    /// MCP: `…/toolsets/{name}/mcp`.
+    pub mcp: String,
+    /// The root of this version, pinned: `…/toolsets/{name}@{version}`.
+    pub pinned: String,
+}
+
+/// A toolset version.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Toolset {
+    /// Its name.
+    pub name: String,
+    /// This version.
+    pub version: u32,
+    /// Its newest version.
+    #[serde(rename = "latestVersion")]
+    pub latest_version: Option<u32>,
+    /// Every version, oldest first.
+    pub versions: Vec<u32>,
+    /// What it is for.
+    pub description: String,
+    /// When this version was made (Unix seconds).
+    #[serde(rename = "createdAt")]
+    pub created_at: i64,
+    /// Its tools, by name.
+    pub tools: Vec<ToolsetTool>,
+    /// Where it is served.
+    pub roots: ToolsetRoots,
+}
+
+/// The tenant's toolsets.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsetList {
+    /// Each toolset at its newest version, by name.
+    pub items: Vec<Toolset>,
 }

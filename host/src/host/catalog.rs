@@ -238,6 +238,7 @@ impl ToolHost {
                 role: record.role,
                 tenant: record.tenant.clone(),
                 token: None,
+                toolset: record.toolset.clone(),
             });
         }
         let configured = self.operator_key_sha256.as_deref()?;

@@ -253,7 +253,22 @@ impl ToolHost {
     /// Retires a version: it can no longer be invoked (callers get `410`),
     /// it stays listed and its bytes stay stored. Unpinned callers move to
     /// the newest version that is not retired. Retiring twice is a no-op.
+    /// A version a live toolset pins is not retired
+    /// ([`ChangeError::PinnedByToolsets`]).
     pub fn retire(&self, actor: &Principal, tenant: &str, tool_id: &str, version: u32) -> Result<(), ChangeError> {
+        self.retire_forced(actor, tenant, tool_id, version, false)
+    }
+
+    /// [`Self::retire`]; with `force`, a version toolsets pin is retired
+    /// too, and those toolsets mark it retired-pinned (docs/toolsets.md).
+    pub fn retire_forced(
+        &self,
+        actor: &Principal,
+        tenant: &str,
+        tool_id: &str,
+        version: u32,
+        force: bool,
+    ) -> Result<(), ChangeError> {
         let tool = self
             .tool(tenant, tool_id)
             .ok_or_else(|| ChangeError::NotFound(format!("there is no tool with id `{tool_id}`")))?;
@@ -264,10 +279,21 @@ impl ToolHost {
         if target.retired_at().is_some() {
             return Ok(());
         }
+        let pinned_by = self.pinned_by(tenant, &tool.name, version);
+        if !pinned_by.is_empty() && !force {
+            let names = pinned_by.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+            return Err(ChangeError::PinnedByToolsets {
+                message: format!(
+                    "version {version} of `{}` is pinned by toolset {names}: pin another version there first, or retire it with force (the toolsets then mark it retired-pinned)",
+                    tool.name
+                ),
+                toolsets: pinned_by,
+            });
+        }
         let at = unix_now();
         let audit = AuditEntry::new(actor, Some(tenant), "tool.retire", &tool.name)
             .sha256(&target.sha256)
-            .detail(serde_json::json!({ "toolId": tool.id, "version": version }));
+            .detail(serde_json::json!({ "toolId": tool.id, "version": version, "pinnedBy": pinned_by }));
         self.store.retire_version(tool.id, version, at, &audit)?;
         // Its compiled code goes with it; calls already running keep theirs.
         let unloaded = target.retire(at);

@@ -178,6 +178,7 @@ impl ToolHost {
                 self.load_oauth_settings(&settings)?;
                 self.load_trust_policies(&settings)?;
             }
+            Topic::Toolsets => self.reload_toolsets()?,
             Topic::Versions => self.reload_versions()?,
         }
         Ok(())

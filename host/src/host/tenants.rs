@@ -118,6 +118,37 @@ impl ToolHost {
         label: Option<String>,
         keep: impl FnOnce(&NewKey) -> std::io::Result<()>,
     ) -> Result<NewKey, ChangeError> {
+        self.new_key(actor, tenant, role, label, None, keep)
+    }
+
+    /// Creates a consumer key of `tenant` scoped to its toolset `toolset`:
+    /// it opens that toolset's roots and nothing else, and is revoked when
+    /// the toolset is deleted.
+    pub fn create_toolset_key(
+        &self,
+        actor: &Principal,
+        tenant: &str,
+        toolset: &str,
+        label: Option<String>,
+    ) -> Result<NewKey, ChangeError> {
+        if self.tenants.contains_key(tenant) && !self.has_toolset(tenant, toolset) {
+            return Err(ChangeError::NotFound(format!(
+                "tenant `{tenant}` has no toolset `{}`",
+                crate::supply::outside_text(toolset)
+            )));
+        }
+        self.new_key(actor, Some(tenant), Role::Consumer, label, Some(toolset.to_string()), |_| Ok(()))
+    }
+
+    fn new_key(
+        &self,
+        actor: &Principal,
+        tenant: Option<&str>,
+        role: Role,
+        label: Option<String>,
+        toolset: Option<String>,
+        keep: impl FnOnce(&NewKey) -> std::io::Result<()>,
+    ) -> Result<NewKey, ChangeError> {
         match (role, tenant) {
             (Role::Operator, Some(_)) => {
                 return Err(ChangeError::Invalid("an operator key belongs to no tenant; leave out `tenant`".into()));
@@ -130,11 +161,13 @@ impl ToolHost {
             }
             _ => {}
         }
-        let new = NewKey::generate(tenant.map(str::to_string), role, label, unix_now())
+        let mut new = NewKey::generate(tenant.map(str::to_string), role, label, unix_now())
             .map_err(|e| ChangeError::Store(StoreError::Io(e)))?;
+        new.record.toolset = toolset;
         keep(&new).map_err(|e| ChangeError::Store(StoreError::Io(e)))?;
-        let audit = AuditEntry::new(actor, tenant, "key.create", &new.record.id)
-            .detail(serde_json::json!({ "role": role.as_str(), "label": new.record.label }));
+        let audit = AuditEntry::new(actor, tenant, "key.create", &new.record.id).detail(
+            serde_json::json!({ "role": role.as_str(), "label": new.record.label, "toolset": new.record.toolset }),
+        );
         self.store.insert_key(&new.record, &audit)?;
         self.keys.insert(new.record.id.clone(), new.record.clone());
         tracing::info!(key_id = new.record.id, role = role.as_str(), tenant, "API key created");
@@ -193,6 +226,7 @@ impl ToolHost {
                 role: record.role,
                 tenant: record.tenant.clone(),
                 token: None,
+                toolset: record.toolset.clone(),
             });
         }
         let configured = self.operator_key_sha256.as_deref()?;

@@ -137,6 +137,38 @@ pub struct UsageRow {
     pub outbound: std::collections::BTreeMap<String, std::collections::BTreeMap<String, u64>>,
 }
 
+/// One tool of a toolset: its name, and the version it is pinned to
+/// (`None`: it follows the tool's current version).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+pub struct ToolsetEntry {
+    /// The tool's name in the tenant.
+    pub name: String,
+    /// The pinned version; `None` follows the current one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u32>,
+}
+
+/// One version of a tenant's toolset, as persisted (`host/toolsets.rs`).
+/// A version's content never changes; deleting a toolset marks every one
+/// of its versions deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredToolset {
+    /// The tenant.
+    pub tenant: String,
+    /// The toolset's name.
+    pub name: String,
+    /// Its version (1, 2, …; numbering goes on after a delete).
+    pub version: u32,
+    /// What it is for, for the agent's designer.
+    pub description: String,
+    /// Its tools, by name.
+    pub tools: Vec<ToolsetEntry>,
+    /// When this version was made (Unix seconds).
+    pub created_at: i64,
+    /// When the toolset was deleted, if it was.
+    pub deleted_at: Option<i64>,
+}
+
 /// A secret as stored: `(tenant, id, value)`.
 pub type StoredSecret = (String, String, String);
 
@@ -218,6 +250,8 @@ pub enum Topic {
     Keys,
     /// Tenants and their quotas.
     Tenants,
+    /// Toolsets (what a toolset's roots and scoped keys open).
+    Toolsets,
     /// Tenants' secrets.
     Secrets,
     /// Tools' stored config.
@@ -231,14 +265,15 @@ pub enum Topic {
 impl Topic {
     /// Every topic, in the order a replica refreshes them: what decides
     /// access first, versions (which may need compiling) last.
-    pub const ALL: [Topic; 6] =
-        [Topic::Keys, Topic::Tenants, Topic::Secrets, Topic::Config, Topic::Settings, Topic::Versions];
+    pub const ALL: [Topic; 7] =
+        [Topic::Keys, Topic::Tenants, Topic::Toolsets, Topic::Secrets, Topic::Config, Topic::Settings, Topic::Versions];
 
     /// Its name in the change log.
     pub fn as_str(self) -> &'static str {
         match self {
             Topic::Tenants => "tenants",
             Topic::Keys => "keys",
+            Topic::Toolsets => "toolsets",
             Topic::Secrets => "secrets",
             Topic::Config => "config",
             Topic::Settings => "settings",
@@ -440,6 +475,18 @@ pub trait RegistryStore: Send + Sync {
     fn insert_key(&self, key: &KeyRecord, audit: &AuditEntry) -> Result<(), StoreError>;
     /// Revokes a key; returns whether it was live until now.
     fn revoke_key(&self, id: &str, at: i64, audit: &AuditEntry) -> Result<bool, StoreError>;
+
+    /// Every version of every toolset, deleted ones included, by tenant,
+    /// name and version.
+    fn toolsets(&self) -> Result<Vec<StoredToolset>, StoreError>;
+    /// Records a toolset's new version. Refused with
+    /// [`StoreError::Conflict`] unless its number is the next of its
+    /// (tenant, name): 1 for a name never used, else the newest + 1 (a
+    /// deleted toolset's numbers are not reused).
+    fn insert_toolset(&self, toolset: &StoredToolset, audit: &AuditEntry) -> Result<(), StoreError>;
+    /// Marks every version of a toolset deleted at `at` and revokes the
+    /// keys scoped to it, in one transaction; returns whether it was live.
+    fn delete_toolset(&self, tenant: &str, name: &str, at: i64, audit: &AuditEntry) -> Result<bool, StoreError>;
 
     /// Claims `key` for one execution: `Fresh` when nobody had, else what
     /// was recorded for it. Records created before `expired_before` are

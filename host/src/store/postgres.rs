@@ -26,7 +26,7 @@
 use super::{
     CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, OAuthGrant, RegistryStore,
     SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession,
-    StoredSetting, StoredVersion, Topic, UsageRow,
+    StoredSetting, StoredToolset, StoredVersion, Topic, UsageRow,
 };
 use crate::digest::sha256_hex;
 use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, LedgerBound, Role, TenantRecord, unix_now};
@@ -576,7 +576,8 @@ impl RegistryStore for PostgresStore {
         let pool = self.pool.clone();
         let rows = self.run(async move {
             sqlx::query(
-                "SELECT id, tenant, role, key_sha256, label, created_at, revoked_at FROM api_keys ORDER BY created_at, id",
+                "SELECT id, tenant, role, key_sha256, label, created_at, revoked_at, toolset FROM api_keys
+                 ORDER BY created_at, id",
             )
             .fetch_all(&pool)
             .await
@@ -595,13 +596,14 @@ impl RegistryStore for PostgresStore {
                 label: row.try_get(4).map_err(db)?,
                 created_at: row.try_get(5).map_err(db)?,
                 revoked_at: row.try_get(6).map_err(db)?,
+                toolset: row.try_get(7).map_err(db)?,
             });
         }
         Ok(out)
     }
 
     fn insert_key(&self, k: &KeyRecord, audit: &AuditEntry) -> Result<(), StoreError> {
-        let (id, tenant, role, sha, label, created, revoked) = (
+        let (id, tenant, role, sha, label, created, revoked, toolset) = (
             k.id.clone(),
             k.tenant.clone(),
             k.role.as_str(),
@@ -609,20 +611,22 @@ impl RegistryStore for PostgresStore {
             k.label.clone(),
             k.created_at,
             k.revoked_at,
+            k.toolset.clone(),
         );
         audited!(
             self,
             audit,
             Some(Topic::Keys),
-            "INSERT INTO api_keys (id, tenant, role, key_sha256, label, created_at, revoked_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO api_keys (id, tenant, role, key_sha256, label, created_at, revoked_at, toolset)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             id,
             tenant,
             role,
             sha,
             label,
             created,
-            revoked
+            revoked,
+            toolset
         )?;
         Ok(())
     }
@@ -638,6 +642,117 @@ impl RegistryStore for PostgresStore {
             at
         )?;
         Ok(changed == 1)
+    }
+
+    fn toolsets(&self) -> Result<Vec<StoredToolset>, StoreError> {
+        let pool = self.pool.clone();
+        let rows = self.run(async move {
+            sqlx::query(
+                "SELECT tenant, name, version, description, tools, created_at, deleted_at FROM toolsets
+                 ORDER BY tenant, name, version",
+            )
+            .fetch_all(&pool)
+            .await
+            .map_err(db)
+        })?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let tenant: String = row.try_get(0).map_err(db)?;
+            let name: String = row.try_get(1).map_err(db)?;
+            let version: i32 = row.try_get(2).map_err(db)?;
+            let version = u32::try_from(version).map_err(|e| decode_error(&name, e))?;
+            let tools: String = row.try_get(4).map_err(db)?;
+            let tools = serde_json::from_str(&tools)
+                .map_err(|e| StoreError::Decode(format!("toolset {tenant}/{name} version {version}"), e))?;
+            out.push(StoredToolset {
+                description: row.try_get(3).map_err(db)?,
+                created_at: row.try_get(5).map_err(db)?,
+                deleted_at: row.try_get(6).map_err(db)?,
+                tenant,
+                name,
+                version,
+                tools,
+            });
+        }
+        Ok(out)
+    }
+
+    fn insert_toolset(&self, t: &StoredToolset, audit: &AuditEntry) -> Result<(), StoreError> {
+        // Serializing plain data cannot fail.
+        let tools = serde_json::to_string(&t.tools).unwrap_or_default();
+        let number = i32::try_from(t.version).map_err(|e| decode_error(&t.name, e))?;
+        let (pool, t, audit) = (self.pool.clone(), t.clone(), audit.clone());
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            // Changes of one toolset, from any replica, one at a time.
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+                .bind(format!("toolset:{}/{}", t.tenant, t.name))
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            let newest: i32 =
+                sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM toolsets WHERE tenant = $1 AND name = $2")
+                    .bind(&t.tenant)
+                    .bind(&t.name)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            if number != newest + 1 {
+                return Err(StoreError::Conflict(format!(
+                    "toolset {} version {} is not the next version",
+                    t.name, t.version
+                )));
+            }
+            sqlx::query(
+                "INSERT INTO toolsets (tenant, name, version, description, tools, created_at, deleted_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(&t.tenant)
+            .bind(&t.name)
+            .bind(number)
+            .bind(&t.description)
+            .bind(tools)
+            .bind(t.created_at)
+            .bind(t.deleted_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+            insert_audit(&mut tx, &audit).await.map_err(db)?;
+            record(&mut tx, Topic::Toolsets).await.map_err(db)?;
+            tx.commit().await.map_err(db)?;
+            Ok(())
+        })
+    }
+
+    fn delete_toolset(&self, tenant: &str, name: &str, at: i64, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let (pool, tenant, name, audit) = (self.pool.clone(), tenant.to_string(), name.to_string(), audit.clone());
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            let deleted = sqlx::query(
+                "UPDATE toolsets SET deleted_at = $3 WHERE tenant = $1 AND name = $2 AND deleted_at IS NULL",
+            )
+            .bind(&tenant)
+            .bind(&name)
+            .bind(at)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?
+            .rows_affected();
+            sqlx::query(
+                "UPDATE api_keys SET revoked_at = $3 WHERE tenant = $1 AND toolset = $2 AND revoked_at IS NULL",
+            )
+            .bind(&tenant)
+            .bind(&name)
+            .bind(at)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+            insert_audit(&mut tx, &audit).await.map_err(db)?;
+            record(&mut tx, Topic::Keys).await.map_err(db)?;
+            record(&mut tx, Topic::Toolsets).await.map_err(db)?;
+            tx.commit().await.map_err(db)?;
+            Ok(deleted > 0)
+        })
     }
 
     fn claim_call(

@@ -5,7 +5,7 @@ mod migrations;
 use super::{
     BlobStore, CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, OAuthGrant, RegistryStore,
     SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession,
-    StoredSetting, StoredVersion, UsageRow,
+    StoredSetting, StoredToolset, StoredVersion, UsageRow,
 };
 use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, LedgerBound, Role, TenantRecord, unix_now};
 use migrations::MIGRATIONS;
@@ -417,20 +417,21 @@ impl RegistryStore for SqliteStore {
     fn keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
-            "SELECT id, tenant, role, key_sha256, label, created_at, revoked_at FROM api_keys ORDER BY created_at, id",
+            "SELECT id, tenant, role, key_sha256, label, created_at, revoked_at, toolset FROM api_keys
+             ORDER BY created_at, id",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok((
                 (r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?, r.get::<_, String>(2)?),
                 (r.get::<_, String>(3)?, r.get::<_, Option<String>>(4)?),
-                (r.get::<_, i64>(5)?, r.get::<_, Option<i64>>(6)?),
+                (r.get::<_, i64>(5)?, r.get::<_, Option<i64>>(6)?, r.get::<_, Option<String>>(7)?),
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let ((id, tenant, role), (key_sha256, label), (created_at, revoked_at)) = row?;
+            let ((id, tenant, role), (key_sha256, label), (created_at, revoked_at, toolset)) = row?;
             let role = Role::parse(&role).ok_or_else(|| decode_error(&format!("key {id}"), "unknown role"))?;
-            out.push(KeyRecord { id, tenant, role, key_sha256, label, created_at, revoked_at });
+            out.push(KeyRecord { id, tenant, role, key_sha256, label, created_at, revoked_at, toolset });
         }
         Ok(out)
     }
@@ -438,9 +439,9 @@ impl RegistryStore for SqliteStore {
     fn insert_key(&self, k: &KeyRecord, audit: &AuditEntry) -> Result<(), StoreError> {
         self.audited(audit, |tx| {
             tx.execute(
-                "INSERT INTO api_keys (id, tenant, role, key_sha256, label, created_at, revoked_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![k.id, k.tenant, k.role.as_str(), k.key_sha256, k.label, k.created_at, k.revoked_at],
+                "INSERT INTO api_keys (id, tenant, role, key_sha256, label, created_at, revoked_at, toolset)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![k.id, k.tenant, k.role.as_str(), k.key_sha256, k.label, k.created_at, k.revoked_at, k.toolset],
             )
         })?;
         Ok(())
@@ -451,6 +452,70 @@ impl RegistryStore for SqliteStore {
             tx.execute("UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL", params![id, at])
         })?;
         Ok(changed == 1)
+    }
+
+    fn toolsets(&self) -> Result<Vec<StoredToolset>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT tenant, name, version, description, tools, created_at, deleted_at FROM toolsets
+             ORDER BY tenant, name, version",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                (r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, u32>(2)?),
+                (r.get::<_, String>(3)?, r.get::<_, String>(4)?),
+                (r.get::<_, i64>(5)?, r.get::<_, Option<i64>>(6)?),
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let ((tenant, name, version), (description, tools), (created_at, deleted_at)) = row?;
+            let tools = serde_json::from_str(&tools)
+                .map_err(|e| StoreError::Decode(format!("toolset {tenant}/{name} version {version}"), e))?;
+            out.push(StoredToolset { tenant, name, version, description, tools, created_at, deleted_at });
+        }
+        Ok(out)
+    }
+
+    fn insert_toolset(&self, t: &StoredToolset, audit: &AuditEntry) -> Result<(), StoreError> {
+        // Serializing plain data cannot fail.
+        let tools = serde_json::to_string(&t.tools).unwrap_or_default();
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let newest: u32 = tx.query_row(
+            "SELECT COALESCE(MAX(version), 0) FROM toolsets WHERE tenant = ?1 AND name = ?2",
+            params![t.tenant, t.name],
+            |r| r.get(0),
+        )?;
+        if t.version != newest + 1 {
+            return Err(StoreError::Conflict(format!(
+                "toolset {} version {} is not the next version",
+                t.name, t.version
+            )));
+        }
+        tx.execute(
+            "INSERT INTO toolsets (tenant, name, version, description, tools, created_at, deleted_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![t.tenant, t.name, t.version, t.description, tools, t.created_at, t.deleted_at],
+        )?;
+        insert_audit(&tx, audit)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn delete_toolset(&self, tenant: &str, name: &str, at: i64, audit: &AuditEntry) -> Result<bool, StoreError> {
+        let deleted = self.audited(audit, |tx| {
+            let deleted = tx.execute(
+                "UPDATE toolsets SET deleted_at = ?3 WHERE tenant = ?1 AND name = ?2 AND deleted_at IS NULL",
+                params![tenant, name, at],
+            )?;
+            tx.execute(
+                "UPDATE api_keys SET revoked_at = ?3 WHERE tenant = ?1 AND toolset = ?2 AND revoked_at IS NULL",
+                params![tenant, name, at],
+            )?;
+            Ok(deleted)
+        })?;
+        Ok(deleted > 0)
     }
 
     fn claim_call(

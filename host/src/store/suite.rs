@@ -120,7 +120,60 @@ for_both_stores!(
     a_transaction_is_decided_once,
     expiries_are_claimed_once_by_tool,
     usage_rows_are_kept_per_replica_read_by_window_and_swept,
+    toolset_versions_are_numbered_in_turn_and_deleted_with_their_keys,
 );
+
+fn toolset_versions_are_numbered_in_turn_and_deleted_with_their_keys(store: &dyn RegistryStore) {
+    let toolset = |version: u32, tools: &[(&str, Option<u32>)]| StoredToolset {
+        tenant: "default".into(),
+        name: "travel".into(),
+        version,
+        description: format!("version {version}"),
+        tools: tools.iter().map(|(name, version)| ToolsetEntry { name: (*name).into(), version: *version }).collect(),
+        created_at: 100 + i64::from(version),
+        deleted_at: None,
+    };
+    let first = toolset(1, &[("echo", Some(1)), ("weather", None)]);
+    // Only the next number is taken: 2 before 1 is not.
+    assert!(matches!(store.insert_toolset(&toolset(2, &[]), &audit("toolset.put")), Err(StoreError::Conflict(_))));
+    store.insert_toolset(&first, &audit("toolset.put")).unwrap();
+    assert!(matches!(store.insert_toolset(&first, &audit("toolset.put")), Err(StoreError::Conflict(_))));
+    let second = toolset(2, &[("echo", None)]);
+    store.insert_toolset(&second, &audit("toolset.put")).unwrap();
+    assert_eq!(store.toolsets().unwrap(), [first.clone(), second.clone()]);
+
+    let scoped = KeyRecord {
+        id: "scoped".into(),
+        tenant: Some("default".into()),
+        role: crate::tenancy::Role::Consumer,
+        key_sha256: "e".repeat(64),
+        label: None,
+        created_at: 7,
+        revoked_at: None,
+        toolset: Some("travel".into()),
+    };
+    store.insert_key(&scoped, &audit("key.create")).unwrap();
+    assert_eq!(store.keys().unwrap(), [scoped.clone()]);
+
+    // Deleting marks every version and revokes the toolset's keys.
+    assert!(store.delete_toolset("default", "travel", 200, &audit("toolset.delete")).unwrap());
+    assert!(!store.delete_toolset("default", "travel", 201, &audit("toolset.delete")).unwrap());
+    let stored = store.toolsets().unwrap();
+    assert!(stored.iter().all(|t| t.deleted_at == Some(200)), "{stored:?}");
+    assert_eq!(store.keys().unwrap(), [KeyRecord { revoked_at: Some(200), ..scoped }]);
+    // A new toolset of the same name goes on from the old numbers: an old
+    // pin never opens new content.
+    assert!(matches!(store.insert_toolset(&toolset(1, &[]), &audit("toolset.put")), Err(StoreError::Conflict(_))));
+    store.insert_toolset(&toolset(3, &[]), &audit("toolset.put")).unwrap();
+    let actions: Vec<String> = store
+        .audit(&AuditQuery { tenant: None, before: None, limit: 100 })
+        .unwrap()
+        .into_iter()
+        .map(|e| e.action)
+        .filter(|a| a.starts_with("toolset"))
+        .collect();
+    assert_eq!(actions, ["toolset.put", "toolset.delete", "toolset.delete", "toolset.put", "toolset.put"]);
+}
 
 fn usage_rows_are_kept_per_replica_read_by_window_and_swept(store: &dyn RegistryStore) {
     let row = |replica: &str, granularity: &str, bucket: i64, calls: u64| crate::store::UsageRow {
@@ -471,6 +524,7 @@ fn secrets_config_settings_and_keys_round_trip(store: &dyn RegistryStore) {
         label: Some("a label".into()),
         created_at: 7,
         revoked_at: None,
+        toolset: None,
     };
     store.insert_key(&key, &audit("key.create")).unwrap();
     assert!(store.revoke_key("k1", 9, &audit("key.revoke")).unwrap());

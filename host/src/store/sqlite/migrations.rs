@@ -296,4 +296,19 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX oauth_clients_unused ON oauth_clients (tenant, created_at) WHERE last_used_at IS NULL;
     CREATE INDEX oauth_grants_by_client ON oauth_grants (tenant, client_id);
 ",
+    // Toolsets: each version a row, never changed but to mark the toolset
+    // deleted; keys scoped to one toolset.
+    "
+    CREATE TABLE toolsets (
+        tenant      TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        version     INTEGER NOT NULL CHECK (version >= 1),
+        description TEXT NOT NULL,
+        tools       TEXT NOT NULL,
+        created_at  INTEGER NOT NULL,
+        deleted_at  INTEGER,
+        PRIMARY KEY (tenant, name, version)
+    );
+    ALTER TABLE api_keys ADD COLUMN toolset TEXT;
+",
 ];
