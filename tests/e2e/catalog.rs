@@ -696,3 +696,52 @@ async fn a_waiting_calls_page_shows_its_state_then_its_answer_in_its_doors_shape
     // A made-up id is no call.
     assert_eq!(designer.get("/catalog/confirmations/no-such-call").await.0, 404);
 }
+
+/// The designer's toolset pages (issue 56): a publisher's session changes a
+/// toolset with forms; a consumer's reads it, gets no forms and is refused
+/// a change (403); a form without the session's token is refused; another
+/// tenant's session finds no such toolset; a change the core refuses (a
+/// tool the tenant lacks) says why and changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn toolsets_are_changed_in_the_catalog_by_a_publisher_only() {
+    let (server, _plugins) = catalog_server(&[]);
+    server.create_tenant("acme", json!({})).await;
+    let (_, publisher) = server.create_key(Some("default"), "publisher").await;
+    let (_, consumer) = server.create_key(Some("default"), "consumer").await;
+    let (_, acme) = server.create_key(Some("acme"), "publisher").await;
+    let designer = Designer::sign_in(&server.base, &publisher).await;
+    let create = [("action", "create"), ("toolset", "travel"), ("description", "Trips.")];
+    let (status, _) = designer.post("/catalog/toolsets", &create).await;
+    assert_eq!(status, 303);
+    let (status, _) =
+        designer.post("/catalog/toolsets", &[("action", "add"), ("toolset", "travel"), ("tool", "echo")]).await;
+    assert_eq!(status, 303);
+    let (status, html) =
+        designer.post("/catalog/toolsets", &[("action", "add"), ("toolset", "travel"), ("tool", "no_such")]).await;
+    assert_eq!(status, 404, "{html}");
+    assert!(html.contains("the tenant has no tool") && html.contains("no_such"), "{html}");
+    let (status, html) = designer.get("/catalog/toolsets/travel").await;
+    assert_eq!(status, 200);
+    assert!(html.contains("Version 2, the newest") && html.contains("data-action=\"remove\""), "{html}");
+    let (status, toolset) = server.get("/admin/toolsets/travel").await;
+    assert_eq!((status, toolset["version"].as_u64()), (200, Some(2)), "{toolset}");
+
+    // Without the session's form token: refused, nothing changed.
+    let (status, _) = designer
+        .post_raw("/catalog/toolsets", &[("action", "remove"), ("toolset", "travel"), ("tool", "echo")], &[])
+        .await;
+    assert_eq!(status, 403);
+    let reader = Designer::sign_in(&server.base, &consumer).await;
+    let (status, html) = reader.get("/catalog/toolsets/travel").await;
+    assert_eq!(status, 200);
+    assert!(!html.contains("data-action="), "a consumer gets no forms");
+    assert!(html.contains("What the model is sent"), "but the preview");
+    let (status, html) =
+        reader.post("/catalog/toolsets", &[("action", "remove"), ("toolset", "travel"), ("tool", "echo")]).await;
+    assert_eq!(status, 403, "{html}");
+    let (_, toolset) = server.get("/admin/toolsets/travel").await;
+    assert_eq!(toolset["version"], 2, "unchanged: {toolset}");
+    let elsewhere = Designer::sign_in(&format!("{}/t/acme", server.base), &acme).await;
+    let (status, _) = elsewhere.get("/catalog/toolsets/travel").await;
+    assert_eq!(status, 404, "another tenant's toolset is not there");
+}

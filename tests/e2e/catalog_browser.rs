@@ -352,3 +352,91 @@ async fn a_publisher_sees_a_tools_usage_and_recent_failures() {
     capture(&browser, "tool-usage", DESKTOP).await;
     browser.close().await;
 }
+
+/// Issue 56, the designer's view: a publisher makes a toolset in the
+/// catalog, adds book_flight (following) from its page and echo pinned to
+/// version 1 from that version's page, and reads what each door sends the
+/// model — the A2T preview is exactly what the toolset's A2T root answers,
+/// and its size is the o200k tokenizer's count. Retiring echo 1 is refused
+/// while the toolset pins it; forced, the toolset page warns, until the pin
+/// is moved to version 2 from the page; the two toolset versions compare.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_designer_picks_pins_and_previews_a_toolset_in_a_browser() {
+    let (server, _plugins) = catalog_server(&[]);
+    let (_, publisher) = server.create_key(Some("default"), "publisher").await;
+    let browser = browser::start().await;
+    browser.goto(&format!("{}/catalog/toolsets", server.base)).await;
+    sign_in(&browser, &publisher).await;
+    browser.wait_for_text("This tenant has no toolset yet.", WAIT).await;
+    browser.fill("#toolset", "travel").await;
+    browser.fill("#description", "Book flights; echo for checks.").await;
+    browser.click("#create").await;
+    browser.wait_for_text("None yet.", WAIT).await;
+
+    // From book_flight's page: followed.
+    let flight = server.tool_id("book_flight").await;
+    browser.goto(&format!("{}/catalog/tools/{flight}", server.base)).await;
+    browser.wait_for_text("In no toolset.", WAIT).await;
+    browser.select("#add-toolset", "travel").await;
+    browser.select("#add-version", "follow").await;
+    browser.click("#add").await;
+    browser.wait_for_text("follows the current version (now 1)", WAIT).await;
+    // From echo version 1's page: pinned.
+    let echo = server.tool_id("echo").await;
+    browser.goto(&format!("{}/catalog/tools/{echo}?version=1", server.base)).await;
+    browser.wait_for_text("Toolsets", WAIT).await;
+    browser.select("#add-toolset", "travel").await;
+    browser.click("#add").await;
+    browser.wait_for_text("pinned to version 1", WAIT).await;
+    assert_eq!(browser.text_of("[data-tool=echo] [data-pin]").await, "pinned to version 1");
+    assert!(browser.text_of("#cache").await.contains("ttlMs 0"), "a followed tool: not cached");
+
+    // The previews: what the doors send, and its size.
+    let preview = |id: &str| format!("return document.querySelector('#{id} pre').textContent");
+    let mcp: serde_json::Value =
+        serde_json::from_str(browser.evaluate(&preview("preview-mcp")).await.as_str().unwrap()).unwrap();
+    let names: Vec<&str> = mcp["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["book_flight", "echo"]);
+    let a2t_preview: serde_json::Value =
+        serde_json::from_str(browser.evaluate(&preview("preview-a2t")).await.as_str().unwrap()).unwrap();
+    let served: serde_json::Value = server
+        .request_as(Some(&publisher), Method::GET, "/toolsets/travel/tools")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(a2t_preview, served, "the preview is what the toolset's A2T root answers");
+    assert_eq!(served["items"][1]["version"], 1, "echo at its pin");
+    let counted: usize = browser.attribute("#preview-a2t .tokens", "data-o200k").await.unwrap().parse().unwrap();
+    let expected = tiktoken_rs::o200k_base_singleton().encode_ordinary(&served.to_string()).len();
+    assert_eq!(counted, expected, "o200k's own count of the compact JSON");
+    assert!(browser.text_of("#preview-mcp .tokens").await.contains("with cl100k"));
+    capture(&browser, "toolset", DESKTOP).await;
+
+    // Retiring the pinned version: refused, then forced and flagged.
+    let retire = format!("/admin/tools/{echo}/versions/1");
+    let refused = server.request_as(Some(&publisher), Method::DELETE, &retire).send().await.unwrap();
+    assert_eq!(refused.status(), 409);
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "version_pinned_by_toolset", "{body}");
+    let forced =
+        server.request_as(Some(&publisher), Method::DELETE, &format!("{retire}?force=true")).send().await.unwrap();
+    assert!(forced.status().is_success(), "{}", forced.status());
+    browser.goto(&format!("{}/catalog/toolsets", server.base)).await;
+    browser.wait_for_text("1 unreachable", WAIT).await;
+    browser.click("[data-toolset=travel] a").await;
+    let warning = browser.wait_for_text("Version 1 was retired", WAIT).await;
+    assert!(warning.contains("calls of echo through this toolset are refused"), "{warning}");
+    // Moved to version 2 from the page: a new toolset version, no warning.
+    browser.select("#pin-echo", "2").await;
+    browser.click("[data-tool=echo] [data-action=pin]").await;
+    browser.wait_for_text("pinned to version 2", WAIT).await;
+    assert_eq!(browser.count("[data-warning]").await, 0);
+    browser.click("#compare").await;
+    browser.wait_for_text("What changed from 3 to 4", WAIT).await;
+    let changed = browser.text_of("#changed").await;
+    assert!(changed.contains("echo: pinned to version 1 → pinned to version 2"), "{changed}");
+    browser.close().await;
+}

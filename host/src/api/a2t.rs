@@ -32,7 +32,7 @@ pub fn strip_invoke_suffix(segment: &str) -> Option<&str> {
 /// user's confirmation (a publisher may change that). The locked part was
 /// serialised when the version was loaded; a page of 100 only splices the
 /// few fields that change into it.
-fn version_json(host: &AppState, tool: &Tool, version: &ToolVersion) -> String {
+pub(super) fn version_json(host: &AppState, tool: &Tool, version: &ToolVersion) -> String {
     let locked = &version.a2t_json;
     let mut json = String::with_capacity(locked.head.len() + locked.tail.len() + 64);
     json.push_str(&locked.head);

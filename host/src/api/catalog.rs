@@ -14,6 +14,9 @@
 //! | `GET catalog/tools/{id}/diff` | two versions side by side, from `SignatureDiff` |
 //! | `GET`/`POST catalog/tools/{id}/try` | a form generated from the signature; the call and its answer |
 //! | `GET catalog/confirmations/{id}` | the state and answer of a call that waits for its end user |
+//! | `GET catalog/toolsets`, `POST catalog/toolsets` | the tenant's toolsets; a publisher's changes to one |
+//! | `GET catalog/toolsets/{name}` | a toolset for its designer: its tools, pins, versions, and what each door sends, in tokens |
+//! | `GET catalog/toolsets/{name}/diff` | two versions of a toolset side by side |
 //!
 //! Everything shown is a view of the core's model (`Signature`,
 //! `SignatureDiff`, the registry's versions, the confirmation policy, the
@@ -29,6 +32,7 @@ pub(in crate::api) mod diff;
 pub(in crate::api) mod list;
 pub(in crate::api) mod session;
 pub(in crate::api) mod tool_page;
+pub(in crate::api) mod toolsets;
 pub(in crate::api) mod try_call;
 
 use super::pages::{self, DesignerBar, Frame, Paragraph, Product, field, form};
@@ -119,6 +123,27 @@ impl Links {
 
     fn try_it(&self, tool: &Tool) -> String {
         format!("{}/try", self.tool(tool))
+    }
+
+    fn toolsets(&self) -> String {
+        format!("{}/catalog/toolsets", self.root)
+    }
+
+    fn toolset(&self, name: &str) -> String {
+        format!("{}/catalog/toolsets/{}", self.root, encode(name))
+    }
+
+    fn toolset_version(&self, name: &str, version: u32) -> String {
+        format!("{}?version={version}", self.toolset(name))
+    }
+
+    fn toolset_diff(&self, name: &str) -> String {
+        format!("{}/diff", self.toolset(name))
+    }
+
+    /// A toolset's root on the doors, relative to the server.
+    fn toolset_root(&self, name: &str) -> String {
+        format!("{}/toolsets/{}", self.root, encode(name))
     }
 
     fn confirmation(&self, id: &str) -> String {
@@ -367,6 +392,10 @@ fn find_version(tool: &Tool, n: Option<&str>) -> Result<Arc<ToolVersion>, Unavai
     try_call::try_form,
     try_call::try_call,
     try_call::confirmation,
+    toolsets::toolsets,
+    toolsets::toolset,
+    toolsets::edit,
+    toolsets::diff,
 ))]
 pub(super) struct Doc;
 

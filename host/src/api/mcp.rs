@@ -567,7 +567,7 @@ async fn next_change(
 
 /// A tool as `tools/list` shows it: the version's locked part built once,
 /// the confirmation marker (a publisher may change it) per answer.
-fn tool_entry(host: &AppState, tool: &Tool, version: &ToolVersion) -> Result<rmcp::model::Tool, ErrorData> {
+pub(super) fn tool_entry(host: &AppState, tool: &Tool, version: &ToolVersion) -> Result<rmcp::model::Tool, ErrorData> {
     let mut view = version.mcp_view.get_or_init(|| tool_view(tool, version)).clone();
     let need = host.confirmation_need(tool, version);
     if let Some(marker) = need.marker() {

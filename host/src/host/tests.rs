@@ -281,7 +281,13 @@ fn a_publisher_on_another_replica_cannot_drop_the_floor_an_operator_sets_at_the_
     let operator = Principal::server("test");
     a.create_tenant(&operator, "acme", false, &serde_json::json!({})).unwrap();
     b.catch_up().unwrap();
-    let publisher = Principal { key_id: "pub".into(), role: Role::Publisher, tenant: Some("acme".into()), token: None };
+    let publisher = Principal {
+        key_id: "pub".into(),
+        role: Role::Publisher,
+        tenant: Some("acme".into()),
+        token: None,
+        toolset: None,
+    };
     let key = base64::engine::general_purpose::STANDARD.encode([1u8; 32]);
     use crate::supply::TrustPolicyJson;
     use crate::tenancy::Role;

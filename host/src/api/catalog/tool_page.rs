@@ -41,6 +41,8 @@ struct ToolPage {
     /// The tool's usage over the last hour, for a publisher; `None` for a
     /// consumer.
     usage: Option<UsageChart>,
+    /// The toolsets it is in, and those a publisher may add it to.
+    toolsets: super::toolsets::ToolInToolsets,
 }
 
 /// A tool's last hour, drawn as bars (server-rendered SVG, no script).
@@ -188,6 +190,7 @@ pub(in crate::api) async fn tool(about: AboutTool) -> Response {
             host.recent_calls(&tool.tenant, &filter, None, RECENT_FAILURES)
         }),
         usage: None,
+        toolsets: super::toolsets::ToolInToolsets::of(&host, &links, &session, &tool),
     };
     let mut page = page;
     if page.failures.is_some() {
