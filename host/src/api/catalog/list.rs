@@ -23,6 +23,7 @@ struct CatalogPage {
 /// The links a template needs by name.
 struct CatalogLinks {
     home: String,
+    toolsets: String,
 }
 
 /// One tool in the list.
@@ -114,7 +115,7 @@ pub(in crate::api) async fn catalog(
     let next = (page_number < pages).then(|| page_link(page_number + 1));
     let page = CatalogPage {
         frame: frame(&options, &links, format!("Tools of {}", caller.tenant), Some(&session)),
-        links: CatalogLinks { home: links.home() },
+        links: CatalogLinks { home: links.home(), toolsets: links.toolsets() },
         tenant: caller.tenant.clone(),
         q,
         max_search: MAX_SEARCH_CHARS,
