@@ -255,20 +255,16 @@ pub(in crate::api) async fn toolset(
         Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
         Err(_) => Value::Null,
     };
-    // Counting tokens loads the tokenizers once (tens of MB) and is CPU
-    // work: off the request threads.
-    let texts = [mcp_json.to_string(), a2t_json.to_string()];
+    // Counted once per distinct text (tokens::count keeps the counts).
+    let mut texts = vec![mcp_json.to_string(), a2t_json.to_string()];
     let per_tool: Vec<(String, String)> = mcp_entries.into_iter().collect();
-    let counted = tokio::task::spawn_blocking(move || {
-        let totals: Vec<(usize, usize)> = texts.iter().map(|t| (tokens::o200k(t), tokens::cl100k(t))).collect();
-        let each: HashMap<String, usize> =
-            per_tool.iter().map(|(name, json)| (name.clone(), tokens::o200k(json))).collect();
-        (totals, each)
-    })
-    .await;
-    let Ok((totals, each)) = counted else {
+    texts.extend(per_tool.iter().map(|(_, json)| json.clone()));
+    let Some(counts) = tokens::count(texts).await else {
         return ApiError::internal("the token counts could not be made").into_response();
     };
+    let totals = &counts[..2];
+    let each: HashMap<String, usize> =
+        per_tool.iter().zip(&counts[2..]).map(|((name, _), (o200k, _))| (name.clone(), *o200k)).collect();
     let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
     let previews = vec![
         Preview {
@@ -563,25 +559,65 @@ impl ToolInToolsets {
 }
 
 /// Token counts from real tokenizers: o200k (GPT-4o and later) and cl100k
-/// (GPT-4, GPT-3.5). Each is loaded once, on the first preview.
+/// (GPT-4, GPT-3.5). Loading both takes about 75 MB and a few hundred
+/// milliseconds, so they are not kept: they are loaded for a preview whose
+/// texts were not counted before, one preview at a time, and dropped; the
+/// counts are kept (by the texts' sha256), so a page viewed again, by
+/// anyone, counts nothing.
 mod tokens {
-    pub(super) fn o200k(text: &str) -> usize {
-        tiktoken_rs::o200k_base_singleton().encode_ordinary(text).len()
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex};
+
+    /// Texts whose counts are kept; past it the memory starts again.
+    const KEPT: usize = 4096;
+    static COUNTED: LazyLock<Mutex<HashMap<String, (usize, usize)>>> = LazyLock::new(Default::default);
+    static LOADING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+    fn kept(keys: &[String]) -> Option<Vec<(usize, usize)>> {
+        let counted = COUNTED.lock().unwrap_or_else(|p| p.into_inner());
+        keys.iter().map(|k| counted.get(k).copied()).collect()
     }
 
-    pub(super) fn cl100k(text: &str) -> usize {
-        tiktoken_rs::cl100k_base_singleton().encode_ordinary(text).len()
+    /// Each text's (o200k, cl100k) token count; `None` if the tokenizers
+    /// could not be loaded.
+    pub(super) async fn count(texts: Vec<String>) -> Option<Vec<(usize, usize)>> {
+        let keys: Vec<String> = texts.iter().map(|t| crate::digest::sha256_hex(t.as_bytes())).collect();
+        if let Some(counts) = kept(&keys) {
+            return Some(counts);
+        }
+        let _one_at_a_time = LOADING.acquire().await.ok()?;
+        if let Some(counts) = kept(&keys) {
+            return Some(counts); // counted while this one waited
+        }
+        // CPU work: off the request threads.
+        let counts = tokio::task::spawn_blocking(move || {
+            let (o200k, cl100k) = (tiktoken_rs::o200k_base().ok()?, tiktoken_rs::cl100k_base().ok()?);
+            let counts: Vec<(usize, usize)> =
+                texts.iter().map(|t| (o200k.encode_ordinary(t).len(), cl100k.encode_ordinary(t).len())).collect();
+            drop((o200k, cl100k));
+            crate::heap::give_back();
+            Some(counts)
+        })
+        .await
+        .ok()??;
+        let mut counted = COUNTED.lock().unwrap_or_else(|p| p.into_inner());
+        if counted.len() + keys.len() > KEPT {
+            counted.clear();
+        }
+        counted.extend(keys.into_iter().zip(counts.iter().copied()));
+        Some(counts)
     }
 
     #[cfg(test)]
     mod tests {
-        #[test]
-        fn counts_are_the_tokenizers_own() {
-            // Reference counts from OpenAI's tiktoken for the same text.
-            assert_eq!(super::o200k("hello world"), 2);
-            assert_eq!(super::cl100k("hello world"), 2);
-            let json = r#"{"name":"echo","description":"Says the text back."}"#;
-            assert!(super::o200k(json) > 5 && super::o200k(json) < json.len());
+        #[tokio::test]
+        async fn counts_are_the_tokenizers_own_and_kept() {
+            let json = r#"{"name":"echo","description":"Says the text back."}"#.to_string();
+            let counts = super::count(vec!["hello world".into(), json.clone()]).await.unwrap();
+            // "hello world" is two tokens in both, as OpenAI's tiktoken says.
+            assert_eq!(counts[0], (2, 2));
+            assert!(counts[1].0 > 5 && counts[1].0 < json.len());
+            assert_eq!(super::kept(&[crate::digest::sha256_hex(json.as_bytes())]), Some(vec![counts[1]]));
         }
     }
 }
