@@ -81,10 +81,13 @@ impl From<StoreError> for ToolsetError {
     }
 }
 
-/// The tenant's toolsets, every version, by (tenant, name).
+/// Every version of each toolset, oldest first, by (tenant, name).
+type Versions = BTreeMap<(String, String), Vec<Arc<StoredToolset>>>;
+
+/// The tenants' toolsets, every version, by (tenant, name).
 #[derive(Default)]
 pub(super) struct ToolsetState {
-    by_name: RwLock<BTreeMap<(String, String), Vec<Arc<StoredToolset>>>>,
+    by_name: RwLock<Versions>,
     /// Serializes this replica's toolset changes (numbering; the store
     /// refuses a number that is not the next, for other replicas).
     writing: std::sync::Mutex<()>,
@@ -511,7 +514,7 @@ impl ToolHost {
     /// Replaces what this replica caches of the toolsets with what the
     /// store holds (at start, and in a fleet when the change log says).
     pub(super) fn reload_toolsets(&self) -> Result<(), StoreError> {
-        let mut fresh: BTreeMap<(String, String), Vec<Arc<StoredToolset>>> = BTreeMap::new();
+        let mut fresh = Versions::new();
         for stored in self.store.toolsets()? {
             fresh.entry((stored.tenant.clone(), stored.name.clone())).or_default().push(Arc::new(stored));
         }
