@@ -207,3 +207,63 @@ async fn retiring_a_pinned_version_is_refused_unless_forced_and_then_flagged() {
     let response = invoke_echo(&server, Some(TOKEN), &format!("/t/default/toolsets/travel/tools/{echo}:invoke")).await;
     assert_eq!(response.status(), 410);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_toolsets_mcp_list_says_how_long_to_keep_it_and_listeners_hear_the_toolset_change() {
+    use crate::mcp::{MODERN, Mcp};
+    use std::time::Duration;
+    let server = Server::start(&[]);
+    assert_eq!(put_toolset(&server, "travel", travel()).await.0, 201);
+    assert_eq!(put_toolset(&server, "pinned", json!([{ "name": "echo", "version": 1 }])).await.0, 201);
+    let ttl = |root: &'static str| {
+        let server = &server;
+        async move {
+            let (status, answer) =
+                Mcp::with_key(server, TOKEN, root).request("tools/list", json!({}), Value::Null).await;
+            assert_eq!(status, 200, "{root}: {answer}");
+            answer["result"]["ttlMs"].clone()
+        }
+    };
+    // Everything pinned: a minute; anything following current versions, or
+    // the tenant's whole catalogue: not at all.
+    assert_eq!(ttl("/t/default/toolsets/pinned").await, 60_000);
+    assert_eq!(ttl("/t/default/toolsets/travel").await, 0);
+    assert_eq!(ttl("").await, 0);
+
+    // A listener at the toolset's MCP URL hears its new version.
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let body = json!({ "jsonrpc": "2.0", "id": 7, "method": "subscriptions/listen",
+                       "params": { "notifications": { "toolsListChanged": true }, "_meta": meta } });
+    let mut stream = server
+        .request(Method::POST, "/t/default/toolsets/travel/mcp")
+        .bearer_auth(TOKEN)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "subscriptions/listen")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let mut seen = String::new();
+    let mut next = async || {
+        let chunk = tokio::time::timeout(Duration::from_secs(20), stream.chunk()).await.expect("an event in time");
+        String::from_utf8(chunk.unwrap().unwrap().to_vec()).unwrap()
+    };
+    while !seen.contains("notifications/subscriptions/acknowledged") {
+        seen.push_str(&next().await);
+    }
+    assert_eq!(put_toolset(&server, "travel", json!([{ "name": "echo" }])).await.0, 201);
+    // Bounded as a whole: the stream's keep-alives would keep a per-chunk
+    // wait going.
+    let heard = tokio::time::timeout(Duration::from_secs(20), async {
+        while !seen.contains("notifications/tools/list_changed") {
+            seen.push_str(&next().await);
+        }
+    })
+    .await;
+    assert!(heard.is_ok(), "no list_changed after the toolset changed: {seen}");
+}
