@@ -267,3 +267,54 @@ async fn a_toolsets_mcp_list_says_how_long_to_keep_it_and_listeners_hear_the_too
     .await;
     assert!(heard.is_ok(), "no list_changed after the toolset changed: {seen}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_sets_shows_lists_and_removes_a_toolset_and_scopes_a_key_to_it() {
+    let server = Server::start(&[]);
+    let plinth = |args: &[&str]| {
+        let out = std::process::Command::new(crate::support::plinth_bin())
+            .args(args)
+            .env("PLINTH_SERVER", &server.base)
+            .env("PLINTH_KEY", TOKEN)
+            .env_remove("PLINTH_TENANT")
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    };
+    let args =
+        ["toolset", "set", "travel", "--description", "Trips", "--tool", "echo@1", "--tool", "lookup_weather_by_city"];
+    let (ok, text) = plinth(&args);
+    assert!(
+        ok && text.contains("travel version 1: Trips") && text.contains("/t/default/toolsets/travel/mcp"),
+        "{text}"
+    );
+    let (_, toolset) = server.call_as(Some(TOKEN), Method::GET, "/admin/toolsets/travel", None).await;
+    let pins: Vec<(&str, Option<u64>)> = toolset["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap(), t["version"].as_u64()))
+        .collect();
+    assert_eq!(pins, [("echo", Some(1)), ("lookup_weather_by_city", None)], "{toolset}");
+    let (ok, text) = plinth(&["toolset", "list"]);
+    assert!(ok && text.contains("travel") && text.contains("Trips"), "{text}");
+
+    let (ok, text) = plinth(&["retire", "echo", "1"]);
+    assert!(!ok && text.contains("pinned by toolset `travel`"), "{text}");
+    let (ok, text) = plinth(&["retire", "echo", "1", "--force"]);
+    assert!(ok, "{text}");
+    let (ok, text) = plinth(&["toolset", "show", "travel", "--version", "1"]);
+    assert!(ok && text.contains("retiredPinned"), "{text}");
+
+    let (ok, key) = plinth(&["key", "create", "--tenant", "default", "--role", "consumer", "--toolset", "travel"]);
+    assert!(ok, "{key}");
+    let key = key.lines().find(|l| l.starts_with("plk_")).unwrap_or_else(|| panic!("no key in {key}"));
+    assert_eq!(server.call_as(Some(key), Method::GET, "/t/default/toolsets/travel/tools", None).await.0, 200);
+    assert_eq!(server.call_as(Some(key), Method::GET, "/tools", None).await.0, 403);
+
+    let (ok, text) = plinth(&["toolset", "rm", "travel"]);
+    assert!(ok, "{text}");
+    let (ok, text) = plinth(&["toolset", "show", "travel"]);
+    assert!(!ok && text.contains("404"), "{text}");
+}
