@@ -318,3 +318,41 @@ async fn the_cli_sets_shows_lists_and_removes_a_toolset_and_scopes_a_key_to_it()
     let (ok, text) = plinth(&["toolset", "show", "travel"]);
     assert!(!ok && text.contains("404"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_through_a_toolset_that_waits_for_confirmation_is_polled_under_the_toolsets_root() {
+    let server = Server::start(&[]);
+    let echo = server.tool_id("echo").await;
+    let path = format!("/admin/tools/{echo}/confirmation");
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, &path, Some(&json!({ "required": true }))).await;
+    assert_eq!(status, 204, "{body}");
+    let password = json!({ "password": "alice-password" });
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&password)).await;
+    assert_eq!(status, 204, "{body}");
+    assert_eq!(put_toolset(&server, "travel", travel()).await.0, 201);
+    assert_eq!(put_toolset(&server, "payroll", json!([{ "name": "book_flight" }])).await.0, 201);
+    let body = json!({ "tenant": "default", "role": "consumer", "toolset": "travel" });
+    let (_, created) = server.call_as(Some(TOKEN), Method::POST, "/admin/keys", Some(&body)).await;
+    let key = created["key"].as_str().unwrap();
+
+    let response = server
+        .request_as(Some(key), Method::POST, &format!("/t/default/toolsets/travel/tools/{echo}:invoke"))
+        .header("plinth-end-user", "alice")
+        .json(&invocation("echo", &[("text", json!("hi"))]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let pack: Value = response.json().await.unwrap();
+    let result_uri = pack["result uri"].as_str().unwrap().to_string();
+    let prefix = format!("{}/t/default/toolsets/travel/cheq/results/", server.base);
+    assert!(result_uri.starts_with(&prefix), "{pack}");
+    // The scoped key polls it there: it waits for alice.
+    let path = result_uri.strip_prefix(&server.base).unwrap();
+    let (status, body) = server.call_as(Some(key), Method::GET, path, None).await;
+    assert_eq!((status, body["state"].as_str()), (202, Some("pending")), "{body}");
+    // Another toolset's root does not give it out.
+    let id = result_uri.rsplit('/').next().unwrap();
+    let elsewhere = format!("/t/default/toolsets/payroll/cheq/results/{id}");
+    assert_eq!(server.call_as(Some(TOKEN), Method::GET, &elsewhere, None).await.0, 404);
+}

@@ -41,7 +41,8 @@ struct ToolsetRoot {
 
 /// `/toolsets/{name}[@{n}]/rest` → the toolset's root and `/rest`, when
 /// `rest` is one of the doors a toolset is served on (A2T's `/tools…`,
-/// OTC's `/otc/…`, MCP's `/mcp`); `Err` for any other path under
+/// OTC's `/otc/…`, MCP's `/mcp`, and CHEQ's result URI of a call made
+/// there); `Err` for any other path under
 /// `/toolsets/` (no route: `404`).
 fn toolset_root(path: &str) -> Option<Result<(ToolsetRoot, String), ()>> {
     let rest = path.strip_prefix("/toolsets/")?;
@@ -55,7 +56,12 @@ fn toolset_root(path: &str) -> Option<Result<(ToolsetRoot, String), ()>> {
             _ => return Some(Err(())),
         },
     };
-    let door = tail == "/tools" || tail.starts_with("/tools/") || tail.starts_with("/otc/") || tail == "/mcp";
+    // The doors, and the result URI of a call made through them.
+    let door = tail == "/tools"
+        || tail.starts_with("/tools/")
+        || tail.starts_with("/otc/")
+        || tail == "/mcp"
+        || tail.starts_with("/cheq/results/");
     if !crate::host::toolsets::is_toolset_name(name) || !door {
         return Some(Err(()));
     }
