@@ -360,7 +360,7 @@ pub(super) async fn get_result(
     let c = transaction(&host, &caller.tenant, &id)?;
     // Through a toolset's root, only the results of its tools' calls.
     if let Some(toolset) = caller.toolset.as_deref()
-        && !host.registry().get(&c.tool_id).is_some_and(|tool| toolset.pin(&tool.name).is_some())
+        && host.registry().get(&c.tool_id).is_none_or(|tool| toolset.pin(&tool.name).is_none())
     {
         return Err(DecideError::Unknown(id).into());
     }

@@ -375,6 +375,9 @@ impl ToolHost {
         if tools.len() > MAX_TOOLSET_TOOLS {
             return Err(ToolsetError::Invalid(format!("a toolset names at most {MAX_TOOLSET_TOOLS} tools")));
         }
+        // Under the lock retirements take: a version is not retired between
+        // being found live here and being pinned.
+        let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
         let mut tools = tools.to_vec();
         tools.sort();
         if let Some(twice) = tools.windows(2).find(|w| w[0].name == w[1].name) {
