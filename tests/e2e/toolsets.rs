@@ -81,6 +81,10 @@ async fn a_toolset_lists_and_calls_exactly_its_tools_at_their_versions_on_a2t_an
     }
     let (status, body) = server.call_as(Some(TOKEN), Method::GET, &format!("{root}/tools/{book}"), None).await;
     assert_eq!((status, body["error"]["code"].as_str()), (403, Some("outside_toolset")), "{body}");
+    // Only under a tenant's root; and nothing but the doors under it.
+    for path in ["/toolsets/travel/tools", "/t/default/toolsets/travel/admin/toolsets", "/t/default/toolsets/travel"] {
+        assert_eq!(server.call_as(Some(TOKEN), Method::GET, path, None).await.0, 404, "{path}");
+    }
 
     // OTC: the same set, the same versions.
     let (status, otc) = server.call_as(Some(TOKEN), Method::GET, &format!("{root}/otc/tools"), None).await;

@@ -70,11 +70,16 @@ fn toolset_root(path: &str) -> Option<Result<(ToolsetRoot, String), ()>> {
 
 /// Rewrites `/t/{tenant}/rest` to `/rest` and remembers the tenant, so that
 /// one set of routes serves every platform root; and
-/// `[/t/{tenant}]/toolsets/{name}[@{n}]/rest` to `/rest` too, remembering
+/// `/t/{tenant}/toolsets/{name}[@{n}]/rest` to `/rest` too, remembering
 /// the toolset, so that the doors' handlers serve a toolset's root as
 /// another view of the same tenant. Runs before routing.
 pub fn strip_tenant_root(request: Request) -> Request {
     let mut request = strip_platform_root(request);
+    // Only under a tenant's explicit root: a toolset's MCP URL is an OAuth
+    // resource of its own, whose metadata lives under `/t/{tenant}/…`.
+    if request.extensions().get::<TenantRoot>().is_none_or(|root| root.0.is_none()) {
+        return request;
+    }
     let path = request.uri().path().to_string();
     let Some(root) = toolset_root(&path) else { return request };
     let (root, tail) = match root {
