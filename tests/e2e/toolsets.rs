@@ -316,6 +316,8 @@ async fn the_cli_sets_shows_lists_and_removes_a_toolset_and_scopes_a_key_to_it()
     let key = key.lines().find(|l| l.starts_with("plk_")).unwrap_or_else(|| panic!("no key in {key}"));
     assert_eq!(server.call_as(Some(key), Method::GET, "/t/default/toolsets/travel/tools", None).await.0, 200);
     assert_eq!(server.call_as(Some(key), Method::GET, "/tools", None).await.0, 403);
+    let (ok, text) = plinth(&["key", "list", "--tenant", "default"]);
+    assert!(ok && text.contains("TOOLSET") && text.contains("travel"), "{text}");
 
     let (ok, text) = plinth(&["toolset", "rm", "travel"]);
     assert!(ok, "{text}");
