@@ -442,14 +442,15 @@ pub fn list_keys(server: &ServerArgs, tenant: Option<&str>) -> anyhow::Result<()
         url.push_str(&format!("?tenant={tenant}"));
     }
     let keys = send(client()?.get(url), server)?;
-    println!("{:<16}  {:<10} {:<24} {:<8} LABEL", "ID", "ROLE", "TENANT", "STATE");
+    println!("{:<16}  {:<10} {:<24} {:<8} {:<16} LABEL", "ID", "ROLE", "TENANT", "STATE", "TOOLSET");
     for key in keys["items"].as_array().into_iter().flatten() {
         let state = if key["revokedAt"].is_null() { "live" } else { "revoked" };
         println!(
-            "{:<16}  {:<10} {:<24} {state:<8} {}",
+            "{:<16}  {:<10} {:<24} {state:<8} {:<16} {}",
             key["id"].as_str().unwrap_or("?"),
             key["role"].as_str().unwrap_or("?"),
             key["tenant"].as_str().unwrap_or("-"),
+            key["toolset"].as_str().unwrap_or("-"),
             key["label"].as_str().unwrap_or("")
         );
     }

@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-const MODERN: &str = "2026-07-28";
+pub const MODERN: &str = "2026-07-28";
 const LEGACY: &str = "2025-11-25";
 
 /// A client of one revision, with one key, at one platform root.

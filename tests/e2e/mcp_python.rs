@@ -627,6 +627,42 @@ async fn the_sdks_oauth_client_signs_in_lists_calls_and_refreshes_in_both_revisi
     }
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oauth_token_for_a_toolsets_mcp_url_opens_that_toolset_only() {
+    let server = Server::start(&[]);
+    assert_eq!(crate::toolsets::put_toolset(&server, "travel", crate::toolsets::travel()).await.0, 201);
+    assert_eq!(crate::toolsets::put_toolset(&server, "payroll", json!([{ "name": "book_flight" }])).await.0, 201);
+    let password = json!({ "password": "alice-password" });
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&password)).await;
+    assert_eq!(status, 204, "{body}");
+    let url = format!("{}/t/default/toolsets/travel/mcp", server.base);
+    let secret = [("PLINTH_END_USER_PASSWORD", "alice-password")];
+    let port = server.base.rsplit(':').next().unwrap().to_string();
+    for (elsewhere, mode) in [
+        (format!("{}/t/default/mcp", server.base), "2026-07-28"),
+        (format!("{}/t/default/toolsets/payroll/mcp", server.base), "legacy"),
+    ] {
+        let args = [url.as_str(), "echo", r#"{"text": "hi"}"#, "--mode", mode, "--then", &elsewhere];
+        let lines = Script::start_with("oauth_client.py", &args, None, &secret).finish().await;
+        let field = |name: &str| {
+            lines.iter().find_map(|l| l.get(name).cloned()).unwrap_or_else(|| panic!("no {name} in {lines:?}"))
+        };
+        // Signed in for travel: its tools, discovered at its own resource.
+        assert_eq!(field("listed"), json!(["echo", "lookup_weather_by_city"]), "{lines:?}");
+        assert_eq!(field("result")["structuredContent"], json!({ "text": "hi" }), "{lines:?}");
+        assert_eq!(
+            field("oauth")[0],
+            json!(format!("GET {port} /.well-known/oauth-protected-resource/t/default/toolsets/travel/mcp 200")),
+            "{lines:?}"
+        );
+        // The same token at the tenant's MCP URL or payroll's: 403, saying why.
+        let then = field("then");
+        assert_eq!(then["status"], 403, "{elsewhere}: {then}");
+        assert_eq!(then["body"]["error"]["code"], "outside_toolset", "{elsewhere}: {then}");
+        assert!(then["body"]["error"]["message"].as_str().unwrap().contains("travel"), "{then}");
+    }
+}
+
 /// A real OpenID provider (oidc-provider, tests/mcp-clients/oidc/provider.mjs)
 /// on a free loopback port, ended on drop: its issuer URL.
 struct IdentityProvider {

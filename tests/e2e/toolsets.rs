@@ -81,6 +81,10 @@ async fn a_toolset_lists_and_calls_exactly_its_tools_at_their_versions_on_a2t_an
     }
     let (status, body) = server.call_as(Some(TOKEN), Method::GET, &format!("{root}/tools/{book}"), None).await;
     assert_eq!((status, body["error"]["code"].as_str()), (403, Some("outside_toolset")), "{body}");
+    // Only under a tenant's root; and nothing but the doors under it.
+    for path in ["/toolsets/travel/tools", "/t/default/toolsets/travel/admin/toolsets", "/t/default/toolsets/travel"] {
+        assert_eq!(server.call_as(Some(TOKEN), Method::GET, path, None).await.0, 404, "{path}");
+    }
 
     // OTC: the same set, the same versions.
     let (status, otc) = server.call_as(Some(TOKEN), Method::GET, &format!("{root}/otc/tools"), None).await;
@@ -206,4 +210,155 @@ async fn retiring_a_pinned_version_is_refused_unless_forced_and_then_flagged() {
     assert_eq!(names(listed["items"].as_array().unwrap()), ["lookup_weather_by_city"], "{listed}");
     let response = invoke_echo(&server, Some(TOKEN), &format!("/t/default/toolsets/travel/tools/{echo}:invoke")).await;
     assert_eq!(response.status(), 410);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_toolsets_mcp_list_says_how_long_to_keep_it_and_listeners_hear_the_toolset_change() {
+    use crate::mcp::{MODERN, Mcp};
+    use std::time::Duration;
+    let server = Server::start(&[]);
+    assert_eq!(put_toolset(&server, "travel", travel()).await.0, 201);
+    assert_eq!(put_toolset(&server, "pinned", json!([{ "name": "echo", "version": 1 }])).await.0, 201);
+    let ttl = |root: &'static str| {
+        let server = &server;
+        async move {
+            let (status, answer) =
+                Mcp::with_key(server, TOKEN, root).request("tools/list", json!({}), Value::Null).await;
+            assert_eq!(status, 200, "{root}: {answer}");
+            answer["result"]["ttlMs"].clone()
+        }
+    };
+    // Everything pinned: a minute; anything following current versions, or
+    // the tenant's whole catalogue: not at all.
+    assert_eq!(ttl("/t/default/toolsets/pinned").await, 60_000);
+    assert_eq!(ttl("/t/default/toolsets/travel").await, 0);
+    assert_eq!(ttl("").await, 0);
+
+    // A listener at the toolset's MCP URL hears its new version.
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let body = json!({ "jsonrpc": "2.0", "id": 7, "method": "subscriptions/listen",
+                       "params": { "notifications": { "toolsListChanged": true }, "_meta": meta } });
+    let mut stream = server
+        .request(Method::POST, "/t/default/toolsets/travel/mcp")
+        .bearer_auth(TOKEN)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "subscriptions/listen")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let mut seen = String::new();
+    let mut next = async || {
+        let chunk = tokio::time::timeout(Duration::from_secs(20), stream.chunk()).await.expect("an event in time");
+        String::from_utf8(chunk.unwrap().unwrap().to_vec()).unwrap()
+    };
+    while !seen.contains("notifications/subscriptions/acknowledged") {
+        seen.push_str(&next().await);
+    }
+    assert_eq!(put_toolset(&server, "travel", json!([{ "name": "echo" }])).await.0, 201);
+    // Bounded as a whole: the stream's keep-alives would keep a per-chunk
+    // wait going.
+    let heard = tokio::time::timeout(Duration::from_secs(20), async {
+        while !seen.contains("notifications/tools/list_changed") {
+            seen.push_str(&next().await);
+        }
+    })
+    .await;
+    assert!(heard.is_ok(), "no list_changed after the toolset changed: {seen}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_sets_shows_lists_and_removes_a_toolset_and_scopes_a_key_to_it() {
+    let server = Server::start(&[]);
+    let plinth = |args: &[&str]| {
+        let out = std::process::Command::new(crate::support::plinth_bin())
+            .args(args)
+            .env("PLINTH_SERVER", &server.base)
+            .env("PLINTH_KEY", TOKEN)
+            .env_remove("PLINTH_TENANT")
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    };
+    let args =
+        ["toolset", "set", "travel", "--description", "Trips", "--tool", "echo@1", "--tool", "lookup_weather_by_city"];
+    let (ok, text) = plinth(&args);
+    assert!(
+        ok && text.contains("travel version 1: Trips") && text.contains("/t/default/toolsets/travel/mcp"),
+        "{text}"
+    );
+    let (_, toolset) = server.call_as(Some(TOKEN), Method::GET, "/admin/toolsets/travel", None).await;
+    let pins: Vec<(&str, Option<u64>)> = toolset["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap(), t["version"].as_u64()))
+        .collect();
+    assert_eq!(pins, [("echo", Some(1)), ("lookup_weather_by_city", None)], "{toolset}");
+    let (ok, text) = plinth(&["toolset", "list"]);
+    assert!(ok && text.contains("travel") && text.contains("Trips"), "{text}");
+
+    let (ok, text) = plinth(&["retire", "echo", "1"]);
+    assert!(!ok && text.contains("pinned by toolset `travel`"), "{text}");
+    let (ok, text) = plinth(&["retire", "echo", "1", "--force"]);
+    assert!(ok, "{text}");
+    let (ok, text) = plinth(&["toolset", "show", "travel", "--version", "1"]);
+    assert!(ok && text.contains("retiredPinned"), "{text}");
+
+    let (ok, key) = plinth(&["key", "create", "--tenant", "default", "--role", "consumer", "--toolset", "travel"]);
+    assert!(ok, "{key}");
+    let key = key.lines().find(|l| l.starts_with("plk_")).unwrap_or_else(|| panic!("no key in {key}"));
+    assert_eq!(server.call_as(Some(key), Method::GET, "/t/default/toolsets/travel/tools", None).await.0, 200);
+    assert_eq!(server.call_as(Some(key), Method::GET, "/tools", None).await.0, 403);
+    let (ok, text) = plinth(&["key", "list", "--tenant", "default"]);
+    assert!(ok && text.contains("TOOLSET") && text.contains("travel"), "{text}");
+
+    let (ok, text) = plinth(&["toolset", "rm", "travel"]);
+    assert!(ok, "{text}");
+    let (ok, text) = plinth(&["toolset", "show", "travel"]);
+    assert!(!ok && text.contains("404"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_through_a_toolset_that_waits_for_confirmation_is_polled_under_the_toolsets_root() {
+    let server = Server::start(&[]);
+    let echo = server.tool_id("echo").await;
+    let path = format!("/admin/tools/{echo}/confirmation");
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, &path, Some(&json!({ "required": true }))).await;
+    assert_eq!(status, 204, "{body}");
+    let password = json!({ "password": "alice-password" });
+    let (status, body) = server.call_as(Some(TOKEN), Method::PUT, "/admin/end-users/alice", Some(&password)).await;
+    assert_eq!(status, 204, "{body}");
+    assert_eq!(put_toolset(&server, "travel", travel()).await.0, 201);
+    assert_eq!(put_toolset(&server, "payroll", json!([{ "name": "book_flight" }])).await.0, 201);
+    let body = json!({ "tenant": "default", "role": "consumer", "toolset": "travel" });
+    let (_, created) = server.call_as(Some(TOKEN), Method::POST, "/admin/keys", Some(&body)).await;
+    let key = created["key"].as_str().unwrap();
+
+    let response = server
+        .request_as(Some(key), Method::POST, &format!("/t/default/toolsets/travel/tools/{echo}:invoke"))
+        .header("plinth-end-user", "alice")
+        .json(&invocation("echo", &[("text", json!("hi"))]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let pack: Value = response.json().await.unwrap();
+    let result_uri = pack["result uri"].as_str().unwrap().to_string();
+    let prefix = format!("{}/t/default/toolsets/travel/cheq/results/", server.base);
+    assert!(result_uri.starts_with(&prefix), "{pack}");
+    // The scoped key polls it there: it waits for alice.
+    let path = result_uri.strip_prefix(&server.base).unwrap();
+    let (status, body) = server.call_as(Some(key), Method::GET, path, None).await;
+    assert_eq!((status, body["state"].as_str()), (202, Some("pending")), "{body}");
+    // Another toolset's root does not give it out.
+    let id = result_uri.rsplit('/').next().unwrap();
+    let elsewhere = format!("/t/default/toolsets/payroll/cheq/results/{id}");
+    assert_eq!(server.call_as(Some(TOKEN), Method::GET, &elsewhere, None).await.0, 404);
 }

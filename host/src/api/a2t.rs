@@ -307,7 +307,10 @@ async fn invoke(
     let call_id = call.call_id.clone();
     let number = version.number;
     match host.invoke(tool, version, call).await {
-        Err(InvokeError::ConfirmationPending(pending)) => Ok(super::links::uri_pack(options, &pending)),
+        Err(InvokeError::ConfirmationPending(pending)) => {
+            let toolset = caller.toolset.as_ref().map(|t| t.name.as_str());
+            Ok(super::links::uri_pack(options, &pending, toolset))
+        }
         outcome => Ok(answer(outcome, &call_id, number)),
     }
 }

@@ -41,7 +41,8 @@ struct ToolsetRoot {
 
 /// `/toolsets/{name}[@{n}]/rest` → the toolset's root and `/rest`, when
 /// `rest` is one of the doors a toolset is served on (A2T's `/tools…`,
-/// OTC's `/otc/…`, MCP's `/mcp`); `Err` for any other path under
+/// OTC's `/otc/…`, MCP's `/mcp`, and CHEQ's result URI of a call made
+/// there); `Err` for any other path under
 /// `/toolsets/` (no route: `404`).
 fn toolset_root(path: &str) -> Option<Result<(ToolsetRoot, String), ()>> {
     let rest = path.strip_prefix("/toolsets/")?;
@@ -55,7 +56,12 @@ fn toolset_root(path: &str) -> Option<Result<(ToolsetRoot, String), ()>> {
             _ => return Some(Err(())),
         },
     };
-    let door = tail == "/tools" || tail.starts_with("/tools/") || tail.starts_with("/otc/") || tail == "/mcp";
+    // The doors, and the result URI of a call made through them.
+    let door = tail == "/tools"
+        || tail.starts_with("/tools/")
+        || tail.starts_with("/otc/")
+        || tail == "/mcp"
+        || tail.starts_with("/cheq/results/");
     if !crate::host::toolsets::is_toolset_name(name) || !door {
         return Some(Err(()));
     }
@@ -64,11 +70,16 @@ fn toolset_root(path: &str) -> Option<Result<(ToolsetRoot, String), ()>> {
 
 /// Rewrites `/t/{tenant}/rest` to `/rest` and remembers the tenant, so that
 /// one set of routes serves every platform root; and
-/// `[/t/{tenant}]/toolsets/{name}[@{n}]/rest` to `/rest` too, remembering
+/// `/t/{tenant}/toolsets/{name}[@{n}]/rest` to `/rest` too, remembering
 /// the toolset, so that the doors' handlers serve a toolset's root as
 /// another view of the same tenant. Runs before routing.
 pub fn strip_tenant_root(request: Request) -> Request {
     let mut request = strip_platform_root(request);
+    // Only under a tenant's explicit root: a toolset's MCP URL is an OAuth
+    // resource of its own, whose metadata lives under `/t/{tenant}/…`.
+    if request.extensions().get::<TenantRoot>().is_none_or(|root| root.0.is_none()) {
+        return request;
+    }
     let path = request.uri().path().to_string();
     let Some(root) = toolset_root(&path) else { return request };
     let (root, tail) = match root {

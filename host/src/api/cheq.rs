@@ -358,6 +358,12 @@ pub(super) async fn get_result(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let c = transaction(&host, &caller.tenant, &id)?;
+    // Through a toolset's root, only the results of its tools' calls.
+    if let Some(toolset) = caller.toolset.as_deref()
+        && host.registry().get(&c.tool_id).is_none_or(|tool| toolset.pin(&tool.name).is_none())
+    {
+        return Err(DecideError::Unknown(id).into());
+    }
     let door = c.door();
     let waiting = |state: &str, retry: u64| {
         let mut response = (

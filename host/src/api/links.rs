@@ -56,18 +56,29 @@ pub(super) fn root(options: &ApiOptions, tenant: &str) -> String {
 
 /// The URI pack (figure 3) of a pending call.
 pub fn uri_pack_body(options: &ApiOptions, pending: &PendingConfirmation) -> Value {
+    uri_pack_body_in(options, pending, None)
+}
+
+/// The URI pack of a call made through `toolset`'s root (when given): its
+/// result URI is under that root, which a key scoped to the toolset opens.
+pub fn uri_pack_body_in(options: &ApiOptions, pending: &PendingConfirmation, toolset: Option<&str>) -> Value {
     let root = root(options, &pending.tenant);
     let confirmation = pending.confirmation_uri.clone().unwrap_or_else(|| format!("{root}/cheq/confirm"));
+    let result_root = match toolset {
+        None => root.clone(),
+        Some(name) => format!("{}/t/{}/toolsets/{name}", options.public_url, pending.tenant),
+    };
     json!({
         CONFIRMATION_URI: confirmation,
         RESOURCE_URI: format!("{root}/cheq/transactions/{}", pending.id),
-        RESULT_URI: format!("{root}/cheq/results/{}", pending.id),
+        RESULT_URI: format!("{result_root}/cheq/results/{}", pending.id),
     })
 }
 
-/// `202 Accepted` with the URI pack and `Location: {result uri}`.
-pub fn uri_pack(options: &ApiOptions, pending: &PendingConfirmation) -> Response {
-    pack_response(uri_pack_body(options, pending))
+/// `202 Accepted` with the URI pack and `Location: {result uri}`; its
+/// result URI under `toolset`'s root when the call came through one.
+pub fn uri_pack(options: &ApiOptions, pending: &PendingConfirmation, toolset: Option<&str>) -> Response {
+    pack_response(uri_pack_body_in(options, pending, toolset))
 }
 
 /// `202 Accepted` with `pack`.

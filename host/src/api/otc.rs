@@ -418,7 +418,8 @@ pub(super) async fn call_tool(
     };
     let key_id = caller.principal.map(|p| p.key_id).unwrap_or_default();
     let claims_call_id = request.call_id.is_some();
-    let run = run_call(host, options, caller.tenant, key_id, tool, version, input, request);
+    let toolset = caller.toolset.as_ref().map(|t| t.name.clone());
+    let run = run_call(host, options, caller.tenant, toolset, key_id, tool, version, input, request);
     if !claims_call_id {
         // Nothing claimed: the call is the request's, as on A2T and MCP. A
         // client that hangs up drops it (one that moved to the tool threads
@@ -439,6 +440,7 @@ async fn run_call(
     host: AppState,
     options: Arc<ApiOptions>,
     tenant: String,
+    toolset: Option<String>,
     key_id: String,
     tool: Arc<Tool>,
     version: Arc<ToolVersion>,
@@ -499,7 +501,7 @@ async fn run_call(
         // Recorded as the call id's response: a retry gets the same pack,
         // not a second confirmation.
         Err(InvokeError::ConfirmationPending(pending)) => {
-            let answer = pending_answer(&call_id, &options, &pending);
+            let answer = pending_answer(&call_id, &options, &pending, toolset.as_deref());
             (answer.to_string(), located(json_response(answer.to_string(), false), &answer))
         }
         outcome => match result(&call_id, started.elapsed(), has_outputs, outcome) {
@@ -561,8 +563,13 @@ pub(super) fn result(
 /// `result` (the envelope allows more properties) for a client that knows
 /// CHEQ: the result URI answers the call's `CallToolResponse` once the end
 /// user decided.
-fn pending_answer(call_id: &str, options: &ApiOptions, pending: &crate::host::PendingConfirmation) -> Value {
-    let Value::Object(pack) = super::links::uri_pack_body(options, pending) else { return Value::Null };
+fn pending_answer(
+    call_id: &str,
+    options: &ApiOptions,
+    pending: &crate::host::PendingConfirmation,
+    toolset: Option<&str>,
+) -> Value {
+    let Value::Object(pack) = super::links::uri_pack_body_in(options, pending, toolset) else { return Value::Null };
     let result_uri = pack[super::links::RESULT_URI].as_str().unwrap_or_default().to_string();
     let error = json!({
         "message": format!(

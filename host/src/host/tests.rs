@@ -842,3 +842,58 @@ async fn re_verifying_live_versions_runs_apart_and_waits_its_turn() {
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(host.supply.reverifying.available_permits(), super::supply::MAX_REVERIFYING, "its slot is given back");
 }
+
+#[test]
+fn toolset_versions_diff_by_pin_resolve_their_tools_now_and_survive_a_restart() {
+    use crate::host::toolsets::EntryState;
+    use crate::store::ToolsetEntry;
+    let dir = tempfile::tempdir().unwrap();
+    let actor = Principal::server("test");
+    let host = ToolHost::open(options(dir.path())).unwrap();
+    let one = host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap();
+    host.deploy(&actor, DEFAULT_TENANT, &packed("2"), None).unwrap();
+    let name = host.registry().get(&one.tool_id).unwrap().name.clone();
+    let entry = |version| ToolsetEntry { name: name.clone(), version };
+
+    let first = host.put_toolset(&actor, DEFAULT_TENANT, "travel", "d", &[entry(Some(1))]).unwrap();
+    assert!(first.created);
+    assert_eq!(first.toolset.version, 1);
+    let same = host.put_toolset(&actor, DEFAULT_TENANT, "travel", "d", &[entry(Some(1))]).unwrap();
+    assert!(!same.created, "the same content makes no version");
+    let second = host.put_toolset(&actor, DEFAULT_TENANT, "travel", "d2", &[entry(None)]).unwrap();
+    assert_eq!(second.toolset.version, 2);
+
+    // The diff: the pin moved from 1 to following (version 2 now), no
+    // signature change, so nothing breaks.
+    let diff = host.diff_toolsets(DEFAULT_TENANT, "travel", 1, 2).unwrap();
+    assert!(diff.description_changed && diff.added.is_empty() && diff.removed.is_empty());
+    assert_eq!(diff.changed.len(), 1);
+    assert_eq!((diff.changed[0].from, diff.changed[0].to), (Some(1), None));
+    assert!(diff.changed[0].signature.as_ref().is_some_and(|d| d.changes.is_empty()));
+    assert!(!diff.is_breaking());
+    assert!(host.diff_toolsets(DEFAULT_TENANT, "travel", 1, 3).is_none());
+
+    // Each version resolves now: the pin, and the current version.
+    let resolved = |t: &crate::store::StoredToolset| {
+        host.toolset_tools(t).iter().map(|t| (t.state, t.version.as_ref().map(|v| v.number))).collect::<Vec<_>>()
+    };
+    assert_eq!(resolved(&first.toolset), [(EntryState::Live, Some(1))]);
+    assert_eq!(resolved(&second.toolset), [(EntryState::Live, Some(2))]);
+
+    // Retiring the pinned version is refused, then forced and flagged.
+    let id = one.tool_id.to_string();
+    let refused = host.retire(&actor, DEFAULT_TENANT, &id, 1);
+    assert!(matches!(&refused, Err(ChangeError::PinnedByToolsets { toolsets, .. }) if toolsets == &["travel"]));
+    host.retire_forced(&actor, DEFAULT_TENANT, &id, 1, true).unwrap();
+    assert_eq!(resolved(&first.toolset), [(EntryState::RetiredPinned, Some(1))]);
+    drop(host);
+
+    // What was stored comes back.
+    let host = ToolHost::open(options(dir.path())).unwrap();
+    let listed: Vec<u32> = host.toolsets(DEFAULT_TENANT).iter().map(|t| t.version).collect();
+    assert_eq!(listed, [2]);
+    assert_eq!(host.toolset_versions(DEFAULT_TENANT, "travel").len(), 2);
+    host.delete_toolset(&actor, DEFAULT_TENANT, "travel").unwrap();
+    assert!(host.toolset(DEFAULT_TENANT, "travel", Some(1)).is_none());
+    assert!(host.toolsets(DEFAULT_TENANT).is_empty());
+}

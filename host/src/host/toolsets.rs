@@ -81,10 +81,13 @@ impl From<StoreError> for ToolsetError {
     }
 }
 
-/// The tenant's toolsets, every version, by (tenant, name).
+/// Every version of each toolset, oldest first, by (tenant, name).
+type Versions = BTreeMap<(String, String), Vec<Arc<StoredToolset>>>;
+
+/// The tenants' toolsets, every version, by (tenant, name).
 #[derive(Default)]
 pub(super) struct ToolsetState {
-    by_name: RwLock<BTreeMap<(String, String), Vec<Arc<StoredToolset>>>>,
+    by_name: RwLock<Versions>,
     /// Serializes this replica's toolset changes (numbering; the store
     /// refuses a number that is not the next, for other replicas).
     writing: std::sync::Mutex<()>,
@@ -372,6 +375,9 @@ impl ToolHost {
         if tools.len() > MAX_TOOLSET_TOOLS {
             return Err(ToolsetError::Invalid(format!("a toolset names at most {MAX_TOOLSET_TOOLS} tools")));
         }
+        // Under the lock retirements take: a version is not retired between
+        // being found live here and being pinned.
+        let _changing = self.changes.lock().unwrap_or_else(|p| p.into_inner());
         let mut tools = tools.to_vec();
         tools.sort();
         if let Some(twice) = tools.windows(2).find(|w| w[0].name == w[1].name) {
@@ -511,7 +517,7 @@ impl ToolHost {
     /// Replaces what this replica caches of the toolsets with what the
     /// store holds (at start, and in a fleet when the change log says).
     pub(super) fn reload_toolsets(&self) -> Result<(), StoreError> {
-        let mut fresh: BTreeMap<(String, String), Vec<Arc<StoredToolset>>> = BTreeMap::new();
+        let mut fresh = Versions::new();
         for stored in self.store.toolsets()? {
             fresh.entry((stored.tenant.clone(), stored.name.clone())).or_default().push(Arc::new(stored));
         }

@@ -153,7 +153,7 @@ fn toolset_versions_are_numbered_in_turn_and_deleted_with_their_keys(store: &dyn
         toolset: Some("travel".into()),
     };
     store.insert_key(&scoped, &audit("key.create")).unwrap();
-    assert_eq!(store.keys().unwrap(), [scoped.clone()]);
+    assert_eq!(store.keys().unwrap(), std::slice::from_ref(&scoped));
 
     // Deleting marks every version and revokes the toolset's keys.
     assert!(store.delete_toolset("default", "travel", 200, &audit("toolset.delete")).unwrap());

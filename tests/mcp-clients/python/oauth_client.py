@@ -1,7 +1,7 @@
 """Connects with the SDK's OAuth client, as an MCP host does for a person.
 
     python oauth_client.py URL TOOL ARGUMENTS_JSON [--mode auto|legacy|2026-07-28] [--user NAME] [--deny] [--refresh]
-                           [--metadata-document]
+                           [--metadata-document] [--then URL]
 
 The SDK's `OAuthClientProvider` does discovery (the 401's resource metadata,
 then the authorization server's), dynamic registration, PKCE and the token
@@ -17,8 +17,9 @@ of registering.
 Prints {"listed": [names]}, {"result": …} (a CallToolResult) or
 {"error": …}, with --refresh {"refreshed": …} after a second connection whose
 access token is treated as expired (`pages`: true when no page was shown for
-it), and at the end {"oauth": [the OAuth requests the SDK made, as
-"METHOD host path status"]}.
+it), with --then {"then": {"status", "body"}}: what another MCP URL answered
+a `tools/list` sent with the same access token, and at the end {"oauth":
+[the OAuth requests the SDK made, as "METHOD host path status"]}.
 """
 
 import argparse
@@ -164,8 +165,28 @@ def serve_metadata_document(metadata: OAuthClientMetadata) -> str:
     return url
 
 
+async def elsewhere(url: str, token: str) -> dict:
+    """What `url` answers a `tools/list` sent with `token`."""
+    async with httpx2.AsyncClient(timeout=30) as http:
+        response = await http.post(
+            url,
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Accept": "application/json, text/event-stream",
+                "MCP-Protocol-Version": "2026-07-28",
+            },
+        )
+        try:
+            body = response.json()
+        except ValueError:
+            body = response.text
+        return {"status": response.status_code, "body": body}
+
+
 async def main(
-    url: str, tool: str, arguments: dict, mode: str, user: str, allow: bool, refresh: bool, document: bool
+    url: str, tool: str, arguments: dict, mode: str, user: str, allow: bool, refresh: bool, document: bool,
+    then: str | None = None,
 ) -> None:
     browser = Browser(user, os.environ.get("PLINTH_END_USER_PASSWORD", ""), allow)
     storage = Memory()
@@ -192,6 +213,8 @@ async def main(
         first_session = await session(url, mode, provider, seen, tool, arguments)
         emit(listed=first_session["listed"])
         emit(result=first_session["result"])
+        if then is not None and storage.tokens is not None:
+            emit(then=await elsewhere(then, storage.tokens.access_token))
         if refresh:
             before = storage.tokens.access_token if storage.tokens else None
             pages_before_refresh = browser.pages
@@ -220,8 +243,9 @@ if __name__ == "__main__":
     parser.add_argument("--deny", action="store_true")
     parser.add_argument("--refresh", action="store_true")
     parser.add_argument("--metadata-document", action="store_true")
+    parser.add_argument("--then")
     args = parser.parse_args()
     anyio.run(
         main, args.url, args.tool, args.arguments, args.mode, args.user, not args.deny, args.refresh,
-        args.metadata_document,
+        args.metadata_document, args.then,
     )
