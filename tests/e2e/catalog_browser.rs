@@ -400,7 +400,7 @@ async fn a_designer_picks_pins_and_previews_a_toolset_in_a_browser() {
     let a2t_preview: serde_json::Value =
         serde_json::from_str(browser.evaluate(&preview("preview-a2t")).await.as_str().unwrap()).unwrap();
     let served: serde_json::Value = server
-        .request_as(Some(&publisher), Method::GET, "/toolsets/travel/tools")
+        .request_as(Some(&publisher), Method::GET, "/t/default/toolsets/travel/tools")
         .send()
         .await
         .unwrap()

@@ -82,11 +82,17 @@ const ONE_LINE_CHARS: u32 = 120;
 /// (`{path of the public URL}{/t/tenant}/catalog…`).
 struct Links {
     root: String,
+    /// `{path of the public URL}/t/{tenant}`: toolsets are served there
+    /// only, for the default tenant too.
+    tenant_root: String,
 }
 
 impl Links {
     fn new(options: &ApiOptions, tenant: &str) -> Links {
-        Links { root: pages::tenant_root_path(&options.public_url, tenant) }
+        Links {
+            root: pages::tenant_root_path(&options.public_url, tenant),
+            tenant_root: format!("{}/t/{tenant}", pages::path_prefix(&options.public_url)),
+        }
     }
 
     fn home(&self) -> String {
@@ -143,7 +149,7 @@ impl Links {
 
     /// A toolset's root on the doors, relative to the server.
     fn toolset_root(&self, name: &str) -> String {
-        format!("{}/toolsets/{}", self.root, encode(name))
+        format!("{}/toolsets/{}", self.tenant_root, encode(name))
     }
 
     fn confirmation(&self, id: &str) -> String {

@@ -330,7 +330,11 @@ pub(in crate::api) async fn toolset(
         .rev()
         .map(|v| (v.version, links.toolset_version(&name, v.version), at(v.created_at), v.version == toolset.version))
         .collect();
-    let root = format!("{}{}", options.public_url.trim_end_matches('/'), links.toolset_root(&name));
+    // The links are relative to the server (they carry the public URL's
+    // path): the public URL's origin before them.
+    let public = options.public_url.trim_end_matches('/');
+    let origin = public.strip_suffix(pages::path_prefix(public)).unwrap_or(public);
+    let root = format!("{origin}{}", links.toolset_root(&name));
     let cache_words = if ttl > 0 {
         format!("every tool is pinned: an MCP client may cache the list for {} s (ttlMs {ttl})", ttl / 1000)
     } else {
