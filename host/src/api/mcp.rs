@@ -28,12 +28,13 @@ use listeners::Listeners;
 
 use super::access::{Access, Scope};
 use super::auth;
+pub use super::listings::meta;
+use super::listings::tool_entry;
 use super::{ApiError, ApiOptions, AppState, Caller};
 use crate::door::FrontDoor;
 use crate::host::{Call, ConfirmationNeed, InvokeError, PendingConfirmation, State as TxState, ToolHost};
 use crate::invocation::{self, InputError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
-use crate::signature::schema;
 use crate::telemetry::CallerTrace;
 use crate::tenancy::unix_now;
 use axum::body::Body;
@@ -81,27 +82,6 @@ const MAX_LEGACY_PENDING_PER_TENANT: usize = 1_000;
 const LISTEN_LIFETIME: Duration = Duration::from_secs(10 * 60);
 /// How often a listening stream's key is checked (a revoked key ends it).
 const LISTEN_KEY_CHECK: Duration = Duration::from_secs(30);
-
-/// The `_meta` keys Plinth reads on `tools/call` and writes on tools.
-pub mod meta {
-    /// The tool's id (stable across versions).
-    pub const TOOL_ID: &str = "toolId";
-    /// A version number: on a tool, its current version; on a call, the
-    /// version the call is pinned to.
-    pub const VERSION: &str = "version";
-    /// The sha256 of a version's component bytes: on a call, what the
-    /// version the call resolves to must have.
-    pub const SHA256: &str = "sha256";
-    /// On a call: the end user it is made for (who confirms it).
-    pub const END_USER: &str = "endUser";
-    /// On a tool: `required` or `conditional` when calls may need their end
-    /// user's confirmation.
-    pub const CONFIRMATION: &str = "confirmation";
-    /// On a tool: where its version came from (`source`: the OCI reference
-    /// and manifest digest) and who signed it (`signers`), verified at
-    /// deploy; absent for posted bytes no trusted key signed.
-    pub const PROVENANCE: &str = "provenance";
-}
 
 /// Who may call a JSON-RPC method: invoking needs a key that may invoke;
 /// listing, discovery and the protocol's own methods one that may
@@ -565,34 +545,6 @@ async fn next_change(
     }
 }
 
-/// A tool as `tools/list` shows it: the version's locked part built once,
-/// the confirmation marker (a publisher may change it) per answer.
-pub(super) fn tool_entry(host: &AppState, tool: &Tool, version: &ToolVersion) -> Result<rmcp::model::Tool, ErrorData> {
-    let mut view = version.mcp_view.get_or_init(|| tool_view(tool, version)).clone();
-    let need = host.confirmation_need(tool, version);
-    if let Some(marker) = need.marker() {
-        view["_meta"][meta::CONFIRMATION] = marker.into();
-    }
-    if let Some(annotations) = annotations(need, version) {
-        view["annotations"] = annotations;
-    }
-    // A call may be pinned to an older live version, whose answer must fit
-    // this schema too: only outputs every live version has are required (a
-    // compatible version may add outputs, never remove one).
-    let live: Vec<Arc<ToolVersion>> =
-        tool.versions_before(None, usize::MAX).into_iter().filter(|v| v.retired_at().is_none()).collect();
-    if live.len() > 1
-        && let Some(required) =
-            view.get_mut("outputSchema").and_then(|s| s.get_mut("required")).and_then(Value::as_array_mut)
-    {
-        required.retain(|name| {
-            live.iter().all(|v| v.signature.outputs.iter().any(|o| Some(o.name.as_str()) == name.as_str()))
-        });
-    }
-    serde_json::from_value(view)
-        .map_err(|e| ErrorData::internal_error(format!("a tool could not be listed: {e}"), None))
-}
-
 /// The version a call means: the tool's current one, or the one its
 /// `_meta.version` pins; refused when its `_meta.sha256` does not match (the
 /// tool changed under the client).
@@ -954,52 +906,6 @@ fn decode_cursor(cursor: &str) -> Option<String> {
 fn rpc_error(code: i32, message: impl Into<String>, plinth_code: &str, mut data: Map<String, Value>) -> ErrorData {
     data.insert("code".into(), plinth_code.into());
     ErrorData::new(ErrorCode(code), message.into(), Some(Value::Object(data)))
-}
-
-/// The locked part of a version's MCP tool: name, description, schemas,
-/// what identifies the bytes.
-fn tool_view(tool: &Tool, version: &ToolVersion) -> Value {
-    let signature = &version.signature;
-    let mut view = json!({
-        "name": signature.name,
-        "description": signature.description,
-        "inputSchema": schema::input_schema(signature),
-        "_meta": {
-            meta::TOOL_ID: tool.id.to_string(),
-            meta::VERSION: version.number,
-            meta::SHA256: version.sha256,
-        },
-    });
-    if let Some(output) = schema::output_schema(signature) {
-        view["outputSchema"] = output;
-    }
-    if version.provenance != crate::supply::Provenance::default() {
-        view["_meta"][meta::PROVENANCE] = version.provenance.to_json();
-    }
-    view
-}
-
-/// A tool's MCP annotations: the publisher's claims from `plinth.toml`
-/// (`[annotations]`) with what Plinth knows in their place
-/// ([`crate::manifest::ToolAnnotations::published`]); `None` when nothing
-/// is known.
-fn annotations(need: ConfirmationNeed, version: &ToolVersion) -> Option<Value> {
-    let published = crate::host::published_annotations(version, need);
-    let mut out = Map::new();
-    if let Some(title) = published.title {
-        out.insert("title".into(), title.into());
-    }
-    for (key, value) in [
-        ("readOnlyHint", published.read_only),
-        ("destructiveHint", published.destructive),
-        ("idempotentHint", published.idempotent),
-        ("openWorldHint", published.open_world),
-    ] {
-        if let Some(value) = value {
-            out.insert(key.into(), value.into());
-        }
-    }
-    (!out.is_empty()).then_some(Value::Object(out))
 }
 
 /// `isError` naming each bad parameter: what the model can fix.

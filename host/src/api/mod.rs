@@ -16,6 +16,7 @@ pub mod console;
 pub mod cors;
 pub mod error;
 pub mod links;
+pub mod listings;
 pub mod mcp;
 pub mod oauth;
 pub mod openapi;

@@ -6,7 +6,7 @@
 //! ([`crate::host::toolsets`]); an edit is a form (no script) that makes a
 //! new toolset version through [`ToolHost::put_toolset`], as the admin API
 //! does. The previews are built by the doors' own functions
-//! ([`crate::api::mcp::tool_entry`], [`crate::api::a2t::version_json`]), so
+//! ([`crate::api::listings::tool_entry`], [`crate::api::a2t::version_json`]), so
 //! they are what a client of the toolset's root receives.
 
 use super::*;
@@ -241,7 +241,7 @@ pub(in crate::api) async fn toolset(
     let mut mcp_items = Vec::new();
     let mut mcp_entries: HashMap<String, String> = HashMap::new();
     for (_, tool, version) in &listed {
-        if let Ok(entry) = crate::api::mcp::tool_entry(host, tool, version) {
+        if let Ok(entry) = crate::api::listings::tool_entry(host, tool, version) {
             mcp_entries.insert(tool.name.clone(), serde_json::to_string(&entry).unwrap_or_default());
             mcp_items.push(entry);
         }
