@@ -390,6 +390,11 @@ async fn a_designer_picks_pins_and_previews_a_toolset_in_a_browser() {
     browser.wait_for_text("pinned to version 1", WAIT).await;
     assert_eq!(browser.text_of("[data-tool=echo] [data-pin]").await, "pinned to version 1");
     assert!(browser.text_of("#cache").await.contains("ttlMs 0"), "a followed tool: not cached");
+    let roots = browser.text_of("#roots").await;
+    for door in ["/t/default/toolsets/travel/mcp", "/t/default/toolsets/travel/tools", "/t/default/toolsets/travel/otc"]
+    {
+        assert!(roots.contains(&format!("{}{door}", server.base)), "{roots}");
+    }
 
     // The previews: what the doors send, and its size.
     let preview = |id: &str| format!("return document.querySelector('#{id} pre').textContent");

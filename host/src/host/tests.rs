@@ -879,6 +879,16 @@ fn toolset_versions_diff_by_pin_resolve_their_tools_now_and_survive_a_restart() 
     };
     assert_eq!(resolved(&first.toolset), [(EntryState::Live, Some(1))]);
     assert_eq!(resolved(&second.toolset), [(EntryState::Live, Some(2))]);
+    // A call: a pinned tool at its pin only; a followed one at its current
+    // version, or at an older live one a listing made before gave out.
+    let tool = host.registry().get(&one.tool_id).unwrap();
+    let reached = |toolset: &crate::store::StoredToolset, asked| {
+        ToolHost::resolve_in(Some(toolset), tool.clone(), asked).map(|(_, v)| v.number)
+    };
+    assert_eq!(reached(&first.toolset, None).unwrap(), 1);
+    assert!(matches!(reached(&first.toolset, Some(2)), Err(InvokeError::OutsideToolset(_))));
+    assert_eq!(reached(&second.toolset, None).unwrap(), 2);
+    assert_eq!(reached(&second.toolset, Some(1)).unwrap(), 1, "listed as current before version 2");
 
     // Retiring the pinned version is refused, then forced and flagged.
     let id = one.tool_id.to_string();

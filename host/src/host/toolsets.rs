@@ -277,10 +277,15 @@ impl ToolHost {
         match (pin, version) {
             (Some(pinned), Some(asked)) if asked != pinned => Err(outside(asked, &format!("version {pinned}"))),
             (Some(pinned), _) => Self::version_of(tool, Some(pinned)),
+            // A followed tool: its current version, or one that was current
+            // when the caller listed the toolset and is still live (an OTC
+            // `ToolId` or MCP `_meta.version` from a listing made before the
+            // last deploy), as at the tenant's root; never a newer one.
             (None, asked) => {
-                let current = Self::version_of(tool, None)?;
+                let current = Self::version_of(tool.clone(), None)?;
                 match asked {
-                    Some(asked) if asked != current.1.number => Err(outside(asked, "its current version")),
+                    Some(asked) if asked > current.1.number => Err(outside(asked, "its current version")),
+                    Some(asked) if asked != current.1.number => Self::version_of(tool, Some(asked)),
                     _ => Ok(current),
                 }
             }

@@ -255,7 +255,6 @@ pub(in crate::api) async fn toolset(
         Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
         Err(_) => Value::Null,
     };
-    // Counted once per distinct text (tokens::count keeps the counts).
     let mut texts = vec![mcp_json.to_string(), a2t_json.to_string()];
     let per_tool: Vec<(String, String)> = mcp_entries.into_iter().collect();
     texts.extend(per_tool.iter().map(|(_, json)| json.clone()));
@@ -356,7 +355,7 @@ pub(in crate::api) async fn toolset(
         tools: entries,
         versions,
         diff_action: links.toolset_diff(&name),
-        roots: vec![("MCP", format!("{root}/mcp")), ("A2T", format!("{root}/tools")), ("OTC", root.clone())],
+        roots: vec![("MCP", format!("{root}/mcp")), ("A2T", format!("{root}/tools")), ("OTC", format!("{root}/otc"))],
         can_write: catalog.can_write(),
         edit_action: links.toolsets(),
         form_token: session.form_token.clone(),
@@ -563,65 +562,30 @@ impl ToolInToolsets {
 }
 
 /// Token counts from real tokenizers: o200k (GPT-4o and later) and cl100k
-/// (GPT-4, GPT-3.5). Loading both takes about 75 MB and a few hundred
-/// milliseconds, so they are not kept: they are loaded for a preview whose
-/// texts were not counted before, one preview at a time, and dropped; the
-/// counts are kept (by the texts' sha256), so a page viewed again, by
-/// anyone, counts nothing.
+/// (GPT-4, GPT-3.5). Each is loaded once, by the first preview, and kept
+/// (about 75 MB for both): loading them again for every preview would let
+/// anyone who can open the catalog keep a core busy.
 mod tokens {
-    use std::collections::HashMap;
-    use std::sync::{LazyLock, Mutex};
-
-    /// Texts whose counts are kept; past it the memory starts again.
-    const KEPT: usize = 4096;
-    static COUNTED: LazyLock<Mutex<HashMap<String, (usize, usize)>>> = LazyLock::new(Default::default);
-    static LOADING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
-
-    fn kept(keys: &[String]) -> Option<Vec<(usize, usize)>> {
-        let counted = COUNTED.lock().unwrap_or_else(|p| p.into_inner());
-        keys.iter().map(|k| counted.get(k).copied()).collect()
-    }
-
-    /// Each text's (o200k, cl100k) token count; `None` if the tokenizers
-    /// could not be loaded.
+    /// Each text's (o200k, cl100k) token count, counted off the request
+    /// threads; `None` if the counting failed.
     pub(super) async fn count(texts: Vec<String>) -> Option<Vec<(usize, usize)>> {
-        let keys: Vec<String> = texts.iter().map(|t| crate::digest::sha256_hex(t.as_bytes())).collect();
-        if let Some(counts) = kept(&keys) {
-            return Some(counts);
-        }
-        let _one_at_a_time = LOADING.acquire().await.ok()?;
-        if let Some(counts) = kept(&keys) {
-            return Some(counts); // counted while this one waited
-        }
-        // CPU work: off the request threads.
-        let counts = tokio::task::spawn_blocking(move || {
-            let (o200k, cl100k) = (tiktoken_rs::o200k_base().ok()?, tiktoken_rs::cl100k_base().ok()?);
-            let counts: Vec<(usize, usize)> =
-                texts.iter().map(|t| (o200k.encode_ordinary(t).len(), cl100k.encode_ordinary(t).len())).collect();
-            drop((o200k, cl100k));
-            crate::heap::give_back();
-            Some(counts)
+        tokio::task::spawn_blocking(move || {
+            let (o200k, cl100k) = (tiktoken_rs::o200k_base_singleton(), tiktoken_rs::cl100k_base_singleton());
+            texts.iter().map(|t| (o200k.encode_ordinary(t).len(), cl100k.encode_ordinary(t).len())).collect()
         })
         .await
-        .ok()??;
-        let mut counted = COUNTED.lock().unwrap_or_else(|p| p.into_inner());
-        if counted.len() + keys.len() > KEPT {
-            counted.clear();
-        }
-        counted.extend(keys.into_iter().zip(counts.iter().copied()));
-        Some(counts)
+        .ok()
     }
 
     #[cfg(test)]
     mod tests {
         #[tokio::test]
-        async fn counts_are_the_tokenizers_own_and_kept() {
+        async fn counts_are_the_tokenizers_own() {
             let json = r#"{"name":"echo","description":"Says the text back."}"#.to_string();
             let counts = super::count(vec!["hello world".into(), json.clone()]).await.unwrap();
             // "hello world" is two tokens in both, as OpenAI's tiktoken says.
             assert_eq!(counts[0], (2, 2));
             assert!(counts[1].0 > 5 && counts[1].0 < json.len());
-            assert_eq!(super::kept(&[crate::digest::sha256_hex(json.as_bytes())]), Some(vec![counts[1]]));
         }
     }
 }
