@@ -10,9 +10,11 @@ mod confirmations;
 mod console;
 mod deploy;
 mod invoke;
+mod refusals;
 mod secrets;
 mod tenants;
 mod usage;
+pub use refusals::{ConsoleSettings, MAX_VALUE_CHARS, REFUSED, Refusal};
 pub use usage::{UsageOptions, window as usage_window};
 mod executors;
 mod places;
@@ -321,6 +323,10 @@ pub enum InvokeError {
     /// it may.
     #[error("{0}")]
     Busy(String),
+    /// The tenant is running as many invocations as its quota allows
+    /// (answered as `busy`; usage counts its reason apart).
+    #[error("{0}")]
+    OverQuota(String),
     /// The tenant is over its invocation rate.
     #[error("tenant `{tenant}` is over its invocation rate; retry after {retry_after:?}")]
     RateLimited {
@@ -368,6 +374,7 @@ impl InvokeError {
             InvokeError::Call(CallError::Timeout { computing, .. }) => !computing,
             InvokeError::Call(CallError::Busy)
             | InvokeError::Busy(_)
+            | InvokeError::OverQuota(_)
             | InvokeError::RateLimited { .. }
             | InvokeError::Storage(_)
             | InvokeError::Unavailable(_) => true,
@@ -393,7 +400,7 @@ impl InvokeError {
             InvokeError::Retired(_) => "version_retired",
             InvokeError::Input(e) => e.code,
             InvokeError::Call(e) => e.code(),
-            InvokeError::Busy(_) => "busy",
+            InvokeError::Busy(_) | InvokeError::OverQuota(_) => "busy",
             InvokeError::RateLimited { .. } => "rate_limited",
             InvokeError::Output(OutputError::Invalid(_)) => "invalid_tool_output",
             InvokeError::Output(OutputError::TooLarge(_)) => "output_too_large",
@@ -419,6 +426,7 @@ impl InvokeError {
             | InvokeError::Input(_)
             | InvokeError::Retired(_)
             | InvokeError::Busy(_)
+            | InvokeError::OverQuota(_)
             | InvokeError::RateLimited { .. }
             | InvokeError::ConfirmationPending(_)
             | InvokeError::EndUserRequired(_)
@@ -613,6 +621,8 @@ pub struct ToolHost {
     console: console::ConsoleState,
     /// This replica's usage totals, written to the store periodically.
     usage: Arc<usage::UsageState>,
+    /// Each tenant's console settings (`host/refusals.rs`).
+    console_settings: dashmap::DashMap<String, refusals::ConsoleSettings>,
 }
 
 impl ToolHost {
@@ -656,6 +666,7 @@ impl ToolHost {
             supply,
             console: console::ConsoleState::new(options.console.clone()),
             usage: Arc::new(usage::UsageState::new(options.usage.clone())),
+            console_settings: dashmap::DashMap::new(),
             registry: Arc::default(),
             runtime,
             to_prepare: std::sync::Mutex::new(to_prepare),

@@ -18,6 +18,7 @@
 //! replica it reached.
 
 use super::ToolHost;
+use super::refusals::Refusal;
 use crate::runtime::LogLine;
 use serde::Serialize;
 use std::borrow::Cow;
@@ -78,6 +79,11 @@ pub struct ConsoleEntry {
     pub duration_ms: f64,
     /// The tool's log lines for the call.
     pub lines: Vec<LogLine>,
+    /// For a call refused for its inputs (outcome `refused`): each refused
+    /// parameter and why, with its value only where the tenant allows it
+    /// (`host/refusals.rs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<Refusal>,
 }
 
 /// Unix milliseconds as RFC 3339, milliseconds, UTC.
@@ -98,7 +104,10 @@ impl ConsoleEntry {
 
     /// About how many bytes it holds.
     fn size(&self) -> usize {
-        256 + self.tool.len() + self.call_id.len() + self.lines.iter().map(|l| 16 + l.text.len()).sum::<usize>()
+        256 + self.tool.len()
+            + self.call_id.len()
+            + self.lines.iter().map(|l| 16 + l.text.len()).sum::<usize>()
+            + self.refused.iter().map(Refusal::size).sum::<usize>()
     }
 }
 
@@ -330,6 +339,7 @@ mod tests {
             outcome: outcome.into(),
             duration_ms: 1.0,
             lines: vec![LogLine { level: "debug", text: "d".into() }, LogLine { level: "error", text: "e".into() }],
+            refused: Vec::new(),
         }
     }
 

@@ -65,6 +65,9 @@ struct Totals {
     histogram: Vec<u64>,
     /// Declared host → status → requests.
     outbound: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Refused calls: parameter → code → calls (`host/refusals.rs` bounds
+    /// the keys).
+    refused: BTreeMap<String, BTreeMap<String, u64>>,
     dirty: bool,
 }
 
@@ -90,6 +93,10 @@ pub(super) struct Counted<'a> {
     pub elapsed: Duration,
     /// Its outbound requests by declared host and status.
     pub outbound: BTreeMap<(String, &'static str), u64>,
+    /// Why it was refused, if it was: (parameter, code) pairs, the
+    /// parameter one of the signature's or a fixed placeholder, the code
+    /// one of a fixed set (`host/refusals.rs`).
+    pub refused: &'a [(&'a str, &'static str)],
 }
 
 impl UsageState {
@@ -118,6 +125,9 @@ impl UsageState {
         }
         let now = unix_now();
         let ms = call.elapsed.as_secs_f64() * 1000.0;
+        // A call refused for its inputs never ran: its microseconds would
+        // only pull the latency of those that did down.
+        let timed = call.outcome != super::refusals::REFUSED;
         let range = BOUNDS_MS.iter().position(|b| ms <= *b).unwrap_or(RANGES - 1);
         // One key, its bucket moved from the minute to the hour: a call
         // allocates it once, and a bucket's first call copies it once more.
@@ -133,10 +143,24 @@ impl UsageState {
         };
         let add = |cell: &mut Totals| {
             cell.calls += 1;
-            cell.total_ms += ms;
-            cell.histogram[range] += 1;
+            if timed {
+                cell.total_ms += ms;
+                cell.histogram[range] += 1;
+            }
             for ((host, status), n) in &call.outbound {
                 *cell.outbound.entry(host.clone()).or_default().entry(status.to_string()).or_default() += n;
+            }
+            for (parameter, code) in call.refused {
+                let codes = match cell.refused.get_mut(*parameter) {
+                    Some(codes) => codes,
+                    None => cell.refused.entry(parameter.to_string()).or_default(),
+                };
+                match codes.get_mut(*code) {
+                    Some(n) => *n += 1,
+                    None => {
+                        codes.insert(code.to_string(), 1);
+                    }
+                }
             }
             cell.dirty = true;
         };
@@ -178,6 +202,7 @@ impl UsageState {
                         total_ms: t.total_ms,
                         histogram: t.histogram.clone(),
                         outbound: t.outbound.clone(),
+                        refused: t.refused.clone(),
                     }
                 })
                 .collect();
@@ -294,6 +319,8 @@ impl ToolHost {
             series: BTreeMap<i64, (u64, u64)>,
             /// (declared host, status) → requests.
             outbound: BTreeMap<(String, String), u64>,
+            /// (parameter, code) → refused calls.
+            refused: BTreeMap<(String, String), u64>,
         }
         let mut grouped: BTreeMap<(String, u32, String), Sum> = BTreeMap::new();
         for r in rows.iter().filter(|r| tool.is_none_or(|t| t == r.tool || t == r.tool_id)) {
@@ -316,6 +343,11 @@ impl ToolHost {
                     *sum.outbound.entry((host.clone(), status.clone())).or_default() += n;
                 }
             }
+            for (parameter, codes) in &r.refused {
+                for (code, n) in codes {
+                    *sum.refused.entry((parameter.clone(), code.clone())).or_default() += n;
+                }
+            }
         }
         let items: Vec<Value> = grouped
             .into_iter()
@@ -335,6 +367,7 @@ impl ToolHost {
                     .into_iter()
                     .map(|((host, status), requests)| json!({ "host": host, "status": status, "requests": requests }))
                     .collect();
+                let (refused, limited) = super::refusals::refused_json(sum.refused);
                 json!({
                     "tool": sum.tool,
                     "toolId": tool_id,
@@ -345,6 +378,8 @@ impl ToolHost {
                     "latencyMs": latency,
                     "series": series,
                     "outbound": outbound,
+                    "refused": refused,
+                    "limited": limited,
                 })
             })
             .collect();

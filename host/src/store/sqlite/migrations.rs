@@ -296,4 +296,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX oauth_clients_unused ON oauth_clients (tenant, created_at) WHERE last_used_at IS NULL;
     CREATE INDEX oauth_grants_by_client ON oauth_grants (tenant, client_id);
 ",
+    // The buckets' calls refused before they ran, as JSON (parameter →
+    // code → calls; host/refusals.rs).
+    "
+    ALTER TABLE usage_buckets ADD COLUMN refused TEXT NOT NULL DEFAULT '{}';
+",
 ];
