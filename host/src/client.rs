@@ -168,7 +168,7 @@ pub fn usage(target: &TenantTarget, query: &[(&str, String)]) -> anyhow::Result<
     for item in usage["items"].as_array().into_iter().flatten() {
         let calls = item["calls"].as_u64().unwrap_or(0);
         let refused = item["outcomes"]["refused"].as_u64().unwrap_or(0);
-        let rate = if calls == 0 { 0 } else { (refused * 100 + calls / 2) / calls };
+        let rate = (refused * 100 + calls / 2).checked_div(calls).unwrap_or(0);
         let failed = item["outcomes"]
             .as_object()
             .into_iter()

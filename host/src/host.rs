@@ -14,7 +14,7 @@ mod refusals;
 mod secrets;
 mod tenants;
 mod usage;
-pub use refusals::{ConsoleSettings, MAX_VALUE_CHARS, REFUSED, Refusal};
+pub use refusals::{ConsoleSettings, MAX_VALUE_CHARS};
 pub use usage::{UsageOptions, window as usage_window};
 mod executors;
 mod places;
@@ -23,7 +23,7 @@ mod fetcher;
 mod fleet;
 pub mod oauth;
 mod supply;
-pub use console::{ConsoleEntry, ConsoleFilter, ConsoleOptions, Tail, TooManyTails, console_level};
+pub use console::{ConsoleEntry, ConsoleFilter, ConsoleOptions, REFUSED, Refusal, Tail, TooManyTails, console_level};
 pub use supply::RegistryOptions;
 mod retention;
 #[cfg(test)]

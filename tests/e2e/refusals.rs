@@ -15,7 +15,7 @@ const PRIVATE_VALUE: &str = "DE89370400440532013000";
 
 /// A server with echo (versions 1 and 2) and `transfer_funds` (private
 /// inputs) in the default tenant, usage written every second.
-fn refusals_server(extra: &[&str]) -> (Server, tempfile::TempDir) {
+pub fn refusals_server(extra: &[&str]) -> (Server, tempfile::TempDir) {
     let plugins = tempfile::tempdir().unwrap();
     std::fs::copy(plugins_dir().join("echo.wasm"), plugins.path().join("echo.wasm")).unwrap();
     for name in ["echo_v2.wasm", "transfer_funds.wasm"] {

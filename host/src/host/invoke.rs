@@ -69,7 +69,7 @@ impl ToolHost {
         let code = outcome_code(&outcome);
         self.metrics.invoked(&tool.tenant, &tool.name, number, door.as_str(), code, elapsed);
         // A call a limit refused is counted for the vendor by its reason.
-        let limited = refusals::limit_reason(&outcome).map(|reason| [(refusals::LIMIT, reason)]);
+        let limited = refusals::limit_reason(&outcome).map(|reason| [(usage::LIMIT, reason)]);
         self.usage.count(usage::Counted {
             tenant: &tool.tenant,
             tool_id: tool.id.to_string(),

@@ -10,13 +10,15 @@
 //! counted by reason beside them ([`limit_reason`], from `invoke.rs`).
 //!
 //! What a stranger can make the store keep is bounded: a parameter is the
-//! signature's or one of the placeholders [`UNKNOWN_PARAMETER`] and
-//! [`NO_PARAMETER`] (a made-up name is never stored), a code one of
+//! signature's or one of the placeholders `(unknown)` and `(none)`
+//! (`usage.rs`; a made-up name is never stored), a code one of
 //! `invocation::INPUT_ERROR_CODES` or a limit's reason. Nothing is written
 //! on the request's path: the counts go to the usage totals the flusher
 //! writes, the entry to the console's ring.
 
-use super::{ChangeError, ConsoleEntry, InvokeError, ToolHost, usage};
+use super::console::{REFUSED, Refusal};
+use super::usage::{self, NO_PARAMETER, UNKNOWN_PARAMETER};
+use super::{ChangeError, ConsoleEntry, InvokeError, ToolHost};
 use crate::door::FrontDoor;
 use crate::invocation::{self, InputError};
 use crate::registry::{Tool, ToolVersion};
@@ -24,19 +26,13 @@ use crate::runtime::CallError;
 use crate::store::StoredSetting;
 use crate::tenancy::{AuditEntry, Principal};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
+#[cfg(test)]
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Instant;
 use wasmtime::component::Val;
 
-/// The outcome of a call refused for its inputs, in the console and usage.
-pub const REFUSED: &str = "refused";
-/// Usage's parameter for a name the signature does not have.
-pub const UNKNOWN_PARAMETER: &str = "(unknown)";
-/// Usage's parameter for a refusal of the request as a whole.
-pub const NO_PARAMETER: &str = "(none)";
-/// Usage's parameter for a call refused by a limit, its reason the code.
-pub const LIMIT: &str = "(limit)";
 /// An offending value shown is cut at this many characters.
 pub const MAX_VALUE_CHARS: usize = 120;
 /// A parameter name the caller made up is cut at this many characters in
@@ -44,28 +40,6 @@ pub const MAX_VALUE_CHARS: usize = 120;
 const MAX_NAME_CHARS: usize = 64;
 /// The tenant setting's key in the store.
 pub(super) const CONSOLE_SETTING: &str = "console";
-
-/// One refused parameter, as the console shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Refusal {
-    /// The parameter, as the caller named it (cut); `None` when the
-    /// request as a whole was refused.
-    pub parameter: Option<String>,
-    /// The input error's code (`missing_parameter`, `invalid_type`, …).
-    pub code: &'static str,
-    /// The value the caller gave, as JSON cut at [`MAX_VALUE_CHARS`]: only
-    /// where the tenant shows offending values, never a `private` input's.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub value: Option<String>,
-}
-
-impl Refusal {
-    /// About how many bytes it holds.
-    pub(super) fn size(&self) -> usize {
-        32 + self.parameter.as_ref().map_or(0, String::len) + self.value.as_ref().map_or(0, String::len)
-    }
-}
 
 /// A tenant's console settings (`GET|PUT /admin/console-settings`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,23 +77,6 @@ pub(super) fn limit_reason(outcome: &Result<invocation::ToolResult, InvokeError>
         Err(InvokeError::Busy(_) | InvokeError::Call(CallError::Busy)) => Some("busy"),
         _ => None,
     }
-}
-
-/// The usage items' `refused` (by parameter and code, most first) and
-/// `limited` (by reason) lists from the summed counts.
-pub(super) fn refused_json(counts: BTreeMap<(String, String), u64>) -> (Vec<Value>, Vec<Value>) {
-    let (mut refused, mut limited) = (Vec::new(), Vec::new());
-    for ((parameter, code), calls) in counts {
-        match parameter.as_str() {
-            LIMIT => limited.push((calls, json!({ "reason": code, "calls": calls }))),
-            NO_PARAMETER => refused.push((calls, json!({ "parameter": null, "code": code, "calls": calls }))),
-            _ => refused.push((calls, json!({ "parameter": parameter, "code": code, "calls": calls }))),
-        }
-    }
-    // Most first; ties keep the (parameter, code) order.
-    refused.sort_by(|a, b| b.0.cmp(&a.0));
-    limited.sort_by(|a, b| b.0.cmp(&a.0));
-    (refused.into_iter().map(|(_, v)| v).collect(), limited.into_iter().map(|(_, v)| v).collect())
 }
 
 impl ToolHost {
@@ -267,28 +224,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn values_are_cut_and_limits_are_apart_from_parameters() {
+    fn values_are_cut_and_marked() {
         assert_eq!(shown_value(&json!(42)), "42");
         assert_eq!(shown_value(&json!("hi")), "\"hi\"");
         let long = shown_value(&json!("x".repeat(10_000)));
         assert_eq!(long.chars().count(), MAX_VALUE_CHARS + 1, "cut, and marked: {long}");
         assert!(long.ends_with('…'));
-        let counts: BTreeMap<(String, String), u64> = [
-            (("text".to_string(), "missing_parameter".to_string()), 1),
-            (("text".to_string(), "invalid_type".to_string()), 3),
-            ((NO_PARAMETER.to_string(), "invalid_request".to_string()), 1),
-            ((LIMIT.to_string(), "rate_limit".to_string()), 2),
-        ]
-        .into();
-        let (refused, limited) = refused_json(counts);
-        assert_eq!(
-            refused,
-            [
-                json!({"parameter": "text", "code": "invalid_type", "calls": 3}),
-                json!({"parameter": null, "code": "invalid_request", "calls": 1}),
-                json!({"parameter": "text", "code": "missing_parameter", "calls": 1}),
-            ]
-        );
-        assert_eq!(limited, [json!({"reason": "rate_limit", "calls": 2})]);
     }
 }

@@ -127,7 +127,7 @@ impl UsageState {
         let ms = call.elapsed.as_secs_f64() * 1000.0;
         // A call refused for its inputs never ran: its microseconds would
         // only pull the latency of those that did down.
-        let timed = call.outcome != super::refusals::REFUSED;
+        let timed = call.outcome != super::console::REFUSED;
         let range = BOUNDS_MS.iter().position(|b| ms <= *b).unwrap_or(RANGES - 1);
         // One key, its bucket moved from the minute to the hour: a call
         // allocates it once, and a bucket's first call copies it once more.
@@ -262,6 +262,30 @@ pub(super) fn start_usage_flush(host: &ToolHost) {
     });
 }
 
+/// A refusal's parameter for a name the signature does not have.
+pub const UNKNOWN_PARAMETER: &str = "(unknown)";
+/// A refusal's parameter when the request as a whole was refused.
+pub const NO_PARAMETER: &str = "(none)";
+/// The parameter of a call refused by a limit, its reason the code.
+pub const LIMIT: &str = "(limit)";
+
+/// The usage items' `refused` (by parameter and code, most first) and
+/// `limited` (by reason) lists from the summed counts.
+fn refused_json(counts: BTreeMap<(String, String), u64>) -> (Vec<Value>, Vec<Value>) {
+    let (mut refused, mut limited) = (Vec::new(), Vec::new());
+    for ((parameter, code), calls) in counts {
+        match parameter.as_str() {
+            LIMIT => limited.push((calls, json!({ "reason": code, "calls": calls }))),
+            NO_PARAMETER => refused.push((calls, json!({ "parameter": null, "code": code, "calls": calls }))),
+            _ => refused.push((calls, json!({ "parameter": parameter, "code": code, "calls": calls }))),
+        }
+    }
+    // Most first; ties keep the (parameter, code) order.
+    refused.sort_by_key(|r| std::cmp::Reverse(r.0));
+    limited.sort_by_key(|l| std::cmp::Reverse(l.0));
+    (refused.into_iter().map(|(_, v)| v).collect(), limited.into_iter().map(|(_, v)| v).collect())
+}
+
 /// What a window reads: its granularity and how far back.
 pub fn window(name: &str) -> Option<(&'static str, i64)> {
     match name {
@@ -367,7 +391,7 @@ impl ToolHost {
                     .into_iter()
                     .map(|((host, status), requests)| json!({ "host": host, "status": status, "requests": requests }))
                     .collect();
-                let (refused, limited) = super::refusals::refused_json(sum.refused);
+                let (refused, limited) = refused_json(sum.refused);
                 json!({
                     "tool": sum.tool,
                     "toolId": tool_id,
@@ -390,6 +414,27 @@ impl ToolHost {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_are_listed_most_first_and_limits_apart() {
+        let counts: BTreeMap<(String, String), u64> = [
+            (("text".to_string(), "missing_parameter".to_string()), 1),
+            (("text".to_string(), "invalid_type".to_string()), 3),
+            ((NO_PARAMETER.to_string(), "invalid_request".to_string()), 1),
+            ((LIMIT.to_string(), "rate_limit".to_string()), 2),
+        ]
+        .into();
+        let (refused, limited) = refused_json(counts);
+        assert_eq!(
+            refused,
+            [
+                json!({"parameter": "text", "code": "invalid_type", "calls": 3}),
+                json!({"parameter": null, "code": "invalid_request", "calls": 1}),
+                json!({"parameter": "text", "code": "missing_parameter", "calls": 1}),
+            ]
+        );
+        assert_eq!(limited, [json!({"reason": "rate_limit", "calls": 2})]);
+    }
 
     #[test]
     fn percentiles_are_the_upper_bound_of_their_range() {

@@ -99,7 +99,7 @@ impl RefusalPanel {
             })
             .collect();
         let mut top: Vec<_> = top.into_iter().collect();
-        top.sort_by(|a, b| b.1.cmp(&a.1));
+        top.sort_by_key(|t| std::cmp::Reverse(t.1));
         let top = top
             .into_iter()
             .take(TOP_REFUSALS)
