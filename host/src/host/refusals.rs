@@ -231,4 +231,19 @@ mod tests {
         assert_eq!(long.chars().count(), MAX_VALUE_CHARS + 1, "cut, and marked: {long}");
         assert!(long.ends_with('…'));
     }
+
+    #[test]
+    fn each_limit_has_its_reason() {
+        use std::time::Duration;
+        let reason = |e: InvokeError| limit_reason(&Err(e));
+        let rate = InvokeError::RateLimited { tenant: "t".into(), retry_after: Duration::from_secs(1) };
+        assert_eq!(reason(rate), Some("rate_limit"));
+        assert_eq!(reason(InvokeError::OverQuota("t".into())), Some("quota"));
+        assert_eq!(reason(InvokeError::Busy("t".into())), Some("busy"));
+        assert_eq!(reason(InvokeError::Call(CallError::Busy)), Some("busy"));
+        assert_eq!(reason(InvokeError::Call(CallError::ResourceExhausted)), None);
+        assert_eq!(limit_reason(&Ok(invocation::ToolResult::Outputs(Vec::new()))), None);
+        // The quota's refusal is answered as every other `busy`.
+        assert_eq!(InvokeError::OverQuota("t".into()).code(), "busy");
+    }
 }
