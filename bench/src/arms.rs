@@ -3,7 +3,7 @@
 
 use crate::Opts;
 use crate::measure::{
-    Load, Report, Server, Summary, client, fmt, time_each, unthrottle, warm_up, wrk, wrk_with_headers,
+    Load, Report, Server, Summary, client, fmt, time_each, unthrottle, warm_up, wrk, wrk_mix, wrk_with_headers,
 };
 use plinth::invocation::input_value;
 use plinth::manifest::ToolManifest;
@@ -1401,7 +1401,9 @@ pub async fn observability(opts: &Opts, report: &mut Report) -> anyhow::Result<(
 /// Arm 10: what the vendor's console costs. Echo on a server that counts
 /// usage ÷ one that counts none (`--usage-flush-secs 0`), and echo's p99
 /// with a live tail (`GET /admin/logs` as server-sent events, read as fast
-/// as it comes) attached ÷ without, in alternating rounds.
+/// as it comes) attached ÷ without, in alternating rounds. One call in ten
+/// is refused for its inputs (`text` given as a number), as LLMs' calls
+/// are: each is a console entry and a usage count by parameter and code.
 pub async fn console_cost(opts: &Opts, report: &mut Report) -> anyhow::Result<()> {
     let duration = load_duration(opts);
     let dir = tempfile::tempdir()?;
@@ -1411,6 +1413,8 @@ pub async fn console_cost(opts: &Opts, report: &mut Report) -> anyhow::Result<()
     let off = Server::plinth(opts, off_data.path(), &["--plugins", &plugins, "--usage-flush-secs", "0"])?;
     let on = Server::plinth(opts, on_data.path(), &["--plugins", &plugins])?;
     let body = echo_body("hello, tools");
+    let refused = r#"{"name":"echo","input_parameters":[{"name":"text","value":42}]}"#;
+    let mix: Vec<&str> = (0..10).map(|i| if i == 9 { refused } else { body.as_str() }).collect();
     let mut urls = Vec::new();
     for server in [&off, &on] {
         unthrottle(&server.base).await?;
@@ -1438,7 +1442,7 @@ pub async fn console_cost(opts: &Opts, report: &mut Report) -> anyhow::Result<()
         for load in order {
             let url = &urls[if matches!(load, Uncounted) { 0 } else { 1 }];
             let tail = if matches!(load, Tailed) { Some(Tail::attach(&on.base).await?) } else { None };
-            let measured = tokio::task::block_in_place(|| wrk(url, Some(&body), duration, CONNECTIONS))?;
+            let measured = tokio::task::block_in_place(|| wrk_mix(url, &mix, duration, CONNECTIONS))?;
             tail_events += tail.map_or(0, Tail::detach);
             match load {
                 Uncounted => uncounted.push(measured),

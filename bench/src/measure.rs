@@ -222,6 +222,18 @@ pub fn wrk(url: &str, body: Option<&str>, duration: Duration, connections: u32) 
     wrk_with_headers(url, body, &[], duration, connections)
 }
 
+/// [`wrk`] POSTing `bodies` (JSON) in turn, one per request: a mix of
+/// calls (arm 10's good and refused ones).
+pub fn wrk_mix(url: &str, bodies: &[&str], duration: Duration, connections: u32) -> anyhow::Result<Load> {
+    anyhow::ensure!(!bodies.is_empty() && bodies.iter().all(|b| !b.contains("]=]")), "bodies wrk cannot send");
+    let listed: Vec<String> = bodies.iter().map(|b| format!("[=[{b}]=]")).collect();
+    let script = format!(
+        "local bodies = {{ {} }}\nlocal i = 0\nrequest = function()\n  i = i % #bodies + 1\n  return wrk.format(nil, nil, nil, bodies[i])\nend\n",
+        listed.join(", ")
+    );
+    wrk_scripted(url, Some(bodies[0]), &[], &script, duration, connections)
+}
+
 /// The load before a server is measured: a fresh server spends its first
 /// seconds faulting in its instance slots and growing its allocator's
 /// arenas, which is not what it costs per call afterwards. The same load as
@@ -241,6 +253,18 @@ pub fn wrk_with_headers(
     duration: Duration,
     connections: u32,
 ) -> anyhow::Result<Load> {
+    wrk_scripted(url, body, headers, "", duration, connections)
+}
+
+/// [`wrk_with_headers`] with more Lua after the settings (`extra`).
+fn wrk_scripted(
+    url: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+    extra: &str,
+    duration: Duration,
+    connections: u32,
+) -> anyhow::Result<Load> {
     let script = tempfile::Builder::new().suffix(".lua").tempfile()?;
     let mut lua = format!("wrk.headers[\"Authorization\"] = \"Bearer {BENCH_KEY}\"\n");
     if let Some(body) = body {
@@ -255,6 +279,7 @@ pub fn wrk_with_headers(
         );
         lua.push_str(&format!("wrk.headers[\"{name}\"] = \"{value}\"\n"));
     }
+    lua.push_str(extra);
     std::fs::write(script.path(), lua)?;
     let out = Command::new("wrk")
         .args(["-t1", &format!("-c{connections}"), &format!("-d{}s", duration.as_secs().max(1)), "--latency"])

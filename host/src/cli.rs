@@ -107,7 +107,7 @@ pub(crate) enum Command {
         /// Only this version's.
         #[arg(long)]
         version: Option<u32>,
-        /// Only these outcomes, comma-separated (ok, tool_error, timeout, …).
+        /// Only these outcomes, comma-separated (ok, tool_error, refused, timeout, …).
         #[arg(long)]
         outcome: Option<String>,
         /// The least level of the log lines shown (trace, debug, info, warn, error).
@@ -116,6 +116,18 @@ pub(crate) enum Command {
         /// Keep printing calls as they end (until interrupted).
         #[arg(short, long)]
         follow: bool,
+        #[command(flatten)]
+        target: TenantTarget,
+    },
+    /// A tenant's usage per tool version and door: calls, and those
+    /// refused for their inputs (by parameter and code) or by its limits.
+    Usage {
+        /// Only this tool (name or toolId).
+        #[arg(long)]
+        tool: Option<String>,
+        /// hour (the default), day or week.
+        #[arg(long)]
+        window: Option<String>,
         #[command(flatten)]
         target: TenantTarget,
     },

@@ -151,6 +151,50 @@ fn print_call(call: &Value) {
     for line in call["lines"].as_array().into_iter().flatten() {
         println!("    [{}] {}", line["level"].as_str().unwrap_or("?"), line["text"].as_str().unwrap_or(""));
     }
+    for refused in call["refused"].as_array().into_iter().flatten() {
+        let value = refused["value"].as_str().map(|v| format!(" (value {v})")).unwrap_or_default();
+        println!(
+            "    refused {}: {}{value}",
+            refused["parameter"].as_str().unwrap_or("(request)"),
+            refused["code"].as_str().unwrap_or("?")
+        );
+    }
+}
+
+/// `plinth usage [--tool NAME] [--window hour|day|week]`: calls per tool
+/// version and door, and those refused, by parameter and code or by limit.
+pub fn usage(target: &TenantTarget, query: &[(&str, String)]) -> anyhow::Result<()> {
+    let usage = send(client()?.get(format!("{}/admin/usage", root(target))).query(query), &target.server)?;
+    for item in usage["items"].as_array().into_iter().flatten() {
+        let calls = item["calls"].as_u64().unwrap_or(0);
+        let refused = item["outcomes"]["refused"].as_u64().unwrap_or(0);
+        let rate = (refused * 100 + calls / 2).checked_div(calls).unwrap_or(0);
+        let failed = item["outcomes"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(outcome, _)| *outcome != "ok" && *outcome != "refused")
+            .map(|(outcome, n)| format!(", {n} {outcome}"))
+            .collect::<String>();
+        println!(
+            "{} v{}  {}  {calls} calls, {refused} refused ({rate}%){failed}",
+            item["tool"].as_str().unwrap_or("?"),
+            item["version"],
+            item["door"].as_str().unwrap_or("?"),
+        );
+        for refused in item["refused"].as_array().into_iter().flatten() {
+            println!(
+                "    {}  {}  {}",
+                refused["parameter"].as_str().unwrap_or("(request)"),
+                refused["code"].as_str().unwrap_or("?"),
+                refused["calls"]
+            );
+        }
+        for limited in item["limited"].as_array().into_iter().flatten() {
+            println!("    limit  {}  {}", limited["reason"].as_str().unwrap_or("?"), limited["calls"]);
+        }
+    }
+    Ok(())
 }
 
 /// `plinth trust show`.

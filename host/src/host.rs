@@ -10,10 +10,12 @@ mod confirmations;
 mod console;
 mod deploy;
 mod invoke;
+mod refusals;
 mod secrets;
 mod tenants;
 pub mod toolsets;
 mod usage;
+pub use refusals::{ConsoleSettings, MAX_VALUE_CHARS};
 pub use usage::{UsageOptions, window as usage_window};
 mod executors;
 mod places;
@@ -22,7 +24,7 @@ mod fetcher;
 mod fleet;
 pub mod oauth;
 mod supply;
-pub use console::{ConsoleEntry, ConsoleFilter, ConsoleOptions, Tail, TooManyTails, console_level};
+pub use console::{ConsoleEntry, ConsoleFilter, ConsoleOptions, REFUSED, Refusal, Tail, TooManyTails, console_level};
 pub use supply::RegistryOptions;
 mod retention;
 #[cfg(test)]
@@ -335,6 +337,10 @@ pub enum InvokeError {
     /// it may.
     #[error("{0}")]
     Busy(String),
+    /// The tenant is running as many invocations as its quota allows
+    /// (answered as `busy`; usage counts its reason apart).
+    #[error("{0}")]
+    OverQuota(String),
     /// The tenant is over its invocation rate.
     #[error("tenant `{tenant}` is over its invocation rate; retry after {retry_after:?}")]
     RateLimited {
@@ -382,6 +388,7 @@ impl InvokeError {
             InvokeError::Call(CallError::Timeout { computing, .. }) => !computing,
             InvokeError::Call(CallError::Busy)
             | InvokeError::Busy(_)
+            | InvokeError::OverQuota(_)
             | InvokeError::RateLimited { .. }
             | InvokeError::Storage(_)
             | InvokeError::Unavailable(_) => true,
@@ -409,7 +416,7 @@ impl InvokeError {
             InvokeError::OutsideToolset(_) => "outside_toolset",
             InvokeError::Input(e) => e.code,
             InvokeError::Call(e) => e.code(),
-            InvokeError::Busy(_) => "busy",
+            InvokeError::Busy(_) | InvokeError::OverQuota(_) => "busy",
             InvokeError::RateLimited { .. } => "rate_limited",
             InvokeError::Output(OutputError::Invalid(_)) => "invalid_tool_output",
             InvokeError::Output(OutputError::TooLarge(_)) => "output_too_large",
@@ -436,6 +443,7 @@ impl InvokeError {
             | InvokeError::Retired(_)
             | InvokeError::OutsideToolset(_)
             | InvokeError::Busy(_)
+            | InvokeError::OverQuota(_)
             | InvokeError::RateLimited { .. }
             | InvokeError::ConfirmationPending(_)
             | InvokeError::EndUserRequired(_)
@@ -632,6 +640,8 @@ pub struct ToolHost {
     usage: Arc<usage::UsageState>,
     /// The tenants' toolsets, every version (`host/toolsets.rs`).
     toolsets: toolsets::ToolsetState,
+    /// Each tenant's console settings (`host/refusals.rs`).
+    console_settings: dashmap::DashMap<String, refusals::ConsoleSettings>,
 }
 
 impl ToolHost {
@@ -675,6 +685,7 @@ impl ToolHost {
             supply,
             console: console::ConsoleState::new(options.console.clone()),
             usage: Arc::new(usage::UsageState::new(options.usage.clone())),
+            console_settings: dashmap::DashMap::new(),
             registry: Arc::default(),
             runtime,
             to_prepare: std::sync::Mutex::new(to_prepare),

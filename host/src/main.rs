@@ -72,6 +72,11 @@ fn main() -> std::process::ExitCode {
                     .collect();
             client::logs(&target, &query, follow)
         }
+        Command::Usage { tool, window, target } => {
+            let query: Vec<(&str, String)> =
+                [("tool", tool), ("window", window)].into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
+            client::usage(&target, &query)
+        }
         Command::Trust { command } => match command {
             TrustCommand::Show { target } => client::show_trust(&target),
             TrustCommand::Set { require_signature, keys, scopes, target } => {

@@ -445,3 +445,56 @@ async fn a_designer_picks_pins_and_previews_a_toolset_in_a_browser() {
     assert!(changed.contains("echo: pinned to version 1 → pinned to version 2"), "{changed}");
     browser.close().await;
 }
+
+/// A publisher's view of what callers get wrong: the refusal rate per
+/// version, the refused parameters beside their descriptions, and recent
+/// examples with the values the tenant shows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_publisher_sees_what_callers_get_wrong_beside_the_descriptions() {
+    let (server, _plugins) = crate::refusals::refusals_server(&[]);
+    let shown = json!({ "showOffendingValues": true });
+    let (status, _) = server.call_as(Some(TOKEN), Method::PUT, "/admin/console-settings", Some(&shown)).await;
+    assert_eq!(status, 200);
+    let id = server.tool_id("echo").await;
+    let call = |version: u32, params: &[(&str, serde_json::Value)]| {
+        let body = crate::support::invocation("echo", params);
+        let path = format!("/tools/{id}/versions/{version}:invoke");
+        let server = &server;
+        async move { server.post(&path, &body).await.0 }
+    };
+    // Version 1: callers often leave the text out or send a number.
+    for _ in 0..3 {
+        assert_eq!(call(1, &[("text", json!("hi"))]).await, 200);
+    }
+    assert_eq!(call(1, &[]).await, 400);
+    assert_eq!(call(1, &[("text", json!(42))]).await, 400);
+    assert_eq!(call(1, &[("text", json!(7))]).await, 400);
+    assert_eq!(call(1, &[("txt", json!("hi"))]).await, 400);
+    // Version 2: fewer mistakes.
+    for _ in 0..4 {
+        assert_eq!(call(2, &[("text", json!("hi"))]).await, 200);
+    }
+    assert_eq!(call(2, &[("text", json!(true))]).await, 400);
+    crate::console::usage_until(&server, "hour", |u| {
+        u["items"].as_array().is_some_and(|items| {
+            items.iter().filter(|i| i["tool"] == "echo").map(|i| i["calls"].as_u64().unwrap_or(0)).sum::<u64>() == 12
+        })
+    })
+    .await;
+    let (_, publisher) = server.create_key(Some("default"), "publisher").await;
+    let browser = browser::start().await;
+    browser.goto(&format!("{}/catalog?q=echo", server.base)).await;
+    sign_in(&browser, &publisher).await;
+    browser.wait_for_text("1 tool.", WAIT).await;
+    browser.goto(&format!("{}/catalog/tools/{id}?version=1", server.base)).await;
+    let text = browser.wait_for_text("What callers get wrong", WAIT).await;
+    assert!(text.contains("Version 1: the parameters callers get wrong"), "{text}");
+    assert_eq!(browser.count("#refusal-rates tbody tr").await, 2);
+    assert_eq!(browser.text_of("#refusal-rates tr[data-version=\"1\"] td:last-child").await, "57%");
+    assert_eq!(browser.text_of("#refusal-rates tr[data-version=\"2\"] td:last-child").await, "20%");
+    let top = browser.text_of("#refusal-top").await;
+    assert!(top.contains("invalid_type") && top.contains("The text to send back."), "{top}");
+    assert!(browser.text_of("#refusal-examples").await.contains("given 42"));
+    capture(&browser, "tool-refusals", DESKTOP).await;
+    browser.close().await;
+}

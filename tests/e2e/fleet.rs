@@ -588,9 +588,19 @@ async fn usage_counted_on_every_replica_adds_up() {
             let (status, body) = invoke_echo(fleet.replica(replica), &id, None, "x").await;
             assert_eq!(status, 200, "{body}");
         }
+        // And one refused for its inputs on each (issue 57): counted by
+        // parameter and code, summed like the rest.
+        let refused = crate::support::invocation("echo", &[("text", json!(42))]);
+        let (status, body) = fleet.replica(replica).post(&format!("/tools/{id}:invoke"), &refused).await;
+        assert_eq!(status, 400, "{body}");
     }
     for replica in &fleet.replicas {
-        let usage = crate::console::usage_until(replica, "hour", |u| u["items"][0]["calls"] == 5).await;
-        assert_eq!(usage["items"][0]["outcomes"], json!({ "ok": 5 }), "{usage}");
+        let usage = crate::console::usage_until(replica, "hour", |u| u["items"][0]["calls"] == 7).await;
+        assert_eq!(usage["items"][0]["outcomes"], json!({ "ok": 5, "refused": 2 }), "{usage}");
+        assert_eq!(
+            usage["items"][0]["refused"],
+            json!([{ "parameter": "text", "code": "invalid_type", "calls": 2 }]),
+            "{usage}"
+        );
     }
 }

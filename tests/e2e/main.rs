@@ -26,6 +26,7 @@ mod oci;
 mod openapi;
 mod otc;
 mod polyglot;
+mod refusals;
 mod sandbox;
 mod scaffold;
 mod security_doc;

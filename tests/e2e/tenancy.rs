@@ -32,6 +32,8 @@ fn decisions() -> BTreeMap<(&'static str, &'static str), (Access, Scope)> {
         (("DELETE", "/admin/tools/{tool_id}/versions/{version}"), (Publish, Tenant)),
         (("GET", "/admin/logs"), (Publish, Tenant)),
         (("GET", "/admin/usage"), (Publish, Tenant)),
+        (("GET", "/admin/console-settings"), (Publish, Tenant)),
+        (("PUT", "/admin/console-settings"), (Publish, Tenant)),
         (("GET", "/admin/trust-policy"), (Publish, Tenant)),
         (("PUT", "/admin/trust-policy"), (Publish, Tenant)),
         (("GET", "/admin/trust-policy/refused"), (Publish, Tenant)),

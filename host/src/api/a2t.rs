@@ -10,7 +10,7 @@ use super::paging::{PageQuery, cursor, json_text, page_of_json};
 use super::{ApiError, ApiOptions, AppState, Caller, schemas};
 use crate::door::FrontDoor;
 use crate::host::{Call, InvokeError, ToolHost};
-use crate::invocation::{self, ToolResult};
+use crate::invocation::ToolResult;
 use crate::registry::{Tool, ToolVersion};
 use crate::telemetry::CallerTrace;
 use axum::Extension;
@@ -300,7 +300,7 @@ async fn invoke(
     let (tool, version) = ToolHost::resolve_in(caller.toolset.as_deref(), tool, version)?;
     let body: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}")))?;
-    let input = invocation::input_value(&version.signature, &body)?;
+    let input = host.check_a2t_input(&tool, &version, &body)?;
     let mut call = Call::new(input, FrontDoor::A2t);
     call.end_user = end_user;
     call.trace = trace;

@@ -22,7 +22,7 @@
 //! `SignatureDiff`, the registry's versions, the confirmation policy, the
 //! manifest's hosts, the sha256); a call runs through
 //! [`ToolHost::invoke`](crate::host::ToolHost::invoke) after
-//! [`invocation::input_record`], as the other doors' do, once per form: the
+//! [`crate::host::ToolHost::check_input`], as the other doors' do, once per form: the
 //! form's call id is claimed in the core's call ledger
 //! ([`crate::idempotency`]), so a browser that sends it again gets the first
 //! call's answer. Who may see a page is decided in `auth.rs`
@@ -44,7 +44,7 @@ use crate::host::{
     MAX_SEARCH_CHARS, State as TxState, ToolHost, as_words,
 };
 use crate::idempotency::Claim;
-use crate::invocation::{self, ToolResult};
+use crate::invocation::ToolResult;
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::{Change, EnumValue, InputParam, InputType, OutputType, SignatureDiff};
 use crate::store::CallKey;

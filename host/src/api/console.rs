@@ -5,13 +5,17 @@
 //!   recent calls, newest first, as JSON pages;
 //! - the same with `Accept: text/event-stream`: a live tail, as
 //!   server-sent events (`event: call` per call, `event: dropped` when the
-//!   reader fell behind and lost some, `event: end` when the stream ends).
+//!   reader fell behind and lost some, `event: end` when the stream ends);
+//! - `GET /admin/usage`: usage per tool version and door (refused calls by
+//!   parameter and code, and by limit, among them);
+//! - `GET|PUT /admin/console-settings`: whether refused calls' values are
+//!   shown.
 //!
 //! What an entry holds, how long it is kept and what is never in it:
 //! `host/console.rs`.
 
 use super::{ApiError, AppState, Caller, auth};
-use crate::host::{ConsoleEntry, ConsoleFilter};
+use crate::host::{ConsoleEntry, ConsoleFilter, ConsoleSettings};
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
@@ -176,6 +180,39 @@ pub(super) async fn usage(
     Ok(axum::Json(usage).into_response())
 }
 
+/// The tenant's console settings.
+#[utoipa::path(get, path = "/admin/console-settings", tag = "Admin", operation_id = "get_console_settings",
+    responses((status = 200, description = "The settings (the default: no offending value shown)", body = super::schemas::ConsoleSettings)))]
+pub(super) async fn get_console_settings(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Response {
+    axum::Json(host.console_settings(&caller.tenant)).into_response()
+}
+
+/// Replaces the tenant's console settings (audited): whether the console
+/// shows the values callers gave for refused parameters (cut; never a
+/// `private` input's).
+#[utoipa::path(put, path = "/admin/console-settings", tag = "Admin", operation_id = "put_console_settings",
+    request_body(content = super::schemas::ConsoleSettings, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Stored", body = super::schemas::ConsoleSettings),
+        (status = 400, description = "`invalid_json`", body = super::schemas::ErrorBody),
+        super::schemas::StorageFailed,
+    ))]
+pub(super) async fn put_console_settings(
+    State(host): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let settings: ConsoleSettings = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not valid: {e}")))?;
+    let principal = caller.principal()?;
+    // It writes to the store: off the async workers.
+    crate::store::off_the_workers(|| host.set_console_settings(principal, &caller.tenant, settings))?;
+    Ok(axum::Json(host.console_settings(&caller.tenant)).into_response())
+}
+
 /// A live tail as server-sent events.
 fn tail(
     host: AppState,
@@ -324,5 +361,5 @@ impl http_body::Body for EventStream {
 /// The console (logs and usage)'s operations, merged into the OpenAPI document
 /// (`openapi.rs`).
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(logs, usage,))]
+#[openapi(paths(logs, usage, get_console_settings, put_console_settings,))]
 pub(super) struct Doc;

@@ -260,7 +260,9 @@ impl From<InvokeError> for ApiError {
             InvokeError::Call(CallError::Timeout { computing: false, .. }) => {
                 ApiError::new(StatusCode::GATEWAY_TIMEOUT, code, message).retry_after(RETRY_SOON_SECS)
             }
-            InvokeError::Call(CallError::Busy) | InvokeError::Busy(_) => ApiError::busy(message),
+            InvokeError::Call(CallError::Busy) | InvokeError::Busy(_) | InvokeError::OverQuota(_) => {
+                ApiError::busy(message)
+            }
             // The rate is the tenant's, shared by all its callers: to one
             // caller it is a capacity limit like `busy`, and the draft's
             // executor retries a 5xx where it would give up on a 429.

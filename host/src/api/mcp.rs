@@ -33,7 +33,7 @@ use super::listings::tool_entry;
 use super::{ApiError, ApiOptions, AppState, Caller};
 use crate::door::FrontDoor;
 use crate::host::{Call, ConfirmationNeed, InvokeError, PendingConfirmation, State as TxState, ToolHost};
-use crate::invocation::{self, InputError, ToolResult};
+use crate::invocation::{InputError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::telemetry::CallerTrace;
 use crate::tenancy::unix_now;
@@ -629,7 +629,7 @@ impl McpDoor {
         let arguments = arguments_of(request);
         let arguments = arguments.as_ref();
         let pairs: Vec<(&str, &Value)> = arguments.iter().map(|(k, v)| (k.as_str(), v)).collect();
-        let input = match invocation::input_record(&version.signature, &pairs) {
+        let input = match host.check_input(&tool, &version, FrontDoor::Mcp, &pairs) {
             Ok(input) => input,
             Err(errors) => return Ok(invalid_input(errors).into()),
         };

@@ -201,6 +201,14 @@ fn routes(options: &ApiOptions) -> Routes {
             get(move |state, caller, query, headers| console::logs(state, caller, query, headers, stopping.subscribe()))
         })
         .add(Method::GET, "/admin/usage", Publish, Tenant, get(console::usage))
+        .add(Method::GET, "/admin/console-settings", Publish, Tenant, get(console::get_console_settings))
+        .add(
+            Method::PUT,
+            "/admin/console-settings",
+            Publish,
+            Tenant,
+            put(console::put_console_settings).layer(form_limit),
+        )
         .add(Method::GET, "/admin/confirmation-server", Publish, Tenant, get(cheq::get_confirmation_server))
         .add(
             Method::PUT,

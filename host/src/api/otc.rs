@@ -5,7 +5,7 @@
 //! - `POST /otc/tools/call` (the OpenAPI document) and `POST /otc/call` (the
 //!   RFC's examples) — one call, wrapped in `{"request": …}` or bare
 //!
-//! A translation only: inputs are checked by [`invocation::input_record`],
+//! A translation only: inputs are checked by [`crate::host::ToolHost::check_input`],
 //! calls run through [`ToolHost::invoke`](crate::host::ToolHost::invoke),
 //! retries are answered by the core's [idempotency ledger](crate::idempotency).
 //! Where the RFC text and `otc-openapi-1.0.json` disagree, and what Plinth
@@ -15,7 +15,7 @@ use super::{ApiError, ApiOptions, AppState, Caller, schemas};
 use crate::door::FrontDoor;
 use crate::host::{Call, InvokeError, ToolHost};
 use crate::idempotency::Claim;
-use crate::invocation::{self, InputError, OutputError, ToolError, ToolResult};
+use crate::invocation::{InputError, OutputError, ToolError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::runtime::CallError;
 use crate::signature::schema;
@@ -412,7 +412,7 @@ pub(super) async fn call_tool(
     request.trace = trace.map(|Extension(trace)| trace);
     let (tool, version) = resolve(&host, &caller.tenant, caller.toolset.as_deref(), &request.tool_id)?;
     let arguments: Vec<(&str, &Value)> = request.input.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let input = match invocation::input_record(&version.signature, &arguments) {
+    let input = match host.check_input(&tool, &version, FrontDoor::Otc, &arguments) {
         Ok(input) => input,
         Err(errors) => return Ok(validation_error(errors)),
     };

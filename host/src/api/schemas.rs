@@ -486,12 +486,42 @@ pub struct ConsoleCall {
     pub call_id: String,
     /// `a2t`, `otc` or `mcp`.
     pub door: String,
-    /// `ok`, `tool_error`, or the code of what stopped the call.
+    /// `ok`, `tool_error`, `refused` (refused for its inputs), or the code
+    /// of what stopped the call.
     pub outcome: String,
     /// How long it took, in milliseconds.
     pub duration_ms: f64,
     /// The tool's log lines for the call (redacted, cut at 4 KiB each).
     pub lines: Vec<ConsoleLine>,
+    /// For a `refused` call: each refused parameter and why.
+    #[serde(default)]
+    pub refused: Vec<ConsoleRefusal>,
+}
+
+/// A parameter a call was refused for.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleRefusal {
+    /// The parameter as the caller named it (cut at 64 characters);
+    /// `null` when the request as a whole was refused.
+    pub parameter: Option<String>,
+    /// The input error's code (`missing_parameter`, `invalid_type`, …).
+    pub code: String,
+    /// The value given, as JSON cut at 120 characters: only when the
+    /// tenant shows offending values, never a `private` input's.
+    #[serde(default)]
+    pub value: Option<String>,
+}
+
+/// A tenant's console settings.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConsoleSettings {
+    /// Whether the console shows the values callers gave for refused
+    /// parameters (cut at 120 characters; never a `private` input's).
+    /// Off by default.
+    #[serde(default)]
+    pub show_offending_values: bool,
 }
 
 /// A log line of a call.
@@ -543,6 +573,36 @@ pub struct UsageItem {
     pub series: Vec<UsagePoint>,
     /// The calls' outbound requests by declared host and status.
     pub outbound: Vec<UsageOutbound>,
+    /// Calls refused for their inputs (outcome `refused`), by parameter
+    /// and code, most first (a call refused for two parameters counts
+    /// once in each).
+    pub refused: Vec<UsageRefused>,
+    /// Calls the tenant's limits refused, by reason.
+    pub limited: Vec<UsageLimited>,
+}
+
+/// Calls refused for one parameter with one code.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UsageRefused {
+    /// The signature's parameter; `(unknown)` for every name it does not
+    /// have; `null` when the request as a whole was refused.
+    pub parameter: Option<String>,
+    /// The input error's code.
+    pub code: String,
+    /// Calls.
+    pub calls: u64,
+}
+
+/// Calls one kind of limit refused.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UsageLimited {
+    /// `rate_limit` (the tenant's invocation rate), `quota` (its
+    /// concurrent invocations), `busy` (the tool's or the server's).
+    pub reason: String,
+    /// Calls.
+    pub calls: u64,
 }
 
 /// Outbound requests to one declared host that ended one way.

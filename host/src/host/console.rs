@@ -78,6 +78,37 @@ pub struct ConsoleEntry {
     pub duration_ms: f64,
     /// The tool's log lines for the call.
     pub lines: Vec<LogLine>,
+    /// For a call refused for its inputs (outcome `refused`): each refused
+    /// parameter and why, with its value only where the tenant allows it
+    /// (`host/refusals.rs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<Refusal>,
+}
+
+/// The outcome of a call refused for its inputs, in the console and usage
+/// (`host/refusals.rs`).
+pub const REFUSED: &str = "refused";
+
+/// One refused parameter, as the console shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Refusal {
+    /// The parameter, as the caller named it (cut); `None` when the
+    /// request as a whole was refused.
+    pub parameter: Option<String>,
+    /// The input error's code (`missing_parameter`, `invalid_type`, …).
+    pub code: &'static str,
+    /// The value the caller gave, as JSON cut (`refusals::MAX_VALUE_CHARS`): only
+    /// where the tenant shows offending values, never a `private` input's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+impl Refusal {
+    /// About how many bytes it holds.
+    pub(super) fn size(&self) -> usize {
+        32 + self.parameter.as_ref().map_or(0, String::len) + self.value.as_ref().map_or(0, String::len)
+    }
 }
 
 /// Unix milliseconds as RFC 3339, milliseconds, UTC.
@@ -98,7 +129,10 @@ impl ConsoleEntry {
 
     /// About how many bytes it holds.
     fn size(&self) -> usize {
-        256 + self.tool.len() + self.call_id.len() + self.lines.iter().map(|l| 16 + l.text.len()).sum::<usize>()
+        256 + self.tool.len()
+            + self.call_id.len()
+            + self.lines.iter().map(|l| 16 + l.text.len()).sum::<usize>()
+            + self.refused.iter().map(Refusal::size).sum::<usize>()
     }
 }
 
@@ -113,7 +147,8 @@ pub struct ConsoleFilter {
     pub outcomes: Vec<String>,
     /// The least level of the lines shown (`trace` … `error`).
     pub level: Option<&'static str>,
-    /// Only calls whose outcome is not `ok`.
+    /// Only calls that ran, or a limit refused, and did not end `ok`
+    /// (refused inputs have their own panel: `host/refusals.rs`).
     pub failures_only: bool,
 }
 
@@ -136,7 +171,7 @@ impl ConsoleFilter {
         if self.tool.as_ref().is_some_and(|t| *t != entry.tool && *t != entry.tool_id)
             || self.version.is_some_and(|v| v != entry.version)
             || (!self.outcomes.is_empty() && !self.outcomes.contains(&entry.outcome))
-            || (self.failures_only && entry.outcome == "ok")
+            || (self.failures_only && (entry.outcome == "ok" || entry.outcome == REFUSED))
         {
             return None;
         }
@@ -330,6 +365,7 @@ mod tests {
             outcome: outcome.into(),
             duration_ms: 1.0,
             lines: vec![LogLine { level: "debug", text: "d".into() }, LogLine { level: "error", text: "e".into() }],
+            refused: Vec::new(),
         }
     }
 

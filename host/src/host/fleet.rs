@@ -172,11 +172,12 @@ impl ToolHost {
                 }
             }
             Topic::Settings => {
-                // One read of the settings for the three concerns kept in them.
+                // One read of the settings for the four concerns kept in them.
                 let settings = self.store.settings()?;
                 self.load_cheq_settings(&settings)?;
                 self.load_oauth_settings(&settings)?;
                 self.load_trust_policies(&settings)?;
+                self.load_console_settings(&settings);
             }
             Topic::Toolsets => self.reload_toolsets()?,
             Topic::Versions => self.reload_versions()?,

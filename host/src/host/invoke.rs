@@ -2,7 +2,7 @@
 //! rate, confirmed first if its tool wants that, then run in a fresh
 //! instance within the tenant's, the tool's and the server's slots.
 
-use super::{Call, ConsoleEntry, InvokeError, Places, Tenant, ToolHost, executors, outcome_code, usage};
+use super::{Call, ConsoleEntry, InvokeError, Places, Tenant, ToolHost, executors, outcome_code, refusals, usage};
 use crate::idempotency::{Claim, Ticket};
 use crate::invocation::{self, Described, ToolResult};
 use crate::registry::{Tool, ToolVersion};
@@ -68,6 +68,8 @@ impl ToolHost {
         let elapsed = started.elapsed();
         let code = outcome_code(&outcome);
         self.metrics.invoked(&tool.tenant, &tool.name, number, door.as_str(), code, elapsed);
+        // A call a limit refused is counted for the vendor by its reason.
+        let limited = refusals::limit_reason(&outcome).map(|reason| [(usage::LIMIT, reason)]);
         self.usage.count(usage::Counted {
             tenant: &tool.tenant,
             tool_id: tool.id.to_string(),
@@ -77,6 +79,7 @@ impl ToolHost {
             outcome: code,
             elapsed,
             outbound: outbound.take(),
+            refused: limited.as_ref().map_or(&[], |l| &l[..]),
         });
         let entry = ConsoleEntry {
             seq: 0,
@@ -89,6 +92,7 @@ impl ToolHost {
             outcome: code.to_string(),
             duration_ms: elapsed.as_secs_f64() * 1000.0,
             lines: std::mem::take(&mut *lines.lock().unwrap_or_else(|p| p.into_inner())),
+            refused: Vec::new(),
         };
         self.console.record(&tool.tenant, entry);
         outcome
@@ -394,7 +398,7 @@ impl ToolHost {
             None => None,
         };
         let _tenant_slot = tenant.start_call().ok_or_else(|| {
-            InvokeError::Busy(format!(
+            InvokeError::OverQuota(format!(
                 "tenant `{}` is running as many invocations as its quota allows; retry shortly",
                 tenant.record.name
             ))

@@ -907,3 +907,57 @@ fn toolset_versions_diff_by_pin_resolve_their_tools_now_and_survive_a_restart() 
     assert!(host.toolset(DEFAULT_TENANT, "travel", Some(1)).is_none());
     assert!(host.toolsets(DEFAULT_TENANT).is_empty());
 }
+
+/// A refused call is counted in memory, by the signature's parameters and
+/// `(unknown)`, never a caller's made-up name; the console shows a value
+/// only where the tenant allows it and never a private input's.
+#[test]
+fn refusals_keep_no_private_value_and_made_up_names_never_reach_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = ToolHost::open(options(dir.path())).unwrap();
+    let actor = Principal::server("test");
+    let id = host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap().tool_id.to_string();
+    let (tool, version) = host.resolve(DEFAULT_TENANT, &id, None).unwrap();
+    let number = serde_json::json!(42);
+    let refuse = |name: &str| {
+        let refused = host.check_input(&tool, &version, FrontDoor::Otc, &[(name, &number), ("text", &number)]);
+        assert!(refused.is_err());
+    };
+    refuse("made_up_first");
+    let shown = |n: usize| host.recent_calls(DEFAULT_TENANT, &ConsoleFilter::default(), None, n);
+    assert_eq!(shown(1)[0].outcome, REFUSED);
+    assert!(shown(1)[0].refused.iter().all(|r| r.value.is_none()), "no value unless the tenant allows it");
+    host.set_console_settings(&actor, DEFAULT_TENANT, ConsoleSettings { show_offending_values: true }).unwrap();
+    for n in 0..999 {
+        refuse(&format!("made_up_{n}"));
+    }
+    let text = shown(1)[0].refused.iter().find(|r| r.parameter.as_deref() == Some("text")).cloned();
+    assert_eq!(text.and_then(|r| r.value).as_deref(), Some("42"));
+    // Nothing reached the store on the calls' path; the flush writes one
+    // row, whose keys are the signature's and `(unknown)`.
+    assert!(host.store.usage(DEFAULT_TENANT, "minute", 0).unwrap().is_empty());
+    host.usage.flush(&*host.store).unwrap();
+    let rows = host.store.usage(DEFAULT_TENANT, "minute", 0).unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!((rows[0].outcome.as_str(), rows[0].door.as_str(), rows[0].calls), (REFUSED, "otc", 1000));
+    let keys: Vec<&str> = rows[0].refused.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["(unknown)", "text"]);
+    assert_eq!(rows[0].refused["(unknown)"]["unknown_parameter"], 1000);
+    assert_eq!(rows[0].refused["text"]["invalid_type"], 1000);
+
+    // A private input: its value is never kept, whatever the tenant allows.
+    let other = tempfile::tempdir().unwrap();
+    let host = ToolHost::open(options(other.path())).unwrap();
+    let (component, resolve, world) = build(ECHOISH);
+    let manifest = crate::manifest::ToolManifest::from_toml("[inputs.text]\nprivate = true").unwrap();
+    let (private, _) = crate::package::pack(&component, &resolve, world, manifest).unwrap();
+    let id = host.deploy(&actor, DEFAULT_TENANT, &private, None).unwrap().tool_id.to_string();
+    host.set_console_settings(&actor, DEFAULT_TENANT, ConsoleSettings { show_offending_values: true }).unwrap();
+    let (tool, version) = host.resolve(DEFAULT_TENANT, &id, None).unwrap();
+    let account = serde_json::json!("DE89370400440532013000");
+    let refused = host.check_input(&tool, &version, FrontDoor::Mcp, &[("text", &account)]).unwrap_err();
+    assert_eq!(refused[0].code, "private_parameter");
+    let entry = &host.recent_calls(DEFAULT_TENANT, &ConsoleFilter::default(), None, 1)[0];
+    assert_eq!(entry.refused, [Refusal { parameter: Some("text".into()), code: "private_parameter", value: None }]);
+    assert!(!serde_json::to_string(entry).unwrap().contains("DE89"));
+}

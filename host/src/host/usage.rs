@@ -65,6 +65,9 @@ struct Totals {
     histogram: Vec<u64>,
     /// Declared host → status → requests.
     outbound: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Refused calls: parameter → code → calls (`host/refusals.rs` bounds
+    /// the keys).
+    refused: BTreeMap<String, BTreeMap<String, u64>>,
     dirty: bool,
 }
 
@@ -90,6 +93,10 @@ pub(super) struct Counted<'a> {
     pub elapsed: Duration,
     /// Its outbound requests by declared host and status.
     pub outbound: BTreeMap<(String, &'static str), u64>,
+    /// Why it was refused, if it was: (parameter, code) pairs, the
+    /// parameter one of the signature's or a fixed placeholder, the code
+    /// one of a fixed set (`host/refusals.rs`).
+    pub refused: &'a [(&'a str, &'static str)],
 }
 
 impl UsageState {
@@ -118,6 +125,9 @@ impl UsageState {
         }
         let now = unix_now();
         let ms = call.elapsed.as_secs_f64() * 1000.0;
+        // A call refused for its inputs never ran: its microseconds would
+        // only pull the latency of those that did down.
+        let timed = call.outcome != super::console::REFUSED;
         let range = BOUNDS_MS.iter().position(|b| ms <= *b).unwrap_or(RANGES - 1);
         // One key, its bucket moved from the minute to the hour: a call
         // allocates it once, and a bucket's first call copies it once more.
@@ -133,10 +143,24 @@ impl UsageState {
         };
         let add = |cell: &mut Totals| {
             cell.calls += 1;
-            cell.total_ms += ms;
-            cell.histogram[range] += 1;
+            if timed {
+                cell.total_ms += ms;
+                cell.histogram[range] += 1;
+            }
             for ((host, status), n) in &call.outbound {
                 *cell.outbound.entry(host.clone()).or_default().entry(status.to_string()).or_default() += n;
+            }
+            for (parameter, code) in call.refused {
+                let codes = match cell.refused.get_mut(*parameter) {
+                    Some(codes) => codes,
+                    None => cell.refused.entry(parameter.to_string()).or_default(),
+                };
+                match codes.get_mut(*code) {
+                    Some(n) => *n += 1,
+                    None => {
+                        codes.insert(code.to_string(), 1);
+                    }
+                }
             }
             cell.dirty = true;
         };
@@ -178,6 +202,7 @@ impl UsageState {
                         total_ms: t.total_ms,
                         histogram: t.histogram.clone(),
                         outbound: t.outbound.clone(),
+                        refused: t.refused.clone(),
                     }
                 })
                 .collect();
@@ -237,6 +262,30 @@ pub(super) fn start_usage_flush(host: &ToolHost) {
     });
 }
 
+/// A refusal's parameter for a name the signature does not have.
+pub const UNKNOWN_PARAMETER: &str = "(unknown)";
+/// A refusal's parameter when the request as a whole was refused.
+pub const NO_PARAMETER: &str = "(none)";
+/// The parameter of a call refused by a limit, its reason the code.
+pub const LIMIT: &str = "(limit)";
+
+/// The usage items' `refused` (by parameter and code, most first) and
+/// `limited` (by reason) lists from the summed counts.
+fn refused_json(counts: BTreeMap<(String, String), u64>) -> (Vec<Value>, Vec<Value>) {
+    let (mut refused, mut limited) = (Vec::new(), Vec::new());
+    for ((parameter, code), calls) in counts {
+        match parameter.as_str() {
+            LIMIT => limited.push((calls, json!({ "reason": code, "calls": calls }))),
+            NO_PARAMETER => refused.push((calls, json!({ "parameter": null, "code": code, "calls": calls }))),
+            _ => refused.push((calls, json!({ "parameter": parameter, "code": code, "calls": calls }))),
+        }
+    }
+    // Most first; ties keep the (parameter, code) order.
+    refused.sort_by_key(|r| std::cmp::Reverse(r.0));
+    limited.sort_by_key(|l| std::cmp::Reverse(l.0));
+    (refused.into_iter().map(|(_, v)| v).collect(), limited.into_iter().map(|(_, v)| v).collect())
+}
+
 /// What a window reads: its granularity and how far back.
 pub fn window(name: &str) -> Option<(&'static str, i64)> {
     match name {
@@ -294,6 +343,8 @@ impl ToolHost {
             series: BTreeMap<i64, (u64, u64)>,
             /// (declared host, status) → requests.
             outbound: BTreeMap<(String, String), u64>,
+            /// (parameter, code) → refused calls.
+            refused: BTreeMap<(String, String), u64>,
         }
         let mut grouped: BTreeMap<(String, u32, String), Sum> = BTreeMap::new();
         for r in rows.iter().filter(|r| tool.is_none_or(|t| t == r.tool || t == r.tool_id)) {
@@ -316,6 +367,11 @@ impl ToolHost {
                     *sum.outbound.entry((host.clone(), status.clone())).or_default() += n;
                 }
             }
+            for (parameter, codes) in &r.refused {
+                for (code, n) in codes {
+                    *sum.refused.entry((parameter.clone(), code.clone())).or_default() += n;
+                }
+            }
         }
         let items: Vec<Value> = grouped
             .into_iter()
@@ -335,6 +391,7 @@ impl ToolHost {
                     .into_iter()
                     .map(|((host, status), requests)| json!({ "host": host, "status": status, "requests": requests }))
                     .collect();
+                let (refused, limited) = refused_json(sum.refused);
                 json!({
                     "tool": sum.tool,
                     "toolId": tool_id,
@@ -345,6 +402,8 @@ impl ToolHost {
                     "latencyMs": latency,
                     "series": series,
                     "outbound": outbound,
+                    "refused": refused,
+                    "limited": limited,
                 })
             })
             .collect();
@@ -355,6 +414,27 @@ impl ToolHost {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_are_listed_most_first_and_limits_apart() {
+        let counts: BTreeMap<(String, String), u64> = [
+            (("text".to_string(), "missing_parameter".to_string()), 1),
+            (("text".to_string(), "invalid_type".to_string()), 3),
+            ((NO_PARAMETER.to_string(), "invalid_request".to_string()), 1),
+            ((LIMIT.to_string(), "rate_limit".to_string()), 2),
+        ]
+        .into();
+        let (refused, limited) = refused_json(counts);
+        assert_eq!(
+            refused,
+            [
+                json!({"parameter": "text", "code": "invalid_type", "calls": 3}),
+                json!({"parameter": null, "code": "invalid_request", "calls": 1}),
+                json!({"parameter": "text", "code": "missing_parameter", "calls": 1}),
+            ]
+        );
+        assert_eq!(limited, [json!({"reason": "rate_limit", "calls": 2})]);
+    }
 
     #[test]
     fn percentiles_are_the_upper_bound_of_their_range() {

@@ -135,6 +135,9 @@ pub struct UsageRow {
     pub histogram: Vec<u64>,
     /// The calls' outbound requests: declared host → status → requests.
     pub outbound: std::collections::BTreeMap<String, std::collections::BTreeMap<String, u64>>,
+    /// The calls refused before they ran: parameter → code → calls (the
+    /// parameters a signature's or placeholders, the codes a fixed set).
+    pub refused: std::collections::BTreeMap<String, std::collections::BTreeMap<String, u64>>,
 }
 
 /// One tool of a toolset: its name, and the version it is pinned to

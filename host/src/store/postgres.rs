@@ -1235,11 +1235,11 @@ impl RegistryStore for PostgresStore {
             let mut tx = pool.begin().await.map_err(db)?;
             for r in rows {
                 sqlx::query(
-                    "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                    "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound, refused)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
                      ON CONFLICT (tenant, granularity, bucket, tool_id, version, door, outcome, replica)
                      DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram,
-                         outbound = excluded.outbound",
+                         outbound = excluded.outbound, refused = excluded.refused",
                 )
                 .bind(&r.tenant)
                 .bind(&r.tool_id)
@@ -1254,6 +1254,7 @@ impl RegistryStore for PostgresStore {
                 .bind(r.total_ms)
                 .bind(serde_json::to_string(&r.histogram).unwrap_or_default())
                 .bind(serde_json::to_string(&r.outbound).unwrap_or_default())
+                .bind(serde_json::to_string(&r.refused).unwrap_or_default())
                 .execute(&mut *tx)
                 .await
                 .map_err(db)?;
@@ -1268,7 +1269,7 @@ impl RegistryStore for PostgresStore {
         let rows = self.run(async move {
             sqlx::query(
                 "SELECT tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram,
-                        outbound
+                        outbound, refused
                  FROM usage_buckets WHERE tenant = $1 AND granularity = $2 AND bucket >= $3 ORDER BY bucket",
             )
             .bind(tenant)
@@ -1294,6 +1295,7 @@ impl RegistryStore for PostgresStore {
                     total_ms: r.try_get(10)?,
                     histogram: serde_json::from_str(&r.try_get::<String, _>(11)?).unwrap_or_default(),
                     outbound: serde_json::from_str(&r.try_get::<String, _>(12)?).unwrap_or_default(),
+                    refused: serde_json::from_str(&r.try_get::<String, _>(13)?).unwrap_or_default(),
                 })
             })
             .collect::<Result<_, sqlx::Error>>()

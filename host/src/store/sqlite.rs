@@ -811,11 +811,11 @@ impl RegistryStore for SqliteStore {
         let tx = conn.transaction()?;
         for r in rows {
             tx.execute(
-                "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound, refused)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
                  ON CONFLICT (tenant, granularity, bucket, tool_id, version, door, outcome, replica)
                  DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram,
-                     outbound = excluded.outbound",
+                     outbound = excluded.outbound, refused = excluded.refused",
                 params![
                     r.tenant,
                     r.tool_id,
@@ -829,7 +829,8 @@ impl RegistryStore for SqliteStore {
                     r.calls as i64,
                     r.total_ms,
                     serde_json::to_string(&r.histogram).unwrap_or_default(),
-                    serde_json::to_string(&r.outbound).unwrap_or_default()
+                    serde_json::to_string(&r.outbound).unwrap_or_default(),
+                    serde_json::to_string(&r.refused).unwrap_or_default()
                 ],
             )?;
         }
@@ -841,7 +842,7 @@ impl RegistryStore for SqliteStore {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram,
-                    outbound
+                    outbound, refused
              FROM usage_buckets WHERE tenant = ?1 AND granularity = ?2 AND bucket >= ?3 ORDER BY bucket",
         )?;
         let rows = stmt.query_map(params![tenant, granularity, since], |r| {
@@ -859,6 +860,7 @@ impl RegistryStore for SqliteStore {
                 total_ms: r.get(10)?,
                 histogram: serde_json::from_str(&r.get::<_, String>(11)?).unwrap_or_default(),
                 outbound: serde_json::from_str(&r.get::<_, String>(12)?).unwrap_or_default(),
+                refused: serde_json::from_str(&r.get::<_, String>(13)?).unwrap_or_default(),
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

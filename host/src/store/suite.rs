@@ -121,6 +121,7 @@ for_both_stores!(
     expiries_are_claimed_once_by_tool,
     usage_rows_are_kept_per_replica_read_by_window_and_swept,
     toolset_versions_are_numbered_in_turn_and_deleted_with_their_keys,
+    refused_calls_are_kept_by_parameter_and_code_and_replaced_per_replica,
 );
 
 fn toolset_versions_are_numbered_in_turn_and_deleted_with_their_keys(store: &dyn RegistryStore) {
@@ -191,6 +192,7 @@ fn usage_rows_are_kept_per_replica_read_by_window_and_swept(store: &dyn Registry
         histogram: vec![calls, 0, 1],
         outbound: [("api.example.com".to_string(), [("2xx".to_string(), calls), ("denied".to_string(), 1)].into())]
             .into(),
+        refused: Default::default(),
     };
     store.put_usage(&[row("a", "minute", 600, 3), row("b", "minute", 600, 4), row("a", "hour", 0, 3)]).unwrap();
     // A replica's later totals replace its row; the other replica's stays.
@@ -204,6 +206,37 @@ fn usage_rows_are_kept_per_replica_read_by_window_and_swept(store: &dyn Registry
     assert_eq!(store.sweep_usage("minute", 601).unwrap(), 2);
     assert!(store.usage("acme", "minute", 0).unwrap().is_empty());
     assert_eq!(store.usage("acme", "hour", 0).unwrap().len(), 1, "another granularity's rows stay");
+}
+
+fn refused_calls_are_kept_by_parameter_and_code_and_replaced_per_replica(store: &dyn RegistryStore) {
+    let row = |replica: &str, missing: u64| crate::store::UsageRow {
+        tenant: "acme".into(),
+        tool_id: "t1".into(),
+        tool: "echo".into(),
+        version: 1,
+        door: "a2t".into(),
+        outcome: "refused".into(),
+        granularity: "hour".into(),
+        bucket: 3600,
+        replica: replica.into(),
+        calls: missing + 1,
+        total_ms: 0.0,
+        histogram: vec![0; 3],
+        outbound: Default::default(),
+        refused: [
+            ("text".to_string(), [("missing_parameter".to_string(), missing), ("invalid_type".to_string(), 1)].into()),
+            ("(unknown)".to_string(), [("unknown_parameter".to_string(), 2)].into()),
+        ]
+        .into(),
+    };
+    store.put_usage(&[row("a", 1), row("b", 4)]).unwrap();
+    // Rows replace: a replica's later totals are its totals, not added.
+    store.put_usage(&[row("a", 2)]).unwrap();
+    let mut rows = store.usage("acme", "hour", 0).unwrap();
+    rows.sort_by(|x, y| x.replica.cmp(&y.replica));
+    assert_eq!(rows, [row("a", 2), row("b", 4)]);
+    assert_eq!(rows[0].refused["text"]["missing_parameter"], 2);
+    assert_eq!(rows[1].refused["(unknown)"]["unknown_parameter"], 2);
 }
 
 fn versions_are_kept_with_their_bytes_and_never_overwritten(store: &dyn RegistryStore) {

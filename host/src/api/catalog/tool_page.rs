@@ -43,6 +43,87 @@ struct ToolPage {
     usage: Option<UsageChart>,
     /// The toolsets it is in, and those a publisher may add it to.
     toolsets: super::toolsets::ToolInToolsets,
+    /// What callers get wrong, for a publisher; `None` for a consumer.
+    refusals: Option<RefusalPanel>,
+}
+
+/// "What callers get wrong": the calls refused for their inputs over the
+/// last day, per version, and the parameters behind them beside their
+/// descriptions, with recent examples (values only where the tenant shows
+/// them).
+struct RefusalPanel {
+    /// (version, calls, refused, rate), newest version first.
+    rates: Vec<(u32, u64, u64, String)>,
+    /// The shown version's refused (parameter, code, calls, its
+    /// description), most first.
+    top: Vec<(String, String, u64, String)>,
+    /// The shown version's newest refused calls in the console.
+    examples: Vec<RefusalExample>,
+}
+
+/// A refused call shown as an example.
+struct RefusalExample {
+    time: String,
+    door: &'static str,
+    /// (parameter, code, value shown).
+    refused: Vec<(String, &'static str, Option<String>)>,
+}
+
+/// The most (parameter, code) rows and examples shown.
+const TOP_REFUSALS: usize = 8;
+const REFUSAL_EXAMPLES: usize = 5;
+
+impl RefusalPanel {
+    fn new(usage: &serde_json::Value, version: &ToolVersion, recent: Vec<ConsoleEntry>) -> RefusalPanel {
+        use std::collections::BTreeMap;
+        let mut per_version: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        let mut top: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for item in usage["items"].as_array().into_iter().flatten() {
+            let number = item["version"].as_u64().and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
+            let counts = per_version.entry(number).or_default();
+            counts.0 += item["calls"].as_u64().unwrap_or(0);
+            counts.1 += item["outcomes"][crate::host::REFUSED].as_u64().unwrap_or(0);
+            if number != version.number {
+                continue;
+            }
+            for refused in item["refused"].as_array().into_iter().flatten() {
+                let parameter = refused["parameter"].as_str().unwrap_or("(none)").to_string();
+                let code = refused["code"].as_str().unwrap_or("?").to_string();
+                *top.entry((parameter, code)).or_default() += refused["calls"].as_u64().unwrap_or(0);
+            }
+        }
+        let rates = per_version
+            .into_iter()
+            .rev()
+            .filter(|(_, (calls, _))| *calls > 0)
+            .map(|(number, (calls, refused))| {
+                (number, calls, refused, format!("{}%", (refused * 100 + calls / 2) / calls))
+            })
+            .collect();
+        let mut top: Vec<_> = top.into_iter().collect();
+        top.sort_by_key(|t| std::cmp::Reverse(t.1));
+        let top = top
+            .into_iter()
+            .take(TOP_REFUSALS)
+            .map(|((parameter, code), calls)| {
+                let described = version.signature.input(&parameter).map(|p| p.description.clone()).unwrap_or_default();
+                (parameter, code, calls, described)
+            })
+            .collect();
+        let examples = recent
+            .into_iter()
+            .map(|entry| RefusalExample {
+                time: entry.time(),
+                door: entry.door,
+                refused: entry
+                    .refused
+                    .into_iter()
+                    .map(|r| (r.parameter.unwrap_or_else(|| "(none)".into()), r.code, r.value))
+                    .collect(),
+            })
+            .collect();
+        RefusalPanel { rates, top, examples }
+    }
 }
 
 /// A tool's last hour, drawn as bars (server-rendered SVG, no script).
@@ -191,13 +272,27 @@ pub(in crate::api) async fn tool(about: AboutTool) -> Response {
         }),
         usage: None,
         toolsets: super::toolsets::ToolInToolsets::of(&host, &links, &session, &tool),
+        refusals: None,
     };
     let mut page = page;
     if page.failures.is_some() {
-        let (host, tenant, id) = (host.clone(), tool.tenant.clone(), tool.id.to_string());
+        let (reader, tenant, id) = (host.clone(), tool.tenant.clone(), tool.id.to_string());
         // The store may block: off the request threads.
-        let usage = tokio::task::spawn_blocking(move || host.usage(&tenant, "hour", Some(&id))).await;
-        page.usage = usage.ok().and_then(Result::ok).map(|u| UsageChart::from_usage(&u));
+        let usage = tokio::task::spawn_blocking(move || {
+            (reader.usage(&tenant, "hour", Some(&id)), reader.usage(&tenant, "day", Some(&id)))
+        })
+        .await;
+        if let Ok((hour, day)) = usage {
+            page.usage = hour.ok().map(|u| UsageChart::from_usage(&u));
+            let filter = crate::host::ConsoleFilter {
+                tool: Some(tool.id.to_string()),
+                version: Some(version.number),
+                outcomes: vec![crate::host::REFUSED.to_string()],
+                ..Default::default()
+            };
+            let recent = host.recent_calls(&tool.tenant, &filter, None, REFUSAL_EXAMPLES);
+            page.refusals = day.ok().map(|u| RefusalPanel::new(&u, &version, recent));
+        }
     }
     pages::page(StatusCode::OK, &page)
 }

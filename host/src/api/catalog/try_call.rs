@@ -264,7 +264,7 @@ pub(super) fn typed(param: &InputParam, text: &str) -> Value {
 }
 
 /// `POST catalog/tools/{id}/try`: validates the form against the signature
-/// (the core's [`invocation::input_record`]: every bad field is named next
+/// (the core's [`crate::host::ToolHost::check_input`]: every bad field is named next
 /// to it) and runs the call through the core.
 #[utoipa::path(post, summary = "Tries a tool", description = "Checks the form against the signature (each bad field refused where it is) and runs the call through the core, as an A2T call: the tenant's quotas, the tool's limits and its confirmation policy apply. The page's status is the call's. The form's `call_id` makes it one call: the same form sent again (a reload) is answered from the record of its first call, marked `idempotent-replayed: true`, and the tool does not run again.", path = "/catalog/tools/{tool_id}/try", tag = "Catalog", operation_id = "catalog_try",
     params(("tool_id" = String, Path, description = "The tool's `toolId`")),
@@ -309,7 +309,7 @@ pub(in crate::api) async fn try_call(about: AboutTool, body: Bytes) -> Response 
         }
     }
     let arguments: Vec<(&str, &Value)> = given.iter().map(|(name, value)| (*name, value)).collect();
-    let input = match invocation::input_record(signature, &arguments) {
+    let input = match host.check_input(&tool, &version, FrontDoor::A2t, &arguments) {
         Ok(input) if errors.is_empty() => Some(input),
         Ok(_) => None,
         Err(refused) => {

@@ -311,4 +311,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     ALTER TABLE api_keys ADD COLUMN toolset TEXT;
 ",
+    // The buckets' calls refused before they ran, as JSON (parameter →
+    // code → calls; host/refusals.rs).
+    "
+    ALTER TABLE usage_buckets ADD COLUMN refused TEXT NOT NULL DEFAULT '{}';
+",
 ];
