@@ -100,6 +100,10 @@ fn decisions() -> BTreeMap<(&'static str, &'static str), (Access, Scope)> {
         (("GET", "/catalog/tools/{tool_id}/diff"), (Catalog, Tenant)),
         (("GET", "/catalog/tools/{tool_id}/try"), (Catalog, Tenant)),
         (("POST", "/catalog/tools/{tool_id}/try"), (Catalog, Tenant)),
+        (("GET", "/catalog/toolsets"), (Catalog, Tenant)),
+        (("POST", "/catalog/toolsets"), (CatalogPublish, Tenant)),
+        (("GET", "/catalog/toolsets/{name}"), (Catalog, Tenant)),
+        (("GET", "/catalog/toolsets/{name}/diff"), (Catalog, Tenant)),
         (("GET", "/catalog/confirmations/{id}"), (Catalog, Tenant)),
         // OAuth: the metadata and the authorization server are open (its
         // sign-in is the end user's password); an operator turns it off.
@@ -152,13 +156,20 @@ fn expected(access: Access, scope: Scope, via_tenant_root: bool, root: &str, who
     // caller's key opened one at its own tenant's root (an operator's at
     // each existing root), and it opens that root's catalog only. A session
     // presented anywhere else, a revoked key's or a made-up one is none.
-    if access == Access::Catalog {
+    if access.is_catalog() {
         let opened_here = match who {
             Who::Consumer(t) | Who::Publisher(t) => t == root,
             Who::Operator => exists,
             Who::NoKey | Who::InvalidKey | Who::RevokedKey => false,
         };
-        return if opened_here { Expect::Allowed } else { Expect::Unauthorized };
+        // A page that changes the tenant: a publisher's session (or an
+        // operator's), not a consumer's.
+        let consumer = matches!(who, Who::Consumer(_));
+        return match (opened_here, access == Access::CatalogPublish && consumer) {
+            (false, _) => Expect::Unauthorized,
+            (true, true) => Expect::Forbidden,
+            (true, false) => Expect::Allowed,
+        };
     }
     let public = root == "public";
     let (role, tenant) = match who {
@@ -177,6 +188,7 @@ fn expected(access: Access, scope: Scope, via_tenant_root: bool, root: &str, who
         Access::Operate => 3,
         Access::Open => 0,
         Access::Catalog => 1,
+        Access::CatalogPublish => 2,
     };
     if role < least { Expect::Forbidden } else { Expect::Allowed }
 }
@@ -305,7 +317,7 @@ async fn every_route_answers_every_caller_as_decided() {
                         .or_else(|| sessions.get(&(format!("{who:?}"), "default".to_string()))),
                     Who::Consumer(t) | Who::Publisher(t) => sessions.get(&(format!("{who:?}"), t.to_string())),
                 };
-                let mut request = if access == Access::Catalog {
+                let mut request = if access.is_catalog() {
                     let cookie = match (who, session) {
                         (Who::InvalidKey, _) => "plinth_catalog_session=made-up".to_string(),
                         (_, Some(session)) => session.cookie.clone(),
@@ -320,7 +332,7 @@ async fn every_route_answers_every_caller_as_decided() {
                 } else {
                     server.request_as(key.as_deref(), method.parse().unwrap(), &url)
                 };
-                if let Some(body) = body.filter(|_| access != Access::Catalog) {
+                if let Some(body) = body.filter(|_| !access.is_catalog()) {
                     let content_type = if path == "/admin/tools" { "application/wasm" } else { "application/json" };
                     request = request.header("content-type", content_type).body(body);
                 }
@@ -345,8 +357,8 @@ async fn every_route_answers_every_caller_as_decided() {
                 let got = match status {
                     // The catalog's refusals are pages (the sign-in form, a
                     // forged form's notice); their status is the decision.
-                    401 if access == Access::Catalog => Expect::Unauthorized,
-                    403 if access == Access::Catalog => Expect::Forbidden,
+                    401 if access.is_catalog() => Expect::Unauthorized,
+                    403 if access.is_catalog() => Expect::Forbidden,
                     _ if page => Expect::Allowed,
                     401 => Expect::Unauthorized,
                     403 => Expect::Forbidden,

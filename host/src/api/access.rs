@@ -28,15 +28,24 @@ pub enum Access {
     /// key is not read), and every form posted must carry the session's
     /// form token and come from this origin.
     Catalog,
+    /// A catalog page that changes the tenant (a toolset's forms): the same
+    /// session and form checks as [`Access::Catalog`], by a publisher key's
+    /// session (an operator's too); a consumer's session is refused `403`.
+    CatalogPublish,
 }
 
 impl Access {
+    /// Whether the endpoint is a catalog page (a session, not a key).
+    pub fn is_catalog(self) -> bool {
+        matches!(self, Access::Catalog | Access::CatalogPublish)
+    }
+
     /// The lowest role that may call the endpoint; `None` for open ones.
     pub fn least_role(self) -> Option<Role> {
         match self {
             Access::Open => None,
             Access::Enumerate | Access::Invoke | Access::Catalog => Some(Role::Consumer),
-            Access::Publish | Access::Audit => Some(Role::Publisher),
+            Access::Publish | Access::Audit | Access::CatalogPublish => Some(Role::Publisher),
             Access::Operate => Some(Role::Operator),
         }
     }

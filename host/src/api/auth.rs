@@ -176,8 +176,8 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
     let tenant_root = root.is_some();
     let tenant = root.unwrap_or_else(|| DEFAULT_TENANT.to_string());
     let toolset_root = request.extensions().get::<ToolsetRoot>().cloned();
-    if access == Access::Catalog {
-        return authorize_designer(host, tenant, tenant_root, request, next).await;
+    if access.is_catalog() {
+        return authorize_designer(host, access, tenant, tenant_root, request, next).await;
     }
     let presented = bearer(&request).map(str::to_string);
     let options = request.extensions().get::<Arc<ApiOptions>>().cloned();
@@ -288,6 +288,7 @@ async fn token_principal(
 /// gets the [`Caller`] and the [`DesignerSession`](crate::host::DesignerSession).
 async fn authorize_designer(
     host: AppState,
+    access: Access,
     tenant: String,
     tenant_root: bool,
     mut request: Request,
@@ -317,6 +318,9 @@ async fn authorize_designer(
             request.headers(),
         );
     };
+    if access.least_role().is_some_and(|least| session.principal.role < least) {
+        return super::catalog::session::not_allowed(&options, &session);
+    }
     if !matches!(*request.method(), Method::GET | Method::HEAD) {
         if super::pages::posted_from_elsewhere(request.headers(), &options.public_url) {
             tracing::warn!(tenant, "a catalog form posted from another site was refused");

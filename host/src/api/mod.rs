@@ -246,7 +246,7 @@ fn routes(options: &ApiOptions) -> Routes {
         )
         .add(Method::GET, "/catalog/confirmations/{id}", Catalog, Tenant, get(catalog::try_call::confirmation))
         .add(Method::GET, "/catalog/toolsets", Catalog, Tenant, get(catalog::toolsets::toolsets))
-        .add(Method::POST, "/catalog/toolsets", Catalog, Tenant, post(catalog::toolsets::edit).layer(form_limit))
+        .add(Method::POST, "/catalog/toolsets", CatalogPublish, Tenant, post(catalog::toolsets::edit).layer(form_limit))
         .add(Method::GET, "/catalog/toolsets/{name}", Catalog, Tenant, get(catalog::toolsets::toolset))
         .add(Method::GET, "/catalog/toolsets/{name}/diff", Catalog, Tenant, get(catalog::toolsets::diff))
         // OAuth 2.1 for the MCP door: metadata where RFC 9728 and RFC 8414

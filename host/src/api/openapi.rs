@@ -216,6 +216,7 @@ fn access_name(access: Access) -> &'static str {
         Access::Audit => "audit",
         Access::Operate => "operate",
         Access::Catalog => "catalog",
+        Access::CatalogPublish => "catalog-publish",
     }
 }
 
@@ -251,7 +252,7 @@ fn apply_access(operation: &mut Value, endpoint: &Endpoint, endpoints: &[Endpoin
         access["publicEnumeration"] = "a tenant that made its enumeration public lists its tools without a key".into();
     }
     operation["x-plinth-access"] = access;
-    if endpoint.access == Access::Catalog {
+    if endpoint.access.is_catalog() {
         return apply_catalog_access(operation, endpoint);
     }
     let who = match (endpoint.access, endpoint.scope) {
@@ -316,7 +317,11 @@ fn apply_access(operation: &mut Value, endpoint: &Endpoint, endpoints: &[Endpoin
 /// the tenant (its cookie), else the sign-in page; a form without its
 /// session's token is refused. Its refusals are pages.
 fn apply_catalog_access(operation: &mut Value, endpoint: &Endpoint) {
-    let who = "Needs a catalog session of the tenant: sign in at `catalog/sign-in` with any of its keys (a consumer key is enough). Forms carry the session's form token.";
+    let who = if endpoint.access == Access::CatalogPublish {
+        "Needs a catalog session of the tenant opened with a publisher key (or an operator's): sign in at `catalog/sign-in`. Forms carry the session's form token."
+    } else {
+        "Needs a catalog session of the tenant: sign in at `catalog/sign-in` with any of its keys (a consumer key is enough). Forms carry the session's form token."
+    };
     let description = operation["description"].as_str().map(str::to_string);
     operation["description"] = match description {
         Some(text) if !text.is_empty() => format!("{text}\n\n{who}"),
@@ -340,7 +345,11 @@ fn apply_catalog_access(operation: &mut Value, endpoint: &Endpoint) {
         add_answer(
             responses,
             "403",
-            page("`forbidden`: the form does not carry the session's form token, or came from another site"),
+            page(if endpoint.access == Access::CatalogPublish {
+                "`forbidden`: the session's key is a consumer's, or the form does not carry the session's form token, or came from another site"
+            } else {
+                "`forbidden`: the form does not carry the session's form token, or came from another site"
+            }),
         );
     }
     let mut unavailable = page("`storage_failed`: the session could not be checked");
@@ -553,7 +562,7 @@ mod tests {
             );
             match endpoint.access.least_role() {
                 None => assert!(operation.get("security").is_none(), "{path} is open"),
-                Some(_) if endpoint.access == Access::Catalog => {
+                Some(_) if endpoint.access.is_catalog() => {
                     assert_eq!(operation["security"], json!([{ CATALOG_SESSION: [] }]), "{path}");
                     assert!(
                         operation["responses"]["401"]["content"]["text/html"].is_object(),

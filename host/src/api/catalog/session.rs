@@ -85,6 +85,25 @@ pub(in crate::api) fn forged_form(options: &ApiOptions, session: &DesignerSessio
     ))
 }
 
+/// The access layer's answer to a session whose key's role may not do
+/// what the page does (a consumer changing a toolset).
+pub(in crate::api) fn not_allowed(options: &ApiOptions, session: &DesignerSession) -> Response {
+    let links = Links::new(options, &session.tenant);
+    let said = Paragraph::of(format!(
+        "This session's key is a {}'s: only a publisher key of the tenant may do this. Nothing was done.",
+        session.principal.role.as_str()
+    ))
+    .id("problem");
+    ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this session's key may not do this").onto(notice(
+        options,
+        &links,
+        Some(session),
+        StatusCode::FORBIDDEN,
+        "Not allowed",
+        vec![said],
+    ))
+}
+
 /// The access layer's answer when the sessions cannot be read.
 pub(in crate::api) fn sessions_unreadable(options: &ApiOptions, tenant: &str) -> Response {
     let links = Links::new(options, tenant);
