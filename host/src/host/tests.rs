@@ -740,23 +740,57 @@ fn one_address_registers_a_few_clients_then_waits() {
 fn host_with_a_grant() -> (ToolHost, tempfile::TempDir, super::oauth::IssuedTokens) {
     let dir = tempfile::tempdir().unwrap();
     let host = ToolHost::open(options(dir.path())).unwrap();
+    alice_and_a_client(&host);
+    let tokens = grant_for(&host, "http://127.0.0.1:8080/mcp");
+    (host, dir, tokens)
+}
+
+/// End user alice and client `plinth_client_x` (registered two days ago).
+fn alice_and_a_client(host: &ToolHost) {
     let audit = crate::tenancy::AuditEntry::new(&Principal::server("test"), Some("default"), "end_user.put", "alice");
     host.store.put_end_user("default", "alice", "not-a-real-hash", &audit).unwrap();
     let two_days_ago = crate::tenancy::unix_now() - 2 * 24 * 3600;
     assert!(host.store.register_oauth_client("default", "plinth_client_x", "{}", two_days_ago, 10).unwrap());
+}
+
+/// Tokens of alice, by client `plinth_client_x`, for `resource`.
+fn grant_for(host: &ToolHost, resource: &str) -> super::oauth::IssuedTokens {
     let asked = super::oauth::Authorization {
         client_id: "plinth_client_x".into(),
         redirect_uri: "http://127.0.0.1/cb".into(),
         redirect_uri_given: true,
         code_challenge: "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM".into(),
         scopes: vec!["tools:read".into()],
-        resource: "http://127.0.0.1:8080/mcp".into(),
+        resource: resource.into(),
     };
     let code = host.issue_code("default", "alice", &asked).unwrap();
     let verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
-    let tokens =
-        host.exchange_code("default", &code, "plinth_client_x", Some("http://127.0.0.1/cb"), verifier, None).unwrap();
-    (host, dir, tokens)
+    host.exchange_code("default", &code, "plinth_client_x", Some("http://127.0.0.1/cb"), verifier, None).unwrap()
+}
+
+#[test]
+fn a_deleted_toolsets_oauth_tokens_do_not_open_a_toolset_recreated_under_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = ToolHost::open(options(dir.path())).unwrap();
+    let actor = Principal::server("test");
+    host.put_toolset(&actor, DEFAULT_TENANT, "travel", "d", &[]).unwrap();
+    alice_and_a_client(&host);
+    let travel = "http://127.0.0.1:8080/t/default/toolsets/travel/mcp";
+    let tokens = grant_for(&host, travel);
+    let untouched = grant_for(&host, "http://127.0.0.1:8080/t/default/mcp");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let opens = |token: &str, resource: &str| {
+        runtime.block_on(host.token_grant(DEFAULT_TENANT, token, resource)).unwrap().is_some()
+    };
+    assert!(opens(&tokens.access_token, travel));
+
+    host.delete_toolset(&actor, DEFAULT_TENANT, "travel").unwrap();
+    host.put_toolset(&actor, DEFAULT_TENANT, "travel", "someone else's", &[]).unwrap();
+    assert!(!opens(&tokens.access_token, travel), "the old access token opens the new toolset");
+    let refreshed = host.refresh_tokens(DEFAULT_TENANT, &tokens.refresh_token, "plinth_client_x", None, None);
+    assert_eq!(refreshed.map(|_| ()).unwrap_err().code, "invalid_grant", "the old refresh token is refused");
+    // Tokens for another MCP URL of the tenant are kept.
+    assert!(opens(&untouched.access_token, "http://127.0.0.1:8080/t/default/mcp"));
 }
 
 #[test]

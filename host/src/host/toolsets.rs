@@ -464,8 +464,10 @@ impl ToolHost {
         Ok(PutToolset { toolset: stored, created: true })
     }
 
-    /// Deletes a toolset: its roots answer `404` and the keys scoped to it
-    /// are revoked, at once and for good. Its versions stay in the store
+    /// Deletes a toolset: its roots answer `404`, and the keys scoped to it
+    /// and the OAuth grants issued for its MCP URL are revoked, at once
+    /// and for good (a toolset re-created under the name is not opened by
+    /// them; tokens are checked against the store on every request). Its versions stay in the store
     /// (marked deleted) so that a new toolset of the same name never
     /// reuses a number an old pin names.
     pub fn delete_toolset(&self, actor: &Principal, tenant: &str, name: &str) -> Result<(), ToolsetError> {

@@ -728,6 +728,13 @@ impl RegistryStore for PostgresStore {
         let (pool, tenant, name, audit) = (self.pool.clone(), tenant.to_string(), name.to_string(), audit.clone());
         self.run(async move {
             let mut tx = pool.begin().await.map_err(db)?;
+            // The same lock as `insert_toolset`: a PUT on another replica
+            // waits, then numbers after the delete (it cannot undo it).
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+                .bind(format!("toolset:{tenant}/{name}"))
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
             let deleted = sqlx::query(
                 "UPDATE toolsets SET deleted_at = $3 WHERE tenant = $1 AND name = $2 AND deleted_at IS NULL",
             )
@@ -743,6 +750,18 @@ impl RegistryStore for PostgresStore {
             )
             .bind(&tenant)
             .bind(&name)
+            .bind(at)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+            // The OAuth grants issued for the toolset's MCP URL: a toolset
+            // re-created under the same name is not opened by them.
+            sqlx::query(
+                "UPDATE oauth_grants SET revoked_at = $3
+                 WHERE tenant = $1 AND revoked_at IS NULL AND right(resource, char_length($2)) = $2",
+            )
+            .bind(&tenant)
+            .bind(super::toolset_resource_suffix(&tenant, &name))
             .bind(at)
             .execute(&mut *tx)
             .await

@@ -513,6 +513,14 @@ impl RegistryStore for SqliteStore {
                 "UPDATE api_keys SET revoked_at = ?3 WHERE tenant = ?1 AND toolset = ?2 AND revoked_at IS NULL",
                 params![tenant, name, at],
             )?;
+            // The OAuth grants (codes, access and refresh tokens) issued
+            // for the toolset's MCP URL: a toolset re-created under the
+            // same name is not opened by them.
+            tx.execute(
+                "UPDATE oauth_grants SET revoked_at = ?3
+                 WHERE tenant = ?1 AND revoked_at IS NULL AND substr(resource, -length(?2)) = ?2",
+                params![tenant, super::toolset_resource_suffix(tenant, name), at],
+            )?;
             Ok(deleted)
         })?;
         Ok(deleted > 0)

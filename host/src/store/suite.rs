@@ -154,6 +154,28 @@ fn toolset_versions_are_numbered_in_turn_and_deleted_with_their_keys(store: &dyn
     };
     store.insert_key(&scoped, &audit("key.create")).unwrap();
     assert_eq!(store.keys().unwrap(), std::slice::from_ref(&scoped));
+    let grant = |sha: &str, tenant: &str, resource: &str| OAuthGrant {
+        token_sha256: sha.into(),
+        kind: "access".into(),
+        tenant: tenant.into(),
+        client_id: "c".into(),
+        end_user: "alice".into(),
+        scope: "tools:call".into(),
+        resource: resource.into(),
+        family: sha.into(),
+        detail: "{}".into(),
+        expires_at: 2_000,
+        used_at: None,
+        revoked_at: None,
+    };
+    store
+        .insert_oauth_grants(&[
+            grant("travel", "default", "https://x/t/default/toolsets/travel/mcp"),
+            grant("other", "default", "https://x/t/default/toolsets/travel2/mcp"),
+            grant("tenant", "default", "https://x/t/default/mcp"),
+            grant("acme", "acme", "https://x/t/acme/toolsets/travel/mcp"),
+        ])
+        .unwrap();
 
     // Deleting marks every version and revokes the toolset's keys.
     assert!(store.delete_toolset("default", "travel", 200, &audit("toolset.delete")).unwrap());
@@ -161,6 +183,10 @@ fn toolset_versions_are_numbered_in_turn_and_deleted_with_their_keys(store: &dyn
     let stored = store.toolsets().unwrap();
     assert!(stored.iter().all(|t| t.deleted_at == Some(200)), "{stored:?}");
     assert_eq!(store.keys().unwrap(), [KeyRecord { revoked_at: Some(200), ..scoped }]);
+    // And the OAuth grants for its MCP URL, only those.
+    let revoked = |sha: &str| store.oauth_grant(sha).unwrap().unwrap().revoked_at;
+    assert_eq!(revoked("travel"), Some(200), "a token for the deleted toolset's MCP URL");
+    assert_eq!((revoked("other"), revoked("tenant"), revoked("acme")), (None, None, None));
     // A new toolset of the same name goes on from the old numbers: an old
     // pin never opens new content.
     assert!(matches!(store.insert_toolset(&toolset(1, &[]), &audit("toolset.put")), Err(StoreError::Conflict(_))));
