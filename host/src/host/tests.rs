@@ -931,3 +931,35 @@ fn toolset_versions_diff_by_pin_resolve_their_tools_now_and_survive_a_restart() 
     assert!(host.toolset(DEFAULT_TENANT, "travel", Some(1)).is_none());
     assert!(host.toolsets(DEFAULT_TENANT).is_empty());
 }
+
+#[test]
+fn a_toolset_names_versions_and_a_tenant_stores_toolset_versions_up_to_a_cap_deleted_ones_included() {
+    use crate::host::toolsets::{MAX_TOOLSET_ROWS_PER_TENANT, MAX_TOOLSET_VERSIONS, ToolsetError};
+    let dir = tempfile::tempdir().unwrap();
+    let actor = Principal::server("test");
+    let host = ToolHost::open(options(dir.path())).unwrap();
+    let put = |name: &str, n: u32| host.put_toolset(&actor, DEFAULT_TENANT, name, &format!("v{n}"), &[]);
+    for n in 1..=MAX_TOOLSET_VERSIONS {
+        put("a", n).unwrap();
+    }
+    let refused = put("a", 0).map(|_| ()).unwrap_err();
+    assert!(matches!(&refused, ToolsetError::TooMany(m) if m.contains("choose another name")), "{refused}");
+    // Deleting and re-creating does not reset the count: the rule is the
+    // number, and the message says so.
+    host.delete_toolset(&actor, DEFAULT_TENANT, "a").unwrap();
+    let refused = put("a", 0).map(|_| ()).unwrap_err();
+    assert!(matches!(&refused, ToolsetError::TooMany(m) if m.contains("choose another name")), "{refused}");
+
+    // Deleted toolsets' versions count toward the tenant's stored ones.
+    let mut stored = MAX_TOOLSET_VERSIONS as usize;
+    let mut names = (0..).map(|i| format!("t{i}"));
+    while stored < MAX_TOOLSET_ROWS_PER_TENANT {
+        let name = names.next().unwrap();
+        put(&name, 1).unwrap();
+        host.delete_toolset(&actor, DEFAULT_TENANT, &name).unwrap();
+        stored += 1;
+    }
+    let refused = put("fresh", 1).map(|_| ()).unwrap_err();
+    assert!(matches!(&refused, ToolsetError::TooMany(m) if m.contains("deleted toolsets' included")), "{refused}");
+    assert!(host.toolsets(DEFAULT_TENANT).is_empty(), "not one toolset is live");
+}
