@@ -103,7 +103,7 @@ pub(super) struct ToolsetState {
     by_name: RwLock<Versions>,
     /// Serializes this replica's toolset changes (numbering; the store
     /// refuses a number that is not the next, for other replicas).
-    writing: std::sync::Mutex<()>,
+    pub(super) writing: std::sync::Mutex<()>,
 }
 
 impl StoredToolset {

@@ -478,7 +478,9 @@ pub trait RegistryStore: Send + Sync {
 
     /// Every key (revoked ones included).
     fn keys(&self) -> Result<Vec<KeyRecord>, StoreError>;
-    /// Records a new key.
+    /// Records a new key. A key scoped to a toolset is refused with
+    /// [`StoreError::Conflict`] unless the toolset is live, checked in the
+    /// transaction that stores it (a concurrent delete cannot miss it).
     fn insert_key(&self, key: &KeyRecord, audit: &AuditEntry) -> Result<(), StoreError>;
     /// Revokes a key; returns whether it was live until now.
     fn revoke_key(&self, id: &str, at: i64, audit: &AuditEntry) -> Result<bool, StoreError>;

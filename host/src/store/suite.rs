@@ -182,7 +182,14 @@ fn toolset_versions_are_numbered_in_turn_and_deleted_with_their_keys(store: &dyn
     assert!(!store.delete_toolset("default", "travel", 201, &audit("toolset.delete")).unwrap());
     let stored = store.toolsets().unwrap();
     assert!(stored.iter().all(|t| t.deleted_at == Some(200)), "{stored:?}");
-    assert_eq!(store.keys().unwrap(), [KeyRecord { revoked_at: Some(200), ..scoped }]);
+    assert_eq!(store.keys().unwrap(), [KeyRecord { revoked_at: Some(200), ..scoped.clone() }]);
+    // A key for it is refused now, as for a toolset never made: checked
+    // in the transaction, not only by the caller beforehand.
+    for (id, name) in [("late", "travel"), ("never", "nosuch")] {
+        let key = KeyRecord { id: id.into(), key_sha256: id.repeat(16), toolset: Some(name.into()), ..scoped.clone() };
+        let refused = store.insert_key(&key, &audit("key.create"));
+        assert!(matches!(refused, Err(StoreError::Conflict(_))), "{id}: {refused:?}");
+    }
     // And the OAuth grants for its MCP URL, only those.
     let revoked = |sha: &str| store.oauth_grant(sha).unwrap().unwrap().revoked_at;
     assert_eq!(revoked("travel"), Some(200), "a token for the deleted toolset's MCP URL");
