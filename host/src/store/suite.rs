@@ -782,6 +782,38 @@ fn racing_replicas_number_a_tools_versions_consecutively() {
 }
 
 #[test]
+fn deleting_a_toolset_waits_for_a_change_of_it_on_another_replica() {
+    use sqlx::{Connection, Executor};
+    let url = TestPostgres::shared().fresh_database();
+    let store = PostgresStore::open(&url, cipher()).unwrap();
+    let travel = StoredToolset {
+        tenant: "default".into(),
+        name: "travel".into(),
+        version: 1,
+        description: String::new(),
+        tools: Vec::new(),
+        created_at: 100,
+        deleted_at: None,
+    };
+    store.insert_toolset(&travel, &audit("toolset.put")).unwrap();
+    // Another replica in the middle of a change of the toolset: it holds
+    // the lock `insert_toolset` takes.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut other = runtime.block_on(sqlx::PgConnection::connect(&url)).unwrap();
+    runtime.block_on(other.execute("BEGIN")).unwrap();
+    runtime
+        .block_on(other.execute("SELECT pg_advisory_xact_lock(hashtextextended('toolset:default/travel', 0))"))
+        .unwrap();
+    std::thread::scope(|s| {
+        let deleting = s.spawn(|| store.delete_toolset("default", "travel", 200, &audit("toolset.delete")));
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(!deleting.is_finished(), "the delete did not wait for the toolset's lock");
+        runtime.block_on(other.execute("COMMIT")).unwrap();
+        assert!(deleting.join().unwrap().unwrap());
+    });
+}
+
+#[test]
 fn the_change_log_names_what_changed_since_a_point() {
     let (a, b) = two_replicas();
     let start = b.changes_since(i64::MAX).unwrap().latest;
