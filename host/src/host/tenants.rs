@@ -131,13 +131,22 @@ impl ToolHost {
         toolset: &str,
         label: Option<String>,
     ) -> Result<NewKey, ChangeError> {
-        if self.tenants.contains_key(tenant) && !self.has_toolset(tenant, toolset) {
-            return Err(ChangeError::NotFound(format!(
+        // Not while this replica deletes it; the store checks again, in the
+        // transaction, for a delete on another replica.
+        let _writing = self.toolsets.writing.lock().unwrap_or_else(|p| p.into_inner());
+        let gone = || {
+            ChangeError::NotFound(format!(
                 "tenant `{tenant}` has no toolset `{}`",
                 crate::supply::outside_text(toolset)
-            )));
+            ))
+        };
+        if self.tenants.contains_key(tenant) && !self.has_toolset(tenant, toolset) {
+            return Err(gone());
         }
-        self.new_key(actor, Some(tenant), Role::Consumer, label, Some(toolset.to_string()), |_| Ok(()))
+        match self.new_key(actor, Some(tenant), Role::Consumer, label, Some(toolset.to_string()), |_| Ok(())) {
+            Err(ChangeError::Store(StoreError::Conflict(_))) => Err(gone()),
+            made => made,
+        }
     }
 
     fn new_key(

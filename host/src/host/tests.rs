@@ -740,23 +740,57 @@ fn one_address_registers_a_few_clients_then_waits() {
 fn host_with_a_grant() -> (ToolHost, tempfile::TempDir, super::oauth::IssuedTokens) {
     let dir = tempfile::tempdir().unwrap();
     let host = ToolHost::open(options(dir.path())).unwrap();
+    alice_and_a_client(&host);
+    let tokens = grant_for(&host, "http://127.0.0.1:8080/mcp");
+    (host, dir, tokens)
+}
+
+/// End user alice and client `plinth_client_x` (registered two days ago).
+fn alice_and_a_client(host: &ToolHost) {
     let audit = crate::tenancy::AuditEntry::new(&Principal::server("test"), Some("default"), "end_user.put", "alice");
     host.store.put_end_user("default", "alice", "not-a-real-hash", &audit).unwrap();
     let two_days_ago = crate::tenancy::unix_now() - 2 * 24 * 3600;
     assert!(host.store.register_oauth_client("default", "plinth_client_x", "{}", two_days_ago, 10).unwrap());
+}
+
+/// Tokens of alice, by client `plinth_client_x`, for `resource`.
+fn grant_for(host: &ToolHost, resource: &str) -> super::oauth::IssuedTokens {
     let asked = super::oauth::Authorization {
         client_id: "plinth_client_x".into(),
         redirect_uri: "http://127.0.0.1/cb".into(),
         redirect_uri_given: true,
         code_challenge: "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM".into(),
         scopes: vec!["tools:read".into()],
-        resource: "http://127.0.0.1:8080/mcp".into(),
+        resource: resource.into(),
     };
     let code = host.issue_code("default", "alice", &asked).unwrap();
     let verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
-    let tokens =
-        host.exchange_code("default", &code, "plinth_client_x", Some("http://127.0.0.1/cb"), verifier, None).unwrap();
-    (host, dir, tokens)
+    host.exchange_code("default", &code, "plinth_client_x", Some("http://127.0.0.1/cb"), verifier, None).unwrap()
+}
+
+#[test]
+fn a_deleted_toolsets_oauth_tokens_do_not_open_a_toolset_recreated_under_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = ToolHost::open(options(dir.path())).unwrap();
+    let actor = Principal::server("test");
+    host.put_toolset(&actor, DEFAULT_TENANT, "travel", "d", &[]).unwrap();
+    alice_and_a_client(&host);
+    let travel = "http://127.0.0.1:8080/t/default/toolsets/travel/mcp";
+    let tokens = grant_for(&host, travel);
+    let untouched = grant_for(&host, "http://127.0.0.1:8080/t/default/mcp");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let opens = |token: &str, resource: &str| {
+        runtime.block_on(host.token_grant(DEFAULT_TENANT, token, resource)).unwrap().is_some()
+    };
+    assert!(opens(&tokens.access_token, travel));
+
+    host.delete_toolset(&actor, DEFAULT_TENANT, "travel").unwrap();
+    host.put_toolset(&actor, DEFAULT_TENANT, "travel", "someone else's", &[]).unwrap();
+    assert!(!opens(&tokens.access_token, travel), "the old access token opens the new toolset");
+    let refreshed = host.refresh_tokens(DEFAULT_TENANT, &tokens.refresh_token, "plinth_client_x", None, None);
+    assert_eq!(refreshed.map(|_| ()).unwrap_err().code, "invalid_grant", "the old refresh token is refused");
+    // Tokens for another MCP URL of the tenant are kept.
+    assert!(opens(&untouched.access_token, "http://127.0.0.1:8080/t/default/mcp"));
 }
 
 #[test]
@@ -960,4 +994,36 @@ fn refusals_keep_no_private_value_and_made_up_names_never_reach_the_store() {
     let entry = &host.recent_calls(DEFAULT_TENANT, &ConsoleFilter::default(), None, 1)[0];
     assert_eq!(entry.refused, [Refusal { parameter: Some("text".into()), code: "private_parameter", value: None }]);
     assert!(!serde_json::to_string(entry).unwrap().contains("DE89"));
+}
+
+#[test]
+fn a_toolset_names_versions_and_a_tenant_stores_toolset_versions_up_to_a_cap_deleted_ones_included() {
+    use crate::host::toolsets::{MAX_TOOLSET_ROWS_PER_TENANT, MAX_TOOLSET_VERSIONS, ToolsetError};
+    let dir = tempfile::tempdir().unwrap();
+    let actor = Principal::server("test");
+    let host = ToolHost::open(options(dir.path())).unwrap();
+    let put = |name: &str, n: u32| host.put_toolset(&actor, DEFAULT_TENANT, name, &format!("v{n}"), &[]);
+    for n in 1..=MAX_TOOLSET_VERSIONS {
+        put("a", n).unwrap();
+    }
+    let refused = put("a", 0).map(|_| ()).unwrap_err();
+    assert!(matches!(&refused, ToolsetError::TooMany(m) if m.contains("choose another name")), "{refused}");
+    // Deleting and re-creating does not reset the count: the rule is the
+    // number, and the message says so.
+    host.delete_toolset(&actor, DEFAULT_TENANT, "a").unwrap();
+    let refused = put("a", 0).map(|_| ()).unwrap_err();
+    assert!(matches!(&refused, ToolsetError::TooMany(m) if m.contains("choose another name")), "{refused}");
+
+    // Deleted toolsets' versions count toward the tenant's stored ones.
+    let mut stored = MAX_TOOLSET_VERSIONS as usize;
+    let mut names = (0..).map(|i| format!("t{i}"));
+    while stored < MAX_TOOLSET_ROWS_PER_TENANT {
+        let name = names.next().unwrap();
+        put(&name, 1).unwrap();
+        host.delete_toolset(&actor, DEFAULT_TENANT, &name).unwrap();
+        stored += 1;
+    }
+    let refused = put("fresh", 1).map(|_| ()).unwrap_err();
+    assert!(matches!(&refused, ToolsetError::TooMany(m) if m.contains("deleted toolsets' included")), "{refused}");
+    assert!(host.toolsets(DEFAULT_TENANT).is_empty(), "not one toolset is live");
 }

@@ -23,8 +23,21 @@ use std::sync::{Arc, RwLock};
 pub const MAX_TOOLSET_TOOLS: usize = 64;
 /// Toolsets one tenant may keep (deleted ones do not count).
 pub const MAX_TOOLSETS_PER_TENANT: usize = 256;
-/// Versions one toolset may have: past it, delete it and start again.
+/// Versions one toolset name may number, deleted toolsets of the name
+/// included (a deleted toolset's numbers are never reused, so a toolset
+/// re-created under a name goes on from them): past it, choose another
+/// name.
+#[cfg(not(test))]
 pub const MAX_TOOLSET_VERSIONS: u32 = 1_000;
+#[cfg(test)]
+pub const MAX_TOOLSET_VERSIONS: u32 = 6;
+/// Toolset versions one tenant may have stored, deleted toolsets'
+/// included (they are kept, in the store and in memory, so that numbers
+/// are not reused): create/delete cycles cannot grow them without bound.
+#[cfg(not(test))]
+pub const MAX_TOOLSET_ROWS_PER_TENANT: usize = 2_000;
+#[cfg(test)]
+pub const MAX_TOOLSET_ROWS_PER_TENANT: usize = 16;
 /// Characters of a toolset's description.
 pub const MAX_TOOLSET_DESCRIPTION_CHARS: usize = 2_000;
 
@@ -90,7 +103,7 @@ pub(super) struct ToolsetState {
     by_name: RwLock<Versions>,
     /// Serializes this replica's toolset changes (numbering; the store
     /// refuses a number that is not the next, for other replicas).
-    writing: std::sync::Mutex<()>,
+    pub(super) writing: std::sync::Mutex<()>,
 }
 
 impl StoredToolset {
@@ -432,9 +445,26 @@ impl ToolHost {
             )));
         }
         let version = newest.as_ref().map_or(1, |n| n.version + 1);
-        if live.is_some() && version > MAX_TOOLSET_VERSIONS {
+        // On the number, deleted toolsets of the name included: deleting
+        // and re-creating does not reset it (numbers are never reused).
+        if version > MAX_TOOLSET_VERSIONS {
             return Err(ToolsetError::TooMany(format!(
-                "toolset `{name}` has {MAX_TOOLSET_VERSIONS} versions, as many as it may; delete it and create it again"
+                "the toolset name `{name}` has used its {MAX_TOOLSET_VERSIONS} versions (a deleted toolset's \
+                 numbers are not reused): choose another name"
+            )));
+        }
+        let stored_rows: usize = {
+            let by_name = self.toolsets.by_name.read().unwrap_or_else(|p| p.into_inner());
+            by_name
+                .range((tenant.to_string(), String::new())..)
+                .take_while(|((t, _), _)| t == tenant)
+                .map(|(_, versions)| versions.len())
+                .sum()
+        };
+        if stored_rows >= MAX_TOOLSET_ROWS_PER_TENANT {
+            return Err(ToolsetError::TooMany(format!(
+                "the tenant has {MAX_TOOLSET_ROWS_PER_TENANT} toolset versions stored, deleted toolsets' included, \
+                 as many as it may: no more toolset versions can be made in it"
             )));
         }
         let stored = StoredToolset {
@@ -469,8 +499,10 @@ impl ToolHost {
         Ok(PutToolset { toolset: stored, created: true })
     }
 
-    /// Deletes a toolset: its roots answer `404` and the keys scoped to it
-    /// are revoked, at once and for good. Its versions stay in the store
+    /// Deletes a toolset: its roots answer `404`, and the keys scoped to it
+    /// and the OAuth grants issued for its MCP URL are revoked, at once
+    /// and for good (a toolset re-created under the name is not opened by
+    /// them; tokens are checked against the store on every request). Its versions stay in the store
     /// (marked deleted) so that a new toolset of the same name never
     /// reuses a number an old pin names.
     pub fn delete_toolset(&self, actor: &Principal, tenant: &str, name: &str) -> Result<(), ToolsetError> {

@@ -430,6 +430,13 @@ pub struct ExpiredConfirmations {
     pub count: u64,
 }
 
+/// How the MCP URL of `tenant`'s toolset `name` ends, whatever the public
+/// origin (`…/t/{tenant}/toolsets/{name}/mcp`): the OAuth grants issued
+/// for it are revoked when the toolset is deleted.
+pub fn toolset_resource_suffix(tenant: &str, name: &str) -> String {
+    format!("/t/{tenant}/toolsets/{name}/mcp")
+}
+
 /// The host's persistent rows: the registry of versions, tenants, keys, the
 /// secrets and config publishers store for tools, and the audit log.
 ///
@@ -474,7 +481,9 @@ pub trait RegistryStore: Send + Sync {
 
     /// Every key (revoked ones included).
     fn keys(&self) -> Result<Vec<KeyRecord>, StoreError>;
-    /// Records a new key.
+    /// Records a new key. A key scoped to a toolset is refused with
+    /// [`StoreError::Conflict`] unless the toolset is live, checked in the
+    /// transaction that stores it (a concurrent delete cannot miss it).
     fn insert_key(&self, key: &KeyRecord, audit: &AuditEntry) -> Result<(), StoreError>;
     /// Revokes a key; returns whether it was live until now.
     fn revoke_key(&self, id: &str, at: i64, audit: &AuditEntry) -> Result<bool, StoreError>;
@@ -488,7 +497,9 @@ pub trait RegistryStore: Send + Sync {
     /// deleted toolset's numbers are not reused).
     fn insert_toolset(&self, toolset: &StoredToolset, audit: &AuditEntry) -> Result<(), StoreError>;
     /// Marks every version of a toolset deleted at `at` and revokes the
-    /// keys scoped to it, in one transaction; returns whether it was live.
+    /// keys scoped to it and the OAuth grants whose resource is its MCP
+    /// URL (ending in [`toolset_resource_suffix`]), in one transaction;
+    /// returns whether it was live.
     fn delete_toolset(&self, tenant: &str, name: &str, at: i64, audit: &AuditEntry) -> Result<bool, StoreError>;
 
     /// Claims `key` for one execution: `Fresh` when nobody had, else what

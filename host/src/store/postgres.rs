@@ -603,32 +603,50 @@ impl RegistryStore for PostgresStore {
     }
 
     fn insert_key(&self, k: &KeyRecord, audit: &AuditEntry) -> Result<(), StoreError> {
-        let (id, tenant, role, sha, label, created, revoked, toolset) = (
-            k.id.clone(),
-            k.tenant.clone(),
-            k.role.as_str(),
-            k.key_sha256.clone(),
-            k.label.clone(),
-            k.created_at,
-            k.revoked_at,
-            k.toolset.clone(),
-        );
-        audited!(
-            self,
-            audit,
-            Some(Topic::Keys),
-            "INSERT INTO api_keys (id, tenant, role, key_sha256, label, created_at, revoked_at, toolset)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            id,
-            tenant,
-            role,
-            sha,
-            label,
-            created,
-            revoked,
-            toolset
-        )?;
-        Ok(())
+        let (pool, k, audit) = (self.pool.clone(), k.clone(), audit.clone());
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            // A key scoped to a toolset only while it is live: under the
+            // lock `delete_toolset` takes, so a delete on another replica
+            // is wholly before (refused here) or after (revokes the key).
+            if let Some(toolset) = &k.toolset {
+                sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+                    .bind(format!("toolset:{}/{toolset}", k.tenant.as_deref().unwrap_or_default()))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+                let live: Option<i32> = sqlx::query_scalar(
+                    "SELECT 1 FROM toolsets WHERE tenant = $1 AND name = $2 AND deleted_at IS NULL LIMIT 1",
+                )
+                .bind(&k.tenant)
+                .bind(toolset)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+                if live.is_none() {
+                    return Err(StoreError::Conflict(format!("toolset {toolset} is not live")));
+                }
+            }
+            sqlx::query(
+                "INSERT INTO api_keys (id, tenant, role, key_sha256, label, created_at, revoked_at, toolset)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(&k.id)
+            .bind(&k.tenant)
+            .bind(k.role.as_str())
+            .bind(&k.key_sha256)
+            .bind(&k.label)
+            .bind(k.created_at)
+            .bind(k.revoked_at)
+            .bind(&k.toolset)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+            insert_audit(&mut tx, &audit).await.map_err(db)?;
+            record(&mut tx, Topic::Keys).await.map_err(db)?;
+            tx.commit().await.map_err(db)?;
+            Ok(())
+        })
     }
 
     fn revoke_key(&self, id: &str, at: i64, audit: &AuditEntry) -> Result<bool, StoreError> {
@@ -728,6 +746,13 @@ impl RegistryStore for PostgresStore {
         let (pool, tenant, name, audit) = (self.pool.clone(), tenant.to_string(), name.to_string(), audit.clone());
         self.run(async move {
             let mut tx = pool.begin().await.map_err(db)?;
+            // The same lock as `insert_toolset`: a PUT on another replica
+            // waits, then numbers after the delete (it cannot undo it).
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+                .bind(format!("toolset:{tenant}/{name}"))
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
             let deleted = sqlx::query(
                 "UPDATE toolsets SET deleted_at = $3 WHERE tenant = $1 AND name = $2 AND deleted_at IS NULL",
             )
@@ -743,6 +768,18 @@ impl RegistryStore for PostgresStore {
             )
             .bind(&tenant)
             .bind(&name)
+            .bind(at)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+            // The OAuth grants issued for the toolset's MCP URL: a toolset
+            // re-created under the same name is not opened by them.
+            sqlx::query(
+                "UPDATE oauth_grants SET revoked_at = $3
+                 WHERE tenant = $1 AND revoked_at IS NULL AND right(resource, char_length($2)) = $2",
+            )
+            .bind(&tenant)
+            .bind(super::toolset_resource_suffix(&tenant, &name))
             .bind(at)
             .execute(&mut *tx)
             .await

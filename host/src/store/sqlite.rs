@@ -437,13 +437,29 @@ impl RegistryStore for SqliteStore {
     }
 
     fn insert_key(&self, k: &KeyRecord, audit: &AuditEntry) -> Result<(), StoreError> {
-        self.audited(audit, |tx| {
-            tx.execute(
-                "INSERT INTO api_keys (id, tenant, role, key_sha256, label, created_at, revoked_at, toolset)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![k.id, k.tenant, k.role.as_str(), k.key_sha256, k.label, k.created_at, k.revoked_at, k.toolset],
-            )
-        })?;
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        // A key scoped to a toolset only while it is live, in the
+        // transaction that stores the key: a delete is before or after.
+        if let Some(toolset) = &k.toolset {
+            let live: Option<i64> = tx
+                .query_row(
+                    "SELECT 1 FROM toolsets WHERE tenant = ?1 AND name = ?2 AND deleted_at IS NULL LIMIT 1",
+                    params![k.tenant, toolset],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if live.is_none() {
+                return Err(StoreError::Conflict(format!("toolset {toolset} is not live")));
+            }
+        }
+        tx.execute(
+            "INSERT INTO api_keys (id, tenant, role, key_sha256, label, created_at, revoked_at, toolset)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![k.id, k.tenant, k.role.as_str(), k.key_sha256, k.label, k.created_at, k.revoked_at, k.toolset],
+        )?;
+        insert_audit(&tx, audit)?;
+        tx.commit()?;
         Ok(())
     }
 
@@ -512,6 +528,14 @@ impl RegistryStore for SqliteStore {
             tx.execute(
                 "UPDATE api_keys SET revoked_at = ?3 WHERE tenant = ?1 AND toolset = ?2 AND revoked_at IS NULL",
                 params![tenant, name, at],
+            )?;
+            // The OAuth grants (codes, access and refresh tokens) issued
+            // for the toolset's MCP URL: a toolset re-created under the
+            // same name is not opened by them.
+            tx.execute(
+                "UPDATE oauth_grants SET revoked_at = ?3
+                 WHERE tenant = ?1 AND revoked_at IS NULL AND substr(resource, -length(?2)) = ?2",
+                params![tenant, super::toolset_resource_suffix(tenant, name), at],
             )?;
             Ok(deleted)
         })?;

@@ -124,6 +124,44 @@ for_both_stores!(
     refused_calls_are_kept_by_parameter_and_code_and_replaced_per_replica,
 );
 
+/// A key scoped to a toolset is stored only while the toolset is live,
+/// checked in the key's transaction (on both stores): a delete, here or on
+/// another replica, cannot miss a key made at the same time.
+#[test]
+fn a_toolset_scoped_key_is_stored_only_while_its_toolset_is_live() {
+    for fixture in [sqlite(), postgres()] {
+        let store = fixture.open();
+        let travel = StoredToolset {
+            tenant: "default".into(),
+            name: "travel".into(),
+            version: 1,
+            description: String::new(),
+            tools: Vec::new(),
+            created_at: 100,
+            deleted_at: None,
+        };
+        store.insert_toolset(&travel, &audit("toolset.put")).unwrap();
+        let key = |id: &str, toolset: &str| KeyRecord {
+            id: id.into(),
+            tenant: Some("default".into()),
+            role: crate::tenancy::Role::Consumer,
+            key_sha256: id.repeat(64 / id.len()),
+            label: None,
+            created_at: 7,
+            revoked_at: None,
+            toolset: Some(toolset.into()),
+        };
+        store.insert_key(&key("live", "travel"), &audit("key.create")).unwrap();
+        assert!(store.delete_toolset("default", "travel", 200, &audit("toolset.delete")).unwrap());
+        for (id, name) in [("late", "travel"), ("none", "nosuch")] {
+            let refused = store.insert_key(&key(id, name), &audit("key.create"));
+            assert!(matches!(refused, Err(StoreError::Conflict(_))), "{id}: {refused:?}");
+        }
+        let keys = store.keys().unwrap();
+        assert_eq!(keys.iter().map(|k| (k.id.as_str(), k.revoked_at)).collect::<Vec<_>>(), [("live", Some(200))]);
+    }
+}
+
 fn toolset_versions_are_numbered_in_turn_and_deleted_with_their_keys(store: &dyn RegistryStore) {
     let toolset = |version: u32, tools: &[(&str, Option<u32>)]| StoredToolset {
         tenant: "default".into(),
@@ -155,6 +193,28 @@ fn toolset_versions_are_numbered_in_turn_and_deleted_with_their_keys(store: &dyn
     };
     store.insert_key(&scoped, &audit("key.create")).unwrap();
     assert_eq!(store.keys().unwrap(), std::slice::from_ref(&scoped));
+    let grant = |sha: &str, tenant: &str, resource: &str| OAuthGrant {
+        token_sha256: sha.into(),
+        kind: "access".into(),
+        tenant: tenant.into(),
+        client_id: "c".into(),
+        end_user: "alice".into(),
+        scope: "tools:call".into(),
+        resource: resource.into(),
+        family: sha.into(),
+        detail: "{}".into(),
+        expires_at: 2_000,
+        used_at: None,
+        revoked_at: None,
+    };
+    store
+        .insert_oauth_grants(&[
+            grant("travel", "default", "https://x/t/default/toolsets/travel/mcp"),
+            grant("other", "default", "https://x/t/default/toolsets/travel2/mcp"),
+            grant("tenant", "default", "https://x/t/default/mcp"),
+            grant("acme", "acme", "https://x/t/acme/toolsets/travel/mcp"),
+        ])
+        .unwrap();
 
     // Deleting marks every version and revokes the toolset's keys.
     assert!(store.delete_toolset("default", "travel", 200, &audit("toolset.delete")).unwrap());
@@ -162,6 +222,10 @@ fn toolset_versions_are_numbered_in_turn_and_deleted_with_their_keys(store: &dyn
     let stored = store.toolsets().unwrap();
     assert!(stored.iter().all(|t| t.deleted_at == Some(200)), "{stored:?}");
     assert_eq!(store.keys().unwrap(), [KeyRecord { revoked_at: Some(200), ..scoped }]);
+    // And the OAuth grants for its MCP URL, only those.
+    let revoked = |sha: &str| store.oauth_grant(sha).unwrap().unwrap().revoked_at;
+    assert_eq!(revoked("travel"), Some(200), "a token for the deleted toolset's MCP URL");
+    assert_eq!((revoked("other"), revoked("tenant"), revoked("acme")), (None, None, None));
     // A new toolset of the same name goes on from the old numbers: an old
     // pin never opens new content.
     assert!(matches!(store.insert_toolset(&toolset(1, &[]), &audit("toolset.put")), Err(StoreError::Conflict(_))));
@@ -748,6 +812,38 @@ fn racing_replicas_number_a_tools_versions_consecutively() {
     b.insert_version(&version(id, 3), &component(3), &audit("tool.deploy")).unwrap();
     let numbers: Vec<u32> = a.versions().unwrap().iter().map(|v| v.version).collect();
     assert_eq!(numbers, [1, 2, 3]);
+}
+
+#[test]
+fn deleting_a_toolset_waits_for_a_change_of_it_on_another_replica() {
+    use sqlx::{Connection, Executor};
+    let url = TestPostgres::shared().fresh_database();
+    let store = PostgresStore::open(&url, cipher()).unwrap();
+    let travel = StoredToolset {
+        tenant: "default".into(),
+        name: "travel".into(),
+        version: 1,
+        description: String::new(),
+        tools: Vec::new(),
+        created_at: 100,
+        deleted_at: None,
+    };
+    store.insert_toolset(&travel, &audit("toolset.put")).unwrap();
+    // Another replica in the middle of a change of the toolset: it holds
+    // the lock `insert_toolset` takes.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut other = runtime.block_on(sqlx::PgConnection::connect(&url)).unwrap();
+    runtime.block_on(other.execute("BEGIN")).unwrap();
+    runtime
+        .block_on(other.execute("SELECT pg_advisory_xact_lock(hashtextextended('toolset:default/travel', 0))"))
+        .unwrap();
+    std::thread::scope(|s| {
+        let deleting = s.spawn(|| store.delete_toolset("default", "travel", 200, &audit("toolset.delete")));
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(!deleting.is_finished(), "the delete did not wait for the toolset's lock");
+        runtime.block_on(other.execute("COMMIT")).unwrap();
+        assert!(deleting.join().unwrap().unwrap());
+    });
 }
 
 #[test]
