@@ -486,7 +486,14 @@ async fn the_authorization_page_never_sends_a_browser_where_the_client_did_not_r
     let mut other = flow.request(&client_id, REDIRECT);
     other.retain(|(k, _)| k != "resource");
     other.push(("resource".into(), "https://elsewhere.example/mcp".into()));
-    for (query, said) in [(plain, "invalid_request"), (other, "invalid_target")] {
+    // A toolset's URL as the bare root would name it: toolsets are served
+    // under `/t/{tenant}/` only, so none is issued for it.
+    let travel = json!({ "description": "", "tools": [{ "name": "echo" }] });
+    assert_eq!(server.call_as(Some(TOKEN), Method::PUT, "/admin/toolsets/travel", Some(&travel)).await.0, 201);
+    let mut unserved = flow.request(&client_id, REDIRECT);
+    unserved.retain(|(k, _)| k != "resource");
+    unserved.push(("resource".into(), format!("{}/toolsets/travel/mcp", server.base)));
+    for (query, said) in [(plain, "invalid_request"), (other, "invalid_target"), (unserved, "invalid_target")] {
         let (status, headers, page) = flow.page(&query).await;
         assert_eq!(status, 400, "{page}");
         assert!(headers.get(reqwest::header::LOCATION).is_none());

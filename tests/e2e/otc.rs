@@ -275,9 +275,12 @@ async fn bad_requests_are_400_bad_inputs_422_and_failed_calls_200() {
     assert_eq!(send(anonymous, Some(CALL_RESULT)).await.status, 401);
     assert_eq!(send(server.request(Method::GET, "/otc/nothing"), Some(CALL_RESULT)).await.status, 404);
     // The health check says the same under every root: it names no tenant.
-    let ghost = send(server.request_as(None, Method::GET, "/t/ghost/otc/health"), None).await;
     let real = send(server.request_as(None, Method::GET, "/otc/health"), None).await;
-    assert_eq!((ghost.status, ghost.body), (real.status, real.body));
+    // Nor which toolsets a tenant has.
+    for root in ["/t/ghost", "/t/default/toolsets/no-such-toolset"] {
+        let elsewhere = send(server.request_as(None, Method::GET, &format!("{root}/otc/health")), None).await;
+        assert_eq!((&elsewhere.status, &elsewhere.body), (&real.status, &real.body), "{root}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

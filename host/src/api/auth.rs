@@ -218,7 +218,11 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
     // A toolset's root: the toolset (that version, or its newest) must be
     // live; the doors then serve its view of the tenant.
     let toolset = match &toolset_root {
+        // An open endpoint (OTC's health check) names no tool: it answers
+        // the same under every root, and so says nothing of which toolsets
+        // exist.
         None => None,
+        Some(_) if access == Access::Open => None,
         Some(root) => match host.toolset(&tenant, &root.name, root.version) {
             Some(toolset) => Some(toolset),
             None => return no_such_toolset(&root.name, root.version).into_response(),

@@ -325,7 +325,11 @@ async fn check_request(
     // for a toolset's opens that toolset only.
     let mut resource = mcp_resource(options, root);
     for (_, asked) in fields.iter().filter(|(k, _)| k == "resource") {
-        let toolset = toolset_of_resource(options, root, asked).filter(|t| host.toolset(tenant, t, None).is_some());
+        // Toolsets are served under `/t/{tenant}/` only: the bare root's
+        // authorization server issues nothing for a toolset URL it does
+        // not serve.
+        let toolset = toolset_of_resource(options, root, asked)
+            .filter(|t| root.explicit && host.toolset(tenant, t, None).is_some());
         match toolset {
             _ if *asked == mcp_resource(options, root) => {}
             Some(_) if *asked == resource || resource == mcp_resource(options, root) => resource = asked.clone(),
