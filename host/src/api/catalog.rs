@@ -361,19 +361,51 @@ impl FromRequestParts<AppState> for AboutTool {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, host: &AppState) -> Result<Self, Response> {
-        // Both are there behind `Access::Catalog` (`auth.rs`).
+        let Catalog { host, options, session, query, .. } = Catalog::from_request_parts(parts, host).await?;
+        let Path(tool_id) = Path::<String>::from_request_parts(parts, &host).await.map_err(|e| e.into_response())?;
+        let Some(tool) = host.tool(&session.tenant, &tool_id) else {
+            return Err(Unavailable::Tool.page(&options, &session));
+        };
+        Ok(AboutTool { host, options, session, tool, query })
+    }
+}
+
+/// What every catalog page starts from: the session (there behind
+/// `Access::Catalog`, `auth.rs`), the options, the tenant's links and the
+/// query's fields.
+pub(super) struct Catalog {
+    host: AppState,
+    options: Arc<ApiOptions>,
+    session: DesignerSession,
+    links: Links,
+    query: Vec<(String, String)>,
+}
+
+impl FromRequestParts<AppState> for Catalog {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, host: &AppState) -> Result<Self, Response> {
         let options = parts.extensions.get::<Arc<ApiOptions>>().cloned();
         let session = parts.extensions.get::<DesignerSession>().cloned();
         let (Some(options), Some(session)) = (options, session) else {
             return Err(ApiError::internal("the server is misconfigured").into_response());
         };
-        let Path(tool_id) = Path::<String>::from_request_parts(parts, host).await.map_err(|e| e.into_response())?;
-        let Some(tool) = host.tool(&session.tenant, &tool_id) else {
-            return Err(Unavailable::Tool.page(&options, &session));
-        };
+        let links = Links::new(&options, &session.tenant);
         let query = form(parts.uri.query().unwrap_or_default().as_bytes());
-        Ok(AboutTool { host: host.clone(), options, session, tool, query })
+        Ok(Catalog { host: host.clone(), options, session, links, query })
     }
+}
+
+/// The two versions a comparison page shows, older first, from its query's
+/// `from` and `to`: `to` by default `newest`, `from` by default the
+/// version before `to` among `numbers`; `None` when either is not a number.
+fn compared_pair(query: &[(String, String)], numbers: &[u32], newest: u32) -> Option<(u32, u32)> {
+    let to = field(query, "to").map_or(Some(newest), |n| n.parse().ok());
+    let from = match field(query, "from") {
+        Some(n) => n.parse().ok(),
+        None => to.map(|to| numbers.iter().copied().filter(|n| *n < to).max().unwrap_or(to)),
+    };
+    from.zip(to).map(|(a, b): (u32, u32)| (a.min(b), a.max(b)))
 }
 
 /// Version `n` of `tool` (its current one when `None`, else its newest).

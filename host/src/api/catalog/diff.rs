@@ -54,13 +54,8 @@ pub(in crate::api) async fn diff(about: AboutTool) -> Response {
     let mut numbers: Vec<u32> = tool.versions_before(None, usize::MAX).iter().map(|v| v.number).collect();
     numbers.reverse();
     let newest = tool.current().map_or(tool.newest_number(), |v| v.number);
-    let to = field(&query, "to").map_or(Some(newest), |n| n.parse().ok());
-    let from = match field(&query, "from") {
-        Some(n) => n.parse().ok(),
-        None => to.map(|to| numbers.iter().copied().filter(|n| *n < to).max().unwrap_or(to)),
-    };
     // The older one is compared with the newer, whichever way they came.
-    let versions = from.zip(to).map(|(a, b)| (a.min(b), a.max(b)));
+    let versions = compared_pair(&query, &numbers, newest);
     let Some(((from, old), (to, new))) =
         versions.and_then(|(from, to)| Some(((from, tool.version(from)?), (to, tool.version(to)?))))
     else {

@@ -116,29 +116,7 @@ struct ToolsetDiffPage {
 /// (breaking, message)).
 type PinChange = (String, String, String, Vec<(bool, Vec<(bool, String)>)>);
 
-/// What a page about one toolset starts from: the session, the options,
-/// and the toolset its path names. A toolset the tenant does not have is
-/// the page that says so.
-struct Catalog {
-    host: AppState,
-    options: Arc<ApiOptions>,
-    session: DesignerSession,
-    links: Links,
-}
-
 impl Catalog {
-    /// `None` only if the access layer did not run (both are there behind
-    /// `Access::Catalog`, `auth.rs`).
-    fn of(
-        host: AppState,
-        options: Option<Extension<Arc<ApiOptions>>>,
-        session: Option<Extension<DesignerSession>>,
-    ) -> Option<Catalog> {
-        let (Extension(options), Extension(session)) = (options?, session?);
-        let links = Links::new(&options, &session.tenant);
-        Some(Catalog { host, options, session, links })
-    }
-
     fn can_write(&self) -> bool {
         self.session.principal.role >= Role::Publisher
     }
@@ -156,10 +134,6 @@ impl Catalog {
     }
 }
 
-fn misconfigured() -> Response {
-    ApiError::internal("the server is misconfigured").into_response()
-}
-
 /// `pinned to N` or `follows the current version (now N)`, in words.
 fn pin_words(pin: Option<u32>, reached: Option<u32>) -> String {
     match (pin, reached) {
@@ -171,15 +145,8 @@ fn pin_words(pin: Option<u32>, reached: Option<u32>) -> String {
 
 #[utoipa::path(get, summary = "The tenant's toolsets", description = "Every toolset of the tenant with its newest version, the number of its tools and whether any pinned version was retired; for a publisher, a form to make a new one.", path = "/catalog/toolsets", tag = "Catalog", operation_id = "catalog_toolsets",
     responses((status = 200, description = "The toolsets", content_type = "text/html", body = String)))]
-pub(in crate::api) async fn toolsets(
-    State(host): State<AppState>,
-    options: Option<Extension<Arc<ApiOptions>>>,
-    session: Option<Extension<DesignerSession>>,
-) -> Response {
-    let Some(catalog) = Catalog::of(host, options, session) else {
-        return misconfigured();
-    };
-    let Catalog { host, options, session, links } = &catalog;
+pub(in crate::api) async fn toolsets(catalog: Catalog) -> Response {
+    let Catalog { host, options, session, links, .. } = &catalog;
     let rows = host
         .toolsets(&session.tenant)
         .iter()
@@ -206,25 +173,15 @@ pub(in crate::api) async fn toolsets(
 #[utoipa::path(get, summary = "One toolset, for its designer", description = "A toolset version's tools, each pinned or following its current version (with a warning when a pinned version was retired), its versions, the URLs of its doors, and a preview of what MCP's `tools/list` and A2T's listing send about its tools, with their size in tokens (o200k and cl100k); for a publisher, forms to add, pin, follow and remove tools.", path = "/catalog/toolsets/{name}", tag = "Catalog", operation_id = "catalog_toolset",
     params(("name" = String, Path, description = "The toolset's name"), ("version" = Option<u32>, Query, description = "The version shown (the newest by default)")),
     responses((status = 200, description = "The toolset", content_type = "text/html", body = String), (status = 404, description = "No such toolset or version", content_type = "text/html", body = String)))]
-pub(in crate::api) async fn toolset(
-    State(host): State<AppState>,
-    options: Option<Extension<Arc<ApiOptions>>>,
-    session: Option<Extension<DesignerSession>>,
-    Path(name): Path<String>,
-    RawQuery(query): RawQuery,
-) -> Response {
-    let Some(catalog) = Catalog::of(host, options, session) else {
-        return misconfigured();
-    };
-    let query = form(query.unwrap_or_default().as_bytes());
-    let asked = match field(&query, "version") {
+pub(in crate::api) async fn toolset(catalog: Catalog, Path(name): Path<String>) -> Response {
+    let asked = match field(&catalog.query, "version") {
         Some(n) => match n.parse::<u32>() {
             Ok(n) => Some(n),
             Err(_) => return catalog.no_such_toolset(&name),
         },
         None => None,
     };
-    let Catalog { host, options, session, links } = &catalog;
+    let Catalog { host, options, session, links, .. } = &catalog;
     let (Some(toolset), Some(newest)) =
         (host.toolset(&session.tenant, &name, asked), host.toolset(&session.tenant, &name, None))
     else {
@@ -378,15 +335,7 @@ fn version_field(form: &[(String, String)]) -> Result<Option<u32>, String> {
 #[utoipa::path(post, summary = "Change a toolset from the catalog", description = "A publisher's form: `action` is `create` (with `toolset` and `description`), `describe`, `add` (`tool`, and `version` to pin it or none to follow), `pin` (`tool`, `version`), `follow` (`tool`) or `remove` (`tool`). Each change makes a new toolset version (`PUT /admin/toolsets/{name}`) and answers `303` to the toolset's page.", path = "/catalog/toolsets", tag = "Catalog", operation_id = "catalog_toolset_edit",
     request_body(content_type = "application/x-www-form-urlencoded", content = String),
     responses((status = 303, description = "Changed: the toolset's page"), (status = 400, description = "The change is refused (the page says why)", content_type = "text/html", body = String), (status = 403, description = "The key may not write toolsets", content_type = "text/html", body = String), (status = 404, description = "No such toolset or tool", content_type = "text/html", body = String)))]
-pub(in crate::api) async fn edit(
-    State(host): State<AppState>,
-    options: Option<Extension<Arc<ApiOptions>>>,
-    session: Option<Extension<DesignerSession>>,
-    body: Bytes,
-) -> Response {
-    let Some(catalog) = Catalog::of(host, options, session) else {
-        return misconfigured();
-    };
+pub(in crate::api) async fn edit(catalog: Catalog, body: Bytes) -> Response {
     let refused = |status: StatusCode, title: &str, said: String| {
         notice(
             &catalog.options,
@@ -469,28 +418,13 @@ pub(in crate::api) async fn edit(
         ("to" = Option<u32>, Query, description = "The other (by default the newest)"),
     ),
     responses((status = 200, description = "The comparison", content_type = "text/html", body = String), (status = 404, description = "No such toolset or version", content_type = "text/html", body = String)))]
-pub(in crate::api) async fn diff(
-    State(host): State<AppState>,
-    options: Option<Extension<Arc<ApiOptions>>>,
-    session: Option<Extension<DesignerSession>>,
-    Path(name): Path<String>,
-    RawQuery(query): RawQuery,
-) -> Response {
-    let Some(catalog) = Catalog::of(host, options, session) else {
-        return misconfigured();
-    };
-    let Catalog { host, options, session, links } = &catalog;
+pub(in crate::api) async fn diff(catalog: Catalog, Path(name): Path<String>) -> Response {
+    let Catalog { host, options, session, links, query } = &catalog;
     let numbers: Vec<u32> = host.toolset_versions(&session.tenant, &name).iter().map(|v| v.version).collect();
     let Some(newest) = numbers.last().copied() else {
         return catalog.no_such_toolset(&name);
     };
-    let query = form(query.unwrap_or_default().as_bytes());
-    let to = field(&query, "to").map_or(Some(newest), |n| n.parse().ok());
-    let from = match field(&query, "from") {
-        Some(n) => n.parse().ok(),
-        None => to.map(|to| numbers.iter().copied().filter(|n| *n < to).max().unwrap_or(to)),
-    };
-    let Some((from, to)) = from.zip(to).map(|(a, b)| (a.min(b), a.max(b))) else {
+    let Some((from, to)) = compared_pair(query, &numbers, newest) else {
         return catalog.no_such_toolset(&name);
     };
     let Some(diff) = host.diff_toolsets(&session.tenant, &name, from, to) else {
