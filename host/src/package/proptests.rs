@@ -27,7 +27,7 @@ pub(crate) struct PackedTool {
 
 /// A directory of packed tools named by `var`, or else `target/<dir>`;
 /// missing tools fail the test with what to run.
-fn tools_dir(var: &str, dir: &str, probe: &str, make: &str) -> PathBuf {
+pub(crate) fn tools_dir(var: &str, dir: &str, probe: &str, make: &str) -> PathBuf {
     let path = std::env::var_os(var)
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target").join(dir));

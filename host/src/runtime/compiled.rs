@@ -15,9 +15,12 @@
 //!   staying in the server's heap, and a compiler bug a hostile component
 //!   triggers ends there too.
 //! - The worker's Cranelift keeps each function it compiles in
-//!   `incremental/` (its incremental compilation cache): a second Python or
-//!   JavaScript tool carries the same language runtime as the first, and
-//!   those functions are taken from there instead of being compiled again.
+//!   `incremental/` (its incremental compilation cache), and each core
+//!   module's functions together, under a key of the module (wasmtime
+//!   patched: `vendor/wasmtime/PLINTH.md`, "Whole modules"): a second
+//!   Python or JavaScript tool carries the same language runtime as the
+//!   first, whose modules are taken from there whole, without translating
+//!   a function of them.
 
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
@@ -234,7 +237,8 @@ fn file_sha256(path: &Path) -> std::io::Result<[u8; 32]> {
 }
 
 /// Cranelift's incremental compilation cache in a folder: one file per
-/// function, named by the sha256 of its key, holding the sha256 of the
+/// function (or per core module, for the patched Cranelift's whole
+/// modules), named by the sha256 of its key, holding the sha256 of the
 /// value then the value (a damaged file is a miss, never code).
 #[derive(Debug)]
 pub(super) struct IncrementalStore {

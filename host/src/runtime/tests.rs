@@ -436,3 +436,132 @@ fn a_compile_worker_that_crashes_fails_that_load_and_nothing_else() {
     let working = runtime(&cache);
     assert!(working.load(&component, &sha).is_ok());
 }
+
+/// Cranelift's incremental cache on disk, counting what is asked of it.
+#[derive(Debug)]
+struct CountedStore {
+    store: compiled::IncrementalStore,
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+impl wasmtime::CacheStore for CountedStore {
+    fn get(&self, key: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.store.get(key)
+    }
+    fn insert(&self, key: &[u8], value: Vec<u8>) -> bool {
+        self.store.insert(key, value)
+    }
+}
+
+/// Compiles `component` with the incremental cache in `cache`: its code,
+/// and how many times the cache was asked.
+fn compile_with_cache(cache: &std::path::Path, component: &[u8]) -> (Vec<u8>, usize) {
+    let store = Arc::new(CountedStore { store: compiled::IncrementalStore::open(cache).unwrap(), asked: 0.into() });
+    let mut config = compiled::code_config();
+    config.enable_incremental_compilation(store.clone()).unwrap();
+    let code = Engine::new(&config).unwrap().precompile_component(component).unwrap();
+    (code, store.asked.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// A core module compiled before (CPython, in every Python tool) is taken
+/// from the cache whole, as one entry, instead of function by function
+/// after translating each (vendor/wasmtime/PLINTH.md, "Whole modules"):
+/// the code is byte for byte what a compilation from nothing makes, also
+/// where the module lies elsewhere in its component, and an entry that is
+/// damaged or not whole is never used.
+#[test]
+fn a_module_compiled_before_is_taken_whole_and_makes_the_code_a_fresh_compilation_makes() {
+    let python = fixture("echo_py.wasm");
+    // Another component with the same core modules, each at another
+    // offset: a custom section of 1,000 bytes ahead of them.
+    let mut moved = python[..8].to_vec();
+    let payload = [&[5u8][..], b"moved", &[0u8; 1000]].concat();
+    moved.push(0);
+    moved.extend_from_slice(&[(payload.len() & 0x7f) as u8 | 0x80, (payload.len() >> 7) as u8]);
+    moved.extend_from_slice(&payload);
+    moved.extend_from_slice(&python[8..]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (warm, fresh) = (dir.path().join("warm"), dir.path().join("fresh"));
+    let (_, asked_cold) = compile_with_cache(&warm, &python);
+    let (from_modules, asked_warm) = compile_with_cache(&warm, &moved);
+    let (from_nothing, _) = compile_with_cache(&fresh, &moved);
+    assert!(from_modules == from_nothing, "the code made from whole modules differs from a fresh compilation's");
+    // Cold, each function is looked up after its translation; warm, each
+    // module once (what remains are the trampolines wasmtime makes).
+    assert!(asked_warm * 2 < asked_cold, "the cache was asked {asked_warm} times, {asked_cold} the first time");
+
+    // Every entry damaged: none is used, and the code is the same.
+    for entry in walk(&warm) {
+        std::fs::write(entry, b"garbage").unwrap();
+    }
+    let (recompiled, asked) = compile_with_cache(&warm, &moved);
+    assert!(recompiled == from_nothing);
+    assert!(asked * 2 > asked_cold, "with every entry damaged, each function was looked up ({asked})");
+    // The modules' entries, written again, are the large ones: cut each to
+    // half its value under a checksum that matches, so that only the
+    // entry's own shape can tell.
+    let (_, asked) = compile_with_cache(&warm, &moved);
+    assert!(asked * 2 < asked_cold, "the modules' entries were written again ({asked})");
+    let mut entries = walk(&warm);
+    entries.sort_by_key(|entry| std::cmp::Reverse(std::fs::metadata(entry).unwrap().len()));
+    for entry in &entries[..3] {
+        let value = std::fs::read(entry).unwrap()[32..].to_vec();
+        let half = &value[..value.len() / 2];
+        std::fs::write(entry, [Sha256::digest(half).as_slice(), half].concat()).unwrap();
+    }
+    let (recompiled, _) = compile_with_cache(&warm, &moved);
+    assert!(recompiled == from_nothing, "a module's entry cut short was used");
+}
+
+/// What a module's memories start with, and where, is not part of its
+/// code: a JavaScript tool's StarlingMonkey differs from another's only in
+/// its data (the snapshot of the tool's heap, at other addresses), and is
+/// taken whole from the cache; the code is what a compilation from nothing
+/// makes.
+#[test]
+fn a_module_that_differs_only_in_its_data_is_taken_whole() {
+    let javascript = fixture("echo_js.wasm");
+    let other_data = with_the_first_data_changed(&javascript);
+    assert_ne!(other_data, javascript);
+    let dir = tempfile::tempdir().unwrap();
+    let (warm, fresh) = (dir.path().join("warm"), dir.path().join("fresh"));
+    let (_, asked_cold) = compile_with_cache(&warm, &javascript);
+    let (from_modules, asked_warm) = compile_with_cache(&warm, &other_data);
+    let (from_nothing, _) = compile_with_cache(&fresh, &other_data);
+    assert!(from_modules == from_nothing, "the code made from whole modules differs from a fresh compilation's");
+    assert!(asked_warm * 2 < asked_cold, "the cache was asked {asked_warm} times, {asked_cold} the first time");
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    let fixtures = crate::package::proptests::tools_dir("PLINTH_TEST_FIXTURES", "fixtures", name, "fixtures");
+    std::fs::read(fixtures.join(name)).unwrap()
+}
+
+/// `component` with the first data segment of its first core module that
+/// has data changed: one byte of its data, and its offset by 8.
+fn with_the_first_data_changed(component: &[u8]) -> Vec<u8> {
+    let mut bytes = component.to_vec();
+    for payload in wasmparser::Parser::new(0).parse_all(component) {
+        if let wasmparser::Payload::DataSection(reader) = payload.unwrap() {
+            for data in reader {
+                let data = data.unwrap();
+                let (Some(&first), wasmparser::DataKind::Active { offset_expr, .. }) = (data.data.first(), data.kind)
+                else {
+                    continue;
+                };
+                let at = data.range.end - data.data.len();
+                assert_eq!(bytes[at], first);
+                bytes[at] ^= 0x55;
+                // `i32.const`, then its LEB128 value: a bit of the first
+                // byte's value changes it by 8 and keeps its length.
+                let offset = offset_expr.get_binary_reader().original_position();
+                assert_eq!(bytes[offset], 0x41, "an i32.const offset");
+                bytes[offset + 1] ^= 0x08;
+                return bytes;
+            }
+        }
+    }
+    panic!("no active data segment with data")
+}
