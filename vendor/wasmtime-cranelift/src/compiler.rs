@@ -65,8 +65,8 @@ struct CompilerContext {
     /// PLINTH PATCH: this function's code, taken from its module's pack
     /// (`module_reuse`) instead of compiled.
     reused_code: Option<CompiledCode>,
-    /// PLINTH PATCH: where this function's code goes once compiled, when
-    /// its module has no pack yet.
+    /// PLINTH PATCH: this function of a module whose functions are kept
+    /// whole: told to the module once its code is made.
     to_record: Option<crate::module_reuse::ToRecord>,
 }
 
@@ -536,6 +536,13 @@ impl wasmtime_environ::Compiler for Compiler {
                     cranelift_codegen::incremental_cache::try_finish_recompile(&context.func, &reused.blob)
                 {
                     compiler.cx.reused_code = Some(code);
+                    compiler.cx.to_record = Some(crate::module_reuse::ToRecord {
+                        reuse: reuse.clone(),
+                        index: def_func_index,
+                        body_offset: func_body_offset,
+                        needs_gc_heap: reused.needs_gc_heap,
+                        from_pack: true,
+                    });
                     if let Some(cache_ctx) = compiler.cx.incremental_cache_ctx.as_mut() {
                         cache_ctx.num_hits += 1;
                     }
@@ -544,8 +551,12 @@ impl wasmtime_environ::Compiler for Compiler {
                         needs_gc_heap: reused.needs_gc_heap,
                     });
                 }
-                // Not a stencil of this Cranelift's: compile it.
+                // Not a stencil of this Cranelift's: compile it, and write
+                // the pack again once the module is compiled.
                 context.func.params = cranelift_codegen::ir::function::FunctionParameters::new();
+            }
+            if reuse.has_pack() {
+                reuse.mark_stale();
             }
         }
 
@@ -622,12 +633,13 @@ impl wasmtime_environ::Compiler for Compiler {
         }
 
         // PLINTH PATCH: record the compiled code for the module's pack.
-        if let Some(reuse) = reuse.filter(|reuse| !reuse.has_pack()) {
+        if let Some(reuse) = reuse {
             compiler.cx.to_record = Some(crate::module_reuse::ToRecord {
                 reuse,
                 index: def_func_index,
                 body_offset: func_body_offset,
                 needs_gc_heap,
+                from_pack: false,
             });
         }
 
@@ -1730,15 +1742,17 @@ impl FunctionCompiler<'_> {
                 to_record.is_some().then_some(&mut stencil),
             ),
         };
-        if let (Ok(_), Some(record), Some(stencil)) = (&compilation_result, to_record, stencil) {
-            if let Some(entry) = crate::module_reuse::encode_entry(
-                &context.func.params,
-                record.body_offset,
-                record.needs_gc_heap,
-                &stencil,
-            ) {
-                record.reuse.record(record.index, entry);
-            }
+        if let (Ok(_), Some(record)) = (&compilation_result, to_record) {
+            let entry = match (record.from_pack, stencil) {
+                (false, Some(stencil)) => crate::module_reuse::encode_entry(
+                    &context.func.params,
+                    record.body_offset,
+                    record.needs_gc_heap,
+                    &stencil,
+                ),
+                _ => None,
+            };
+            record.reuse.record(record.index, entry);
         }
 
         if let Some(path) = &self.compiler.clif_dir {

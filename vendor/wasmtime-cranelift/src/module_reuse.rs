@@ -38,8 +38,12 @@ pub(crate) struct ModuleReuse {
     store: Arc<dyn CacheStore>,
     /// The pack found in the store, if any: each function's entry.
     found: Option<Pack>,
-    /// Entries recorded in this compilation, when no pack was found.
+    /// Entries compiled in this compilation (a function taken from the
+    /// pack has none), and how many of the module's functions are done.
     recorded: Mutex<Recorded>,
+    /// Whether an entry of the pack found could not be used: the pack is
+    /// written again once the module is compiled.
+    stale: std::sync::atomic::AtomicBool,
 }
 
 struct Pack {
@@ -49,7 +53,7 @@ struct Pack {
 
 struct Recorded {
     entries: Vec<Option<Vec<u8>>>,
-    count: usize,
+    done: usize,
 }
 
 /// A function taken from a pack: its parameters, ready for
@@ -60,18 +64,21 @@ pub(crate) struct Reused {
     pub needs_gc_heap: bool,
 }
 
-/// What to record once a function missed the pack and was compiled.
+/// What to tell the module once a function's code is made.
 pub(crate) struct ToRecord {
     pub reuse: Arc<ModuleReuse>,
     pub index: DefinedFuncIndex,
     pub body_offset: usize,
     pub needs_gc_heap: bool,
+    /// Taken from the pack (its entry is the pack's) rather than compiled.
+    pub from_pack: bool,
 }
 
 /// The module's reuse state, made by the first of its functions to be
-/// compiled; `None` when reuse cannot apply (no store, or settings under
+/// compiled; `None` when reuse cannot apply (no store, settings under
 /// which a function's code depends on more than the module: inlining
-/// across functions, debugging, CLIF output).
+/// across functions, debugging, CLIF output; or Cranelift's own checks of
+/// its cache, which recompile every hit).
 pub(crate) fn for_module(
     store: Option<&Arc<dyn CacheStore>>,
     isa: &dyn TargetIsa,
@@ -85,6 +92,7 @@ pub(crate) fn for_module(
     if tunables.inlining != wasmtime_environ::Inlining::No
         || tunables.debug_native
         || tunables.debug_guest
+        || isa.flags().enable_incremental_compilation_cache_checks()
     {
         return None;
     }
@@ -98,7 +106,8 @@ pub(crate) fn for_module(
             key,
             store: store.clone(),
             found,
-            recorded: Mutex::new(Recorded { entries: vec![None; count], count: 0 }),
+            recorded: Mutex::new(Recorded { entries: vec![None; count], done: 0 }),
+            stale: Default::default(),
         })
     });
     state.clone().downcast::<ModuleReuse>().ok()
@@ -118,36 +127,47 @@ impl ModuleReuse {
         decode_entry(entry, body_offset)
     }
 
-    /// Records a function compiled in this compilation; the last of the
-    /// module's functions writes the pack.
-    pub(crate) fn record(&self, index: DefinedFuncIndex, entry: Vec<u8>) {
-        if self.found.is_some() {
-            return;
-        }
-        let pack = {
+    /// Marks the pack found as not wholly usable.
+    pub(crate) fn mark_stale(&self) {
+        self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Tells the module that function `index`'s code is made: `entry` if
+    /// it was compiled (and encoded), `None` if it came from the pack (or
+    /// could not be encoded). The last of the module's functions writes
+    /// the pack when there was none or it was stale; each function's entry
+    /// is the one compiled now or, failing that, the pack's. A function
+    /// with neither leaves the pack unwritten.
+    pub(crate) fn record(&self, index: DefinedFuncIndex, entry: Option<Vec<u8>>) {
+        let entries = {
             let mut recorded = self.recorded.lock().unwrap();
             let Some(slot) = recorded.entries.get_mut(index.as_u32() as usize) else {
                 return;
             };
-            if slot.is_none() {
-                *slot = Some(entry);
-                recorded.count += 1;
+            if entry.is_some() {
+                *slot = entry;
             }
-            if recorded.count != recorded.entries.len() {
+            recorded.done += 1;
+            if recorded.done != recorded.entries.len() {
                 return;
             }
-            let entries = std::mem::take(&mut recorded.entries);
-            let mut pack = Vec::with_capacity(
-                16 + entries.iter().flatten().map(|e| e.len() + 4).sum::<usize>(),
-            );
-            pack.extend_from_slice(PACK_MAGIC);
-            pack.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-            for entry in entries.into_iter().flatten() {
-                pack.extend_from_slice(&(entry.len() as u64).to_le_bytes());
-                pack.extend_from_slice(&entry);
-            }
-            pack
+            std::mem::take(&mut recorded.entries)
         };
+        if self.found.is_some() && !self.stale.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let mut pack = Vec::new();
+        pack.extend_from_slice(PACK_MAGIC);
+        pack.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+        for (i, entry) in entries.iter().enumerate() {
+            let entry = match (entry, &self.found) {
+                (Some(entry), _) => &entry[..],
+                (None, Some(found)) => &found.bytes[found.entries[i].clone()],
+                (None, None) => return,
+            };
+            pack.extend_from_slice(&(entry.len() as u64).to_le_bytes());
+            pack.extend_from_slice(entry);
+        }
         self.store.insert(&self.key, pack);
     }
 }
@@ -280,6 +300,7 @@ fn code_digest(wasm: &[u8]) -> [u8; 32] {
         match payload {
             wasmparser::Payload::DataSection(reader) => {
                 hasher.update([0xd0]);
+                hasher.update(reader.count().to_le_bytes());
                 for data in reader {
                     let Ok(data) = data else { return whole() };
                     match data.kind {
@@ -337,6 +358,10 @@ fn module_key(
     };
     field(PACK_MAGIC);
     field(env!("CARGO_PKG_VERSION").as_bytes());
+    // The vendored sources themselves (build.rs): a patch to the copies of
+    // this crate or wasmtime-environ changes the key, so that no pack
+    // compiled before it is used after it.
+    field(env!("PLINTH_VENDORED_SOURCES").as_bytes());
     field(isa.name().as_bytes());
     field(isa.triple().to_string().as_bytes());
     field(isa.flags().to_string().as_bytes());
@@ -363,6 +388,12 @@ fn module_key(
     field(&described.unwrap_or_default());
     field(format!("{:?}", translation.known_imported_functions).as_bytes());
     field(format!("{:?}", translation.runtime_data_map).as_bytes());
+    // How many runtime data there are places a passive segment's length in
+    // the vmctx, which `memory.init` and `data.drop` read; the passive
+    // segments are the last of them (`finalize_memory_init`).
+    if translation.runtime_data_map.values().any(Option::is_some) {
+        field(&(module.runtime_data.len() as u64).to_le_bytes());
+    }
     for (_, ty) in translation.module.types.iter() {
         let text = match ty {
             EngineOrModuleTypeIndex::Module(index) => format!("{index:?} {:?}", types[*index]),
