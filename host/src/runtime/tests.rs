@@ -513,6 +513,22 @@ fn a_module_compiled_before_is_taken_whole_and_makes_the_code_a_fresh_compilatio
     }
     let (recompiled, _) = compile_with_cache(&warm, &moved);
     assert!(recompiled == from_nothing, "a module's entry cut short was used");
+
+    // A pack whose shape parses but one of whose functions' entries does
+    // not decode (its first byte, whether the function needs a GC heap,
+    // neither 0 nor 1): that function is compiled, the others taken from
+    // the pack, and the pack written again.
+    let pack = entries[0].clone();
+    let first_entry = 32 + 8 + 8 + 8; // checksum, magic, count, the entry's length
+    let mut bytes = std::fs::read(&pack).unwrap();
+    assert!(&bytes[32..40] == b"PLNTHMP1" && bytes[first_entry] <= 1, "the largest entry is a module's pack");
+    bytes[first_entry] = 7;
+    let value = bytes[32..].to_vec();
+    std::fs::write(&pack, [Sha256::digest(&value).as_slice(), &value].concat()).unwrap();
+    let (recompiled, asked) = compile_with_cache(&warm, &moved);
+    assert!(recompiled == from_nothing, "a pack with an entry that does not decode gave other code");
+    assert!(asked * 2 < asked_cold, "the pack's other functions were taken from it ({asked})");
+    assert!(std::fs::read(&pack).unwrap()[first_entry] <= 1, "the pack was written again");
 }
 
 /// What a module's memories start with, and where, is not part of its
