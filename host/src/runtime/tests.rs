@@ -483,14 +483,8 @@ fn a_module_compiled_before_is_taken_whole_and_makes_the_code_a_fresh_compilatio
     moved.extend_from_slice(&python[8..]);
 
     let dir = tempfile::tempdir().unwrap();
-    let (warm, fresh) = (dir.path().join("warm"), dir.path().join("fresh"));
-    let (_, asked_cold) = compile_with_cache(&warm, &python);
-    let (from_modules, asked_warm) = compile_with_cache(&warm, &moved);
-    let (from_nothing, _) = compile_with_cache(&fresh, &moved);
-    assert!(from_modules == from_nothing, "the code made from whole modules differs from a fresh compilation's");
-    // Cold, each function is looked up after its translation; warm, each
-    // module once (what remains are the trampolines wasmtime makes).
-    assert!(asked_warm * 2 < asked_cold, "the cache was asked {asked_warm} times, {asked_cold} the first time");
+    let warm = dir.path().join("warm");
+    let (from_nothing, asked_cold) = compiled_after_and_from_nothing(&warm, &python, &moved);
 
     // Every entry damaged: none is used, and the code is the same.
     for entry in walk(&warm) {
@@ -542,12 +536,23 @@ fn a_module_that_differs_only_in_its_data_is_taken_whole() {
     let other_data = with_the_first_data_changed(&javascript);
     assert_ne!(other_data, javascript);
     let dir = tempfile::tempdir().unwrap();
-    let (warm, fresh) = (dir.path().join("warm"), dir.path().join("fresh"));
-    let (_, asked_cold) = compile_with_cache(&warm, &javascript);
-    let (from_modules, asked_warm) = compile_with_cache(&warm, &other_data);
-    let (from_nothing, _) = compile_with_cache(&fresh, &other_data);
+    compiled_after_and_from_nothing(&dir.path().join("warm"), &javascript, &other_data);
+}
+
+/// Compiles `first` then `second` with the cache in `warm`, and `second`
+/// again with an empty cache: the two codes of `second` are the same, and
+/// the second compilation took `first`'s modules whole. → `second`'s code,
+/// and how many times the cache was asked for `first`.
+fn compiled_after_and_from_nothing(warm: &std::path::Path, first: &[u8], second: &[u8]) -> (Vec<u8>, usize) {
+    let fresh = tempfile::tempdir().unwrap();
+    let (_, asked_cold) = compile_with_cache(warm, first);
+    let (from_modules, asked_warm) = compile_with_cache(warm, second);
+    let (from_nothing, _) = compile_with_cache(fresh.path(), second);
     assert!(from_modules == from_nothing, "the code made from whole modules differs from a fresh compilation's");
+    // Cold, each function is looked up after its translation; warm, each
+    // module once (what remains are the trampolines wasmtime makes).
     assert!(asked_warm * 2 < asked_cold, "the cache was asked {asked_warm} times, {asked_cold} the first time");
+    (from_nothing, asked_cold)
 }
 
 fn fixture(name: &str) -> Vec<u8> {

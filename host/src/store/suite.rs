@@ -124,6 +124,19 @@ for_both_stores!(
     refused_calls_are_kept_by_parameter_and_code_and_replaced_per_replica,
 );
 
+/// Version 1 of toolset `name` of the default tenant, with no tools.
+fn empty_toolset(name: &str) -> StoredToolset {
+    StoredToolset {
+        tenant: "default".into(),
+        name: name.into(),
+        version: 1,
+        description: String::new(),
+        tools: Vec::new(),
+        created_at: 100,
+        deleted_at: None,
+    }
+}
+
 /// A key scoped to a toolset is stored only while the toolset is live,
 /// checked in the key's transaction (on both stores): a delete, here or on
 /// another replica, cannot miss a key made at the same time.
@@ -131,15 +144,7 @@ for_both_stores!(
 fn a_toolset_scoped_key_is_stored_only_while_its_toolset_is_live() {
     for fixture in [sqlite(), postgres()] {
         let store = fixture.open();
-        let travel = StoredToolset {
-            tenant: "default".into(),
-            name: "travel".into(),
-            version: 1,
-            description: String::new(),
-            tools: Vec::new(),
-            created_at: 100,
-            deleted_at: None,
-        };
+        let travel = empty_toolset("travel");
         store.insert_toolset(&travel, &audit("toolset.put")).unwrap();
         let key = |id: &str, toolset: &str| KeyRecord {
             id: id.into(),
@@ -819,15 +824,7 @@ fn deleting_a_toolset_waits_for_a_change_of_it_on_another_replica() {
     use sqlx::{Connection, Executor};
     let url = TestPostgres::shared().fresh_database();
     let store = PostgresStore::open(&url, cipher()).unwrap();
-    let travel = StoredToolset {
-        tenant: "default".into(),
-        name: "travel".into(),
-        version: 1,
-        description: String::new(),
-        tools: Vec::new(),
-        created_at: 100,
-        deleted_at: None,
-    };
+    let travel = empty_toolset("travel");
     store.insert_toolset(&travel, &audit("toolset.put")).unwrap();
     // Another replica in the middle of a change of the toolset: it holds
     // the lock `insert_toolset` takes.

@@ -533,7 +533,7 @@ impl wasmtime_environ::Compiler for Compiler {
             if let Some(reused) = reuse.take(def_func_index, func_body_offset) {
                 context.func.params = reused.params;
                 if let Ok(code) =
-                    cranelift_codegen::incremental_cache::try_finish_recompile(&context.func, &reused.blob)
+                    cranelift_codegen::incremental_cache::try_finish_recompile(&context.func, reused.blob)
                 {
                     compiler.cx.reused_code = Some(code);
                     compiler.cx.to_record = Some(crate::module_reuse::ToRecord {

@@ -57,10 +57,11 @@ struct Recorded {
 }
 
 /// A function taken from a pack: its parameters, ready for
-/// `try_finish_recompile`, and what its translation would have said.
-pub(crate) struct Reused {
+/// `try_finish_recompile`, its stencil (read in place), and what its
+/// translation would have said.
+pub(crate) struct Reused<'a> {
     pub params: ir::function::FunctionParameters,
-    pub blob: Vec<u8>,
+    pub blob: &'a [u8],
     pub needs_gc_heap: bool,
 }
 
@@ -121,7 +122,7 @@ impl ModuleReuse {
 
     /// Function `index` from the pack, placed at `body_offset` (a module's
     /// offset in its component differs from one component to the next).
-    pub(crate) fn take(&self, index: DefinedFuncIndex, body_offset: usize) -> Option<Reused> {
+    pub(crate) fn take(&self, index: DefinedFuncIndex, body_offset: usize) -> Option<Reused<'_>> {
         let pack = self.found.as_ref()?;
         let entry = &pack.bytes[pack.entries.get(index.as_u32() as usize)?.clone()];
         decode_entry(entry, body_offset)
@@ -232,7 +233,7 @@ pub(crate) fn encode_entry(
     Some(entry)
 }
 
-fn decode_entry(entry: &[u8], body_offset: usize) -> Option<Reused> {
+fn decode_entry(entry: &[u8], body_offset: usize) -> Option<Reused<'_>> {
     let mut at = 0;
     let needs_gc_heap = match *entry.first()? {
         0 => false,
@@ -262,7 +263,7 @@ fn decode_entry(entry: &[u8], body_offset: usize) -> Option<Reused> {
             return None;
         }
     }
-    Some(Reused { params, blob: entry.get(at..)?.to_vec(), needs_gc_heap })
+    Some(Reused { params, blob: entry.get(at..)?, needs_gc_heap })
 }
 
 /// Wraps the embedder's store for one function's compilation and keeps
