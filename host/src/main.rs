@@ -144,24 +144,23 @@ fn init_logs(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<O
         // rmcp logs every session it serves at info and every JSON-RPC
         // error (with its data) at warn: per request, and anyone's to trigger.
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=error"));
-    let Some(endpoint) = otlp_endpoint else {
-        let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-        match format {
-            LogFormat::Text => builder.init(),
-            LogFormat::Json => builder.json().init(),
-        }
-        return Ok(None);
-    };
-    let export = SpanExport::to(endpoint)?;
-    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a person at a terminal: a file or a collector gets plain text.
+    let colours = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let logs = tracing_subscriber::fmt::layer().with_ansi(colours).with_writer(std::io::stderr);
     let logs = match format {
         LogFormat::Text => logs.boxed(),
         LogFormat::Json => logs.json().boxed(),
     };
+    let Some(endpoint) = otlp_endpoint else {
+        let filter = tracing_subscriber::filter::FilterExt::and(filter, plinth::telemetry::ClosesAreNotErrors);
+        tracing_subscriber::registry().with(logs.with_filter(filter)).init();
+        return Ok(None);
+    };
+    let export = SpanExport::to(endpoint)?;
     // Each layer its own filter: PLINTH_LOG says what is logged, not which
     // spans are exported.
     let filter = tracing_subscriber::filter::FilterExt::and(
-        filter,
+        tracing_subscriber::filter::FilterExt::and(filter, plinth::telemetry::ClosesAreNotErrors),
         tracing_subscriber::filter::filter_fn(plinth::telemetry::logged),
     );
     tracing_subscriber::registry().with(logs.with_filter(filter)).with(export.layer()).init();

@@ -135,6 +135,55 @@ pub fn logged(metadata: &tracing::Metadata<'_>) -> bool {
 /// The spans made only when spans are exported.
 const TRACE_ONLY: [&str; 2] = ["tool", "outbound"];
 
+/// What a library logs as an error though nothing went wrong, by target and
+/// message: rmcp's "failed to send pending response during drain" is a
+/// client that closed its stream before the server's last answer on it,
+/// which is how every `subscriptions/listen` stream of the 2026-07-28
+/// revision ends. Operators alert on `ERROR`; a normal close must not be one.
+const CLOSES_LOGGED_AS_ERRORS: [(&str, &str); 1] =
+    [("rmcp::service", "failed to send pending response during drain")];
+
+/// A log filter that leaves out [`CLOSES_LOGGED_AS_ERRORS`] and lets
+/// everything else through.
+pub struct ClosesAreNotErrors;
+
+impl<S> tracing_subscriber::layer::Filter<S> for ClosesAreNotErrors {
+    fn enabled(&self, _: &tracing::Metadata<'_>, _: &tracing_subscriber::layer::Context<'_, S>) -> bool {
+        true
+    }
+
+    fn event_enabled(&self, event: &tracing::Event<'_>, _: &tracing_subscriber::layer::Context<'_, S>) -> bool {
+        let metadata = event.metadata();
+        if *metadata.level() != tracing::Level::ERROR
+            || !CLOSES_LOGGED_AS_ERRORS.iter().any(|(target, _)| metadata.target() == *target)
+        {
+            return true;
+        }
+        let mut message = Message(None);
+        event.record(&mut message);
+        !CLOSES_LOGGED_AS_ERRORS
+            .iter()
+            .any(|(target, text)| metadata.target() == *target && message.0.as_deref() == Some(*text))
+    }
+}
+
+/// An event's `message`, as written.
+struct Message(Option<String>);
+
+impl tracing::field::Visit for Message {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = Some(format!("{value:?}"));
+        }
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.0 = Some(value.to_string());
+        }
+    }
+}
+
 /// Sets `traceparent` (and `tracestate`, if any) in `headers` for the span
 /// `context` names, replacing whatever was there.
 pub fn inject(context: &opentelemetry::Context, headers: &mut http::HeaderMap) {
@@ -326,6 +375,39 @@ impl opentelemetry_http::HttpClient for BlockingClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_closing_its_stream_is_not_logged_as_an_error_and_real_errors_are() {
+        use tracing_subscriber::Layer as _;
+        use tracing_subscriber::layer::SubscriberExt as _;
+        #[derive(Clone, Default)]
+        struct Written(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Written {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let written = Written::default();
+        let writer = written.clone();
+        let logs = tracing_subscriber::fmt::layer().with_ansi(false).with_writer(move || writer.clone());
+        let subscriber = tracing_subscriber::registry().with(logs.with_filter(ClosesAreNotErrors));
+        tracing::subscriber::with_default(subscriber, || {
+            let error = "transport closed";
+            tracing::error!(target: "rmcp::service", %error, "failed to send pending response during drain");
+            tracing::error!(target: "rmcp::service", %error, "response send task failed during drain");
+            tracing::error!(target: "plinth::other", "failed to send pending response during drain");
+            tracing::warn!(target: "rmcp::service", "failed to send pending response during drain");
+        });
+        let text = String::from_utf8(written.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(lines[0].contains("response send task failed"), "{text}");
+        assert!(lines[1].contains("plinth::other") && lines[2].contains("WARN"), "{text}");
+    }
 
     fn headers(pairs: &[(&str, &str)]) -> http::HeaderMap {
         pairs.iter().map(|(k, v)| (http::HeaderName::try_from(*k).unwrap(), v.parse().unwrap())).collect()

@@ -1,6 +1,5 @@
 //! End-to-end tests: the real `plinth` binary, real packed components built
 //! from `plugins/` (by `make plugins`), real HTTP on 127.0.0.1.
-
 mod a2t;
 mod browser;
 mod catalog;
@@ -20,6 +19,7 @@ mod mcp_conformance;
 mod mcp_inspector;
 mod mcp_python;
 mod mcp_support;
+mod mcp_typescript;
 mod oauth;
 mod observability;
 mod oci;

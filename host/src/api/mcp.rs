@@ -257,6 +257,7 @@ pub(super) async fn per_method(
     // rmcp runs the handler in a task of its own: it is put back in the
     // request's span there (`call_tool`).
     parts.extensions.insert(RequestSpan(tracing::Span::current()));
+    name_notification(&mut parts.headers, &bytes);
     // rmcp's own HTTP refusals (Host or Origin not allowed, a missing
     // `Accept`, a body that is not JSON) are plain text: the router gives
     // them Plinth's error shape, like every other (`error::as_error_body`).
@@ -266,6 +267,27 @@ pub(super) async fn per_method(
 /// The span of the HTTP request an MCP message came in.
 #[derive(Clone)]
 struct RequestSpan(tracing::Span);
+
+/// Gives a notification posted without an `Mcp-Method` header the one its
+/// body names. The 2026-07-28 revision requires the header on requests and
+/// says nothing of notifications, and clients post them without it (the
+/// official TypeScript SDK v2 closing a `subscriptions/listen` stream with
+/// `notifications/cancelled`); rmcp refuses any message without it (`400
+/// -32020`). A header that is there is left for rmcp to check against the
+/// body.
+fn name_notification(headers: &mut HeaderMap, body: &[u8]) {
+    if headers.contains_key("mcp-method") {
+        return;
+    }
+    let Ok(Value::Object(message)) = serde_json::from_slice::<Value>(body) else { return };
+    if message.contains_key("id") {
+        return;
+    }
+    let method = message.get("method").and_then(Value::as_str).and_then(|m| http::HeaderValue::from_str(m).ok());
+    if let Some(method) = method {
+        headers.insert("mcp-method", method);
+    }
+}
 
 /// The `method` of a JSON-RPC message, if the body is one.
 fn rpc_method(body: &[u8]) -> Option<String> {
