@@ -140,8 +140,7 @@ const TRACE_ONLY: [&str; 2] = ["tool", "outbound"];
 /// client that closed its stream before the server's last answer on it,
 /// which is how every `subscriptions/listen` stream of the 2026-07-28
 /// revision ends. Operators alert on `ERROR`; a normal close must not be one.
-const CLOSES_LOGGED_AS_ERRORS: [(&str, &str); 1] =
-    [("rmcp::service", "failed to send pending response during drain")];
+const CLOSES_LOGGED_AS_ERRORS: [(&str, &str); 1] = [("rmcp::service", "failed to send pending response during drain")];
 
 /// A log filter that leaves out [`CLOSES_LOGGED_AS_ERRORS`] and lets
 /// everything else through.

@@ -101,7 +101,7 @@ async fn abandoned_metadata_document_fetches_give_their_memory_back() {
 
 /// Registers a client with `redirect_uris` from `client` → (status, body).
 async fn register(client: &reqwest::Client, server: &Server, redirect_uris: &[&str]) -> (u16, Value, Option<String>) {
-    let metadata = json!({ "client_name": "Host", "redirect_uris": redirect_uris });
+    let metadata = json!({ "client_name": "Host", "redirect_uris": redirect_uris, "application_type": "native" });
     let response = client.post(format!("{}/oauth/register", server.base)).json(&metadata).send().await.unwrap();
     let status = response.status().as_u16();
     let retry = response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
@@ -117,7 +117,8 @@ async fn a_registration_flood_from_many_addresses_locks_no_new_client_out() {
         let client = client_from(Ipv4Addr::new(127, 0, 6, 1 + a), None);
         let base = server.base.clone();
         floods.push(tokio::spawn(async move {
-            let metadata = json!({ "client_name": "flood", "redirect_uris": ["http://127.0.0.1/cb"] });
+            let metadata =
+                json!({ "client_name": "flood", "redirect_uris": ["http://127.0.0.1/cb"], "application_type": "native" });
             let (mut created, mut refused) = (0, 0);
             for _ in 0..500 {
                 let response = client.post(format!("{base}/oauth/register")).json(&metadata).send().await.unwrap();
@@ -166,6 +167,24 @@ async fn mcp_hosts_register_with_their_own_schemes_and_browser_schemes_are_refus
         let (status, body, _) = register(&client, &server, &[bad]).await;
         assert_eq!((status, body["error"].as_str()), (400, Some("invalid_redirect_uri")), "{bad}: {body}");
     }
+    // MCP 2026-07-28: a registration says what the client is (OpenID
+    // Connect Registration §2), and a web site's redirect URIs are web ones.
+    let post = |metadata: Value| {
+        let (client, url) = (client.clone(), format!("{}/oauth/register", server.base));
+        async move {
+            let response = client.post(url).json(&metadata).send().await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, body) = post(json!({ "client_name": "Host", "redirect_uris": ["http://127.0.0.1/cb"] })).await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_client_metadata")), "{body}");
+    assert!(body["error_description"].as_str().unwrap().contains("application_type"), "{body}");
+    let web = json!({ "client_name": "Site", "redirect_uris": [cursor[0]], "application_type": "web" });
+    let (status, body) = post(web).await;
+    assert_eq!((status, body["error"].as_str()), (400, Some("invalid_redirect_uri")), "{body}");
+    let web = json!({ "client_name": "Site", "redirect_uris": ["https://site.example/cb"], "application_type": "web" });
+    let (status, body) = post(web).await;
+    assert_eq!((status, body["application_type"].as_str()), (201, Some("web")), "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

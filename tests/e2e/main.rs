@@ -1,5 +1,6 @@
 //! End-to-end tests: the real `plinth` binary, real packed components built
 //! from `plugins/` (by `make plugins`), real HTTP on 127.0.0.1.
+
 mod a2t;
 mod browser;
 mod catalog;
@@ -12,6 +13,7 @@ mod console;
 mod container;
 mod deploy;
 mod fleet;
+mod hardening_dns;
 mod hardening_net;
 mod hardening_oauth;
 mod mcp;

@@ -124,7 +124,8 @@ async fn the_conformance_suites_authorization_server_scenarios_pass() {
     assert_eq!(status, 204);
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let callback = format!("http://127.0.0.1:{port}/callback");
-    let metadata = serde_json::json!({ "client_name": "Conformance suite", "redirect_uris": [callback] });
+    let metadata = serde_json::json!({ "client_name": "Conformance suite", "redirect_uris": [callback],
+                                       "application_type": "native" });
     let registered: serde_json::Value = reqwest::Client::new()
         .post(format!("{}/oauth/register", server.base))
         .json(&metadata)

@@ -23,7 +23,11 @@ async fn the_typescript_sdk_v2_lists_calls_and_closes_a_listen_stream_cleanly() 
     .await
     .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "the SDK's session failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "the SDK's session failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let session: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
     assert!(session["tools"].as_array().unwrap().iter().any(|t| t == "echo"), "{session}");
     assert_eq!(session["echo"]["isError"].as_bool().unwrap_or(false), false, "{session}");

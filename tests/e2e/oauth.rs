@@ -49,7 +49,7 @@ impl<'a> Flow<'a> {
     /// Registers a client with `redirect_uris` → its id.
     async fn register(&self, redirect_uris: &[&str]) -> String {
         let metadata = json!({ "client_name": "Test host", "redirect_uris": redirect_uris,
-                               "token_endpoint_auth_method": "none" });
+                               "application_type": "native", "token_endpoint_auth_method": "none" });
         let response = self.http.post(self.url("/oauth/register")).json(&metadata).send().await.unwrap();
         assert_eq!(response.status(), 201);
         let body: Value = response.json().await.unwrap();
@@ -743,21 +743,21 @@ async fn a_client_of_the_default_tenants_t_root_finds_every_url_under_that_root(
 /// server reaches it with `--oauth-allow-http --allow-private-cidr
 /// 127.0.0.0/8`): its OIDC discovery document and a key set it can change,
 /// counting the key set's fetches; it signs ES256 access tokens.
-struct StandInProvider {
-    issuer: String,
+pub(crate) struct StandInProvider {
+    pub(crate) issuer: String,
     jwks: std::sync::Arc<std::sync::Mutex<Value>>,
     jwks_fetches: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     _serving: tokio::task::JoinHandle<()>,
 }
 
 /// One of the provider's keys.
-struct ProviderKey {
+pub(crate) struct ProviderKey {
     kid: String,
     pair: ring::signature::EcdsaKeyPair,
 }
 
 impl ProviderKey {
-    fn new(kid: &str) -> ProviderKey {
+    pub(crate) fn new(kid: &str) -> ProviderKey {
         let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
         let rng = ring::rand::SystemRandom::new();
         let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
@@ -778,9 +778,19 @@ impl ProviderKey {
 
 impl StandInProvider {
     async fn start() -> StandInProvider {
+        StandInProvider::start_named(None).await
+    }
+
+    /// A provider on 127.0.0.1 whose issuer URL names `host` (a name the
+    /// server resolves to 127.0.0.1) rather than the address.
+    pub(crate) async fn start_named(host: Option<&str>) -> StandInProvider {
         use axum::routing::get;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let issuer = format!("http://{}", listener.local_addr().unwrap());
+        let address = listener.local_addr().unwrap();
+        let issuer = match host {
+            Some(host) => format!("http://{host}:{}", address.port()),
+            None => format!("http://{address}"),
+        };
         let discovery = json!({ "issuer": issuer, "jwks_uri": format!("{issuer}/jwks.json") });
         let jwks = std::sync::Arc::new(std::sync::Mutex::new(json!({ "keys": [] })));
         let jwks_fetches = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -806,7 +816,7 @@ impl StandInProvider {
     }
 
     /// Publishes `keys` as its key set.
-    fn publish(&self, keys: &[&ProviderKey]) {
+    pub(crate) fn publish(&self, keys: &[&ProviderKey]) {
         *self.jwks.lock().unwrap() = json!({ "keys": keys.iter().map(|k| k.jwk()).collect::<Vec<_>>() });
     }
 
@@ -816,7 +826,14 @@ impl StandInProvider {
 
     /// An access token for `audience` naming `user`, signed by `key` with
     /// header `kid` (the key's, unless given) and `typ` (none if `None`).
-    fn token(&self, key: &ProviderKey, kid: Option<&str>, typ: Option<&str>, audience: &str, user: &str) -> String {
+    pub(crate) fn token(
+        &self,
+        key: &ProviderKey,
+        kid: Option<&str>,
+        typ: Option<&str>,
+        audience: &str,
+        user: &str,
+    ) -> String {
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
         let mut header = json!({ "alg": "ES256", "kid": kid.unwrap_or(&key.kid) });
         if let Some(typ) = typ {

@@ -144,8 +144,38 @@ impl Server {
         operator_key: Option<&str>,
         env: &[(String, String)],
     ) -> Result<(Server, Vec<String>), String> {
+        Server::try_start_under(&[], data, listen, args, operator_key, env)
+    }
+
+    /// Serves on a free port, the binary run by `wrapper` (a command that
+    /// ends by executing its arguments: `unshare …`), or the server's log
+    /// if it did not start.
+    pub fn try_start_wrapped(
+        wrapper: &[&str],
+        data: tempfile::TempDir,
+        args: &[&str],
+        operator_key: Option<&str>,
+    ) -> Result<(Server, Vec<String>), String> {
+        Server::try_start_under(wrapper, data, "127.0.0.1:0", args, operator_key, &[])
+    }
+
+    fn try_start_under(
+        wrapper: &[&str],
+        data: tempfile::TempDir,
+        listen: &str,
+        args: &[&str],
+        operator_key: Option<&str>,
+        env: &[(String, String)],
+    ) -> Result<(Server, Vec<String>), String> {
         let log = data.path().join("server.log");
-        let mut command = Command::new(plinth_bin());
+        let mut command = match wrapper.split_first() {
+            Some((program, wrapper_args)) => {
+                let mut command = Command::new(program);
+                command.args(wrapper_args).arg(plinth_bin());
+                command
+            }
+            None => Command::new(plinth_bin()),
+        };
         command
             .args(["serve", "--listen", listen, "--data"])
             .arg(data.path())

@@ -17,7 +17,7 @@ pub use login::{LoginError, LoginOptions};
 pub use sessions::PageSession;
 pub use settings::ConfirmationServer;
 
-use super::fetcher::{JwksError, JwksFetcher, JwksOptions};
+use super::fetcher::{JwksError, JwksFetcher, JwksOptions, Requester};
 use super::{Call, InvokeError, ToolHost};
 use crate::cheq::{self, Confirmation, ConfirmationPolicy, SigningKey, VerifyError};
 use crate::door::FrontDoor;
@@ -451,7 +451,12 @@ impl ToolHost {
         // Looked up first: an unknown or settled transaction fetches nothing.
         let c = self.decidable(tenant, id)?;
         let trusted = match self.confirmation_server(tenant) {
-            Some(server) => vec![Value::clone(&*self.cheq.jwks.get(&server.jwks_url).await?)],
+            // The tenant's own setting names the server: its fetches hold the
+            // tenant's share of the places, whoever posts the accepts.
+            Some(server) => {
+                let keys = self.cheq.jwks.get_for(&server.jwks_url, Some(Requester::Tenant(tenant))).await?;
+                vec![Value::clone(&*keys)]
+            }
             None => Vec::new(),
         };
         self.accept_decidable(c, signed, &trusted)

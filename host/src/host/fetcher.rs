@@ -22,11 +22,16 @@
 //!   for its result), so accepts posted while a confirmation server fails
 //!   cost it, and this server, one fetch per failure period, not one each;
 //! - fetches are bounded: [`MAX_FETCHES`] at once for each fetcher and
-//!   [`MAX_FETCHES_PER_CLIENT`] for one client address (a fetch over either
-//!   is refused at once, never queued), and whatever a fetch holds (its
-//!   place among the fetches in flight, its slot) is given back when the
-//!   request that set it off goes away mid-fetch, not only when the fetch
-//!   completes: each is held by a guard.
+//!   [`MAX_FETCHES_PER_CLIENT`] for one requester — the client address
+//!   that set it off, or the tenant whose setting names the URL (a fetch
+//!   over either is refused at once, never queued), and whatever a fetch
+//!   holds (its place among the fetches in flight, its name lookup) is
+//!   given back when the request that set it off goes away mid-fetch, not
+//!   only when the fetch completes: each is held by a guard;
+//! - a metadata document's host that could not be reached (its name did
+//!   not resolve, nothing answered, too slow) is remembered, by host, for
+//!   the failure period: made-up paths on one dead host cost one attempt
+//!   per period, not one each.
 
 use crate::egress::{CheckedResolver, OutboundLimits, caused_by_refusal, read_capped};
 use serde_json::Value;
@@ -42,8 +47,28 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Fetches one fetcher runs at once (each holds a connection and a
 /// resolution for up to [`FETCH_TIMEOUT`]).
 pub(crate) const MAX_FETCHES: usize = 32;
-/// Fetches set off by one client address at once.
+/// Fetches set off by one requester (a client address, a tenant) at once.
 pub(crate) const MAX_FETCHES_PER_CLIENT: usize = 4;
+
+/// Who set a fetch off, for its share of the fetches in flight.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Requester<'a> {
+    /// A client, by its address (its /64 for IPv6).
+    Address(IpAddr),
+    /// A tenant, whose own setting names the URL (its confirmation server).
+    Tenant(&'a str),
+}
+
+impl Requester<'_> {
+    fn key(self) -> String {
+        match self {
+            Requester::Address(ip) => {
+                format!("address {}", crate::client_address::prefix(ip, crate::client_address::HOST_PREFIX))
+            }
+            Requester::Tenant(tenant) => format!("tenant {tenant}"),
+        }
+    }
+}
 /// The least time between two fetches of one URL that skip its cache
 /// ([`JwksFetcher::refetch`]).
 pub(crate) const REFETCH_INTERVAL: Duration = Duration::from_secs(30);
@@ -123,8 +148,12 @@ pub(crate) struct JwksFetcher {
     json_content_type: bool,
     /// Places for fetches running now.
     running: Arc<tokio::sync::Semaphore>,
-    /// Fetches running now, by the client (address) that set them off.
-    by_client: Mutex<HashMap<IpAddr, usize>>,
+    /// Fetches running now, by who set them off ([`Requester::key`]).
+    by_requester: Mutex<HashMap<String, usize>>,
+    /// By host (scheme, host and port), when it could last not be reached,
+    /// for fetchers that remember failures by host (metadata documents);
+    /// `None` for the others.
+    unreachable: Option<Mutex<HashMap<String, Instant>>>,
     /// By URL: when it was last fetched past its cache ([`Self::refetch`]).
     refetched: Mutex<HashMap<String, Instant>>,
 }
@@ -153,7 +182,8 @@ impl JwksFetcher {
             shape: |keys| keys["keys"].is_array(),
             json_content_type: false,
             running: Arc::new(tokio::sync::Semaphore::new(MAX_FETCHES)),
-            by_client: Mutex::new(HashMap::new()),
+            by_requester: Mutex::new(HashMap::new()),
+            unreachable: None,
             refetched: Mutex::new(HashMap::new()),
         }
     }
@@ -170,6 +200,7 @@ impl JwksFetcher {
         JwksFetcher {
             shape: Value::is_object,
             json_content_type: true,
+            unreachable: Some(Mutex::new(HashMap::new())),
             ..JwksFetcher::with_resolver(options, limits, resolver)
         }
     }
@@ -204,15 +235,19 @@ impl JwksFetcher {
     /// The key set at `url`, from the cache while it is fresh (a failure
     /// for [`JwksOptions::failure_ttl`]); at most one fetch of a URL at a
     /// time.
+    #[cfg(test)]
     pub(crate) async fn get(&self, url: &str) -> Fetched {
         self.get_for(url, None).await
     }
 
-    /// [`JwksFetcher::get`] for a request from `client`, which may have at
-    /// most [`MAX_FETCHES_PER_CLIENT`] fetches running.
-    pub(crate) async fn get_for(&self, url: &str, client: Option<IpAddr>) -> Fetched {
+    /// [`JwksFetcher::get`] for a request set off by `requester`, which may
+    /// have at most [`MAX_FETCHES_PER_CLIENT`] fetches running.
+    pub(crate) async fn get_for(&self, url: &str, requester: Option<Requester<'_>>) -> Fetched {
         if let Some(cached) = self.cached(url) {
             return cached;
+        }
+        if self.host_unreachable(url) {
+            return Err(JwksError::Unavailable);
         }
         let flight = Flight::join(self, url);
         let _fetching = flight.lock.lock().await;
@@ -220,7 +255,7 @@ impl JwksFetcher {
         if let Some(cached) = self.cached(url) {
             return cached;
         }
-        let Some(_place) = self.place(client) else {
+        let Some(_place) = self.place(requester) else {
             tracing::warn!(host = %host_of(url), "a document fetch was refused: too many fetches at once");
             return Err(JwksError::Unavailable);
         };
@@ -231,24 +266,52 @@ impl JwksFetcher {
         fetched
     }
 
-    /// A place for one more fetch (of `client`, if named), given back when
-    /// dropped; `None` when every place is taken.
-    fn place(&self, client: Option<IpAddr>) -> Option<Place<'_>> {
+    /// A place for one more fetch (of `requester`, if named), given back
+    /// when dropped; `None` when every place is taken.
+    fn place(&self, requester: Option<Requester<'_>>) -> Option<Place<'_>> {
         let permit = self.running.clone().try_acquire_owned().ok()?;
-        let client = client.map(|ip| crate::client_address::prefix(ip, crate::client_address::HOST_PREFIX));
-        if let Some(ip) = client {
-            let mut by_client = self.clients();
-            let running = by_client.entry(ip).or_default();
+        let requester = requester.map(Requester::key);
+        if let Some(key) = &requester {
+            let mut by_requester = self.requesters();
+            let running = by_requester.entry(key.clone()).or_default();
             if *running >= MAX_FETCHES_PER_CLIENT {
                 return None;
             }
             *running += 1;
         }
-        Some(Place { fetcher: self, client, _permit: permit })
+        Some(Place { fetcher: self, requester, _permit: permit })
     }
 
-    fn clients(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
-        self.by_client.lock().unwrap_or_else(|p| p.into_inner())
+    fn requesters(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.by_requester.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether `url`'s host could not be reached within the failure period
+    /// (only for fetchers that remember failures by host).
+    fn host_unreachable(&self, url: &str) -> bool {
+        let Some(unreachable) = &self.unreachable else { return false };
+        let Some(host) = host_key(url) else { return false };
+        let failed = unreachable.lock().unwrap_or_else(|p| p.into_inner()).get(&host).copied();
+        failed.is_some_and(|at| at.elapsed() < self.options.failure_ttl)
+    }
+
+    /// Remembers that `url`'s host could not be reached (a bounded table:
+    /// when full of recent failures, the oldest is forgotten).
+    fn remember_unreachable(&self, url: &reqwest::Url) {
+        let Some(unreachable) = &self.unreachable else { return };
+        let Some(host) = host_key(url.as_str()) else { return };
+        let now = Instant::now();
+        let mut unreachable = unreachable.lock().unwrap_or_else(|p| p.into_inner());
+        if unreachable.len() >= MAX_CACHED && !unreachable.contains_key(&host) {
+            let ttl = self.options.failure_ttl;
+            unreachable.retain(|_, at| now.duration_since(*at) < ttl);
+            if unreachable.len() >= MAX_CACHED
+                && let Some(oldest) = unreachable.iter().min_by_key(|(_, at)| **at).map(|(k, _)| k.clone())
+            {
+                unreachable.remove(&oldest);
+            }
+        }
+        unreachable.insert(host, now);
     }
 
     /// The cached outcome for `url` while it is fresh.
@@ -288,9 +351,9 @@ impl JwksFetcher {
     /// each. The fresh document replaces the cached one only when it was
     /// fetched: a failed refetch (the issuer's blip, made-up tokens sent
     /// while it fails) leaves the good key set in place.
-    pub(crate) async fn refetch(&self, url: &str) -> Fetched {
+    pub(crate) async fn refetch(&self, url: &str, requester: Option<Requester<'_>>) -> Fetched {
         if self.may_refetch(url, Instant::now())
-            && let Some(_place) = self.place(None)
+            && let Some(_place) = self.place(requester)
         {
             match self.fetch(url).await {
                 Ok(fresh) => {
@@ -301,7 +364,7 @@ impl JwksFetcher {
                 Err(e) => tracing::warn!(host = %host_of(url), error = %e, "a key set was not fetched again"),
             }
         }
-        self.get(url).await
+        self.get_for(url, requester).await
     }
 
     /// Whether `url` may be fetched past its cache now (and if so, counts
@@ -333,11 +396,14 @@ impl JwksFetcher {
     async fn fetch(&self, url: &str) -> Result<Value, JwksError> {
         let url = self.check_url(url)?;
         let client = self.client.as_ref().ok_or(JwksError::Unavailable)?;
-        let mut response = client.get(url).send().await.map_err(|e| {
+        let mut response = client.get(url.clone()).send().await.map_err(|e| {
             if caused_by_refusal(&e) {
                 JwksError::InternalAddress
             } else {
                 tracing::debug!(error = %e, "fetching a JWKS failed");
+                if e.is_connect() || e.is_timeout() {
+                    self.remember_unreachable(&url);
+                }
                 JwksError::Unavailable
             }
         })?;
@@ -392,24 +458,31 @@ impl Drop for Flight<'_> {
     }
 }
 
-/// One running fetch's place, among the fetcher's and its client's.
+/// One running fetch's place, among the fetcher's and its requester's.
 struct Place<'a> {
     fetcher: &'a JwksFetcher,
-    client: Option<IpAddr>,
+    requester: Option<String>,
     _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Drop for Place<'_> {
     fn drop(&mut self) {
-        let Some(ip) = self.client else { return };
-        let mut by_client = self.fetcher.clients();
-        if let Some(running) = by_client.get_mut(&ip) {
+        let Some(key) = &self.requester else { return };
+        let mut by_requester = self.fetcher.requesters();
+        if let Some(running) = by_requester.get_mut(key) {
             *running = running.saturating_sub(1);
             if *running == 0 {
-                by_client.remove(&ip);
+                by_requester.remove(key);
             }
         }
     }
+}
+
+/// A URL's scheme, host and port: what a failure to reach it is
+/// remembered by.
+fn host_key(url: &str) -> Option<String> {
+    let url = reqwest::Url::parse(url).ok()?;
+    Some(format!("{}://{}:{}", url.scheme(), url.host_str()?, url.port_or_known_default()?))
 }
 
 /// Whether an answer's `Content-Type` is JSON: `application/json` or a
@@ -493,13 +566,13 @@ mod tests {
         let client: IpAddr = "192.0.2.7".parse().unwrap();
         for i in 0..200 {
             let (fetcher, url) = (fetcher.clone(), format!("{base}/client-{i}.json"));
-            let request = tokio::spawn(async move { fetcher.get_for(&url, Some(client)).await });
+            let request = tokio::spawn(async move { fetcher.get_for(&url, Some(Requester::Address(client))).await });
             tokio::time::sleep(Duration::from_millis(2)).await;
             request.abort();
             let _ = request.await;
         }
         assert!(fetcher.flights().is_empty(), "no URL is left in flight");
-        assert!(fetcher.clients().is_empty(), "no client is left counted");
+        assert!(fetcher.requesters().is_empty(), "no client is left counted");
         assert_eq!(fetcher.running.available_permits(), MAX_FETCHES, "every place is given back");
     }
 
@@ -509,7 +582,7 @@ mod tests {
         let base = silent_server().await;
         let start = |i: usize, client: &str| {
             let (fetcher, url, client) = (fetcher.clone(), format!("{base}/c-{i}.json"), client.parse().ok());
-            tokio::spawn(async move { fetcher.get_for(&url, client).await })
+            tokio::spawn(async move { fetcher.get_for(&url, client.map(Requester::Address)).await })
         };
         let mut hanging: Vec<_> = (0..MAX_FETCHES_PER_CLIENT).map(|i| start(i, "192.0.2.1")).collect();
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -531,7 +604,59 @@ mod tests {
             let _ = request.await;
         }
         assert_eq!(fetcher.running.available_permits(), MAX_FETCHES);
-        assert!(fetcher.clients().is_empty() && fetcher.flights().is_empty());
+        assert!(fetcher.requesters().is_empty() && fetcher.flights().is_empty());
+    }
+
+    #[tokio::test]
+    async fn one_tenants_fetches_hold_only_its_share_whoever_sets_them_off() {
+        let fetcher = Arc::new(fetcher(true, &["127.0.0.0/8"]));
+        let base = silent_server().await;
+        let start = |i: usize, tenant: &'static str| {
+            let (fetcher, url) = (fetcher.clone(), format!("{base}/jwks-{i}.json"));
+            tokio::spawn(async move { fetcher.get_for(&url, Some(Requester::Tenant(tenant))).await })
+        };
+        let hanging: Vec<_> = (0..MAX_FETCHES_PER_CLIENT).map(|i| start(i, "noisy")).collect();
+        while fetcher.running.available_permits() > MAX_FETCHES - MAX_FETCHES_PER_CLIENT {
+            tokio::task::yield_now().await;
+        }
+        assert!(matches!(start(100, "noisy").await.unwrap(), Err(JwksError::Unavailable)), "its share is spent");
+        let quiet = start(101, "quiet");
+        while fetcher.running.available_permits() > MAX_FETCHES - MAX_FETCHES_PER_CLIENT - 1 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(fetcher.requesters().get("tenant quiet"), Some(&1), "another tenant's fetch runs");
+        for request in hanging.iter().chain([&quiet]) {
+            request.abort();
+        }
+        for request in hanging.into_iter().chain([quiet]) {
+            let _ = request.await;
+        }
+        assert!(fetcher.requesters().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_metadata_document_host_that_cannot_be_reached_is_remembered_by_host() {
+        // A port nothing listens on: the connection is refused.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let limits =
+            Arc::new(OutboundLimits { allowed_private: vec!["127.0.0.0/8".parse().unwrap()], ..Default::default() });
+        let options = JwksOptions { allow_http: true, failure_ttl: Duration::from_secs(3600), ..Default::default() };
+        let documents = JwksFetcher::documents(options, limits, 4096);
+        let client = Some(Requester::Address("192.0.2.9".parse().unwrap()));
+        let first = format!("http://127.0.0.1:{port}/clients/1.json");
+        assert!(matches!(documents.get_for(&first, client).await, Err(JwksError::Unavailable)));
+        // The host listens now; within the failure period, another path on
+        // it is not tried.
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+        let other = format!("http://127.0.0.1:{port}/clients/2.json");
+        assert!(matches!(documents.get_for(&other, client).await, Err(JwksError::Unavailable)));
+        let connected = tokio::time::timeout(Duration::from_millis(300), listener.accept()).await;
+        assert!(connected.is_err(), "the host was tried again within the failure period");
+        // Another host is tried.
+        assert!(!documents.host_unreachable(&format!("http://127.0.0.2:{port}/clients/1.json")));
+        // Key sets (a tenant's confirmation server) are remembered by URL only.
+        let keys = fetcher(true, &["127.0.0.0/8"]);
+        assert!(keys.unreachable.is_none());
     }
 
     #[test]
@@ -600,7 +725,7 @@ mod tests {
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         let f = fetcher(true, &["127.0.0.0/8"]);
         assert!(f.get(&url).await.is_ok());
-        let again = f.refetch(&url).await.expect("the good key set is kept");
+        let again = f.refetch(&url, None).await.expect("the good key set is kept");
         assert_eq!(again["keys"][0]["kid"], "k1");
         assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 2, "it was fetched again, and failed");
         assert!(f.get(&url).await.is_ok(), "the cache still holds the good set");

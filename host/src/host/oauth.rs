@@ -373,7 +373,7 @@ impl ToolHost {
 /// without the fetching around them: for the fuzzers (`fuzz/`), not an API.
 #[doc(hidden)]
 pub mod fuzzing {
-    use super::clients::{client_from_metadata, sound_redirect_uri};
+    use super::clients::{MetadataFrom, client_from_metadata, sound_redirect_uri};
     use super::external::{Jwt, MAX_JWT_BYTES, access_token_type, granted_by};
     use super::*;
     use crate::tenancy::TokenGrant;
@@ -405,7 +405,8 @@ pub mod fuzzing {
 
     /// A client's metadata, registered or fetched (a CIMD document).
     pub fn client_metadata(client_id: &str, metadata: &Value, document: bool) -> Result<OAuthClient, OAuthError> {
-        client_from_metadata(client_id, metadata, document)
+        let from = if document { MetadataFrom::Document } else { MetadataFrom::Registration };
+        client_from_metadata(client_id, metadata, from)
     }
 
     /// Whether a declared redirect URI is one a client may register.
@@ -472,6 +473,44 @@ mod tests {
         ] {
             assert!(!sound_redirect_uri(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_registration_says_what_it_is_and_its_redirect_uris_fit_it() {
+        use super::clients::{MetadataFrom, client_from_metadata};
+        let with = |kind: Option<&str>, uris: &[&str], from: MetadataFrom| {
+            let mut metadata = json!({ "client_name": "Host", "redirect_uris": uris });
+            if let Some(kind) = kind {
+                metadata["application_type"] = json!(kind);
+            }
+            client_from_metadata("c", &metadata, from).map_err(|e| e.code)
+        };
+        let native =
+            ["http://127.0.0.1:5000/cb", "cursor://anysphere.cursor-mcp/oauth/callback", "https://app.example/cb"];
+        assert!(with(Some("native"), &native, MetadataFrom::Registration).is_ok());
+        assert!(
+            with(Some("web"), &["https://app.example/cb", "http://localhost/cb"], MetadataFrom::Registration).is_ok()
+        );
+        assert_eq!(
+            with(Some("web"), &["com.example.app:/cb"], MetadataFrom::Registration).err(),
+            Some("invalid_redirect_uri")
+        );
+        assert_eq!(
+            with(None, &["https://app.example/cb"], MetadataFrom::Registration).err(),
+            Some("invalid_client_metadata")
+        );
+        assert_eq!(
+            with(Some("desktop"), &["https://app.example/cb"], MetadataFrom::Registration).err(),
+            Some("invalid_client_metadata")
+        );
+        // A metadata document, or a client registered before it was
+        // required, need not say; when it says, its URIs must fit.
+        assert!(with(None, &["com.example.app:/cb"], MetadataFrom::Document).is_ok());
+        assert!(with(None, &["com.example.app:/cb"], MetadataFrom::Stored).is_ok());
+        assert_eq!(
+            with(Some("web"), &["com.example.app:/cb"], MetadataFrom::Document).err(),
+            Some("invalid_redirect_uri")
+        );
     }
 
     #[test]

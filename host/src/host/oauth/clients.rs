@@ -5,7 +5,7 @@
 
 use super::{MAX_CLIENT_ID_BYTES, MAX_CLIENT_METADATA_BYTES, MAX_REGISTERED_CLIENTS, OAuthError};
 use crate::host::ToolHost;
-use crate::host::fetcher::JwksError;
+use crate::host::fetcher::{JwksError, Requester};
 use crate::host::random_token;
 use crate::tenancy::unix_now;
 use serde_json::{Value, json};
@@ -17,6 +17,8 @@ pub struct OAuthClient {
     /// Its `client_name`, else its id.
     pub name: String,
     pub redirect_uris: Vec<String>,
+    /// What it says it is, if it said (a registration must).
+    pub application_type: Option<ApplicationType>,
     /// Whether its id is the URL of its metadata document.
     pub metadata_document: bool,
 }
@@ -61,14 +63,74 @@ pub(super) fn sound_redirect_uri(uri: &str) -> bool {
 /// `vscode://…`).
 pub const MCP_HOST_SCHEMES: [&str; 6] = ["cursor", "vscode", "vscode-insiders", "windsurf", "zed", "claude"];
 
+/// What a client says it is (OpenID Connect Dynamic Client Registration
+/// §2, `application_type`), which decides the redirect URIs it may use.
+/// MCP's 2026-07-28 revision requires clients to say it when they register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApplicationType {
+    /// An app on the user's device: a loopback `http` address, its own
+    /// scheme, or `https`.
+    Native,
+    /// A web site: `https`, or `http` on a loopback address (a site run
+    /// locally); never a private-use scheme.
+    Web,
+}
+
+impl ApplicationType {
+    fn as_str(self) -> &'static str {
+        match self {
+            ApplicationType::Native => "native",
+            ApplicationType::Web => "web",
+        }
+    }
+
+    /// Whether a sound redirect URI ([`sound_redirect_uri`]) is one this
+    /// kind of client may use.
+    fn allows(self, uri: &str) -> bool {
+        match self {
+            ApplicationType::Native => true,
+            ApplicationType::Web => uri.starts_with("https://") || uri.starts_with("http://"),
+        }
+    }
+}
+
+/// The `application_type` a client's metadata names: `Ok(None)` when it
+/// names none and `required` is false (a metadata document, or a client
+/// registered before it was required).
+pub(super) fn application_type(metadata: &Value, required: bool) -> Result<Option<ApplicationType>, OAuthError> {
+    match metadata.get("application_type") {
+        None | Some(Value::Null) if !required => Ok(None),
+        None | Some(Value::Null) => Err(OAuthError::new(
+            "invalid_client_metadata",
+            "`application_type` is required when a client registers: `native` for an app on the user's device, `web` for a web site (MCP 2026-07-28, OpenID Connect Registration §2)",
+        )),
+        Some(Value::String(kind)) if kind == "native" => Ok(Some(ApplicationType::Native)),
+        Some(Value::String(kind)) if kind == "web" => Ok(Some(ApplicationType::Web)),
+        Some(_) => Err(OAuthError::new("invalid_client_metadata", "`application_type` must be `native` or `web`")),
+    }
+}
+
+/// How a client's metadata reached this server, which decides what it must
+/// say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum MetadataFrom {
+    /// Posted to the registration endpoint now: `application_type` required.
+    Registration,
+    /// Fetched from its metadata document.
+    Document,
+    /// As stored at its registration.
+    Stored,
+}
+
 /// A client's metadata (registered or fetched) checked: its redirect URIs
-/// and name.
+/// (each one its `application_type` allows, when it names one) and name.
 pub(super) fn client_from_metadata(
     client_id: &str,
     metadata: &Value,
-    document: bool,
+    from: MetadataFrom,
 ) -> Result<OAuthClient, OAuthError> {
     let invalid = |why: &str| OAuthError::new("invalid_client_metadata", why);
+    let kind = application_type(metadata, from == MetadataFrom::Registration)?;
     let uris = metadata["redirect_uris"].as_array().ok_or_else(|| invalid("`redirect_uris` must be a list"))?;
     let mut redirect_uris = Vec::new();
     for uri in uris {
@@ -78,6 +140,15 @@ pub(super) fn client_from_metadata(
                 "every redirect URI must be https://, http:// on a loopback address, or an app's own scheme, without a fragment",
             )
         })?;
+        if let Some(kind) = kind.filter(|kind| !kind.allows(uri)) {
+            return Err(OAuthError::new(
+                "invalid_redirect_uri",
+                format!(
+                    "a `{}` client's redirect URIs must be https:// (or http:// on a loopback address); an app's own scheme is for `native` clients",
+                    kind.as_str()
+                ),
+            ));
+        }
         redirect_uris.push(uri.to_string());
     }
     if redirect_uris.is_empty() || redirect_uris.len() > 16 {
@@ -88,7 +159,13 @@ pub(super) fn client_from_metadata(
     // replace what it does not support), a document's is not used.
     let name = metadata["client_name"].as_str().filter(|n| !n.trim().is_empty()).unwrap_or(client_id);
     let name: String = name.chars().filter(|c| !c.is_control()).take(100).collect();
-    Ok(OAuthClient { client_id: client_id.to_string(), name, redirect_uris, metadata_document: document })
+    Ok(OAuthClient {
+        client_id: client_id.to_string(),
+        name,
+        redirect_uris,
+        application_type: kind,
+        metadata_document: from == MetadataFrom::Document,
+    })
 }
 
 /// Whether a client id is one this server registered (RFC 7591).
@@ -139,10 +216,12 @@ impl ToolHost {
             return Err(OAuthError::too_often("registrations from this address", wait));
         }
         let client_id = format!("plinth_client_{}", random_token()?.trim_end_matches('='));
-        let client = client_from_metadata(&client_id, metadata, false)?;
+        let client = client_from_metadata(&client_id, metadata, MetadataFrom::Registration)?;
+        let application_type = client.application_type.map(ApplicationType::as_str);
         let stored = json!({
             "client_name": client.name,
             "redirect_uris": client.redirect_uris,
+            "application_type": application_type,
         });
         let now = unix_now();
         let registered = crate::store::off_the_workers(|| {
@@ -159,6 +238,7 @@ impl ToolHost {
             "client_id_issued_at": now,
             "client_name": client.name,
             "redirect_uris": client.redirect_uris,
+            "application_type": application_type,
             "grant_types": ["authorization_code", "refresh_token"],
             "response_types": ["code"],
             "token_endpoint_auth_method": "none",
@@ -179,9 +259,13 @@ impl ToolHost {
             return Err(OAuthError::new("invalid_client", "the client_id is longer than this server reads"));
         }
         if is_metadata_document_url(client_id) {
-            let document = self.oauth.documents.get_for(client_id, Some(from)).await.map_err(|e| {
-                OAuthError::new("invalid_client", format!("the client's metadata document {}", document_refusal(&e)))
-            })?;
+            let document =
+                self.oauth.documents.get_for(client_id, Some(Requester::Address(from))).await.map_err(|e| {
+                    OAuthError::new(
+                        "invalid_client",
+                        format!("the client's metadata document {}", document_refusal(&e)),
+                    )
+                })?;
             // The document must name itself (draft-ietf-oauth-client-id-metadata-document §4.1).
             if document["client_id"].as_str() != Some(client_id) {
                 return Err(OAuthError::new(
@@ -189,7 +273,7 @@ impl ToolHost {
                     "the client's metadata document does not name its own URL as its client_id",
                 ));
             }
-            return client_from_metadata(client_id, &document, true);
+            return client_from_metadata(client_id, &document, MetadataFrom::Document);
         }
         if !is_registered_client_id(client_id) {
             return Err(unknown());
@@ -197,7 +281,7 @@ impl ToolHost {
         let stored = crate::store::off_the_workers(|| self.store.oauth_client(tenant, client_id))?;
         let stored = stored.ok_or_else(unknown)?;
         let metadata: Value = serde_json::from_str(&stored).map_err(|_| unknown())?;
-        client_from_metadata(client_id, &metadata, false)
+        client_from_metadata(client_id, &metadata, MetadataFrom::Stored)
     }
 
     /// Records that a registered client was used (a code issued to it, a

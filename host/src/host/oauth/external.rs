@@ -5,6 +5,7 @@
 use super::{OAuthSetting, SCOPES};
 use crate::digest::sha256_hex;
 use crate::host::ToolHost;
+use crate::host::fetcher::Requester;
 use crate::store::StoreError;
 use crate::tenancy::TokenGrant;
 use serde_json::Value;
@@ -170,7 +171,11 @@ impl ToolHost {
             return refuse("its `typ` is not an access token's (at+jwt)");
         }
         let providers = &self.oauth.providers;
-        let discovery = match providers.get(&format!("{issuer}/.well-known/openid-configuration")).await {
+        // The tenant's own setting names the issuer: its fetches hold the
+        // tenant's share of the places.
+        let requester = Some(Requester::Tenant(tenant));
+        let discovery = match providers.get_for(&format!("{issuer}/.well-known/openid-configuration"), requester).await
+        {
             Ok(document) => document,
             Err(e) => {
                 tracing::warn!(tenant, error = %e, "the tenant's identity provider's discovery document was not used");
@@ -181,11 +186,11 @@ impl ToolHost {
             return refuse("the discovery document names another issuer");
         }
         let Some(jwks_uri) = discovery["jwks_uri"].as_str() else { return Ok(None) };
-        let mut keys = providers.get(jwks_uri).await;
+        let mut keys = providers.get_for(jwks_uri, requester).await;
         // A key the cached set lacks: the provider may have rotated its
         // keys since (a refetch at most every 30 s per URL).
         if keys.as_ref().is_ok_and(|keys| jwt.names_a_key_not_in(keys)) {
-            keys = providers.refetch(jwks_uri).await;
+            keys = providers.refetch(jwks_uri, requester).await;
         }
         let keys = match keys {
             Ok(keys) => keys,
