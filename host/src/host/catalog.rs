@@ -169,22 +169,25 @@ impl ToolHost {
     /// Checks `key` for `tenant`'s catalog and opens a session lasting
     /// [`SESSION_TTL`]; returns the cookie's value. Failed sign-ins are
     /// throttled by client address, by key id and per tenant (made-up
-    /// tenants sharing one budget), as the confirmation pages' logins are.
+    /// tenants sharing one budget, each with its key ids' own locks), as
+    /// the confirmation pages' logins are.
     pub fn sign_in_designer(&self, tenant: &str, key: &str, address: IpAddr) -> Result<String, SignInError> {
         // A key's id is public (the audit log shows it): a guesser of one
         // key's secret is throttled per id. Anything else is counted by its
         // hash, so that made-up keys do not lock each other out.
         let throttled_as = tenancy::key_id(key).map_or_else(|| tenancy::key_sha256(key), str::to_string);
         let guard = &self.catalog.sign_ins;
-        // Made-up tenants share one failed-sign-in budget.
-        let tenant = if self.tenant(tenant).is_some() { tenant } else { super::confirmations::login::UNKNOWN_TENANT };
-        guard.check(tenant, &throttled_as, address)?;
-        let principal = self.authenticate(key).filter(|p| p.sees(tenant) && self.tenant(tenant).is_some());
+        // Made-up tenants share one failed-sign-in budget, each with key ids
+        // of its own (`LoginTenant`).
+        let exists = self.tenant(tenant).is_some();
+        let throttled = super::confirmations::login::LoginTenant::new(tenant, exists);
+        guard.check(throttled, &throttled_as, address)?;
+        let principal = self.authenticate(key).filter(|p| p.sees(tenant) && exists);
         let Some(principal) = principal else {
-            guard.failed(tenant, &throttled_as, address);
+            guard.failed(throttled, &throttled_as, address);
             return Err(SignInError::Invalid);
         };
-        guard.succeeded(tenant, &throttled_as, address);
+        guard.succeeded(throttled, &throttled_as, address);
         let token = super::random_token()?;
         let now = unix_now();
         self.store.insert_designer_session(
