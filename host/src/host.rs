@@ -32,7 +32,7 @@ mod tests;
 
 pub use catalog::{
     Catalog, CatalogEntry, CatalogOrder, CatalogQuery, DesignerSession, MAX_SEARCH_CHARS,
-    SESSION_TTL as CATALOG_SESSION_TTL, SignInError,
+    SESSION_TTL as CATALOG_SESSION_TTL, SignInError, TokenCounted,
 };
 pub use confirmations::{CheqOptions, LoginError, LoginOptions, PageSession};
 pub use confirmations::{

@@ -31,15 +31,21 @@ pub const MAX_SEARCH_CHARS: usize = 200;
 /// Most words of a search that count.
 pub const MAX_SEARCH_WORDS: usize = 10;
 
-/// The catalog's state in the core: the throttle on failed sign-ins.
+pub mod token_counts;
+
+pub use token_counts::TokenCounted;
+
+/// The catalog's state in the core: the throttle on failed sign-ins, and
+/// the toolset pages' token counts.
 pub(crate) struct CatalogState {
     sign_ins: LoginGuard,
+    token_counts: token_counts::TokenCounts,
 }
 
 impl CatalogState {
     /// With the same settings as the confirmation pages' logins.
     pub(crate) fn new(options: &LoginOptions) -> CatalogState {
-        CatalogState { sign_ins: LoginGuard::new(options) }
+        CatalogState { sign_ins: LoginGuard::new(options), token_counts: Default::default() }
     }
 }
 
@@ -204,6 +210,24 @@ impl ToolHost {
             MAX_SESSIONS_PER_KEY,
         )?;
         Ok(token)
+    }
+
+    /// Each of `texts`' (o200k, cl100k) token counts, for a page of
+    /// `tenant`'s catalog: kept from before where they were counted, else
+    /// counted off the request threads, one page of the tenant's at a time
+    /// (`Busy` at once while another runs: `catalog/token_counts.rs`).
+    pub async fn token_counts(&self, tenant: &str, texts: Vec<String>) -> TokenCounted {
+        let counted = self.catalog.token_counts.count(tenant, texts).await;
+        let outcome = match &counted {
+            TokenCounted::Counts { fresh: true, .. } => Some("counted"),
+            TokenCounted::Counts { fresh: false, .. } => Some("cached"),
+            TokenCounted::Busy => Some("busy"),
+            TokenCounted::Failed => None,
+        };
+        if let Some(outcome) = outcome {
+            self.metrics.token_counts(tenant, outcome);
+        }
+        counted
     }
 
     /// The live catalog session of `tenant` whose cookie is `token`, with
