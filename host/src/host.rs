@@ -32,7 +32,7 @@ mod tests;
 
 pub use catalog::{
     Catalog, CatalogEntry, CatalogOrder, CatalogQuery, DesignerSession, MAX_SEARCH_CHARS,
-    SESSION_TTL as CATALOG_SESSION_TTL, SignInError,
+    SESSION_TTL as CATALOG_SESSION_TTL, SignInError, TokenCounted,
 };
 pub use confirmations::{CheqOptions, LoginError, LoginOptions, PageSession};
 pub use confirmations::{
@@ -320,8 +320,9 @@ pub enum InvokeError {
     /// The version (or, unpinned, every version) is retired.
     #[error("{0}")]
     Retired(String),
-    /// The call came through a toolset's root and names a tool, or a
-    /// version, the toolset does not give (`host/toolsets.rs`).
+    /// The call came through a toolset's root and names a version of one
+    /// of its tools the toolset does not give (`host/toolsets.rs`; a tool
+    /// outside it is [`InvokeError::UnknownTool`]).
     #[error("{0}")]
     OutsideToolset(String),
     /// The sandbox stopped the tool.

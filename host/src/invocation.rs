@@ -279,12 +279,7 @@ pub fn input_record_from(
     for &(name, _) in arguments {
         // A handful names the mistake; thousands would only make the answer huge.
         if !is_input(name) && unknown.len() < MAX_UNKNOWN_REPORTED && unknown.insert(name) {
-            let known: Vec<&str> = signature.inputs.iter().map(|p| p.name.as_str()).collect();
-            errors.push(refuse(
-                "unknown_parameter",
-                Some(name),
-                format!("`{}` has no parameter `{name}`; its parameters are: {}", signature.name, known.join(", ")),
-            ));
+            errors.push(refuse("unknown_parameter", Some(name), unknown_message(signature, name, supplier)));
         }
     }
     let mut fields = Vec::with_capacity(signature.inputs.len());
@@ -321,6 +316,24 @@ pub fn input_record_from(
         }
     }
     if errors.is_empty() { Ok(Val::Record(fields)) } else { Err(errors) }
+}
+
+/// What a caller naming a parameter `name` the signature does not have is
+/// told: the parameters it may give. An agent is never told the private
+/// ones: MCP and OTC leave them out of the schema they show it (A2T marks
+/// them), and the end user, not the agent, gives them.
+fn unknown_message(signature: &Signature, name: &str, supplier: Supplier) -> String {
+    let known: Vec<&str> = signature
+        .inputs
+        .iter()
+        .filter(|p| !p.private || supplier == Supplier::EndUser)
+        .map(|p| p.name.as_str())
+        .collect();
+    if known.is_empty() {
+        format!("`{}` has no parameter `{name}`; it takes none from the caller", signature.name)
+    } else {
+        format!("`{}` has no parameter `{name}`; its parameters are: {}", signature.name, known.join(", "))
+    }
 }
 
 fn scalar(name: &str, ty: &InputType, value: &Value) -> Result<Val, InputError> {
@@ -846,6 +859,26 @@ mod tests {
                 ("cabin", "invalid_enum_value"),
             ]
         );
+    }
+
+    #[test]
+    fn an_unknown_name_is_answered_with_the_parameters_the_agent_may_give_only() {
+        let mut signature = signature();
+        signature.inputs.iter_mut().find(|p| p.name == "flight_number").unwrap().private = true;
+        let (one, economy, guess) = (json!(1), json!("ECONOMY"), json!("UA123"));
+        let arguments = [("passengers", &one), ("cabin", &economy), ("flightNumber", &guess)];
+        let errors = input_record(&signature, &arguments).unwrap_err();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!((errors[0].code, errors[0].parameter.as_deref()), ("unknown_parameter", Some("flightNumber")));
+        assert!(errors[0].message.contains("its parameters are: passengers, cabin, window"), "{}", errors[0].message);
+        assert!(!errors[0].message.contains("flight_number"), "a private input is not named: {}", errors[0].message);
+        // The end user, who gives the private ones, is told of them.
+        let errors = input_record_from(&signature, &arguments, Supplier::EndUser).unwrap_err();
+        assert!(errors[0].message.contains("flight_number"), "{}", errors[0].message);
+        // A tool that takes nothing from the agent says so.
+        signature.inputs.iter_mut().for_each(|p| p.private = true);
+        let errors = input_record(&signature, &[("x", &one)]).unwrap_err();
+        assert!(errors[0].message.ends_with("it takes none from the caller"), "{}", errors[0].message);
     }
 
     #[test]

@@ -86,6 +86,14 @@ pub struct OutboundLabels {
     status: &'static str,
 }
 
+/// A tenant's catalog page that shows token counts, and how it got them.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenCountLabels {
+    tenant: String,
+    /// `counted`, `cached` or `busy`.
+    outcome: &'static str,
+}
+
 /// Whether a compiled component came from the cache.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CacheLabels {
@@ -227,6 +235,7 @@ pub struct Metrics {
     cheq_interrupted: Counter,
     outbound: Family<OutboundLabels, Counter>,
     compiled_cache: Family<CacheLabels, Counter>,
+    token_counts: Family<TokenCountLabels, Counter>,
     pool_in_use: Family<PoolLabels, Gauge>,
     pool_slots: Family<PoolLabels, Gauge>,
     slot_reset: Family<SlotResetLabels, Gauge>,
@@ -291,6 +300,13 @@ impl Default for Metrics {
             "Components loaded (deploys, start, fleet catch-up) by whether their compiled code came from the cache",
             compiled_cache.clone(),
         );
+        let token_counts = Family::default();
+        registry.register(
+            "catalog_token_counts",
+            "Catalog pages that show token counts, by how they got them (outcome: counted, cached, busy: another \
+             count of the tenant's was running, and the page said so)",
+            token_counts.clone(),
+        );
         let pool_in_use = Family::default();
         registry.register(
             "pool_slots_in_use",
@@ -320,6 +336,7 @@ impl Default for Metrics {
             cheq_interrupted,
             outbound,
             compiled_cache,
+            token_counts,
             pool_in_use,
             pool_slots,
             slot_reset,
@@ -380,6 +397,12 @@ impl Metrics {
         let labels =
             CheqLabels { tenant: tenant.to_string(), tool: tool.to_string(), state: CheqEvent::Expired.as_str() };
         self.cheq.get_or_create(&labels).inc_by(count);
+    }
+
+    /// A page of `tenant`'s catalog got its token counts as `outcome`
+    /// (`counted`, `cached` or `busy`).
+    pub fn token_counts(&self, tenant: &str, outcome: &'static str) {
+        self.token_counts.get_or_create(&TokenCountLabels { tenant: tenant.to_string(), outcome }).inc();
     }
 
     /// `count` accepted transactions were found running at start.

@@ -745,3 +745,80 @@ async fn toolsets_are_changed_in_the_catalog_by_a_publisher_only() {
     let (status, _) = elsewhere.get("/catalog/toolsets/travel").await;
     assert_eq!(status, 404, "another tenant's toolset is not there");
 }
+
+/// The toolset page's token counts (o200k of the MCP listing), if shown.
+fn shown_count(html: &str) -> Option<String> {
+    Some(html.split("data-o200k=\"").nth(1)?.split('"').next()?.to_string())
+}
+
+/// A toolset page's token counts are made once per listing (kept until
+/// what a door lists changes: a deploy of a tool it follows) and one at a
+/// time per tenant: a view that would count while another of the
+/// tenant's counts says so at once, and a later one takes the counts made.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_toolsets_token_counts_are_made_once_per_listing_and_one_at_a_time_per_tenant() {
+    let server = Server::start(&[]);
+    let (_, consumer) = server.create_key(Some("default"), "consumer").await;
+    let travel =
+        json!({ "description": "", "tools": [{ "name": "echo", "version": 1 }, { "name": "lookup_weather_by_city" }] });
+    assert_eq!(server.call_as(Some(TOKEN), Method::PUT, "/admin/toolsets/travel", Some(&travel)).await.0, 201);
+    let other = json!({ "description": "", "tools": [{ "name": "book_flight" }] });
+    assert_eq!(server.call_as(Some(TOKEN), Method::PUT, "/admin/toolsets/other", Some(&other)).await.0, 201);
+    let designer = Designer::sign_in(&server.base, &consumer).await;
+    let counts = |outcome: &'static str| {
+        let server = &server;
+        async move {
+            let labels = format!(r#"tenant="default",outcome="{outcome}""#);
+            metric(server, "plinth_catalog_token_counts_total", &labels).await.unwrap_or(0.0)
+        }
+    };
+
+    let (status, first) = designer.get("/catalog/toolsets/travel").await;
+    assert_eq!(status, 200, "{first}");
+    let counted = shown_count(&first).unwrap_or_else(|| panic!("no counts: {first}"));
+    assert_eq!(counts("counted").await, 1.0);
+    // Viewed again: the same counts, not made again.
+    let (_, again) = designer.get("/catalog/toolsets/travel").await;
+    assert_eq!(shown_count(&again).as_deref(), Some(counted.as_str()));
+    assert_eq!((counts("counted").await, counts("cached").await), (1.0, 1.0));
+    // A new version of the tool it follows changes what MCP lists: counted
+    // again, once.
+    let weather = std::fs::read(plugins_dir().join("lookup_weather_by_city.wasm")).unwrap();
+    let (status, body) = server.deploy(crate::support::relabeled(&weather, "v2"), "").await;
+    assert_eq!(status, 201, "{body}");
+    for _ in 0..2 {
+        let (_, html) = designer.get("/catalog/toolsets/travel").await;
+        assert!(shown_count(&html).is_some(), "{html}");
+    }
+    assert_eq!((counts("counted").await, counts("cached").await), (2.0, 2.0));
+
+    // Six views at once of a toolset never counted: one counts; one that
+    // comes while it does is told so, at once, and counts nothing; those
+    // after take its counts.
+    let path = "/catalog/toolsets/other";
+    let views = tokio::join!(
+        designer.get(path),
+        designer.get(path),
+        designer.get(path),
+        designer.get(path),
+        designer.get(path),
+        designer.get(path)
+    );
+    let views = [views.0, views.1, views.2, views.3, views.4, views.5];
+    let mut busy = 0.0;
+    for (status, html) in &views {
+        assert_eq!(*status, 200, "{html}");
+        match shown_count(html) {
+            Some(_) => {}
+            None => {
+                assert!(html.contains("data-counting"), "neither counts nor a word why: {html}");
+                busy += 1.0;
+            }
+        }
+    }
+    assert_eq!(counts("counted").await, 3.0, "one count for the new listing");
+    assert_eq!(counts("busy").await, busy);
+    assert_eq!(counts("cached").await, 2.0 + 5.0 - busy);
+    let (_, later) = designer.get(path).await;
+    assert!(shown_count(&later).is_some(), "the counts made are kept: {later}");
+}

@@ -402,9 +402,10 @@ async fn the_python_sdk_lists_and_calls_exactly_a_toolsets_tools() {
     for mode in ["2026-07-28", "legacy"] {
         let outcome = call(&url, Some(&key), mode, "echo", json!({"text": "hi"}), None).await;
         assert_eq!(structured(&outcome), &json!({"text": "hi"}), "{mode}");
-        // Outside it, whatever the request names: another tool, another version.
+        // Outside it, whatever the request names: another tool (answered as
+        // one that does not exist), another version.
         let outcome = call(&url, Some(&key), mode, "book_flight", json!({}), None).await;
-        assert_eq!(rpc_error(&outcome)["data"]["code"], "outside_toolset", "{mode}: {outcome}");
+        assert_eq!(rpc_error(&outcome)["data"]["code"], "unknown_tool", "{mode}: {outcome}");
         let pinned = Some(json!({"version": 2}));
         let outcome = call(&url, Some(&key), mode, "echo", json!({"text": "hi"}), pinned).await;
         assert_eq!(rpc_error(&outcome)["data"]["code"], "outside_toolset", "{mode}: {outcome}");

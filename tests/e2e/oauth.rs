@@ -245,9 +245,15 @@ async fn the_mcp_url_says_where_to_get_a_token_and_the_metadata_agrees() {
     let (status, challenge, _) = list_with(&server, "", "not-a-key").await;
     assert_eq!(status, 401);
     assert!(challenge.starts_with("Bearer error=\"invalid_token\", scope="), "{challenge}");
-    // No such tenant: no metadata, and nothing says it might exist.
-    assert_eq!(server.get("/.well-known/oauth-protected-resource/t/nobody/mcp").await.0, 404);
-    assert_eq!(server.get("/.well-known/oauth-authorization-server/t/nobody").await.0, 404);
+    // No such tenant: the metadata of a tenant with the defaults, so that
+    // nothing says whether it exists (`a_stranger_cannot_tell_…`); a
+    // segment that cannot name a tenant is no resource.
+    let (status, metadata) = server.get("/.well-known/oauth-protected-resource/t/nobody/mcp").await;
+    assert_eq!(status, 200, "{metadata}");
+    assert_eq!(metadata["resource"], format!("{}/t/nobody/mcp", server.base));
+    assert_eq!(server.get("/.well-known/oauth-authorization-server/t/nobody").await.0, 200);
+    assert_eq!(server.get("/.well-known/oauth-protected-resource/t/No_Such/mcp").await.0, 404);
+    assert_eq!(server.get("/.well-known/oauth-authorization-server/t/No_Such").await.0, 404);
 
     // The operator turns a tenant's authorization server off: no metadata,
     // no challenge naming it, and keys as before.
@@ -931,4 +937,277 @@ async fn a_token_naming_a_new_key_fetches_the_issuers_keys_again_at_most_once_in
     assert_eq!(provider.jwks_fetches(), 2);
     // Known keys keep working from the cache.
     assert_eq!(status(provider.token(&new, None, None, &audience, "alice")).await, 200);
+}
+
+/// A tenant that exists and one that does not; a toolset of the first and
+/// a name that is none of its toolsets.
+const REAL_TENANT: &str = "tenant-that-is";
+const NO_TENANT: &str = "tenant-not-there";
+const REAL_TOOLSET: &str = "set-that-is";
+const NO_TOOLSET: &str = "set-not-there";
+
+/// An answer as a stranger sees it, made comparable between tenants and
+/// toolsets: the status, every header but the date, the length and the
+/// request id, and the body, with the tenant's and the toolset's names
+/// written `{T}` and `{S}`, random tokens (32 characters and more) and
+/// registration times masked. Timing is not compared (docs/security.md).
+async fn as_seen(response: reqwest::Response, tenant: &str, toolset: &str) -> String {
+    let mut seen = format!("{}\n", response.status().as_u16());
+    let mut names: Vec<&str> = response
+        .headers()
+        .keys()
+        .map(|k| k.as_str())
+        .filter(|k| !matches!(*k, "date" | "content-length" | "x-request-id"))
+        .collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        for value in response.headers().get_all(name) {
+            seen.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("(not text)")));
+        }
+    }
+    seen.push_str(&response.text().await.unwrap_or_default());
+    let seen = seen.replace(tenant, "{T}").replace(toolset, "{S}");
+    let seen = regex::Regex::new(r"[A-Za-z0-9_\-]{32,}").unwrap().replace_all(&seen, "<random>").into_owned();
+    regex::Regex::new(r#""client_id_issued_at":\s*\d+"#)
+        .unwrap()
+        .replace_all(&seen, "\"client_id_issued_at\":<time>")
+        .into_owned()
+}
+
+/// Everything a stranger (no key, or another tenant's) may ask about
+/// `tenant` and its `toolset`, from `source` (a 127.0.0.0/8 address of its
+/// own, so that the sign-in throttles of one run do not meet another's) →
+/// (what, the answer as seen).
+async fn what_a_stranger_sees(
+    server: &Server,
+    tenant: &str,
+    toolset: &str,
+    source: &str,
+    document: &str,
+    other_key: &str,
+) -> Vec<(&'static str, String)> {
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address(source.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap();
+    let (base, root) = (&server.base, format!("{}/t/{tenant}", server.base));
+    let list = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {} });
+    let mcp = |url: String, key: Option<&str>| {
+        let request = http
+            .post(url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&list);
+        match key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    };
+    let authorize = |client_id: &str, resource: &str| -> Vec<(String, String)> {
+        [
+            ("response_type", "code"),
+            ("client_id", client_id),
+            ("redirect_uri", REDIRECT),
+            ("state", "st-1"),
+            ("code_challenge", &challenge(VERIFIER)),
+            ("code_challenge_method", "S256"),
+            ("resource", resource),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    };
+    let (tenant_mcp, toolset_mcp) = (format!("{root}/mcp"), format!("{root}/toolsets/{toolset}/mcp"));
+    let made_up_client = "plinth_client_madeupmadeupmadeupmadeupmadeupmadeupmad";
+    let made_up_tx = "00000000-0000-4000-8000-000000000000";
+    let requests: Vec<(&'static str, reqwest::RequestBuilder)> = vec![
+        ("resource metadata", http.get(format!("{base}/.well-known/oauth-protected-resource/t/{tenant}/mcp"))),
+        ("resource metadata under the root", http.get(format!("{root}/.well-known/oauth-protected-resource"))),
+        ("server metadata", http.get(format!("{base}/.well-known/oauth-authorization-server/t/{tenant}"))),
+        ("server metadata under the root", http.get(format!("{root}/.well-known/oauth-authorization-server"))),
+        (
+            "a toolset's resource metadata",
+            http.get(format!("{base}/.well-known/oauth-protected-resource/t/{tenant}/toolsets/{toolset}/mcp")),
+        ),
+        ("MCP, no key", mcp(tenant_mcp.clone(), None)),
+        ("MCP, a made-up token", mcp(tenant_mcp.clone(), Some("plinth_at_madeupmadeupmadeupmadeupmadeupmadeup"))),
+        ("MCP, a JWT", mcp(tenant_mcp.clone(), Some("eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"))),
+        ("MCP, another tenant's key", mcp(tenant_mcp.clone(), Some(other_key))),
+        ("a toolset's MCP, no key", mcp(toolset_mcp.clone(), None)),
+        ("a toolset's MCP, another tenant's key", mcp(toolset_mcp.clone(), Some(other_key))),
+        ("A2T, no key", http.get(format!("{root}/tools"))),
+        ("A2T, another tenant's key", http.get(format!("{root}/tools")).bearer_auth(other_key)),
+        ("a toolset's A2T, no key", http.get(format!("{root}/toolsets/{toolset}/tools"))),
+        ("OTC health", http.get(format!("{root}/otc/health"))),
+        ("a toolset's OTC health", http.get(format!("{root}/toolsets/{toolset}/otc/health"))),
+        (
+            "sign-in, an unknown client",
+            http.get(format!("{root}/oauth/authorize")).query(&authorize(made_up_client, &tenant_mcp)),
+        ),
+        (
+            "sign-in, a document's client",
+            http.get(format!("{root}/oauth/authorize")).query(&authorize(document, &tenant_mcp)),
+        ),
+        (
+            "sign-in for a toolset",
+            http.get(format!("{root}/oauth/authorize")).query(&authorize(document, &toolset_mcp)),
+        ),
+        (
+            "token, a made-up code",
+            http.post(format!("{root}/oauth/token")).form(&[
+                ("grant_type", "authorization_code"),
+                ("code", "plinth_ac_madeupmadeupmadeupmadeupmadeupmadeup"),
+                ("redirect_uri", REDIRECT),
+                ("client_id", document),
+                ("code_verifier", VERIFIER),
+            ]),
+        ),
+        (
+            "token, a made-up refresh token",
+            http.post(format!("{root}/oauth/token")).form(&[
+                ("grant_type", "refresh_token"),
+                ("refresh_token", "plinth_rt_madeupmadeupmadeupmadeupmadeupmadeup"),
+                ("client_id", made_up_client),
+            ]),
+        ),
+        (
+            "registration",
+            http.post(format!("{root}/oauth/register")).json(&json!({
+                "client_name": "Prober", "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"
+            })),
+        ),
+        (
+            "revocation",
+            http.post(format!("{root}/oauth/revoke"))
+                .form(&[("token", "plinth_rt_madeupmadeupmadeupmadeupmadeupmadeup"), ("client_id", document)]),
+        ),
+        ("the catalog", http.get(format!("{root}/catalog"))),
+        ("the catalog's sign-in page", http.get(format!("{root}/catalog/sign-in"))),
+        (
+            "the catalog's sign-in, a wrong key",
+            http.post(format!("{root}/catalog/sign-in"))
+                .header("cookie", "plinth_catalog_sign_in=0123456789abcdef0123456789abcdef")
+                .form(&[("key", "plk_0123456789abcdef_wrong"), ("sign_in_token", "0123456789abcdef0123456789abcdef")]),
+        ),
+        ("the confirmation page", http.get(format!("{root}/cheq/confirm"))),
+        (
+            "the confirmation login, a wrong password",
+            http.post(format!("{root}/cheq/login"))
+                .header("cookie", "plinth_cheq_login=0123456789abcdef0123456789abcdef")
+                .form(&[
+                    ("user", "alice"),
+                    ("password", "wrong"),
+                    ("resource_uri", ""),
+                    ("login_token", "0123456789abcdef0123456789abcdef"),
+                ]),
+        ),
+        ("a made-up transaction", http.get(format!("{root}/cheq/transactions/{made_up_tx}"))),
+        ("a made-up transaction's CHEQ", http.get(format!("{root}/cheq/transactions/{made_up_tx}/cheq"))),
+    ];
+    let mut seen = Vec::new();
+    for (what, request) in requests {
+        seen.push((what, as_seen(request.send().await.unwrap(), tenant, toolset).await));
+    }
+    // Signing in at the page, for the toolset's MCP URL: a wrong password,
+    // and a person who denies.
+    for (what, decision) in [("signing in, a wrong password", "allow"), ("signing in, denied", "deny")] {
+        let query = authorize(document, &toolset_mcp);
+        let page = http.get(format!("{root}/oauth/authorize")).query(&query).send().await.unwrap();
+        let cookie = page.headers().get(reqwest::header::SET_COOKIE).map(|c| c.to_str().unwrap().to_string());
+        let html = page.text().await.unwrap();
+        let mut form = query.clone();
+        if html.contains("login_token") {
+            form.push(("login_token".into(), crate::support::hidden(&html, "login_token")));
+        }
+        form.extend(
+            [("user", "alice"), ("password", "wrong"), ("decision", decision)].map(|(k, v)| (k.into(), v.into())),
+        );
+        let cookie = cookie.unwrap_or_default().split(';').next().unwrap_or_default().to_string();
+        let answer =
+            http.post(format!("{root}/oauth/authorize")).header("cookie", cookie).form(&form).send().await.unwrap();
+        seen.push((what, as_seen(answer, tenant, toolset).await));
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stranger_cannot_tell_a_tenant_or_toolset_that_does_not_exist_from_one_that_does() {
+    let server = Server::start(&["--oauth-allow-http", "--allow-private-cidr", "127.0.0.0/8"]);
+    server.create_tenant(REAL_TENANT, json!({})).await;
+    server.create_tenant("other", json!({})).await;
+    let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();
+    assert_eq!(server.deploy_as(TOKEN, REAL_TENANT, echo).await.0, 201);
+    let password = json!({ "password": "alice-password" });
+    let path = format!("/t/{REAL_TENANT}/admin/end-users/alice");
+    assert_eq!(server.call_as(Some(TOKEN), Method::PUT, &path, Some(&password)).await.0, 204);
+    let toolset = json!({ "description": "", "tools": [{ "name": "echo" }] });
+    let path = format!("/t/{REAL_TENANT}/admin/toolsets/{REAL_TOOLSET}");
+    assert_eq!(server.call_as(Some(TOKEN), Method::PUT, &path, Some(&toolset)).await.0, 201);
+    let (_, other_key) = server.create_key(Some("other"), "consumer").await;
+    let document = client_document(
+        |url: &str| {
+            json!({ "client_id": url, "client_name": "Document host", "redirect_uris": [REDIRECT],
+                    "token_endpoint_auth_method": "none" })
+            .to_string()
+        },
+        std::time::Duration::ZERO,
+    )
+    .await;
+
+    let exists = what_a_stranger_sees(&server, REAL_TENANT, REAL_TOOLSET, "127.0.0.11", &document, &other_key).await;
+    // What a tenant with the defaults shows (so that the comparison below
+    // is of answers that say something).
+    let shown = |what: &str| exists.iter().find(|(w, _)| *w == what).map(|(_, seen)| seen.as_str()).unwrap();
+    assert!(shown("resource metadata").starts_with("200\n"), "{}", shown("resource metadata"));
+    assert!(shown("a toolset's resource metadata").starts_with("200\n"), "{}", shown("a toolset's resource metadata"));
+    assert!(shown("server metadata").starts_with("200\n"), "{}", shown("server metadata"));
+    assert!(shown("MCP, no key").contains("resource_metadata="), "{}", shown("MCP, no key"));
+    assert!(shown("sign-in for a toolset").starts_with("200\n"), "{}", shown("sign-in for a toolset"));
+    assert!(shown("signing in, a wrong password").starts_with("401\n"), "{}", shown("signing in, a wrong password"));
+    assert!(shown("signing in, denied").starts_with("303\n"), "{}", shown("signing in, denied"));
+    assert!(shown("registration").starts_with("201\n"), "{}", shown("registration"));
+    assert!(shown("MCP, another tenant's key").starts_with("404\n"), "{}", shown("MCP, another tenant's key"));
+
+    for (tenant, toolset, source) in [(REAL_TENANT, NO_TOOLSET, "127.0.0.12"), (NO_TENANT, REAL_TOOLSET, "127.0.0.13")]
+    {
+        let seen = what_a_stranger_sees(&server, tenant, toolset, source, &document, &other_key).await;
+        assert_eq!(seen.len(), exists.len());
+        for ((what, there), (_, here)) in exists.iter().zip(&seen) {
+            assert_eq!(here, there, "{what}: {tenant}/{toolset} answers otherwise than {REAL_TENANT}/{REAL_TOOLSET}");
+        }
+    }
+
+    // Failing as one name at one made-up tenant locks that name there, and
+    // nowhere else: were made-up tenants one, the lock would tell them from
+    // real ones.
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address("127.0.0.14".parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap();
+    let login = |tenant: &str| {
+        http.post(format!("{}/t/{tenant}/cheq/login", server.base))
+            .header("cookie", "plinth_cheq_login=0123456789abcdef0123456789abcdef")
+            .form(&[
+                ("user", "zed"),
+                ("password", "wrong"),
+                ("resource_uri", ""),
+                ("login_token", "0123456789abcdef0123456789abcdef"),
+            ])
+            .send()
+    };
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        statuses.push(login("made-up-first").await.unwrap().status().as_u16());
+    }
+    assert_eq!(statuses.last(), Some(&429), "the name is locked where it failed: {statuses:?}");
+    let mut seen = Vec::new();
+    for tenant in [REAL_TENANT, NO_TENANT] {
+        let answer = login(tenant).await.unwrap();
+        seen.push(as_seen(answer, tenant, REAL_TOOLSET).await);
+    }
+    assert!(seen[0].starts_with("401\n"), "{}", seen[0]);
+    assert_eq!(seen[1], seen[0]);
 }

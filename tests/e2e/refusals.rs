@@ -65,6 +65,25 @@ fn item<'a>(usage: &'a Value, tool: &str, version: u64, door: &str) -> Option<&'
     usage["items"].as_array()?.iter().find(|i| i["tool"] == tool && i["version"] == version && i["door"] == door)
 }
 
+/// The OTC `ToolId` `wanted` picks from the tenant's listing.
+async fn otc_tool_id(server: &Server, key: &str, wanted: impl Fn(&str) -> bool) -> String {
+    let (_, tools) = get_as(server, key, "/otc/tools").await;
+    tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .find(|id| wanted(id))
+        .unwrap_or_else(|| panic!("{tools}"))
+        .to_string()
+}
+
+/// The tenant's publisher `key` shows offending values → (status, settings).
+async fn show_offending_values(server: &Server, key: &str) -> (u16, Value) {
+    let settings = json!({ "showOffendingValues": true });
+    server.call_as(Some(key), reqwest::Method::PUT, "/admin/console-settings", Some(&settings)).await
+}
+
 fn refused_count(item: &Value, parameter: Value, code: &str) -> u64 {
     item["refused"]
         .as_array()
@@ -114,15 +133,7 @@ async fn a_refused_call_reaches_its_publishers_log_and_usage_from_every_door() {
     assert_eq!((status, body["error"]["code"].as_str()), (400, Some("private_parameter")), "{body}");
 
     // OTC.
-    let (_, tools) = get_as(&server, &consumer, "/otc/tools").await;
-    let otc_id = tools["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["id"].as_str().unwrap())
-        .find(|id| id.contains("Echo") && id.contains("@2."))
-        .unwrap_or_else(|| panic!("{tools}"))
-        .to_string();
+    let otc_id = otc_tool_id(&server, &consumer, |id| id.contains("Echo") && id.contains("@2.")).await;
     let (status, body) = server
         .call_as(
             Some(&consumer),
@@ -177,19 +188,12 @@ async fn a_refused_call_reaches_its_publishers_log_and_usage_from_every_door() {
     assert_eq!(all["items"].as_array().unwrap().len(), 8, "two good calls and six refused: {all}");
 
     // Shown values, once the tenant allows them: cut, never a private input's.
-    let (status, settings) = server
-        .call_as(
-            Some(&publisher),
-            reqwest::Method::PUT,
-            "/admin/console-settings",
-            Some(&json!({ "showOffendingValues": true })),
-        )
-        .await;
+    let (status, settings) = show_offending_values(&server, &publisher).await;
     assert_eq!((status, &settings), (200, &json!({ "showOffendingValues": true })));
     let (status, _) = a2t(invocation("echo", &[("text", json!(42))]), current.clone()).await;
     assert_eq!(status, 400);
     let long = "y".repeat(1000);
-    let (status, _) = a2t(invocation("echo", &[("text", json!(42)), ("other", json!(long))]), current.clone()).await;
+    let (status, _) = a2t(invocation("echo", &[("text", json!([long])), ("other", json!("z"))]), current.clone()).await;
     assert_eq!(status, 400);
     let (status, _) = a2t(
         invocation("transfer_funds", &[("amount_usd", json!(5)), ("to_account", json!(PRIVATE_VALUE))]),
@@ -200,9 +204,11 @@ async fn a_refused_call_reaches_its_publishers_log_and_usage_from_every_door() {
     let entries = refused_entries(&server, &publisher, 10).await;
     assert_eq!(entries[0]["refused"], json!([{ "parameter": "to_account", "code": "private_parameter" }]));
     let other = entries[1]["refused"].as_array().unwrap();
-    let shown = other.iter().find(|r| r["parameter"] == "other").unwrap()["value"].as_str().unwrap();
+    let shown = other.iter().find(|r| r["parameter"] == "text").unwrap()["value"].as_str().unwrap();
     assert_eq!(shown.chars().count(), 121, "cut at 120 characters and marked: {shown}");
-    assert!(other.iter().any(|r| r["parameter"] == "text" && r["value"] == "42"), "{other:?}");
+    // Never under a name echo does not have: it may be a private input's,
+    // misspelt.
+    assert!(other.iter().any(|r| r["parameter"] == "other" && r.get("value").is_none()), "{other:?}");
     assert_eq!(entries[2]["refused"], json!([{ "parameter": "text", "code": "invalid_type", "value": "42" }]));
 
     // Usage, per tool version and door: refused calls by parameter and code,
@@ -324,4 +330,118 @@ async fn calls_the_tenants_limits_refuse_are_counted_for_the_vendor_by_reason() 
     let echo = item(&usage, "echo", 2, "a2t").unwrap();
     assert_eq!(echo["limited"], json!([{ "reason": "rate_limit", "calls": limited }]), "{usage}");
     assert_eq!(echo["refused"], json!([]), "{usage}");
+}
+
+/// The names an agent that was never shown `transfer_funds`' private
+/// `from_account` (MCP and OTC leave it out of their schemas) might guess.
+const MISSPELT: [&str; 10] = [
+    "fromAccount",
+    "from-account",
+    "from_account ",
+    " from_account",
+    "FROM_ACCOUNT",
+    "from_acount",
+    "fromaccount",
+    "from account",
+    "from_accounts",
+    "source_account",
+];
+
+/// The parameters an `unknown_parameter` answer lists, as it lists them.
+fn listed_parameters(answer: &str) -> String {
+    let listed = answer.split("its parameters are: ").nth(1).unwrap_or_else(|| panic!("nothing listed: {answer}"));
+    listed.chars().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ',' | ' ')).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_private_value_given_under_a_misspelt_name_is_shown_nowhere_and_no_answer_names_the_private_inputs() {
+    let (server, _plugins) = refusals_server(&[]);
+    let (_, publisher) = server.create_key(Some("default"), "publisher").await;
+    let (_, consumer) = server.create_key(Some("default"), "consumer").await;
+    // The tenant shows offending values: a misspelt private one must still
+    // not be shown.
+    assert_eq!(show_offending_values(&server, &publisher).await.0, 200);
+    let transfer = server.tool_id("transfer_funds").await;
+    let otc_id = otc_tool_id(&server, &consumer, |id| id.contains("TransferFunds")).await;
+    // What MCP and OTC show the agent: the amount only.
+    let mcp = crate::mcp::Mcp::with_key(&server, &consumer, "");
+    let (_, listed) = mcp.request("tools/list", json!({}), Value::Null).await;
+    let schema = listed["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "transfer_funds").unwrap()
+        ["inputSchema"]["properties"]
+        .clone();
+    assert_eq!(schema.as_object().unwrap().keys().collect::<Vec<_>>(), ["amount_usd"], "{schema}");
+
+    let mut answers = Vec::new();
+    for (i, name) in MISSPELT.iter().enumerate() {
+        let value = json!(format!("{PRIVATE_VALUE}{i}"));
+        let (status, body) = server
+            .call_as(
+                Some(&consumer),
+                reqwest::Method::POST,
+                &format!("/tools/{transfer}:invoke"),
+                Some(&invocation("transfer_funds", &[("amount_usd", json!(5)), (name, value.clone())])),
+            )
+            .await;
+        assert_eq!((status, body["error"]["code"].as_str()), (400, Some("unknown_parameter")), "{name:?}: {body}");
+        answers.push(("a2t", body));
+        let mut input = json!({ "amount_usd": 5 });
+        input[*name] = value;
+        let (status, body) = server
+            .call_as(
+                Some(&consumer),
+                reqwest::Method::POST,
+                "/otc/tools/call",
+                Some(&crate::otc::request(&otc_id, input.clone())),
+            )
+            .await;
+        assert_eq!(status, 422, "{name:?}: {body}");
+        answers.push(("otc", body));
+        let answer = mcp.call("transfer_funds", input, Value::Null).await;
+        assert_eq!(answer["result"]["isError"], true, "{name:?}: {answer}");
+        answers.push(("mcp", answer));
+    }
+    // Every answer names the mistake and lists only what the agent may
+    // give: never a private input, never the value.
+    for (door, answer) in &answers {
+        let text = answer.to_string();
+        assert!(!text.contains(PRIVATE_VALUE), "{door}: {text}");
+        assert_eq!(listed_parameters(&text).trim(), "amount_usd", "{door}: {text}");
+    }
+
+    // The console names each misspelling, with no value; usage folds them
+    // into `(unknown)`; the catalog's examples and the server's log hold no
+    // value either.
+    let entries = refused_entries(&server, &publisher, 30).await;
+    let refused: Vec<&Value> = entries.iter().flat_map(|e| e["refused"].as_array().unwrap()).collect();
+    assert_eq!(refused.len(), 30, "{entries:?}");
+    for refusal in &refused {
+        assert_eq!(refusal["code"], "unknown_parameter", "{refusal}");
+        assert!(MISSPELT.contains(&refusal["parameter"].as_str().unwrap()), "{refusal}");
+        assert!(refusal.get("value").is_none(), "no value under a name the signature lacks: {refusal}");
+    }
+    let usage = usage_until(&server, &publisher, |u| {
+        ["a2t", "otc", "mcp"].iter().all(|door| {
+            item(u, "transfer_funds", 1, door).is_some_and(|i| i["outcomes"]["refused"].as_u64() == Some(10))
+        })
+    })
+    .await;
+    let designer = crate::catalog::Designer::sign_in(&server.base, &publisher).await;
+    let page = crate::catalog::tool_path(&designer, "transfer_funds").await;
+    let (status, html) = designer.get(&page).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("What callers get wrong"), "{html}");
+    let (_, logs) = get_as(&server, &publisher, "/admin/logs").await;
+    let printed = Command::new(plinth_bin())
+        .args(["logs", "--outcome", "refused", "--server", &server.base, "--key", &publisher])
+        .output()
+        .unwrap();
+    for (what, text) in [
+        ("the console", logs.to_string()),
+        ("plinth logs", String::from_utf8_lossy(&printed.stdout).into_owned()),
+        ("usage", usage.to_string()),
+        ("the catalog", html),
+        ("the server's log", server.logs()),
+    ] {
+        assert!(!text.contains(PRIVATE_VALUE), "{what}: {text}");
+    }
 }

@@ -71,16 +71,20 @@ async fn a_toolset_lists_and_calls_exactly_its_tools_at_their_versions_on_a2t_an
     assert_eq!(response.headers()["plinth-tool-version"], "1");
     assert_eq!(outputs(&response.json().await.unwrap())["text"], "hi");
 
-    // Whatever the request names, nothing outside it: another tool, or
-    // another version of one of its tools.
-    for path in [format!("{root}/tools/{book}:invoke"), format!("{root}/tools/{echo}/versions/2:invoke")] {
+    // Whatever the request names, nothing outside it: another tool (as if
+    // it did not exist: `not_found`), or another version of one of its
+    // tools (`outside_toolset`).
+    for (path, status, code) in [
+        (format!("{root}/tools/{book}:invoke"), 404, "not_found"),
+        (format!("{root}/tools/{echo}/versions/2:invoke"), 403, "outside_toolset"),
+    ] {
         let response = invoke_echo(&server, Some(TOKEN), &path).await;
-        assert_eq!(response.status(), 403, "{path}");
+        assert_eq!(response.status(), status, "{path}");
         let body: Value = response.json().await.unwrap();
-        assert_eq!(body["error"]["code"], "outside_toolset", "{path}: {body}");
+        assert_eq!(body["error"]["code"], code, "{path}: {body}");
     }
     let (status, body) = server.call_as(Some(TOKEN), Method::GET, &format!("{root}/tools/{book}"), None).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (403, Some("outside_toolset")), "{body}");
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
     // Only under a tenant's root; and nothing but the doors under it.
     for path in ["/toolsets/travel/tools", "/t/default/toolsets/travel/admin/toolsets", "/t/default/toolsets/travel"] {
         assert_eq!(server.call_as(Some(TOKEN), Method::GET, path, None).await.0, 404, "{path}");
@@ -121,6 +125,64 @@ async fn a_toolset_lists_and_calls_exactly_its_tools_at_their_versions_on_a2t_an
         let (status, body) = server.call_as(Some(TOKEN), Method::GET, &path, None).await;
         assert_eq!((status, code(&body)), (404, Some("toolset_not_found")), "{path}: {body}");
     }
+}
+
+/// `text` with every `from` replaced by `to`.
+fn swapped(text: &Value, from: &str, to: &str) -> String {
+    text.to_string().replace(from, to)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_toolsets_key_cannot_tell_a_tool_outside_it_from_one_that_does_not_exist() {
+    let server = Server::start(&[]);
+    assert_eq!(put_toolset(&server, "travel", travel()).await.0, 201);
+    let body = json!({ "tenant": "default", "role": "consumer", "toolset": "travel" });
+    let (status, created) = server.call_as(Some(TOKEN), Method::POST, "/admin/keys", Some(&body)).await;
+    assert_eq!(status, 201, "{created}");
+    let key = created["key"].as_str().unwrap();
+    let root = "/t/default/toolsets/travel";
+    // book_flight is the tenant's, outside the toolset; the other name and
+    // id are no tool at all.
+    let book = server.tool_id("book_flight").await;
+    let nothing = "00000000-0000-4000-8000-000000000000";
+
+    // A2T: reading it and calling it, by toolId.
+    for (method, tail) in [(Method::GET, ""), (Method::POST, ":invoke")] {
+        let outside =
+            server.call_as(Some(key), method.clone(), &format!("{root}/tools/{book}{tail}"), Some(&json!({}))).await;
+        let none =
+            server.call_as(Some(key), method.clone(), &format!("{root}/tools/{nothing}{tail}"), Some(&json!({}))).await;
+        assert_eq!(outside.0, none.0, "{method} {tail}: {outside:?} {none:?}");
+        assert_eq!(swapped(&outside.1, &book, nothing), none.1.to_string(), "{method} {tail}");
+        assert_eq!(none.0, 404, "{none:?}");
+    }
+
+    // OTC: by ToolId, the tenant's own id for book_flight and one made up
+    // in its shape.
+    let (_, listed) = server.call_as(Some(TOKEN), Method::GET, "/otc/tools", None).await;
+    let otc_book = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .find(|id| id.contains("BookFlight"))
+        .unwrap_or_else(|| panic!("{listed}"));
+    let otc_nothing = otc_book.replace("BookFlight", "NoSuchTool");
+    let call = |id: &str| json!({ "request": { "tool_id": id, "input": {} } });
+    let outside =
+        server.call_as(Some(key), Method::POST, &format!("{root}/otc/tools/call"), Some(&call(&otc_book))).await;
+    let none =
+        server.call_as(Some(key), Method::POST, &format!("{root}/otc/tools/call"), Some(&call(&otc_nothing))).await;
+    assert_eq!(outside.0, none.0, "{outside:?} {none:?}");
+    assert_eq!(swapped(&outside.1, &otc_book, &otc_nothing), none.1.to_string());
+    assert_eq!((none.0, code(&none.1)), (400, Some("unknown_tool")), "{none:?}");
+
+    // MCP: by name, a JSON-RPC error either way.
+    let mcp = crate::mcp::Mcp::with_key(&server, key, root);
+    let outside = mcp.call("book_flight", json!({}), Value::Null).await;
+    let none = mcp.call("no_such_tool", json!({}), Value::Null).await;
+    assert_eq!(swapped(&outside["error"], "book_flight", "no_such_tool"), none["error"].to_string());
+    assert_eq!(none["error"]["data"]["code"], "unknown_tool", "{none}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -125,8 +125,11 @@ pub(super) async fn list_tools(
 
 /// The caller's tenant's tool with this id; another tenant's is `404` like
 /// one that does not exist.
+/// The tool `id` in the caller's view: through a toolset, one outside it
+/// is answered as one that does not exist.
 fn find_tool(host: &AppState, caller: &Caller, id: &str) -> Result<Arc<Tool>, ApiError> {
-    host.tool(&caller.tenant, id).ok_or_else(|| ApiError::not_found(format!("there is no tool with id `{id}`")))
+    host.tool_in(&caller.tenant, caller.toolset.as_deref(), id)
+        .ok_or_else(|| ApiError::not_found(format!("there is no tool with id `{id}`")))
 }
 
 fn parse_version(raw: &str) -> Result<u32, ApiError> {
@@ -294,8 +297,8 @@ async fn invoke(
     trace: Option<CallerTrace>,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    // Unknown tools are 404, and tools or versions outside the caller's
-    // toolset 403, whatever the body says.
+    // Unknown tools (and, through a toolset, tools outside it) are 404,
+    // versions outside the caller's toolset 403, whatever the body says.
     let tool = find_tool(host, caller, tool_id)?;
     let (tool, version) = ToolHost::resolve_in(caller.toolset.as_deref(), tool, version)?;
     let body: Value = serde_json::from_slice(body)

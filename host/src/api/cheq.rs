@@ -23,7 +23,7 @@
 use super::links::*;
 use super::pages::{self, Frame, Paragraph, Product, Revealed, field, form};
 use super::{ApiError, ApiOptions, AppState, Caller, schemas};
-use crate::host::{DecideError, InvokeError, PageSession, State as TxState, as_words, rfc3339};
+use crate::host::{DecideError, InvokeError, PageSession, State as TxState, ToolHost, as_words, rfc3339};
 use crate::store::StoredConfirmation;
 use crate::tenancy::unix_now;
 use askama::Template;
@@ -360,7 +360,7 @@ pub(super) async fn get_result(
     let c = transaction(&host, &caller.tenant, &id)?;
     // Through a toolset's root, only the results of its tools' calls.
     if let Some(toolset) = caller.toolset.as_deref()
-        && host.registry().get(&c.tool_id).is_none_or(|tool| toolset.pin(&tool.name).is_none())
+        && host.registry().get(&c.tool_id).is_none_or(|tool| !ToolHost::in_view(Some(toolset), &tool))
     {
         return Err(DecideError::Unknown(id).into());
     }

@@ -576,14 +576,16 @@ fn resolve(
     name: &str,
     meta: Option<&JsonObject>,
 ) -> Result<(Arc<Tool>, Arc<ToolVersion>), ErrorData> {
-    let tool = host.registry().by_name(&caller.tenant, name).ok_or_else(|| {
+    let unknown = || {
         rpc_error(
             ErrorCode::INVALID_PARAMS.0,
             format!("there is no tool `{name}`; tools/list lists them"),
             "unknown_tool",
             Map::new(),
         )
-    })?;
+    };
+    // Through a toolset, a tool outside it is no tool.
+    let tool = host.tool_named_in(&caller.tenant, caller.toolset.as_deref(), name).ok_or_else(unknown)?;
     let pinned = match meta.and_then(|m| m.get(meta::VERSION)) {
         None | Some(Value::Null) => None,
         Some(v) => Some(version_number(v).ok_or_else(|| {
@@ -610,6 +612,9 @@ fn resolve(
         }
     };
     let (tool, version) = ToolHost::resolve_in(caller.toolset.as_deref(), tool, pinned).map_err(|e| {
+        if matches!(e, InvokeError::UnknownTool(_)) {
+            return unknown();
+        }
         let error = ApiError::from(e);
         let code = if error.status().is_server_error() { ErrorCode::INTERNAL_ERROR } else { ErrorCode::INVALID_PARAMS };
         let plinth_code = if error.code() == "not_found" { "unknown_version" } else { error.code() };

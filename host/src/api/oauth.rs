@@ -92,9 +92,10 @@ fn oauth_error(e: &OAuthError) -> Response {
     response
 }
 
-/// The answer for a tenant without a built-in authorization server (none
-/// such, its operator turned OAuth off, or it uses an external identity
-/// provider): the same as an unknown path.
+/// The answer for a tenant without a built-in authorization server (its
+/// operator turned OAuth off, or it uses an external identity provider; a
+/// tenant that does not exist answers as one with the defaults, which has
+/// one): the same as an unknown path.
 fn no_authorization_server(tenant: &str) -> Response {
     ApiError::not_found(format!("tenant `{tenant}` has no OAuth authorization server here")).into_response()
 }
@@ -104,7 +105,7 @@ fn no_authorization_server(tenant: &str) -> Response {
 #[utoipa::path(get, summary = "The MCP URL's protected resource metadata (RFC 9728)", description = "Where clients of the MCP door get their tokens: the tenant's authorization server, and the scopes. The same document is served at the RFC 9728 location `/.well-known/oauth-protected-resource/t/{tenant}/mcp` (`/.well-known/oauth-protected-resource/mcp` for the default tenant).", path = "/.well-known/oauth-protected-resource", tag = "OAuth", operation_id = "resource_metadata",
     responses(
         (status = 200, description = "The metadata", body = Value),
-        (status = 404, description = "The tenant has no authorization server (it does not exist, or its operator turned it off)", body = schemas::ErrorBody),
+        (status = 404, description = "Its operator turned the tenant's OAuth off (a tenant that does not exist answers as one with the defaults: the metadata)", body = schemas::ErrorBody),
     ))]
 pub(super) async fn resource_metadata_here(
     State(host): State<AppState>,
@@ -137,13 +138,18 @@ pub(super) async fn default_resource_metadata(
     params(("tenant" = String, Path, description = "The tenant")),
     responses(
         (status = 200, description = "The metadata", body = Value),
-        (status = 404, description = "No such tenant, or it has no authorization server", body = schemas::ErrorBody),
+        (status = 404, description = "The tenant's operator turned its OAuth off, or `{tenant}` cannot name a tenant (one that does not exist answers as one with the defaults: the metadata)", body = schemas::ErrorBody),
     ))]
 pub(super) async fn tenant_resource_metadata(
     State(host): State<AppState>,
     Extension(options): Extension<Arc<ApiOptions>>,
     Path(tenant): Path<String>,
 ) -> Response {
+    // A segment that cannot name a tenant is no resource (it says nothing
+    // of which tenants exist).
+    if !crate::tenancy::is_tenant_name(&tenant) {
+        return super::no_such_endpoint().into_response();
+    }
     // `/t/default/mcp`'s metadata is under `/t/default` too.
     resource_metadata_of(&host, &options, Root::of_tenant(&tenant))
 }
@@ -154,15 +160,18 @@ pub(super) async fn tenant_resource_metadata(
     params(("tenant" = String, Path, description = "The tenant"), ("name" = String, Path, description = "The toolset")),
     responses(
         (status = 200, description = "The metadata", body = Value),
-        (status = 404, description = "`not_found`: no such tenant or toolset, or OAuth is off for the tenant", body = schemas::ErrorBody),
+        (status = 404, description = "`not_found`: OAuth is off for the tenant, or the path cannot name a tenant or a toolset (a tenant or toolset that does not exist answers as one that does: the metadata)", body = schemas::ErrorBody),
     ))]
 pub(super) async fn toolset_resource_metadata(
     State(host): State<AppState>,
     Extension(options): Extension<Arc<ApiOptions>>,
     Path((tenant, name)): Path<(String, String)>,
 ) -> Response {
-    if host.toolset(&tenant, &name, None).is_none() {
-        return ApiError::not_found("there is no such toolset").into_response();
+    // Not looked up: the metadata of a toolset that does not exist is a
+    // toolset's like any other, so that it tells a stranger nothing
+    // (docs/security.md). A name no toolset may have is no resource.
+    if !crate::host::toolsets::is_toolset_name(&name) || !crate::tenancy::is_tenant_name(&tenant) {
+        return super::no_such_endpoint().into_response();
     }
     let root = Root { tenant: &tenant, explicit: true, toolset: Some(&name) };
     resource_metadata_of(&host, &options, root)
@@ -182,7 +191,7 @@ fn resource_metadata_of(host: &AppState, options: &ApiOptions, root: Root<'_>) -
 #[utoipa::path(get, summary = "The tenant's authorization server metadata (RFC 8414)", description = "Its endpoints and what it supports: the authorization code grant with PKCE S256, public clients, Client ID Metadata Documents, dynamic registration, refresh, revocation. Also served at the RFC 8414 location `/.well-known/oauth-authorization-server/t/{tenant}`.", path = "/.well-known/oauth-authorization-server", tag = "OAuth", operation_id = "server_metadata",
     responses(
         (status = 200, description = "The metadata", body = Value),
-        (status = 404, description = "The tenant has no authorization server", body = schemas::ErrorBody),
+        (status = 404, description = "The tenant has no built-in authorization server (its operator turned OAuth off or named an identity provider; a tenant that does not exist answers as one with the defaults)", body = schemas::ErrorBody),
     ))]
 pub(super) async fn server_metadata_here(
     State(host): State<AppState>,
@@ -197,13 +206,16 @@ pub(super) async fn server_metadata_here(
     params(("tenant" = String, Path, description = "The tenant")),
     responses(
         (status = 200, description = "The metadata", body = Value),
-        (status = 404, description = "No such tenant, or it has no authorization server", body = schemas::ErrorBody),
+        (status = 404, description = "The tenant has no built-in authorization server (its operator turned OAuth off or named an identity provider), or `{tenant}` cannot name a tenant (one that does not exist answers as one with the defaults: the metadata)", body = schemas::ErrorBody),
     ))]
 pub(super) async fn tenant_server_metadata(
     State(host): State<AppState>,
     Extension(options): Extension<Arc<ApiOptions>>,
     Path(tenant): Path<String>,
 ) -> Response {
+    if !crate::tenancy::is_tenant_name(&tenant) {
+        return super::no_such_endpoint().into_response();
+    }
     server_metadata_of(&host, &options, Root::of_tenant(&tenant))
 }
 
@@ -328,8 +340,9 @@ async fn check_request(
         // Toolsets are served under `/t/{tenant}/` only: the bare root's
         // authorization server issues nothing for a toolset URL it does
         // not serve.
-        let toolset = toolset_of_resource(options, root, asked)
-            .filter(|t| root.explicit && host.toolset(tenant, t, None).is_some());
+        // Whether the toolset exists is not said here, to a stranger: only
+        // once an end user signed in (`authorize`).
+        let toolset = toolset_of_resource(options, root, asked).filter(|_| root.explicit);
         match toolset {
             _ if *asked == mcp_resource(options, root) => {}
             Some(_) if *asked == resource || resource == mcp_resource(options, root) => resource = asked.clone(),
@@ -401,7 +414,7 @@ fn authorize_page(
     responses(
         (status = 200, description = "The sign-in and consent page", content_type = "text/html", body = String),
         (status = 400, description = "A request that cannot be served (no usable client or redirect URI, no PKCE, an unknown scope, another resource): a page saying so, never a redirect", content_type = "text/html", body = String),
-        (status = 404, description = "The tenant has no authorization server", body = schemas::ErrorBody),
+        (status = 404, description = "The tenant has no built-in authorization server (its operator turned OAuth off or named an identity provider; a tenant that does not exist answers as one with the defaults)", body = schemas::ErrorBody),
     ))]
 pub(super) async fn authorize_form(
     State(host): State<AppState>,
@@ -421,12 +434,9 @@ pub(super) async fn authorize_form(
         Ok(checked) => checked,
         Err(Refused(status, said)) => return sign_in_notice(&options, status, "Cannot sign in", said),
     };
-    let problem = match crate::store::off_the_workers(|| host.tenant_has_end_users(tenant)) {
-        Ok(true) => None,
-        Ok(false) => Some(format!("{tenant} has no accounts to sign in with yet: ask its publisher for one.")),
-        Err(_) => Some("Accounts cannot be checked right now; try again in a moment.".into()),
-    };
-    authorize_page(&options, root, &headers, &fields, &checked, problem, StatusCode::OK)
+    // The page does not say whether the tenant has accounts (nor whether it
+    // exists): a stranger learns nothing from it (docs/security.md).
+    authorize_page(&options, root, &headers, &fields, &checked, None, StatusCode::OK)
 }
 
 /// `POST oauth/authorize`: the page's form. Signs the end user in (the
@@ -439,7 +449,7 @@ pub(super) async fn authorize_form(
         (status = 400, description = "No usable client or redirect URI", content_type = "text/html", body = String),
         (status = 401, description = "Wrong user name or password: the page again (`Plinth-Error-Code: login_failed`)", content_type = "text/html", body = String),
         (status = 403, description = "Not posted from the page in this browser", content_type = "text/html", body = String),
-        (status = 404, description = "The tenant has no authorization server", body = schemas::ErrorBody),
+        (status = 404, description = "The tenant has no built-in authorization server (its operator turned OAuth off or named an identity provider; a tenant that does not exist answers as one with the defaults)", body = schemas::ErrorBody),
         (status = 429, description = "Too many failed sign-ins (`login_locked`)", content_type = "text/html", body = String, headers(("Retry-After" = u64, description = "Seconds"))),
         (status = 503, description = "The sign-in cannot be checked now", content_type = "text/html", body = String, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
@@ -483,6 +493,12 @@ pub(super) async fn authorize(
         let page = authorize_page(&options, root, &headers, &fields, &checked, Some(problem), error.status());
         return error.onto(page);
     }
+    // The toolset a token is asked for must exist: said only now, to one
+    // of the tenant's end users.
+    let asked_toolset = toolset_of_resource(&options, Root { toolset: None, ..root }, &checked.asked.resource);
+    if asked_toolset.is_some_and(|toolset| host.toolset(tenant, toolset, None).is_none()) {
+        return back(&[("error", "invalid_target"), ("error_description", "this tenant has no such toolset")]);
+    }
     match host.issue_code(tenant, user, &checked.asked) {
         Ok(code) => {
             tracing::info!(tenant, client = %checked.client.client_id, "an end user allowed an OAuth client");
@@ -499,7 +515,7 @@ pub(super) async fn authorize(
         (status = 200, description = "The tokens", body = Value),
         (status = 400, description = "An OAuth error (`invalid_request`, `invalid_grant`, `unsupported_grant_type`, `invalid_scope`, `invalid_target`)", body = Value),
         (status = 401, description = "`invalid_client` (a registered client whose registration is gone: register again)", body = Value),
-        (status = 404, description = "The tenant has no authorization server", body = schemas::ErrorBody),
+        (status = 404, description = "The tenant has no built-in authorization server (its operator turned OAuth off or named an identity provider; a tenant that does not exist answers as one with the defaults)", body = schemas::ErrorBody),
         (status = 429, description = "`temporarily_unavailable`: too many token requests from this address, or refreshes of this grant", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
         (status = 503, description = "`temporarily_unavailable`", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
@@ -550,7 +566,7 @@ pub(super) async fn token(
     responses(
         (status = 201, description = "The client's id and its metadata", body = Value),
         (status = 400, description = "`invalid_client_metadata`, `invalid_redirect_uri`", body = Value),
-        (status = 404, description = "The tenant has no authorization server", body = schemas::ErrorBody),
+        (status = 404, description = "The tenant has no built-in authorization server (its operator turned OAuth off or named an identity provider; a tenant that does not exist answers as one with the defaults)", body = schemas::ErrorBody),
         (status = 429, description = "`temporarily_unavailable`: too many registrations from this address", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
         (status = 503, description = "`temporarily_unavailable` (the tenant keeps as many clients in use as it may)", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
@@ -579,7 +595,7 @@ pub(super) async fn register(
     responses(
         (status = 200, description = "Revoked, or there was nothing to revoke"),
         (status = 400, description = "`invalid_request`", body = Value),
-        (status = 404, description = "The tenant has no authorization server", body = schemas::ErrorBody),
+        (status = 404, description = "The tenant has no built-in authorization server (its operator turned OAuth off or named an identity provider; a tenant that does not exist answers as one with the defaults)", body = schemas::ErrorBody),
         (status = 503, description = "`temporarily_unavailable`", body = Value, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
 pub(super) async fn revoke(

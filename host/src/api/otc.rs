@@ -126,7 +126,8 @@ fn parse_tool_id(id: &str) -> Option<ToolRef<'_>> {
 }
 
 /// The version a ToolId names in the caller's tenant, through its toolset
-/// when it came through one (a tool or version outside it is `403
+/// when it came through one (a tool outside it is `unknown_tool`, as one
+/// that does not exist; another version of one of its tools `403
 /// outside_toolset`).
 fn resolve(
     host: &AppState,
@@ -144,7 +145,8 @@ fn resolve(
         ApiError::bad_request("unknown_tool", format!("there is no tool `{tool_id}`; GET /otc/tools lists every id"))
     };
     let snake = snake_case(tool_ref.name);
-    let tool = host.registry().by_name(tenant, &snake).filter(|t| pascal_case(&t.name) == tool_ref.name);
+    // Through a toolset, a tool outside it is no tool.
+    let tool = host.tool_named_in(tenant, toolset, &snake).filter(|t| pascal_case(&t.name) == tool_ref.name);
     let tool = tool.ok_or_else(unknown)?;
     let version = match tool_ref.version {
         VersionRef::Current => None,

@@ -31,15 +31,21 @@ pub const MAX_SEARCH_CHARS: usize = 200;
 /// Most words of a search that count.
 pub const MAX_SEARCH_WORDS: usize = 10;
 
-/// The catalog's state in the core: the throttle on failed sign-ins.
+pub mod token_counts;
+
+pub use token_counts::TokenCounted;
+
+/// The catalog's state in the core: the throttle on failed sign-ins, and
+/// the toolset pages' token counts.
 pub(crate) struct CatalogState {
     sign_ins: LoginGuard,
+    token_counts: token_counts::TokenCounts,
 }
 
 impl CatalogState {
     /// With the same settings as the confirmation pages' logins.
     pub(crate) fn new(options: &LoginOptions) -> CatalogState {
-        CatalogState { sign_ins: LoginGuard::new(options) }
+        CatalogState { sign_ins: LoginGuard::new(options), token_counts: Default::default() }
     }
 }
 
@@ -169,22 +175,25 @@ impl ToolHost {
     /// Checks `key` for `tenant`'s catalog and opens a session lasting
     /// [`SESSION_TTL`]; returns the cookie's value. Failed sign-ins are
     /// throttled by client address, by key id and per tenant (made-up
-    /// tenants sharing one budget), as the confirmation pages' logins are.
+    /// tenants sharing one budget, each with its key ids' own locks), as
+    /// the confirmation pages' logins are.
     pub fn sign_in_designer(&self, tenant: &str, key: &str, address: IpAddr) -> Result<String, SignInError> {
         // A key's id is public (the audit log shows it): a guesser of one
         // key's secret is throttled per id. Anything else is counted by its
         // hash, so that made-up keys do not lock each other out.
         let throttled_as = tenancy::key_id(key).map_or_else(|| tenancy::key_sha256(key), str::to_string);
         let guard = &self.catalog.sign_ins;
-        // Made-up tenants share one failed-sign-in budget.
-        let tenant = if self.tenant(tenant).is_some() { tenant } else { super::confirmations::login::UNKNOWN_TENANT };
-        guard.check(tenant, &throttled_as, address)?;
-        let principal = self.authenticate(key).filter(|p| p.sees(tenant) && self.tenant(tenant).is_some());
+        // Made-up tenants share one failed-sign-in budget, each with key ids
+        // of its own (`LoginTenant`).
+        let exists = self.tenant(tenant).is_some();
+        let throttled = super::confirmations::login::LoginTenant::new(tenant, exists);
+        guard.check(throttled, &throttled_as, address)?;
+        let principal = self.authenticate(key).filter(|p| p.sees(tenant) && exists);
         let Some(principal) = principal else {
-            guard.failed(tenant, &throttled_as, address);
+            guard.failed(throttled, &throttled_as, address);
             return Err(SignInError::Invalid);
         };
-        guard.succeeded(tenant, &throttled_as, address);
+        guard.succeeded(throttled, &throttled_as, address);
         let token = super::random_token()?;
         let now = unix_now();
         self.store.insert_designer_session(
@@ -201,6 +210,24 @@ impl ToolHost {
             MAX_SESSIONS_PER_KEY,
         )?;
         Ok(token)
+    }
+
+    /// Each of `texts`' (o200k, cl100k) token counts, for a page of
+    /// `tenant`'s catalog: kept from before where they were counted, else
+    /// counted off the request threads, one page of the tenant's at a time
+    /// (`Busy` at once while another runs: `catalog/token_counts.rs`).
+    pub async fn token_counts(&self, tenant: &str, texts: Vec<String>) -> TokenCounted {
+        let counted = self.catalog.token_counts.count(tenant, texts).await;
+        let outcome = match &counted {
+            TokenCounted::Counts { fresh: true, .. } => Some("counted"),
+            TokenCounted::Counts { fresh: false, .. } => Some("cached"),
+            TokenCounted::Busy => Some("busy"),
+            TokenCounted::Failed => None,
+        };
+        if let Some(outcome) = outcome {
+            self.metrics.token_counts(tenant, outcome);
+        }
+        counted
     }
 
     /// The live catalog session of `tenant` whose cookie is `token`, with

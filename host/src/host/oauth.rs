@@ -309,22 +309,22 @@ impl ToolHost {
     }
 
     /// Whether `tenant`'s MCP URL takes OAuth tokens (from its built-in
-    /// server or an external issuer): it exists and its operator did not
-    /// turn OAuth off. Answered from memory: every unauthenticated request
+    /// server or an external issuer): its operator did not turn OAuth off.
+    /// A tenant that does not exist answers as one with the default
+    /// setting (on, the built-in server), so that its metadata, its MCP
+    /// URL's challenge and its OAuth endpoints tell a stranger nothing of
+    /// whether it exists (docs/security.md): no token of it is ever good,
+    /// no code is issued for it (no one signs in to it) and nothing is
+    /// stored for it. Answered from memory: every unauthenticated request
     /// to an MCP URL asks.
     pub fn oauth_enabled(&self, tenant: &str) -> bool {
-        self.tenant(tenant).is_some() && self.oauth.settings.get(tenant).is_none_or(|s| s.enabled)
+        self.oauth.settings.get(tenant).is_none_or(|s| s.enabled)
     }
 
     /// Whether `tenant`'s built-in authorization server is the one that
     /// issues its tokens.
     pub fn builtin_oauth(&self, tenant: &str) -> bool {
         self.oauth_enabled(tenant) && self.oauth.settings.get(tenant).is_none_or(|s| s.issuer.is_none())
-    }
-
-    /// Whether anyone can sign in to `tenant`'s authorization server.
-    pub fn tenant_has_end_users(&self, tenant: &str) -> Result<bool, StoreError> {
-        self.store.has_end_users(tenant)
     }
 
     /// Sets how a tenant's MCP URL takes OAuth tokens (an operator's

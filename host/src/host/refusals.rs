@@ -5,7 +5,8 @@
 //! [`ToolHost::check_a2t_input`]), and a refusal is recorded once, in the
 //! core: a console entry (outcome `refused`; each refused parameter and its
 //! code, and its value only where the tenant allows it — never a `private`
-//! input's, cut at [`MAX_VALUE_CHARS`]) and a usage count per tool version
+//! input's, nor one given under a name the signature does not have, cut at
+//! [`MAX_VALUE_CHARS`]) and a usage count per tool version
 //! by parameter and code. Calls the tenant's quotas or rate refused are
 //! counted by reason beside them ([`limit_reason`], from `invoke.rs`).
 //!
@@ -46,7 +47,8 @@ pub(super) const CONSOLE_SETTING: &str = "console";
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ConsoleSettings {
     /// Whether the console shows the values callers gave for refused
-    /// parameters (off by default; never a `private` input's).
+    /// parameters (off by default; never a `private` input's, nor one
+    /// given under a name the signature does not have).
     #[serde(default)]
     pub show_offending_values: bool,
 }
@@ -133,9 +135,13 @@ impl ToolHost {
             if !keys.contains(&(key, error.code)) {
                 keys.push((key, error.code));
             }
-            // Never a private input's value, whoever allows what.
+            // Only under one of the signature's own names, and never a
+            // private input's, whoever allows what. A name the signature
+            // does not have may be a private one misspelt by an agent that
+            // was never shown it (`fromAccount` for `from_account`): its
+            // value is not shown either.
             let value = match (&error.parameter, input) {
-                (Some(name), input) if show_values && !input.is_some_and(|i| i.private) => {
+                (Some(name), Some(input)) if show_values && !input.private => {
                     arguments.iter().find(|(given, _)| given == name).map(|(_, value)| shown_value(value))
                 }
                 _ => None,

@@ -654,6 +654,25 @@ fn lookups_for_a_tenant_that_does_not_exist_never_reach_the_store() {
     // The same lookups for a tenant that exists do ask the store, and fail.
     assert!(host.page_session(DEFAULT_TENANT, "made-up-cookie").is_err());
     assert!(host.confirmation(DEFAULT_TENANT, &id).is_err());
+
+    // OAuth's endpoints answer a made-up tenant as a real one answers a
+    // made-up code, token or client (docs/oauth.md), without the store.
+    let from: std::net::IpAddr = std::net::Ipv4Addr::LOCALHOST.into();
+    let client = "plinth_client_madeupmadeupmadeupmadeupmadeupmadeupmad";
+    let exchange = |tenant: &str| host.exchange_code(tenant, "plinth_ac_made_up", client, None, "v", None);
+    assert_eq!(exchange("nosuch").map(|_| ()).unwrap_err().code, "invalid_grant");
+    let refresh = host.refresh_tokens("nosuch", "plinth_rt_made_up", client, None, None).map(|_| ());
+    assert_eq!(refresh.unwrap_err().code, "invalid_client", "a registered client unknown: register again");
+    assert!(host.revoke_token("nosuch", "plinth_rt_made_up", client).is_ok());
+    let metadata = serde_json::json!({ "client_name": "x", "redirect_uris": ["http://127.0.0.1:1/cb"] });
+    let registered = host.register_oauth_client("nosuch", &metadata, from).unwrap();
+    assert!(registered["client_id"].as_str().is_some_and(|id| id.starts_with("plinth_client_")), "{registered}");
+    let unknown = runtime.block_on(host.oauth_client("nosuch", client, from)).map(|_| ()).unwrap_err();
+    assert_eq!(unknown.code, "invalid_client");
+    assert!(host.access_grant("nosuch", "plinth_at_made_up").unwrap().is_none());
+    // A real tenant's ask the store, and fail.
+    assert_eq!(exchange(DEFAULT_TENANT).map(|_| ()).unwrap_err().code, "temporarily_unavailable");
+    assert!(host.register_oauth_client(DEFAULT_TENANT, &metadata, from).is_err());
 }
 
 #[test]

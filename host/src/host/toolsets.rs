@@ -263,11 +263,33 @@ impl ToolHost {
             .collect()
     }
 
+    /// The tool `id` of `tenant` as the view `toolset` serves it (`None`:
+    /// the tenant's whole catalogue). Through a toolset, a tool outside it
+    /// is none: a key or token of the toolset cannot tell the tenant's
+    /// other tools from names that are no tool (docs/toolsets.md), so each
+    /// door answers it as it answers a tool that does not exist.
+    pub fn tool_in(&self, tenant: &str, toolset: Option<&StoredToolset>, id: &str) -> Option<Arc<Tool>> {
+        self.tool(tenant, id).filter(|tool| Self::in_view(toolset, tool))
+    }
+
+    /// [`Self::tool_in`] by the tool's name.
+    pub fn tool_named_in(&self, tenant: &str, toolset: Option<&StoredToolset>, name: &str) -> Option<Arc<Tool>> {
+        self.registry.by_name(tenant, name).filter(|tool| Self::in_view(toolset, tool))
+    }
+
+    /// Whether the view `toolset` (`None`: the tenant's whole catalogue)
+    /// holds `tool`, at whatever version.
+    pub fn in_view(toolset: Option<&StoredToolset>, tool: &Tool) -> bool {
+        toolset.is_none_or(|toolset| toolset.pin(&tool.name).is_some())
+    }
+
     /// The version a call of `tool` reaches through `toolset` (`None`: the
     /// tenant's whole catalogue), the request asking for `version` (`None`:
-    /// whichever is current). Through a toolset, a tool outside it, or a
-    /// version other than the one the toolset gives it, is refused
-    /// ([`InvokeError::OutsideToolset`]) whatever the request names.
+    /// whichever is current). Through a toolset, a version other than the
+    /// one the toolset gives a tool is refused
+    /// ([`InvokeError::OutsideToolset`]) whatever the request names; a tool
+    /// outside it is [`InvokeError::UnknownTool`] (the doors find it with
+    /// [`Self::tool_in`], which never gives one).
     pub fn resolve_in(
         toolset: Option<&StoredToolset>,
         tool: Arc<Tool>,
@@ -275,10 +297,7 @@ impl ToolHost {
     ) -> Result<(Arc<Tool>, Arc<ToolVersion>), InvokeError> {
         let Some(toolset) = toolset else { return Self::version_of(tool, version) };
         let Some(pin) = toolset.pin(&tool.name) else {
-            return Err(InvokeError::OutsideToolset(format!(
-                "tool `{}` is not in toolset `{}` (version {})",
-                tool.name, toolset.name, toolset.version
-            )));
+            return Err(InvokeError::UnknownTool(tool.id.to_string()));
         };
         let tool_name = tool.name.clone();
         let outside = |asked: u32, given: &str| {

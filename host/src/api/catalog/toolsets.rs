@@ -10,6 +10,7 @@
 //! they are what a client of the toolset's root receives.
 
 use super::*;
+use crate::host::TokenCounted;
 use crate::host::toolsets::{EntryState, ToolsetError, ToolsetTool};
 use crate::store::ToolsetEntry;
 use crate::tenancy::Role;
@@ -90,6 +91,13 @@ struct Preview {
     note: &'static str,
     json: String,
     bytes: usize,
+    /// Its tokens; `None` while another count of the tenant's runs
+    /// ("counting…": the page does not wait for it).
+    tokens: Option<PreviewTokens>,
+}
+
+/// A preview's size in tokens.
+struct PreviewTokens {
     o200k: usize,
     cl100k: usize,
 }
@@ -215,12 +223,23 @@ pub(in crate::api) async fn toolset(catalog: Catalog, Path(name): Path<String>) 
     let mut texts = vec![mcp_json.to_string(), a2t_json.to_string()];
     let per_tool: Vec<(String, String)> = mcp_entries.into_iter().collect();
     texts.extend(per_tool.iter().map(|(_, json)| json.clone()));
-    let Some(counts) = tokens::count(texts).await else {
-        return ApiError::internal("the token counts could not be made").into_response();
+    // Counted once per listing (kept by its text), one page of the
+    // tenant's at a time: while another counts, the page says so at once.
+    let counts = match host.token_counts(&session.tenant, texts).await {
+        TokenCounted::Counts { counts, .. } => Some(counts),
+        TokenCounted::Busy => None,
+        TokenCounted::Failed => return ApiError::internal("the token counts could not be made").into_response(),
     };
-    let totals = &counts[..2];
-    let each: HashMap<String, usize> =
-        per_tool.iter().zip(&counts[2..]).map(|((name, _), (o200k, _))| (name.clone(), *o200k)).collect();
+    let totals = |i: usize| {
+        let (o200k, cl100k) = counts.as_ref()?.get(i).copied()?;
+        Some(PreviewTokens { o200k, cl100k })
+    };
+    let each: HashMap<String, usize> = match &counts {
+        Some(counts) => {
+            per_tool.iter().zip(counts.iter().skip(2)).map(|((name, _), (o200k, _))| (name.clone(), *o200k)).collect()
+        }
+        None => HashMap::new(),
+    };
     let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
     let previews = vec![
         Preview {
@@ -229,8 +248,7 @@ pub(in crate::api) async fn toolset(catalog: Catalog, Path(name): Path<String>) 
             note: "What an MCP host puts into its model's context, as JSON; hosts wrap it in their own prompt format, so the model's count differs a little.",
             json: pretty(&mcp_json),
             bytes: mcp_json.to_string().len(),
-            o200k: totals.first().map_or(0, |t| t.0),
-            cl100k: totals.first().map_or(0, |t| t.1),
+            tokens: totals(0),
         },
         Preview {
             id: "preview-a2t",
@@ -238,8 +256,7 @@ pub(in crate::api) async fn toolset(catalog: Catalog, Path(name): Path<String>) 
             note: "The A2T listing an agent's designer reads its tool signatures from.",
             json: pretty(&a2t_json),
             bytes: a2t_json.to_string().len(),
-            o200k: totals.get(1).map_or(0, |t| t.0),
-            cl100k: totals.get(1).map_or(0, |t| t.1),
+            tokens: totals(1),
         },
     ];
     let entries = tools
@@ -492,34 +509,5 @@ impl ToolInToolsets {
             others.clear();
         }
         ToolInToolsets { member_of, others, edit_action: links.toolsets(), form_token: session.form_token.clone() }
-    }
-}
-
-/// Token counts from real tokenizers: o200k (GPT-4o and later) and cl100k
-/// (GPT-4, GPT-3.5). Each is loaded once, by the first preview, and kept
-/// (about 75 MB for both): loading them again for every preview would let
-/// anyone who can open the catalog keep a core busy.
-mod tokens {
-    /// Each text's (o200k, cl100k) token count, counted off the request
-    /// threads; `None` if the counting failed.
-    pub(super) async fn count(texts: Vec<String>) -> Option<Vec<(usize, usize)>> {
-        tokio::task::spawn_blocking(move || {
-            let (o200k, cl100k) = (tiktoken_rs::o200k_base_singleton(), tiktoken_rs::cl100k_base_singleton());
-            texts.iter().map(|t| (o200k.encode_ordinary(t).len(), cl100k.encode_ordinary(t).len())).collect()
-        })
-        .await
-        .ok()
-    }
-
-    #[cfg(test)]
-    mod tests {
-        #[tokio::test]
-        async fn counts_are_the_tokenizers_own() {
-            let json = r#"{"name":"echo","description":"Says the text back."}"#.to_string();
-            let counts = super::count(vec!["hello world".into(), json.clone()]).await.unwrap();
-            // "hello world" is two tokens in both, as OpenAI's tiktoken says.
-            assert_eq!(counts[0], (2, 2));
-            assert!(counts[1].0 > 5 && counts[1].0 < json.len());
-        }
     }
 }

@@ -103,10 +103,10 @@ impl ToolHost {
             return Err(LoginError::Invalid);
         }
         let guard = &self.cheq.login;
-        // Made-up tenants share one budget: a budget each would let a
-        // guesser who names a new tenant every time fail without bound.
-        let tenant = if self.tenant(tenant).is_some() { tenant } else { login::UNKNOWN_TENANT };
-        guard.check(tenant, name, address)?;
+        // Made-up tenants share one budget, each with users of its own
+        // (`LoginTenant`).
+        let throttled = login::LoginTenant::new(tenant, self.tenant(tenant).is_some());
+        guard.check(throttled, name, address)?;
         let Ok(slot) = guard.hashing.clone().try_acquire_owned() else {
             guard.busy(address);
             return Err(LoginError::Busy);
@@ -120,10 +120,10 @@ impl ToolHost {
         .await
         .unwrap_or(Ok(false))?;
         if valid {
-            guard.succeeded(tenant, name, address);
+            guard.succeeded(throttled, name, address);
             Ok(())
         } else {
-            guard.failed(tenant, name, address);
+            guard.failed(throttled, name, address);
             Err(LoginError::Invalid)
         }
     }

@@ -40,7 +40,11 @@
 //!   forgotten first, then the fullest one; an exhausted one never.
 //!
 //! Unknown tenants and user names are counted like known ones: the answers
-//! (and their timing) say nothing about who exists.
+//! (and their timing) say nothing about who exists. A made-up tenant's
+//! users are its own ([`LoginTenant`]); its failures are spent from the
+//! one budget all made-up tenants share, so a flood that empties that
+//! budget (600 failures a minute, from dozens of addresses) tells, while
+//! it lasts, made-up tenants from real ones (docs/security.md).
 
 use crate::client_address::{HOST_PREFIX, SITE_PREFIX, prefix};
 use std::collections::HashMap;
@@ -142,14 +146,41 @@ struct Keys {
 }
 
 impl Keys {
-    fn new(tenant: &str, user: &str, address: IpAddr) -> Keys {
+    fn new(tenant: LoginTenant<'_>, user: &str, address: IpAddr) -> Keys {
         let host = prefix(address, HOST_PREFIX);
+        let budget = if tenant.exists { tenant.name } else { UNKNOWN_TENANT };
         Keys {
-            tenant: tenant_key(tenant),
-            user: user_key(tenant, user),
-            pair: pair_key(tenant, user, host),
+            tenant: tenant_key(budget),
+            user: user_key(tenant.name, user),
+            pair: pair_key(tenant.name, user, host),
             site: prefix(address, SITE_PREFIX),
         }
+    }
+}
+
+/// The tenant a login names, as the throttles count it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LoginTenant<'a> {
+    name: &'a str,
+    exists: bool,
+}
+
+impl<'a> LoginTenant<'a> {
+    /// `name`, which `exists` or not. A tenant that does not exist spends
+    /// from the one budget all such tenants share (a budget each would let
+    /// a guesser who names a new tenant every time fail without bound),
+    /// but its users are its own: were a made-up name's lock shared by
+    /// every made-up tenant, failing as `zed` at one and trying `zed` at
+    /// another would tell a stranger which names are tenants.
+    pub(crate) fn new(name: &'a str, exists: bool) -> LoginTenant<'a> {
+        LoginTenant { name, exists }
+    }
+}
+
+impl<'a> From<&'a str> for LoginTenant<'a> {
+    /// A tenant that exists.
+    fn from(name: &'a str) -> LoginTenant<'a> {
+        LoginTenant { name, exists: true }
     }
 }
 
@@ -171,9 +202,14 @@ impl LoginGuard {
     /// address), and unless the address is one the user logged in from, by
     /// its user or its tenant's budget), or whose failure could not be
     /// counted.
-    pub(crate) fn check(&self, tenant: &str, user: &str, address: IpAddr) -> Result<(), LoginError> {
+    pub(crate) fn check<'t>(
+        &self,
+        tenant: impl Into<LoginTenant<'t>>,
+        user: &str,
+        address: IpAddr,
+    ) -> Result<(), LoginError> {
         let now = Instant::now();
-        let keys = Keys::new(tenant, user, address);
+        let keys = Keys::new(tenant.into(), user, address);
         // Known pairs first: neither a flood of failures on the tenant nor
         // one on the user locks a user out where they log in.
         let known = self.known.contains(&keys.pair);
@@ -199,9 +235,9 @@ impl LoginGuard {
 
     /// Counts a failed login against the tenant, the address, the (user,
     /// address) and the user.
-    pub(crate) fn failed(&self, tenant: &str, user: &str, address: IpAddr) {
+    pub(crate) fn failed<'t>(&self, tenant: impl Into<LoginTenant<'t>>, user: &str, address: IpAddr) {
         let now = Instant::now();
-        let keys = Keys::new(tenant, user, address);
+        let keys = Keys::new(tenant.into(), user, address);
         self.budgets.spend(keys.tenant, now);
         self.addresses.fail(keys.site, now);
         self.user_addresses.fail(keys.pair, now);
@@ -218,16 +254,16 @@ impl LoginGuard {
     /// address one the user logs in from. Neither the user's count across
     /// addresses nor the address's is cleared: one good login must not
     /// reset a guesser's budget.
-    pub(crate) fn succeeded(&self, tenant: &str, user: &str, address: IpAddr) {
-        let keys = Keys::new(tenant, user, address);
+    pub(crate) fn succeeded<'t>(&self, tenant: impl Into<LoginTenant<'t>>, user: &str, address: IpAddr) {
+        let keys = Keys::new(tenant.into(), user, address);
         self.user_addresses.clear(&keys.pair);
         self.known.insert(keys.pair, Instant::now());
     }
 }
 
-/// What callers throttle a login to a tenant that does not exist as: no
-/// tenant is named so, and all such logins share one budget.
-pub(crate) const UNKNOWN_TENANT: &str = "";
+/// The budget a login to a tenant that does not exist is spent from: no
+/// tenant is named so, and all such logins share it.
+const UNKNOWN_TENANT: &str = "";
 
 /// A tenant's budget key: fixed-size, whatever tenant name a caller makes
 /// up.
@@ -693,7 +729,7 @@ mod tests {
         guard.failed("victim", "a", address);
         guard.failed("victim", "a", address);
         for i in 0..100 {
-            guard.failed(&format!("made-up-{i}"), "a", address);
+            guard.failed(format!("made-up-{i}").as_str(), "a", address);
         }
         assert_eq!(guard.budgets.len(), 3);
         assert!(matches!(guard.check("victim", "b", address), Err(LoginError::Locked { .. })), "its lock holds");
@@ -701,7 +737,7 @@ mod tests {
         // counted is refused.
         for i in 0..2 {
             for _ in 0..2 {
-                guard.failed(&format!("spent-{i}"), "a", address);
+                guard.failed(format!("spent-{i}").as_str(), "a", address);
             }
         }
         assert!(matches!(guard.check("other", "b", address), Err(LoginError::Busy)));
@@ -740,6 +776,34 @@ mod tests {
         }
         assert!(matches!(guard.check("t", "a", address), Err(LoginError::Locked { .. })));
         assert!(guard.check("t", "a", "192.0.2.2".parse().unwrap()).is_ok());
+    }
+
+    #[test]
+    fn a_made_up_tenants_names_are_its_own_though_made_up_tenants_share_a_budget() {
+        let guard = LoginGuard::new(&LoginOptions {
+            user_failures: 2,
+            address_failures: 100,
+            max_failures_per_minute: 5,
+            ..Default::default()
+        });
+        let address: IpAddr = "192.0.2.1".parse().unwrap();
+        fn made_up(name: &str) -> LoginTenant<'_> {
+            LoginTenant::new(name, false)
+        }
+        for _ in 0..2 {
+            guard.failed(made_up("made-up-1"), "zed", address);
+        }
+        assert!(matches!(guard.check(made_up("made-up-1"), "zed", address), Err(LoginError::Locked { .. })));
+        // Neither another made-up tenant nor a real one has `zed` locked:
+        // the lock does not tell them apart.
+        assert!(guard.check(made_up("made-up-2"), "zed", address).is_ok());
+        assert!(guard.check("real", "zed", address).is_ok());
+        // The budget is the made-up tenants' together, not a real one's.
+        for i in 0..3 {
+            guard.failed(made_up(&format!("made-up-{}", 10 + i)), "someone", address);
+        }
+        assert!(matches!(guard.check(made_up("made-up-99"), "x", address), Err(LoginError::Locked { .. })));
+        assert!(guard.check("real", "x", address).is_ok(), "a real tenant's budget is its own");
     }
 
     #[test]

@@ -224,9 +224,13 @@ impl ToolHost {
             "application_type": application_type,
         });
         let now = unix_now();
-        let registered = crate::store::off_the_workers(|| {
-            self.store.register_oauth_client(tenant, &client_id, &stored.to_string(), now, MAX_REGISTERED_CLIENTS)
-        })?;
+        // A tenant that does not exist is answered as one that does, and
+        // nothing is stored for it (docs/security.md: the client is then
+        // unknown at the sign-in page).
+        let registered = self.tenant(tenant).is_none()
+            || crate::store::off_the_workers(|| {
+                self.store.register_oauth_client(tenant, &client_id, &stored.to_string(), now, MAX_REGISTERED_CLIENTS)
+            })?;
         if !registered {
             return Err(OAuthError::new(
                 "temporarily_unavailable",
@@ -275,7 +279,9 @@ impl ToolHost {
             }
             return client_from_metadata(client_id, &document, MetadataFrom::Document);
         }
-        if !is_registered_client_id(client_id) {
+        // A tenant that does not exist has no registered client, and is
+        // not looked up.
+        if !is_registered_client_id(client_id) || self.tenant(tenant).is_none() {
             return Err(unknown());
         }
         let stored = crate::store::off_the_workers(|| self.store.oauth_client(tenant, client_id))?;
@@ -305,7 +311,11 @@ impl ToolHost {
         if !is_registered_client_id(client_id) {
             return Ok(());
         }
-        match crate::store::off_the_workers(|| self.store.oauth_client(tenant, client_id))? {
+        let stored = match self.tenant(tenant) {
+            Some(_) => crate::store::off_the_workers(|| self.store.oauth_client(tenant, client_id))?,
+            None => None,
+        };
+        match stored {
             Some(_) => Ok(()),
             None => {
                 Err(OAuthError::new("invalid_client", "this client is not registered here (any more); register again"))

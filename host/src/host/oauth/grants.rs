@@ -67,6 +67,17 @@ impl ToolHost {
         Ok(code)
     }
 
+    /// The stored grant of the token or code whose sha256 is `sha`, if any;
+    /// none for a tenant that does not exist, which is never looked up
+    /// (its OAuth endpoints answer as a tenant's that does:
+    /// [`ToolHost::oauth_enabled`]).
+    fn grant_of(&self, tenant: &str, sha: &str) -> Result<Option<OAuthGrant>, StoreError> {
+        if self.tenant(tenant).is_none() {
+            return Ok(None);
+        }
+        crate::store::off_the_workers(|| self.store.oauth_grant(sha))
+    }
+
     /// Admits a token request from `from`, or refuses it when that address
     /// asked too often.
     pub fn admit_token_request(&self, from: std::net::IpAddr) -> Result<(), OAuthError> {
@@ -92,7 +103,7 @@ impl ToolHost {
     ) -> Result<IssuedTokens, OAuthError> {
         let now = unix_now();
         let sha = sha256_hex(code.as_bytes());
-        let found = crate::store::off_the_workers(|| self.store.oauth_grant(&sha))?;
+        let found = self.grant_of(tenant, &sha)?;
         let grant = found
             .filter(|g| g.kind == "code" && g.tenant == tenant)
             .ok_or_else(|| OAuthError::grant("the code is not valid"))?;
@@ -168,7 +179,7 @@ impl ToolHost {
         let ours = |g: &OAuthGrant| g.kind == "refresh" && g.tenant == tenant && g.client_id == client_id;
         // Checked before it is marked used: another client presenting it
         // must not spend its owner's token.
-        let found = crate::store::off_the_workers(|| self.store.oauth_grant(&sha))?;
+        let found = self.grant_of(tenant, &sha)?;
         let Some(found) = found.filter(ours) else {
             self.client_still_registered(tenant, client_id)?;
             return Err(invalid());
@@ -272,7 +283,7 @@ impl ToolHost {
     /// left alone (and the answer is the same).
     pub fn revoke_token(&self, tenant: &str, token: &str, client_id: &str) -> Result<(), OAuthError> {
         let sha = sha256_hex(token.as_bytes());
-        let Some(grant) = crate::store::off_the_workers(|| self.store.oauth_grant(&sha))? else { return Ok(()) };
+        let Some(grant) = self.grant_of(tenant, &sha)? else { return Ok(()) };
         if grant.tenant != tenant || grant.client_id != client_id {
             return Ok(());
         }
