@@ -18,6 +18,20 @@ async fn health_answers_anyone_and_tells_nothing_about_tenants() {
     let (status, body) = server.call_as(None, reqwest::Method::GET, "/ready", None).await;
     assert_eq!(status, 200);
     assert_eq!(body, json!({"status": "ready"}));
+    // OTC's health, under the bare root, an existing tenant's root and a
+    // made-up tenant's: byte for byte the same answer.
+    server.create_tenant("acme", json!({})).await;
+    let mut answers = Vec::new();
+    for path in ["/otc/health", "/t/default/otc/health", "/t/acme/otc/health", "/t/nobody-here/otc/health"] {
+        let response = reqwest::get(format!("{}{path}", server.base)).await.unwrap();
+        let status = response.status().as_u16();
+        let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_string());
+        answers.push((path, status, content_type, response.text().await.unwrap()));
+    }
+    assert_eq!(answers[0].1, 200, "{answers:?}");
+    for answer in &answers[1..] {
+        assert_eq!((answer.1, &answer.2, &answer.3), (answers[0].1, &answers[0].2, &answers[0].3), "{answers:?}");
+    }
 }
 
 #[tokio::test]

@@ -327,7 +327,9 @@ impl ToolHost {
     }
 
     /// Runs the tool's `describe` for a call that needs confirmation, under
-    /// the same slots and limits as the call itself; `None` when the tool
+    /// the same slots and limits as the call itself (the version is linked
+    /// first, to know whether it exports one: the same linking its first
+    /// call does, bounded by the compile permits); `None` when the tool
     /// exports none.
     async fn describe(
         &self,
