@@ -30,10 +30,7 @@ async fn tenant_with(server: &Server, name: &str, quotas: Value, bytes: &[u8], u
     let (status, deployed) = server.deploy_as(TOKEN, name, bytes.to_vec()).await;
     assert_eq!(status, 201, "{deployed}");
     for user in users {
-        let password = json!({ "password": format!("{user}-password") });
-        let path = format!("/t/{name}/admin/end-users/{user}");
-        let (status, body) = server.call_as(Some(TOKEN), Method::PUT, &path, Some(&password)).await;
-        assert_eq!(status, 204, "{body}");
+        server.add_end_user(&format!("/t/{name}"), user).await;
     }
     let (_, consumer) = server.create_key(Some(name), "consumer").await;
     (deployed["toolId"].as_str().unwrap().to_string(), consumer)
@@ -181,7 +178,10 @@ async fn a_consumer_flooding_confirmations_is_bounded_and_another_tenant_carries
     assert_eq!(answer["result"]["isError"], true, "{answer}");
     assert_eq!(answer["result"]["_meta"]["code"], "too_many_pending_confirmations", "{answer}");
     let answer = mcp.call("book_flight", arguments(&booking("FIRST", 2)), json!({ "endUser": "mallory" })).await;
-    assert_eq!((&answer["error"]["code"], &answer["error"]["data"]["code"]), (&json!(-32602), &json!("unknown_end_user")));
+    assert_eq!(
+        (&answer["error"]["code"], &answer["error"]["data"]["code"]),
+        (&json!(-32602), &json!("unknown_end_user"))
+    );
     assert_eq!(stored_in(&server, "flood"), 10);
 }
 
@@ -193,7 +193,7 @@ async fn a_consumer_flooding_confirmations_is_bounded_and_another_tenant_carries
 #[tokio::test(flavor = "multi_thread")]
 async fn what_a_tenant_keeps_of_its_transactions_is_bounded_in_number_and_size() {
     let (server, _plugins, bytes) = server_with_book_flight().await;
-    let quotas = json!({ "maxStoredConfirmations": 20, "maxConfirmationBytes": 16_384 });
+    let quotas = json!({ "maxStoredConfirmations": 20, "maxConfirmationBytes": 8_192 });
     let (tool, key) = tenant_with(&server, "cycle", quotas, &bytes, &["alice"]).await;
     let mut resource_uris = Vec::new();
     for _ in 0..60 {
@@ -225,10 +225,15 @@ async fn what_a_tenant_keeps_of_its_transactions_is_bounded_in_number_and_size()
             .json(&invocation("echo", &[("text", json!(text))]))
             .send()
     };
-    let response = echo_call("x".repeat(20_000)).await.unwrap();
-    assert_eq!(response.status(), 413);
+    let response = echo_call("x".repeat(4_000)).await.unwrap();
+    let status = response.status();
     let body: Value = response.json().await.unwrap();
-    assert_eq!((&body["error"]["code"], &body["error"]["maxConfirmationBytes"]), (&json!("confirmation_too_large"), &json!(16_384)), "{body}");
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(
+        (&body["error"]["code"], &body["error"]["maxConfirmationBytes"]),
+        (&json!("confirmation_too_large"), &json!(8_192)),
+        "{body}"
+    );
     assert_eq!(stored_in(&server, "cycle"), before, "nothing stored");
     assert_eq!(echo_call("small".into()).await.unwrap().status(), 202);
 }

@@ -282,7 +282,10 @@ impl ToolHost {
 
     /// Opens a transaction for a call that needs its end user's
     /// confirmation: the CHEQ object, signed by this server, is stored with
-    /// the inputs the tool will run with.
+    /// the inputs the tool will run with — unless it is larger than the
+    /// tenant's `maxConfirmationBytes`, or storing it would pass one of the
+    /// tenant's bounds on the transactions it keeps (checked by the store,
+    /// in the transaction that would store it); then nothing is stored.
     pub(super) fn begin_confirmation(
         &self,
         tool: &Tool,
@@ -337,7 +340,21 @@ impl ToolHost {
             result_status: None,
             result_body: None,
         };
-        self.store.insert_confirmation(&record).map_err(storage)?;
+        // A tenant removed meanwhile is held to the default quotas.
+        let quotas = self.tenant(&tool.tenant).map(|t| t.record.quotas.clone()).unwrap_or_default();
+        let bytes = record.stored_bytes();
+        if bytes > quotas.max_confirmation_bytes {
+            return Err(InvokeError::ConfirmationTooLarge { bytes, max: quotas.max_confirmation_bytes });
+        }
+        let stored = self.store.insert_confirmation(&record, quotas.confirmation_bound(), now).map_err(storage)?;
+        if let Err(limit) = stored {
+            tracing::debug!(limit = limit.quota(), "a call's confirmation was refused at its tenant's bound");
+            return Err(InvokeError::TooManyPending {
+                limit,
+                max: quotas.confirmation_limit(limit),
+                end_user: end_user.to_string(),
+            });
+        }
         tracing::info!(transaction = id, end_user, "the call waits for its end user's confirmation");
         // Its expiry, if nobody decides, is counted by the retention sweep.
         self.metrics.cheq(&tool.tenant, &tool.name, CheqEvent::Opened);

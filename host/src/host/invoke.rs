@@ -173,6 +173,7 @@ impl ToolHost {
             return Ok(None);
         }
         let end_user = call.end_user.clone().ok_or_else(|| InvokeError::EndUserRequired(tool.name.clone()))?;
+        self.check_confirmer(&tool.tenant, version, &end_user)?;
         // Only secrets the tool declares matter: the others are ignored by
         // any call, so they need not wait.
         let supplied: Vec<String> = version
