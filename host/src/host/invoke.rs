@@ -174,6 +174,9 @@ impl ToolHost {
         }
         let end_user = call.end_user.clone().ok_or_else(|| InvokeError::EndUserRequired(tool.name.clone()))?;
         self.check_confirmer(&tool.tenant, version, &end_user)?;
+        // At least its inputs will be stored.
+        let inputs_bytes = serde_json::to_string(&inputs).map_or(0, |inputs| inputs.len());
+        self.check_room(&tool.tenant, &end_user, inputs_bytes)?;
         // Only secrets the tool declares matter: the others are ignored by
         // any call, so they need not wait.
         let supplied: Vec<String> = version

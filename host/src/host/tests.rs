@@ -220,6 +220,8 @@ async fn a_call_that_would_wait_past_its_tenants_bounds_is_refused() {
     let actor = Principal::server("test");
     let quotas = serde_json::json!({ "maxPendingConfirmationsPerEndUser": 1, "maxConfirmationBytes": 8_192 });
     host.update_tenant(&actor, DEFAULT_TENANT, None, &quotas).unwrap();
+    let err = call_for(&host, &tool_id, 1, &"x".repeat(10_000), "ann").await.unwrap_err();
+    assert!(matches!(err, InvokeError::ConfirmationTooLarge { max: 8_192, .. }), "{err}");
     assert!(matches!(call(&host, &tool_id, 1, "hi").await, Err(InvokeError::ConfirmationPending(_))));
     let err = call(&host, &tool_id, 1, "hi").await.unwrap_err();
     let InvokeError::TooManyPending { limit, max: 1, .. } = &err else { panic!("{err}") };
@@ -229,8 +231,6 @@ async fn a_call_that_would_wait_past_its_tenants_bounds_is_refused() {
             && err.to_string().contains("(maxPendingConfirmationsPerEndUser, 1)"),
         "{err}"
     );
-    let err = call_for(&host, &tool_id, 1, &"x".repeat(10_000), "ann").await.unwrap_err();
-    assert!(matches!(err, InvokeError::ConfirmationTooLarge { max: 8_192, .. }), "{err}");
 }
 
 /// Retired between the acceptance and the run: the tool does not run and

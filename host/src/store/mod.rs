@@ -587,6 +587,21 @@ pub trait RegistryStore: Send + Sync {
         bound: ConfirmationBound,
         now: i64,
     ) -> Result<Result<(), ConfirmationLimit>, StoreError>;
+    /// The waiting bound (the tenant's or `end_user`'s) a new transaction
+    /// of at least `bytes` would pass at `now`, if any, read without
+    /// writing: the cheap refusal a call gets before its `describe` runs and
+    /// its CHEQ is signed. It refuses only what
+    /// [`RegistryStore::insert_confirmation`] would refuse at that moment
+    /// (the tenant's count is taken as exact only while none of its waiting
+    /// transactions has expired); that insert checks again.
+    fn pending_refusal(
+        &self,
+        tenant: &str,
+        end_user: &str,
+        bytes: u64,
+        bound: ConfirmationBound,
+        now: i64,
+    ) -> Result<Option<ConfirmationLimit>, StoreError>;
     /// One CHEQ transaction.
     fn confirmation(&self, id: &str) -> Result<Option<StoredConfirmation>, StoreError>;
     /// Moves a transaction from `pending` to `state`, with the evidence of

@@ -131,7 +131,7 @@ async fn lock_confirmation_usage(
 /// `tenant`'s row of `confirmation_usage`, locked for the transaction when
 /// `lock`.
 async fn confirmation_usage(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    conn: &mut PgConnection,
     tenant: &str,
     lock: bool,
 ) -> Result<ConfirmationUsage, StoreError> {
@@ -141,8 +141,30 @@ async fn confirmation_usage(
         "SELECT pending, pending_bytes, stored, stored_bytes FROM confirmation_usage WHERE tenant = $1"
     };
     let row: Option<(i64, i64, i64, i64)> =
-        sqlx::query_as(query).bind(tenant).fetch_optional(&mut **tx).await.map_err(db)?;
+        sqlx::query_as(query).bind(tenant).fetch_optional(&mut *conn).await.map_err(db)?;
     Ok(usage_of(row))
+}
+
+/// How many transactions wait for `end_user` of `tenant` at `now`, and the
+/// bytes they hold.
+async fn waiting_for(
+    conn: &mut PgConnection,
+    tenant: &str,
+    end_user: &str,
+    now: i64,
+) -> Result<(u64, u64), StoreError> {
+    let (waiting, bytes): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), coalesce(sum(octet_length(inputs)::BIGINT + octet_length(cheq)), 0)::BIGINT
+         FROM confirmations WHERE tenant = $1 AND end_user = $2 AND state = 'pending' AND expires_at > $3",
+    )
+    .bind(tenant)
+    .bind(end_user)
+    .bind(now)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(db)?;
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    Ok((count(waiting), count(bytes)))
 }
 
 /// Locks the `confirmation_usage` row of transaction `id`'s tenant, before
@@ -187,18 +209,8 @@ async fn admit_confirmation(
     if let Some(limit) = bound.pending_refusal(&usage, bytes) {
         return Ok(Err(limit));
     }
-    let (waiting, waiting_bytes): (i64, i64) = sqlx::query_as(
-        "SELECT count(*), coalesce(sum(octet_length(inputs)::BIGINT + octet_length(cheq)), 0)::BIGINT
-         FROM confirmations WHERE tenant = $1 AND end_user = $2 AND state = 'pending' AND expires_at > $3",
-    )
-    .bind(&c.tenant)
-    .bind(&c.end_user)
-    .bind(now)
-    .fetch_one(&mut **tx)
-    .await
-    .map_err(db)?;
-    let count = |n: i64| u64::try_from(n).unwrap_or(0);
-    if let Some(limit) = bound.end_user_refusal(count(waiting), count(waiting_bytes), bytes) {
+    let (waiting, waiting_bytes) = waiting_for(tx, &c.tenant, &c.end_user, now).await?;
+    if let Some(limit) = bound.end_user_refusal(waiting, waiting_bytes, bytes) {
         return Ok(Err(limit));
     }
     while let Some(batch) = bound.trim_batch(&usage, bytes) {
@@ -1110,6 +1122,35 @@ impl RegistryStore for PostgresStore {
             // Refused, what expired or was forgotten to make room stays so.
             tx.commit().await.map_err(db)?;
             Ok(admitted)
+        })
+    }
+
+    fn pending_refusal(
+        &self,
+        tenant: &str,
+        end_user: &str,
+        bytes: u64,
+        bound: ConfirmationBound,
+        now: i64,
+    ) -> Result<Option<ConfirmationLimit>, StoreError> {
+        let (pool, tenant, end_user) = (self.pool.clone(), tenant.to_string(), end_user.to_string());
+        self.run(async move {
+            let mut conn = pool.acquire().await.map_err(db)?;
+            if let Some(limit) = bound.pending_refusal(&confirmation_usage(&mut conn, &tenant, false).await?, bytes) {
+                // The count is exact while none of the waiting ones expired.
+                let earliest: Option<i64> = sqlx::query_scalar(
+                    "SELECT min(expires_at) FROM confirmations WHERE tenant = $1 AND state = 'pending'",
+                )
+                .bind(&tenant)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(db)?;
+                if earliest.is_some_and(|earliest| earliest > now) {
+                    return Ok(Some(limit));
+                }
+            }
+            let (waiting, waiting_bytes) = waiting_for(&mut conn, &tenant, &end_user, now).await?;
+            Ok(bound.end_user_refusal(waiting, waiting_bytes, bytes))
         })
     }
 

@@ -63,7 +63,7 @@ fn in_batches(mut delete: impl FnMut() -> Result<usize, StoreError>) -> Result<u
 }
 
 /// What `tenant`'s transactions hold, by the counts the triggers keep.
-fn confirmation_usage(tx: &rusqlite::Transaction, tenant: &str) -> rusqlite::Result<ConfirmationUsage> {
+fn confirmation_usage(tx: &Connection, tenant: &str) -> rusqlite::Result<ConfirmationUsage> {
     let row = tx
         .query_row(
             "SELECT pending, pending_bytes, stored, stored_bytes FROM confirmation_usage WHERE tenant = ?1",
@@ -72,6 +72,19 @@ fn confirmation_usage(tx: &rusqlite::Transaction, tenant: &str) -> rusqlite::Res
         )
         .optional()?;
     Ok(usage_of(row))
+}
+
+/// How many transactions wait for `end_user` of `tenant` at `now`, and the
+/// bytes they hold.
+fn waiting_for(tx: &Connection, tenant: &str, end_user: &str, now: i64) -> rusqlite::Result<(u64, u64)> {
+    let (waiting, bytes): (i64, i64) = tx.query_row(
+        "SELECT count(*), coalesce(sum(length(CAST(inputs AS BLOB)) + length(CAST(cheq AS BLOB))), 0)
+         FROM confirmations WHERE tenant = ?1 AND end_user = ?2 AND state = 'pending' AND expires_at > ?3",
+        params![tenant, end_user, now],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    Ok((count(waiting), count(bytes)))
 }
 
 /// Whether `c` may be stored beside its tenant's transactions, within
@@ -97,14 +110,8 @@ fn admit_confirmation(
     if let Some(limit) = bound.pending_refusal(&usage, bytes) {
         return Ok(Err(limit));
     }
-    let (waiting, waiting_bytes): (i64, i64) = tx.query_row(
-        "SELECT count(*), coalesce(sum(length(CAST(inputs AS BLOB)) + length(CAST(cheq AS BLOB))), 0)
-         FROM confirmations WHERE tenant = ?1 AND end_user = ?2 AND state = 'pending' AND expires_at > ?3",
-        params![c.tenant, c.end_user, now],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
-    let count = |n: i64| u64::try_from(n).unwrap_or(0);
-    if let Some(limit) = bound.end_user_refusal(count(waiting), count(waiting_bytes), bytes) {
+    let (waiting, waiting_bytes) = waiting_for(tx, &c.tenant, &c.end_user, now)?;
+    if let Some(limit) = bound.end_user_refusal(waiting, waiting_bytes, bytes) {
         return Ok(Err(limit));
     }
     while let Some(batch) = bound.trim_batch(&usage, bytes) {
@@ -727,6 +734,30 @@ impl RegistryStore for SqliteStore {
         // Refused, what expired or was forgotten to make room stays so.
         tx.commit()?;
         Ok(admitted)
+    }
+
+    fn pending_refusal(
+        &self,
+        tenant: &str,
+        end_user: &str,
+        bytes: u64,
+        bound: ConfirmationBound,
+        now: i64,
+    ) -> Result<Option<ConfirmationLimit>, StoreError> {
+        let conn = self.conn();
+        if let Some(limit) = bound.pending_refusal(&confirmation_usage(&conn, tenant)?, bytes) {
+            // The count is exact while none of the waiting ones expired.
+            let earliest: Option<i64> = conn.query_row(
+                "SELECT min(expires_at) FROM confirmations WHERE tenant = ?1 AND state = 'pending'",
+                [tenant],
+                |r| r.get(0),
+            )?;
+            if earliest.is_some_and(|earliest| earliest > now) {
+                return Ok(Some(limit));
+            }
+        }
+        let (waiting, waiting_bytes) = waiting_for(&conn, tenant, end_user, now)?;
+        Ok(bound.end_user_refusal(waiting, waiting_bytes, bytes))
     }
 
     fn confirmation(&self, id: &str) -> Result<Option<StoredConfirmation>, StoreError> {

@@ -775,10 +775,15 @@ fn a_tenants_transactions_keep_within_their_bounds(store: &dyn RegistryStore) {
         assert_eq!(insert(&format!("ann{n}"), "default", "ann", 1_500 + n, 1_000, bound), Ok(()));
     }
     assert_eq!(insert("ann3", "default", "ann", 3_000, 1_000, bound), Err(ConfirmationLimit::PendingPerEndUser));
+    let refusal = |end_user: &str, now: i64| store.pending_refusal("default", end_user, 10, bound, now).unwrap();
+    assert_eq!(refusal("ann", 1_000), Some(ConfirmationLimit::PendingPerEndUser), "read before storing");
+    assert_eq!(refusal("bob", 1_000), None);
     for n in 0..2 {
         assert_eq!(insert(&format!("bob{n}"), "default", "bob", 1_510 + n, 1_000, bound), Ok(()));
     }
     assert_eq!(insert("cat0", "default", "cat", 3_000, 1_000, bound), Err(ConfirmationLimit::Pending));
+    assert_eq!(refusal("cat", 1_000), Some(ConfirmationLimit::Pending));
+    assert_eq!(refusal("cat", 2_000), None, "once some expired, storing would make room: not refused before");
     assert_eq!(kept(store, &["ann3", "cat0"]), [false, false], "a refused one was stored");
     // Another tenant's bound is its own.
     assert_eq!(insert("acme0", "acme", "ann", 3_000, 1_000, bound), Ok(()));
