@@ -424,8 +424,9 @@ fn too_many_pending(limit: &crate::tenancy::ConfirmationLimit, max: u64, end_use
             );
         }
     };
+    let allowed = if limit.per_end_user() { "this tenant allows one end user" } else { "its quota allows" };
     format!(
-        "{whose} has as many {what} as it may ({quota}, {max}): have the end user decide the ones waiting (accept or reject them), or wait for them to expire, then make the call again; the tool did not run and nothing was stored"
+        "{whose} has as many {what} as {allowed} ({quota}, {max}): have the end user decide the ones waiting (accept or reject them), or wait for them to expire, then make the call again; the tool did not run and nothing was stored"
     )
 }
 
