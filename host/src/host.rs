@@ -363,6 +363,37 @@ pub enum InvokeError {
     /// The call needs confirmation and brings what cannot wait for it.
     #[error("{0}")]
     CannotWait(String),
+    /// The call needs confirmation on this server's page and names someone
+    /// who is not one of the tenant's end users: nobody could confirm it.
+    #[error(
+        "`{end_user}` is not an end user of this tenant, so nobody could confirm the call on its confirmation page: name one of its end users (a publisher adds them: PUT /admin/end-users/{{name}}); the tool did not run and nothing was stored"
+    )]
+    UnknownEndUser {
+        /// The name the call gave.
+        end_user: String,
+    },
+    /// Opening the call's transaction would pass one of its tenant's
+    /// bounds on the transactions it keeps: nothing was stored.
+    #[error("{}", too_many_pending(.limit, *.max, .end_user))]
+    TooManyPending {
+        /// The bound.
+        limit: crate::tenancy::ConfirmationLimit,
+        /// Its value.
+        max: u64,
+        /// The end user the call was made for.
+        end_user: String,
+    },
+    /// The call's transaction, as it would be stored (its inputs and the
+    /// signed CHEQ), is larger than the tenant's `maxConfirmationBytes`.
+    #[error(
+        "the call's confirmation would hold {bytes} bytes (its inputs and the signed CHEQ), more than this tenant keeps for one (maxConfirmationBytes, {max}): make the call with smaller inputs; the tool did not run and nothing was stored"
+    )]
+    ConfirmationTooLarge {
+        /// Its size.
+        bytes: u64,
+        /// The quota.
+        max: u64,
+    },
     /// The store failed.
     #[error("the server could not record the call: {0}")]
     Storage(String),
@@ -375,6 +406,29 @@ pub enum InvokeError {
     /// a bug, or the server going down), not the tool.
     #[error("the server could not finish the call: {0}; the tool may or may not have run")]
     Internal(String),
+}
+
+/// What a call refused by one of its tenant's CHEQ bounds is told: the
+/// bound (its quota and value) and what to do.
+fn too_many_pending(limit: &crate::tenancy::ConfirmationLimit, max: u64, end_user: &str) -> String {
+    use crate::tenancy::ConfirmationLimit;
+    let quota = limit.quota();
+    let whose = if limit.per_end_user() { format!("end user `{end_user}`") } else { "this tenant".to_string() };
+    let what = match limit {
+        ConfirmationLimit::Pending | ConfirmationLimit::PendingPerEndUser => "calls waiting for confirmation",
+        ConfirmationLimit::PendingBytes | ConfirmationLimit::PendingBytesPerEndUser => {
+            "bytes of calls waiting for confirmation"
+        }
+        ConfirmationLimit::Stored | ConfirmationLimit::StoredBytes => {
+            return format!(
+                "this tenant keeps as many confirmations as it may ({quota}, {max}) and every one is still waiting or running, so none can be forgotten: have their end users decide the ones waiting, or wait for them to expire; the tool did not run and nothing was stored"
+            );
+        }
+    };
+    let allowed = if limit.per_end_user() { "this tenant allows one end user" } else { "its quota allows" };
+    format!(
+        "{whose} has as many {what} as {allowed} ({quota}, {max}): have the end user decide the ones waiting (accept or reject them), or wait for them to expire, then make the call again; the tool did not run and nothing was stored"
+    )
 }
 
 impl InvokeError {
@@ -404,7 +458,10 @@ impl InvokeError {
             | InvokeError::OutsideToolset(_)
             | InvokeError::ConfirmationPending(_)
             | InvokeError::EndUserRequired(_)
-            | InvokeError::CannotWait(_) => false,
+            | InvokeError::CannotWait(_)
+            | InvokeError::UnknownEndUser { .. }
+            | InvokeError::TooManyPending { .. }
+            | InvokeError::ConfirmationTooLarge { .. } => false,
         }
     }
 
@@ -425,6 +482,9 @@ impl InvokeError {
             InvokeError::ConfirmationPending(_) => "confirmation_pending",
             InvokeError::EndUserRequired(_) => "end_user_required",
             InvokeError::CannotWait(_) => "confirmation_cannot_wait",
+            InvokeError::UnknownEndUser { .. } => "unknown_end_user",
+            InvokeError::TooManyPending { .. } => "too_many_pending_confirmations",
+            InvokeError::ConfirmationTooLarge { .. } => "confirmation_too_large",
             InvokeError::Storage(_) => "storage_failed",
             InvokeError::Unavailable(_) => "tool_unavailable",
             InvokeError::Internal(_) => "internal",
@@ -449,6 +509,9 @@ impl InvokeError {
             | InvokeError::ConfirmationPending(_)
             | InvokeError::EndUserRequired(_)
             | InvokeError::CannotWait(_)
+            | InvokeError::UnknownEndUser { .. }
+            | InvokeError::TooManyPending { .. }
+            | InvokeError::ConfirmationTooLarge { .. }
             | InvokeError::Storage(_)
             | InvokeError::Unavailable(_) => false,
         }

@@ -146,6 +146,29 @@ pub struct Quotas {
     /// Bytes of recorded responses kept for retries. Past it, the oldest
     /// are forgotten as for `maxRecordedCalls`.
     pub max_recorded_call_bytes: u64,
+    /// CHEQ transactions waiting for their end users at once. A call that
+    /// would open one more is refused (`429 too_many_pending_confirmations`)
+    /// and nothing is stored.
+    pub max_pending_confirmations: u64,
+    /// Bytes the tenant's waiting transactions hold (their inputs and signed
+    /// CHEQs), refused past as for `maxPendingConfirmations`.
+    pub max_pending_confirmation_bytes: u64,
+    /// Transactions waiting for any one end user at once.
+    pub max_pending_confirmations_per_end_user: u64,
+    /// Bytes the transactions waiting for any one end user hold.
+    pub max_pending_confirmation_bytes_per_end_user: u64,
+    /// Transactions kept, whatever their state (waiting, decided, expired,
+    /// kept for the retention period). Past it, the oldest settled ones are
+    /// forgotten before their retention ends: unanswered and rejected ones
+    /// first, then accepted ones.
+    pub max_stored_confirmations: u64,
+    /// Bytes the tenant's kept transactions hold (with their decisions and
+    /// answers), forgotten past as for `maxStoredConfirmations`.
+    pub max_stored_confirmation_bytes: u64,
+    /// Bytes one transaction may hold when it opens: its inputs and the
+    /// signed CHEQ. A call whose would be larger is refused (`413
+    /// confirmation_too_large`) and nothing is stored.
+    pub max_confirmation_bytes: u64,
 }
 
 impl Default for Quotas {
@@ -161,6 +184,13 @@ impl Default for Quotas {
             max_versions_per_tool: 100,
             max_recorded_calls: 100_000,
             max_recorded_call_bytes: 256 << 20,
+            max_pending_confirmations: 10_000,
+            max_pending_confirmation_bytes: 64 << 20,
+            max_pending_confirmations_per_end_user: 100,
+            max_pending_confirmation_bytes_per_end_user: 8 << 20,
+            max_stored_confirmations: 100_000,
+            max_stored_confirmation_bytes: 256 << 20,
+            max_confirmation_bytes: 128 << 10,
         }
     }
 }
@@ -192,10 +222,157 @@ impl LedgerBound {
     }
 }
 
+/// How many CHEQ transactions one tenant may keep, and how large (its
+/// quotas `maxPendingConfirmations` … `maxStoredConfirmationBytes`): what
+/// the store checks, in the transaction that would store a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfirmationBound {
+    /// Transactions waiting at once.
+    pub pending: u64,
+    /// Bytes they hold.
+    pub pending_bytes: u64,
+    /// Transactions waiting for one end user at once.
+    pub pending_per_end_user: u64,
+    /// Bytes they hold.
+    pub pending_bytes_per_end_user: u64,
+    /// Transactions kept, whatever their state.
+    pub stored: u64,
+    /// Bytes they hold.
+    pub stored_bytes: u64,
+}
+
+/// What one tenant's CHEQ transactions hold, as the store counts them.
+/// `pending` counts every transaction still marked waiting, those whose
+/// expiry passed but that nothing marked expired yet included.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConfirmationUsage {
+    /// Transactions marked waiting.
+    pub pending: u64,
+    /// Bytes they hold.
+    pub pending_bytes: u64,
+    /// Transactions kept.
+    pub stored: u64,
+    /// Bytes they hold.
+    pub stored_bytes: u64,
+}
+
+/// The bound that refused a new CHEQ transaction, by its quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfirmationLimit {
+    /// `maxPendingConfirmations`.
+    Pending,
+    /// `maxPendingConfirmationBytes`.
+    PendingBytes,
+    /// `maxPendingConfirmationsPerEndUser`.
+    PendingPerEndUser,
+    /// `maxPendingConfirmationBytesPerEndUser`.
+    PendingBytesPerEndUser,
+    /// `maxStoredConfirmations`: every kept transaction is waiting or
+    /// running, so none can be forgotten to make room.
+    Stored,
+    /// `maxStoredConfirmationBytes`, likewise.
+    StoredBytes,
+}
+
+impl ConfirmationLimit {
+    /// The quota's name, as the admin API spells it.
+    pub fn quota(self) -> &'static str {
+        match self {
+            ConfirmationLimit::Pending => "maxPendingConfirmations",
+            ConfirmationLimit::PendingBytes => "maxPendingConfirmationBytes",
+            ConfirmationLimit::PendingPerEndUser => "maxPendingConfirmationsPerEndUser",
+            ConfirmationLimit::PendingBytesPerEndUser => "maxPendingConfirmationBytesPerEndUser",
+            ConfirmationLimit::Stored => "maxStoredConfirmations",
+            ConfirmationLimit::StoredBytes => "maxStoredConfirmationBytes",
+        }
+    }
+
+    /// Whether it bounds one end user's transactions (else the tenant's).
+    pub fn per_end_user(self) -> bool {
+        matches!(self, ConfirmationLimit::PendingPerEndUser | ConfirmationLimit::PendingBytesPerEndUser)
+    }
+}
+
+impl ConfirmationBound {
+    /// The tenant-wide waiting bound a new transaction of `bytes` would
+    /// pass, with `usage` stored.
+    pub fn pending_refusal(&self, usage: &ConfirmationUsage, bytes: u64) -> Option<ConfirmationLimit> {
+        if usage.pending.saturating_add(1) > self.pending {
+            Some(ConfirmationLimit::Pending)
+        } else if usage.pending_bytes.saturating_add(bytes) > self.pending_bytes {
+            Some(ConfirmationLimit::PendingBytes)
+        } else {
+            None
+        }
+    }
+
+    /// The bound on one end user's waiting transactions a new one of
+    /// `bytes` would pass, with `waiting` of `waiting_bytes` theirs already.
+    pub fn end_user_refusal(&self, waiting: u64, waiting_bytes: u64, bytes: u64) -> Option<ConfirmationLimit> {
+        if waiting.saturating_add(1) > self.pending_per_end_user {
+            Some(ConfirmationLimit::PendingPerEndUser)
+        } else if waiting_bytes.saturating_add(bytes) > self.pending_bytes_per_end_user {
+            Some(ConfirmationLimit::PendingBytesPerEndUser)
+        } else {
+            None
+        }
+    }
+
+    /// How many of the oldest settled transactions to forget before one of
+    /// `bytes` is stored beside `usage`: `None` when it fits. Past the
+    /// count, the excess and a sixty-fourth of the bound more, so that a
+    /// tenant at its bound does not forget on every call (as the call
+    /// ledger, [`LedgerBound::trim_batch`]).
+    pub fn trim_batch(&self, usage: &ConfirmationUsage, bytes: u64) -> Option<u64> {
+        let slack = (self.stored / 64).max(1);
+        if usage.stored.saturating_add(1) > self.stored {
+            Some(usage.stored.saturating_add(1) - self.stored + slack)
+        } else if usage.stored_bytes.saturating_add(bytes) > self.stored_bytes {
+            Some(slack.min(64))
+        } else {
+            None
+        }
+    }
+
+    /// The stored bound that still refuses after every settled transaction
+    /// that could go went: `maxStoredConfirmations` or its bytes.
+    pub fn stored_refusal(&self, usage: &ConfirmationUsage) -> ConfirmationLimit {
+        if usage.stored.saturating_add(1) > self.stored {
+            ConfirmationLimit::Stored
+        } else {
+            ConfirmationLimit::StoredBytes
+        }
+    }
+}
+
 impl Quotas {
     /// How much of the tenant's call ledger is kept.
     pub fn ledger_bound(&self) -> LedgerBound {
         LedgerBound { records: self.max_recorded_calls, bytes: self.max_recorded_call_bytes }
+    }
+
+    /// How many CHEQ transactions the tenant may keep, and how large.
+    pub fn confirmation_bound(&self) -> ConfirmationBound {
+        ConfirmationBound {
+            pending: self.max_pending_confirmations,
+            pending_bytes: self.max_pending_confirmation_bytes,
+            pending_per_end_user: self.max_pending_confirmations_per_end_user,
+            pending_bytes_per_end_user: self.max_pending_confirmation_bytes_per_end_user,
+            stored: self.max_stored_confirmations,
+            stored_bytes: self.max_stored_confirmation_bytes,
+        }
+    }
+
+    /// The value of the quota that `limit` names.
+    pub fn confirmation_limit(&self, limit: ConfirmationLimit) -> u64 {
+        match limit {
+            ConfirmationLimit::Pending => self.max_pending_confirmations,
+            ConfirmationLimit::PendingBytes => self.max_pending_confirmation_bytes,
+            ConfirmationLimit::PendingPerEndUser => self.max_pending_confirmations_per_end_user,
+            ConfirmationLimit::PendingBytesPerEndUser => self.max_pending_confirmation_bytes_per_end_user,
+            ConfirmationLimit::Stored => self.max_stored_confirmations,
+            ConfirmationLimit::StoredBytes => self.max_stored_confirmation_bytes,
+        }
     }
 
     /// These quotas with the fields of `patch` (a JSON object of the same
@@ -220,6 +397,13 @@ impl Quotas {
             ("maxVersionsPerTool", u64::from(quotas.max_versions_per_tool)),
             ("maxRecordedCalls", quotas.max_recorded_calls),
             ("maxRecordedCallBytes", quotas.max_recorded_call_bytes),
+            ("maxPendingConfirmations", quotas.max_pending_confirmations),
+            ("maxPendingConfirmationBytes", quotas.max_pending_confirmation_bytes),
+            ("maxPendingConfirmationsPerEndUser", quotas.max_pending_confirmations_per_end_user),
+            ("maxPendingConfirmationBytesPerEndUser", quotas.max_pending_confirmation_bytes_per_end_user),
+            ("maxStoredConfirmations", quotas.max_stored_confirmations),
+            ("maxStoredConfirmationBytes", quotas.max_stored_confirmation_bytes),
+            ("maxConfirmationBytes", quotas.max_confirmation_bytes),
         ]
         .into_iter()
         .find(|(_, v)| *v == 0);
@@ -439,6 +623,10 @@ mod tests {
         assert!(quotas.patched(&serde_json::json!([1])).is_err());
         let stored: Quotas = serde_json::from_str("{}").unwrap();
         assert_eq!(stored, Quotas::default(), "a stored quota set missing fields takes the defaults");
+        let cheq = quotas.patched(&serde_json::json!({ "maxPendingConfirmationsPerEndUser": 4 })).unwrap();
+        assert_eq!(cheq.confirmation_bound().pending_per_end_user, 4);
+        let err = quotas.patched(&serde_json::json!({ "maxStoredConfirmations": 0 })).unwrap_err();
+        assert!(err.contains("maxStoredConfirmations must be at least 1"), "{err}");
     }
 
     #[test]

@@ -602,6 +602,7 @@ async fn a_form_sent_again_is_answered_from_its_record_and_books_once() {
 
     // A call that waits for its end user, sent again, waits once: one
     // transaction, the same pack.
+    server.add_end_user("", "alice").await;
     let transfer = tool_path(&designer, "transfer_funds").await;
     let call_id = designer.call_id(&transfer).await;
     let form = [

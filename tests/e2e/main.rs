@@ -6,6 +6,7 @@ mod browser;
 mod catalog;
 mod catalog_browser;
 mod cheq;
+mod cheq_bounds;
 mod cheq_browser;
 mod cheq_restart;
 mod cli;

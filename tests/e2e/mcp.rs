@@ -216,6 +216,7 @@ async fn the_direct_lane_answers_every_call_as_rmcp_does() {
     let (server, _) = Server::start_on(tempfile::tempdir().unwrap(), "127.0.0.1:0", &args, Some(TOKEN), &log);
     let (status, body) = server.deploy(fixture("echo_v2.wasm"), "").await;
     assert_eq!(status, 201, "{body}");
+    server.add_end_user("", "alice").await;
     let mut calls = vec![
         ("echo", json!({ "text": "hi" }), Value::Null),
         ("echo", json!({ "text": "hi" }), json!({ "version": 1 })),

@@ -122,6 +122,7 @@ async fn fetch(uri: &str) -> (u16, Value) {
 async fn a_decided_transaction_is_deleted_after_its_retention_and_a_pending_one_kept() {
     // Kept one second after it settles; the sweep runs every second.
     let server = Server::start(&["--confirmation-retention-secs", "1"]);
+    server.add_end_user("", "alice").await;
     let echo_id = server.tool_id("echo").await;
     let path = format!("/admin/tools/{echo_id}/confirmation");
     assert_eq!(server.call_as(Some(TOKEN), Method::PUT, &path, Some(&json!({ "required": true }))).await.0, 204);

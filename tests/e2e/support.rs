@@ -346,6 +346,16 @@ impl Server {
         tenant
     }
 
+    /// Makes `name` an end user of the tenant at `root` (`""` for
+    /// `default`, `/t/{tenant}` for another), password `{name}-password`,
+    /// as the operator.
+    pub async fn add_end_user(&self, root: &str, name: &str) {
+        let password = serde_json::json!({ "password": format!("{name}-password") });
+        let path = format!("{root}/admin/end-users/{name}");
+        let (status, body) = self.call_as(Some(TOKEN), reqwest::Method::PUT, &path, Some(&password)).await;
+        assert_eq!(status, 204, "{body}");
+    }
+
     /// Creates a key as the operator and returns (its id, the key).
     pub async fn create_key(&self, tenant: Option<&str>, role: &str) -> (String, String) {
         let body = serde_json::json!({ "tenant": tenant, "role": role });

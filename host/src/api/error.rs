@@ -280,7 +280,20 @@ impl From<InvokeError> for ApiError {
             // The front doors answer a pending call with its URI pack
             // before it gets here; this is only a fallback.
             InvokeError::ConfirmationPending(_) => ApiError::new(StatusCode::ACCEPTED, code, message),
-            InvokeError::EndUserRequired(_) | InvokeError::CannotWait(_) => ApiError::bad_request(code, message),
+            InvokeError::EndUserRequired(_) | InvokeError::CannotWait(_) | InvokeError::UnknownEndUser { .. } => {
+                ApiError::bad_request(code, message)
+            }
+            // Not a `5xx`: a retry at once finds the same calls waiting, and
+            // the draft's executor would retry it blindly; this tells the
+            // LLM (or the person) to have the waiting ones decided first.
+            InvokeError::TooManyPending { limit, max, .. } => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, code, message)
+                    .with("limit", limit.quota())
+                    .with(limit.quota(), max)
+            }
+            InvokeError::ConfirmationTooLarge { max, .. } => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, code, message).with("maxConfirmationBytes", max)
+            }
             InvokeError::Internal(_) => {
                 tracing::error!(error = %message, "a call was interrupted inside the server");
                 ApiError::internal(message)
@@ -607,6 +620,13 @@ mod tests {
             InvokeError::OutboundDenied("x".into()),
             InvokeError::EndUserRequired("x".into()),
             InvokeError::CannotWait("x".into()),
+            InvokeError::UnknownEndUser { end_user: "x".into() },
+            InvokeError::TooManyPending {
+                limit: crate::tenancy::ConfirmationLimit::PendingPerEndUser,
+                max: 1,
+                end_user: "x".into(),
+            },
+            InvokeError::ConfirmationTooLarge { bytes: 2, max: 1 },
             InvokeError::Storage("x".into()),
             InvokeError::Unavailable("x".into()),
             InvokeError::Internal("x".into()),

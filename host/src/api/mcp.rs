@@ -1000,6 +1000,10 @@ pub(super) fn call_result(outcome: Result<ToolResult, InvokeError>) -> Result<Ca
             "end_user_required",
             Map::new(),
         )),
+        // Like a malformed `_meta.endUser`: the name is the request's.
+        Err(e @ InvokeError::UnknownEndUser { .. }) => {
+            Err(rpc_error(ErrorCode::INVALID_PARAMS.0, e.to_string(), e.code(), Map::new()))
+        }
         Err(e @ InvokeError::Storage(_)) => {
             let error = ApiError::from(e);
             Err(rpc_error(ErrorCode::INTERNAL_ERROR.0, error.message().to_string(), error.code(), Map::new()))

@@ -1035,7 +1035,8 @@ pub enum InvocationAnswers {
     /// `missing_parameter`, `invalid_type`, `invalid_enum_value`,
     /// `out_of_range`, `too_long`, `private_parameter`,
     /// `invalid_end_user`, `end_user_required`,
-    /// `confirmation_cannot_wait` (with `parameter` when it is about one).
+    /// `confirmation_cannot_wait`, `unknown_end_user` (with `parameter`
+    /// when it is about one).
     #[response(status = 400)]
     BadRequest(ErrorBody),
     /// `not_found`: no such tool (or version) in this tenant.
@@ -1047,9 +1048,16 @@ pub enum InvocationAnswers {
     /// `version_retired`: the version (unpinned: every version) is retired.
     #[response(status = 410)]
     Gone(ErrorBody),
-    /// `request_too_large`: the body is over the server's limit.
+    /// `request_too_large`: the body is over the server's limit;
+    /// `confirmation_too_large`: the call's transaction would be over the
+    /// tenant's `maxConfirmationBytes` (nothing was stored).
     #[response(status = 413)]
     TooLarge(ErrorBody),
+    /// `too_many_pending_confirmations`: the tenant, or the call's end user,
+    /// has as many calls waiting for confirmation as its quota allows
+    /// (`limit` names it); nothing was stored. Have the waiting ones decided.
+    #[response(status = 429)]
+    TooManyPending(ErrorBody),
     /// Permanent for this input: `tool_error` (without `can-retry`),
     /// `tool_trapped`, `tool_resource_exhausted`, `invalid_tool_output`,
     /// `output_too_large`, `outbound_denied`, `tool_timeout` (computing).

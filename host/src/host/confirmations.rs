@@ -26,7 +26,7 @@ use crate::metrics::CheqEvent;
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::Signature;
 use crate::store::{RegistryStore, StoreError, StoredConfirmation};
-use crate::tenancy::{AuditEntry, unix_now};
+use crate::tenancy::{AuditEntry, ConfirmationLimit, Quotas, unix_now};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use serde_json::{Map, Value, json};
@@ -282,7 +282,10 @@ impl ToolHost {
 
     /// Opens a transaction for a call that needs its end user's
     /// confirmation: the CHEQ object, signed by this server, is stored with
-    /// the inputs the tool will run with.
+    /// the inputs the tool will run with — unless it is larger than the
+    /// tenant's `maxConfirmationBytes`, or storing it would pass one of the
+    /// tenant's bounds on the transactions it keeps (checked by the store,
+    /// in the transaction that would store it); then nothing is stored.
     pub(super) fn begin_confirmation(
         &self,
         tool: &Tool,
@@ -337,7 +340,15 @@ impl ToolHost {
             result_status: None,
             result_body: None,
         };
-        self.store.insert_confirmation(&record).map_err(storage)?;
+        let quotas = self.confirmation_quotas(&tool.tenant);
+        let bytes = record.stored_bytes();
+        if bytes > quotas.max_confirmation_bytes {
+            return Err(InvokeError::ConfirmationTooLarge { bytes, max: quotas.max_confirmation_bytes });
+        }
+        let stored = self.store.insert_confirmation(&record, quotas.confirmation_bound(), now).map_err(storage)?;
+        if let Err(limit) = stored {
+            return Err(too_many_pending(&quotas, limit, end_user));
+        }
         tracing::info!(transaction = id, end_user, "the call waits for its end user's confirmation");
         // Its expiry, if nobody decides, is counted by the retention sweep.
         self.metrics.cheq(&tool.tenant, &tool.name, CheqEvent::Opened);
@@ -347,6 +358,30 @@ impl ToolHost {
             tenant: tool.tenant.clone(),
             confirmation_uri: self.confirmation_uri(&tool.tenant, version),
         })
+    }
+
+    /// Refuses a call for `end_user` whose transaction, of at least
+    /// `bytes`, its tenant's waiting bounds refuse already: before its
+    /// `describe` runs and its CHEQ is signed, so that a flood at the bound
+    /// costs a read per call. The store checks again, exactly, as it stores
+    /// the transaction ([`Self::begin_confirmation`]).
+    pub(super) fn check_room(&self, tenant: &str, end_user: &str, bytes: usize) -> Result<(), InvokeError> {
+        let quotas = self.confirmation_quotas(tenant);
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        let refused = self
+            .store
+            .pending_refusal(tenant, end_user, bytes, quotas.confirmation_bound(), unix_now())
+            .map_err(|e| InvokeError::Storage(e.to_string()))?;
+        match refused {
+            Some(limit) => Err(too_many_pending(&quotas, limit, end_user)),
+            None => Ok(()),
+        }
+    }
+
+    /// The quotas a tenant's transactions are held to (a tenant removed
+    /// meanwhile: the defaults).
+    fn confirmation_quotas(&self, tenant: &str) -> Quotas {
+        self.tenant(tenant).map(|t| t.record.quotas.clone()).unwrap_or_default()
     }
 
     /// A stored transaction that still waits, as when it was made (its
@@ -733,6 +768,12 @@ impl ToolHost {
             decided => Err(DecideError::AlreadyDecided(decided.as_str())),
         }
     }
+}
+
+/// The refusal of a call at its tenant's bound `limit`.
+fn too_many_pending(quotas: &Quotas, limit: ConfirmationLimit, end_user: &str) -> InvokeError {
+    tracing::debug!(limit = limit.quota(), "a call's confirmation was refused at its tenant's bound");
+    InvokeError::TooManyPending { limit, max: quotas.confirmation_limit(limit), end_user: end_user.to_string() }
 }
 
 /// The parameters of the CHEQ object (figure 4): each input's name,

@@ -189,6 +189,12 @@ impl ToolHost {
                 supplied.join(", ")
             )));
         }
+        // Refused by a read, before `describe` runs and anything is stored:
+        // a name nobody could confirm as, or a call at its tenant's bound
+        // (at least its inputs would be stored).
+        self.check_confirmer(&tool.tenant, version, &end_user)?;
+        let inputs_bytes = serde_json::to_string(&inputs).map_or(0, |inputs| inputs.len());
+        self.check_room(&tool.tenant, &end_user, inputs_bytes)?;
         let description = match self.describe(tenant, tool, version, call).await? {
             Some(Described::Failed(refused)) => return Ok(Some(refused)),
             Some(Described::Description(description)) => Some(description),

@@ -70,12 +70,13 @@ fn shown_value(value: &Value) -> String {
 }
 
 /// Why a limit refused a call, if one did: `rate_limit` (the tenant's
-/// rate), `quota` (the tenant's concurrent invocations), `busy` (the
-/// tool's or the server's places, a demoted tool's turn).
+/// rate), `quota` (the tenant's concurrent invocations, or its bounds on
+/// the CHEQ transactions it keeps), `busy` (the tool's or the server's
+/// places, a demoted tool's turn).
 pub(super) fn limit_reason(outcome: &Result<invocation::ToolResult, InvokeError>) -> Option<&'static str> {
     match outcome {
         Err(InvokeError::RateLimited { .. }) => Some("rate_limit"),
-        Err(InvokeError::OverQuota(_)) => Some("quota"),
+        Err(InvokeError::OverQuota(_) | InvokeError::TooManyPending { .. }) => Some("quota"),
         Err(InvokeError::Busy(_) | InvokeError::Call(CallError::Busy)) => Some("busy"),
         _ => None,
     }
@@ -245,6 +246,12 @@ mod tests {
         let rate = InvokeError::RateLimited { tenant: "t".into(), retry_after: Duration::from_secs(1) };
         assert_eq!(reason(rate), Some("rate_limit"));
         assert_eq!(reason(InvokeError::OverQuota("t".into())), Some("quota"));
+        let pending = InvokeError::TooManyPending {
+            limit: crate::tenancy::ConfirmationLimit::Pending,
+            max: 1,
+            end_user: "ann".into(),
+        };
+        assert_eq!(reason(pending), Some("quota"));
         assert_eq!(reason(InvokeError::Busy("t".into())), Some("busy"));
         assert_eq!(reason(InvokeError::Call(CallError::Busy)), Some("busy"));
         assert_eq!(reason(InvokeError::Call(CallError::ResourceExhausted)), None);

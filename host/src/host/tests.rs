@@ -159,16 +159,78 @@ fn confirming(dir: &std::path::Path, policy: crate::cheq::ConfirmationPolicy) ->
     let actor = Principal::server("test");
     let tool_id = host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap().tool_id.to_string();
     host.set_confirmation_override(&actor, DEFAULT_TENANT, &tool_id, Some(policy)).unwrap();
+    // Confirmed on this server's page: the calls' end user must be one of
+    // the tenant's (the hash is never checked here).
+    let audit = crate::tenancy::AuditEntry::new(&actor, None, "end_user.put", "ann");
+    host.store.put_end_user(DEFAULT_TENANT, "ann", "unused", &audit).unwrap();
     (host, tool_id)
 }
 
 /// Calls version `version` of the tool for end user `ann` with `text`.
 async fn call(host: &Arc<ToolHost>, tool_id: &str, version: u32, text: &str) -> Result<ToolResult, InvokeError> {
+    call_for(host, tool_id, version, text, "ann").await
+}
+
+/// Calls version `version` of the tool for `end_user` with `text`.
+async fn call_for(
+    host: &Arc<ToolHost>,
+    tool_id: &str,
+    version: u32,
+    text: &str,
+    end_user: &str,
+) -> Result<ToolResult, InvokeError> {
     let (tool, version) = host.resolve(DEFAULT_TENANT, tool_id, Some(version)).unwrap();
     let text = serde_json::json!(text);
     let input = invocation::input_record(&version.signature, &[("text", &text)]).unwrap();
-    let call = Call { end_user: Some("ann".into()), ..Call::new(input, FrontDoor::A2t) };
+    let call = Call { end_user: Some(end_user.into()), ..Call::new(input, FrontDoor::A2t) };
     host.invoke(tool, version, call).await
+}
+
+/// The name a call gives must be someone who can confirm it: one of the
+/// tenant's end users when they confirm on this server's page, anyone on
+/// the tenant's external confirmation server (its people are its own).
+#[tokio::test]
+async fn a_call_waits_only_for_someone_who_can_confirm_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let always = crate::cheq::ConfirmationPolicy { required: true, when: None };
+    let (host, tool_id) = confirming(dir.path(), always);
+    let err = call_for(&host, &tool_id, 1, "hi", "zed").await.unwrap_err();
+    assert!(matches!(&err, InvokeError::UnknownEndUser { end_user } if end_user == "zed"), "{err}");
+    assert_eq!(err.code(), "unknown_end_user");
+    assert!(matches!(call(&host, &tool_id, 1, "hi").await, Err(InvokeError::ConfirmationPending(_))));
+
+    let server = ConfirmationServer {
+        uri: "https://confirm.example/".into(),
+        jwks_url: "https://confirm.example/jwks.json".into(),
+    };
+    host.set_confirmation_server(&Principal::server("test"), DEFAULT_TENANT, Some(server)).unwrap();
+    let Err(InvokeError::ConfirmationPending(pending)) = call_for(&host, &tool_id, 1, "hi", "zed").await else {
+        panic!("an external confirmation server's end user was refused")
+    };
+    assert_eq!(pending.confirmation_uri.as_deref(), Some("https://confirm.example/"));
+}
+
+/// A call that would open a transaction past its tenant's bounds is
+/// refused, naming the bound; so is one whose transaction is too large.
+#[tokio::test]
+async fn a_call_that_would_wait_past_its_tenants_bounds_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let always = crate::cheq::ConfirmationPolicy { required: true, when: None };
+    let (host, tool_id) = confirming(dir.path(), always);
+    let actor = Principal::server("test");
+    let quotas = serde_json::json!({ "maxPendingConfirmationsPerEndUser": 1, "maxConfirmationBytes": 8_192 });
+    host.update_tenant(&actor, DEFAULT_TENANT, None, &quotas).unwrap();
+    let err = call_for(&host, &tool_id, 1, &"x".repeat(10_000), "ann").await.unwrap_err();
+    assert!(matches!(err, InvokeError::ConfirmationTooLarge { max: 8_192, .. }), "{err}");
+    assert!(matches!(call(&host, &tool_id, 1, "hi").await, Err(InvokeError::ConfirmationPending(_))));
+    let err = call(&host, &tool_id, 1, "hi").await.unwrap_err();
+    let InvokeError::TooManyPending { limit, max: 1, .. } = &err else { panic!("{err}") };
+    assert_eq!(limit.quota(), "maxPendingConfirmationsPerEndUser");
+    assert!(
+        err.to_string().contains("end user `ann`")
+            && err.to_string().contains("(maxPendingConfirmationsPerEndUser, 1)"),
+        "{err}"
+    );
 }
 
 /// Retired between the acceptance and the run: the tool does not run and

@@ -22,7 +22,10 @@ pub use sqlite::SqliteStore;
 
 use crate::manifest::ToolManifest;
 use crate::signature::Signature;
-use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, LedgerBound, TenantRecord};
+use crate::tenancy::{
+    AuditEntry, AuditQuery, ConfirmationBound, ConfirmationLimit, ConfirmationUsage, KeyRecord, LedgerBound,
+    TenantRecord,
+};
 use uuid::Uuid;
 
 /// A persistence failure. Messages name the data dir path, never contents.
@@ -378,6 +381,22 @@ pub struct StoredConfirmation {
     pub result_body: Option<String>,
 }
 
+/// Stores `c` with no bound in the way, as the tests that are not about
+/// the bounds do.
+#[cfg(test)]
+pub(crate) fn store_pending(store: &dyn RegistryStore, c: &StoredConfirmation) {
+    let none = u64::MAX / 4;
+    let bound = ConfirmationBound {
+        pending: none,
+        pending_bytes: none,
+        pending_per_end_user: none,
+        pending_bytes_per_end_user: none,
+        stored: none,
+        stored_bytes: none,
+    };
+    store.insert_confirmation(c, bound, 0).unwrap().unwrap();
+}
+
 #[cfg(test)]
 impl StoredConfirmation {
     /// A pending transaction of the `default` tenant, for the unit tests.
@@ -401,6 +420,35 @@ impl StoredConfirmation {
             result_body: None,
         }
     }
+}
+
+impl StoredConfirmation {
+    /// The bytes it holds as stored, as the store counts them for the
+    /// tenant's bounds: its inputs, its CHEQ, its decision and its answer.
+    pub fn stored_bytes(&self) -> u64 {
+        let optional = |text: &Option<String>| text.as_ref().map_or(0, String::len);
+        let bytes = self.inputs.len() + self.cheq.len() + optional(&self.decision) + optional(&self.result_body);
+        u64::try_from(bytes).unwrap_or(u64::MAX)
+    }
+}
+
+/// The states of settled CHEQ transactions, in the order a tenant past its
+/// stored bound forgets them (each oldest first, by expiry): those nobody
+/// accepted (unanswered, rejected) before those whose acceptance they are
+/// the evidence of. Waiting (`pending`) and running (`accepted`) ones are
+/// never forgotten; the audit log keeps every decision's entry.
+pub const FORGOTTEN_FIRST: [&str; 5] = ["expired", "rejected", "retired", "interrupted", "done"];
+
+/// What one tenant's transactions hold, read from the counts the store's
+/// triggers keep (none yet: nothing).
+fn usage_of(row: Option<(i64, i64, i64, i64)>) -> ConfirmationUsage {
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    row.map_or_else(ConfirmationUsage::default, |(pending, pending_bytes, stored, stored_bytes)| ConfirmationUsage {
+        pending: count(pending),
+        pending_bytes: count(pending_bytes),
+        stored: count(stored),
+        stored_bytes: count(stored_bytes),
+    })
 }
 
 /// The `store_meta` row up to which (Unix seconds) expired CHEQ
@@ -523,8 +571,37 @@ pub trait RegistryStore: Send + Sync {
     /// batches; returns how many.
     fn sweep_calls(&self, before: i64) -> Result<usize, StoreError>;
 
-    /// Stores a new pending CHEQ transaction.
-    fn insert_confirmation(&self, confirmation: &StoredConfirmation) -> Result<(), StoreError>;
+    /// Stores a new pending CHEQ transaction if its tenant's transactions
+    /// stay within `bound`, checked at `now` in the very transaction that
+    /// stores it (replicas storing at once never pass a bound together).
+    /// Transactions whose expiry passed are marked `expired` first, when a
+    /// bound is reached, so they no longer count as waiting; past the stored
+    /// bound the tenant's oldest settled transactions are forgotten, in the
+    /// order of [`FORGOTTEN_FIRST`] (never a waiting or running one).
+    /// `Ok(Err(limit))`, and nothing stored, when a waiting bound (the
+    /// tenant's or the end user's) would be passed, or when nothing settled
+    /// is left to forget.
+    fn insert_confirmation(
+        &self,
+        confirmation: &StoredConfirmation,
+        bound: ConfirmationBound,
+        now: i64,
+    ) -> Result<Result<(), ConfirmationLimit>, StoreError>;
+    /// The waiting bound (the tenant's or `end_user`'s) a new transaction
+    /// of at least `bytes` would pass at `now`, if any, read without
+    /// writing: the cheap refusal a call gets before its `describe` runs and
+    /// its CHEQ is signed. It refuses only what
+    /// [`RegistryStore::insert_confirmation`] would refuse at that moment
+    /// (the tenant's count is taken as exact only while none of its waiting
+    /// transactions has expired); that insert checks again.
+    fn pending_refusal(
+        &self,
+        tenant: &str,
+        end_user: &str,
+        bytes: u64,
+        bound: ConfirmationBound,
+        now: i64,
+    ) -> Result<Option<ConfirmationLimit>, StoreError>;
     /// One CHEQ transaction.
     fn confirmation(&self, id: &str) -> Result<Option<StoredConfirmation>, StoreError>;
     /// Moves a transaction from `pending` to `state`, with the evidence of

@@ -24,12 +24,15 @@
 //!   version that is not the tool's next.
 
 use super::{
-    CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, OAuthGrant, RegistryStore,
-    SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession,
-    StoredSetting, StoredToolset, StoredVersion, Topic, UsageRow,
+    CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, FORGOTTEN_FIRST, OAuthGrant,
+    RegistryStore, SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret,
+    StoredSession, StoredSetting, StoredToolset, StoredVersion, Topic, UsageRow, usage_of,
 };
 use crate::digest::sha256_hex;
-use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, LedgerBound, Role, TenantRecord, unix_now};
+use crate::tenancy::{
+    AuditEntry, AuditQuery, ConfirmationBound, ConfirmationLimit, ConfirmationUsage, KeyRecord, LedgerBound, Role,
+    TenantRecord, unix_now,
+};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Row};
 use std::future::Future;
@@ -102,6 +105,138 @@ async fn lock_ledger_usage(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, tenan
         .await
         .map_err(db)?;
     Ok(())
+}
+
+/// Locks `tenant`'s row of `confirmation_usage` (made first if it has none)
+/// and reads it. Every transaction whose writes move its counts takes it
+/// before it writes a transaction (as [`lock_ledger_usage`] for the
+/// ledger): storing one, which may mark others expired or forget them
+/// while holding it, must never wait on a row whose writer waits for it.
+/// Storing replicas take turns on it, so none passes a bound beside another.
+async fn lock_confirmation_usage(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    tenant: &str,
+) -> Result<ConfirmationUsage, StoreError> {
+    sqlx::query(
+        "INSERT INTO confirmation_usage (tenant, pending, pending_bytes, stored, stored_bytes)
+         VALUES ($1, 0, 0, 0, 0) ON CONFLICT (tenant) DO NOTHING",
+    )
+    .bind(tenant)
+    .execute(&mut **tx)
+    .await
+    .map_err(db)?;
+    confirmation_usage(tx, tenant, true).await
+}
+
+/// `tenant`'s row of `confirmation_usage`, locked for the transaction when
+/// `lock`.
+async fn confirmation_usage(
+    conn: &mut PgConnection,
+    tenant: &str,
+    lock: bool,
+) -> Result<ConfirmationUsage, StoreError> {
+    let query = if lock {
+        "SELECT pending, pending_bytes, stored, stored_bytes FROM confirmation_usage WHERE tenant = $1 FOR UPDATE"
+    } else {
+        "SELECT pending, pending_bytes, stored, stored_bytes FROM confirmation_usage WHERE tenant = $1"
+    };
+    let row: Option<(i64, i64, i64, i64)> =
+        sqlx::query_as(query).bind(tenant).fetch_optional(&mut *conn).await.map_err(db)?;
+    Ok(usage_of(row))
+}
+
+/// How many transactions wait for `end_user` of `tenant` at `now`, and the
+/// bytes they hold.
+async fn waiting_for(
+    conn: &mut PgConnection,
+    tenant: &str,
+    end_user: &str,
+    now: i64,
+) -> Result<(u64, u64), StoreError> {
+    let (waiting, bytes): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), coalesce(sum(octet_length(inputs)::BIGINT + octet_length(cheq)), 0)::BIGINT
+         FROM confirmations WHERE tenant = $1 AND end_user = $2 AND state = 'pending' AND expires_at > $3",
+    )
+    .bind(tenant)
+    .bind(end_user)
+    .bind(now)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(db)?;
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    Ok((count(waiting), count(bytes)))
+}
+
+/// Locks the `confirmation_usage` row of transaction `id`'s tenant, before
+/// a write to it that moves its counts (a decision, an answer).
+async fn lock_confirmation_usage_of(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    id: &str,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "SELECT 1 FROM confirmation_usage WHERE tenant = (SELECT tenant FROM confirmations WHERE id = $1) FOR UPDATE",
+    )
+    .bind(id)
+    .execute(&mut **tx)
+    .await
+    .map_err(db)?;
+    Ok(())
+}
+
+/// [`RegistryStore::insert_confirmation`]'s checks, in `tx`, which holds the
+/// tenant's usage row.
+async fn admit_confirmation(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    c: &StoredConfirmation,
+    bound: ConfirmationBound,
+    now: i64,
+    mut usage: ConfirmationUsage,
+) -> Result<Result<(), ConfirmationLimit>, StoreError> {
+    let bytes = c.stored_bytes();
+    if bound.pending_refusal(&usage, bytes).is_some() || bound.trim_batch(&usage, bytes).is_some() {
+        // Only at a bound: the waiting ones whose expiry passed are waiting
+        // no longer.
+        sqlx::query(
+            "UPDATE confirmations SET state = 'expired' WHERE tenant = $1 AND state = 'pending' AND expires_at <= $2",
+        )
+        .bind(&c.tenant)
+        .bind(now)
+        .execute(&mut **tx)
+        .await
+        .map_err(db)?;
+        usage = confirmation_usage(tx, &c.tenant, false).await?;
+    }
+    if let Some(limit) = bound.pending_refusal(&usage, bytes) {
+        return Ok(Err(limit));
+    }
+    let (waiting, waiting_bytes) = waiting_for(tx, &c.tenant, &c.end_user, now).await?;
+    if let Some(limit) = bound.end_user_refusal(waiting, waiting_bytes, bytes) {
+        return Ok(Err(limit));
+    }
+    while let Some(batch) = bound.trim_batch(&usage, bytes) {
+        let mut forgotten = 0;
+        for state in FORGOTTEN_FIRST {
+            forgotten = sqlx::query(
+                "DELETE FROM confirmations WHERE id IN (
+                     SELECT id FROM confirmations WHERE tenant = $1 AND state = $2 ORDER BY expires_at LIMIT $3)",
+            )
+            .bind(&c.tenant)
+            .bind(state)
+            .bind(i64::try_from(batch).unwrap_or(i64::MAX))
+            .execute(&mut **tx)
+            .await
+            .map_err(db)?
+            .rows_affected();
+            if forgotten > 0 {
+                break;
+            }
+        }
+        if forgotten == 0 {
+            return Ok(Err(bound.stored_refusal(&usage)));
+        }
+        usage = confirmation_usage(tx, &c.tenant, false).await?;
+    }
+    Ok(Ok(()))
 }
 
 fn db(e: sqlx::Error) -> StoreError {
@@ -950,31 +1085,72 @@ impl RegistryStore for PostgresStore {
         })
     }
 
-    fn insert_confirmation(&self, c: &StoredConfirmation) -> Result<(), StoreError> {
+    fn insert_confirmation(
+        &self,
+        c: &StoredConfirmation,
+        bound: ConfirmationBound,
+        now: i64,
+    ) -> Result<Result<(), ConfirmationLimit>, StoreError> {
         let (pool, c) = (self.pool.clone(), c.clone());
         let version = i32::try_from(c.version).map_err(|e| decode_error(&c.id, e))?;
         self.run(async move {
-            sqlx::query(
-                "INSERT INTO confirmations (id, tenant, tool_id, version, end_user, front_door, call_id, inputs, cheq,
-                     state, created_at, expires_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            )
-            .bind(c.id)
-            .bind(c.tenant)
-            .bind(c.tool_id.to_string())
-            .bind(version)
-            .bind(c.end_user)
-            .bind(c.front_door)
-            .bind(c.call_id)
-            .bind(c.inputs)
-            .bind(c.cheq)
-            .bind(c.state)
-            .bind(c.created_at)
-            .bind(c.expires_at)
-            .execute(&pool)
-            .await
-            .map_err(db)?;
-            Ok(())
+            let mut tx = pool.begin().await.map_err(db)?;
+            let usage = lock_confirmation_usage(&mut tx, &c.tenant).await?;
+            let admitted = admit_confirmation(&mut tx, &c, bound, now, usage).await?;
+            if admitted.is_ok() {
+                sqlx::query(
+                    "INSERT INTO confirmations (id, tenant, tool_id, version, end_user, front_door, call_id, inputs,
+                         cheq, state, created_at, expires_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                )
+                .bind(&c.id)
+                .bind(&c.tenant)
+                .bind(c.tool_id.to_string())
+                .bind(version)
+                .bind(&c.end_user)
+                .bind(&c.front_door)
+                .bind(&c.call_id)
+                .bind(&c.inputs)
+                .bind(&c.cheq)
+                .bind(&c.state)
+                .bind(c.created_at)
+                .bind(c.expires_at)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            }
+            // Refused, what expired or was forgotten to make room stays so.
+            tx.commit().await.map_err(db)?;
+            Ok(admitted)
+        })
+    }
+
+    fn pending_refusal(
+        &self,
+        tenant: &str,
+        end_user: &str,
+        bytes: u64,
+        bound: ConfirmationBound,
+        now: i64,
+    ) -> Result<Option<ConfirmationLimit>, StoreError> {
+        let (pool, tenant, end_user) = (self.pool.clone(), tenant.to_string(), end_user.to_string());
+        self.run(async move {
+            let mut conn = pool.acquire().await.map_err(db)?;
+            if let Some(limit) = bound.pending_refusal(&confirmation_usage(&mut conn, &tenant, false).await?, bytes) {
+                // The count is exact while none of the waiting ones expired.
+                let earliest: Option<i64> = sqlx::query_scalar(
+                    "SELECT min(expires_at) FROM confirmations WHERE tenant = $1 AND state = 'pending'",
+                )
+                .bind(&tenant)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(db)?;
+                if earliest.is_some_and(|earliest| earliest > now) {
+                    return Ok(Some(limit));
+                }
+            }
+            let (waiting, waiting_bytes) = waiting_for(&mut conn, &tenant, &end_user, now).await?;
+            Ok(bound.end_user_refusal(waiting, waiting_bytes, bytes))
         })
     }
 
@@ -1033,6 +1209,7 @@ impl RegistryStore for PostgresStore {
         );
         self.run(async move {
             let mut tx = pool.begin().await.map_err(db)?;
+            lock_confirmation_usage_of(&mut tx, &id).await?;
             // Decided once, fleet-wide: the row's lock makes a second
             // decision wait, then find it no longer pending. The replica
             // that accepts runs the call, and is named as its runner.
@@ -1061,6 +1238,9 @@ impl RegistryStore for PostgresStore {
     fn finish_confirmation(&self, id: &str, status: u16, body: &str) -> Result<(), StoreError> {
         let (pool, id, body) = (self.pool.clone(), id.to_string(), body.to_string());
         self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            // The answer's bytes count.
+            lock_confirmation_usage_of(&mut tx, &id).await?;
             sqlx::query(
                 "UPDATE confirmations SET state = 'done', result_status = $2, result_body = $3
                  WHERE id = $1 AND state = 'accepted'",
@@ -1068,9 +1248,10 @@ impl RegistryStore for PostgresStore {
             .bind(id)
             .bind(i32::from(status))
             .bind(body)
-            .execute(&pool)
+            .execute(&mut *tx)
             .await
             .map_err(db)?;
+            tx.commit().await.map_err(db)?;
             Ok(())
         })
     }
@@ -1103,22 +1284,41 @@ impl RegistryStore for PostgresStore {
         let pool = self.pool.clone();
         self.run(async move {
             let mut deleted = 0usize;
-            // In batches: no single statement holds many rows' locks long.
+            // One tenant per transaction, its usage row locked first (see
+            // `lock_confirmation_usage`); in batches, so that no statement
+            // holds many rows' locks long.
             loop {
-                let batch = sqlx::query(
-                    "DELETE FROM confirmations WHERE id IN (
-                         SELECT id FROM confirmations
-                         WHERE state <> 'accepted' AND COALESCE(decided_at, expires_at) < $1
-                           AND (state <> 'pending' OR expires_at < $1)
-                         LIMIT 500)",
+                let tenants: Vec<String> = sqlx::query_scalar(
+                    "SELECT DISTINCT tenant FROM confirmations
+                     WHERE state <> 'accepted' AND COALESCE(decided_at, expires_at) < $1
+                       AND (state <> 'pending' OR expires_at < $1)
+                     LIMIT 100",
                 )
                 .bind(before)
-                .execute(&pool)
+                .fetch_all(&pool)
                 .await
-                .map_err(db)?
-                .rows_affected();
-                deleted += usize::try_from(batch).unwrap_or(usize::MAX);
-                if batch < 500 {
+                .map_err(db)?;
+                let before_pass = deleted;
+                for tenant in &tenants {
+                    let mut tx = pool.begin().await.map_err(db)?;
+                    lock_confirmation_usage(&mut tx, tenant).await?;
+                    let batch = sqlx::query(
+                        "DELETE FROM confirmations WHERE id IN (
+                             SELECT id FROM confirmations
+                             WHERE tenant = $2 AND state <> 'accepted' AND COALESCE(decided_at, expires_at) < $1
+                               AND (state <> 'pending' OR expires_at < $1)
+                             LIMIT 500)",
+                    )
+                    .bind(before)
+                    .bind(tenant)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?
+                    .rows_affected();
+                    tx.commit().await.map_err(db)?;
+                    deleted += usize::try_from(batch).unwrap_or(usize::MAX);
+                }
+                if deleted == before_pass {
                     return Ok(deleted);
                 }
             }
@@ -1145,7 +1345,7 @@ impl RegistryStore for PostgresStore {
                 Some(mark) => sqlx::query(
                     "SELECT c.tenant, COALESCE(t.name, c.tool_id), COUNT(*)
                      FROM confirmations c LEFT JOIN tools t ON t.tool_id = c.tool_id
-                     WHERE c.state = 'pending'
+                     WHERE c.state IN ('pending', 'expired')
                        AND COALESCE(c.decided_at, c.expires_at) > $1 AND COALESCE(c.decided_at, c.expires_at) <= $2
                      GROUP BY c.tenant, COALESCE(t.name, c.tool_id)",
                 )

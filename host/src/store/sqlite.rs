@@ -3,11 +3,14 @@
 mod migrations;
 
 use super::{
-    BlobStore, CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, OAuthGrant, RegistryStore,
-    SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret, StoredSession,
-    StoredSetting, StoredToolset, StoredVersion, UsageRow,
+    BlobStore, CallKey, ChangeFeed, Claimed, EXPIRIES_CLAIMED_UNTIL, ExpiredConfirmations, FORGOTTEN_FIRST, OAuthGrant,
+    RegistryStore, SecretsCipher, StoreError, StoredConfig, StoredConfirmation, StoredDesignerSession, StoredSecret,
+    StoredSession, StoredSetting, StoredToolset, StoredVersion, UsageRow, usage_of,
 };
-use crate::tenancy::{AuditEntry, AuditQuery, KeyRecord, LedgerBound, Role, TenantRecord, unix_now};
+use crate::tenancy::{
+    AuditEntry, AuditQuery, ConfirmationBound, ConfirmationLimit, ConfirmationUsage, KeyRecord, LedgerBound, Role,
+    TenantRecord, unix_now,
+};
 use migrations::MIGRATIONS;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
@@ -57,6 +60,78 @@ fn in_batches(mut delete: impl FnMut() -> Result<usize, StoreError>) -> Result<u
             return Ok(deleted);
         }
     }
+}
+
+/// What `tenant`'s transactions hold, by the counts the triggers keep.
+fn confirmation_usage(tx: &Connection, tenant: &str) -> rusqlite::Result<ConfirmationUsage> {
+    let row = tx
+        .query_row(
+            "SELECT pending, pending_bytes, stored, stored_bytes FROM confirmation_usage WHERE tenant = ?1",
+            [tenant],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .optional()?;
+    Ok(usage_of(row))
+}
+
+/// How many transactions wait for `end_user` of `tenant` at `now`, and the
+/// bytes they hold.
+fn waiting_for(tx: &Connection, tenant: &str, end_user: &str, now: i64) -> rusqlite::Result<(u64, u64)> {
+    let (waiting, bytes): (i64, i64) = tx.query_row(
+        "SELECT count(*), coalesce(sum(length(CAST(inputs AS BLOB)) + length(CAST(cheq AS BLOB))), 0)
+         FROM confirmations WHERE tenant = ?1 AND end_user = ?2 AND state = 'pending' AND expires_at > ?3",
+        params![tenant, end_user, now],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    Ok((count(waiting), count(bytes)))
+}
+
+/// Whether `c` may be stored beside its tenant's transactions, within
+/// `bound` at `now` (see [`RegistryStore::insert_confirmation`]): marks the
+/// tenant's expired ones and forgets its oldest settled ones as needed.
+fn admit_confirmation(
+    tx: &rusqlite::Transaction,
+    c: &StoredConfirmation,
+    bound: ConfirmationBound,
+    now: i64,
+) -> Result<Result<(), ConfirmationLimit>, StoreError> {
+    let bytes = c.stored_bytes();
+    let mut usage = confirmation_usage(tx, &c.tenant)?;
+    if bound.pending_refusal(&usage, bytes).is_some() || bound.trim_batch(&usage, bytes).is_some() {
+        // Only at a bound: the waiting ones whose expiry passed are waiting
+        // no longer.
+        tx.execute(
+            "UPDATE confirmations SET state = 'expired' WHERE tenant = ?1 AND state = 'pending' AND expires_at <= ?2",
+            params![c.tenant, now],
+        )?;
+        usage = confirmation_usage(tx, &c.tenant)?;
+    }
+    if let Some(limit) = bound.pending_refusal(&usage, bytes) {
+        return Ok(Err(limit));
+    }
+    let (waiting, waiting_bytes) = waiting_for(tx, &c.tenant, &c.end_user, now)?;
+    if let Some(limit) = bound.end_user_refusal(waiting, waiting_bytes, bytes) {
+        return Ok(Err(limit));
+    }
+    while let Some(batch) = bound.trim_batch(&usage, bytes) {
+        let mut forgotten = 0;
+        for state in FORGOTTEN_FIRST {
+            forgotten = tx.execute(
+                "DELETE FROM confirmations WHERE rowid IN (
+                     SELECT rowid FROM confirmations WHERE tenant = ?1 AND state = ?2 ORDER BY expires_at LIMIT ?3)",
+                params![c.tenant, state, i64::try_from(batch).unwrap_or(i64::MAX)],
+            )?;
+            if forgotten > 0 {
+                break;
+            }
+        }
+        if forgotten == 0 {
+            return Ok(Err(bound.stored_refusal(&usage)));
+        }
+        usage = confirmation_usage(tx, &c.tenant)?;
+    }
+    Ok(Ok(()))
 }
 
 /// How long a statement waits for a lock another connection holds.
@@ -626,27 +701,63 @@ impl RegistryStore for SqliteStore {
         Ok(())
     }
 
-    fn insert_confirmation(&self, c: &StoredConfirmation) -> Result<(), StoreError> {
-        self.conn().execute(
-            "INSERT INTO confirmations (id, tenant, tool_id, version, end_user, front_door, call_id, inputs, cheq,
-                 state, created_at, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            params![
-                c.id,
-                c.tenant,
-                c.tool_id.to_string(),
-                c.version,
-                c.end_user,
-                c.front_door,
-                c.call_id,
-                c.inputs,
-                c.cheq,
-                c.state,
-                c.created_at,
-                c.expires_at
-            ],
-        )?;
-        Ok(())
+    fn insert_confirmation(
+        &self,
+        c: &StoredConfirmation,
+        bound: ConfirmationBound,
+        now: i64,
+    ) -> Result<Result<(), ConfirmationLimit>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let admitted = admit_confirmation(&tx, c, bound, now)?;
+        if admitted.is_ok() {
+            tx.execute(
+                "INSERT INTO confirmations (id, tenant, tool_id, version, end_user, front_door, call_id, inputs, cheq,
+                     state, created_at, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                params![
+                    c.id,
+                    c.tenant,
+                    c.tool_id.to_string(),
+                    c.version,
+                    c.end_user,
+                    c.front_door,
+                    c.call_id,
+                    c.inputs,
+                    c.cheq,
+                    c.state,
+                    c.created_at,
+                    c.expires_at
+                ],
+            )?;
+        }
+        // Refused, what expired or was forgotten to make room stays so.
+        tx.commit()?;
+        Ok(admitted)
+    }
+
+    fn pending_refusal(
+        &self,
+        tenant: &str,
+        end_user: &str,
+        bytes: u64,
+        bound: ConfirmationBound,
+        now: i64,
+    ) -> Result<Option<ConfirmationLimit>, StoreError> {
+        let conn = self.conn();
+        if let Some(limit) = bound.pending_refusal(&confirmation_usage(&conn, tenant)?, bytes) {
+            // The count is exact while none of the waiting ones expired.
+            let earliest: Option<i64> = conn.query_row(
+                "SELECT min(expires_at) FROM confirmations WHERE tenant = ?1 AND state = 'pending'",
+                [tenant],
+                |r| r.get(0),
+            )?;
+            if earliest.is_some_and(|earliest| earliest > now) {
+                return Ok(Some(limit));
+            }
+        }
+        let (waiting, waiting_bytes) = waiting_for(&conn, tenant, end_user, now)?;
+        Ok(bound.end_user_refusal(waiting, waiting_bytes, bytes))
     }
 
     fn confirmation(&self, id: &str) -> Result<Option<StoredConfirmation>, StoreError> {
@@ -755,7 +866,7 @@ impl RegistryStore for SqliteStore {
                 let mut stmt = tx.prepare(
                     "SELECT c.tenant, COALESCE(t.name, c.tool_id), COUNT(*)
                      FROM confirmations c LEFT JOIN tools t ON t.tool_id = c.tool_id
-                     WHERE c.state = 'pending'
+                     WHERE c.state IN ('pending', 'expired')
                        AND COALESCE(c.decided_at, c.expires_at) > ?1 AND COALESCE(c.decided_at, c.expires_at) <= ?2
                      GROUP BY c.tenant, COALESCE(t.name, c.tool_id)",
                 )?;
@@ -1374,7 +1485,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path(), cipher()).unwrap();
         let decide = |id: &str, state: &str, at: i64| {
-            store.insert_confirmation(&StoredConfirmation::pending_for_test(id, 1_000)).unwrap();
+            crate::store::store_pending(&store, &StoredConfirmation::pending_for_test(id, 1_000));
             let audit = AuditEntry { at, ..audit("cheq.decide") };
             assert!(store.decide_confirmation(id, state, Some("{}"), &audit).unwrap());
         };
@@ -1386,9 +1497,9 @@ mod tests {
         decide("done-new", "accepted", 600);
         store.finish_confirmation("done-new", 200, "{}").unwrap();
         decide("running", "accepted", 100);
-        store.insert_confirmation(&StoredConfirmation::pending_for_test("expired-long-ago", 400)).unwrap();
-        store.insert_confirmation(&StoredConfirmation::pending_for_test("expired-lately", 600)).unwrap();
-        store.insert_confirmation(&StoredConfirmation::pending_for_test("pending", 10_000)).unwrap();
+        crate::store::store_pending(&store, &StoredConfirmation::pending_for_test("expired-long-ago", 400));
+        crate::store::store_pending(&store, &StoredConfirmation::pending_for_test("expired-lately", 600));
+        crate::store::store_pending(&store, &StoredConfirmation::pending_for_test("pending", 10_000));
 
         assert_eq!(store.sweep_confirmations(500).unwrap(), 4);
         let kept = |id: &str| store.confirmation(id).unwrap().is_some();
@@ -1423,7 +1534,7 @@ mod tests {
             }
             tx.commit().unwrap();
         }
-        store.insert_confirmation(&StoredConfirmation::pending_for_test("pending", 10_000)).unwrap();
+        crate::store::store_pending(&store, &StoredConfirmation::pending_for_test("pending", 10_000));
         assert_eq!(store.sweep_confirmation_batch(500, 3).unwrap(), 3, "one statement deletes one batch");
         assert_eq!(store.sweep_confirmations(500).unwrap(), backlog - 3);
         assert!(store.confirmation("pending").unwrap().is_some());

@@ -7,7 +7,7 @@
 
 use super::*;
 use crate::signature::Signature;
-use crate::tenancy::{LedgerBound, Principal, Quotas, unix_now};
+use crate::tenancy::{ConfirmationBound, ConfirmationLimit, LedgerBound, Principal, Quotas, unix_now};
 use crate::testing::TestPostgres;
 use std::time::Duration;
 
@@ -118,6 +118,7 @@ for_both_stores!(
     waiting_calls_are_capped_per_tenant,
     a_server_key_is_made_once,
     a_transaction_is_decided_once,
+    a_tenants_transactions_keep_within_their_bounds,
     expiries_are_claimed_once_by_tool,
     usage_rows_are_kept_per_replica_read_by_window_and_swept,
     toolset_versions_are_numbered_in_turn_and_deleted_with_their_keys,
@@ -727,15 +728,122 @@ fn a_server_key_is_made_once(store: &dyn RegistryStore) {
 
 fn a_transaction_is_decided_once(store: &dyn RegistryStore) {
     let far = unix_now() + 3600;
-    store.insert_confirmation(&StoredConfirmation::pending_for_test("t1", far)).unwrap();
+    super::store_pending(store, &StoredConfirmation::pending_for_test("t1", far));
     let at = AuditEntry { at: unix_now(), ..audit("cheq.accept") };
     assert!(store.decide_confirmation("t1", "accepted", Some("{}"), &at).unwrap());
     assert!(!store.decide_confirmation("t1", "rejected", None, &at).unwrap(), "decided once");
     store.finish_confirmation("t1", 200, "{\"done\":true}").unwrap();
     let stored = store.confirmation("t1").unwrap().unwrap();
     assert_eq!((stored.state.as_str(), stored.result_status), ("done", Some(200)));
-    store.insert_confirmation(&StoredConfirmation::pending_for_test("t2", 10)).unwrap();
+    super::store_pending(store, &StoredConfirmation::pending_for_test("t2", 10));
     assert!(!store.decide_confirmation("t2", "accepted", None, &at).unwrap(), "an expired one is not decided");
+}
+
+/// A waiting transaction `id` of `tenant` for `end_user`, expiring at
+/// `expires_at`, whose inputs are `bytes` long.
+fn waiting_for(id: &str, tenant: &str, end_user: &str, expires_at: i64, bytes: usize) -> StoredConfirmation {
+    StoredConfirmation {
+        tenant: tenant.into(),
+        end_user: end_user.into(),
+        inputs: "x".repeat(bytes),
+        ..StoredConfirmation::pending_for_test(id, expires_at)
+    }
+}
+
+/// Which of `ids` the store still keeps.
+fn kept(store: &dyn RegistryStore, ids: &[&str]) -> Vec<bool> {
+    ids.iter().map(|id| store.confirmation(id).unwrap().is_some()).collect()
+}
+
+fn a_tenants_transactions_keep_within_their_bounds(store: &dyn RegistryStore) {
+    store.put_tenant(&acme(), &audit("tenant.create")).unwrap();
+    let (big, mib) = (u64::MAX / 4, 1 << 20);
+    let bound = ConfirmationBound {
+        pending: 5,
+        pending_bytes: mib,
+        pending_per_end_user: 3,
+        pending_bytes_per_end_user: mib,
+        stored: 8,
+        stored_bytes: mib,
+    };
+    let insert = |id: &str, tenant: &str, end_user: &str, expires_at: i64, now: i64, bound: ConfirmationBound| {
+        store.insert_confirmation(&waiting_for(id, tenant, end_user, expires_at, 10), bound, now).unwrap()
+    };
+    // One end user's waiting transactions, then the tenant's: refused past
+    // either, and nothing is stored.
+    for n in 0..3 {
+        assert_eq!(insert(&format!("ann{n}"), "default", "ann", 1_500 + n, 1_000, bound), Ok(()));
+    }
+    assert_eq!(insert("ann3", "default", "ann", 3_000, 1_000, bound), Err(ConfirmationLimit::PendingPerEndUser));
+    let refusal = |end_user: &str, now: i64| store.pending_refusal("default", end_user, 10, bound, now).unwrap();
+    assert_eq!(refusal("ann", 1_000), Some(ConfirmationLimit::PendingPerEndUser), "read before storing");
+    assert_eq!(refusal("bob", 1_000), None);
+    for n in 0..2 {
+        assert_eq!(insert(&format!("bob{n}"), "default", "bob", 1_510 + n, 1_000, bound), Ok(()));
+    }
+    assert_eq!(insert("cat0", "default", "cat", 3_000, 1_000, bound), Err(ConfirmationLimit::Pending));
+    assert_eq!(refusal("cat", 1_000), Some(ConfirmationLimit::Pending));
+    assert_eq!(refusal("cat", 2_000), None, "once some expired, storing would make room: not refused before");
+    assert_eq!(kept(store, &["ann3", "cat0"]), [false, false], "a refused one was stored");
+    // Another tenant's bound is its own.
+    assert_eq!(insert("acme0", "acme", "ann", 3_000, 1_000, bound), Ok(()));
+
+    // Once their expiry passed, they wait no longer: room again, and they
+    // are marked expired (kept for their retention).
+    assert_eq!(insert("cat0", "default", "cat", 3_000, 2_000, bound), Ok(()));
+    assert_eq!(store.confirmation("ann0").unwrap().unwrap().state, "expired");
+    assert_eq!(insert("ann3", "default", "ann", 3_000, 2_000, bound), Ok(()));
+    // Past the stored bound (8), the oldest settled ones are forgotten (by
+    // expiry), never a waiting one.
+    for id in ["dan0", "dan1", "dan2"] {
+        assert_eq!(insert(id, "default", "dan", 3_000, 2_000, bound), Ok(()));
+    }
+    let expired = ["ann0", "ann1", "ann2", "bob0", "bob1"];
+    assert_eq!(kept(store, &expired), [false, false, true, true, true], "the oldest are forgotten first");
+    assert_eq!(kept(store, &["cat0", "ann3", "dan0", "dan1", "dan2"]), [true; 5], "a waiting one was forgotten");
+
+    // Nobody's acceptance is forgotten before what nobody accepted.
+    let at = AuditEntry { at: 2_000, ..audit("cheq.decide") };
+    assert!(store.decide_confirmation("dan0", "accepted", Some("{}"), &at).unwrap());
+    store.finish_confirmation("dan0", 200, "{}").unwrap();
+    assert!(store.decide_confirmation("dan1", "rejected", Some("{}"), &at).unwrap());
+    let loose = ConfirmationBound { pending: 100, pending_per_end_user: 100, ..bound };
+    for n in 0..4 {
+        assert_eq!(insert(&format!("eve{n}"), "default", "eve", 3_000, 2_000, loose), Ok(()));
+    }
+    assert_eq!(kept(store, &["dan0", "dan1"]), [true, false], "the rejected one goes first");
+    assert_eq!(kept(store, &expired), [false; 5], "the expired ones went before it");
+    assert_eq!(insert("eve4", "default", "eve", 3_000, 2_000, loose), Ok(()));
+    assert_eq!(kept(store, &["dan0"]), [false], "then an accepted one");
+    // Only waiting and running ones left: none can go, and the next one is
+    // refused by the stored bound.
+    assert!(store.decide_confirmation("dan2", "accepted", Some("{}"), &at).unwrap());
+    assert_eq!(insert("eve5", "default", "eve", 3_000, 2_000, loose), Err(ConfirmationLimit::Stored));
+    assert_eq!(kept(store, &["eve5", "dan2", "eve4"]), [false, true, true]);
+
+    // Bytes, likewise: one end user's waiting bytes, the tenant's, and the
+    // bytes kept.
+    store.put_tenant(&TenantRecord { name: "bytes".into(), ..acme() }, &audit("tenant.create")).unwrap();
+    let insert = |id: &str, end_user: &str, expires_at: i64, now: i64, bound: ConfirmationBound| {
+        store.insert_confirmation(&waiting_for(id, "bytes", end_user, expires_at, 250 << 10), bound, now).unwrap()
+    };
+    let bytes = ConfirmationBound { pending: big, pending_per_end_user: big, stored: big, ..bound };
+    let per_user = ConfirmationBound { pending_bytes_per_end_user: 300 << 10, ..bytes };
+    assert_eq!(insert("b0", "fay", 4_000, 3_000, per_user), Ok(()));
+    assert_eq!(insert("b1", "fay", 4_000, 3_000, per_user), Err(ConfirmationLimit::PendingBytesPerEndUser));
+    for (id, user) in [("b2", "gus"), ("b3", "hal"), ("b4", "ivy")] {
+        assert_eq!(insert(id, user, 4_000, 3_000, bytes), Ok(()), "four of 250 KiB fit in 1 MiB");
+    }
+    assert_eq!(insert("b5", "jo", 4_000, 3_000, bytes), Err(ConfirmationLimit::PendingBytes));
+    // Expired, they make room for the waiting ones past the stored bytes;
+    // waiting ones are never forgotten, whatever their bytes.
+    let kept_bytes = ConfirmationBound { pending_bytes: big, ..bytes };
+    for id in ["c0", "c1", "c2", "c3"] {
+        assert_eq!(insert(id, id, 5_000, 4_000, kept_bytes), Ok(()));
+    }
+    assert_eq!(kept(store, &["b0", "b2", "b3", "b4"]), [false; 4], "the expired ones went to make room");
+    assert_eq!(insert("c4", "c4", 5_000, 4_000, kept_bytes), Err(ConfirmationLimit::StoredBytes));
+    assert_eq!(kept(store, &["c0", "c1", "c2", "c3", "c4"]), [true, true, true, true, false]);
 }
 
 /// A pending transaction of tool `tool_id` expiring at `expires_at`.
@@ -748,13 +856,13 @@ fn expiries_are_claimed_once_by_tool(store: &dyn RegistryStore) {
     store.insert_version(&version(echo, 1), &component(1), &audit("tool.deploy")).unwrap();
     // Times ahead of the clock, so that one can still be decided.
     let t = unix_now() + 1000;
-    store.insert_confirmation(&pending("before-the-first-claim", echo, t)).unwrap();
+    super::store_pending(store, &pending("before-the-first-claim", echo, t));
     assert_eq!(store.claim_expired_confirmations(t).unwrap(), [], "the first claim only sets the mark");
     for (id, tool, expires_at) in [("e1", echo, t + 1), ("e2", echo, t + 5), ("e3", echo, t + 10), ("g1", gone, t + 2)]
     {
-        store.insert_confirmation(&pending(id, tool, expires_at)).unwrap();
+        super::store_pending(store, &pending(id, tool, expires_at));
     }
-    store.insert_confirmation(&pending("decided", echo, t + 3)).unwrap();
+    super::store_pending(store, &pending("decided", echo, t + 3));
     let at = AuditEntry { at: unix_now(), ..audit("cheq.accept") };
     assert!(store.decide_confirmation("decided", "accepted", Some("{}"), &at).unwrap());
 
@@ -782,7 +890,7 @@ fn replicas_claiming_expiries_at_once_count_each_once() {
     let t = unix_now() + 1000;
     a.claim_expired_confirmations(t).unwrap();
     for n in 1..=40 {
-        a.insert_confirmation(&pending(&format!("tx{n}"), Uuid::nil(), t + n)).unwrap();
+        super::store_pending(&*a, &pending(&format!("tx{n}"), Uuid::nil(), t + n));
     }
     // Both sweep the same windows at the same time, as replicas do.
     let counted: u64 = std::thread::scope(|s| {
@@ -792,6 +900,64 @@ fn replicas_claiming_expiries_at_once_count_each_once() {
         sweeps.into_iter().flat_map(|sweep| sweep.join().unwrap()).flatten().map(|e| e.count).sum()
     });
     assert_eq!(counted, 40);
+}
+
+#[test]
+fn replicas_storing_transactions_at_once_never_pass_a_bound_nor_deadlock() {
+    let (a, b) = two_replicas();
+    let bound = ConfirmationBound {
+        pending: 30,
+        pending_per_end_user: 1_000,
+        stored: 40,
+        ..Quotas::default().confirmation_bound()
+    };
+    // Both replicas store at once: the bound holds across them.
+    let ids = |prefix: &str| (0..50).map(|n| format!("{prefix}{n}")).collect::<Vec<_>>();
+    let stored: usize = std::thread::scope(|s| {
+        let runs = [(&a, "a"), (&b, "b")].map(|(store, prefix)| {
+            let ids = ids(prefix);
+            s.spawn(move || {
+                ids.iter()
+                    .filter(|id| {
+                        let c = waiting_for(id, "default", id, 1_500, 10);
+                        store.insert_confirmation(&c, bound, 1_000).unwrap().is_ok()
+                    })
+                    .count()
+            })
+        });
+        runs.into_iter().map(|run| run.join().unwrap()).sum()
+    });
+    assert_eq!(stored, 30, "two replicas stored past the bound together");
+
+    // Storing at a bound marks the tenant's expired ones (and forgets its
+    // settled ones) while another replica sweeps, decides and answers the
+    // same rows: every writer takes the tenant's usage row first, so none
+    // waits on a row whose writer waits for it (PostgreSQL would abort one
+    // as a deadlock).
+    let bound = ConfirmationBound { pending: 10, stored: 15, ..bound };
+    for round in 0..40 {
+        let t = 10_000 + 100 * round;
+        let ids: Vec<String> = (0..10).map(|n| format!("{round}-{n}")).collect();
+        for id in &ids {
+            let c = waiting_for(id, "default", id, t, 10);
+            a.insert_confirmation(&c, bound, t - 50).unwrap().unwrap_or_else(|l| panic!("{id}: {l:?}"));
+        }
+        let at = AuditEntry { at: t - 10, ..audit("cheq.decide") };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let c = waiting_for(&format!("{round}-new"), "default", "new", t + 2, 10);
+                a.insert_confirmation(&c, bound, t + 1).unwrap_or_else(|e| panic!("round {round}: storing: {e}"))
+            });
+            s.spawn(|| b.sweep_confirmations(t + 1).unwrap_or_else(|e| panic!("round {round}: sweeping: {e}")));
+            s.spawn(|| {
+                for id in &ids[..3] {
+                    b.decide_confirmation(id, "accepted", Some("{}"), &at)
+                        .unwrap_or_else(|e| panic!("round {round}: deciding: {e}"));
+                    b.finish_confirmation(id, 200, "{}").unwrap_or_else(|e| panic!("round {round}: answering: {e}"));
+                }
+            });
+        });
+    }
 }
 
 /// Two replicas' stores on one database.

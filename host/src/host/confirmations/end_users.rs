@@ -29,6 +29,29 @@ pub fn is_end_user_name(name: &str) -> bool {
 }
 
 impl ToolHost {
+    /// Refuses a call of `version` whose confirmation `end_user` could not
+    /// give, before anything runs or is stored: on this server's page (the
+    /// tenant has no external confirmation server, or the tool has private
+    /// inputs, which only this page collects) only the tenant's end users
+    /// can log in, so the name must be one of them. An external server's
+    /// people are its own, unknown here: any name is taken, bounded like
+    /// any other by the tenant's quotas.
+    pub(in crate::host) fn check_confirmer(
+        &self,
+        tenant: &str,
+        version: &crate::registry::ToolVersion,
+        end_user: &str,
+    ) -> Result<(), crate::host::InvokeError> {
+        if self.confirmation_uri(tenant, version).is_some() {
+            return Ok(());
+        }
+        match self.store.end_user(tenant, end_user) {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(crate::host::InvokeError::UnknownEndUser { end_user: end_user.to_string() }),
+            Err(e) => Err(crate::host::InvokeError::Storage(e.to_string())),
+        }
+    }
+
     /// Sets an end user's password: who may log in to the built-in
     /// confirmation page and confirm the calls made for them. Only an
     /// Argon2id hash is stored. The hash waits for one of the hashing slots

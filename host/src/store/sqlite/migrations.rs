@@ -316,4 +316,74 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE usage_buckets ADD COLUMN refused TEXT NOT NULL DEFAULT '{}';
 ",
+    // What each tenant's CHEQ transactions hold, kept by triggers so that
+    // every statement that opens, decides, answers, expires or deletes one
+    // counts: `pending` and `pending_bytes` the ones marked waiting (their
+    // inputs and CHEQ), `stored` and `stored_bytes` all of them (with their
+    // decisions and answers). Indexes to find a tenant's waiting, expired
+    // and settled ones by state and expiry, and one end user's waiting ones.
+    "
+    CREATE TABLE confirmation_usage (
+        tenant        TEXT PRIMARY KEY,
+        pending       INTEGER NOT NULL,
+        pending_bytes INTEGER NOT NULL,
+        stored        INTEGER NOT NULL,
+        stored_bytes  INTEGER NOT NULL
+    );
+    INSERT INTO confirmation_usage (tenant, pending, pending_bytes, stored, stored_bytes)
+        SELECT tenant,
+               sum(state = 'pending'),
+               sum(CASE WHEN state = 'pending'
+                   THEN length(CAST(inputs AS BLOB)) + length(CAST(cheq AS BLOB)) ELSE 0 END),
+               count(*),
+               sum(length(CAST(inputs AS BLOB)) + length(CAST(cheq AS BLOB))
+                   + coalesce(length(CAST(decision AS BLOB)), 0) + coalesce(length(CAST(result_body AS BLOB)), 0))
+        FROM confirmations GROUP BY tenant;
+    CREATE TRIGGER confirmation_usage_insert AFTER INSERT ON confirmations BEGIN
+        INSERT INTO confirmation_usage (tenant, pending, pending_bytes, stored, stored_bytes)
+            VALUES (NEW.tenant,
+                    NEW.state = 'pending',
+                    CASE WHEN NEW.state = 'pending'
+                        THEN length(CAST(NEW.inputs AS BLOB)) + length(CAST(NEW.cheq AS BLOB)) ELSE 0 END,
+                    1,
+                    length(CAST(NEW.inputs AS BLOB)) + length(CAST(NEW.cheq AS BLOB))
+                        + coalesce(length(CAST(NEW.decision AS BLOB)), 0)
+                        + coalesce(length(CAST(NEW.result_body AS BLOB)), 0))
+            ON CONFLICT (tenant) DO UPDATE SET
+                pending = pending + excluded.pending,
+                pending_bytes = pending_bytes + excluded.pending_bytes,
+                stored = stored + 1,
+                stored_bytes = stored_bytes + excluded.stored_bytes;
+    END;
+    CREATE TRIGGER confirmation_usage_update
+        AFTER UPDATE OF state, inputs, cheq, decision, result_body ON confirmations BEGIN
+        UPDATE confirmation_usage SET
+            pending = pending + (NEW.state = 'pending') - (OLD.state = 'pending'),
+            pending_bytes = pending_bytes
+                + CASE WHEN NEW.state = 'pending'
+                    THEN length(CAST(NEW.inputs AS BLOB)) + length(CAST(NEW.cheq AS BLOB)) ELSE 0 END
+                - CASE WHEN OLD.state = 'pending'
+                    THEN length(CAST(OLD.inputs AS BLOB)) + length(CAST(OLD.cheq AS BLOB)) ELSE 0 END,
+            stored_bytes = stored_bytes
+                + length(CAST(NEW.inputs AS BLOB)) + length(CAST(NEW.cheq AS BLOB))
+                + coalesce(length(CAST(NEW.decision AS BLOB)), 0) + coalesce(length(CAST(NEW.result_body AS BLOB)), 0)
+                - length(CAST(OLD.inputs AS BLOB)) - length(CAST(OLD.cheq AS BLOB))
+                - coalesce(length(CAST(OLD.decision AS BLOB)), 0) - coalesce(length(CAST(OLD.result_body AS BLOB)), 0)
+            WHERE tenant = NEW.tenant;
+    END;
+    CREATE TRIGGER confirmation_usage_delete AFTER DELETE ON confirmations BEGIN
+        UPDATE confirmation_usage SET
+            pending = pending - (OLD.state = 'pending'),
+            pending_bytes = pending_bytes
+                - CASE WHEN OLD.state = 'pending'
+                    THEN length(CAST(OLD.inputs AS BLOB)) + length(CAST(OLD.cheq AS BLOB)) ELSE 0 END,
+            stored = stored - 1,
+            stored_bytes = stored_bytes
+                - length(CAST(OLD.inputs AS BLOB)) - length(CAST(OLD.cheq AS BLOB))
+                - coalesce(length(CAST(OLD.decision AS BLOB)), 0) - coalesce(length(CAST(OLD.result_body AS BLOB)), 0)
+            WHERE tenant = OLD.tenant;
+    END;
+    CREATE INDEX confirmations_by_tenant_state ON confirmations (tenant, state, expires_at);
+    CREATE INDEX confirmations_by_end_user ON confirmations (tenant, end_user, state, expires_at);
+",
 ];
