@@ -8,6 +8,7 @@
 //! the bytes in the database). Whatever a replica holds in memory is a cache
 //! of the store that [`RegistryStore::changes_since`] says when to refresh.
 
+pub mod authorizations;
 mod blobs;
 mod postgres;
 mod sealed;
