@@ -49,6 +49,7 @@ use crate::package::PackageError;
 use crate::registry::{Registry, Tool, ToolVersion};
 use crate::runtime::{self, CallError, LoadError, LogBudget, Runtime, RuntimeConfig};
 use crate::signature::SignatureDiff;
+use crate::store::authorizations::AuthorizationStore;
 use crate::store::{RegistryStore, SecretsCipher, SqliteStore, StoreError, StoredVersion, Topic};
 use crate::telemetry::CallerTrace;
 use crate::tenancy::{self, KeyRecord, TenantRecord};
@@ -647,6 +648,9 @@ pub struct ToolHost {
     registry: Arc<Registry>,
     runtime: Arc<Runtime>,
     store: Arc<dyn RegistryStore>,
+    /// The store's end-user authorization slice: the same backend object
+    /// as `store`.
+    authorizations: Arc<dyn AuthorizationStore>,
     /// Components to compile into the cache in the background (by sha256):
     /// stored versions whose compiled code is not there (after a wasmtime
     /// upgrade, or another replica's deploy), so that their first call
@@ -714,10 +718,12 @@ impl ToolHost {
     pub fn open(options: HostOptions) -> anyhow::Result<Self> {
         // Private: the data dir holds secrets, key hashes and evidence.
         crate::private_files::private_dir(&options.data_dir)?;
-        let store: Arc<dyn RegistryStore> = match &options.database_url {
+        let (store, authorizations): (Arc<dyn RegistryStore>, Arc<dyn AuthorizationStore>) = match &options.database_url
+        {
             None => {
                 let cipher = SecretsCipher::resolve(&options.data_dir, options.secrets_key.as_deref())?;
-                Arc::new(SqliteStore::open(&options.data_dir, cipher)?)
+                let store = Arc::new(SqliteStore::open(&options.data_dir, cipher)?);
+                (store.clone(), store)
             }
             Some(url) => {
                 // Every replica must open the secrets the others sealed: a
@@ -728,7 +734,8 @@ impl ToolHost {
                     )
                 })?;
                 let cipher = SecretsCipher::resolve(&options.data_dir, Some(key))?;
-                Arc::new(crate::store::PostgresStore::open(url, cipher)?)
+                let store = Arc::new(crate::store::PostgresStore::open(url, cipher)?);
+                (store.clone(), store)
             }
         };
         let slots = Places::new(options.runtime.max_instances as usize);
@@ -755,6 +762,7 @@ impl ToolHost {
             to_prepare: std::sync::Mutex::new(to_prepare),
             fleet: fleet::FleetState::new(options.change_poll),
             store,
+            authorizations,
             tool_config: options.tool_config,
             stored_config: dashmap::DashMap::new(),
             limits: options.limits,
@@ -845,6 +853,13 @@ impl ToolHost {
     pub fn tool(&self, tenant: &str, id: &str) -> Option<Arc<Tool>> {
         let id = Uuid::parse_str(id).ok()?;
         self.registry.get_in(tenant, &id)
+    }
+
+    /// The store's end-user authorization slice (providers, links, grants),
+    /// for the core's concern that owns it.
+    #[expect(dead_code, reason = "the end-user authorization core (issue 65) is its user; remove with its arrival")]
+    pub(crate) fn authorization_store(&self) -> &Arc<dyn AuthorizationStore> {
+        &self.authorizations
     }
 }
 
