@@ -1075,7 +1075,8 @@ async fn what_a_stranger_sees(
         (
             "registration",
             http.post(format!("{root}/oauth/register")).json(&json!({
-                "client_name": "Prober", "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none"
+                "client_name": "Prober", "application_type": "native", "redirect_uris": [REDIRECT],
+                "token_endpoint_auth_method": "none"
             })),
         ),
         (

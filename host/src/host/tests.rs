@@ -664,7 +664,9 @@ fn lookups_for_a_tenant_that_does_not_exist_never_reach_the_store() {
     let refresh = host.refresh_tokens("nosuch", "plinth_rt_made_up", client, None, None).map(|_| ());
     assert_eq!(refresh.unwrap_err().code, "invalid_client", "a registered client unknown: register again");
     assert!(host.revoke_token("nosuch", "plinth_rt_made_up", client).is_ok());
-    let metadata = serde_json::json!({ "client_name": "x", "redirect_uris": ["http://127.0.0.1:1/cb"] });
+    let metadata = serde_json::json!({
+        "client_name": "x", "application_type": "native", "redirect_uris": ["http://127.0.0.1:1/cb"]
+    });
     let registered = host.register_oauth_client("nosuch", &metadata, from).unwrap();
     assert!(registered["client_id"].as_str().is_some_and(|id| id.starts_with("plinth_client_")), "{registered}");
     let unknown = runtime.block_on(host.oauth_client("nosuch", client, from)).map(|_| ()).unwrap_err();
@@ -699,7 +701,9 @@ fn an_access_token_past_its_expiry_or_revoked_grants_nothing() {
 fn open_registration_keeps_a_bounded_number_of_clients_per_tenant() {
     let dir = tempfile::tempdir().unwrap();
     let host = ToolHost::open(options(dir.path())).unwrap();
-    let metadata = serde_json::json!({ "client_name": "x", "redirect_uris": ["http://127.0.0.1/cb"] });
+    let metadata = serde_json::json!({
+        "client_name": "x", "application_type": "native", "redirect_uris": ["http://127.0.0.1/cb"]
+    });
     // Each from an address of its own: one address is rated.
     let address = |n: u64| std::net::IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n as u32));
     let mut ids = Vec::new();
@@ -736,7 +740,9 @@ fn open_registration_keeps_a_bounded_number_of_clients_per_tenant() {
 fn one_address_registers_a_few_clients_then_waits() {
     let dir = tempfile::tempdir().unwrap();
     let host = ToolHost::open(options(dir.path())).unwrap();
-    let metadata = serde_json::json!({ "client_name": "x", "redirect_uris": ["http://127.0.0.1/cb"] });
+    let metadata = serde_json::json!({
+        "client_name": "x", "application_type": "native", "redirect_uris": ["http://127.0.0.1/cb"]
+    });
     let flooder: std::net::IpAddr = "2001:db8:1::7".parse().unwrap();
     let mut refused = None;
     for n in 0..100u16 {
