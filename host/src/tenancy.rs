@@ -146,6 +146,17 @@ pub struct Quotas {
     /// Bytes of recorded responses kept for retries. Past it, the oldest
     /// are forgotten as for `maxRecordedCalls`.
     pub max_recorded_call_bytes: u64,
+    /// Secrets stored, registry credentials included (each up to 64 KiB,
+    /// kept sealed in the store and in every replica's memory). Past it a
+    /// new id is refused; an existing one can always be set again.
+    pub max_secrets: u32,
+    /// Config values stored, over all the tenant's tools (deployed or
+    /// not yet). Past it a new (tool, key) is refused; an existing one can
+    /// always be set again.
+    pub max_config_values: u32,
+    /// End users of the built-in confirmation server. Past it a new name is
+    /// refused; an existing one's password can always be set again.
+    pub max_end_users: u32,
 }
 
 impl Default for Quotas {
@@ -161,6 +172,9 @@ impl Default for Quotas {
             max_versions_per_tool: 100,
             max_recorded_calls: 100_000,
             max_recorded_call_bytes: 256 << 20,
+            max_secrets: 1_000,
+            max_config_values: 2_000,
+            max_end_users: 10_000,
         }
     }
 }
@@ -220,6 +234,9 @@ impl Quotas {
             ("maxVersionsPerTool", u64::from(quotas.max_versions_per_tool)),
             ("maxRecordedCalls", quotas.max_recorded_calls),
             ("maxRecordedCallBytes", quotas.max_recorded_call_bytes),
+            ("maxSecrets", u64::from(quotas.max_secrets)),
+            ("maxConfigValues", u64::from(quotas.max_config_values)),
+            ("maxEndUsers", u64::from(quotas.max_end_users)),
         ]
         .into_iter()
         .find(|(_, v)| *v == 0);
