@@ -124,7 +124,9 @@ screenshots: fixtures browser
 # apt run: two at once would fight over dpkg's lock (.ci/run installs them
 # first, then builds the OCI tools beside the rest). Each target below still
 # installs its own when it is missing.
-CONTAINER_PACKAGES := podman runc netavark aardvark-dns mmdebstrap podman-compose curl
+# iptables: netavark (podman's network stack) sets up published ports with it
+# and fails with "No such file or directory" where it is missing.
+CONTAINER_PACKAGES := podman runc netavark aardvark-dns iptables mmdebstrap podman-compose curl
 DEBIAN_PACKAGES := chromium chromium-driver postgresql docker-registry wrk $(CONTAINER_PACKAGES)
 system-packages:
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
