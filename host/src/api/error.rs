@@ -280,6 +280,15 @@ impl From<InvokeError> for ApiError {
             // The front doors answer a pending call with its URI pack
             // before it gets here; this is only a fallback.
             InvokeError::ConfirmationPending(_) => ApiError::new(StatusCode::ACCEPTED, code, message),
+            // Likewise: the doors add the links' URLs (`links::authorization_required`).
+            InvokeError::AuthorizationRequired { pending, .. } => {
+                let providers: Vec<&str> = pending.iter().map(|p| p.provider.as_str()).collect();
+                ApiError::new(StatusCode::FORBIDDEN, code, message).with("providers", providers)
+            }
+            // The provider down or slow, or not configured yet: a retry may work.
+            InvokeError::AuthorizationUnavailable(_) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message).retry_after(RETRY_SOON_SECS)
+            }
             InvokeError::EndUserRequired(_) | InvokeError::CannotWait(_) | InvokeError::UnknownEndUser { .. } => {
                 ApiError::bad_request(code, message)
             }

@@ -7,7 +7,8 @@
 
 use super::{ApiError, ApiOptions, Caller, pages};
 use crate::host::oauth::SCOPES;
-use crate::host::{MAX_END_USER_CHARS, PendingConfirmation, is_end_user_name};
+use crate::host::authorizations::PendingAuthorization;
+use crate::host::{InvokeError, MAX_END_USER_CHARS, PendingConfirmation, is_end_user_name};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -52,6 +53,45 @@ pub(super) fn root(options: &ApiOptions, tenant: &str) -> String {
     } else {
         format!("{}/t/{tenant}", options.public_url)
     }
+}
+
+/// The two URLs of an authorization link (docs/authorization.md): the page
+/// its person opens (`url`), and the one an agent polls until they are done
+/// (`check_url`), both under the tenant's root.
+pub fn authorization_urls(options: &ApiOptions, tenant: &str, link: &str) -> (String, String) {
+    let root = root(options, tenant);
+    (format!("{root}/connections/{link}"), format!("{root}/connections/{link}/status"))
+}
+
+/// A call's pending authorizations as every door shows them:
+/// `[{"provider", "scopes", "url", "checkUrl"}]`.
+pub fn authorization_challenges(options: &ApiOptions, pending: &[PendingAuthorization]) -> Value {
+    pending
+        .iter()
+        .map(|p| {
+            let (url, check_url) = authorization_urls(options, &p.tenant, &p.link);
+            json!({ "provider": p.provider, "scopes": p.scopes, "url": url, "checkUrl": check_url })
+        })
+        .collect()
+}
+
+/// The A2T answer to a call that needs its end user's grants first: `403
+/// authorization_required`, the challenges beside the error, `Link` to the
+/// first page (so that a person's tool can open it).
+pub fn authorization_required(options: &ApiOptions, e: &InvokeError) -> Response {
+    let InvokeError::AuthorizationRequired { pending, .. } = e else {
+        return ApiError::internal("an authorization answer for another error").into_response();
+    };
+    let challenges = authorization_challenges(options, pending);
+    let mut response = ApiError::new(StatusCode::FORBIDDEN, e.code(), e.to_string())
+        .with("authorization", challenges.clone())
+        .into_response();
+    if let Some(url) = challenges[0]["url"].as_str()
+        && let Ok(link) = HeaderValue::from_str(&format!("<{url}>; rel=\"authorization\""))
+    {
+        response.headers_mut().insert(header::LINK, link);
+    }
+    response
 }
 
 /// The URI pack (figure 3) of a pending call.
