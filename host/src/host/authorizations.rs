@@ -420,7 +420,11 @@ impl ToolHost {
             let until = now + REFRESH_CLAIM.as_secs() as i64;
             if crate::store::off_the_workers(|| store.claim_refresh(tenant, end_user, provider, until, now)).map_err(storage)? {
                 let refreshed = self.refresh_now(&current).await;
-                let _ = crate::store::off_the_workers(|| store.release_refresh(tenant, end_user, provider));
+                // The claim's `until` is its token: a holder that outlived
+                // it never releases the claim of whoever took over.
+                if let Err(e) = crate::store::off_the_workers(|| store.release_refresh(tenant, end_user, provider, until)) {
+                    tracing::warn!(tenant, end_user, provider, error = %e, "a refresh claim was not given back; it lapses on its own");
+                }
                 break refreshed;
             }
             // Another replica refreshes it: wait for its result.

@@ -180,6 +180,9 @@ impl ToolHost {
                 self.load_console_settings(&settings);
             }
             Topic::Toolsets => self.reload_toolsets()?,
+            // Providers and grants are read from the store where they are
+            // used; nothing of them is cached here yet.
+            Topic::Authorizations => {}
             Topic::Versions => self.reload_versions()?,
         }
         Ok(())

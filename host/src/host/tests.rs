@@ -416,6 +416,21 @@ fn a_replica_catches_up_with_the_changes_another_made() {
     assert_eq!(b.registry().live_tools("acme"), 1);
     assert!(b.catch_up().unwrap().is_empty(), "nothing new");
 
+    // A change of end-user authorization is read (and changes nothing
+    // cached yet).
+    let mail = crate::store::authorizations::StoredProvider {
+        tenant: "acme".into(),
+        id: "mail".into(),
+        settings: "{}".into(),
+        client_secret: None,
+        updated_at: 1,
+    };
+    a.authorizations
+        .put_provider(&mail, &crate::tenancy::AuditEntry::new(&operator, Some("acme"), "provider.put", "mail"))
+        .unwrap();
+    assert_eq!(b.catch_up().unwrap(), [Topic::Authorizations]);
+    assert_eq!(b.authorizations.providers().unwrap(), [mail]);
+
     // Removals reach it too.
     a.delete_secret(&operator, "acme", "api-key").unwrap();
     assert_eq!(b.catch_up().unwrap(), [Topic::Secrets]);

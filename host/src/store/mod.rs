@@ -8,6 +8,7 @@
 //! the bytes in the database). Whatever a replica holds in memory is a cache
 //! of the store that [`RegistryStore::changes_since`] says when to refresh.
 
+#[macro_use]
 pub mod authorizations;
 mod blobs;
 mod postgres;
@@ -265,6 +266,9 @@ pub enum Topic {
     Config,
     /// Tenant settings (CHEQ servers and overrides).
     Settings,
+    /// End-user authorization: providers, and people's grants (a replica
+    /// drops the grants it caches).
+    Authorizations,
     /// Versions: deploys and retirements.
     Versions,
 }
@@ -272,8 +276,16 @@ pub enum Topic {
 impl Topic {
     /// Every topic, in the order a replica refreshes them: what decides
     /// access first, versions (which may need compiling) last.
-    pub const ALL: [Topic; 7] =
-        [Topic::Keys, Topic::Tenants, Topic::Toolsets, Topic::Secrets, Topic::Config, Topic::Settings, Topic::Versions];
+    pub const ALL: [Topic; 8] = [
+        Topic::Keys,
+        Topic::Tenants,
+        Topic::Toolsets,
+        Topic::Secrets,
+        Topic::Config,
+        Topic::Settings,
+        Topic::Authorizations,
+        Topic::Versions,
+    ];
 
     /// Its name in the change log.
     pub fn as_str(self) -> &'static str {
@@ -284,6 +296,7 @@ impl Topic {
             Topic::Secrets => "secrets",
             Topic::Config => "config",
             Topic::Settings => "settings",
+            Topic::Authorizations => "authorizations",
             Topic::Versions => "versions",
         }
     }
@@ -726,7 +739,8 @@ pub trait RegistryStore: Send + Sync {
     /// Creates or updates an end user (who logs in to confirm calls).
     fn put_end_user(&self, tenant: &str, name: &str, password_hash: &str, audit: &AuditEntry)
     -> Result<(), StoreError>;
-    /// Removes an end user.
+    /// Removes an end user, with their grants and authorization links
+    /// ([`authorizations::AuthorizationStore`]) in the same transaction.
     fn delete_end_user(&self, tenant: &str, name: &str, audit: &AuditEntry) -> Result<bool, StoreError>;
 
     /// Answers when the database can be read and its write lock taken

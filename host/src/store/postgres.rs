@@ -428,6 +428,9 @@ macro_rules! audited {
     }};
 }
 
+// After `audited!`, which it uses.
+mod authorizations;
+
 impl RegistryStore for PostgresStore {
     fn versions(&self) -> Result<Vec<StoredVersion>, StoreError> {
         let pool = self.pool.clone();
@@ -1843,10 +1846,25 @@ impl RegistryStore for PostgresStore {
     }
 
     fn delete_end_user(&self, tenant: &str, name: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
-        let (tenant, name) = (tenant.to_string(), name.to_string());
-        let deleted =
-            audited!(self, audit, None, "DELETE FROM end_users WHERE tenant = $1 AND name = $2", tenant, name)?;
-        Ok(deleted == 1)
+        let (pool, tenant, name, audit) = (self.pool.clone(), tenant.to_string(), name.to_string(), audit.clone());
+        self.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            // Their grants and links go with them; replicas drop the grants.
+            let grants = authorizations::delete_of_end_user(&mut tx, &tenant, &name).await?;
+            let deleted = sqlx::query("DELETE FROM end_users WHERE tenant = $1 AND name = $2")
+                .bind(&tenant)
+                .bind(&name)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?
+                .rows_affected();
+            insert_audit(&mut tx, &audit).await.map_err(db)?;
+            if grants {
+                record(&mut tx, Topic::Authorizations).await.map_err(db)?;
+            }
+            tx.commit().await.map_err(db)?;
+            Ok(deleted == 1)
+        })
     }
 
     fn ping(&self) -> Result<(), StoreError> {

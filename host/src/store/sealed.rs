@@ -69,32 +69,49 @@ impl SecretsCipher {
 
     /// Seals `value`, bound to `(tenant, id)`.
     pub fn seal(&self, tenant: &str, id: &str, value: &str) -> Result<String, StoreError> {
+        self.seal_with(&associated_data(tenant, id), value)
+    }
+
+    /// Opens a value sealed for `(tenant, id)`. Fails when the key is not
+    /// the one it was sealed with, or the value was moved or altered.
+    pub fn open(&self, tenant: &str, id: &str, sealed: &str) -> Result<String, StoreError> {
+        self.open_with(&associated_data(tenant, id), sealed)
+    }
+
+    /// Seals `value` bound to a field of a row other than a secret's: the
+    /// field's `kind` and the row's key `parts` (each length-prefixed), in
+    /// associated data that no secret's can equal, so that neither a
+    /// secret nor another row's value opens in its place.
+    pub(crate) fn seal_field(&self, kind: &str, parts: &[&str], value: &str) -> Result<String, StoreError> {
+        self.seal_with(&field_data(kind, parts), value)
+    }
+
+    /// Opens a value [`SecretsCipher::seal_field`] sealed for that field.
+    pub(crate) fn open_field(&self, kind: &str, parts: &[&str], sealed: &str) -> Result<String, StoreError> {
+        self.open_with(&field_data(kind, parts), sealed)
+    }
+
+    fn seal_with(&self, aad: &[u8], value: &str) -> Result<String, StoreError> {
         let mut nonce = [0u8; 24];
         getrandom::fill(&mut nonce).map_err(std::io::Error::other)?;
-        let aad = associated_data(tenant, id);
         let sealed = self
             .cipher
-            .encrypt(XNonce::from_slice(&nonce), Payload { msg: value.as_bytes(), aad: &aad })
+            .encrypt(XNonce::from_slice(&nonce), Payload { msg: value.as_bytes(), aad })
             .map_err(|_| StoreError::SecretsKey("a secret could not be encrypted".into()))?;
         let mut out = nonce.to_vec();
         out.extend_from_slice(&sealed);
         Ok(format!("{SEALED_PREFIX}{}", STANDARD.encode(out)))
     }
 
-    /// Opens a value sealed for `(tenant, id)`. Fails when the key is not
-    /// the one it was sealed with, or the value was moved or altered.
-    pub fn open(&self, tenant: &str, id: &str, sealed: &str) -> Result<String, StoreError> {
+    fn open_with(&self, aad: &[u8], sealed: &str) -> Result<String, StoreError> {
         let wrong = || StoreError::WrongSecretsKey;
         let bytes = sealed.strip_prefix(SEALED_PREFIX).and_then(|b| STANDARD.decode(b).ok()).ok_or_else(wrong)?;
         if bytes.len() < 24 {
             return Err(wrong());
         }
         let (nonce, ciphertext) = bytes.split_at(24);
-        let aad = associated_data(tenant, id);
-        let plain = self
-            .cipher
-            .decrypt(XNonce::from_slice(nonce), Payload { msg: ciphertext, aad: &aad })
-            .map_err(|_| wrong())?;
+        let plain =
+            self.cipher.decrypt(XNonce::from_slice(nonce), Payload { msg: ciphertext, aad }).map_err(|_| wrong())?;
         String::from_utf8(plain).map_err(|_| wrong())
     }
 }
@@ -105,6 +122,17 @@ fn associated_data(tenant: &str, id: &str) -> Vec<u8> {
     aad.extend_from_slice(&(tenant.len() as u64).to_be_bytes());
     aad.extend_from_slice(tenant.as_bytes());
     aad.extend_from_slice(id.as_bytes());
+    aad
+}
+
+/// A field's kind and its row's key, each part after its length: a secret's
+/// associated data starts `plinth-secret`, never `plinth-field`.
+fn field_data(kind: &str, parts: &[&str]) -> Vec<u8> {
+    let mut aad = b"plinth-field\0".to_vec();
+    for part in std::iter::once(&kind).chain(parts) {
+        aad.extend_from_slice(&(part.len() as u64).to_be_bytes());
+        aad.extend_from_slice(part.as_bytes());
+    }
     aad
 }
 
@@ -126,6 +154,27 @@ mod tests {
         let other = SecretsCipher::new(&[8; 32]);
         assert!(matches!(other.open("acme", "api-key", &sealed), Err(StoreError::WrongSecretsKey)));
         assert!(cipher.open("acme", "api-key", "sk-live-1").is_err(), "plaintext is not a sealed value");
+    }
+
+    #[test]
+    fn a_sealed_field_opens_only_for_its_field_and_row() {
+        let cipher = SecretsCipher::new(&[7; 32]);
+        let sealed = cipher.seal_field("grant-access-token", &["acme", "alice", "github"], "gho_1").unwrap();
+        assert_eq!(cipher.open_field("grant-access-token", &["acme", "alice", "github"], &sealed).unwrap(), "gho_1");
+        for (kind, parts) in [
+            ("grant-refresh-token", ["acme", "alice", "github"]),
+            ("grant-access-token", ["acme", "bob", "github"]),
+            ("grant-access-token", ["acme", "alice", "gitlab"]),
+            // "alice" + "github" must not be "ali" + "cegithub".
+            ("grant-access-token", ["acme", "ali", "cegithub"]),
+        ] {
+            assert!(matches!(cipher.open_field(kind, &parts, &sealed), Err(StoreError::WrongSecretsKey)), "{parts:?}");
+        }
+        // Neither a secret nor a field opens as the other.
+        let secret = cipher.seal("acme", "api-key", "v").unwrap();
+        assert!(cipher.open_field("api-key", &[], &secret).is_err());
+        assert!(cipher.open_field("", &["acme", "api-key"], &secret).is_err());
+        assert!(cipher.open("acme", "grant-access-token", &sealed).is_err());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The embedded registry: SQLite in the data dir.
 
+mod authorizations;
 mod migrations;
 
 use super::{
@@ -1226,8 +1227,11 @@ impl RegistryStore for SqliteStore {
     }
 
     fn delete_end_user(&self, tenant: &str, name: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
-        let deleted = self
-            .audited(audit, |tx| tx.execute("DELETE FROM end_users WHERE tenant = ?1 AND name = ?2", [tenant, name]))?;
+        // Their grants and links go with them.
+        let deleted = self.audited(audit, |tx| {
+            authorizations::delete_of_end_user(tx, tenant, name)?;
+            tx.execute("DELETE FROM end_users WHERE tenant = ?1 AND name = ?2", [tenant, name])
+        })?;
         Ok(deleted == 1)
     }
 

@@ -80,7 +80,42 @@ impl Fixture {
             Fixture::Postgres(url) => Box::new(PostgresStore::open(url, cipher()).unwrap()),
         }
     }
+
+    /// The store with both its slices, as the host holds it.
+    fn open_all(&self) -> Box<dyn Stores> {
+        match self {
+            Fixture::Sqlite(dir) => Box::new(SqliteStore::open(dir.path(), cipher()).unwrap()),
+            Fixture::Postgres(url) => Box::new(PostgresStore::open(url, cipher()).unwrap()),
+        }
+    }
+
+    /// Runs `sql` on the database behind the store's back, as someone
+    /// holding the file or the database could: the first column of each
+    /// row it answers, as text (NULL as empty).
+    fn raw(&self, sql: &str) -> Vec<String> {
+        match self {
+            Fixture::Sqlite(dir) => {
+                let conn = rusqlite::Connection::open(dir.path().join("registry.sqlite3")).unwrap();
+                let mut stmt = conn.prepare(sql).unwrap();
+                let rows = stmt.query_map([], |r| r.get::<_, Option<String>>(0)).unwrap();
+                rows.map(|r| r.unwrap().unwrap_or_default()).collect()
+            }
+            Fixture::Postgres(url) => {
+                let out = std::process::Command::new("psql")
+                    .args([url.as_str(), "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql])
+                    .output()
+                    .expect("psql");
+                assert!(out.status.success(), "{sql}: {}", String::from_utf8_lossy(&out.stderr));
+                let rows = String::from_utf8(out.stdout).unwrap();
+                rows.lines().map(str::to_string).collect()
+            }
+        }
+    }
 }
+
+/// Both slices of one store.
+trait Stores: RegistryStore + authorizations::AuthorizationStore {}
+impl<T: RegistryStore + authorizations::AuthorizationStore> Stores for T {}
 
 fn sqlite() -> Fixture {
     Fixture::Sqlite(tempfile::tempdir().unwrap())
@@ -89,6 +124,8 @@ fn sqlite() -> Fixture {
 fn postgres() -> Fixture {
     Fixture::Postgres(TestPostgres::shared().fresh_database())
 }
+
+mod authorization_slice;
 
 /// Runs each named test of this file against both stores.
 macro_rules! for_both_stores {
