@@ -216,6 +216,11 @@ impl AuthorizationState {
         Ok(())
     }
 
+    /// The store slice (for the retention sweep).
+    pub(crate) fn store(&self) -> Arc<dyn AuthorizationStore> {
+        self.store.clone()
+    }
+
     fn provider(&self, tenant: &str, id: &str) -> Option<Arc<StoredProvider>> {
         self.providers.get(&(tenant.to_string(), id.to_string())).map(|p| p.clone())
     }
@@ -779,11 +784,6 @@ impl ToolHost {
         self.authorizations.exchange.forget(tenant, id);
         self.authorizations.grants.retain(|(t, _, p), _| !(t == tenant && p == id));
         Ok(())
-    }
-
-    /// Drops expired links (the sweep).
-    pub(super) fn sweep_authorization_links(&self) -> Result<u64, StoreError> {
-        self.authorizations.store.sweep_links(unix_now() - LINK_TTL.as_secs() as i64)
     }
 }
 

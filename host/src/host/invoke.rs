@@ -192,18 +192,18 @@ impl ToolHost {
             .collect();
         // Tokens supplied with a call (OTC `context.authorization`) are
         // never stored either.
-        let tokens: Vec<String> = version
+        let supplied_tokens: Vec<String> = version
             .manifest
             .authorization
             .iter()
             .filter(|need| call.authorizations.contains_key(&need.provider))
             .map(|need| format!("`{}`", need.provider))
             .collect();
-        if !tokens.is_empty() {
+        if !supplied_tokens.is_empty() {
             return Err(InvokeError::CannotWait(format!(
                 "`{}` runs only once its end user confirms the call, and tokens supplied with a call are never stored, so it cannot wait with the token for {}: let its end user grant the account instead (leave it out of context.authorization); the tool did not run",
                 tool.name,
-                tokens.join(", ")
+                supplied_tokens.join(", ")
             )));
         }
         if !supplied.is_empty() {

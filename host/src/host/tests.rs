@@ -416,20 +416,20 @@ fn a_replica_catches_up_with_the_changes_another_made() {
     assert_eq!(b.registry().live_tools("acme"), 1);
     assert!(b.catch_up().unwrap().is_empty(), "nothing new");
 
-    // A change of end-user authorization is read (and changes nothing
-    // cached yet).
-    let mail = crate::store::authorizations::StoredProvider {
-        tenant: "acme".into(),
-        id: "mail".into(),
-        settings: "{}".into(),
-        client_secret: None,
-        updated_at: 1,
+    // A provider set on A is one B serves, once it caught up.
+    let settings = crate::host::authorizations::ProviderSettings {
+        issuer: Some("https://login.mail.example".into()),
+        client_id: "plinth".into(),
+        client_secret: Some("s3cret".into()),
+        ..Default::default()
     };
-    a.authorizations
-        .put_provider(&mail, &crate::tenancy::AuditEntry::new(&operator, Some("acme"), "provider.put", "mail"))
-        .unwrap();
+    a.put_authorization_provider(&operator, "acme", "mail", settings).unwrap();
+    assert!(b.authorization_providers("acme").is_empty(), "not before it caught up");
     assert_eq!(b.catch_up().unwrap(), [Topic::Authorizations]);
-    assert_eq!(b.authorizations.providers().unwrap(), [mail]);
+    let served = b.authorization_providers("acme");
+    assert_eq!(served.len(), 1);
+    assert_eq!((served[0].0.as_str(), served[0].2), ("mail", true), "the id, and a secret set");
+    assert_eq!(served[0].1.client_secret, None, "never read back");
 
     // Removals reach it too.
     a.delete_secret(&operator, "acme", "api-key").unwrap();
