@@ -5,7 +5,7 @@ CARGO      ?= cargo
 PLUGINS    := echo book-flight lookup-weather-by-city
 # Extra tools the tests deploy (versions of echo), packed into target/fixtures/.
 FIXTURES   := echo-v2 echo-breaking spin-forever memory-bomb deep-recursion panic-at-once huge-output \
-              call-undeclared-host call-loopback snoop slow-sleep use-secret transfer-funds outbound-flood log-flood huge-error \
+              call-undeclared-host call-loopback use-account snoop slow-sleep use-secret transfer-funds outbound-flood log-flood huge-error \
               describe-hostile markup-docs compute
 # Python and JavaScript tools, built from source by `plinth pack` with the
 # pinned toolchains (make toolchains).

@@ -3,8 +3,8 @@
 use anyhow::{Context, bail};
 use clap::Parser;
 use cli::{
-    Allocator, CheqCommand, Cli, Command, KeyCommand, LogFormat, PackArgs, RegistryCommand, ServeArgs, SlotResetArg,
-    TenantCommand, ToolsCommand, ToolsetCommand, TrustCommand,
+    Allocator, CheqCommand, Cli, Command, ConnectionsCommand, KeyCommand, LogFormat, PackArgs, ProviderCommand,
+    RegistryCommand, ServeArgs, SlotResetArg, TenantCommand, ToolsCommand, ToolsetCommand, TrustCommand,
 };
 use plinth::api;
 use plinth::egress::OutboundLimits;
@@ -94,6 +94,44 @@ fn main() -> std::process::ExitCode {
             }
             RegistryCommand::Logout { registry, target } => client::registry_logout(&target, &registry),
             RegistryCommand::List { target } => client::registry_list(&target),
+        },
+        Command::Provider { command } => match command {
+            ProviderCommand::Set {
+                id,
+                issuer,
+                client_id,
+                client_secret_file,
+                client_secret_env,
+                params,
+                display_name,
+                resource,
+                authorization_endpoint,
+                token_endpoint,
+                revocation_endpoint,
+                target,
+            } => {
+                let settings = client::ProviderFlags {
+                    issuer,
+                    client_id,
+                    client_secret_file,
+                    client_secret_env,
+                    params,
+                    display_name,
+                    resource,
+                    authorization_endpoint,
+                    token_endpoint,
+                    revocation_endpoint,
+                };
+                client::set_provider(&target, &id, settings)
+            }
+            ProviderCommand::List { target } => client::list_providers(&target),
+            ProviderCommand::Delete { id, target } => client::delete_provider(&target, &id),
+        },
+        Command::Connections { command } => match command {
+            ConnectionsCommand::List { end_user, target } => client::list_connections(&target, &end_user),
+            ConnectionsCommand::Revoke { end_user, provider, target } => {
+                client::revoke_connection(&target, &end_user, &provider)
+            }
         },
         Command::Retire { tool, version, force, target } => client::retire(&target, &tool, version, force),
         Command::Toolset { command } => match command {

@@ -315,7 +315,8 @@ async fn invoke(
             Ok(super::links::uri_pack(options, &pending, toolset))
         }
         Err(e @ InvokeError::AuthorizationRequired { .. }) => {
-            Ok(super::links::authorization_required(options, &e))
+            let toolset = caller.toolset.as_ref().map(|t| t.name.as_str());
+            Ok(super::links::authorization_required(options, &e, toolset))
         }
         outcome => Ok(answer(outcome, &call_id, number)),
     }

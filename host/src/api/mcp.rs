@@ -702,10 +702,11 @@ impl McpDoor {
         let InvokeError::AuthorizationRequired { pending, .. } = e else {
             return Err(ErrorData::internal_error("an authorization answer for another error", None));
         };
+        let toolset = scope.caller.toolset.as_ref().map(|t| t.name.as_str());
         let links: Vec<(String, String, String)> = pending
             .iter()
             .map(|p| {
-                let (url, check_url) = super::links::authorization_urls(&self.options, &p.tenant, &p.link);
+                let (url, check_url) = super::links::authorization_urls(&self.options, &p.tenant, &p.link, toolset);
                 (p.provider.clone(), url, check_url)
             })
             .collect();
@@ -731,12 +732,19 @@ impl McpDoor {
                 })
                 .collect();
             let first = links.first().map_or(String::new(), |l| l.1.clone());
-            return Err(ErrorData::new(ErrorCode(URL_ELICITATION_REQUIRED), message(&first), Some(json!({ "elicitations": elicitations }))));
+            return Err(ErrorData::new(
+                ErrorCode(URL_ELICITATION_REQUIRED),
+                message(&first),
+                Some(json!({ "elicitations": elicitations })),
+            ));
         }
         let mut data = Map::new();
-        data.insert("authorization".into(), super::links::authorization_challenges(&self.options, pending));
+        data.insert("authorization".into(), super::links::authorization_challenges(&self.options, pending, toolset));
         let urls: Vec<&str> = links.iter().map(|l| l.1.as_str()).collect();
-        let text = format!("{e} Give the person this link to grant it: {}. Once they have, make the same call again.", urls.join(" and "));
+        let text = format!(
+            "{e} Give the person this link to grant it: {}. Once they have, make the same call again.",
+            urls.join(" and ")
+        );
         Ok(error_result("authorization_required", &text, data).into())
     }
 

@@ -404,7 +404,10 @@ fn context_authorizations(context: &Map<String, Value>) -> Result<BTreeMap<Strin
             return Err(malformed("each of `context.authorization` must be an object with string `id` and `token`"));
         };
         // Attached as a Bearer header: printable ASCII only.
-        if token.is_empty() || token.len() > MAX_SUPPLIED_TOKEN_BYTES || !token.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+        if token.is_empty()
+            || token.len() > MAX_SUPPLIED_TOKEN_BYTES
+            || !token.bytes().all(|b| (0x21..0x7f).contains(&b))
+        {
             return Err(malformed(format!(
                 "the token for `{id}` must be 1 to {MAX_SUPPLIED_TOKEN_BYTES} printable ASCII characters without spaces"
             )));
@@ -554,7 +557,7 @@ async fn run_call(
             if let Some(ticket) = ticket {
                 host.settle_call(ticket, None).map_err(storage_failed)?;
             }
-            return Err(missing_authorization(&options, &e));
+            return Err(missing_authorization(&options, &e, toolset.as_deref()));
         }
         // Recorded as the call id's response: a retry gets the same pack,
         // not a second confirmation.
@@ -587,14 +590,14 @@ async fn run_call(
 /// `400` with OTC's `missing_requirements.authorization`: one
 /// `ToolAuthorizationChallenge` (`id`, `url` the person visits, `check_url`
 /// the agent polls) per provider the call's end user must grant first.
-fn missing_authorization(options: &ApiOptions, e: &InvokeError) -> ApiError {
+fn missing_authorization(options: &ApiOptions, e: &InvokeError, toolset: Option<&str>) -> ApiError {
     let InvokeError::AuthorizationRequired { pending, .. } = e else {
         return ApiError::internal("an authorization answer for another error");
     };
     let challenges: Vec<Value> = pending
         .iter()
         .map(|p| {
-            let (url, check_url) = super::links::authorization_urls(options, &p.tenant, &p.link);
+            let (url, check_url) = super::links::authorization_urls(options, &p.tenant, &p.link, toolset);
             json!({ "id": p.provider, "url": url, "check_url": check_url })
         })
         .collect();

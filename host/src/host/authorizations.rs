@@ -237,6 +237,12 @@ impl AuthorizationState {
     fn forget(&self, tenant: &str, end_user: &str, provider: &str) {
         self.grants.remove(&(tenant.to_string(), end_user.to_string(), provider.to_string()));
     }
+
+    /// Forgets every cached grant of a person (the end user was deleted:
+    /// the store deleted their grants with them).
+    pub(crate) fn forget_end_user(&self, tenant: &str, end_user: &str) {
+        self.grants.retain(|(t, u, _), _| !(t == tenant && u == end_user));
+    }
 }
 
 /// The scopes of a space-separated list.
