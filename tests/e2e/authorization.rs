@@ -8,7 +8,7 @@
 //! (`authorization_browser.rs` runs the flow in Chromium).
 
 use crate::authorization_support::{Api, CLIENT_SECRET, Page, Person, Provider, action_of};
-use crate::support::{Server, TOKEN, fixture, hidden, invocation, outputs};
+use crate::support::{Server, TOKEN, fixture, hidden, invocation, outputs, with_manifest};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -25,13 +25,13 @@ pub struct Setup {
     _plugins: tempfile::TempDir,
 }
 
-/// [`Setup`] with the provider on `provider_host`, the server started
-/// with `extra` too.
-pub async fn setup_with(provider_host: &str, extra: &[&str]) -> Setup {
+/// [`Setup`] with the provider on `provider_host`, `component` as
+/// `use_account`, the server started with `extra` too.
+pub async fn setup_with(provider_host: &str, component: Vec<u8>, extra: &[&str]) -> Setup {
     let provider = Provider::start(provider_host).await;
     let api = Api::start(&provider).await;
     let plugins = tempfile::tempdir().unwrap();
-    std::fs::write(plugins.path().join("use_account.wasm"), fixture("use_account.wasm")).unwrap();
+    std::fs::write(plugins.path().join("use_account.wasm"), component).unwrap();
     let config = format!("use_account.api-url={}", api.url);
     let mut args = vec![
         "--plugins",
@@ -56,7 +56,7 @@ pub async fn setup_with(provider_host: &str, extra: &[&str]) -> Setup {
 }
 
 pub async fn setup() -> Setup {
-    setup_with("127.0.0.1", &[]).await
+    setup_with("127.0.0.1", fixture("use_account.wasm"), &[]).await
 }
 
 impl Setup {
@@ -605,4 +605,109 @@ async fn the_person_revokes_on_their_page_a_publisher_through_the_api_and_deleti
     assert!(entries.contains(&("authorization.revoke", "end-user:alice")), "{entries:?}");
     assert_eq!(entries.iter().filter(|(a, _)| *a == "authorization.grant").count(), 3, "{entries:?}");
     assert!(!audit.to_string().contains("at-alice") && !audit.to_string().contains(CLIENT_SECRET), "{audit}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_checked_through_a_toolset_is_its_tools_only() {
+    let s = setup().await;
+    let publisher = s.server.create_key(Some("default"), "publisher").await.1;
+    for (name, tools) in [("mail", json!([{"name": "use_account"}])), ("other", json!([]))] {
+        let body = json!({ "tools": tools });
+        let (status, toolset) =
+            s.server.call_as(Some(&publisher), Method::PUT, &format!("/admin/toolsets/{name}"), Some(&body)).await;
+        assert_eq!(status, 201, "{toolset}");
+    }
+    let scoped = |toolset: &'static str| {
+        let server = &s.server;
+        async move {
+            let body = json!({ "tenant": "default", "role": "consumer", "toolset": toolset });
+            server.call_as(Some(TOKEN), Method::POST, "/admin/keys", Some(&body)).await.1["key"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    let (mail_key, other_key) = (scoped("mail").await, scoped("other").await);
+
+    // A call through the toolset's root: its check URL is under that root,
+    // which the toolset's key opens.
+    let root = format!("{}/t/default/toolsets/mail", s.server.base);
+    let response = reqwest::Client::new()
+        .post(format!("{root}/tools/{}:invoke", s.tool_id))
+        .bearer_auth(&mail_key)
+        .header("plinth-end-user", "alice")
+        .json(&invocation("use_account", &[("folder", json!("inbox"))]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    let body: Value = response.json().await.unwrap();
+    let challenge = &body["error"]["authorization"][0];
+    let (url, check_url) = (challenge["url"].as_str().unwrap(), challenge["checkUrl"].as_str().unwrap());
+    assert!(url.starts_with(&format!("{}/connections/", s.server.base)), "the person's page is the tenant's: {url}");
+    let link = url.rsplit('/').next().unwrap();
+    assert_eq!(check_url, format!("{root}/connections/{link}/status"));
+    let (status, body) = s.status(check_url, Some(&mail_key)).await;
+    assert_eq!((status, body["state"].as_str()), (200, Some("pending")), "{body}");
+
+    // The toolset's key opens nothing else; another toolset's root knows no
+    // link of a tool outside it; the tenant's consumer key opens the
+    // tenant's.
+    let at_tenant = format!("{url}/status");
+    let (status, body) = s.status(&at_tenant, Some(&mail_key)).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (403, Some("outside_toolset")), "{body}");
+    let elsewhere = format!("{}/t/default/toolsets/other/connections/{link}/status", s.server.base);
+    let (status, body) = s.status(&elsewhere, Some(&other_key)).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
+    assert_eq!(s.status(&at_tenant, Some(&s.consumer)).await.0, 200);
+    // Only the status is served under a toolset's root, not the pages.
+    let page = reqwest::get(format!("{root}/connections/{link}")).await.unwrap();
+    assert_eq!(page.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_needing_a_grant_and_a_confirmation_asks_for_the_grant_then_names_the_account_on_the_confirmation_page()
+{
+    let confirmed = with_manifest(&fixture("use_account.wasm"), |m| m["confirmation"] = json!({ "required": true }));
+    let s = setup_with("127.0.0.1", confirmed, &[]).await;
+    s.provider.sign_in_as("alice@inbox");
+    // The grant first: nothing is asked to be confirmed before it.
+    let (url, _) = s.challenge("alice").await;
+    assert_eq!(s.server.stored_confirmations(), 0);
+    let alice = Person::new();
+    alice.log_in_at(&url, "alice").await;
+    assert_eq!(connect(&alice, &url).await.status, 200);
+
+    // Then the confirmation, whose page names the account.
+    let (status, pack, _) = s.call_as("alice").await;
+    assert_eq!(status, 202, "{pack}");
+    let page = alice
+        .get(&format!(
+            "{}?resource_uri={}",
+            pack["confirmation uri"].as_str().unwrap(),
+            form_urlencoded::byte_serialize(pack["resource uri"].as_str().unwrap().as_bytes()).collect::<String>()
+        ))
+        .await;
+    assert_eq!(page.status, 200, "{}", page.html);
+    assert!(
+        page.html.contains("<p id=\"accounts\">If you accept, it acts with your <strong>Inbox</strong> account.</p>"),
+        "{}",
+        page.html
+    );
+    assert!(s.api.seen().is_empty(), "nothing ran before the person accepted");
+    let token = hidden(&page.html, "form_token");
+    let transaction = pack["resource uri"].as_str().unwrap().rsplit('/').next().unwrap().to_string();
+    let decided = alice
+        .submit(
+            &format!("{}/cheq/decide", s.server.base),
+            &[("transaction", transaction.as_str()), ("form_token", token.as_str()), ("decision", "accept")],
+        )
+        .await;
+    assert_eq!(decided.status, 200, "{}", decided.html);
+    let seen = s.api.seen();
+    assert_eq!(seen.len(), 1);
+    assert!(
+        seen[0].as_deref().unwrap().starts_with("Bearer at-alice@inbox-"),
+        "the confirmed call acted with alice's grant: {seen:?}"
+    );
 }

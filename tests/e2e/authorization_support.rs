@@ -37,6 +37,10 @@ pub struct ProviderState {
     pub signed_in: String,
     /// The `iss` `/authorize` sends back (default: its own issuer).
     pub answer_iss: Option<String>,
+    /// `/authorize` shows a page with an **Allow** link back instead of
+    /// redirecting at once: the navigation back then starts on the
+    /// provider's own site, as a real provider's does after its sign-in.
+    pub consent_page: bool,
     codes: BTreeMap<String, Code>,
     /// Live access tokens → (user, scope).
     pub tokens: BTreeMap<String, (String, String)>,
@@ -135,6 +139,13 @@ impl Provider {
                 .append_pair("iss", &iss)
                 .finish();
             let location = format!("{}?{back}", get("redirect_uri"));
+            if state.consent_page {
+                let page = format!(
+                    "<!doctype html><title>Inbox</title><p>Allow Plinth to read your mail?</p><a id=\"allow\" href=\"{}\">Allow</a>",
+                    location.replace('&', "&amp;")
+                );
+                return axum::response::Html(page).into_response();
+            }
             (StatusCode::FOUND, [(header::LOCATION, location)]).into_response()
         };
         let token = |State(state): State<Shared>, headers: HeaderMap, body: String| async move {

@@ -3,6 +3,7 @@
 
 mod a2t;
 mod authorization;
+mod authorization_browser;
 mod authorization_support;
 mod browser;
 mod catalog;

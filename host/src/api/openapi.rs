@@ -103,14 +103,14 @@ fn document() -> (Value, Vec<String>) {
         super::a2t::Doc::openapi(),
         super::otc::Doc::openapi(),
         super::cheq::Doc::openapi(),
-        super::login::Doc::openapi(),
-        super::connections::Doc::openapi(),
-        super::authorizations::Doc::openapi(),
         super::admin::Doc::openapi(),
         super::toolsets::Doc::openapi(),
         super::console::Doc::openapi(),
         super::catalog::Doc::openapi(),
         super::oauth::Doc::openapi(),
+        super::login::Doc::openapi(),
+        super::authorizations::Doc::openapi(),
+        super::connections::Doc::openapi(),
     ] {
         annotated.merge(door);
     }
