@@ -267,45 +267,7 @@ pub(crate) enum ProviderCommand {
     /// Create or replace a provider. The client secret is read from a file
     /// or an environment variable, never from the command line; left out,
     /// the one stored is kept.
-    Set {
-        /// The provider's id, as tools name it in `[[authorization]]`.
-        id: String,
-        /// The provider's issuer identifier (its metadata names the
-        /// endpoints, and its `iss` must come back with every code).
-        #[arg(long)]
-        issuer: Option<String>,
-        /// Plinth's client id at the provider.
-        #[arg(long)]
-        client_id: String,
-        /// A file whose first line is the client secret.
-        #[arg(long, value_name = "FILE", conflicts_with = "client_secret_env")]
-        client_secret_file: Option<PathBuf>,
-        /// An environment variable holding the client secret.
-        #[arg(long, value_name = "VAR")]
-        client_secret_env: Option<String>,
-        /// An extra parameter of the authorization request, as NAME=VALUE
-        /// (repeatable), e.g. access_type=offline.
-        #[arg(long = "param", value_name = "NAME=VALUE")]
-        params: Vec<String>,
-        /// What the person is shown (default: the id).
-        #[arg(long)]
-        display_name: Option<String>,
-        /// The resource (RFC 8707) the tokens are for.
-        #[arg(long)]
-        resource: Option<String>,
-        /// The authorization endpoint (overrides the issuer's metadata; with
-        /// --token-endpoint, stands without an issuer).
-        #[arg(long)]
-        authorization_endpoint: Option<String>,
-        /// The token endpoint (overrides the issuer's metadata).
-        #[arg(long)]
-        token_endpoint: Option<String>,
-        /// The revocation endpoint (RFC 7009; overrides the issuer's metadata).
-        #[arg(long)]
-        revocation_endpoint: Option<String>,
-        #[command(flatten)]
-        target: TenantTarget,
-    },
+    Set(Box<ProviderSetArgs>),
     /// Every provider of the tenant (never a secret).
     List {
         #[command(flatten)]
@@ -318,6 +280,48 @@ pub(crate) enum ProviderCommand {
         #[command(flatten)]
         target: TenantTarget,
     },
+}
+
+/// `plinth provider set`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct ProviderSetArgs {
+    /// The provider's id, as tools name it in `[[authorization]]`.
+    pub(crate) id: String,
+    /// The provider's issuer identifier (its metadata names the
+    /// endpoints, and its `iss` must come back with every code).
+    #[arg(long)]
+    pub(crate) issuer: Option<String>,
+    /// Plinth's client id at the provider.
+    #[arg(long)]
+    pub(crate) client_id: String,
+    /// A file whose first line is the client secret.
+    #[arg(long, value_name = "FILE", conflicts_with = "client_secret_env")]
+    pub(crate) client_secret_file: Option<PathBuf>,
+    /// An environment variable holding the client secret.
+    #[arg(long, value_name = "VAR")]
+    pub(crate) client_secret_env: Option<String>,
+    /// An extra parameter of the authorization request, as NAME=VALUE
+    /// (repeatable), e.g. access_type=offline.
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub(crate) params: Vec<String>,
+    /// What the person is shown (default: the id).
+    #[arg(long)]
+    pub(crate) display_name: Option<String>,
+    /// The resource (RFC 8707) the tokens are for.
+    #[arg(long)]
+    pub(crate) resource: Option<String>,
+    /// The authorization endpoint (overrides the issuer's metadata; with
+    /// --token-endpoint, stands without an issuer).
+    #[arg(long)]
+    pub(crate) authorization_endpoint: Option<String>,
+    /// The token endpoint (overrides the issuer's metadata).
+    #[arg(long)]
+    pub(crate) token_endpoint: Option<String>,
+    /// The revocation endpoint (RFC 7009; overrides the issuer's metadata).
+    #[arg(long)]
+    pub(crate) revocation_endpoint: Option<String>,
+    #[command(flatten)]
+    pub(crate) target: TenantTarget,
 }
 
 #[derive(Subcommand)]

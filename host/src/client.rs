@@ -1,9 +1,10 @@
 //! The client commands: `deploy`, `retire`, `tools`, `tenant`, `key`,
+//! `provider`, `connections`,
 //! `audit`, and the offline `diff`. They talk to a server over its public
 //! A2T and admin APIs, with the key in `--key`/`PLINTH_KEY`, exactly as any
 //! other client would.
 
-use crate::cli::{ServerArgs, TenantTarget};
+use crate::cli::{ProviderSetArgs, ServerArgs, TenantTarget};
 use anyhow::{Context, bail};
 use plinth::package::ToolPackage;
 use plinth::signature::SignatureDiff;
@@ -670,20 +671,6 @@ pub fn diff(old: &Path, new: &Path) -> anyhow::Result<bool> {
     Ok(diff.is_compatible())
 }
 
-/// `plinth provider set ID`'s flags.
-pub struct ProviderFlags {
-    pub issuer: Option<String>,
-    pub client_id: String,
-    pub client_secret_file: Option<std::path::PathBuf>,
-    pub client_secret_env: Option<String>,
-    pub params: Vec<String>,
-    pub display_name: Option<String>,
-    pub resource: Option<String>,
-    pub authorization_endpoint: Option<String>,
-    pub token_endpoint: Option<String>,
-    pub revocation_endpoint: Option<String>,
-}
-
 /// `root(target)` followed by `segments`, each percent-encoded as one path
 /// segment (an end user's name may hold any printable character).
 fn url_of(target: &TenantTarget, segments: &[&str]) -> anyhow::Result<reqwest::Url> {
@@ -706,7 +693,7 @@ fn send_empty(request: RequestBuilder, server: &ServerArgs) -> anyhow::Result<()
 /// The client secret of `plinth provider set`: a file's first line, or an
 /// environment variable's value; `None` when neither is given (the server
 /// keeps the stored one).
-fn client_secret(flags: &ProviderFlags) -> anyhow::Result<Option<String>> {
+fn client_secret(flags: &ProviderSetArgs) -> anyhow::Result<Option<String>> {
     let secret = match (&flags.client_secret_file, &flags.client_secret_env) {
         (Some(file), _) => {
             let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
@@ -724,7 +711,8 @@ fn client_secret(flags: &ProviderFlags) -> anyhow::Result<Option<String>> {
 }
 
 /// `plinth provider set ID …`.
-pub fn set_provider(target: &TenantTarget, id: &str, flags: ProviderFlags) -> anyhow::Result<()> {
+pub fn set_provider(flags: &ProviderSetArgs) -> anyhow::Result<()> {
+    let (target, id) = (&flags.target, flags.id.as_str());
     let mut parameters = serde_json::Map::new();
     for param in &flags.params {
         let (name, value) =
@@ -732,7 +720,7 @@ pub fn set_provider(target: &TenantTarget, id: &str, flags: ProviderFlags) -> an
         parameters.insert(name.to_string(), Value::String(value.to_string()));
     }
     let mut body = serde_json::json!({ "clientId": flags.client_id });
-    if let Some(secret) = client_secret(&flags)? {
+    if let Some(secret) = client_secret(flags)? {
         body["clientSecret"] = Value::String(secret);
     }
     if !parameters.is_empty() {

@@ -96,34 +96,7 @@ fn main() -> std::process::ExitCode {
             RegistryCommand::List { target } => client::registry_list(&target),
         },
         Command::Provider { command } => match command {
-            ProviderCommand::Set {
-                id,
-                issuer,
-                client_id,
-                client_secret_file,
-                client_secret_env,
-                params,
-                display_name,
-                resource,
-                authorization_endpoint,
-                token_endpoint,
-                revocation_endpoint,
-                target,
-            } => {
-                let settings = client::ProviderFlags {
-                    issuer,
-                    client_id,
-                    client_secret_file,
-                    client_secret_env,
-                    params,
-                    display_name,
-                    resource,
-                    authorization_endpoint,
-                    token_endpoint,
-                    revocation_endpoint,
-                };
-                client::set_provider(&target, &id, settings)
-            }
+            ProviderCommand::Set(args) => client::set_provider(&args),
             ProviderCommand::List { target } => client::list_providers(&target),
             ProviderCommand::Delete { id, target } => client::delete_provider(&target, &id),
         },

@@ -542,7 +542,7 @@ async fn the_person_revokes_on_their_page_a_publisher_through_the_api_and_deleti
     let page = alice.get(&accounts_url).await;
     assert_eq!(page.status, 200, "{}", page.html);
     assert!(page.html.contains("<h2>Inbox</h2>") && page.html.contains("<code>inbox.read</code>"), "{}", page.html);
-    let revoke = action_of(&page.html.split("data-provider=\"inbox\"").nth(1).unwrap().to_string());
+    let revoke = action_of(page.html.split("data-provider=\"inbox\"").nth(1).unwrap());
     assert_eq!(revoke, format!("{}/connections/inbox/revoke", s.server.base));
     let token = hidden(&page.html, "form_token");
     // A forged Revoke does nothing.

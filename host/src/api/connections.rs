@@ -33,8 +33,7 @@ use crate::store::authorizations::LinkState;
 use crate::tenancy::Principal;
 use askama::Template;
 use axum::Extension;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -67,15 +66,12 @@ fn notice(options: &ApiOptions, status: StatusCode, title: &str, paragraphs: Vec
     pages::notice(status, Frame::new(&options.public_url, Product::Accounts, title), paragraphs)
 }
 
-/// A core refusal as a page: its status and message.
+/// A core refusal as a page: its status, message, code (`Plinth-Error-Code`)
+/// and `Retry-After`, as the one error mapping (`error.rs`) makes them.
 fn refused(options: &ApiOptions, title: &str, e: AuthorizationError) -> Response {
     let message = e.to_string();
     let error = ApiError::from(e);
-    let code = error.code();
-    let status = error.status();
-    let mut page = notice(options, status, title, vec![Paragraph::of(message).id("problem")]);
-    page.headers_mut().insert("plinth-error-code", HeaderValue::from_static(code));
-    page
+    error.onto(notice(options, StatusCode::OK, title, vec![Paragraph::of(message).id("problem")]))
 }
 
 /// A refused form of these pages.
@@ -88,6 +84,37 @@ fn form_refused(options: &ApiOptions, refusal: FormRefusal) -> Response {
         }
     };
     notice(options, refusal.status(), "Nothing was done", vec![Paragraph::of(said).id("problem")])
+}
+
+/// A form of these pages posted by the logged-in person: from this origin,
+/// with a session of the tenant and its form token ([`login::posted_form`]);
+/// anything else is refused, as a page, before the handler runs.
+pub(super) struct PersonsForm {
+    session: PageSession,
+    headers: HeaderMap,
+}
+
+impl FromRequest<AppState> for PersonsForm {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, host: &AppState) -> Result<Self, Response> {
+        let (parts, body) = request.into_parts();
+        let (Some(caller), Some(options)) =
+            (parts.extensions.get::<Caller>(), parts.extensions.get::<Arc<ApiOptions>>())
+        else {
+            return Err(ApiError::internal("the server is misconfigured").into_response());
+        };
+        // As every body over its route's limit is answered (`413
+        // request_too_large`).
+        let Ok(body) = axum::body::to_bytes(body, MAX_FORM_BYTES).await else {
+            let message = "the form is larger than this server accepts";
+            return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large", message).into_response());
+        };
+        match login::posted_form(host, options, &caller.tenant, &parts.headers, &form(&body)) {
+            Ok(session) => Ok(PersonsForm { session, headers: parts.headers }),
+            Err(refusal) => Err(form_refused(options, refusal)),
+        }
+    }
 }
 
 fn unknown_link(options: &ApiOptions) -> Response {
@@ -131,13 +158,9 @@ struct LinkPage {
     responses(
         (status = 200, description = "The login page, the link page, or (followed already) that the account is connected", content_type = "text/html", body = String),
         (status = 403, description = "The link is another person's", content_type = "text/html", body = String),
-        (status = 404, description = "No such link", content_type = "text/html", body = String),
         (status = 409, description = "The person is back from the provider and the sign-in is being finished", content_type = "text/html", body = String),
         (status = 410, description = "The link expired or failed", content_type = "text/html", body = String),
-        (status = 502, description = "The provider cannot be reached (`provider_failed`)", content_type = "text/html", body = String,
-            headers(("Retry-After" = u64, description = "Seconds"))),
-        (status = 503, description = "The link cannot be read now", content_type = "text/html", body = String,
-            headers(("Retry-After" = u64, description = "Seconds"))),
+        schemas::LinkPageFailures,
     ))]
 pub(super) async fn link_page(
     State(host): State<AppState>,
@@ -220,25 +243,16 @@ fn callback_url(options: &ApiOptions, tenant: &str) -> String {
         )),
         (status = 401, description = "Not logged in", content_type = "text/html", body = String),
         (status = 403, description = "Posted from elsewhere or without the page's form token, or the link is another person's", content_type = "text/html", body = String),
-        (status = 404, description = "No such link", content_type = "text/html", body = String),
         (status = 410, description = "The link was followed already or expired, or its provider is gone", content_type = "text/html", body = String),
-        (status = 502, description = "The provider cannot be reached (`provider_failed`)", content_type = "text/html", body = String,
-            headers(("Retry-After" = u64, description = "Seconds"))),
-        (status = 503, description = "The link cannot be read now", content_type = "text/html", body = String,
-            headers(("Retry-After" = u64, description = "Seconds"))),
+        schemas::LinkPageFailures,
     ))]
 pub(super) async fn follow(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     Extension(options): Extension<Arc<ApiOptions>>,
     Path(link): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    PersonsForm { session, headers }: PersonsForm,
 ) -> Response {
-    let session = match login::posted_form(&host, &options, &caller.tenant, &headers, &form(&body)) {
-        Ok(session) => session,
-        Err(refusal) => return form_refused(&options, refusal),
-    };
     let callback = callback_url(&options, &caller.tenant);
     let target = match host.authorization_redirect(&caller.tenant, &link, &session.user, &callback).await {
         Ok(target) => target,
@@ -293,8 +307,7 @@ fn callback_query(raw: &str) -> Result<CallbackQuery, &'static str> {
         (status = 400, description = "Not a sign-in (no `state`, a parameter twice, too long), or the sign-in failed (another issuer's `iss`, a refusal, a failed exchange): the link failed, and says why", content_type = "text/html", body = String),
         (status = 401, description = "No end-user session: log in and follow the link again (nothing was taken)", content_type = "text/html", body = String),
         (status = 410, description = "No pending link has this `state` (finished already, expired, or never made)", content_type = "text/html", body = String),
-        (status = 503, description = "The link cannot be read now", content_type = "text/html", body = String,
-            headers(("Retry-After" = u64, description = "Seconds"))),
+        schemas::PageUnavailable,
     ))]
 pub(super) async fn callback(
     State(host): State<AppState>,
@@ -428,8 +441,7 @@ struct AccountRow {
 #[utoipa::path(get, summary = "The person's connected accounts", description = "Without an end-user session of the tenant, the login page; with one, every account the person connected (provider, scopes, since when), each with **Revoke**.", path = "/connections", tag = "Accounts", operation_id = "connections",
     responses(
         (status = 200, description = "The login page, or the person's accounts", content_type = "text/html", body = String),
-        (status = 503, description = "The accounts cannot be read now", content_type = "text/html", body = String,
-            headers(("Retry-After" = u64, description = "Seconds"))),
+        schemas::PageUnavailable,
     ))]
 pub(super) async fn accounts(
     State(host): State<AppState>,
@@ -478,21 +490,15 @@ pub(super) async fn accounts(
         (status = 401, description = "Not logged in", content_type = "text/html", body = String),
         (status = 403, description = "Posted from elsewhere or without the page's form token", content_type = "text/html", body = String),
         (status = 404, description = "The person has no account connected at that provider", content_type = "text/html", body = String),
-        (status = 503, description = "The revocation could not be stored", content_type = "text/html", body = String,
-            headers(("Retry-After" = u64, description = "Seconds"))),
+        schemas::PageUnavailable,
     ))]
 pub(super) async fn revoke(
     State(host): State<AppState>,
     Extension(caller): Extension<Caller>,
     Extension(options): Extension<Arc<ApiOptions>>,
     Path(provider): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    PersonsForm { session, .. }: PersonsForm,
 ) -> Response {
-    let session = match login::posted_form(&host, &options, &caller.tenant, &headers, &form(&body)) {
-        Ok(session) => session,
-        Err(refusal) => return form_refused(&options, refusal),
-    };
     let actor = Principal::server(&format!("end-user:{}", session.user));
     if let Err(e) = host.revoke_grant(&actor, &caller.tenant, &session.user, &provider).await {
         return refused(&options, "Not revoked", e);

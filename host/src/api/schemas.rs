@@ -1455,3 +1455,26 @@ pub struct ConnectionForm {
     /// The page's form token.
     pub form_token: String,
 }
+
+/// The failures the link page and its Continue share, as pages.
+#[derive(IntoResponses)]
+pub enum LinkPageFailures {
+    /// No such link in this tenant.
+    #[response(status = 404, content_type = "text/html")]
+    NotFound(String),
+    /// `provider_failed`: the provider cannot be reached, or answered what
+    /// OAuth does not allow.
+    #[response(status = 502, content_type = "text/html", headers(("Retry-After" = u64, description = "Seconds")))]
+    Provider(String),
+    /// The link cannot be read now (`storage_failed`).
+    #[response(status = 503, content_type = "text/html", headers(("Retry-After" = u64, description = "Seconds")))]
+    Unavailable(String),
+}
+
+/// A connections page that cannot be served now, as a page.
+#[derive(IntoResponses)]
+pub enum PageUnavailable {
+    /// What it needs cannot be read or stored now (`storage_failed`).
+    #[response(status = 503, content_type = "text/html", headers(("Retry-After" = u64, description = "Seconds")))]
+    Unavailable(String),
+}
