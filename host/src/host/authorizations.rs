@@ -803,6 +803,30 @@ impl From<exchange::ExchangeError> for AuthorizationError {
     }
 }
 
+/// The checks of what a provider sends, without the fetching around them:
+/// for the fuzzers (`fuzz/`), not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use super::exchange::{CallbackQuery, ExchangeError, ProviderDocument, TokenAnswer, quoted};
+
+    /// A metadata document, as [`super::exchange`] reads it.
+    pub fn document(bytes: &[u8], issuer: &str, allow_http: bool) -> Result<ProviderDocument, ExchangeError> {
+        super::exchange::parse_document(bytes, issuer, allow_http)
+    }
+
+    /// A token endpoint's answer with `status`.
+    pub fn token_answer(status: u16, bytes: &[u8]) -> Result<TokenAnswer, ExchangeError> {
+        super::exchange::parse_token_answer(status, bytes)
+    }
+
+    /// A provider's settings, as a publisher's `PUT` is checked.
+    pub fn settings(id: &str, json: &[u8]) -> Result<super::ProviderSettings, String> {
+        let settings: super::ProviderSettings = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+        super::check_settings(id, &settings, false).map_err(|e| e.to_string())?;
+        Ok(settings)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,7 @@
 
 mod tokens;
 
-pub use tokens::PersonToken;
+pub use tokens::{PersonToken, fuzzing as token_fuzzing};
 
 use crate::egress::OutboundLimits;
 use crate::manifest::{HostPattern, split_host_port};
