@@ -52,7 +52,7 @@ wasm-target:
 	@rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 
 build:
-	$(CARGO) build -p plinth -p fake-weather
+	$(CARGO) build -p plinth -p fake-weather -p fake-inbox
 
 # The pinned toolchains that build Python and JavaScript tools
 # (componentize-py in a venv, componentize-js from npm), in target/toolchains.

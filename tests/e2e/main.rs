@@ -17,6 +17,7 @@ mod fleet;
 mod hardening_dns;
 mod hardening_net;
 mod hardening_oauth;
+mod inbox_provider;
 mod mcp;
 mod mcp_conformance;
 mod mcp_inspector;
