@@ -3,10 +3,14 @@
 SHELL      := /bin/bash
 CARGO      ?= cargo
 PLUGINS    := echo book-flight lookup-weather-by-city
+# Example tools that act with a person's own account (docs/authorization.md):
+# `make run` serves them beside the others; the tests deploy them from
+# target/fixtures/ (most tests serve only the three above).
+ACCOUNT_PLUGINS := my-inbox
 # Extra tools the tests deploy (versions of echo), packed into target/fixtures/.
 FIXTURES   := echo-v2 echo-breaking spin-forever memory-bomb deep-recursion panic-at-once huge-output \
               call-undeclared-host call-loopback snoop slow-sleep use-secret transfer-funds outbound-flood log-flood huge-error \
-              describe-hostile markup-docs compute
+              describe-hostile markup-docs compute steal-token
 # Python and JavaScript tools, built from source by `plinth pack` with the
 # pinned toolchains (make toolchains).
 # The Python and JavaScript examples go to their own folder: each takes
@@ -87,8 +91,12 @@ run: plugins
 		--tool-config daily_forecast.backend-url=http://$(WEATHER) --allow-private-cidr 127.0.0.0/8
 
 fixtures: plugins toolchains
-	$(CARGO) build --target wasm32-wasip2 --profile plugin $(addprefix -p fixture-,$(FIXTURES))
+	$(CARGO) build --target wasm32-wasip2 --profile plugin $(addprefix -p fixture-,$(FIXTURES)) $(addprefix -p ,$(ACCOUNT_PLUGINS))
 	@mkdir -p target/fixtures
+	@for p in $(ACCOUNT_PLUGINS); do \
+		f=$$(echo $$p | tr - _); \
+		./target/debug/plinth pack plugins/$$p --wasm $(WASM_OUT)/$$f.wasm -o target/fixtures/$$f.wasm || exit 1; \
+	done
 	@for p in $(FIXTURES); do \
 		f=$$(echo $$p | tr - _); \
 		./target/debug/plinth pack tests/fixtures/$$p --wasm $(WASM_OUT)/fixture_$$f.wasm -o target/fixtures/$$f.wasm || exit 1; \
@@ -254,7 +262,7 @@ check: layers
 	./host/unified-features/check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy -p plinth-bench --all-targets -- -D warnings
-	$(CARGO) clippy --target wasm32-wasip2 -p plinth-sdk $(addprefix -p ,$(PLUGINS)) -- -D warnings
+	$(CARGO) clippy --target wasm32-wasip2 -p plinth-sdk $(addprefix -p ,$(PLUGINS) $(ACCOUNT_PLUGINS)) -- -D warnings
 
 # The fuzzers (fuzz/, cargo-fuzz on nightly): every target, or FUZZ_TARGETS,
 # for FUZZ_SECONDS each; not part of `make test` or CI. docs/security.md.

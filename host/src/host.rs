@@ -362,6 +362,11 @@ pub enum InvokeError {
         "`{0}` needs the confirmation of the end user the call is made for: name them (A2T: the `Plinth-End-User` header; OTC: `context.user_id`); the tool did not run"
     )]
     EndUserRequired(String),
+    /// The call acts with its end user's own account and names no end user.
+    #[error(
+        "`{0}` acts with the own account of the end user the call is made for: name them (A2T: the `Plinth-End-User` header; OTC: `context.user_id`; MCP: `_meta.endUser`, or call with the person's OAuth token); the tool did not run"
+    )]
+    AccountEndUserRequired(String),
     /// The call needs confirmation and brings what cannot wait for it.
     #[error("{0}")]
     CannotWait(String),
@@ -486,6 +491,7 @@ impl InvokeError {
             | InvokeError::OutsideToolset(_)
             | InvokeError::ConfirmationPending(_)
             | InvokeError::EndUserRequired(_)
+            | InvokeError::AccountEndUserRequired(_)
             | InvokeError::CannotWait(_)
             | InvokeError::UnknownEndUser { .. }
             | InvokeError::TooManyPending { .. }
@@ -509,7 +515,7 @@ impl InvokeError {
             InvokeError::Output(OutputError::TooLarge(_)) => "output_too_large",
             InvokeError::OutboundDenied(_) => "outbound_denied",
             InvokeError::ConfirmationPending(_) => "confirmation_pending",
-            InvokeError::EndUserRequired(_) => "end_user_required",
+            InvokeError::EndUserRequired(_) | InvokeError::AccountEndUserRequired(_) => "end_user_required",
             InvokeError::CannotWait(_) => "confirmation_cannot_wait",
             InvokeError::UnknownEndUser { .. } => "unknown_end_user",
             InvokeError::TooManyPending { .. } => "too_many_pending_confirmations",
@@ -539,6 +545,7 @@ impl InvokeError {
             | InvokeError::RateLimited { .. }
             | InvokeError::ConfirmationPending(_)
             | InvokeError::EndUserRequired(_)
+            | InvokeError::AccountEndUserRequired(_)
             | InvokeError::CannotWait(_)
             | InvokeError::UnknownEndUser { .. }
             | InvokeError::TooManyPending { .. }

@@ -2,6 +2,7 @@
 //! from `plugins/` (by `make plugins`), real HTTP on 127.0.0.1.
 
 mod a2t;
+mod authorization;
 mod browser;
 mod catalog;
 mod catalog_browser;

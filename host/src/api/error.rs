@@ -289,7 +289,10 @@ impl From<InvokeError> for ApiError {
             InvokeError::AuthorizationUnavailable(_) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message).retry_after(RETRY_SOON_SECS)
             }
-            InvokeError::EndUserRequired(_) | InvokeError::CannotWait(_) | InvokeError::UnknownEndUser { .. } => {
+            InvokeError::EndUserRequired(_)
+            | InvokeError::AccountEndUserRequired(_)
+            | InvokeError::CannotWait(_)
+            | InvokeError::UnknownEndUser { .. } => {
                 ApiError::bad_request(code, message)
             }
             // Not a `5xx`: a retry at once finds the same calls waiting, and

@@ -344,7 +344,7 @@ impl ToolHost {
                 tokens.push((hosts, token.clone()));
                 continue;
             }
-            let end_user = end_user.ok_or_else(|| InvokeError::EndUserRequired(tool.name.clone()))?;
+            let end_user = end_user.ok_or_else(|| InvokeError::AccountEndUserRequired(tool.name.clone()))?;
             if self.authorizations.provider(&tool.tenant, &need.provider).is_none() {
                 return Err(InvokeError::AuthorizationUnavailable(format!(
                     "`{}` acts with its end user's `{}` account, and tenant `{}` configures no provider `{}`: a publisher must set it (PUT /admin/authorization-providers/{})",
