@@ -26,6 +26,7 @@ mod fleet;
 pub mod oauth;
 mod supply;
 pub use console::{ConsoleEntry, ConsoleFilter, ConsoleOptions, REFUSED, Refusal, Tail, TooManyTails, console_level};
+pub use invoke::RateTaken;
 pub use supply::RegistryOptions;
 mod retention;
 #[cfg(test)]
@@ -265,6 +266,22 @@ pub enum ChangeError {
     /// A confirmation condition was refused.
     #[error(transparent)]
     Condition(#[from] crate::cheq::ConditionError),
+    /// A bound on work done at once is reached (the tenant's share of the
+    /// password-hashing slots); nothing changed, try again shortly.
+    #[error("{0}")]
+    Busy(String),
+    /// The tenant holds as many of these as its quota allows; nothing was
+    /// stored.
+    #[error("{message}")]
+    QuotaExceeded {
+        /// What to do about it.
+        message: String,
+        /// The quota's name (`maxSecrets`, `maxConfigValues`,
+        /// `maxEndUsers`).
+        quota: &'static str,
+        /// Its value.
+        max: u32,
+    },
     /// Persisting failed; nothing changed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -581,6 +598,9 @@ pub struct Call {
     pub front_door: FrontDoor,
     /// Set only for a call its end user confirmed ([`confirmations`]).
     pub confirmed: Option<Confirmed>,
+    /// Set only for a call whose door took its tenant's rate already
+    /// ([`ToolHost::take_rate`]).
+    pub rate: Option<RateTaken>,
     /// Values to redact from everything the call answers and logs, besides
     /// secrets (the `private` inputs the end user entered).
     pub redact: Vec<String>,
@@ -607,6 +627,7 @@ impl Call {
             end_user: None,
             front_door,
             confirmed: None,
+            rate: None,
             redact: Vec::new(),
             trace: None,
             lines: None,

@@ -224,6 +224,10 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             compile_worker: Some(PathBuf::from("/proc/self/exe"))
                 .filter(|exe| exe.exists())
                 .or_else(|| std::env::current_exe().ok()),
+            compile_deadline: Duration::from_secs(args.compile_deadline_secs.max(1)),
+            compile_memory_bytes: Some(args.compile_worker_memory_mib)
+                .filter(|mib| *mib > 0)
+                .map(|mib| mib.saturating_mul(1 << 20)),
             ..RuntimeConfig::default()
         },
         tool_config: parse_tool_config(&args.tool_config)?,
@@ -247,6 +251,8 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
                     .max_password_checks
                     .unwrap_or_else(|| LoginOptions::default().max_concurrent_hashes)
                     .max(1),
+                hashes_per_tenant: args.max_password_checks_per_tenant,
+                hashes_per_address: args.max_password_checks_per_address,
                 user_failures: args.login_lockout_after.max(1),
                 address_failures: args.login_address_lockout_after.max(1),
                 lockout_base: Duration::from_secs(args.login_lockout_secs.max(1)),

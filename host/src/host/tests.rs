@@ -741,7 +741,9 @@ fn lookups_for_a_tenant_that_does_not_exist_never_reach_the_store() {
     let refresh = host.refresh_tokens("nosuch", "plinth_rt_made_up", client, None, None).map(|_| ());
     assert_eq!(refresh.unwrap_err().code, "invalid_client", "a registered client unknown: register again");
     assert!(host.revoke_token("nosuch", "plinth_rt_made_up", client).is_ok());
-    let metadata = serde_json::json!({ "client_name": "x", "redirect_uris": ["http://127.0.0.1:1/cb"], "application_type": "native" });
+    let metadata = serde_json::json!({
+        "client_name": "x", "application_type": "native", "redirect_uris": ["http://127.0.0.1:1/cb"]
+    });
     let registered = host.register_oauth_client("nosuch", &metadata, from).unwrap();
     assert!(registered["client_id"].as_str().is_some_and(|id| id.starts_with("plinth_client_")), "{registered}");
     let unknown = runtime.block_on(host.oauth_client("nosuch", client, from)).map(|_| ()).unwrap_err();
@@ -776,7 +778,9 @@ fn an_access_token_past_its_expiry_or_revoked_grants_nothing() {
 fn open_registration_keeps_a_bounded_number_of_clients_per_tenant() {
     let dir = tempfile::tempdir().unwrap();
     let host = ToolHost::open(options(dir.path())).unwrap();
-    let metadata = serde_json::json!({ "client_name": "x", "redirect_uris": ["http://127.0.0.1/cb"], "application_type": "native" });
+    let metadata = serde_json::json!({
+        "client_name": "x", "application_type": "native", "redirect_uris": ["http://127.0.0.1/cb"]
+    });
     // Each from an address of its own: one address is rated.
     let address = |n: u64| std::net::IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n as u32));
     let mut ids = Vec::new();
@@ -813,7 +817,9 @@ fn open_registration_keeps_a_bounded_number_of_clients_per_tenant() {
 fn one_address_registers_a_few_clients_then_waits() {
     let dir = tempfile::tempdir().unwrap();
     let host = ToolHost::open(options(dir.path())).unwrap();
-    let metadata = serde_json::json!({ "client_name": "x", "redirect_uris": ["http://127.0.0.1/cb"], "application_type": "native" });
+    let metadata = serde_json::json!({
+        "client_name": "x", "application_type": "native", "redirect_uris": ["http://127.0.0.1/cb"]
+    });
     let flooder: std::net::IpAddr = "2001:db8:1::7".parse().unwrap();
     let mut refused = None;
     for n in 0..100u16 {
@@ -831,6 +837,27 @@ fn one_address_registers_a_few_clients_then_waits() {
     assert!(host.register_oauth_client("default", &metadata, "192.0.2.1".parse().unwrap()).is_ok(), "others register");
 }
 
+#[test]
+fn token_requests_are_rated_by_the_ipv6_site_like_registrations_and_logins() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = ToolHost::open(options(dir.path())).unwrap();
+    let mut refused = None;
+    for n in 0..1000u16 {
+        // Each request from another /64 of one /48 site: the same client.
+        let from = std::net::IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, n, 0, 0, 0, 1));
+        if let Err(e) = host.admit_token_request(from) {
+            refused = Some((n, e));
+            break;
+        }
+    }
+    let (n, e) = refused.expect("one site rotating its /64s is rated as one client");
+    assert!(n >= 60, "the burst passes first: {n}");
+    assert_eq!((e.code, e.retry_after.is_some()), ("temporarily_unavailable", true));
+    // Another /64 of that site is refused too; another site is not.
+    assert!(host.admit_token_request("2001:db8:1:ffff::9".parse().unwrap()).is_err());
+    assert!(host.admit_token_request("2001:db8:2::1".parse().unwrap()).is_ok());
+}
+
 /// A tenant with end user alice and a registered client `plinth_client_x`
 /// (registered two days ago) → (host, its data dir, a fresh grant's tokens).
 fn host_with_a_grant() -> (ToolHost, tempfile::TempDir, super::oauth::IssuedTokens) {
@@ -844,7 +871,7 @@ fn host_with_a_grant() -> (ToolHost, tempfile::TempDir, super::oauth::IssuedToke
 /// End user alice and client `plinth_client_x` (registered two days ago).
 fn alice_and_a_client(host: &ToolHost) {
     let audit = crate::tenancy::AuditEntry::new(&Principal::server("test"), Some("default"), "end_user.put", "alice");
-    host.store.put_end_user("default", "alice", "not-a-real-hash", &audit).unwrap();
+    host.store.put_end_user("default", "alice", "not-a-real-hash", &audit, u64::MAX).unwrap();
     let two_days_ago = crate::tenancy::unix_now() - 2 * 24 * 3600;
     assert!(host.store.register_oauth_client("default", "plinth_client_x", "{}", two_days_ago, 10).unwrap());
 }
