@@ -35,6 +35,7 @@ endef
 PLUGIN_OUT := target/plugins
 LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
+INBOX      ?= 127.0.0.1:8091
 DATA       ?= ./plinth-data
 
 .PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients schemathesis openapi screenshots run test check bench bench-smoke wrk peer oci-tools system-packages layers fuzz
@@ -80,12 +81,19 @@ plugins: wasm-target build toolchains
 # stand-in weather service (tests/fake-weather), started here on $(WEATHER)
 # and stopped with the server.
 run: plugins
-	$(CARGO) build --target wasm32-wasip2 --profile plugin -p fixture-echo-v2
+	$(CARGO) build --target wasm32-wasip2 --profile plugin -p fixture-echo-v2 $(addprefix -p ,$(ACCOUNT_PLUGINS))
 	@rm -rf target/run-plugins && mkdir -p target/run-plugins && cp $(PLUGIN_OUT)/*.wasm $(PORTABLE_OUT)/*.wasm target/run-plugins/
 	@./target/debug/plinth pack tests/fixtures/echo-v2 --wasm $(WASM_OUT)/fixture_echo_v2.wasm -o target/run-plugins/echo_v2.wasm
+	@for p in $(ACCOUNT_PLUGINS); do f=$$(echo $$p | tr - _); \
+		./target/debug/plinth pack plugins/$$p --wasm $(WASM_OUT)/$$f.wasm -o target/run-plugins/$$f.wasm || exit 1; done
+	@printf '{"displayName": "Fake Inbox", "issuer": "http://%s", "clientId": "plinth", "clientSecret": "fake-inbox-secret"}\n' \
+		$(INBOX) > target/inbox-provider.json
 	@./target/debug/fake-weather $(WEATHER) & weather=$$!; \
-	trap "kill $$weather 2>/dev/null" EXIT INT TERM; \
+	./target/debug/fake-inbox $(INBOX) --provider --redirect-uri http://$(LISTEN)/connections/callback & inbox=$$!; \
+	trap "kill $$weather $$inbox 2>/dev/null" EXIT INT TERM; \
 	./target/debug/plinth serve --listen $(LISTEN) --data $(DATA) --plugins target/run-plugins \
+		--authorization-provider inbox=target/inbox-provider.json --oauth-allow-http \
+		--tool-config my_inbox.inbox-url=http://$(INBOX) \
 		--tool-config lookup_weather_by_city.backend-url=http://$(WEATHER) \
 		--tool-config get_daily_forecast.backend-url=http://$(WEATHER) \
 		--tool-config daily_forecast.backend-url=http://$(WEATHER) --allow-private-cidr 127.0.0.0/8

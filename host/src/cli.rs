@@ -460,6 +460,19 @@ pub(crate) struct ServeArgs {
         value_name = "[TENANT/]TOOL.KEY=VALUE"
     )]
     pub(crate) tool_config: Vec<String>,
+    /// An end-user authorization provider to set at start, as
+    /// [TENANT/]ID=FILE: FILE is its settings as JSON, as `PUT
+    /// /admin/authorization-providers/{id}` takes them (docs/authorization.md).
+    /// Set (audited) on every start, over what a publisher stored
+    /// (repeatable; in the environment, comma-separated). The tenant
+    /// defaults to `default`.
+    #[arg(
+        long = "authorization-provider",
+        env = "PLINTH_AUTHORIZATION_PROVIDER",
+        value_delimiter = ',',
+        value_name = "[TENANT/]ID=FILE"
+    )]
+    pub(crate) authorization_provider: Vec<String>,
     /// Wall-clock time one invocation may take, in milliseconds.
     #[arg(long, env = "PLINTH_DEADLINE_MS", default_value_t = 5000)]
     pub(crate) deadline_ms: u64,

@@ -752,6 +752,9 @@ impl ToolHost {
         id: &str,
         mut settings: ProviderSettings,
     ) -> Result<(), AuthorizationError> {
+        if self.tenant(tenant).is_none() {
+            return Err(AuthorizationError::NotFound(format!("there is no tenant `{tenant}`")));
+        }
         check_settings(id, &settings, self.authorizations.exchange.allows_http())?;
         let existing = self.authorizations.provider(tenant, id);
         if existing.is_none() && self.authorizations.providers.iter().filter(|p| p.key().0 == tenant).count() >= MAX_PROVIDERS_PER_TENANT {
