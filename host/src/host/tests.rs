@@ -162,7 +162,7 @@ fn confirming(dir: &std::path::Path, policy: crate::cheq::ConfirmationPolicy) ->
     // Confirmed on this server's page: the calls' end user must be one of
     // the tenant's (the hash is never checked here).
     let audit = crate::tenancy::AuditEntry::new(&actor, None, "end_user.put", "ann");
-    host.store.put_end_user(DEFAULT_TENANT, "ann", "unused", &audit).unwrap();
+    host.store.put_end_user(DEFAULT_TENANT, "ann", "unused", &audit, u64::MAX).unwrap();
     (host, tool_id)
 }
 
