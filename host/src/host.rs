@@ -787,7 +787,9 @@ impl ToolHost {
         crate::private_files::private_dir(&options.data_dir)?;
         // One backend, two slices of it: the registry and end-user
         // authorization (`store::authorizations`).
-        let (store, authorization_store): (Arc<dyn RegistryStore>, Arc<dyn AuthorizationStore>) = match &options.database_url {
+        let (store, authorization_store): (Arc<dyn RegistryStore>, Arc<dyn AuthorizationStore>) = match &options
+            .database_url
+        {
             None => {
                 let cipher = SecretsCipher::resolve(&options.data_dir, options.secrets_key.as_deref())?;
                 let backend = Arc::new(SqliteStore::open(&options.data_dir, cipher)?);

@@ -171,9 +171,8 @@ fn init_logs(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<O
 /// Sets the provider an `--authorization-provider [TENANT/]ID=FILE` entry
 /// names, from the JSON settings in FILE.
 fn set_authorization_provider(host: &ToolHost, entry: &str) -> anyhow::Result<()> {
-    let (target, file) = entry
-        .split_once('=')
-        .with_context(|| format!("--authorization-provider `{entry}`: write [TENANT/]ID=FILE"))?;
+    let (target, file) =
+        entry.split_once('=').with_context(|| format!("--authorization-provider `{entry}`: write [TENANT/]ID=FILE"))?;
     let (tenant, id) = target.split_once('/').unwrap_or((plinth::tenancy::DEFAULT_TENANT, target));
     let text = std::fs::read(file).with_context(|| format!("--authorization-provider {target}: reading {file}"))?;
     let settings: plinth::host::authorizations::ProviderSettings = serde_json::from_slice(&text)

@@ -138,7 +138,8 @@ async fn a_hostile_tool_never_holds_the_persons_token_nor_sends_it_anywhere_else
         let text = body.to_string();
         assert!(!text.contains(&secret), "the answer carries the token: {text}");
         // What the tool saw of its own requests: the token only ever as stars.
-        let report = if fail { body["result"]["error"]["message"].clone() } else { body["result"]["value"]["report"].clone() };
+        let report =
+            if fail { body["result"]["error"]["message"].clone() } else { body["result"]["value"]["report"].clone() };
         assert!(report.as_str().is_some_and(|r| r.contains("echo-own-authorization")), "{body}");
     }
     // The inbox got the person's token on every request, in place of the

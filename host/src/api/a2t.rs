@@ -314,9 +314,7 @@ async fn invoke(
             let toolset = caller.toolset.as_ref().map(|t| t.name.as_str());
             Ok(super::links::uri_pack(options, &pending, toolset))
         }
-        Err(e @ InvokeError::AuthorizationRequired { .. }) => {
-            Ok(super::links::authorization_required(options, &e))
-        }
+        Err(e @ InvokeError::AuthorizationRequired { .. }) => Ok(super::links::authorization_required(options, &e)),
         outcome => Ok(answer(outcome, &call_id, number)),
     }
 }

@@ -292,9 +292,7 @@ impl From<InvokeError> for ApiError {
             InvokeError::EndUserRequired(_)
             | InvokeError::AccountEndUserRequired(_)
             | InvokeError::CannotWait(_)
-            | InvokeError::UnknownEndUser { .. } => {
-                ApiError::bad_request(code, message)
-            }
+            | InvokeError::UnknownEndUser { .. } => ApiError::bad_request(code, message),
             // Not a `5xx`: a retry at once finds the same calls waiting, and
             // the draft's executor would retry it blindly; this tells the
             // LLM (or the person) to have the waiting ones decided first.

@@ -6,8 +6,8 @@
 //! used by the OAuth endpoints and the access check in front of MCP.
 
 use super::{ApiError, ApiOptions, Caller, pages};
-use crate::host::oauth::SCOPES;
 use crate::host::authorizations::PendingAuthorization;
+use crate::host::oauth::SCOPES;
 use crate::host::{InvokeError, MAX_END_USER_CHARS, PendingConfirmation, is_end_user_name};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};

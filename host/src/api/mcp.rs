@@ -731,12 +731,19 @@ impl McpDoor {
                 })
                 .collect();
             let first = links.first().map_or(String::new(), |l| l.1.clone());
-            return Err(ErrorData::new(ErrorCode(URL_ELICITATION_REQUIRED), message(&first), Some(json!({ "elicitations": elicitations }))));
+            return Err(ErrorData::new(
+                ErrorCode(URL_ELICITATION_REQUIRED),
+                message(&first),
+                Some(json!({ "elicitations": elicitations })),
+            ));
         }
         let mut data = Map::new();
         data.insert("authorization".into(), super::links::authorization_challenges(&self.options, pending));
         let urls: Vec<&str> = links.iter().map(|l| l.1.as_str()).collect();
-        let text = format!("{e} Give the person this link to grant it: {}. Once they have, make the same call again.", urls.join(" and "));
+        let text = format!(
+            "{e} Give the person this link to grant it: {}. Once they have, make the same call again.",
+            urls.join(" and ")
+        );
         Ok(error_result("authorization_required", &text, data).into())
     }
 

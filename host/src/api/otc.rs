@@ -404,7 +404,10 @@ fn context_authorizations(context: &Map<String, Value>) -> Result<BTreeMap<Strin
             return Err(malformed("each of `context.authorization` must be an object with string `id` and `token`"));
         };
         // Attached as a Bearer header: printable ASCII only.
-        if token.is_empty() || token.len() > MAX_SUPPLIED_TOKEN_BYTES || !token.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+        if token.is_empty()
+            || token.len() > MAX_SUPPLIED_TOKEN_BYTES
+            || !token.bytes().all(|b| (0x21..0x7f).contains(&b))
+        {
             return Err(malformed(format!(
                 "the token for `{id}` must be 1 to {MAX_SUPPLIED_TOKEN_BYTES} printable ASCII characters without spaces"
             )));

@@ -64,7 +64,10 @@ impl PersonToken {
                 }
             }
         }
-        http::Response::from_parts(parts, Scrubbed { inner: body, token: self.raw.clone(), held: Vec::new(), done: false })
+        http::Response::from_parts(
+            parts,
+            Scrubbed { inner: body, token: self.raw.clone(), held: Vec::new(), done: false },
+        )
     }
 }
 
@@ -107,7 +110,9 @@ impl<B: Body<Data = Bytes> + Unpin> Body for Scrubbed<B> {
         let this = &mut *self;
         loop {
             if this.done {
-                return Poll::Ready((!this.held.is_empty()).then(|| Ok(Frame::data(Bytes::from(std::mem::take(&mut this.held))))));
+                return Poll::Ready(
+                    (!this.held.is_empty()).then(|| Ok(Frame::data(Bytes::from(std::mem::take(&mut this.held))))),
+                );
             }
             match Pin::new(&mut this.inner).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
@@ -184,7 +189,10 @@ pub mod fuzzing {
         impl Body for Frames {
             type Data = Bytes;
             type Error = std::convert::Infallible;
-            fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            fn poll_frame(
+                mut self: Pin<&mut Self>,
+                _: &mut Context<'_>,
+            ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
                 Poll::Ready(self.0.pop_front().map(|data| Ok(Frame::data(data))))
             }
         }
@@ -223,7 +231,10 @@ mod tests {
         type Data = Bytes;
         type Error = std::convert::Infallible;
 
-        fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
             Poll::Ready(self.0.pop_front().map(|data| Ok(Frame::data(data))))
         }
     }
