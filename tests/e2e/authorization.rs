@@ -174,3 +174,99 @@ async fn a_hostile_tool_never_holds_the_persons_token_nor_sends_it_anywhere_else
     let database = std::fs::read(server.data.path().join("registry.sqlite3")).unwrap();
     assert!(!database.windows(secret.len()).any(|w| w == secret.as_bytes()), "the store kept a supplied token");
 }
+
+/// A server serving my_inbox, with the provider `inbox` set from its file
+/// (`--authorization-provider`) at `issuer`.
+async fn inbox_server(inbox_url: &str, issuer: &str) -> (Server, tempfile::TempDir) {
+    let files = tempfile::tempdir().unwrap();
+    let settings = files.path().join("inbox.json");
+    let provider = json!({ "displayName": "Fake Inbox", "issuer": issuer, "clientId": "plinth", "clientSecret": "fake-inbox-secret" });
+    std::fs::write(&settings, provider.to_string()).unwrap();
+    let provider_flag = format!("inbox={}", settings.display());
+    let config = format!("my_inbox.inbox-url={inbox_url}");
+    let server = Server::start(&[
+        "--allow-private-cidr",
+        "127.0.0.0/8",
+        "--oauth-allow-http",
+        "--authorization-provider",
+        &provider_flag,
+        "--tool-config",
+        &config,
+    ]);
+    let (status, body) = server.deploy(fixture("my_inbox.wasm"), "").await;
+    assert!(status == 200 || status == 201, "{body}");
+    (server, files)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_without_its_persons_grant_answers_each_door_its_own_challenge_and_runs_nothing() {
+    let (inbox_url, inbox) = fake_inbox::spawn(|url| fake_inbox::Options::new(url)).await.unwrap();
+    let (server, _files) = inbox_server(&inbox_url, &inbox_url).await;
+    let id = server.tool_id("my_inbox").await;
+    let link_of = |url: &str| url.rsplit('/').next().unwrap().to_string();
+
+    // A2T: 403 authorization_required, the challenge beside the error and
+    // in a Link header.
+    let response = server
+        .request(Method::POST, &format!("/tools/{id}:invoke"))
+        .header("plinth-end-user", "alice")
+        .json(&crate::support::invocation("my_inbox", &[("unread_only", json!(false))]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    let link_header = response.headers().get("link").map(|v| v.to_str().unwrap().to_string());
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "authorization_required", "{body}");
+    let challenge = &body["error"]["authorization"][0];
+    assert_eq!((challenge["provider"].as_str(), &challenge["scopes"]), (Some("inbox"), &json!(["inbox.read"])), "{body}");
+    let url = challenge["url"].as_str().unwrap().to_string();
+    assert!(url.starts_with(&format!("{}/connections/", server.base)), "{url}");
+    assert_eq!(challenge["checkUrl"].as_str().unwrap(), format!("{url}/status"));
+    assert_eq!(link_header, Some(format!("<{url}>; rel=\"authorization\"")));
+    assert!(body["error"]["message"].as_str().unwrap().contains("alice"), "{body}");
+
+    // OTC: the errata's missing_requirements.authorization; the same
+    // person gets the same pending link.
+    let context = json!({ "user_id": "alice" });
+    let (status, body) = otc_call(&server, "MyInbox", json!({ "unread_only": false }), context).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("missing_requirements")), "{body}");
+    let challenge = &body["missing_requirements"]["authorization"][0];
+    assert_eq!(challenge["id"], "inbox", "{body}");
+    assert_eq!(challenge["url"].as_str().unwrap(), url, "the pending link is answered again");
+    assert_eq!(challenge["check_url"].as_str().unwrap(), format!("{url}/status"));
+    // Another person gets a link of their own.
+    let (_, bobs) = otc_call(&server, "MyInbox", json!({ "unread_only": false }), json!({ "user_id": "bob" })).await;
+    let bobs_url = bobs["missing_requirements"]["authorization"][0]["url"].as_str().unwrap().to_string();
+    assert_ne!(link_of(&bobs_url), link_of(&url));
+
+    // MCP, 2026-07-28 with URL elicitation: input_required with a URL
+    // elicitation to the same link, no state to carry.
+    let alice = json!({ "endUser": "alice" });
+    let answer = crate::mcp::Mcp::modern(&server).call("my_inbox", json!({ "unread_only": false }), alice.clone()).await;
+    let result = &answer["result"];
+    assert_eq!(result["resultType"], "input_required", "{answer}");
+    let request = &result["inputRequests"]["authorization:inbox"];
+    assert_eq!((request["method"].as_str(), request["params"]["mode"].as_str()), (Some("elicitation/create"), Some("url")), "{answer}");
+    assert_eq!(request["params"]["url"].as_str().unwrap(), url, "{answer}");
+    assert!(result.get("requestState").is_none_or(Value::is_null), "{answer}");
+    // A client that declined to open it ends the call.
+    let declined = json!({ "authorization:inbox": { "action": "decline" } });
+    let (_, answer) = crate::mcp::Mcp::modern(&server)
+        .request("tools/call", json!({ "name": "my_inbox", "arguments": { "unread_only": false }, "inputResponses": declined }), alice.clone())
+        .await;
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert_eq!(answer["result"]["_meta"]["code"], "authorization_declined", "{answer}");
+    // 2025-11-25: error -32042 with the URL elicitation.
+    let answer = crate::mcp::Mcp::legacy(&server).call("my_inbox", json!({ "unread_only": false }), alice.clone()).await;
+    assert_eq!(answer["error"]["code"], -32042, "{answer}");
+    assert_eq!(answer["error"]["data"]["elicitations"][0]["url"].as_str().unwrap(), url, "{answer}");
+    // A client that opens no URL: a tool error giving the link.
+    let answer = crate::mcp::Mcp::without_urls(&server).call("my_inbox", json!({ "unread_only": false }), alice).await;
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert_eq!(answer["result"]["_meta"]["code"], "authorization_required", "{answer}");
+    assert!(answer["result"]["content"][0]["text"].as_str().unwrap().contains(&url), "{answer}");
+
+    // Nothing ran: the API was never called.
+    assert!(inbox.seen().is_empty(), "{:?}", inbox.seen());
+}
