@@ -387,7 +387,7 @@ impl ToolHost {
     /// The person's grant for `need`, usable now: holding its scopes, and
     /// refreshed when it is about to expire. `None`: they must follow a
     /// link (none, too few scopes, the refresh refused).
-    async fn usable_grant(
+    pub(super) async fn usable_grant(
         &self,
         tenant: &str,
         end_user: &str,
