@@ -558,6 +558,19 @@ pub(crate) struct ServeArgs {
         value_name = "[TENANT/]TOOL.KEY=VALUE"
     )]
     pub(crate) tool_config: Vec<String>,
+    /// An end-user authorization provider to set at start, as
+    /// [TENANT/]ID=FILE: FILE is its settings as JSON, as `PUT
+    /// /admin/authorization-providers/{id}` takes them (docs/authorization.md).
+    /// Set (audited) on every start, over what a publisher stored
+    /// (repeatable; in the environment, comma-separated). The tenant
+    /// defaults to `default`.
+    #[arg(
+        long = "authorization-provider",
+        env = "PLINTH_AUTHORIZATION_PROVIDER",
+        value_delimiter = ',',
+        value_name = "[TENANT/]ID=FILE"
+    )]
+    pub(crate) authorization_provider: Vec<String>,
     /// Wall-clock time one invocation may take, in milliseconds.
     #[arg(long, env = "PLINTH_DEADLINE_MS", default_value_t = 5000)]
     pub(crate) deadline_ms: u64,
@@ -646,9 +659,21 @@ pub(crate) struct ServeArgs {
     pub(crate) confirmation_ttl_secs: u64,
     /// Password hashes (end-user logins to the confirmation page, password
     /// changes) computed at once; a login beyond that answers 503 at once
-    /// (default: one per core). Each costs 19 MiB while it runs.
+    /// (default: one per core, at least 2). Each costs 19 MiB while it runs.
     #[arg(long, env = "PLINTH_MAX_PASSWORD_CHECKS")]
     pub(crate) max_password_checks: Option<usize>,
+    /// Of the password hashes at once, the most one tenant's logins and
+    /// password sets hold (made-up tenants together count as one); beyond
+    /// it they answer 503 at once (default: half of --max-password-checks,
+    /// at least 1).
+    #[arg(long, env = "PLINTH_MAX_PASSWORD_CHECKS_PER_TENANT")]
+    pub(crate) max_password_checks_per_tenant: Option<usize>,
+    /// Of the password hashes at once, the most logins from one client
+    /// address (an IPv6 /48) hold; beyond it they answer 503 at once and
+    /// count as failed logins of that address (default: half of
+    /// --max-password-checks, at least 1).
+    #[arg(long, env = "PLINTH_MAX_PASSWORD_CHECKS_PER_ADDRESS")]
+    pub(crate) max_password_checks_per_address: Option<usize>,
     /// Failed confirmation-page logins of one user name (per tenant) before
     /// it is locked out; each further failure doubles the lockout. Catalog
     /// sign-ins with one key id count the same way, in a table of their own.
@@ -778,6 +803,17 @@ pub(crate) struct ServeArgs {
     /// slot before its body is read); more answer 503 with Retry-After.
     #[arg(long, env = "PLINTH_MAX_CONCURRENT_DEPLOYS", default_value_t = plinth::host::DEFAULT_MAX_CONCURRENT_DEPLOYS)]
     pub(crate) max_concurrent_deploys: usize,
+    /// Seconds a compile worker (the process that compiles a deployed
+    /// component) may take before it is killed; the deploy (or first call)
+    /// then answers 503 `compile_unavailable` and nothing is kept.
+    #[arg(long, env = "PLINTH_COMPILE_DEADLINE_SECS", default_value_t = 300)]
+    pub(crate) compile_deadline_secs: u64,
+    /// A compile worker's data limit (RLIMIT_DATA: its heap and private
+    /// mappings), in MiB; 0 for none. Compiling a Python or JavaScript tool
+    /// needs about 1 GiB. The worker is the kernel's first choice when
+    /// memory runs out, whatever this is.
+    #[arg(long, env = "PLINTH_COMPILE_WORKER_MEMORY_MIB", default_value_t = 4096)]
+    pub(crate) compile_worker_memory_mib: u64,
     /// Seconds a version goes uncalled before its linked code is let go;
     /// its next call links it again from the compiled cache (milliseconds).
     #[arg(long, env = "PLINTH_IDLE_UNLINK_SECS", default_value_t = 600)]

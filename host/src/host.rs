@@ -26,6 +26,7 @@ mod fleet;
 pub mod oauth;
 mod supply;
 pub use console::{ConsoleEntry, ConsoleFilter, ConsoleOptions, REFUSED, Refusal, Tail, TooManyTails, console_level};
+pub use invoke::RateTaken;
 pub use supply::RegistryOptions;
 mod retention;
 #[cfg(test)]
@@ -265,6 +266,22 @@ pub enum ChangeError {
     /// A confirmation condition was refused.
     #[error(transparent)]
     Condition(#[from] crate::cheq::ConditionError),
+    /// A bound on work done at once is reached (the tenant's share of the
+    /// password-hashing slots); nothing changed, try again shortly.
+    #[error("{0}")]
+    Busy(String),
+    /// The tenant holds as many of these as its quota allows; nothing was
+    /// stored.
+    #[error("{message}")]
+    QuotaExceeded {
+        /// What to do about it.
+        message: String,
+        /// The quota's name (`maxSecrets`, `maxConfigValues`,
+        /// `maxEndUsers`).
+        quota: &'static str,
+        /// Its value.
+        max: u32,
+    },
     /// Persisting failed; nothing changed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -362,6 +379,11 @@ pub enum InvokeError {
         "`{0}` needs the confirmation of the end user the call is made for: name them (A2T: the `Plinth-End-User` header; OTC: `context.user_id`); the tool did not run"
     )]
     EndUserRequired(String),
+    /// The call acts with its end user's own account and names no end user.
+    #[error(
+        "`{0}` acts with the own account of the end user the call is made for: name them (A2T: the `Plinth-End-User` header; OTC: `context.user_id`; MCP: `_meta.endUser`, or call with the person's OAuth token); the tool did not run"
+    )]
+    AccountEndUserRequired(String),
     /// The call needs confirmation and brings what cannot wait for it.
     #[error("{0}")]
     CannotWait(String),
@@ -486,6 +508,7 @@ impl InvokeError {
             | InvokeError::OutsideToolset(_)
             | InvokeError::ConfirmationPending(_)
             | InvokeError::EndUserRequired(_)
+            | InvokeError::AccountEndUserRequired(_)
             | InvokeError::CannotWait(_)
             | InvokeError::UnknownEndUser { .. }
             | InvokeError::TooManyPending { .. }
@@ -509,7 +532,7 @@ impl InvokeError {
             InvokeError::Output(OutputError::TooLarge(_)) => "output_too_large",
             InvokeError::OutboundDenied(_) => "outbound_denied",
             InvokeError::ConfirmationPending(_) => "confirmation_pending",
-            InvokeError::EndUserRequired(_) => "end_user_required",
+            InvokeError::EndUserRequired(_) | InvokeError::AccountEndUserRequired(_) => "end_user_required",
             InvokeError::CannotWait(_) => "confirmation_cannot_wait",
             InvokeError::UnknownEndUser { .. } => "unknown_end_user",
             InvokeError::TooManyPending { .. } => "too_many_pending_confirmations",
@@ -539,6 +562,7 @@ impl InvokeError {
             | InvokeError::RateLimited { .. }
             | InvokeError::ConfirmationPending(_)
             | InvokeError::EndUserRequired(_)
+            | InvokeError::AccountEndUserRequired(_)
             | InvokeError::CannotWait(_)
             | InvokeError::UnknownEndUser { .. }
             | InvokeError::TooManyPending { .. }
@@ -574,6 +598,9 @@ pub struct Call {
     pub front_door: FrontDoor,
     /// Set only for a call its end user confirmed ([`confirmations`]).
     pub confirmed: Option<Confirmed>,
+    /// Set only for a call whose door took its tenant's rate already
+    /// ([`ToolHost::take_rate`]).
+    pub rate: Option<RateTaken>,
     /// Values to redact from everything the call answers and logs, besides
     /// secrets (the `private` inputs the end user entered).
     pub redact: Vec<String>,
@@ -600,6 +627,7 @@ impl Call {
             end_user: None,
             front_door,
             confirmed: None,
+            rate: None,
             redact: Vec::new(),
             trace: None,
             lines: None,
@@ -759,7 +787,9 @@ impl ToolHost {
         crate::private_files::private_dir(&options.data_dir)?;
         // One backend, two slices of it: the registry and end-user
         // authorization (`store::authorizations`).
-        let (store, authorization_store): (Arc<dyn RegistryStore>, Arc<dyn AuthorizationStore>) = match &options.database_url {
+        let (store, authorization_store): (Arc<dyn RegistryStore>, Arc<dyn AuthorizationStore>) = match &options
+            .database_url
+        {
             None => {
                 let cipher = SecretsCipher::resolve(&options.data_dir, options.secrets_key.as_deref())?;
                 let backend = Arc::new(SqliteStore::open(&options.data_dir, cipher)?);

@@ -179,6 +179,21 @@ fn init_logs(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<O
     Ok(Some(export))
 }
 
+/// Sets the provider an `--authorization-provider [TENANT/]ID=FILE` entry
+/// names, from the JSON settings in FILE.
+fn set_authorization_provider(host: &ToolHost, entry: &str) -> anyhow::Result<()> {
+    let (target, file) =
+        entry.split_once('=').with_context(|| format!("--authorization-provider `{entry}`: write [TENANT/]ID=FILE"))?;
+    let (tenant, id) = target.split_once('/').unwrap_or((plinth::tenancy::DEFAULT_TENANT, target));
+    let text = std::fs::read(file).with_context(|| format!("--authorization-provider {target}: reading {file}"))?;
+    let settings: plinth::host::authorizations::ProviderSettings = serde_json::from_slice(&text)
+        .with_context(|| format!("--authorization-provider {target}: {file} is not a provider's settings"))?;
+    host.put_authorization_provider(&Principal::server("--authorization-provider"), tenant, id, settings)
+        .with_context(|| format!("--authorization-provider {target}"))?;
+    tracing::info!(tenant, provider = id, "set an authorization provider from its file");
+    Ok(())
+}
+
 /// `[TENANT/]TOOL.KEY=VALUE` entries → per-(tenant, tool) maps.
 fn parse_tool_config(entries: &[String]) -> anyhow::Result<ToolConfig> {
     let mut config = ToolConfig::new();
@@ -235,6 +250,10 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
             compile_worker: Some(PathBuf::from("/proc/self/exe"))
                 .filter(|exe| exe.exists())
                 .or_else(|| std::env::current_exe().ok()),
+            compile_deadline: Duration::from_secs(args.compile_deadline_secs.max(1)),
+            compile_memory_bytes: Some(args.compile_worker_memory_mib)
+                .filter(|mib| *mib > 0)
+                .map(|mib| mib.saturating_mul(1 << 20)),
             ..RuntimeConfig::default()
         },
         tool_config: parse_tool_config(&args.tool_config)?,
@@ -258,6 +277,8 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
                     .max_password_checks
                     .unwrap_or_else(|| LoginOptions::default().max_concurrent_hashes)
                     .max(1),
+                hashes_per_tenant: args.max_password_checks_per_tenant,
+                hashes_per_address: args.max_password_checks_per_address,
                 user_failures: args.login_lockout_after.max(1),
                 address_failures: args.login_address_lockout_after.max(1),
                 lockout_base: Duration::from_secs(args.login_lockout_secs.max(1)),
@@ -306,6 +327,9 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     let host = ToolHost::open(options).with_context(|| format!("opening the data dir {}", args.data.display()))?;
     if args.operator_key.as_deref().is_none_or(str::is_empty) && !host.has_operator_key() {
         create_operator_key(&host, &args.data)?;
+    }
+    for entry in args.authorization_provider.iter().filter(|e| !e.trim().is_empty()) {
+        set_authorization_provider(&host, entry)?;
     }
     if let Some(dir) = &args.plugins {
         deploy_dir(&host, dir)?;

@@ -101,7 +101,8 @@ pub fn is_provider_id(id: &str) -> bool {
 /// A valid OAuth scope token (RFC 6749 §3.3: printable ASCII but space,
 /// `"` and `\\`), at most 128 bytes.
 pub fn is_scope(scope: &str) -> bool {
-    (1..=128).contains(&scope.len()) && scope.bytes().all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
+    (1..=128).contains(&scope.len())
+        && scope.bytes().all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
 }
 
 /// The publisher's claims about a tool, published as MCP tool annotations
@@ -333,7 +334,9 @@ impl ToolManifest {
         for need in &self.authorization {
             let provider = &need.provider;
             if !is_provider_id(provider) {
-                return refuse(format!("provider `{provider}`: use 1 to 64 lowercase letters, digits, `_` or `-`, starting with a letter"));
+                return refuse(format!(
+                    "provider `{provider}`: use 1 to 64 lowercase letters, digits, `_` or `-`, starting with a letter"
+                ));
             }
             if !providers.insert(provider.as_str()) {
                 return refuse(format!("provider `{provider}` is named twice: one entry per provider"));
@@ -342,14 +345,20 @@ impl ToolManifest {
                 return refuse(format!("provider `{provider}`: at most {MAX_SCOPES} scopes"));
             }
             if let Some(bad) = need.scopes.iter().find(|s| !is_scope(s)) {
-                return refuse(format!("provider `{provider}`: scope `{bad}` is not an OAuth scope (printable ASCII without spaces, quotes or backslashes, at most 128 bytes)"));
+                return refuse(format!(
+                    "provider `{provider}`: scope `{bad}` is not an OAuth scope (printable ASCII without spaces, quotes or backslashes, at most 128 bytes)"
+                ));
             }
             if need.hosts.is_empty() {
-                return refuse(format!("provider `{provider}`: `hosts` must name the hosts whose requests carry the person's token"));
+                return refuse(format!(
+                    "provider `{provider}`: `hosts` must name the hosts whose requests carry the person's token"
+                ));
             }
             for host in &need.hosts {
                 if !self.allowed_hosts.contains(host) {
-                    return refuse(format!("provider `{provider}`: host `{host}` is not one of `allowed-hosts` (write it the same way there)"));
+                    return refuse(format!(
+                        "provider `{provider}`: host `{host}` is not one of `allowed-hosts` (write it the same way there)"
+                    ));
                 }
                 if !hosts.insert(host.as_str()) {
                     return refuse(format!("host `{host}` is named by two providers: a request's token must be one"));

@@ -169,6 +169,17 @@ pub struct Quotas {
     /// signed CHEQ. A call whose would be larger is refused (`413
     /// confirmation_too_large`) and nothing is stored.
     pub max_confirmation_bytes: u64,
+    /// Secrets stored, registry credentials included (each up to 64 KiB,
+    /// kept sealed in the store and in every replica's memory). Past it a
+    /// new id is refused; an existing one can always be set again.
+    pub max_secrets: u32,
+    /// Config values stored, over all the tenant's tools (deployed or
+    /// not yet). Past it a new (tool, key) is refused; an existing one can
+    /// always be set again.
+    pub max_config_values: u32,
+    /// End users of the built-in confirmation server. Past it a new name is
+    /// refused; an existing one's password can always be set again.
+    pub max_end_users: u32,
 }
 
 impl Default for Quotas {
@@ -191,6 +202,9 @@ impl Default for Quotas {
             max_stored_confirmations: 100_000,
             max_stored_confirmation_bytes: 256 << 20,
             max_confirmation_bytes: 128 << 10,
+            max_secrets: 1_000,
+            max_config_values: 2_000,
+            max_end_users: 10_000,
         }
     }
 }
@@ -404,6 +418,9 @@ impl Quotas {
             ("maxStoredConfirmations", quotas.max_stored_confirmations),
             ("maxStoredConfirmationBytes", quotas.max_stored_confirmation_bytes),
             ("maxConfirmationBytes", quotas.max_confirmation_bytes),
+            ("maxSecrets", u64::from(quotas.max_secrets)),
+            ("maxConfigValues", u64::from(quotas.max_config_values)),
+            ("maxEndUsers", u64::from(quotas.max_end_users)),
         ]
         .into_iter()
         .find(|(_, v)| *v == 0);

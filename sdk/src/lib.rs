@@ -196,11 +196,19 @@ pub mod http {
     pub struct Response {
         /// The HTTP status code.
         pub status: u16,
+        /// The response headers, names in lower case, in order (values
+        /// that are not UTF-8 lossily).
+        pub headers: Vec<(String, String)>,
         /// The response body.
         pub body: Vec<u8>,
     }
 
     impl Response {
+        /// The first value of header `name` (any case).
+        pub fn header(&self, name: &str) -> Option<&str> {
+            self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        }
+
         /// Whether the status is 2xx.
         pub fn is_success(&self) -> bool {
             (200..300).contains(&self.status)
@@ -287,10 +295,16 @@ pub mod http {
             }
         };
         let status = response.status();
+        let headers = response
+            .headers()
+            .entries()
+            .into_iter()
+            .map(|(name, value)| (name.to_ascii_lowercase(), String::from_utf8_lossy(&value).into_owned()))
+            .collect();
         let incoming = response.consume().map_err(|_| err("response body unavailable"))?;
         let body = read_all(&incoming).map_err(|e| HttpError(format!("{e} ({url})")))?;
         drop(IncomingBody::finish(incoming));
-        Ok(Response { status, body })
+        Ok(Response { status, headers, body })
     }
 
     fn read_all(body: &IncomingBody) -> Result<Vec<u8>, String> {
@@ -307,6 +321,19 @@ pub mod http {
         }
         drop(stream);
         Ok(out)
+    }
+
+    /// Percent-encodes `value` for a URL's query (RFC 3986: unreserved
+    /// characters stay as they are), e.g. `encode("Omaha, NE")` is
+    /// `Omaha%2C%20NE`.
+    pub fn encode(value: &str) -> String {
+        value
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
     }
 
     /// `http://host:port/path?q` → (scheme, "host:port", "/path?q").

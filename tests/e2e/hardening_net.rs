@@ -111,6 +111,87 @@ async fn a_flood_of_anonymous_logins_is_bounded_and_others_keep_working() {
     assert!(peak_mib < LOGIN_FLOOD_PEAK_MIB, "the server peaked at {peak_mib} MiB during the flood ({counts:?})");
 }
 
+/// One tenant's publisher setting passwords as fast as it can (eight
+/// loops at once) takes its tenant's share of the hashing slots and no
+/// more: another tenant's end user keeps logging in, and is never locked
+/// out by refusals that were not their doing. (Before, a password set
+/// waited for a slot, and tokio gave every freed slot to the waiting sets
+/// first: each of the other tenant's logins was refused `503 login_busy`,
+/// counted as a failure of its address, and the 20th locked it.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_publisher_setting_passwords_in_a_loop_takes_no_other_tenants_logins() {
+    let server = Server::start(&["--max-password-checks", "2"]);
+    server.create_tenant("a", json!({})).await;
+    server.create_tenant("b", json!({})).await;
+    let (_, a_publisher) = server.create_key(Some("a"), "publisher").await;
+    let (_, b_publisher) = server.create_key(Some("b"), "publisher").await;
+    let password = json!({ "password": "carol-password" });
+    let (status, body) =
+        server.call_as(Some(&b_publisher), Method::PUT, "/t/b/admin/end-users/carol", Some(&password)).await;
+    assert_eq!(status, 204, "{body}");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (set, busy) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let base = server.base.clone();
+    let flood: Vec<_> = (0..8)
+        .map(|i| {
+            let (stop, set, busy, key, base) =
+                (stop.clone(), set.clone(), busy.clone(), a_publisher.clone(), base.clone());
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                let url = format!("{base}/t/a/admin/end-users/user{i}");
+                while !stop.load(Ordering::Relaxed) {
+                    let response = client
+                        .put(&url)
+                        .bearer_auth(&key)
+                        .json(&json!({ "password": "a-password-of-a" }))
+                        .send()
+                        .await
+                        .unwrap();
+                    let status = response.status().as_u16();
+                    let retry_after = response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
+                    let body: Value = response.json().await.unwrap_or(Value::Null);
+                    match status {
+                        204 => set.fetch_add(1, Ordering::Relaxed),
+                        // Its tenant's share is taken: refused at once.
+                        503 => {
+                            assert_eq!(body["error"]["code"], "busy", "{body}");
+                            assert_eq!(retry_after.as_deref(), Some("1"));
+                            busy.fetch_add(1, Ordering::Relaxed)
+                        }
+                        other => panic!("a password set was answered {other}: {body}"),
+                    };
+                }
+            })
+        })
+        .collect();
+    // The flood is under way...
+    while set.load(Ordering::Relaxed) < 4 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // ...and the other tenant's end user logs in, again and again, from an
+    // address of their own.
+    let carol = client_from("127.0.0.2");
+    let url = format!("{}/t/b/cheq/login", server.base);
+    let mut answers = Vec::new();
+    for _ in 0..30 {
+        let (status, headers, _) =
+            post_form(&carol, &url, &[("user", "carol"), ("password", "carol-password"), ("resource_uri", "")]).await;
+        answers.push((status, header(&headers, "plinth-error-code").map(str::to_string)));
+    }
+    let still_setting = set.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    for task in flood {
+        tokio::time::timeout(GUARD, task).await.expect("a password set hung").unwrap();
+    }
+    assert!(answers.iter().all(|(status, _)| *status == 303), "tenant b's logins: {answers:?}");
+    assert!(still_setting > 4, "the flood kept setting passwords meanwhile");
+    // Never locked: carol's address counted none of a's doing.
+    let (status, headers, page) =
+        post_form(&carol, &url, &[("user", "carol"), ("password", "carol-password"), ("resource_uri", "")]).await;
+    assert_eq!((status, header(&headers, "plinth-error-code")), (303, None), "{page}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn repeated_wrong_passwords_lock_the_user_out_until_the_lockout_ends() {
     let (server, _plugins) = confirming_server(&[

@@ -4,6 +4,7 @@
 mod a2t;
 mod authorization;
 mod authorization_browser;
+mod authorization_doors;
 mod authorization_support;
 mod browser;
 mod catalog;
@@ -20,6 +21,7 @@ mod fleet;
 mod hardening_dns;
 mod hardening_net;
 mod hardening_oauth;
+mod inbox_provider;
 mod mcp;
 mod mcp_conformance;
 mod mcp_inspector;

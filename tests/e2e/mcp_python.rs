@@ -9,7 +9,7 @@
 //! the checks are here, so a failure shows what the SDK saw.
 
 use crate::browser::{self, Browser};
-use crate::mcp_support::venv_python;
+use crate::mcp_support::{OidcProvider, free_port, venv_python};
 use crate::support::{Server, TOKEN, fixture, plugins_dir};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -664,47 +664,10 @@ async fn an_oauth_token_for_a_toolsets_mcp_url_opens_that_toolset_only() {
     }
 }
 
-/// A real OpenID provider (oidc-provider, tests/mcp-clients/oidc/provider.mjs)
-/// on a free loopback port, ended on drop: its issuer URL.
-struct IdentityProvider {
-    child: Child,
-    issuer: String,
-    /// Its stdout, kept open: a write to a closed pipe would end it.
-    _stdout: BufReader<std::process::ChildStdout>,
-}
-
-impl IdentityProvider {
-    fn start() -> IdentityProvider {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp-clients/oidc/provider.mjs");
-        let clients = crate::mcp_support::clients_dir();
-        let mut child = Command::new(crate::mcp_support::node())
-            .arg(script)
-            .arg(&clients)
-            .arg(port.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("node runs the identity provider: run `make mcp-clients`");
-        let mut first = String::new();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        stdout.read_line(&mut first).unwrap();
-        let started: Value = serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}: {first}"));
-        IdentityProvider { child, issuer: started["issuer"].as_str().unwrap().to_string(), _stdout: stdout }
-    }
-}
-
-impl Drop for IdentityProvider {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_sdks_oauth_client_gets_its_token_from_a_tenants_identity_provider() {
-    let provider = IdentityProvider::start();
+    // A real OpenID provider (tests/mcp-clients/oidc/provider.mjs).
+    let provider = OidcProvider::start("provider.mjs", free_port(), &[]);
     let server = Server::start(&["--oauth-allow-http", "--allow-private-cidr", "127.0.0.0/8"]);
     server.create_tenant("acme", json!({})).await;
     let echo = std::fs::read(plugins_dir().join("echo.wasm")).unwrap();

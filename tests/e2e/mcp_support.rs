@@ -12,6 +12,54 @@ use std::process::Command;
 
 use crate::support::Server;
 
+/// An OAuth provider that a Node script of tests/mcp-clients/oidc/ runs
+/// (oidc-provider) on 127.0.0.1: it prints `{"issuer": …}` once it listens,
+/// and ends when dropped.
+pub struct OidcProvider {
+    child: std::process::Child,
+    /// Its issuer URL.
+    pub issuer: String,
+    /// Its stdout, kept open: a write to a closed pipe would end it.
+    _stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl OidcProvider {
+    /// Runs `tests/mcp-clients/oidc/{script} CLIENTS_DIR PORT ARGS…`.
+    pub fn start(script: &str, port: u16, args: &[&str]) -> OidcProvider {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp-clients/oidc").join(script);
+        let mut child = Command::new(node())
+            .arg(&script)
+            .arg(clients_dir())
+            .arg(port.to_string())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("node runs the provider: run `make mcp-clients`");
+        let mut first = String::new();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut first).unwrap();
+        let started: serde_json::Value =
+            serde_json::from_str(&first).unwrap_or_else(|e| panic!("{}: {e}: {first:?}", script.display()));
+        OidcProvider { child, issuer: started["issuer"].as_str().unwrap().to_string(), _stdout: stdout }
+    }
+}
+
+impl Drop for OidcProvider {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port of 127.0.0.1 free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 /// target/mcp-clients (`make mcp-clients` fills it).
 pub fn clients_dir() -> PathBuf {
     let dir = std::env::var_os("PLINTH_TEST_MCP_CLIENTS")

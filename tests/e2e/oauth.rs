@@ -116,7 +116,13 @@ impl<'a> Flow<'a> {
 
     /// Signs alice in and allows → the code.
     async fn code(&self, client_id: &str) -> String {
-        match self.sign_in(&self.request(client_id, REDIRECT), "alice", "alice-password", "allow").await {
+        self.code_with(&self.request(client_id, REDIRECT)).await
+    }
+
+    /// Signs alice in for the authorization request `query` and allows →
+    /// the code.
+    async fn code_with(&self, query: &[(String, String)]) -> String {
+        match self.sign_in(query, "alice", "alice-password", "allow").await {
             SentBack::Client(fields) => fields["code"].clone(),
             other => panic!("no code: {other:?}"),
         }
@@ -148,6 +154,17 @@ impl<'a> Flow<'a> {
 
     pub async fn refresh(&self, client_id: &str, refresh_token: &str) -> (u16, Value) {
         self.token(&[("grant_type", "refresh_token"), ("refresh_token", refresh_token), ("client_id", client_id)]).await
+    }
+
+    /// Tokens for alice for `resource` (another MCP URL than the root's),
+    /// from a fresh client → the token response.
+    async fn tokens_for(&self, resource: &str) -> Value {
+        let client_id = self.register(&[REDIRECT]).await;
+        let mut query = self.request(&client_id, REDIRECT);
+        query.retain(|(k, _)| k != "resource");
+        query.push(("resource".into(), resource.into()));
+        let code = self.code_with(&query).await;
+        self.exchange(&client_id, &code).await
     }
 
     /// Tokens for alice, from a fresh client → (client id, token response).
@@ -352,6 +369,33 @@ async fn a_token_works_only_at_the_mcp_url_of_the_tenant_it_was_issued_for() {
     // A token is never handed to a tool: the echo of every header a tool
     // could see is in the sandbox tests; here, its text is not in any log.
     assert!(!server.logs().contains(access), "the token was logged");
+}
+
+/// A token works only at the exact MCP URL it was issued for: one for a
+/// toolset's MCP URL opens that URL and not the toolset's pinned roots
+/// (`…/toolsets/travel@1/mcp`), which take a key scoped to the toolset
+/// (docs/toolsets.md). (Before, the pin was dropped before the token's
+/// resource was compared, and the token opened every pinned root.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_toolsets_token_opens_its_exact_mcp_url_and_not_the_toolsets_pinned_roots() {
+    let (server, _plugins) = confirming_server(&[]).await;
+    let travel = json!({ "description": "", "tools": [{ "name": "echo" }] });
+    assert_eq!(server.call_as(Some(TOKEN), Method::PUT, "/admin/toolsets/travel", Some(&travel)).await.0, 201);
+    let resource = format!("{}/t/default/toolsets/travel/mcp", server.base);
+    let tokens = Flow::new(&server, "/t/default").tokens_for(&resource).await;
+    let access = tokens["access_token"].as_str().unwrap();
+    let (status, _, listed) = list_with(&server, "/t/default/toolsets/travel", access).await;
+    assert_eq!(status, 200, "{listed}");
+    // The pinned root is another URL: refused, saying which one the token opens.
+    let (status, _, refused) = list_with(&server, "/t/default/toolsets/travel@1", access).await;
+    assert_eq!((status, &refused["error"]["code"]), (403, &json!("outside_toolset")), "{refused}");
+    assert_eq!(refused["error"]["toolset"], "travel", "{refused}");
+    // A key scoped to the toolset opens it there.
+    let scoped = json!({ "tenant": "default", "role": "consumer", "toolset": "travel" });
+    let (status, key) = server.call_as(Some(TOKEN), Method::POST, "/admin/keys", Some(&scoped)).await;
+    assert_eq!(status, 201, "{key}");
+    let (status, _, listed) = list_with(&server, "/t/default/toolsets/travel@1", key["key"].as_str().unwrap()).await;
+    assert_eq!(status, 200, "{listed}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1075,7 +1119,7 @@ async fn what_a_stranger_sees(
         (
             "registration",
             http.post(format!("{root}/oauth/register")).json(&json!({
-                "client_name": "Prober", "redirect_uris": [REDIRECT], "application_type": "native",
+                "client_name": "Prober", "application_type": "native", "redirect_uris": [REDIRECT],
                 "token_endpoint_auth_method": "none"
             })),
         ),

@@ -391,6 +391,54 @@ pub async fn weather_backend() -> (String, fake_weather::Counter) {
     (url, counter)
 }
 
+/// A call over its tenant's rate is refused before its `call_id` is
+/// claimed: it writes nothing to the store, and is answered as one without
+/// a call id is. (Before, its claim was written — an fsynced write on
+/// SQLite's one writer — and then released, a second write, for every
+/// refused call.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_over_the_rate_writes_nothing_for_its_call_id() {
+    let server = Server::start(&[]);
+    // Every claim the server writes is counted by a trigger of the test's.
+    server.execute_sql(
+        "CREATE TABLE test_claims (call_id TEXT);
+         CREATE TRIGGER test_claims AFTER INSERT ON idempotent_calls
+         BEGIN INSERT INTO test_claims VALUES (new.call_id); END;",
+    );
+    let slow = json!({ "quotas": { "invocationsPerSecond": 1, "invocationBurst": 1 } });
+    let (status, body) = server.call_as(Some(TOKEN), Method::PATCH, "/admin/tenants/default", Some(&slow)).await;
+    assert_eq!(status, 200, "{body}");
+    let echo = |call_id: &str| request_with_id(call_id, "Default.Echo", json!({ "text": "hi" }));
+    // Fresh call ids until the rate refuses one.
+    let (mut ran, mut refused) = (0, None);
+    for i in 0..50 {
+        let answer = call(&server, "/otc/tools/call", &echo(&format!("call-{i}"))).await;
+        match answer.status {
+            200 => ran += 1,
+            503 => {
+                refused = Some((format!("call-{i}"), answer));
+                break;
+            }
+            other => panic!("answered {other}: {}", answer.body),
+        }
+    }
+    let (refused_id, refused) = refused.expect("the rate refused a call");
+    assert_eq!(refused.body["code"], "rate_limited", "{}", refused.body);
+    // Only the calls that ran were claimed.
+    assert_eq!(server.stored_count("SELECT count(*) FROM test_claims"), ran, "a refused call's id was claimed");
+    assert_eq!(server.stored_count("SELECT count(*) FROM idempotent_calls"), ran);
+    // Answered as a call without a call id over the rate is.
+    let without = call(&server, "/otc/tools/call", &request("Default.Echo", json!({ "text": "hi" }))).await;
+    assert_eq!((without.status, &without.body["code"]), (503, &refused.body["code"]), "{}", without.body);
+    // Its call id is free: once the rate allows, it runs.
+    let fast = json!({ "quotas": { "invocationsPerSecond": 1000, "invocationBurst": 2000 } });
+    let (status, body) = server.call_as(Some(TOKEN), Method::PATCH, "/admin/tenants/default", Some(&fast)).await;
+    assert_eq!(status, 200, "{body}");
+    let retried = call(&server, "/otc/tools/call", &echo(&refused_id)).await;
+    assert_eq!((retried.status, retried.replayed), (200, false), "{}", retried.body);
+    assert_eq!(retried.body["result"]["value"]["text"], "hi", "{}", retried.body);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_retried_call_id_runs_the_tool_once() {
     let (url, backend_calls) = weather_backend().await;

@@ -406,3 +406,79 @@ async fn the_data_dir_is_private_and_a_stored_secret_is_in_no_file_of_it() {
     assert_eq!(report(&server).await, "api-key=[redacted]; undeclared-key=none");
     assert!(!server.data.path().join("secrets.key").exists());
 }
+
+/// What a publisher can make every replica keep in memory and the store
+/// keep for good is bounded by its tenant's quotas: secrets (registry
+/// credentials are secrets), config values and end users, each refused past
+/// its quota with `409 quota_exceeded` naming it and nothing stored; a value
+/// it has can always be set again. A config value is audited by its size
+/// and sha256, never whole. (Before, none of them had a bound, and every
+/// config value was copied whole into the append-only audit log.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_keeps_at_most_its_quotas_of_secrets_config_values_and_end_users() {
+    let server = Server::start(&[]);
+    let tenant = server.create_tenant("acme", json!({ "maxSecrets": 2, "maxConfigValues": 2, "maxEndUsers": 1 })).await;
+    assert_eq!(
+        (&tenant["quotas"]["maxSecrets"], &tenant["quotas"]["maxConfigValues"], &tenant["quotas"]["maxEndUsers"]),
+        (&json!(2), &json!(2), &json!(1)),
+        "{tenant}"
+    );
+    let (status, default) = server.get("/admin/tenants/default").await;
+    assert_eq!(status, 200, "{default}");
+    assert_eq!(default["quotas"]["maxSecrets"], 1000, "{default}");
+    let (_, publisher) = server.create_key(Some("acme"), "publisher").await;
+    let put_text = |path: &str, value: &str| {
+        let request =
+            server.request_as(Some(&publisher), Method::PUT, &format!("/t/acme/admin{path}")).body(value.to_string());
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let put_json = |path: &str, body: Value| {
+        let path = format!("/t/acme/admin{path}");
+        let (server, publisher) = (&server, publisher.clone());
+        async move { server.call_as(Some(&publisher), Method::PUT, &path, Some(&body)).await }
+    };
+    let refused = |(status, body): (u16, Value), quota: &str, max: u32| {
+        assert_eq!((status, body["error"]["code"].as_str()), (409, Some("quota_exceeded")), "{body}");
+        assert_eq!(body["error"][quota], max, "{body}");
+    };
+
+    // Secrets: registry credentials take a place too.
+    assert_eq!(put_text("/secrets/one", "v1").await.0, 204);
+    let credentials = json!({ "username": "ci", "password": "registry-password" });
+    assert_eq!(put_json("/registries/registry.example", credentials.clone()).await.0, 204);
+    refused(put_text("/secrets/two", "v2").await, "maxSecrets", 2);
+    refused(put_json("/registries/other.example", credentials).await, "maxSecrets", 2);
+    assert_eq!(put_text("/secrets/one", "v1-again").await.0, 204, "one it has is set again");
+    let (_, secrets) = server.call_as(Some(&publisher), Method::GET, "/t/acme/admin/secrets", None).await;
+    assert_eq!(secrets["items"], json!([{ "id": "one" }]), "{secrets}");
+
+    // Config values, over every tool's, deployed or not.
+    assert_eq!(put_text("/config/echo/k1", "a-config-value").await.0, 204);
+    assert_eq!(put_text("/config/other/k1", "x").await.0, 204);
+    refused(put_text("/config/echo/k2", "x").await, "maxConfigValues", 2);
+    assert_eq!(put_text("/config/echo/k1", "another-config-value").await.0, 204);
+
+    // End users.
+    assert_eq!(put_json("/end-users/alice", json!({ "password": "alice-password" })).await.0, 204);
+    refused(put_json("/end-users/bob", json!({ "password": "bob-password" })).await, "maxEndUsers", 1);
+    assert_eq!(put_json("/end-users/alice", json!({ "password": "alice-password-2" })).await.0, 204);
+
+    // The audit log has the stored changes only, and no config value.
+    let (status, log) = server.call_as(Some(&publisher), Method::GET, "/admin/audit", None).await;
+    assert_eq!(status, 200, "{log}");
+    let actions: Vec<&str> = log["items"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
+    let count = |action: &str| actions.iter().filter(|a| **a == action).count();
+    assert_eq!(
+        (count("secret.put"), count("registry-credentials.put"), count("config.put"), count("end_user.put")),
+        (2, 1, 3, 2),
+        "{actions:?}"
+    );
+    let config_put = log["items"].as_array().unwrap().iter().find(|e| e["action"] == "config.put").unwrap();
+    assert_eq!(config_put["target"], "echo.k1", "{config_put}");
+    let sha = format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(b"another-config-value"));
+    assert_eq!(config_put["detail"], json!({ "bytes": 20, "sha256": sha }), "{config_put}");
+    assert!(!log.to_string().contains("config-value"), "a config value reached the audit log: {log}");
+}

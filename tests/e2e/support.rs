@@ -255,6 +255,14 @@ impl Server {
         db.query_row(query, [], |row| row.get(0)).unwrap()
     }
 
+    /// Runs `sql` on the server's database beside it: a test counting what
+    /// the server writes installs its own triggers so.
+    pub fn execute_sql(&self, sql: &str) {
+        let db = rusqlite::Connection::open(self.data.path().join("registry.sqlite3")).unwrap();
+        db.busy_timeout(Duration::from_secs(30)).unwrap();
+        db.execute_batch(sql).unwrap();
+    }
+
     /// What the server logged so far.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -255,6 +255,7 @@ pub(super) async fn list_registries(State(host): State<AppState>, Extension(call
     responses(
         (status = 204, description = "Stored"),
         (status = 400, description = "`invalid_json`, `invalid_request`: not a registry name, or an empty user name", body = schemas::ErrorBody),
+        (status = 409, description = "`quota_exceeded`: new credentials would pass the tenant's `maxSecrets` (credentials are secrets); nothing stored", body = schemas::ErrorBody),
         schemas::StorageFailed,
     ))]
 pub(super) async fn put_registry(
@@ -371,6 +372,7 @@ fn text_value(body: Bytes, code: &'static str) -> Result<String, ApiError> {
     responses(
         (status = 204, description = "Stored"),
         (status = 400, description = "`invalid_secret_id`, `invalid_secret_value`, `invalid_request`", body = schemas::ErrorBody),
+        (status = 409, description = "`quota_exceeded`: a new id past the tenant's `maxSecrets` (registry credentials included); an existing one can always be set again; nothing stored", body = schemas::ErrorBody),
         schemas::StorageFailed,
     ))]
 pub(super) async fn put_secret(
@@ -423,6 +425,7 @@ pub(super) async fn list_secrets(
     responses(
         (status = 204, description = "Set"),
         (status = 400, description = "`invalid_tool_name`, `invalid_config_key`, `invalid_config_value`, `invalid_request`", body = schemas::ErrorBody),
+        (status = 409, description = "`quota_exceeded`: a new (tool, key) past the tenant's `maxConfigValues`; an existing one can always be set again; nothing stored", body = schemas::ErrorBody),
         schemas::StorageFailed,
     ))]
 pub(super) async fn put_config(

@@ -203,7 +203,8 @@ pub async fn authorize(access: Access, scope: Scope, mut request: Request, next:
             Some(principal) => Some(principal),
             None if is_token(bearer) => {
                 let seen = *oauth_seen.insert(oauth());
-                match token_principal(&host, seen, bearer).await {
+                let pinned = toolset_root.as_ref().and_then(|r| r.version);
+                match token_principal(&host, seen, pinned, bearer).await {
                     Ok(principal) => principal,
                     Err(error) => return error.into_response(),
                 }
@@ -241,19 +242,23 @@ fn is_token(bearer: &str) -> bool {
 }
 
 /// The principal of an OAuth access token: valid, issued by the tenant's
-/// authorization server for the MCP URL it is presented at (the default
-/// tenant's `/mcp` and `/t/default/mcp` are two URLs: a token is for the
-/// one it was asked for), and presented there (`oauth` is `Some` only at
-/// the MCP URL of a tenant whose authorization server is on). Anywhere
-/// else a token is no credential: A2T, OTC and the admin API take keys.
+/// authorization server for the MCP URL it is presented at, compared whole
+/// (the default tenant's `/mcp` and `/t/default/mcp` are two URLs: a token
+/// is for the one it was asked for; a toolset's pinned root
+/// `…/toolsets/{name}@{n}/mcp`, `pinned`, is another URL than the
+/// toolset's, for which no token is issued: it takes a scoped key), and
+/// presented there (`oauth` is `Some` only at the MCP URL of a tenant
+/// whose authorization server is on). Anywhere else a token is no
+/// credential: A2T, OTC and the admin API take keys.
 async fn token_principal(
     host: &AppState,
     oauth: Option<(&ApiOptions, OAuthRoot<'_>)>,
+    pinned: Option<u32>,
     token: &str,
 ) -> Result<Option<Principal>, ApiError> {
     let Some((options, root)) = oauth else { return Ok(None) };
     let tenant = root.tenant;
-    let resource = super::links::mcp_resource(options, root);
+    let resource = super::links::presented_mcp_url(options, root, pinned);
     let unreadable =
         |e: crate::store::StoreError| ApiError::storage_failed(format!("the token could not be checked: {e}"));
     let grant = host.token_grant(tenant, token, &resource).await.map_err(unreadable)?;

@@ -437,7 +437,8 @@ pub(super) async fn evidence(
     responses(
         (status = 204, description = "Set"),
         (status = 400, description = "`invalid_end_user`, `invalid_json`, `invalid_request`", body = schemas::ErrorBody),
-        (status = 503, description = "`login_busy`, `storage_failed`", body = schemas::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 409, description = "`quota_exceeded`: the tenant has `maxEndUsers` end users (a new name is refused; a password of an existing one can always be set)", body = schemas::ErrorBody),
+        (status = 503, description = "`busy`: the tenant's share of the password-hashing slots is in use, refused at once; `storage_failed`", body = schemas::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
     ))]
 pub(super) async fn put_end_user(
     State(host): State<AppState>,

@@ -290,9 +290,10 @@ impl From<InvokeError> for ApiError {
             InvokeError::AuthorizationUnavailable(_) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message).retry_after(RETRY_SOON_SECS)
             }
-            InvokeError::EndUserRequired(_) | InvokeError::CannotWait(_) | InvokeError::UnknownEndUser { .. } => {
-                ApiError::bad_request(code, message)
-            }
+            InvokeError::EndUserRequired(_)
+            | InvokeError::AccountEndUserRequired(_)
+            | InvokeError::CannotWait(_)
+            | InvokeError::UnknownEndUser { .. } => ApiError::bad_request(code, message),
             // Not a `5xx`: a retry at once finds the same calls waiting, and
             // the draft's executor would retry it blindly; this tells the
             // LLM (or the person) to have the waiting ones decided first.
@@ -334,6 +335,8 @@ impl From<DeployError> for ApiError {
             DeployError::Package(PackageError::Signature(DeriveError::Confirmation(
                 condition @ ConditionError::TooCostly(_),
             ))) => ApiError { message: e.to_string(), ..condition.clone().into() },
+            // Every compilation slot stayed taken: nothing was deployed.
+            DeployError::Load(crate::runtime::LoadError::Busy) => ApiError::busy(e.to_string()),
             // The server's own trouble compiling, not the component's.
             DeployError::Load(crate::runtime::LoadError::Unavailable(_)) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "compile_unavailable", e.to_string())
@@ -468,6 +471,10 @@ impl From<ChangeError> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, "version_pinned_by_toolset", message).with("toolsets", toolsets)
             }
             ChangeError::Condition(e) => e.into(),
+            ChangeError::Busy(message) => ApiError::busy(message),
+            ChangeError::QuotaExceeded { message, quota, max } => {
+                ApiError::new(StatusCode::CONFLICT, "quota_exceeded", message).with(quota, max)
+            }
             ChangeError::Store(_) => {
                 tracing::error!(error = %e, "a change failed in the store");
                 ApiError::storage_failed(

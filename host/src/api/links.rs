@@ -220,6 +220,17 @@ pub fn mcp_resource(options: &ApiOptions, root: Root<'_>) -> String {
     }
 }
 
+/// The MCP URL a request came to under `root`: the toolset's pinned root
+/// `…/toolsets/{name}@{n}/mcp` when it was reached by a pin, else
+/// [`mcp_resource`]. A token works only where its resource is this URL,
+/// compared whole; no token is issued for a pinned root.
+pub fn presented_mcp_url(options: &ApiOptions, root: Root<'_>, pinned: Option<u32>) -> String {
+    match (root.toolset, pinned) {
+        (Some(toolset), Some(n)) => format!("{}/toolsets/{toolset}@{n}/mcp", issuer(options, root)),
+        _ => mcp_resource(options, root),
+    }
+}
+
 /// The toolset whose MCP URL `resource` is, under `root`'s issuer (the
 /// name only: whether it is live is the caller's to check).
 pub fn toolset_of_resource<'r>(options: &ApiOptions, root: Root<'_>, resource: &'r str) -> Option<&'r str> {

@@ -1057,6 +1057,15 @@ pub(super) fn call_result(outcome: Result<ToolResult, InvokeError>) -> Result<Ca
             let code = if matches!(e, InvokeError::Retired(_)) { "version_retired" } else { "unknown_tool" };
             Err(rpc_error(ErrorCode::INVALID_PARAMS.0, e.to_string(), code, Map::new()))
         }
+        Err(InvokeError::AccountEndUserRequired(tool)) => Err(rpc_error(
+            ErrorCode::INVALID_PARAMS.0,
+            format!(
+                "`{tool}` acts with the own account of the end user the call is made for: name them in _meta.{} (or the Plinth-End-User header), or call with the person's OAuth token; the tool did not run",
+                meta::END_USER
+            ),
+            "end_user_required",
+            Map::new(),
+        )),
         Err(InvokeError::EndUserRequired(tool)) => Err(rpc_error(
             ErrorCode::INVALID_PARAMS.0,
             format!(

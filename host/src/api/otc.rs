@@ -500,11 +500,17 @@ async fn run_call(
     request: CallRequest,
 ) -> Result<Response, ApiError> {
     let call_id = request.call_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let mut call = Call::new(input, FrontDoor::Otc);
+    call.call_id = call_id.clone();
     // A call id the server made up cannot be retried, so only the caller's
     // are claimed.
     let ticket = match &request.call_id {
         None => None,
         Some(id) => {
+            // The tenant's rate first: a call over it is refused before its
+            // claim is written (and released: two writes on the store's one
+            // writer for a call that never runs).
+            call.rate = Some(host.take_rate(&tool, &version, &call)?);
             let key = CallKey { tenant, caller: key_id, call_id: id.clone() };
             match host.claim_call(&key, &request.sha256()).await.map_err(storage_failed)? {
                 Claim::Run(ticket) => Some(ticket),
@@ -543,8 +549,6 @@ async fn run_call(
     }
     let has_outputs = !version.signature.outputs.is_empty();
     let started = std::time::Instant::now();
-    let mut call = Call::new(input, FrontDoor::Otc);
-    call.call_id = call_id.clone();
     call.secrets = request.secrets;
     call.authorizations = request.authorizations;
     call.end_user = request.end_user;

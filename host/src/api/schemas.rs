@@ -895,6 +895,21 @@ pub struct QuotaChange {
     /// Versions per tool, retired ones included.
     #[schema(minimum = 1)]
     pub max_versions_per_tool: Option<u32>,
+    /// Call ids remembered for retries.
+    #[schema(minimum = 1)]
+    pub max_recorded_calls: Option<u64>,
+    /// Bytes of recorded responses kept for retries.
+    #[schema(minimum = 1)]
+    pub max_recorded_call_bytes: Option<u64>,
+    /// Secrets stored, registry credentials included.
+    #[schema(minimum = 1)]
+    pub max_secrets: Option<u32>,
+    /// Config values stored, over all the tenant's tools.
+    #[schema(minimum = 1)]
+    pub max_config_values: Option<u32>,
+    /// End users of the built-in confirmation server.
+    #[schema(minimum = 1)]
+    pub max_end_users: Option<u32>,
 }
 
 /// An API key as stored (never the key itself).

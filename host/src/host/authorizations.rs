@@ -97,8 +97,16 @@ pub struct ProviderSettings {
 
 /// The parameters of an authorization request Plinth sets itself: a
 /// provider's `authorizationParameters` may not name them.
-const OWN_PARAMETERS: [&str; 8] =
-    ["response_type", "client_id", "redirect_uri", "scope", "state", "code_challenge", "code_challenge_method", "resource"];
+const OWN_PARAMETERS: [&str; 8] = [
+    "response_type",
+    "client_id",
+    "redirect_uri",
+    "scope",
+    "state",
+    "code_challenge",
+    "code_challenge_method",
+    "resource",
+];
 
 /// Why a provider setting, a link or a grant was refused.
 #[derive(Debug, thiserror::Error)]
@@ -293,11 +301,17 @@ fn check_settings(id: &str, settings: &ProviderSettings, allow_http: bool) -> Re
     if settings.client_secret.as_ref().is_some_and(|s| s.is_empty() || s.len() > 4096) {
         return invalid("`clientSecret` must be 1 to 4096 characters".into());
     }
-    if settings.display_name.as_ref().is_some_and(|n| n.trim().is_empty() || n.chars().count() > 100 || n.chars().any(char::is_control)) {
+    if settings
+        .display_name
+        .as_ref()
+        .is_some_and(|n| n.trim().is_empty() || n.chars().count() > 100 || n.chars().any(char::is_control))
+    {
         return invalid("`displayName` must be 1 to 100 characters, without control characters".into());
     }
     if settings.issuer.is_none() && (settings.authorization_endpoint.is_none() || settings.token_endpoint.is_none()) {
-        return invalid("give `issuer` (its metadata names the endpoints), or `authorizationEndpoint` and `tokenEndpoint`".into());
+        return invalid(
+            "give `issuer` (its metadata names the endpoints), or `authorizationEndpoint` and `tokenEndpoint`".into(),
+        );
     }
     for (field, url) in [
         ("issuer", &settings.issuer),
@@ -307,7 +321,8 @@ fn check_settings(id: &str, settings: &ProviderSettings, allow_http: bool) -> Re
         ("resource", &settings.resource),
     ] {
         if let Some(url) = url {
-            exchange::check_url(url, allow_http).map_err(|why| AuthorizationError::InvalidProvider(format!("`{field}`: {why}")))?;
+            exchange::check_url(url, allow_http)
+                .map_err(|why| AuthorizationError::InvalidProvider(format!("`{field}`: {why}")))?;
         }
     }
     if settings.authorization_parameters.len() > 16 {
@@ -318,7 +333,9 @@ fn check_settings(id: &str, settings: &ProviderSettings, allow_http: bool) -> Re
             return invalid(format!("`authorizationParameters` may not set `{name}`: Plinth sets it"));
         }
         if name.is_empty() || name.len() > 64 || value.len() > 1024 {
-            return invalid("an authorization parameter's name must be 1 to 64 characters and its value at most 1,024".into());
+            return invalid(
+                "an authorization parameter's name must be 1 to 64 characters and its value at most 1,024".into(),
+            );
         }
     }
     Ok(())
@@ -350,7 +367,7 @@ impl ToolHost {
                 tokens.push((hosts, token.clone()));
                 continue;
             }
-            let end_user = end_user.ok_or_else(|| InvokeError::EndUserRequired(tool.name.clone()))?;
+            let end_user = end_user.ok_or_else(|| InvokeError::AccountEndUserRequired(tool.name.clone()))?;
             if self.authorizations.provider(&tool.tenant, &need.provider).is_none() {
                 return Err(InvokeError::AuthorizationUnavailable(format!(
                     "`{}` acts with its end user's `{}` account, and tenant `{}` configures no provider `{}`: a publisher must set it (PUT /admin/authorization-providers/{})",
@@ -365,14 +382,18 @@ impl ToolHost {
         if pending.is_empty() {
             Ok(tokens)
         } else {
-            Err(InvokeError::AuthorizationRequired { tool: tool.name.clone(), end_user: end_user.unwrap_or_default().to_string(), pending })
+            Err(InvokeError::AuthorizationRequired {
+                tool: tool.name.clone(),
+                end_user: end_user.unwrap_or_default().to_string(),
+                pending,
+            })
         }
     }
 
     /// The person's grant for `need`, usable now: holding its scopes, and
     /// refreshed when it is about to expire. `None`: they must follow a
     /// link (none, too few scopes, the refresh refused).
-    async fn usable_grant(
+    pub(super) async fn usable_grant(
         &self,
         tenant: &str,
         end_user: &str,
@@ -383,8 +404,9 @@ impl ToolHost {
         let grant = match cached {
             Some(grant) => grant,
             None => {
-                let stored = crate::store::off_the_workers(|| self.authorizations.store.grant(tenant, end_user, &need.provider))
-                    .map_err(|e| InvokeError::Storage(e.to_string()))?;
+                let stored =
+                    crate::store::off_the_workers(|| self.authorizations.store.grant(tenant, end_user, &need.provider))
+                        .map_err(|e| InvokeError::Storage(e.to_string()))?;
                 match stored {
                     Some(grant) => self.authorizations.remember(grant),
                     None => return Ok(None),
@@ -429,11 +451,15 @@ impl ToolHost {
                 break Ok(Some(self.authorizations.remember(current)));
             }
             let until = now + REFRESH_CLAIM.as_secs() as i64;
-            if crate::store::off_the_workers(|| store.claim_refresh(tenant, end_user, provider, until, now)).map_err(storage)? {
+            if crate::store::off_the_workers(|| store.claim_refresh(tenant, end_user, provider, until, now))
+                .map_err(storage)?
+            {
                 let refreshed = self.refresh_now(&current).await;
                 // The claim's `until` is its token: a holder that outlived
                 // it never releases the claim of whoever took over.
-                if let Err(e) = crate::store::off_the_workers(|| store.release_refresh(tenant, end_user, provider, until)) {
+                if let Err(e) =
+                    crate::store::off_the_workers(|| store.release_refresh(tenant, end_user, provider, until))
+                {
                     tracing::warn!(tenant, end_user, provider, error = %e, "a refresh claim was not given back; it lapses on its own");
                 }
                 break refreshed;
@@ -469,22 +495,38 @@ impl ToolHost {
                     updated_at: now.max(grant.updated_at + 1),
                     ..grant.clone()
                 };
-                let replaced = crate::store::off_the_workers(|| self.authorizations.store.replace_refreshed(&fresh, grant.updated_at))
-                    .map_err(storage)?;
+                let replaced = crate::store::off_the_workers(|| {
+                    self.authorizations.store.replace_refreshed(&fresh, grant.updated_at)
+                })
+                .map_err(storage)?;
                 self.authorizations.forget(tenant, end_user, provider_id);
                 if replaced {
                     return Ok(Some(self.authorizations.remember(fresh)));
                 }
-                let current = crate::store::off_the_workers(|| self.authorizations.store.grant(tenant, end_user, provider_id))
-                    .map_err(storage)?;
+                let current =
+                    crate::store::off_the_workers(|| self.authorizations.store.grant(tenant, end_user, provider_id))
+                        .map_err(storage)?;
                 Ok(current.map(|g| self.authorizations.remember(g)))
             }
             Err(exchange::ExchangeError::Refused(why)) => {
-                tracing::info!(tenant, end_user, provider = provider_id, why, "a refresh was refused: the grant is removed");
-                let audit = AuditEntry::new(&Principal::server("token refresh"), Some(tenant), "authorization.refresh_refused", format!("{end_user}/{provider_id}"))
-                    .detail(json!({ "endUser": end_user, "provider": provider_id, "why": why }));
-                crate::store::off_the_workers(|| self.authorizations.store.delete_grant(tenant, end_user, provider_id, &audit))
-                    .map_err(storage)?;
+                tracing::info!(
+                    tenant,
+                    end_user,
+                    provider = provider_id,
+                    why,
+                    "a refresh was refused: the grant is removed"
+                );
+                let audit = AuditEntry::new(
+                    &Principal::server("token refresh"),
+                    Some(tenant),
+                    "authorization.refresh_refused",
+                    format!("{end_user}/{provider_id}"),
+                )
+                .detail(json!({ "endUser": end_user, "provider": provider_id, "why": why }));
+                crate::store::off_the_workers(|| {
+                    self.authorizations.store.delete_grant(tenant, end_user, provider_id, &audit)
+                })
+                .map_err(storage)?;
                 self.authorizations.forget(tenant, end_user, provider_id);
                 Ok(None)
             }
@@ -555,7 +597,11 @@ impl ToolHost {
             scopes: scopes_of(&link.scopes),
             tool: asked["tool"].as_str().unwrap_or_default().to_string(),
             version: asked["version"].as_u64().and_then(|v| u32::try_from(v).ok()).unwrap_or_default(),
-            state: if link.state == LinkState::Pending && link.expires_at <= unix_now() { LinkState::Failed } else { link.state },
+            state: if link.state == LinkState::Pending && link.expires_at <= unix_now() {
+                LinkState::Failed
+            } else {
+                link.state
+            },
             error: if link.state == LinkState::Pending && link.expires_at <= unix_now() {
                 Some("the link expired: call the tool again for a new one".into())
             } else {
@@ -588,12 +634,13 @@ impl ToolHost {
             return Err(AuthorizationError::NotYours);
         }
         if link.state != LinkState::Pending || link.expires_at <= unix_now() {
-            return Err(AuthorizationError::Gone("this link was followed already, or expired: call the tool again for a new one".into()));
+            return Err(AuthorizationError::Gone(
+                "this link was followed already, or expired: call the tool again for a new one".into(),
+            ));
         }
-        let provider = self
-            .authorizations
-            .provider(tenant, &link.provider)
-            .ok_or_else(|| AuthorizationError::Gone(format!("the provider `{}` is no longer configured", link.provider)))?;
+        let provider = self.authorizations.provider(tenant, &link.provider).ok_or_else(|| {
+            AuthorizationError::Gone(format!("the provider `{}` is no longer configured", link.provider))
+        })?;
         let settings = settings_of(&provider);
         let document = self.authorizations.exchange.document(&provider).await?;
         let mut url = reqwest::Url::parse(&document.authorization_endpoint)
@@ -631,7 +678,11 @@ impl ToolHost {
         callback: &str,
         query: &exchange::CallbackQuery,
     ) -> Result<LinkView, AuthorizationError> {
-        let gone = || AuthorizationError::Gone("this sign-in was finished already, or its link expired: call the tool again for a new one".into());
+        let gone = || {
+            AuthorizationError::Gone(
+                "this sign-in was finished already, or its link expired: call the tool again for a new one".into(),
+            )
+        };
         if self.tenant(tenant).is_none() {
             return Err(gone());
         }
@@ -640,7 +691,9 @@ impl ToolHost {
         let link = crate::store::off_the_workers(|| self.authorizations.store.take_link(tenant, &state_sha256, now))?
             .ok_or_else(gone)?;
         let fail = |why: String| -> Result<LinkView, AuthorizationError> {
-            crate::store::off_the_workers(|| self.authorizations.store.finish_link(tenant, &link.id, LinkState::Failed, Some(&why)))?;
+            crate::store::off_the_workers(|| {
+                self.authorizations.store.finish_link(tenant, &link.id, LinkState::Failed, Some(&why))
+            })?;
             self.authorization_link_view(tenant, &link.id)
         };
         if link.end_user != end_user {
@@ -651,7 +704,11 @@ impl ToolHost {
             return fail(format!("the provider `{}` is no longer configured", link.provider));
         };
         if let Some(error) = &query.error {
-            return fail(format!("{} answered `{}`: nothing was granted", provider_name(&provider), exchange::quoted(error)));
+            return fail(format!(
+                "{} answered `{}`: nothing was granted",
+                provider_name(&provider),
+                exchange::quoted(error)
+            ));
         }
         let document = match self.authorizations.exchange.document(&provider).await {
             Ok(document) => document,
@@ -661,19 +718,30 @@ impl ToolHost {
         // any other issuer is a mix-up (a code of another provider).
         match (&query.iss, &document.issuer) {
             (Some(iss), Some(issuer)) if iss != issuer => {
-                return fail(format!("the sign-in came back from another issuer than {}'s: nothing was granted", provider_name(&provider)));
+                return fail(format!(
+                    "the sign-in came back from another issuer than {}'s: nothing was granted",
+                    provider_name(&provider)
+                ));
             }
             (None, Some(_)) if document.iss_in_response => {
-                return fail(format!("{} did not say who it is (`iss`): nothing was granted", provider_name(&provider)));
+                return fail(format!(
+                    "{} did not say who it is (`iss`): nothing was granted",
+                    provider_name(&provider)
+                ));
             }
-            (Some(_), None) => return fail("an `iss` came back from a provider configured without an issuer: nothing was granted".into()),
+            (Some(_), None) => {
+                return fail(
+                    "an `iss` came back from a provider configured without an issuer: nothing was granted".into(),
+                );
+            }
             _ => {}
         }
         let Some(code) = &query.code else { return fail("the sign-in came back without a code".into()) };
-        let answer = match self.authorizations.exchange.redeem(&provider, &document, code, callback, &link.verifier).await {
-            Ok(answer) => answer,
-            Err(e) => return fail(e.to_string()),
-        };
+        let answer =
+            match self.authorizations.exchange.redeem(&provider, &document, code, callback, &link.verifier).await {
+                Ok(answer) => answer,
+                Err(e) => return fail(e.to_string()),
+            };
         let grant = StoredGrant {
             tenant: tenant.to_string(),
             end_user: link.end_user.clone(),
@@ -685,12 +753,19 @@ impl ToolHost {
             created_at: now,
             updated_at: now,
         };
-        let mut audit = AuditEntry::new(&Principal::server(&format!("end-user:{end_user}")), Some(tenant), "authorization.grant", format!("{end_user}/{}", link.provider))
-            .detail(json!({ "endUser": end_user, "provider": link.provider, "scopes": grant.scopes }));
+        let mut audit = AuditEntry::new(
+            &Principal::server(&format!("end-user:{end_user}")),
+            Some(tenant),
+            "authorization.grant",
+            format!("{end_user}/{}", link.provider),
+        )
+        .detail(json!({ "endUser": end_user, "provider": link.provider, "scopes": grant.scopes }));
         audit.actor = format!("end-user:{end_user}");
         crate::store::off_the_workers(|| self.authorizations.store.put_grant(&grant, &audit))?;
         self.authorizations.forget(tenant, end_user, &link.provider);
-        crate::store::off_the_workers(|| self.authorizations.store.finish_link(tenant, &link.id, LinkState::Connected, None))?;
+        crate::store::off_the_workers(|| {
+            self.authorizations.store.finish_link(tenant, &link.id, LinkState::Connected, None)
+        })?;
         tracing::info!(tenant, end_user, provider = link.provider, "an account was connected");
         self.authorization_link_view(tenant, &link.id)
     }
@@ -701,7 +776,11 @@ impl ToolHost {
         Ok(grants
             .into_iter()
             .map(|g| GrantView {
-                provider_name: self.authorizations.provider(tenant, &g.provider).as_deref().map_or_else(|| g.provider.clone(), provider_name),
+                provider_name: self
+                    .authorizations
+                    .provider(tenant, &g.provider)
+                    .as_deref()
+                    .map_or_else(|| g.provider.clone(), provider_name),
                 scopes: scopes_of(&g.scopes),
                 expires_at: g.expires_at,
                 connected_at: g.created_at,
@@ -722,7 +801,9 @@ impl ToolHost {
         provider_id: &str,
     ) -> Result<(), AuthorizationError> {
         let grant = crate::store::off_the_workers(|| self.authorizations.store.grant(tenant, end_user, provider_id))?
-            .ok_or_else(|| AuthorizationError::NotFound(format!("`{end_user}` has no `{provider_id}` account connected")))?;
+            .ok_or_else(|| {
+            AuthorizationError::NotFound(format!("`{end_user}` has no `{provider_id}` account connected"))
+        })?;
         if let Some(provider) = self.authorizations.provider(tenant, provider_id) {
             let token = grant.refresh_token.as_deref().unwrap_or(&grant.access_token);
             if let Err(e) = self.authorizations.exchange.revoke(&provider, token).await {
@@ -731,7 +812,9 @@ impl ToolHost {
         }
         let audit = AuditEntry::new(actor, Some(tenant), "authorization.revoke", format!("{end_user}/{provider_id}"))
             .detail(json!({ "endUser": end_user, "provider": provider_id }));
-        crate::store::off_the_workers(|| self.authorizations.store.delete_grant(tenant, end_user, provider_id, &audit))?;
+        crate::store::off_the_workers(|| {
+            self.authorizations.store.delete_grant(tenant, end_user, provider_id, &audit)
+        })?;
         self.authorizations.forget(tenant, end_user, provider_id);
         Ok(())
     }
@@ -758,9 +841,14 @@ impl ToolHost {
         id: &str,
         mut settings: ProviderSettings,
     ) -> Result<(), AuthorizationError> {
+        if self.tenant(tenant).is_none() {
+            return Err(AuthorizationError::NotFound(format!("there is no tenant `{tenant}`")));
+        }
         check_settings(id, &settings, self.authorizations.exchange.allows_http())?;
         let existing = self.authorizations.provider(tenant, id);
-        if existing.is_none() && self.authorizations.providers.iter().filter(|p| p.key().0 == tenant).count() >= MAX_PROVIDERS_PER_TENANT {
+        if existing.is_none()
+            && self.authorizations.providers.iter().filter(|p| p.key().0 == tenant).count() >= MAX_PROVIDERS_PER_TENANT
+        {
             return Err(AuthorizationError::TooManyProviders);
         }
         let client_secret = settings.client_secret.take().or_else(|| existing.and_then(|p| p.client_secret.clone()));
@@ -781,7 +869,12 @@ impl ToolHost {
 
     /// Deletes a tenant's provider, with every grant and link made for it
     /// (audited).
-    pub fn delete_authorization_provider(&self, actor: &Principal, tenant: &str, id: &str) -> Result<(), AuthorizationError> {
+    pub fn delete_authorization_provider(
+        &self,
+        actor: &Principal,
+        tenant: &str,
+        id: &str,
+    ) -> Result<(), AuthorizationError> {
         let audit = AuditEntry::new(actor, Some(tenant), "authorization_provider.delete", id);
         if !crate::store::off_the_workers(|| self.authorizations.store.delete_provider(tenant, id, &audit))? {
             return Err(AuthorizationError::NotFound(format!("tenant `{tenant}` has no provider `{id}`")));
@@ -806,6 +899,30 @@ fn provider_name(provider: &StoredProvider) -> String {
 impl From<exchange::ExchangeError> for AuthorizationError {
     fn from(e: exchange::ExchangeError) -> Self {
         AuthorizationError::Provider(e.to_string())
+    }
+}
+
+/// The checks of what a provider sends, without the fetching around them:
+/// for the fuzzers (`fuzz/`), not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use super::exchange::{CallbackQuery, ExchangeError, ProviderDocument, TokenAnswer, quoted};
+
+    /// A metadata document, as [`super::exchange`] reads it.
+    pub fn document(bytes: &[u8], issuer: &str, allow_http: bool) -> Result<ProviderDocument, ExchangeError> {
+        super::exchange::parse_document(bytes, issuer, allow_http)
+    }
+
+    /// A token endpoint's answer with `status`.
+    pub fn token_answer(status: u16, bytes: &[u8]) -> Result<TokenAnswer, ExchangeError> {
+        super::exchange::parse_token_answer(status, bytes)
+    }
+
+    /// A provider's settings, as a publisher's `PUT` is checked.
+    pub fn settings(id: &str, json: &[u8]) -> Result<super::ProviderSettings, String> {
+        let settings: super::ProviderSettings = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+        super::check_settings(id, &settings, false).map_err(|e| e.to_string())?;
+        Ok(settings)
     }
 }
 
@@ -838,12 +955,20 @@ mod tests {
 
     #[test]
     fn a_providers_settings_are_checked_before_they_are_stored() {
-        let good = ProviderSettings { issuer: Some("https://login.example".into()), client_id: "plinth".into(), ..Default::default() };
+        let good = ProviderSettings {
+            issuer: Some("https://login.example".into()),
+            client_id: "plinth".into(),
+            ..Default::default()
+        };
         assert!(check_settings("inbox", &good, false).is_ok());
-        let refused = |settings: ProviderSettings, id: &str| check_settings(id, &settings, false).unwrap_err().to_string();
+        let refused =
+            |settings: ProviderSettings, id: &str| check_settings(id, &settings, false).unwrap_err().to_string();
         assert!(refused(good.clone(), "Inbox").contains("provider id"));
         assert!(refused(ProviderSettings { issuer: None, ..good.clone() }, "inbox").contains("authorizationEndpoint"));
-        assert!(refused(ProviderSettings { issuer: Some("http://login.example".into()), ..good.clone() }, "inbox").contains("issuer"));
+        assert!(
+            refused(ProviderSettings { issuer: Some("http://login.example".into()), ..good.clone() }, "inbox")
+                .contains("issuer")
+        );
         let mut own = good.clone();
         own.authorization_parameters.insert("redirect_uri".into(), "https://evil.example".into());
         assert!(refused(own, "inbox").contains("redirect_uri"));

@@ -626,6 +626,7 @@ impl ToolHost {
                 end_user: Some(c.end_user.clone()),
                 front_door: c.door(),
                 confirmed: Some(confirmed),
+                rate: None,
                 redact: private
                     .values()
                     .filter_map(Value::as_str)

@@ -51,26 +51,52 @@ impl ToolHost {
 
     /// Runs one call of a resolved version and returns its result.
     ///
-    /// The call counts against the tenant's rate and concurrency quotas.
+    /// The call counts against the tenant's rate (unless it carries the
+    /// token [`Self::take_rate`] took for it) and concurrency quotas.
     pub async fn invoke(
         self: &Arc<Self>,
         tool: Arc<Tool>,
         version: Arc<ToolVersion>,
         mut call: Call,
     ) -> Result<ToolResult, InvokeError> {
-        let started = std::time::Instant::now();
-        let (door, number) = (call.front_door, version.number);
-        let lines = runtime::CallLines::default();
-        call.lines = Some(lines.clone());
-        let outbound = crate::metrics::OutboundTally::default();
-        call.outbound = Some(outbound.clone());
-        let call_id = call.call_id.clone();
+        let seen = Seen::of(&call);
+        call.lines = Some(seen.lines.clone());
+        call.outbound = Some(seen.outbound.clone());
+        let number = version.number;
         let outcome = self.dispatch(tool.clone(), version, call).await;
-        let elapsed = started.elapsed();
-        let code = outcome_code(&outcome);
+        self.record_call(&tool, number, seen, &outcome);
+        outcome
+    }
+
+    /// Takes the tenant's invocation rate for `call` of `version` now,
+    /// ahead of [`Self::invoke`], which then takes none: for a door that
+    /// writes before the call runs (an OTC `call_id` or a catalog form is
+    /// claimed in the store), so that a call over the rate is refused
+    /// before anything is written. A refused call is counted (metrics,
+    /// usage, the console) as [`Self::invoke`] counts one.
+    pub fn take_rate(&self, tool: &Tool, version: &ToolVersion, call: &Call) -> Result<RateTaken, InvokeError> {
+        let seen = Seen::of(call);
+        let quota = self.tenant(&tool.tenant).ok_or_else(|| InvokeError::UnknownTool(tool.id.to_string()))?;
+        match rate(&quota) {
+            Ok(()) => Ok(RateTaken { tenant: tool.tenant.clone() }),
+            Err(refused) => {
+                let outcome: Result<ToolResult, InvokeError> = Err(refused);
+                self.record_call(tool, version.number, seen, &outcome);
+                // Still the refusal: an `Err` maps to itself.
+                outcome.map(|_| RateTaken { tenant: tool.tenant.clone() })
+            }
+        }
+    }
+
+    /// Counts an ended (or refused) call: metrics, the vendor's usage and
+    /// console.
+    fn record_call(&self, tool: &Tool, number: u32, seen: Seen, outcome: &Result<ToolResult, InvokeError>) {
+        let elapsed = seen.started.elapsed();
+        let door = seen.door;
+        let code = outcome_code(outcome);
         self.metrics.invoked(&tool.tenant, &tool.name, number, door.as_str(), code, elapsed);
         // A call a limit refused is counted for the vendor by its reason.
-        let limited = refusals::limit_reason(&outcome).map(|reason| [(usage::LIMIT, reason)]);
+        let limited = refusals::limit_reason(outcome).map(|reason| [(usage::LIMIT, reason)]);
         self.usage.count(usage::Counted {
             tenant: &tool.tenant,
             tool_id: tool.id.to_string(),
@@ -79,7 +105,7 @@ impl ToolHost {
             door: door.as_str(),
             outcome: code,
             elapsed,
-            outbound: outbound.take(),
+            outbound: seen.outbound.take(),
             refused: limited.as_ref().map_or(&[], |l| &l[..]),
         });
         let entry = ConsoleEntry {
@@ -88,15 +114,14 @@ impl ToolHost {
             tool: tool.name.clone(),
             tool_id: tool.id.to_string(),
             version: number,
-            call_id,
+            call_id: seen.call_id,
             door: door.as_str(),
             outcome: code.to_string(),
             duration_ms: elapsed.as_secs_f64() * 1000.0,
-            lines: std::mem::take(&mut *lines.lock().unwrap_or_else(|p| p.into_inner())),
+            lines: std::mem::take(&mut *seen.lines.lock().unwrap_or_else(|p| p.into_inner())),
             refused: Vec::new(),
         };
         self.console.record(&tool.tenant, entry);
-        outcome
     }
 
     /// [`Self::invoke`] before it is counted: the tenant's rate, where the
@@ -109,14 +134,11 @@ impl ToolHost {
     ) -> Result<ToolResult, InvokeError> {
         let tenant = tool.tenant.clone();
         let quota = self.tenant(&tenant).ok_or_else(|| InvokeError::UnknownTool(tool.id.to_string()))?;
-        // A confirmed call was counted when it was made.
-        if call.confirmed.is_none()
-            && let Err(not_until) = quota.rate.check()
-        {
-            // The limiter's own clock: building a new one runs CPUID, which
-            // traps to the hypervisor in a VM, on every refused call.
-            let retry_after = not_until.wait_time_from(governor::clock::Clock::now(quota.rate.clock()));
-            return Err(InvokeError::RateLimited { tenant, retry_after });
+        // A confirmed call was counted when it was made; one its door
+        // counted before claiming its call id carries the token.
+        let counted = call.confirmed.is_some() || call.rate.as_ref().is_some_and(|taken| taken.tenant == tenant);
+        if !counted {
+            rate(&quota)?;
         }
         let span =
             tracing::info_span!("invoke", tenant, tool = %tool.name, version = version.number, call_id = call.call_id);
@@ -334,14 +356,25 @@ impl ToolHost {
         let linked = tokio::task::spawn_blocking(move || match runtime.load_compiled(&sha256) {
             Ok(Some(component)) => Ok(component),
             Ok(None) => {
-                let bytes = store.blob(&sha256).map_err(|e| format!("its bytes could not be read: {e}"))?;
-                runtime.load_uncached(&bytes, &sha256).map_err(|e| e.to_string())
+                let bytes = store
+                    .blob(&sha256)
+                    .map_err(|e| runtime::LoadError::Unavailable(format!("its bytes could not be read: {e}")))?;
+                runtime.load_uncached(&bytes, &sha256)
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e),
         })
         .await
         .map_err(|e| InvokeError::Internal(format!("linking was interrupted: {e}")))?;
         let component = linked.map_err(|e| {
+            // Every compilation slot stayed taken: temporary, like a full
+            // set of call slots.
+            if matches!(e, runtime::LoadError::Busy) {
+                return InvokeError::Busy(format!(
+                    "version {} of `{}` is not compiled yet and the server is compiling as many components as it may; retry shortly",
+                    version.number, tool.name
+                ));
+            }
+            let e = e.to_string();
             tracing::error!(
                 tenant = tool.tenant,
                 tool = tool.name,
@@ -564,4 +597,44 @@ struct Ran {
     result: Result<wasmtime::component::Val, CallError>,
     redactor: Redactor,
     denials: runtime::outbound::Denials,
+}
+
+/// A token of its tenant's invocation rate, taken for one call by
+/// [`ToolHost::take_rate`] before its door wrote anything for it; the call
+/// carries it ([`Call::rate`]) so that [`ToolHost::invoke`] takes no
+/// second one. Only the core makes one.
+#[derive(Debug)]
+pub struct RateTaken {
+    tenant: String,
+}
+
+/// Takes one of the tenant's invocation tokens, or refuses the call.
+fn rate(quota: &Tenant) -> Result<(), InvokeError> {
+    quota.rate.check().map_err(|not_until| {
+        // The limiter's own clock: building a new one runs CPUID, which
+        // traps to the hypervisor in a VM, on every refused call.
+        let retry_after = not_until.wait_time_from(governor::clock::Clock::now(quota.rate.clock()));
+        InvokeError::RateLimited { tenant: quota.record.name.clone(), retry_after }
+    })
+}
+
+/// What a call is counted by, once it ends.
+struct Seen {
+    door: crate::door::FrontDoor,
+    call_id: String,
+    started: std::time::Instant,
+    lines: runtime::CallLines,
+    outbound: crate::metrics::OutboundTally,
+}
+
+impl Seen {
+    fn of(call: &Call) -> Seen {
+        Seen {
+            door: call.front_door,
+            call_id: call.call_id.clone(),
+            started: std::time::Instant::now(),
+            lines: runtime::CallLines::default(),
+            outbound: crate::metrics::OutboundTally::default(),
+        }
+    }
 }

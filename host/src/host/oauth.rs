@@ -211,9 +211,9 @@ pub fn requested_scopes(scope: Option<&str>) -> Vec<String> {
     known_scopes(scope).unwrap_or_else(|| SCOPES.iter().map(|(s, _)| s.to_string()).collect())
 }
 
-/// What the open endpoints take from one client, rated: registrations by
-/// client address (an IPv6 site), token requests by client address (an
-/// IPv6 host), refreshes by grant. In a fleet each replica rates its own
+/// What the open endpoints take from one client, rated: registrations and
+/// token requests by client address (an IPv6 client by its /48 site),
+/// refreshes by grant. In a fleet each replica rates its own
 /// share of the traffic.
 pub(super) struct OAuthRates {
     registrations: crate::keyed_rate::KeyedRate<std::net::IpAddr>,

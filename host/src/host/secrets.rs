@@ -4,17 +4,46 @@
 use super::{ChangeError, ToolHost};
 use crate::registry::{Tool, ToolVersion};
 use crate::runtime::{self};
-use crate::tenancy::{AuditEntry, Principal};
+use crate::tenancy::{AuditEntry, Principal, Quotas};
 use std::collections::BTreeMap;
 
 impl ToolHost {
-    /// Stores a tenant's secret (replacing any value it had).
+    /// The quotas of `tenant` (the defaults for one that does not exist).
+    pub(super) fn quotas_of(&self, tenant: &str) -> Quotas {
+        self.tenant(tenant).map(|t| t.record.quotas.clone()).unwrap_or_default()
+    }
+
+    /// Stores a tenant's secret (replacing any value it had); a new id only
+    /// within the tenant's `maxSecrets`, checked by the store in the
+    /// write's transaction.
     pub fn put_secret(&self, actor: &Principal, tenant: &str, id: &str, value: &str) -> Result<(), ChangeError> {
         // The audit entry names the secret, never its value or a hash of it.
         let audit = AuditEntry::new(actor, Some(tenant), "secret.put", id);
-        self.store.put_secret(tenant, id, value, &audit)?;
+        self.put_secret_row(tenant, id, value, &audit)?;
         self.secrets.insert((tenant.to_string(), id.to_string()), value.to_string());
         tracing::info!(tenant, secret = id, "secret set");
+        Ok(())
+    }
+
+    /// A secret row, within the tenant's `maxSecrets` (registry credentials
+    /// are secrets too), or [`ChangeError::QuotaExceeded`], nothing stored.
+    pub(super) fn put_secret_row(
+        &self,
+        tenant: &str,
+        id: &str,
+        value: &str,
+        audit: &AuditEntry,
+    ) -> Result<(), ChangeError> {
+        let max = self.quotas_of(tenant).max_secrets;
+        if !self.store.put_secret(tenant, id, value, audit, u64::from(max))? {
+            return Err(ChangeError::QuotaExceeded {
+                message: format!(
+                    "the tenant stores {max} secrets (registry credentials included), as many as its quota `maxSecrets` allows; delete one, or ask the operator for more"
+                ),
+                quota: "maxSecrets",
+                max,
+            });
+        }
         Ok(())
     }
 
@@ -42,7 +71,10 @@ impl ToolHost {
     }
 
     /// Sets a config value of a tenant's tool (the tool need not be deployed
-    /// yet, so config can come first).
+    /// yet, so config can come first); a new (tool, key) only within the
+    /// tenant's `maxConfigValues`, checked by the store in the write's
+    /// transaction. The audit entry records the value's size and sha256,
+    /// not the value: the audit log is kept for good and cannot be pruned.
     pub fn put_config(
         &self,
         actor: &Principal,
@@ -52,9 +84,18 @@ impl ToolHost {
         value: &str,
     ) -> Result<(), ChangeError> {
         let audit = AuditEntry::new(actor, Some(tenant), "config.put", format!("{tool}.{key}"))
-            .detail(serde_json::json!({ "value": value }));
+            .detail(serde_json::json!({ "bytes": value.len(), "sha256": crate::digest::sha256_hex(value.as_bytes()) }));
         let row = (tenant.to_string(), tool.to_string(), key.to_string(), value.to_string());
-        self.store.put_config(&row, &audit)?;
+        let max = self.quotas_of(tenant).max_config_values;
+        if !self.store.put_config(&row, &audit, u64::from(max))? {
+            return Err(ChangeError::QuotaExceeded {
+                message: format!(
+                    "the tenant stores {max} config values, as many as its quota `maxConfigValues` allows; delete one, or ask the operator for more"
+                ),
+                quota: "maxConfigValues",
+                max,
+            });
+        }
         self.stored_config.entry((row.0, row.1)).or_default().insert(row.2, row.3);
         Ok(())
     }

@@ -261,7 +261,7 @@ impl ToolHost {
         let audit = AuditEntry::new(actor, Some(tenant), "registry-credentials.put", registry)
             .detail(json!({ "username": credentials.username }));
         let value = serde_json::to_string(credentials).unwrap_or_default();
-        self.store.put_secret(tenant, &id, &value, &audit)?;
+        self.put_secret_row(tenant, &id, &value, &audit)?;
         self.secrets.insert((tenant.to_string(), id), value);
         Ok(())
     }

@@ -162,7 +162,7 @@ fn confirming(dir: &std::path::Path, policy: crate::cheq::ConfirmationPolicy) ->
     // Confirmed on this server's page: the calls' end user must be one of
     // the tenant's (the hash is never checked here).
     let audit = crate::tenancy::AuditEntry::new(&actor, None, "end_user.put", "ann");
-    host.store.put_end_user(DEFAULT_TENANT, "ann", "unused", &audit).unwrap();
+    host.store.put_end_user(DEFAULT_TENANT, "ann", "unused", &audit, u64::MAX).unwrap();
     (host, tool_id)
 }
 
@@ -741,7 +741,9 @@ fn lookups_for_a_tenant_that_does_not_exist_never_reach_the_store() {
     let refresh = host.refresh_tokens("nosuch", "plinth_rt_made_up", client, None, None).map(|_| ());
     assert_eq!(refresh.unwrap_err().code, "invalid_client", "a registered client unknown: register again");
     assert!(host.revoke_token("nosuch", "plinth_rt_made_up", client).is_ok());
-    let metadata = serde_json::json!({ "client_name": "x", "redirect_uris": ["http://127.0.0.1:1/cb"], "application_type": "native" });
+    let metadata = serde_json::json!({
+        "client_name": "x", "application_type": "native", "redirect_uris": ["http://127.0.0.1:1/cb"]
+    });
     let registered = host.register_oauth_client("nosuch", &metadata, from).unwrap();
     assert!(registered["client_id"].as_str().is_some_and(|id| id.starts_with("plinth_client_")), "{registered}");
     let unknown = runtime.block_on(host.oauth_client("nosuch", client, from)).map(|_| ()).unwrap_err();
@@ -776,7 +778,9 @@ fn an_access_token_past_its_expiry_or_revoked_grants_nothing() {
 fn open_registration_keeps_a_bounded_number_of_clients_per_tenant() {
     let dir = tempfile::tempdir().unwrap();
     let host = ToolHost::open(options(dir.path())).unwrap();
-    let metadata = serde_json::json!({ "client_name": "x", "redirect_uris": ["http://127.0.0.1/cb"], "application_type": "native" });
+    let metadata = serde_json::json!({
+        "client_name": "x", "application_type": "native", "redirect_uris": ["http://127.0.0.1/cb"]
+    });
     // Each from an address of its own: one address is rated.
     let address = |n: u64| std::net::IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n as u32));
     let mut ids = Vec::new();
@@ -813,7 +817,9 @@ fn open_registration_keeps_a_bounded_number_of_clients_per_tenant() {
 fn one_address_registers_a_few_clients_then_waits() {
     let dir = tempfile::tempdir().unwrap();
     let host = ToolHost::open(options(dir.path())).unwrap();
-    let metadata = serde_json::json!({ "client_name": "x", "redirect_uris": ["http://127.0.0.1/cb"], "application_type": "native" });
+    let metadata = serde_json::json!({
+        "client_name": "x", "application_type": "native", "redirect_uris": ["http://127.0.0.1/cb"]
+    });
     let flooder: std::net::IpAddr = "2001:db8:1::7".parse().unwrap();
     let mut refused = None;
     for n in 0..100u16 {
@@ -831,6 +837,27 @@ fn one_address_registers_a_few_clients_then_waits() {
     assert!(host.register_oauth_client("default", &metadata, "192.0.2.1".parse().unwrap()).is_ok(), "others register");
 }
 
+#[test]
+fn token_requests_are_rated_by_the_ipv6_site_like_registrations_and_logins() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = ToolHost::open(options(dir.path())).unwrap();
+    let mut refused = None;
+    for n in 0..1000u16 {
+        // Each request from another /64 of one /48 site: the same client.
+        let from = std::net::IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, n, 0, 0, 0, 1));
+        if let Err(e) = host.admit_token_request(from) {
+            refused = Some((n, e));
+            break;
+        }
+    }
+    let (n, e) = refused.expect("one site rotating its /64s is rated as one client");
+    assert!(n >= 60, "the burst passes first: {n}");
+    assert_eq!((e.code, e.retry_after.is_some()), ("temporarily_unavailable", true));
+    // Another /64 of that site is refused too; another site is not.
+    assert!(host.admit_token_request("2001:db8:1:ffff::9".parse().unwrap()).is_err());
+    assert!(host.admit_token_request("2001:db8:2::1".parse().unwrap()).is_ok());
+}
+
 /// A tenant with end user alice and a registered client `plinth_client_x`
 /// (registered two days ago) → (host, its data dir, a fresh grant's tokens).
 fn host_with_a_grant() -> (ToolHost, tempfile::TempDir, super::oauth::IssuedTokens) {
@@ -844,7 +871,7 @@ fn host_with_a_grant() -> (ToolHost, tempfile::TempDir, super::oauth::IssuedToke
 /// End user alice and client `plinth_client_x` (registered two days ago).
 fn alice_and_a_client(host: &ToolHost) {
     let audit = crate::tenancy::AuditEntry::new(&Principal::server("test"), Some("default"), "end_user.put", "alice");
-    host.store.put_end_user("default", "alice", "not-a-real-hash", &audit).unwrap();
+    host.store.put_end_user("default", "alice", "not-a-real-hash", &audit, u64::MAX).unwrap();
     let two_days_ago = crate::tenancy::unix_now() - 2 * 24 * 3600;
     assert!(host.store.register_oauth_client("default", "plinth_client_x", "{}", two_days_ago, 10).unwrap());
 }
@@ -1122,4 +1149,134 @@ fn a_toolset_names_versions_and_a_tenant_stores_toolset_versions_up_to_a_cap_del
     let refused = put("fresh", 1).map(|_| ()).unwrap_err();
     assert!(matches!(&refused, ToolsetError::TooMany(m) if m.contains("deleted toolsets' included")), "{refused}");
     assert!(host.toolsets(DEFAULT_TENANT).is_empty(), "not one toolset is live");
+}
+
+/// A stand-in token endpoint on 127.0.0.1 that answers every refresh with
+/// the next access token (`at-1`, `at-2`, …) a moment later, or refuses
+/// them all (`invalid_grant`) when `refuse`: its URL and how many
+/// refreshes it was asked for.
+async fn token_endpoint(refuse: bool) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::Ordering;
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = asked.clone();
+    // A refresh is answered once a second one arrives, or after a while:
+    // every caller that would refresh on its own has the time to.
+    let another = Arc::new(tokio::sync::Notify::new());
+    let app = axum::Router::new().route(
+        "/token",
+        axum::routing::post(move |body: String| {
+            let (counted, another) = (counted.clone(), another.clone());
+            async move {
+                assert!(body.contains("grant_type=refresh_token"), "{body}");
+                let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+                another.notify_waiters();
+                let _ = tokio::time::timeout(Duration::from_millis(1500), another.notified()).await;
+                if refuse {
+                    return (axum::http::StatusCode::BAD_REQUEST, axum::Json(serde_json::json!({ "error": "invalid_grant" })));
+                }
+                let answer = serde_json::json!({ "access_token": format!("at-{n}"), "token_type": "Bearer",
+                                                 "expires_in": 3600, "refresh_token": format!("rt-{n}") });
+                (axum::http::StatusCode::OK, axum::Json(answer))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, asked)
+}
+
+/// Two replicas on one PostgreSQL whose tenant `acme` has the provider
+/// `inbox` at `endpoint`, and alice's grant there expiring in 10 s.
+fn replicas_with_an_expiring_grant(endpoint: &str) -> (ToolHost, ToolHost, [tempfile::TempDir; 2]) {
+    let database = crate::testing::TestPostgres::shared().fresh_database();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let limits = HostLimits {
+        outbound: Arc::new(OutboundLimits { allowed_private: vec!["127.0.0.0/8".parse().unwrap()], ..Default::default() }),
+        ..HostLimits::default()
+    };
+    let replica = |dir: &tempfile::TempDir| {
+        let cheq = CheqOptions { client_documents_allow_http: true, ..Default::default() };
+        ToolHost::open(HostOptions {
+            database_url: Some(database.clone()),
+            secrets_key: Some("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=".into()),
+            limits: limits.clone(),
+            cheq,
+            ..options(dir.path())
+        })
+        .unwrap()
+    };
+    let (a, b) = (replica(&dirs[0]), replica(&dirs[1]));
+    let operator = Principal::server("test");
+    a.create_tenant(&operator, "acme", false, &serde_json::json!({})).unwrap();
+    let settings = authorizations::ProviderSettings {
+        authorization_endpoint: Some(format!("{endpoint}/authorize")),
+        token_endpoint: Some(format!("{endpoint}/token")),
+        client_id: "plinth".into(),
+        client_secret: Some("s3cret".into()),
+        ..Default::default()
+    };
+    a.put_authorization_provider(&operator, "acme", "inbox", settings).unwrap();
+    let now = crate::tenancy::unix_now();
+    let grant = crate::store::authorizations::StoredGrant {
+        tenant: "acme".into(),
+        end_user: "alice".into(),
+        provider: "inbox".into(),
+        access_token: "at-0".into(),
+        refresh_token: Some("rt-0".into()),
+        scopes: "inbox.read".into(),
+        expires_at: Some(now + 10),
+        created_at: now,
+        updated_at: now,
+    };
+    let audit = crate::tenancy::AuditEntry::new(&operator, Some("acme"), "authorization.grant", "alice/inbox");
+    a.authorizations.store().put_grant(&grant, &audit).unwrap();
+    b.catch_up().unwrap();
+    (a, b, dirs)
+}
+
+fn inbox_need() -> crate::manifest::AuthorizationNeed {
+    crate::manifest::AuthorizationNeed {
+        provider: "inbox".into(),
+        scopes: vec!["inbox.read".into()],
+        hosts: vec!["api.inbox.example".into()],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_grant_about_to_expire_is_refreshed_once_however_many_calls_and_replicas_need_it() {
+    let (endpoint, asked) = token_endpoint(false).await;
+    let (a, b, _dirs) = tokio::task::block_in_place(|| replicas_with_an_expiring_grant(&endpoint));
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let mut calls = Vec::new();
+    for n in 0..8 {
+        let host = if n % 2 == 0 { a.clone() } else { b.clone() };
+        calls.push(tokio::spawn(async move { host.usable_grant("acme", "alice", &inbox_need()).await }));
+    }
+    for call in calls {
+        let grant = call.await.unwrap().unwrap().expect("a usable grant");
+        assert_eq!(grant.access_token, "at-1", "every call got the one refresh's token");
+    }
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1, "one refresh at the provider");
+    // Stored for both: sealed, with the rotated refresh token.
+    let stored = a.authorizations.store().grant("acme", "alice", "inbox").unwrap().unwrap();
+    assert_eq!((stored.access_token.as_str(), stored.refresh_token.as_deref()), ("at-1", Some("rt-1")));
+    assert!(stored.expires_at.is_some_and(|at| at > crate::tenancy::unix_now() + 3000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refresh_the_provider_refuses_removes_the_grant_and_asks_the_person_again() {
+    let (endpoint, asked) = token_endpoint(true).await;
+    let (a, b, _dirs) = tokio::task::block_in_place(|| replicas_with_an_expiring_grant(&endpoint));
+    assert!(a.usable_grant("acme", "alice", &inbox_need()).await.unwrap().is_none(), "no grant: a challenge");
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(a.authorizations.store().grant("acme", "alice", "inbox").unwrap().is_none(), "the grant is gone");
+    // The other replica, once it caught up, asks the person again too (and
+    // asks the provider nothing).
+    tokio::task::block_in_place(|| b.catch_up()).unwrap();
+    assert!(b.usable_grant("acme", "alice", &inbox_need()).await.unwrap().is_none());
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let query = crate::tenancy::AuditQuery { tenant: Some("acme".into()), before: None, limit: 100 };
+    let audit = a.store.audit(&query).unwrap();
+    assert!(audit.iter().any(|e| e.action == "authorization.refresh_refused"), "{audit:?}");
 }

@@ -13,7 +13,13 @@
 //!   (`plinth compile-worker`): the compiler's working memory — hundreds of
 //!   MiB for a Python or JavaScript tool — ends with the worker instead of
 //!   staying in the server's heap, and a compiler bug a hostile component
-//!   triggers ends there too.
+//!   triggers ends there too. The worker is bounded: it is the kernel's
+//!   first choice when memory runs out (`oom_score_adj` 1000), its data
+//!   (heap and private mappings) is limited (`RLIMIT_DATA`,
+//!   [`WorkerLimits::memory_bytes`]), it dies with the thread that started
+//!   it, and it is killed, with anything it started, at a wall-clock
+//!   deadline ([`WorkerLimits::deadline`]): a component that makes the
+//!   compiler spin or swell fails its own load and nothing else.
 //! - The worker's Cranelift keeps each function it compiles in
 //!   `incremental/` (its incremental compilation cache), and each core
 //!   module's functions together, under a key of the module (wasmtime
@@ -32,6 +38,19 @@ use wasmtime::{Config, Engine};
 
 /// What a failed compile worker's error may say, at most.
 const WORKER_ERROR_BYTES: usize = 4096;
+
+/// How often, at most, a running worker is looked at (less at first: most
+/// compilations take milliseconds).
+const WORKER_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The bounds on one compile worker.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct WorkerLimits {
+    /// Wall-clock time it may take; then it is killed.
+    pub(super) deadline: std::time::Duration,
+    /// Its `RLIMIT_DATA` (heap and private writable mappings), if any.
+    pub(super) memory_bytes: Option<u64>,
+}
 
 /// The engine settings that decide what compiled code looks like. The
 /// server's engine and the compile worker's both start from these, so that
@@ -145,8 +164,16 @@ impl CodeCache {
         self.commit(sha256, tmp.into_temp_path())
     }
 
-    /// Compiles `bytes` in the worker `worker` into this cache.
-    pub(super) fn compile_in_worker(&self, worker: &Path, sha256: &str, bytes: &[u8]) -> Result<(), WorkerError> {
+    /// Compiles `bytes` in the worker `worker` into this cache, within
+    /// `limits`.
+    pub(super) fn compile_in_worker(
+        &self,
+        worker: &Path,
+        sha256: &str,
+        bytes: &[u8],
+        limits: WorkerLimits,
+    ) -> Result<(), WorkerError> {
+        use std::os::unix::process::CommandExt;
         let failed = |what: &str, e: &dyn std::fmt::Display| {
             tracing::error!(worker = %worker.display(), error = %e, "{what}");
             WorkerError::Failed(what.to_string())
@@ -155,8 +182,10 @@ impl CodeCache {
             .map_err(|e| failed("the compiled code could not be written (is the data disk full?)", &e))?;
         let out = out.into_temp_path();
         // Nothing of the server's environment (its keys among it) goes to
-        // the worker: it needs none.
-        let mut child = std::process::Command::new(worker)
+        // the worker: it needs none. A process group of its own, so that
+        // the deadline ends whatever it started too.
+        let mut command = std::process::Command::new(worker);
+        command
             .arg("compile-worker")
             .arg("--out")
             .arg(&out)
@@ -166,19 +195,61 @@ impl CodeCache {
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
-            .spawn()
-            .map_err(|e| failed("the compile worker could not be started", &e))?;
-        // Written from a thread of its own: a worker that fails early stops
-        // reading, and its error must still be read.
+            .process_group(0);
+        let memory = limits.memory_bytes;
+        // SAFETY: `bound_worker` makes only async-signal-safe calls and
+        // allocates nothing, as code between fork and exec must.
+        unsafe { command.pre_exec(move || bound_worker(memory)) };
+        let mut child = command.spawn().map_err(|e| failed("the compile worker could not be started", &e))?;
+        // Written and read from threads of their own: a worker that fails
+        // early stops reading, and its error must still be read; and the
+        // deadline is watched here.
         let mut stdin = child.stdin.take();
         let input = bytes.to_vec();
         let writer = std::thread::spawn(move || stdin.as_mut().map(|s| s.write_all(&input)));
-        let mut error = Vec::new();
-        if let Some(stderr) = child.stderr.take() {
-            let _ = stderr.take(WORKER_ERROR_BYTES as u64).read_to_end(&mut error);
-        }
-        let status = child.wait().map_err(|e| failed("the compile worker could not be waited for", &e))?;
+        let stderr = child.stderr.take();
+        let reader = std::thread::spawn(move || {
+            let mut error = Vec::new();
+            if let Some(stderr) = stderr {
+                let _ = stderr.take(WORKER_ERROR_BYTES as u64).read_to_end(&mut error);
+            }
+            error
+        });
+        let ends = std::time::Instant::now() + limits.deadline;
+        let mut pause = std::time::Duration::from_millis(1);
+        let waited = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Ok(status),
+                Ok(None) if std::time::Instant::now() >= ends => {
+                    // Not reaped yet, so its pid (and group) is still its
+                    // own: the kill reaches no one else.
+                    let group = i32::try_from(child.id()).unwrap_or(i32::MAX);
+                    // SAFETY: a plain system call on a process group this
+                    // worker leads.
+                    unsafe { libc::kill(-group, libc::SIGKILL) };
+                    let _ = child.wait();
+                    break Err(());
+                }
+                Ok(None) => {
+                    std::thread::sleep(pause.min(ends.saturating_duration_since(std::time::Instant::now())));
+                    pause = (pause * 2).min(WORKER_POLL);
+                }
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(failed("the compile worker could not be waited for", &e));
+                }
+            }
+        };
         let _ = writer.join();
+        let error = reader.join().unwrap_or_default();
+        let Ok(status) = waited else {
+            let secs = limits.deadline.as_secs_f64();
+            tracing::error!(worker = %worker.display(), sha256, "a compile worker was killed at its deadline ({secs} s)");
+            return Err(WorkerError::Failed(format!(
+                "the compile worker did not finish within its deadline ({secs} s) and was stopped"
+            )));
+        };
         if !status.success() {
             let said = String::from_utf8_lossy(&error);
             let said = said.trim().trim_start_matches("error: ");
@@ -204,6 +275,31 @@ impl CodeCache {
         tmp.persist(sum_path(&entry)).map_err(|e| e.error)?;
         Ok(())
     }
+}
+
+/// Run in the compile worker between fork and exec: makes it the
+/// kernel's first choice when memory runs out (raising one's own
+/// `oom_score_adj` needs no privilege), kills it when the thread that
+/// started it ends (the server gone), and limits its data to `memory`
+/// bytes. Only async-signal-safe calls, no allocation.
+fn bound_worker(memory: Option<u64>) -> std::io::Result<()> {
+    // SAFETY: open, write, close, prctl and setrlimit are async-signal-safe;
+    // the path is a static C string and the buffers are static.
+    unsafe {
+        let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd >= 0 {
+            let _ = libc::write(fd, b"1000".as_ptr().cast(), 4);
+            libc::close(fd);
+        }
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        if let Some(bytes) = memory {
+            let limit = libc::rlimit { rlim_cur: bytes as libc::rlim_t, rlim_max: bytes as libc::rlim_t };
+            if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Why the compile worker made no entry.
@@ -313,14 +409,26 @@ impl Permits {
         Permits { free: std::sync::Mutex::new(permits.max(1)), freed: std::sync::Condvar::new() }
     }
 
-    /// A permit, once one is free.
-    pub(super) fn take(&self) -> Permit<'_> {
+    /// A permit, once one is free; waited for at most `within` (without
+    /// it, for as long as it takes: the one thread that compiles stored
+    /// versions in the background, which holds up no request).
+    pub(super) fn take(&self, within: Option<std::time::Duration>) -> Option<Permit<'_>> {
+        let ends = within.map(|within| std::time::Instant::now() + within);
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
         while *free == 0 {
-            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+            free = match ends {
+                None => self.freed.wait(free).unwrap_or_else(|p| p.into_inner()),
+                Some(ends) => {
+                    let left = ends.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    self.freed.wait_timeout(free, left).unwrap_or_else(|p| p.into_inner()).0
+                }
+            };
         }
         *free -= 1;
-        Permit(self)
+        Some(Permit(self))
     }
 }
 

@@ -74,6 +74,18 @@ pub const COMPILES_AT_ONCE: usize = 2;
 /// How long a failed compilation is answered from memory before the same
 /// bytes are compiled again.
 pub const RECOMPILE_AFTER: Duration = Duration::from_secs(60);
+/// How long a deploy or a first call waits for one of the
+/// [`COMPILES_AT_ONCE`] compilations by default; then it is refused
+/// ([`LoadError::Busy`]).
+pub const COMPILE_WAIT: Duration = Duration::from_secs(30);
+/// A compile worker's deadline by default: a Python or JavaScript tool
+/// (13–18 MB) compiles in about 10 s on a free core, 30 s from nothing on
+/// a busy two-core machine.
+pub const COMPILE_DEADLINE: Duration = Duration::from_secs(300);
+/// A compile worker's `RLIMIT_DATA` by default: compiling a Python or
+/// JavaScript tool from nothing peaks at about 600 MiB resident and needs
+/// between 700 MB and 1 GB of data (measured with `prlimit --data`).
+pub const COMPILE_MEMORY_BYTES: u64 = 4 << 30;
 
 /// Limits applied to every invocation.
 #[derive(Debug, Clone)]
@@ -92,6 +104,13 @@ pub struct RuntimeConfig {
     /// (`plinth compile-worker`, see [`compiled`]); none, or no cache dir:
     /// they are compiled in this process.
     pub compile_worker: Option<PathBuf>,
+    /// Wall-clock time a compile worker may take before it is killed (its
+    /// load fails; nothing is cached).
+    pub compile_deadline: Duration,
+    /// A compile worker's data limit (`RLIMIT_DATA`), if any.
+    pub compile_memory_bytes: Option<u64>,
+    /// How long a deploy or a first call waits for a compilation slot.
+    pub compile_wait: Duration,
     /// How many bytes of each linear memory and table are reset in place
     /// (copied back from the component's initial image, or zeroed) when
     /// its slot is freed, rather than handed back to the kernel. Resetting
@@ -132,6 +151,9 @@ impl Default for RuntimeConfig {
             pooling: true,
             cache_dir: None,
             compile_worker: None,
+            compile_deadline: COMPILE_DEADLINE,
+            compile_memory_bytes: Some(COMPILE_MEMORY_BYTES),
+            compile_wait: COMPILE_WAIT,
             keep_resident_bytes: 1 << 20,
             slot_reset: SlotReset::Scan,
         }
@@ -149,6 +171,10 @@ pub enum LoadError {
     /// as the server can tell.
     #[error("the server could not compile the component now: {0}")]
     Unavailable(String),
+    /// Every compilation slot stayed taken for as long as a load may wait
+    /// ([`RuntimeConfig::compile_wait`]): nothing was compiled, try again.
+    #[error("the server is compiling as many components as it may at once; try again in a moment")]
+    Busy,
     /// The component imports something the host does not provide.
     #[error("the component needs an import the host does not provide: {0}")]
     Link(String),
@@ -626,15 +652,16 @@ impl Runtime {
     /// [`Runtime::load`] for a caller that just found
     /// [`Runtime::load_compiled`] empty: compiles, then links.
     pub fn load_uncached(&self, bytes: &[u8], sha256: &str) -> Result<Arc<LoadedComponent>, LoadError> {
-        let component = self.compile(bytes, sha256)?;
+        let component = self.compile(bytes, sha256, Some(self.config.compile_wait))?;
         self.link(sha256, component)
     }
 
     /// Compiles these bytes into the cache unless it has them, without
-    /// linking (a stored version's code, ahead of its first call).
+    /// linking (a stored version's code, ahead of its first call: the
+    /// background thread, which waits its turn for as long as it takes).
     pub fn prepare(&self, bytes: &[u8], sha256: &str) -> Result<(), LoadError> {
         if !self.is_cached(sha256) {
-            self.compile(bytes, sha256)?;
+            self.compile(bytes, sha256, None)?;
         }
         Ok(())
     }
@@ -642,14 +669,18 @@ impl Runtime {
     /// Compiles (in the compile worker when there is one) and caches; the
     /// component is mapped from the cache when it has a cache. At most
     /// [`COMPILES_AT_ONCE`] compile at once, whoever asks (deploys, first
-    /// calls, the background); the same bytes are compiled once by
-    /// whoever gets there first, and a failure is remembered for
+    /// calls, the background), and one waits for its turn at most `wait`
+    /// ([`LoadError::Busy`], not remembered); the same bytes are compiled
+    /// once by whoever gets there first, and a failure is remembered for
     /// [`RECOMPILE_AFTER`] rather than repeated for every call that asks.
-    fn compile(&self, bytes: &[u8], sha256: &str) -> Result<Component, LoadError> {
+    fn compile(&self, bytes: &[u8], sha256: &str, wait: Option<Duration>) -> Result<Component, LoadError> {
         if let Some(error) = self.recent_failure(sha256) {
             return Err(error);
         }
-        let _permit = self.compiles.take();
+        let Some(_permit) = self.compiles.take(wait) else {
+            tracing::warn!(sha256, "a compilation waited for its turn for too long and was refused");
+            return Err(LoadError::Busy);
+        };
         if let Some(component) = self.code.as_ref().and_then(|code| code.map(&self.engine, sha256)) {
             // Another caller compiled it while this one waited.
             return Ok(component);
@@ -675,7 +706,11 @@ impl Runtime {
 
     fn compile_now(&self, bytes: &[u8], sha256: &str) -> Result<Component, LoadError> {
         if let (Some(code), Some(worker)) = (&self.code, &self.config.compile_worker) {
-            code.compile_in_worker(worker, sha256, bytes).map_err(|e| match e {
+            let limits = compiled::WorkerLimits {
+                deadline: self.config.compile_deadline,
+                memory_bytes: self.config.compile_memory_bytes,
+            };
+            code.compile_in_worker(worker, sha256, bytes, limits).map_err(|e| match e {
                 compiled::WorkerError::Refused(why) => LoadError::Compile(why),
                 compiled::WorkerError::Failed(why) => LoadError::Unavailable(why),
             })?;

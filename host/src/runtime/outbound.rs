@@ -22,7 +22,7 @@
 
 mod tokens;
 
-pub use tokens::PersonToken;
+pub use tokens::{PersonToken, fuzzing as token_fuzzing};
 
 use crate::egress::OutboundLimits;
 use crate::manifest::{HostPattern, split_host_port};
@@ -790,7 +790,8 @@ mod tests {
             OutboundPolicy::new(&patterns, &BTreeMap::new(), Arc::new(limits)).with_tokens(&token, &BTreeMap::new());
         // To its host: the person's token, in place of the tool's own, and
         // taken out of what the host answers (header and body).
-        let (header, body) = send(&mut policy, &format!("http://{granted_host}/me"), Some("Bearer the-tools-own")).await;
+        let (header, body) =
+            send(&mut policy, &format!("http://{granted_host}/me"), Some("Bearer the-tools-own")).await;
         assert_eq!((header.as_str(), body.as_str()), ("Bearer **************", "Bearer **************"));
         let (header, _) = send(&mut policy, &format!("http://{granted_host}/me"), None).await;
         assert_eq!(header, "Bearer **************", "attached without the tool asking");

@@ -437,6 +437,114 @@ fn a_compile_worker_that_crashes_fails_that_load_and_nothing_else() {
     assert!(working.load(&component, &sha).is_ok());
 }
 
+/// A stand-in compile worker: a shell script, made executable.
+fn fake_worker(dir: &std::path::Path, name: &str, script: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let worker = dir.join(name);
+    std::fs::write(&worker, script).unwrap();
+    std::fs::set_permissions(&worker, std::fs::Permissions::from_mode(0o755)).unwrap();
+    worker
+}
+
+#[test]
+fn a_compile_worker_past_its_deadline_is_killed_with_what_it_started_and_fails_that_load_only() {
+    let dir = tempfile::tempdir().unwrap();
+    // Stands in for a compiler a hostile component keeps busy for ever: it
+    // reads the component, starts a helper that would outlive it (holding
+    // its standard error open), and hangs.
+    let helper = dir.path().join("helper.pid");
+    let script = format!("#!/bin/sh\ncat >/dev/null\nsleep 1000 &\necho $! > {}\nexec sleep 1000\n", helper.display());
+    let worker = fake_worker(dir.path(), "hanging-worker", &script);
+    let cache = dir.path().join("compiled");
+    let config = RuntimeConfig {
+        cache_dir: Some(cache.clone()),
+        compile_worker: Some(worker),
+        compile_deadline: Duration::from_secs(1),
+        pooling: false,
+        ..Default::default()
+    };
+    let rt = Runtime::new(config).unwrap();
+    let (component, _, _) = crate::package::tests::build(crate::package::tests::ECHOISH);
+    let sha = crate::digest::sha256_hex(&component);
+    let error = rt.load(&component, &sha).err().expect("the deadline fails the load");
+    assert!(matches!(&error, LoadError::Unavailable(why) if why.contains("deadline")), "{error}");
+    assert!(!error.to_string().contains(dir.path().to_str().unwrap()), "{error}");
+    // The worker and what it started are gone (or dead, awaiting a reaper).
+    // The kill is sent before the load fails; the kernel may take a moment
+    // to deliver it to a helper that is running.
+    let pid = std::fs::read_to_string(&helper).unwrap();
+    let state_of = || {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+        let state = stat.rsplit(") ").next().and_then(|rest| rest.chars().next());
+        (state, stat)
+    };
+    let mut seen = state_of();
+    for _ in 0..200 {
+        if matches!(seen.0, None | Some('Z' | 'X')) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        seen = state_of();
+    }
+    assert!(matches!(seen.0, None | Some('Z' | 'X')), "the worker's helper still runs: {}", seen.1);
+    // Nothing of it is cached or left behind, and it is remembered a
+    // while instead of tried again by every caller.
+    assert!(!rt.is_cached(&sha));
+    let left: Vec<_> = std::fs::read_dir(&cache).unwrap().flatten().filter(|e| e.path().is_file()).collect();
+    assert!(left.is_empty(), "its output file is removed: {left:?}");
+    assert_eq!(rt.load(&component, &sha).err().map(|e| e.to_string()), Some(error.to_string()));
+    assert_eq!(rt.cache_counts().1, 1, "compiled once, not twice");
+    // The runtime goes on: the same bytes compile where a worker works.
+    assert!(runtime(&cache).load(&component, &sha).is_ok());
+}
+
+#[test]
+fn a_compile_worker_is_the_kernels_first_choice_out_of_memory_and_its_data_is_limited() {
+    let dir = tempfile::tempdir().unwrap();
+    // Reports what it was given, then fails as a compiler would.
+    let report = dir.path().join("report");
+    let script = format!(
+        "#!/bin/sh\ncat >/dev/null\necho $(cat /proc/self/oom_score_adj) $(ulimit -d) > {}\necho \"error: refused\" >&2\nexit 1\n",
+        report.display()
+    );
+    let worker = fake_worker(dir.path(), "reporting-worker", &script);
+    let config = RuntimeConfig {
+        cache_dir: Some(dir.path().join("compiled")),
+        compile_worker: Some(worker),
+        compile_memory_bytes: Some(1 << 30),
+        pooling: false,
+        ..Default::default()
+    };
+    let rt = Runtime::new(config).unwrap();
+    let (component, _, _) = crate::package::tests::build(crate::package::tests::ECHOISH);
+    let error = rt.load(&component, &crate::digest::sha256_hex(&component)).err().expect("the worker refused");
+    assert!(matches!(&error, LoadError::Compile(why) if why == "refused"), "{error}");
+    // oom_score_adj 1000, and RLIMIT_DATA of 1 GiB (`ulimit -d` says KiB).
+    assert_eq!(std::fs::read_to_string(&report).unwrap().trim(), "1000 1048576");
+}
+
+#[test]
+fn a_load_waits_for_a_compilation_slot_within_its_bound_and_is_refused_busy_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = RuntimeConfig {
+        cache_dir: Some(dir.path().join("compiled")),
+        compile_wait: Duration::from_millis(50),
+        pooling: false,
+        ..Default::default()
+    };
+    let rt = Runtime::new(config).unwrap();
+    let (component, _, _) = crate::package::tests::build(crate::package::tests::ECHOISH);
+    let sha = crate::digest::sha256_hex(&component);
+    // Every slot is held (by compilations that take long).
+    let held: Vec<_> = (0..COMPILES_AT_ONCE).map(|_| rt.compiles.take(None).unwrap()).collect();
+    let error = rt.load(&component, &sha).err().expect("no slot came free");
+    assert!(matches!(error, LoadError::Busy), "{error}");
+    assert_eq!(rt.cache_counts().1, 0, "nothing was compiled");
+    // Temporary, so not remembered: once a slot is free, it compiles.
+    drop(held);
+    assert!(rt.load(&component, &sha).is_ok());
+}
+
 /// Cranelift's incremental cache on disk, counting what is asked of it.
 #[derive(Debug)]
 struct CountedStore {

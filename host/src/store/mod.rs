@@ -524,15 +524,22 @@ pub trait RegistryStore: Send + Sync {
 
     /// Every stored secret.
     fn secrets(&self) -> Result<Vec<StoredSecret>, StoreError>;
-    /// Sets a tenant's secret.
-    fn put_secret(&self, tenant: &str, id: &str, value: &str, audit: &AuditEntry) -> Result<(), StoreError>;
+    /// Sets a tenant's secret; a new id only while the tenant holds fewer
+    /// than `max` secrets (registry credentials included), checked in the
+    /// write's own transaction (in PostgreSQL under a lock of the tenant's
+    /// secrets, so that replicas racing for the last place take one).
+    /// Returns whether it was stored: `false`, nothing written.
+    fn put_secret(&self, tenant: &str, id: &str, value: &str, audit: &AuditEntry, max: u64)
+    -> Result<bool, StoreError>;
     /// Deletes a tenant's secret; returns whether it existed.
     fn delete_secret(&self, tenant: &str, id: &str, audit: &AuditEntry) -> Result<bool, StoreError>;
 
     /// Every stored config value.
     fn config(&self) -> Result<Vec<StoredConfig>, StoreError>;
-    /// Sets a config value of a tenant's tool.
-    fn put_config(&self, value: &StoredConfig, audit: &AuditEntry) -> Result<(), StoreError>;
+    /// Sets a config value of a tenant's tool; a new (tool, key) only while
+    /// the tenant holds fewer than `max` config values, checked as
+    /// [`RegistryStore::put_secret`] checks. Returns whether it was stored.
+    fn put_config(&self, value: &StoredConfig, audit: &AuditEntry, max: u64) -> Result<bool, StoreError>;
     /// Deletes a config value; returns whether it existed.
     fn delete_config(&self, tenant: &str, tool: &str, key: &str, audit: &AuditEntry) -> Result<bool, StoreError>;
 
@@ -736,9 +743,17 @@ pub trait RegistryStore: Send + Sync {
 
     /// The password hash of a tenant's end user.
     fn end_user(&self, tenant: &str, name: &str) -> Result<Option<String>, StoreError>;
-    /// Creates or updates an end user (who logs in to confirm calls).
-    fn put_end_user(&self, tenant: &str, name: &str, password_hash: &str, audit: &AuditEntry)
-    -> Result<(), StoreError>;
+    /// Creates or updates an end user (who logs in to confirm calls); a new
+    /// one only while the tenant has fewer than `max`, checked as
+    /// [`RegistryStore::put_secret`] checks. Returns whether it was stored.
+    fn put_end_user(
+        &self,
+        tenant: &str,
+        name: &str,
+        password_hash: &str,
+        audit: &AuditEntry,
+        max: u64,
+    ) -> Result<bool, StoreError>;
     /// Removes an end user, with their grants and authorization links
     /// ([`authorizations::AuthorizationStore`]) in the same transaction.
     fn delete_end_user(&self, tenant: &str, name: &str, audit: &AuditEntry) -> Result<bool, StoreError>;

@@ -428,6 +428,48 @@ macro_rules! audited {
     }};
 }
 
+/// [`audited!`] for a put bounded per tenant: under a transaction-scoped
+/// advisory lock on `$lock` (the tenant's rows of one kind), `$room` (a
+/// boolean query: the row exists, or the tenant holds fewer than the bound)
+/// decides, in the upsert's own transaction, whether the upsert and its
+/// audit entry (and change-log row) are written; `false`, and nothing is.
+/// Replicas racing for the last place take it one at a time.
+macro_rules! audited_within_bound {
+    ($store:expr, $audit:expr, $topic:expr, $lock:expr, $room:expr, [$($room_bind:expr),*], $query:expr, [$($bind:ident),*] $(,)?) => {{
+        let pool = $store.pool.clone();
+        let audit = $audit.clone();
+        let lock: String = $lock;
+        $store.run(async move {
+            let mut tx = pool.begin().await.map_err(db)?;
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+                .bind(&lock)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            let room: bool = sqlx::query_scalar($room)
+                $(.bind($room_bind))*
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db)?;
+            if !room {
+                // Dropped: rolled back.
+                return Ok(false);
+            }
+            sqlx::query($query)
+                $(.bind($bind))*
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            insert_audit(&mut tx, &audit).await.map_err(db)?;
+            if let Some(topic) = $topic {
+                record(&mut tx, topic).await.map_err(db)?;
+            }
+            tx.commit().await.map_err(db)?;
+            Ok(true)
+        })
+    }};
+}
+
 // After `audited!`, which it uses.
 mod authorizations;
 
@@ -595,21 +637,29 @@ impl RegistryStore for PostgresStore {
         Ok(out)
     }
 
-    fn put_secret(&self, tenant: &str, id: &str, value: &str, audit: &AuditEntry) -> Result<(), StoreError> {
+    fn put_secret(
+        &self,
+        tenant: &str,
+        id: &str,
+        value: &str,
+        audit: &AuditEntry,
+        max: u64,
+    ) -> Result<bool, StoreError> {
         let sealed = self.cipher.seal(tenant, id, value)?;
         let (tenant, id, at) = (tenant.to_string(), id.to_string(), audit.at);
-        audited!(
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        audited_within_bound!(
             self,
             audit,
             Some(Topic::Secrets),
+            format!("secrets:{tenant}"),
+            "SELECT EXISTS (SELECT 1 FROM secrets WHERE tenant = $1 AND id = $2)
+                 OR (SELECT count(*) FROM secrets WHERE tenant = $1) < $3",
+            [&tenant, &id, max],
             "INSERT INTO secrets (tenant, id, value, updated_at) VALUES ($1, $2, $3, $4)
              ON CONFLICT (tenant, id) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-            tenant,
-            id,
-            sealed,
-            at
-        )?;
-        Ok(())
+            [tenant, id, sealed, at],
+        )
     }
 
     fn delete_secret(&self, tenant: &str, id: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
@@ -639,21 +689,26 @@ impl RegistryStore for PostgresStore {
             .map_err(db)
     }
 
-    fn put_config(&self, (tenant, tool, key, value): &StoredConfig, audit: &AuditEntry) -> Result<(), StoreError> {
+    fn put_config(
+        &self,
+        (tenant, tool, key, value): &StoredConfig,
+        audit: &AuditEntry,
+        max: u64,
+    ) -> Result<bool, StoreError> {
         let (tenant, tool, key, value, at) = (tenant.clone(), tool.clone(), key.clone(), value.clone(), audit.at);
-        audited!(
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        audited_within_bound!(
             self,
             audit,
             Some(Topic::Config),
+            format!("config:{tenant}"),
+            "SELECT EXISTS (SELECT 1 FROM tool_config WHERE tenant = $1 AND tool = $2 AND key = $3)
+                 OR (SELECT count(*) FROM tool_config WHERE tenant = $1) < $4",
+            [&tenant, &tool, &key, max],
             "INSERT INTO tool_config (tenant, tool, key, value, updated_at) VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT (tenant, tool, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-            tenant,
-            tool,
-            key,
-            value,
-            at
-        )?;
-        Ok(())
+            [tenant, tool, key, value, at],
+        )
     }
 
     fn delete_config(&self, tenant: &str, tool: &str, key: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
@@ -1827,22 +1882,24 @@ impl RegistryStore for PostgresStore {
         name: &str,
         password_hash: &str,
         audit: &AuditEntry,
-    ) -> Result<(), StoreError> {
+        max: u64,
+    ) -> Result<bool, StoreError> {
         let (tenant, name, hash, at) = (tenant.to_string(), name.to_string(), password_hash.to_string(), audit.at);
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
         // End users are read from the store at each login: no change-log row.
-        audited!(
+        audited_within_bound!(
             self,
             audit,
-            None,
+            None::<Topic>,
+            format!("end_users:{tenant}"),
+            "SELECT EXISTS (SELECT 1 FROM end_users WHERE tenant = $1 AND name = $2)
+                 OR (SELECT count(*) FROM end_users WHERE tenant = $1) < $3",
+            [&tenant, &name, max],
             "INSERT INTO end_users (tenant, name, password_hash, updated_at) VALUES ($1, $2, $3, $4)
              ON CONFLICT (tenant, name) DO UPDATE SET password_hash = excluded.password_hash,
                  updated_at = excluded.updated_at",
-            tenant,
-            name,
-            hash,
-            at
-        )?;
-        Ok(())
+            [tenant, name, hash, at],
+        )
     }
 
     fn delete_end_user(&self, tenant: &str, name: &str, audit: &AuditEntry) -> Result<bool, StoreError> {

@@ -268,6 +268,25 @@ impl SqliteStore {
         )?)
     }
 
+    /// Runs `change` and appends `audit` in one transaction, unless
+    /// `change` answers `false` (a bound refused it): then nothing is
+    /// written. Returns what `change` answered.
+    fn audited_if(
+        &self,
+        audit: &AuditEntry,
+        change: impl FnOnce(&rusqlite::Transaction) -> rusqlite::Result<bool>,
+    ) -> Result<bool, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        if !change(&tx)? {
+            // Dropped: rolled back.
+            return Ok(false);
+        }
+        insert_audit(&tx, audit)?;
+        tx.commit()?;
+        Ok(true)
+    }
+
     /// Runs `change` and appends `audit` in one transaction.
     fn audited<T>(
         &self,
@@ -418,17 +437,32 @@ impl RegistryStore for SqliteStore {
         Ok(out)
     }
 
-    fn put_secret(&self, tenant: &str, id: &str, value: &str, audit: &AuditEntry) -> Result<(), StoreError> {
+    fn put_secret(
+        &self,
+        tenant: &str,
+        id: &str,
+        value: &str,
+        audit: &AuditEntry,
+        max: u64,
+    ) -> Result<bool, StoreError> {
         let sealed = self.cipher.seal(tenant, id, value)?;
-        self.audited(audit, |tx| {
-            tx.execute(
-                "INSERT INTO secrets (tenant, id, value, updated_at, sealed) VALUES (?1, ?2, ?3, ?4, 1)
-                 ON CONFLICT (tenant, id) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at,
-                     sealed = 1",
-                params![tenant, id, sealed, audit.at],
-            )
-        })?;
-        Ok(())
+        self.audited_if(audit, |tx| {
+            let room: bool = tx.query_row(
+                "SELECT EXISTS (SELECT 1 FROM secrets WHERE tenant = ?1 AND id = ?2)
+                     OR (SELECT count(*) FROM secrets WHERE tenant = ?1) < ?3",
+                params![tenant, id, i64::try_from(max).unwrap_or(i64::MAX)],
+                |r| r.get(0),
+            )?;
+            if room {
+                tx.execute(
+                    "INSERT INTO secrets (tenant, id, value, updated_at, sealed) VALUES (?1, ?2, ?3, ?4, 1)
+                     ON CONFLICT (tenant, id) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at,
+                         sealed = 1",
+                    params![tenant, id, sealed, audit.at],
+                )?;
+            }
+            Ok(room)
+        })
     }
 
     fn delete_secret(&self, tenant: &str, id: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
@@ -444,15 +478,29 @@ impl RegistryStore for SqliteStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    fn put_config(&self, (tenant, tool, key, value): &StoredConfig, audit: &AuditEntry) -> Result<(), StoreError> {
-        self.audited(audit, |tx| {
-            tx.execute(
-                "INSERT INTO tool_config (tenant, tool, key, value, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (tenant, tool, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-                params![tenant, tool, key, value, audit.at],
-            )
-        })?;
-        Ok(())
+    fn put_config(
+        &self,
+        (tenant, tool, key, value): &StoredConfig,
+        audit: &AuditEntry,
+        max: u64,
+    ) -> Result<bool, StoreError> {
+        self.audited_if(audit, |tx| {
+            let room: bool = tx.query_row(
+                "SELECT EXISTS (SELECT 1 FROM tool_config WHERE tenant = ?1 AND tool = ?2 AND key = ?3)
+                     OR (SELECT count(*) FROM tool_config WHERE tenant = ?1) < ?4",
+                params![tenant, tool, key, i64::try_from(max).unwrap_or(i64::MAX)],
+                |r| r.get(0),
+            )?;
+            if room {
+                tx.execute(
+                    "INSERT INTO tool_config (tenant, tool, key, value, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (tenant, tool, key) DO UPDATE SET value = excluded.value,
+                         updated_at = excluded.updated_at",
+                    params![tenant, tool, key, value, audit.at],
+                )?;
+            }
+            Ok(room)
+        })
     }
 
     fn delete_config(&self, tenant: &str, tool: &str, key: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
@@ -1214,16 +1262,25 @@ impl RegistryStore for SqliteStore {
         name: &str,
         password_hash: &str,
         audit: &AuditEntry,
-    ) -> Result<(), StoreError> {
-        self.audited(audit, |tx| {
-            tx.execute(
-                "INSERT INTO end_users (tenant, name, password_hash, updated_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (tenant, name) DO UPDATE SET password_hash = excluded.password_hash,
-                     updated_at = excluded.updated_at",
-                params![tenant, name, password_hash, audit.at],
-            )
-        })?;
-        Ok(())
+        max: u64,
+    ) -> Result<bool, StoreError> {
+        self.audited_if(audit, |tx| {
+            let room: bool = tx.query_row(
+                "SELECT EXISTS (SELECT 1 FROM end_users WHERE tenant = ?1 AND name = ?2)
+                     OR (SELECT count(*) FROM end_users WHERE tenant = ?1) < ?3",
+                params![tenant, name, i64::try_from(max).unwrap_or(i64::MAX)],
+                |r| r.get(0),
+            )?;
+            if room {
+                tx.execute(
+                    "INSERT INTO end_users (tenant, name, password_hash, updated_at) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (tenant, name) DO UPDATE SET password_hash = excluded.password_hash,
+                         updated_at = excluded.updated_at",
+                    params![tenant, name, password_hash, audit.at],
+                )?;
+            }
+            Ok(room)
+        })
     }
 
     fn delete_end_user(&self, tenant: &str, name: &str, audit: &AuditEntry) -> Result<bool, StoreError> {
@@ -1461,8 +1518,8 @@ mod tests {
         assert_eq!(versions[0].retired_at, Some(1_800_000_000));
         assert_eq!(versions[1].retired_at, None);
 
-        reopened.put_secret("default", "api-key", "one", &audit("secret.put")).unwrap();
-        reopened.put_secret("default", "api-key", "two", &audit("secret.put")).unwrap();
+        reopened.put_secret("default", "api-key", "one", &audit("secret.put"), u64::MAX).unwrap();
+        reopened.put_secret("default", "api-key", "two", &audit("secret.put"), u64::MAX).unwrap();
         assert_eq!(reopened.secrets().unwrap(), [("default".into(), "api-key".into(), "two".into())]);
         assert!(reopened.delete_secret("default", "api-key", &audit("secret.delete")).unwrap());
         assert!(!reopened.delete_secret("default", "api-key", &audit("secret.delete")).unwrap());
@@ -1584,8 +1641,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = SqliteStore::open(dir.path(), cipher()).unwrap();
-            store.put_secret("default", "api-key", "sk-live-7f3a9c2e", &audit("secret.put")).unwrap();
-            store.put_secret("default", "other", "other-value-5d1b", &audit("secret.put")).unwrap();
+            store.put_secret("default", "api-key", "sk-live-7f3a9c2e", &audit("secret.put"), u64::MAX).unwrap();
+            store.put_secret("default", "other", "other-value-5d1b", &audit("secret.put"), u64::MAX).unwrap();
         }
         let raw = raw_secret(dir.path(), "default", "api-key");
         assert!(!raw.contains("sk-live-7f3a9c2e") && raw.starts_with("xc1:"), "{raw}");
@@ -1606,7 +1663,7 @@ mod tests {
         }
         let store = SqliteStore::open(dir.path(), cipher()).unwrap();
         assert!(matches!(store.secrets(), Err(StoreError::WrongSecretsKey)));
-        store.put_secret("default", "api-key", "sk-live-7f3a9c2e", &audit("secret.put")).unwrap();
+        store.put_secret("default", "api-key", "sk-live-7f3a9c2e", &audit("secret.put"), u64::MAX).unwrap();
         assert_eq!(store.secrets().unwrap().len(), 2);
     }
 
@@ -1635,7 +1692,7 @@ mod tests {
         std::fs::write(&path, b"").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         let store = SqliteStore::open(dir.path(), cipher()).unwrap();
-        store.put_secret("default", "a", "b", &audit("secret.put")).unwrap();
+        store.put_secret("default", "a", "b", &audit("secret.put"), u64::MAX).unwrap();
         for file in [DB_FILE, "registry.sqlite3-wal", "registry.sqlite3-shm"] {
             let mode = std::fs::metadata(dir.path().join(file)).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o600, "{file}");

@@ -411,7 +411,7 @@ fn audit_pages_newest_first_and_filters_by_tenant(store: &dyn RegistryStore) {
     for i in 0..5 {
         let tenant = if i % 2 == 0 { "acme" } else { "default" };
         let entry = AuditEntry::new(&Principal::server("test"), Some(tenant), "secret.put", format!("s{i}"));
-        store.put_secret(tenant, &format!("s{i}"), "v", &entry).unwrap();
+        store.put_secret(tenant, &format!("s{i}"), "v", &entry, u64::MAX).unwrap();
     }
     let first = store.audit(&AuditQuery { tenant: Some("acme".into()), before: None, limit: 2 }).unwrap();
     assert_eq!(first.iter().map(|e| e.target.as_str()).collect::<Vec<_>>(), ["s4", "s2"]);
@@ -639,14 +639,14 @@ fn a_setting_is_replaced_only_from_the_value_its_writer_read(store: &dyn Registr
 }
 
 fn secrets_config_settings_and_keys_round_trip(store: &dyn RegistryStore) {
-    store.put_secret("default", "api-key", "one", &audit("secret.put")).unwrap();
-    store.put_secret("default", "api-key", "two", &audit("secret.put")).unwrap();
+    store.put_secret("default", "api-key", "one", &audit("secret.put"), u64::MAX).unwrap();
+    store.put_secret("default", "api-key", "two", &audit("secret.put"), u64::MAX).unwrap();
     assert_eq!(store.secrets().unwrap(), [("default".into(), "api-key".into(), "two".into())]);
     assert!(store.delete_secret("default", "api-key", &audit("secret.delete")).unwrap());
     assert!(!store.delete_secret("default", "api-key", &audit("secret.delete")).unwrap());
 
     let value = ("default".to_string(), "echo".to_string(), "k".to_string(), "v".to_string());
-    store.put_config(&value, &audit("config.put")).unwrap();
+    store.put_config(&value, &audit("config.put"), u64::MAX).unwrap();
     assert_eq!(store.config().unwrap(), [value]);
     assert!(store.delete_config("default", "echo", "k", &audit("config.delete")).unwrap());
     assert!(store.config().unwrap().is_empty());
@@ -671,10 +671,65 @@ fn secrets_config_settings_and_keys_round_trip(store: &dyn RegistryStore) {
     assert!(!store.revoke_key("k1", 10, &audit("key.revoke")).unwrap());
     assert_eq!(store.keys().unwrap(), [KeyRecord { revoked_at: Some(9), ..key }]);
 
-    store.put_end_user("default", "ann", "hash", &audit("end-user.put")).unwrap();
+    store.put_end_user("default", "ann", "hash", &audit("end-user.put"), u64::MAX).unwrap();
     assert_eq!(store.end_user("default", "ann").unwrap().as_deref(), Some("hash"));
     assert!(store.delete_end_user("default", "ann", &audit("end-user.delete")).unwrap());
     assert_eq!(store.end_user("default", "ann").unwrap(), None);
+}
+
+/// What a tenant can make the store keep is bounded (on both stores): past
+/// its bound a new secret, config value or end user is refused with nothing
+/// written (no row, no audit entry); one it has can always be set again;
+/// another tenant's are not counted.
+#[test]
+fn secrets_config_values_and_end_users_are_bounded_per_tenant() {
+    for fixture in [sqlite(), postgres()] {
+        bounded_per_tenant(&*fixture.open());
+    }
+}
+
+fn bounded_per_tenant(store: &dyn RegistryStore) {
+    store.put_tenant(&acme(), &audit("tenant.create")).unwrap();
+    let entries = || store.audit(&AuditQuery { limit: 1000, ..Default::default() }).unwrap().len();
+    let at_acme = |action: &str| AuditEntry::new(&Principal::server("test"), Some("acme"), action, "t");
+    let before = entries();
+
+    assert!(store.put_secret("default", "a", "1", &audit("secret.put"), 2).unwrap());
+    assert!(store.put_secret("default", "b", "1", &audit("secret.put"), 2).unwrap());
+    assert!(!store.put_secret("default", "c", "1", &audit("secret.put"), 2).unwrap(), "a third id is refused");
+    assert!(store.put_secret("default", "a", "2", &audit("secret.put"), 2).unwrap(), "one it has is set again");
+    assert!(store.put_secret("acme", "c", "1", &at_acme("secret.put"), 2).unwrap(), "another tenant's are its own");
+    let secrets: Vec<_> = store.secrets().unwrap().into_iter().map(|(t, id, v)| format!("{t}/{id}={v}")).collect();
+    assert_eq!(secrets, ["acme/c=1", "default/a=2", "default/b=1"]);
+
+    let config = |tenant: &str, tool: &str, key: &str, value: &str| {
+        (tenant.to_string(), tool.to_string(), key.to_string(), value.to_string())
+    };
+    assert!(store.put_config(&config("default", "echo", "k1", "1"), &audit("config.put"), 2).unwrap());
+    // Every tool's values count, deployed or not.
+    assert!(store.put_config(&config("default", "other", "k1", "1"), &audit("config.put"), 2).unwrap());
+    assert!(!store.put_config(&config("default", "echo", "k2", "1"), &audit("config.put"), 2).unwrap());
+    assert!(store.put_config(&config("default", "echo", "k1", "2"), &audit("config.put"), 2).unwrap());
+    assert!(store.put_config(&config("acme", "echo", "k2", "1"), &at_acme("config.put"), 2).unwrap());
+    assert_eq!(
+        store.config().unwrap(),
+        [
+            config("acme", "echo", "k2", "1"),
+            config("default", "echo", "k1", "2"),
+            config("default", "other", "k1", "1")
+        ]
+    );
+
+    assert!(store.put_end_user("default", "ann", "h1", &audit("end_user.put"), 1).unwrap());
+    assert!(!store.put_end_user("default", "bob", "h1", &audit("end_user.put"), 1).unwrap());
+    assert!(store.put_end_user("default", "ann", "h2", &audit("end_user.put"), 1).unwrap());
+    assert!(store.put_end_user("acme", "bob", "h1", &at_acme("end_user.put"), 1).unwrap());
+    assert_eq!(store.end_user("default", "ann").unwrap().as_deref(), Some("h2"));
+    assert_eq!(store.end_user("default", "bob").unwrap(), None, "nothing of the refused one is stored");
+
+    // Eleven writes were stored, each with its audit entry; the three
+    // refused left none.
+    assert_eq!(entries(), before + 11);
 }
 
 fn sessions_live_until_they_expire(store: &dyn RegistryStore) {
@@ -1046,12 +1101,43 @@ fn deleting_a_toolset_waits_for_a_change_of_it_on_another_replica() {
     });
 }
 
+/// Replicas racing for a tenant's last places take exactly as many as
+/// the bound allows: the count and the insert are one under the tenant's
+/// lock, in the write's transaction.
+#[test]
+fn replicas_racing_for_a_tenants_last_secrets_config_values_and_end_users_take_only_the_bound() {
+    let (a, b) = two_replicas();
+    let stored = std::thread::scope(|s| {
+        let writers: Vec<_> = (0..12)
+            .map(|i| {
+                let store = if i % 2 == 0 { &a } else { &b };
+                s.spawn(move || {
+                    let config = ("default".to_string(), "echo".to_string(), format!("k{i}"), "v".to_string());
+                    [
+                        store.put_secret("default", &format!("s{i}"), "v", &audit("secret.put"), 3).unwrap(),
+                        store.put_config(&config, &audit("config.put"), 3).unwrap(),
+                        store.put_end_user("default", &format!("u{i}"), "h", &audit("end_user.put"), 3).unwrap(),
+                    ]
+                })
+            })
+            .collect();
+        writers.into_iter().map(|w| w.join().unwrap()).collect::<Vec<_>>()
+    });
+    for kind in 0..3 {
+        assert_eq!(stored.iter().filter(|s| s[kind]).count(), 3, "kind {kind}: {stored:?}");
+    }
+    assert_eq!(a.secrets().unwrap().len(), 3);
+    assert_eq!(b.config().unwrap().len(), 3);
+    let users = (0..12).filter(|i| a.end_user("default", &format!("u{i}")).unwrap().is_some()).count();
+    assert_eq!(users, 3);
+}
+
 #[test]
 fn the_change_log_names_what_changed_since_a_point() {
     let (a, b) = two_replicas();
     let start = b.changes_since(i64::MAX).unwrap().latest;
     assert_eq!(b.changes_since(start).unwrap().topics.len(), 0);
-    a.put_secret("default", "s", "v", &audit("secret.put")).unwrap();
+    a.put_secret("default", "s", "v", &audit("secret.put"), u64::MAX).unwrap();
     a.revoke_key("nobody", 1, &audit("key.revoke")).unwrap();
     let feed = b.changes_since(start).unwrap();
     assert_eq!(feed.topics.into_iter().collect::<Vec<_>>(), [Topic::Keys, Topic::Secrets]);
@@ -1113,7 +1199,7 @@ fn every_replica_gets_the_same_server_key_and_the_audit_log_is_append_only() {
     let fixture = postgres();
     let (a, b) = (fixture.open(), fixture.open());
     assert_eq!(a.server_key("k").unwrap(), b.server_key("k").unwrap());
-    a.put_secret("default", "s", "v", &audit("secret.put")).unwrap();
+    a.put_secret("default", "s", "v", &audit("secret.put"), u64::MAX).unwrap();
     let Fixture::Postgres(url) = &fixture else { unreachable!() };
     let database = url.rsplit('/').next().unwrap();
     let psql = |sql: &str| {
@@ -1149,7 +1235,7 @@ fn a_bad_or_unreachable_database_url_is_refused_without_repeating_its_password()
 fn while_the_database_is_unreachable_calls_fail_at_once_and_recover_with_it() {
     let postgres = TestPostgres::start();
     let store = PostgresStore::open(&postgres.fresh_database(), cipher()).unwrap();
-    store.put_secret("default", "s", "v", &audit("secret.put")).unwrap();
+    store.put_secret("default", "s", "v", &audit("secret.put"), u64::MAX).unwrap();
     postgres.stop();
     // The first call finds out (within the pool's wait); the ones after it
     // fail at once rather than each waiting again.

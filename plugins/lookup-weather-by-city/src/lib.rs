@@ -45,7 +45,7 @@ impl Guest for Weather {
         let base = config::require("backend-url")?;
         let base = base.trim_end_matches('/');
 
-        let places: Geocoding = fetch_json(&format!("{base}/v1/geocode?name={}", encode(&input.city)))?;
+        let places: Geocoding = fetch_json(&format!("{base}/v1/geocode?name={}", http::encode(&input.city)))?;
         let Some(place) = places.results.into_iter().next() else {
             return Err(ToolError::new(format!("no city called `{}` is known", input.city))
                 .with_prompt_content("Ask the user to check the city's spelling or to name a nearby larger city."));
@@ -85,17 +85,6 @@ fn fetch_json<T: for<'de> Deserialize<'de>>(url: &str) -> Result<T, ToolError> {
         ToolError::new("the weather service sent an answer this tool does not understand")
             .with_developer_message(e.to_string())
     })
-}
-
-/// Percent-encodes a query value (RFC 3986 unreserved characters stay as they are).
-fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 export!(Weather);

@@ -256,7 +256,8 @@ pub(in crate::api) async fn tool(about: AboutTool) -> Response {
             .authorization
             .iter()
             .map(|need| {
-                let scopes = if need.scopes.is_empty() { "the provider's default".into() } else { need.scopes.join(" ") };
+                let scopes =
+                    if need.scopes.is_empty() { "the provider's default".into() } else { need.scopes.join(" ") };
                 (need.provider.clone(), scopes, need.hosts.join(", "))
             })
             .collect(),

@@ -354,6 +354,30 @@ pub(in crate::api) async fn try_call(about: AboutTool, body: Bytes) -> Response 
         response.headers_mut().insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));
         response
     };
+    let mut call = Call::new(input, FrontDoor::A2t);
+    call.call_id = key.call_id.clone();
+    call.end_user = end_user;
+    let answered = |came: Came| match came {
+        Came::AtField(name, message) => {
+            let mut errors = errors.clone();
+            errors.entry(name).or_insert(message);
+            pages::page(StatusCode::UNPROCESSABLE_ENTITY, &show(&errors))
+        }
+        Came::Answer { status, answer, refusal } => {
+            let mut page = show(&errors);
+            page.answer = Some(answer);
+            match refusal {
+                Some(error) => error.onto(pages::page(status, &page)),
+                None => pages::page(status, &page),
+            }
+        }
+    };
+    // The tenant's rate first: a call over it is refused before its claim
+    // is written (and released: two writes for a call that never runs).
+    match host.take_rate(&tool, &version, &call) {
+        Ok(taken) => call.rate = Some(taken),
+        Err(refused) => return answered(came_of(&options, &session, call.end_user.clone(), Err(refused))),
+    }
     let ticket = match host.claim_call(&key, &form_sha256(tool.id, &form)).await {
         Ok(Claim::Run(ticket)) => ticket,
         Ok(Claim::Recorded(kept)) => {
@@ -398,9 +422,6 @@ pub(in crate::api) async fn try_call(about: AboutTool, body: Bytes) -> Response 
             return error.onto(pages::page(StatusCode::SERVICE_UNAVAILABLE, &page));
         }
     };
-    let mut call = Call::new(input, FrontDoor::A2t);
-    call.call_id = key.call_id;
-    call.end_user = end_user;
     // Its own task: a browser that goes away mid-call must not leave the
     // call id claimed and unrecorded while the tool runs on.
     let run = run_once(host.clone(), options.clone(), session.clone(), tool.clone(), version.clone(), call, ticket);
@@ -410,20 +431,7 @@ pub(in crate::api) async fn try_call(about: AboutTool, body: Bytes) -> Response 
         page.answer = Some(Answer::refused(&error));
         return error.onto(pages::page(StatusCode::INTERNAL_SERVER_ERROR, &page));
     };
-    match came {
-        Came::AtField(name, message) => {
-            errors.entry(name).or_insert(message);
-            pages::page(StatusCode::UNPROCESSABLE_ENTITY, &show(&errors))
-        }
-        Came::Answer { status, answer, refusal } => {
-            let mut page = show(&errors);
-            page.answer = Some(answer);
-            match refusal {
-                Some(error) => error.onto(pages::page(status, &page)),
-                None => pages::page(status, &page),
-            }
-        }
-    }
+    answered(came)
 }
 
 /// The form's field with its call id.
@@ -557,6 +565,10 @@ fn came_of(
         Err(InvokeError::EndUserRequired(_)) => Came::AtField(
             END_USER_FIELD.to_string(),
             "This call needs its end user's confirmation: name the end user who confirms it.".to_string(),
+        ),
+        Err(InvokeError::AccountEndUserRequired(_)) => Came::AtField(
+            END_USER_FIELD.to_string(),
+            "This tool acts with its end user's own account: name the end user the call is made for.".to_string(),
         ),
         Err(InvokeError::UnknownEndUser { .. }) => Came::AtField(
             END_USER_FIELD.to_string(),

@@ -69,7 +69,10 @@ pub struct TokenAnswer {
 
 impl std::fmt::Debug for TokenAnswer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenAnswer").field("expires_in", &self.expires_in).field("scope", &self.scope).finish_non_exhaustive()
+        f.debug_struct("TokenAnswer")
+            .field("expires_in", &self.expires_in)
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
     }
 }
 
@@ -138,7 +141,8 @@ pub fn parse_document(bytes: &[u8], issuer: &str, allow_http: bool) -> Result<Pr
             Some(_) => Err(ExchangeError::Invalid(format!("its `{name}` is not a string"))),
         }
     };
-    let authorization_endpoint = endpoint("authorization_endpoint")?.ok_or_else(|| invalid("its metadata names no authorization endpoint"))?;
+    let authorization_endpoint =
+        endpoint("authorization_endpoint")?.ok_or_else(|| invalid("its metadata names no authorization endpoint"))?;
     let token_endpoint = endpoint("token_endpoint")?.ok_or_else(|| invalid("its metadata names no token endpoint"))?;
     if let Some(methods) = document.get("code_challenge_methods_supported").and_then(Value::as_array)
         && !methods.iter().any(|m| m == "S256")
@@ -177,11 +181,16 @@ pub fn parse_token_answer(status: u16, bytes: &[u8]) -> Result<TokenAnswer, Exch
         match answer.get(name) {
             None | Some(Value::Null) => Ok(None),
             // RFC 6749 appendix A.12/A.17: VSCHAR, printable ASCII.
-            Some(Value::String(t)) if !t.is_empty() && t.len() <= MAX_TOKEN_BYTES && t.bytes().all(|b| (0x20..0x7f).contains(&b)) => Ok(Some(t.clone())),
+            Some(Value::String(t))
+                if !t.is_empty() && t.len() <= MAX_TOKEN_BYTES && t.bytes().all(|b| (0x20..0x7f).contains(&b)) =>
+            {
+                Ok(Some(t.clone()))
+            }
             Some(_) => Err(ExchangeError::Invalid(format!("its `{name}` is not a token"))),
         }
     };
-    let access_token = token("access_token")?.ok_or_else(|| ExchangeError::Invalid("it answered no access token".into()))?;
+    let access_token =
+        token("access_token")?.ok_or_else(|| ExchangeError::Invalid("it answered no access token".into()))?;
     match answer.get("token_type").and_then(Value::as_str) {
         Some(kind) if kind.eq_ignore_ascii_case("bearer") => {}
         Some(_) => return Err(ExchangeError::Invalid("its token is not a Bearer token".into())),
@@ -196,7 +205,9 @@ pub fn parse_token_answer(status: u16, bytes: &[u8]) -> Result<TokenAnswer, Exch
     .filter(|s| (0..=10 * 365 * 24 * 3600).contains(s));
     let scope = match answer.get("scope") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s.len() <= 4096 && s.split_ascii_whitespace().all(crate::manifest::is_scope) => Some(s.clone()),
+        Some(Value::String(s)) if s.len() <= 4096 && s.split_ascii_whitespace().all(crate::manifest::is_scope) => {
+            Some(s.clone())
+        }
         Some(_) => return Err(ExchangeError::Invalid("its `scope` is not a list of scopes".into())),
     };
     Ok(TokenAnswer { access_token, refresh_token: token("refresh_token")?, expires_in, scope })
@@ -241,14 +252,16 @@ impl Exchange {
         let key = (provider.tenant.clone(), provider.id.clone());
         let from_issuer = match &settings.issuer {
             None => None,
-            Some(issuer) => match self.documents.get(&key).filter(|d| d.0.elapsed() < DOCUMENT_TTL).map(|d| d.1.clone()) {
-                Some(document) => Some(document),
-                None => {
-                    let document = self.fetch_document(issuer).await?;
-                    self.documents.insert(key, (Instant::now(), document.clone()));
-                    Some(document)
+            Some(issuer) => {
+                match self.documents.get(&key).filter(|d| d.0.elapsed() < DOCUMENT_TTL).map(|d| d.1.clone()) {
+                    Some(document) => Some(document),
+                    None => {
+                        let document = self.fetch_document(issuer).await?;
+                        self.documents.insert(key, (Instant::now(), document.clone()));
+                        Some(document)
+                    }
                 }
-            },
+            }
         };
         let unset = || ExchangeError::Invalid("no authorization or token endpoint is configured".into());
         Ok(ProviderDocument {
@@ -258,8 +271,15 @@ impl Exchange {
                 .clone()
                 .or_else(|| from_issuer.as_ref().map(|d| d.authorization_endpoint.clone()))
                 .ok_or_else(unset)?,
-            token_endpoint: settings.token_endpoint.clone().or_else(|| from_issuer.as_ref().map(|d| d.token_endpoint.clone())).ok_or_else(unset)?,
-            revocation_endpoint: settings.revocation_endpoint.clone().or_else(|| from_issuer.as_ref().and_then(|d| d.revocation_endpoint.clone())),
+            token_endpoint: settings
+                .token_endpoint
+                .clone()
+                .or_else(|| from_issuer.as_ref().map(|d| d.token_endpoint.clone()))
+                .ok_or_else(unset)?,
+            revocation_endpoint: settings
+                .revocation_endpoint
+                .clone()
+                .or_else(|| from_issuer.as_ref().and_then(|d| d.revocation_endpoint.clone())),
             iss_in_response: from_issuer.as_ref().is_some_and(|d| d.iss_in_response),
         })
     }
@@ -267,7 +287,8 @@ impl Exchange {
     /// RFC 8414 §3.1's well-known URL (the issuer's path after the
     /// well-known segment), then OpenID Discovery's.
     async fn fetch_document(&self, issuer: &str) -> Result<ProviderDocument, ExchangeError> {
-        let url = check_url(issuer, self.options.allow_http).map_err(|why| ExchangeError::Invalid(format!("its issuer {why}")))?;
+        let url = check_url(issuer, self.options.allow_http)
+            .map_err(|why| ExchangeError::Invalid(format!("its issuer {why}")))?;
         let origin = url.origin().ascii_serialization();
         let path = url.path().trim_end_matches('/');
         let candidates = [
@@ -294,7 +315,12 @@ impl Exchange {
         redirect_uri: &str,
         verifier: &str,
     ) -> Result<TokenAnswer, ExchangeError> {
-        let form = [("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirect_uri), ("code_verifier", verifier)];
+        let form = [
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("redirect_uri", redirect_uri),
+            ("code_verifier", verifier),
+        ];
         self.token_request(provider, &document.token_endpoint, &form).await
     }
 
@@ -312,18 +338,33 @@ impl Exchange {
         let Some(endpoint) = document.revocation_endpoint else { return Ok(()) };
         let (status, _) = self.post(provider, &endpoint, &[("token", token)]).await?;
         // RFC 7009 §2.2: 200 whether or not the token was valid.
-        if status == 200 { Ok(()) } else { Err(ExchangeError::Unavailable(format!("its revocation endpoint answered {status}"))) }
+        if status == 200 {
+            Ok(())
+        } else {
+            Err(ExchangeError::Unavailable(format!("its revocation endpoint answered {status}")))
+        }
     }
 
-    async fn token_request(&self, provider: &StoredProvider, endpoint: &str, form: &[(&str, &str)]) -> Result<TokenAnswer, ExchangeError> {
+    async fn token_request(
+        &self,
+        provider: &StoredProvider,
+        endpoint: &str,
+        form: &[(&str, &str)],
+    ) -> Result<TokenAnswer, ExchangeError> {
         let (status, body) = self.post(provider, endpoint, form).await?;
         parse_token_answer(status, &body)
     }
 
     /// POSTs `form` to `endpoint` with the client's credentials: HTTP Basic
     /// (RFC 6749 §2.3.1) with a secret, else `client_id` in the form.
-    async fn post(&self, provider: &StoredProvider, endpoint: &str, form: &[(&str, &str)]) -> Result<(u16, Vec<u8>), ExchangeError> {
-        let url = check_url(endpoint, self.options.allow_http).map_err(|why| ExchangeError::Invalid(format!("its endpoint {why}")))?;
+    async fn post(
+        &self,
+        provider: &StoredProvider,
+        endpoint: &str,
+        form: &[(&str, &str)],
+    ) -> Result<(u16, Vec<u8>), ExchangeError> {
+        let url = check_url(endpoint, self.options.allow_http)
+            .map_err(|why| ExchangeError::Invalid(format!("its endpoint {why}")))?;
         let client = self.client.as_ref().ok_or_else(|| ExchangeError::Unavailable("no HTTP client".into()))?;
         let settings = super::settings_of(provider);
         let mut fields: Vec<(&str, &str)> = form.to_vec();
@@ -344,7 +385,8 @@ impl Exchange {
     }
 
     async fn get(&self, url: &str) -> Result<(u16, Vec<u8>), ExchangeError> {
-        let url = check_url(url, self.options.allow_http).map_err(|why| ExchangeError::Invalid(format!("its metadata URL {why}")))?;
+        let url = check_url(url, self.options.allow_http)
+            .map_err(|why| ExchangeError::Invalid(format!("its metadata URL {why}")))?;
         let client = self.client.as_ref().ok_or_else(|| ExchangeError::Unavailable("no HTTP client".into()))?;
         self.read(client.get(url).header(reqwest::header::ACCEPT, "application/json").send().await).await
     }
@@ -379,7 +421,10 @@ mod tests {
     fn a_token_answer_is_a_bearer_token_of_sound_characters() {
         let good = br#"{"access_token":"at-1","token_type":"Bearer","expires_in":3600,"refresh_token":"rt-1","scope":"inbox.read"}"#;
         let answer = parse_token_answer(200, good).unwrap();
-        assert_eq!((answer.access_token.as_str(), answer.expires_in, answer.scope.as_deref()), ("at-1", Some(3600), Some("inbox.read")));
+        assert_eq!(
+            (answer.access_token.as_str(), answer.expires_in, answer.scope.as_deref()),
+            ("at-1", Some(3600), Some("inbox.read"))
+        );
         assert_eq!(answer.refresh_token.as_deref(), Some("rt-1"));
         assert!(!format!("{answer:?}").contains("at-1"));
         for (status, bad, kind) in [

@@ -54,8 +54,11 @@ impl ToolHost {
 
     /// Sets an end user's password: who may log in to the built-in
     /// confirmation page and confirm the calls made for them. Only an
-    /// Argon2id hash is stored. The hash waits for one of the hashing slots
-    /// logins use, and is computed off the async threads.
+    /// Argon2id hash is stored. The hash takes one of the hashing slots
+    /// logins use, within its tenant's share, or is refused at once
+    /// ([`ChangeError::Busy`]): a publisher setting passwords in a loop
+    /// never waits in front of, nor takes the slots of, another tenant's
+    /// logins. It is computed off the async threads.
     pub async fn put_end_user(
         self: &Arc<Self>,
         actor: &Principal,
@@ -68,7 +71,11 @@ impl ToolHost {
                 "an end user's password must be at least {MIN_PASSWORD_CHARS} characters"
             )));
         }
-        let slot = self.cheq.login.hashing.clone().acquire_owned().await;
+        let Some(slot) = login::HashingSlots::for_password(&self.cheq.login.hashing, tenant) else {
+            return Err(ChangeError::Busy(
+                "the server is checking or setting as many of this tenant's passwords as it may at once; try again in a moment".into(),
+            ));
+        };
         let host = self.clone();
         let (actor, tenant, name, password) =
             (actor.clone(), tenant.to_string(), name.to_string(), password.to_string());
@@ -89,7 +96,16 @@ impl ToolHost {
             .map_err(|e| ChangeError::Invalid(e.to_string()))?
             .to_string();
         let audit = AuditEntry::new(actor, Some(tenant), "end_user.put", name);
-        self.store.put_end_user(tenant, name, &hash, &audit)?;
+        let max = self.quotas_of(tenant).max_end_users;
+        if !self.store.put_end_user(tenant, name, &hash, &audit, u64::from(max))? {
+            return Err(ChangeError::QuotaExceeded {
+                message: format!(
+                    "the tenant has {max} end users, as many as its quota `maxEndUsers` allows; delete one, or ask the operator for more"
+                ),
+                quota: "maxEndUsers",
+                max,
+            });
+        }
         // A new password ends what the old one signed in to.
         self.store.revoke_oauth_of(tenant, Some(name), unix_now())?;
         tracing::info!(tenant, end_user = name, "end user set");
@@ -114,8 +130,9 @@ impl ToolHost {
     /// client at `address` (the TCP peer). Refused at once, before any
     /// hashing, while the tenant's failed-login budget is spent or the
     /// address, the (user, address) or the user (but at an address it
-    /// logged in from before) is locked out by failed logins, or when every
-    /// hashing slot is taken (counted against the address); otherwise the
+    /// logged in from before) is locked out by failed logins, or when no
+    /// hashing slot is free for it (counted against the address only when
+    /// that address holds its own share of them); otherwise the
     /// password is checked off the async threads. An unknown tenant or user
     /// name is answered, throttled and timed like a wrong password.
     pub async fn log_in_end_user(
@@ -133,10 +150,7 @@ impl ToolHost {
         // (`LoginTenant`).
         let throttled = login::LoginTenant::new(tenant, self.tenant(tenant).is_some());
         guard.check(throttled, name, address)?;
-        let Ok(slot) = guard.hashing.clone().try_acquire_owned() else {
-            guard.busy(address);
-            return Err(LoginError::Busy);
-        };
+        let slot = guard.hashing_slot(throttled, name, address)?;
         let host = self.clone();
         let (t, n, p) = (tenant.to_string(), name.to_string(), password.to_string());
         let valid = tokio::task::spawn_blocking(move || {

@@ -4,10 +4,18 @@
 //! An Argon2id check costs 19 MiB and tens of milliseconds of a core, and
 //! the login form is open to anyone. So:
 //! - at most [`LoginOptions::max_concurrent_hashes`] hashes run at once
-//!   (default: one per core); a login beyond that is refused at once
-//!   ([`LoginError::Busy`]), never queued, so a flood costs the server a
-//!   fixed amount of memory and CPU whatever its size. Such a refusal counts
-//!   as a failure of its address;
+//!   (default: one per core, at least two), logins and password sets
+//!   alike, and of those at most a share ([`LoginOptions::hashes_per_tenant`],
+//!   [`LoginOptions::hashes_per_address`], half of them by default) for one
+//!   tenant (made-up tenants together are one) and for one client address
+//!   (an IPv6 /48): no one tenant's publisher setting passwords, nor one
+//!   address logging in, holds every slot. A login without a slot is
+//!   refused at once ([`LoginError::Busy`]), and so is a password set
+//!   ([`HashingSlots::for_password`]), never queued, so a flood costs the
+//!   server a fixed amount of memory and CPU whatever its size. A login
+//!   refused because its own address holds its share counts as a failure
+//!   of that address (the flooder locks itself out); one refused because
+//!   others hold the slots counts against no one;
 //! - at most [`LoginOptions::max_failures_per_minute`] failed logins per
 //!   tenant (a token bucket: that many at once, refilled evenly over a
 //!   minute); beyond it every login to that tenant is refused before
@@ -58,6 +66,12 @@ use std::time::{Duration, Instant};
 pub struct LoginOptions {
     /// Password hashes computed at once (logins and password changes).
     pub max_concurrent_hashes: usize,
+    /// Of those, the most one tenant's logins and password sets hold at
+    /// once (`None`: half of them, at least one).
+    pub hashes_per_tenant: Option<usize>,
+    /// Of those, the most logins from one client address (an IPv6 /48)
+    /// hold at once (`None`: half of them, at least one).
+    pub hashes_per_address: Option<usize>,
     /// Failed logins of one user name (in one tenant), from one address or
     /// from all, before it is locked out.
     pub user_failures: u32,
@@ -77,7 +91,10 @@ pub struct LoginOptions {
 impl Default for LoginOptions {
     fn default() -> Self {
         LoginOptions {
-            max_concurrent_hashes: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            // At least two: with one, whoever holds it holds them all.
+            max_concurrent_hashes: std::thread::available_parallelism().map_or(2, |n| n.get()).max(2),
+            hashes_per_tenant: None,
+            hashes_per_address: None,
             user_failures: 5,
             address_failures: 20,
             lockout_base: Duration::from_secs(1),
@@ -123,7 +140,7 @@ impl LoginError {
 
 /// The hashing slots, the throttle tables and the tenants' budgets.
 pub(crate) struct LoginGuard {
-    pub(crate) hashing: std::sync::Arc<tokio::sync::Semaphore>,
+    pub(crate) hashing: std::sync::Arc<HashingSlots>,
     /// Per user, across addresses; not held at the user's known addresses.
     users: Throttle<[u8; 32]>,
     /// Per (user, address).
@@ -189,7 +206,7 @@ impl LoginGuard {
         let backoff = Backoff { base: options.lockout_base, max: options.lockout_max.max(options.lockout_base) };
         let max = options.max_tracked.max(1);
         LoginGuard {
-            hashing: std::sync::Arc::new(tokio::sync::Semaphore::new(options.max_concurrent_hashes.max(1))),
+            hashing: std::sync::Arc::new(HashingSlots::new(options)),
             users: Throttle::new(options.user_failures.max(1), backoff, max),
             user_addresses: Throttle::new(options.user_failures.max(1), backoff, max),
             addresses: Throttle::new(options.address_failures.max(1), backoff, max),
@@ -244,9 +261,33 @@ impl LoginGuard {
         self.users.fail(keys.user, now);
     }
 
-    /// A login refused for want of a hashing slot counts against its
-    /// address: a flood from one address locks that address out.
-    pub(crate) fn busy(&self, address: IpAddr) {
+    /// A hashing slot for a login of `tenant`'s `user` from `address`, or
+    /// [`LoginError::Busy`] at once. A login refused because its own
+    /// address holds its share of the slots counts against that address
+    /// (a flood from one address locks it out); one refused because its
+    /// tenant's share or every slot is held by others counts against no
+    /// one: the refused client is not the one flooding.
+    pub(crate) fn hashing_slot<'t>(
+        &self,
+        tenant: impl Into<LoginTenant<'t>>,
+        user: &str,
+        address: IpAddr,
+    ) -> Result<HashingSlot, LoginError> {
+        let keys = Keys::new(tenant.into(), user, address);
+        match HashingSlots::take(&self.hashing, keys.tenant, Some(keys.site)) {
+            Ok(slot) => Ok(slot),
+            Err(NoSlot::AddressShare) => {
+                self.busy(address);
+                Err(LoginError::Busy)
+            }
+            Err(NoSlot::TakenByOthers) => Err(LoginError::Busy),
+        }
+    }
+
+    /// A login refused for want of a hashing slot its own address holds
+    /// counts against that address: a flood from one address locks that
+    /// address out.
+    fn busy(&self, address: IpAddr) {
         self.addresses.fail(prefix(address, SITE_PREFIX), Instant::now());
     }
 
@@ -258,6 +299,115 @@ impl LoginGuard {
         let keys = Keys::new(tenant.into(), user, address);
         self.user_addresses.clear(&keys.pair);
         self.known.insert(keys.pair, Instant::now());
+    }
+}
+
+/// The password-hashing slots: at most `total` hashes at once, of them at
+/// most `per_tenant` for one tenant and `per_address` for one client
+/// address. Counted under one lock (a hash takes tens of milliseconds; a
+/// slot is taken and given back once each), in maps that hold only the
+/// tenants and addresses holding a slot now: bounded by `total`.
+pub(crate) struct HashingSlots {
+    total: usize,
+    per_tenant: usize,
+    per_address: usize,
+    held: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    total: usize,
+    tenants: HashMap<[u8; 32], usize>,
+    addresses: HashMap<IpAddr, usize>,
+}
+
+/// Why no hashing slot was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoSlot {
+    /// The client's own address holds its share: its own doing.
+    AddressShare,
+    /// Its tenant's share, or every slot, is held (by others, for all this
+    /// client did).
+    TakenByOthers,
+}
+
+/// A hashing slot, given back when dropped.
+pub(crate) struct HashingSlot {
+    slots: std::sync::Arc<HashingSlots>,
+    tenant: [u8; 32],
+    address: Option<IpAddr>,
+}
+
+impl HashingSlots {
+    fn new(options: &LoginOptions) -> HashingSlots {
+        let total = options.max_concurrent_hashes.max(1);
+        let share = |set: Option<usize>| set.unwrap_or(total / 2).clamp(1, total);
+        HashingSlots {
+            total,
+            per_tenant: share(options.hashes_per_tenant),
+            per_address: share(options.hashes_per_address),
+            held: Mutex::new(Held::default()),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for `tenant` (its budget key: made-up tenants share one) and
+    /// the client `address` (its site), when neither holds its share and a
+    /// slot is free. The address is checked first: a client refused for
+    /// its own address's share is the flooder.
+    fn take(
+        slots: &std::sync::Arc<HashingSlots>,
+        tenant: [u8; 32],
+        address: Option<IpAddr>,
+    ) -> Result<HashingSlot, NoSlot> {
+        let mut held = slots.held();
+        if address.is_some_and(|a| held.addresses.get(&a).copied().unwrap_or(0) >= slots.per_address) {
+            return Err(NoSlot::AddressShare);
+        }
+        if held.tenants.get(&tenant).copied().unwrap_or(0) >= slots.per_tenant || held.total >= slots.total {
+            return Err(NoSlot::TakenByOthers);
+        }
+        held.total += 1;
+        *held.tenants.entry(tenant).or_default() += 1;
+        if let Some(address) = address {
+            *held.addresses.entry(address).or_default() += 1;
+        }
+        Ok(HashingSlot { slots: slots.clone(), tenant, address })
+    }
+
+    /// A slot for setting a password of `tenant`'s (a publisher's change),
+    /// or `None` at once when the tenant holds its share or every slot is
+    /// taken: a publisher setting passwords in a loop takes its tenant's
+    /// share and no more, and never waits in front of anyone's login.
+    pub(crate) fn for_password(slots: &std::sync::Arc<HashingSlots>, tenant: &str) -> Option<HashingSlot> {
+        HashingSlots::take(slots, tenant_key(tenant), None).ok()
+    }
+
+    #[cfg(test)]
+    fn in_use(&self) -> usize {
+        self.held().total
+    }
+}
+
+impl Drop for HashingSlot {
+    fn drop(&mut self) {
+        let mut held = self.slots.held();
+        held.total = held.total.saturating_sub(1);
+        fn give_back<K: Eq + Hash>(map: &mut HashMap<K, usize>, key: &K) {
+            if let Some(count) = map.get_mut(key) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    map.remove(key);
+                }
+            }
+        }
+        give_back(&mut held.tenants, &self.tenant);
+        if let Some(address) = &self.address {
+            give_back(&mut held.addresses, address);
+        }
     }
 }
 
@@ -768,14 +918,66 @@ mod tests {
     }
 
     #[test]
-    fn busy_refusals_count_against_the_address() {
-        let guard = LoginGuard::new(&LoginOptions { user_failures: 100, address_failures: 3, ..Default::default() });
-        let address: IpAddr = "192.0.2.1".parse().unwrap();
+    fn busy_refusals_count_against_the_address_that_holds_its_share_and_no_other() {
+        let guard = LoginGuard::new(&LoginOptions {
+            user_failures: 100,
+            address_failures: 3,
+            max_concurrent_hashes: 4,
+            ..Default::default()
+        });
+        let flooder: IpAddr = "192.0.2.1".parse().unwrap();
+        let innocent: IpAddr = "198.51.100.7".parse().unwrap();
+        // The flooder holds its share (half the slots)...
+        let held: Vec<_> = (0..2).map(|i| guard.hashing_slot("t", &format!("u{i}"), flooder).unwrap()).collect();
+        // ...so its further logins are refused and counted against it,
         for _ in 0..3 {
-            guard.busy(address);
+            assert!(matches!(guard.hashing_slot("t", "x", flooder), Err(LoginError::Busy)));
         }
-        assert!(matches!(guard.check("t", "a", address), Err(LoginError::Locked { .. })));
-        assert!(guard.check("t", "a", "192.0.2.2".parse().unwrap()).is_ok());
+        assert!(matches!(guard.check("t", "a", flooder), Err(LoginError::Locked { .. })));
+        // while another address still gets a slot (of another tenant: t's
+        // share is the flooder's now).
+        let other = guard.hashing_slot("u", "a", innocent).unwrap();
+        // Refused because others hold the slots, a login counts against no
+        // one: the innocent address is never locked by it.
+        let last = guard.hashing_slot("v", "b", "203.0.113.1".parse().unwrap()).unwrap();
+        for _ in 0..10 {
+            assert!(matches!(guard.hashing_slot("w", "c", innocent), Err(LoginError::Busy)));
+        }
+        assert!(guard.check("w", "c", innocent).is_ok(), "a refusal for others' slots locked an innocent address");
+        drop((held, other, last));
+        assert_eq!(guard.hashing.in_use(), 0, "every slot is given back");
+    }
+
+    #[test]
+    fn one_tenant_and_one_address_hold_only_their_share_of_the_hashing_slots() {
+        let slots =
+            std::sync::Arc::new(HashingSlots::new(&LoginOptions { max_concurrent_hashes: 2, ..Default::default() }));
+        // A publisher setting passwords in a loop takes its tenant's share.
+        let a = HashingSlots::for_password(&slots, "a").expect("a's first");
+        assert!(HashingSlots::for_password(&slots, "a").is_none(), "a holds its share: refused at once");
+        // Another tenant's login still gets a slot,
+        let guard_key = tenant_key("b");
+        let b = HashingSlots::take(&slots, guard_key, Some("198.51.100.1".parse().unwrap())).expect("b's login");
+        // and when every slot is held, the refusal is not the client's own doing.
+        assert_eq!(
+            HashingSlots::take(&slots, tenant_key("c"), Some("198.51.100.2".parse().unwrap())).err(),
+            Some(NoSlot::TakenByOthers)
+        );
+        drop(a);
+        // One address, logging in to many tenants, holds its share only.
+        let site: IpAddr = "2001:db8:1::1".parse().unwrap();
+        let _one = HashingSlots::take(&slots, tenant_key("c"), Some(site)).expect("its first");
+        drop(b);
+        assert_eq!(HashingSlots::take(&slots, tenant_key("d"), Some(site)).err(), Some(NoSlot::AddressShare));
+        assert!(HashingSlots::take(&slots, tenant_key("d"), Some("198.51.100.3".parse().unwrap())).is_ok());
+        // Shares set by the operator are bounded by the total.
+        let set = HashingSlots::new(&LoginOptions {
+            max_concurrent_hashes: 3,
+            hashes_per_tenant: Some(10),
+            hashes_per_address: Some(0),
+            ..Default::default()
+        });
+        assert_eq!((set.per_tenant, set.per_address), (3, 1));
     }
 
     #[test]

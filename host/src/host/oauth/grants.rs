@@ -79,10 +79,11 @@ impl ToolHost {
     }
 
     /// Admits a token request from `from`, or refuses it when that address
-    /// asked too often.
+    /// (an IPv6 client by its /48 site, as registrations and logins count
+    /// it: a site has 65,536 /64s to rotate through) asked too often.
     pub fn admit_token_request(&self, from: std::net::IpAddr) -> Result<(), OAuthError> {
-        let host = crate::client_address::prefix(from, crate::client_address::HOST_PREFIX);
-        self.oauth.rates.token_requests.take(&host).map_err(|wait| {
+        let site = crate::client_address::prefix(from, crate::client_address::SITE_PREFIX);
+        self.oauth.rates.token_requests.take(&site).map_err(|wait| {
             tracing::info!(client = %from, "a token request was refused: too many from its address");
             OAuthError::too_often("token requests from this address", wait)
         })

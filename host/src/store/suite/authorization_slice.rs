@@ -264,7 +264,7 @@ fn a_sealed_value_moved_to_another_row_or_field_does_not_open(fixture: &Fixture)
     assert!(store.link("default", "l1").unwrap().is_some());
 
     // A token put where a tool's secret is: the tool cannot read it.
-    store.put_secret("default", "api-key", "v", &audit("secret.put")).unwrap();
+    store.put_secret("default", "api-key", "v", &audit("secret.put"), u64::MAX).unwrap();
     fixture.raw(&format!("UPDATE secrets SET value = {alice_access} WHERE tenant = 'default' AND id = 'api-key'"));
     assert!(matches!(store.secrets(), Err(StoreError::WrongSecretsKey)));
 }
@@ -457,7 +457,7 @@ fn deleting_an_end_user_deletes_their_grants_and_links(fixture: &Fixture) {
     let store = with_mail(fixture);
     for tenant in ["default", "acme"] {
         for user in ["alice", "bob"] {
-            store.put_end_user(tenant, user, "hash", &audit("end-user.put")).unwrap();
+            store.put_end_user(tenant, user, "hash", &audit("end-user.put"), u64::MAX).unwrap();
             store.put_grant(&grant(tenant, user, "mail", 100), &audit("grant.put")).unwrap();
             stored(&*store, &link(tenant, &format!("{user}-link"), user, "mail.read", 1_000), NO_BOUND, 0);
         }
@@ -600,7 +600,7 @@ fn writes_of_providers_and_grants_name_their_topic_in_the_change_log() {
     expect("a refresh", &[Topic::Authorizations]);
     assert!(a.delete_grant("default", "alice", "mail", &audit("grant.delete")).unwrap());
     expect("a grant deleted", &[Topic::Authorizations]);
-    a.put_end_user("default", "bob", "hash", &audit("end-user.put")).unwrap();
+    a.put_end_user("default", "bob", "hash", &audit("end-user.put"), u64::MAX).unwrap();
     expect("an end user with no grant", &[]);
     a.put_grant(&grant("default", "bob", "mail", 100), &audit("grant.put")).unwrap();
     expect("a grant put", &[Topic::Authorizations]);
