@@ -5,6 +5,7 @@ mod a2t;
 mod authorization;
 mod authorization_browser;
 mod authorization_doors;
+mod authorization_inbox;
 mod authorization_support;
 mod browser;
 mod catalog;
