@@ -3,10 +3,14 @@
 SHELL      := /bin/bash
 CARGO      ?= cargo
 PLUGINS    := echo book-flight lookup-weather-by-city
+# Example tools that act with a person's own account (docs/authorization.md):
+# `make run` serves them beside the others; the tests deploy them from
+# target/fixtures/ (most tests serve only the three above).
+ACCOUNT_PLUGINS := my-inbox
 # Extra tools the tests deploy (versions of echo), packed into target/fixtures/.
 FIXTURES   := echo-v2 echo-breaking spin-forever memory-bomb deep-recursion panic-at-once huge-output \
-              call-undeclared-host call-loopback snoop slow-sleep use-secret transfer-funds outbound-flood log-flood huge-error \
-              describe-hostile markup-docs compute
+              call-undeclared-host call-loopback use-account snoop slow-sleep use-secret transfer-funds outbound-flood log-flood huge-error \
+              describe-hostile markup-docs compute steal-token
 # Python and JavaScript tools, built from source by `plinth pack` with the
 # pinned toolchains (make toolchains).
 # The Python and JavaScript examples go to their own folder: each takes
@@ -31,6 +35,7 @@ endef
 PLUGIN_OUT := target/plugins
 LISTEN     ?= 127.0.0.1:8080
 WEATHER    ?= 127.0.0.1:8090
+INBOX      ?= 127.0.0.1:8091
 DATA       ?= ./plinth-data
 
 .PHONY: help build wasm-target toolchains plugins fixtures browser postgres deploy-check mcp-clients schemathesis openapi screenshots run test check bench bench-smoke wrk peer oci-tools system-packages layers fuzz
@@ -76,19 +81,30 @@ plugins: wasm-target build toolchains
 # stand-in weather service (tests/fake-weather), started here on $(WEATHER)
 # and stopped with the server.
 run: plugins
-	$(CARGO) build --target wasm32-wasip2 --profile plugin -p fixture-echo-v2
+	$(CARGO) build --target wasm32-wasip2 --profile plugin -p fixture-echo-v2 $(addprefix -p ,$(ACCOUNT_PLUGINS))
 	@rm -rf target/run-plugins && mkdir -p target/run-plugins && cp $(PLUGIN_OUT)/*.wasm $(PORTABLE_OUT)/*.wasm target/run-plugins/
 	@./target/debug/plinth pack tests/fixtures/echo-v2 --wasm $(WASM_OUT)/fixture_echo_v2.wasm -o target/run-plugins/echo_v2.wasm
+	@for p in $(ACCOUNT_PLUGINS); do f=$$(echo $$p | tr - _); \
+		./target/debug/plinth pack plugins/$$p --wasm $(WASM_OUT)/$$f.wasm -o target/run-plugins/$$f.wasm || exit 1; done
+	@printf '{"displayName": "Fake Inbox", "issuer": "http://%s", "clientId": "plinth", "clientSecret": "fake-inbox-secret"}\n' \
+		$(INBOX) > target/inbox-provider.json
 	@./target/debug/fake-weather $(WEATHER) & weather=$$!; \
-	trap "kill $$weather 2>/dev/null" EXIT INT TERM; \
+	./target/debug/fake-inbox $(INBOX) --provider --redirect-uri http://$(LISTEN)/connections/callback & inbox=$$!; \
+	trap "kill $$weather $$inbox 2>/dev/null" EXIT INT TERM; \
 	./target/debug/plinth serve --listen $(LISTEN) --data $(DATA) --plugins target/run-plugins \
+		--authorization-provider inbox=target/inbox-provider.json --oauth-allow-http \
+		--tool-config my_inbox.inbox-url=http://$(INBOX) \
 		--tool-config lookup_weather_by_city.backend-url=http://$(WEATHER) \
 		--tool-config get_daily_forecast.backend-url=http://$(WEATHER) \
 		--tool-config daily_forecast.backend-url=http://$(WEATHER) --allow-private-cidr 127.0.0.0/8
 
 fixtures: plugins toolchains
-	$(CARGO) build --target wasm32-wasip2 --profile plugin $(addprefix -p fixture-,$(FIXTURES))
+	$(CARGO) build --target wasm32-wasip2 --profile plugin $(addprefix -p fixture-,$(FIXTURES)) $(addprefix -p ,$(ACCOUNT_PLUGINS))
 	@mkdir -p target/fixtures
+	@for p in $(ACCOUNT_PLUGINS); do \
+		f=$$(echo $$p | tr - _); \
+		./target/debug/plinth pack plugins/$$p --wasm $(WASM_OUT)/$$f.wasm -o target/fixtures/$$f.wasm || exit 1; \
+	done
 	@for p in $(FIXTURES); do \
 		f=$$(echo $$p | tr - _); \
 		./target/debug/plinth pack tests/fixtures/$$p --wasm $(WASM_OUT)/fixture_$$f.wasm -o target/fixtures/$$f.wasm || exit 1; \
@@ -256,7 +272,7 @@ check: layers
 	./host/unified-features/check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy -p plinth-bench --all-targets -- -D warnings
-	$(CARGO) clippy --target wasm32-wasip2 -p plinth-sdk $(addprefix -p ,$(PLUGINS)) -- -D warnings
+	$(CARGO) clippy --target wasm32-wasip2 -p plinth-sdk $(addprefix -p ,$(PLUGINS) $(ACCOUNT_PLUGINS)) -- -D warnings
 
 # The fuzzers (fuzz/, cargo-fuzz on nightly): every target, or FUZZ_TARGETS,
 # for FUZZ_SECONDS each; not part of `make test` or CI. docs/security.md.

@@ -142,6 +142,18 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: RegistryCommand,
     },
+    /// A tenant's authorization providers: where its tools act with a
+    /// person's own account (publisher key; docs/authorization.md).
+    Provider {
+        #[command(subcommand)]
+        command: ProviderCommand,
+    },
+    /// A person's connected accounts: list and revoke them (publisher key;
+    /// docs/authorization.md).
+    Connections {
+        #[command(subcommand)]
+        command: ConnectionsCommand,
+    },
     /// Retire a version: invocations of it answer 410 from now on.
     Retire {
         /// The tool's name or toolId.
@@ -245,6 +257,92 @@ pub(crate) enum RegistryCommand {
     },
     /// List the registries the tenant has credentials for.
     List {
+        #[command(flatten)]
+        target: TenantTarget,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ProviderCommand {
+    /// Create or replace a provider. The client secret is read from a file
+    /// or an environment variable, never from the command line; left out,
+    /// the one stored is kept.
+    Set(Box<ProviderSetArgs>),
+    /// Every provider of the tenant (never a secret).
+    List {
+        #[command(flatten)]
+        target: TenantTarget,
+    },
+    /// Delete a provider, with every grant and link made for it.
+    Delete {
+        /// The provider's id.
+        id: String,
+        #[command(flatten)]
+        target: TenantTarget,
+    },
+}
+
+/// `plinth provider set`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct ProviderSetArgs {
+    /// The provider's id, as tools name it in `[[authorization]]`.
+    pub(crate) id: String,
+    /// The provider's issuer identifier (its metadata names the
+    /// endpoints, and its `iss` must come back with every code).
+    #[arg(long)]
+    pub(crate) issuer: Option<String>,
+    /// Plinth's client id at the provider.
+    #[arg(long)]
+    pub(crate) client_id: String,
+    /// A file whose first line is the client secret.
+    #[arg(long, value_name = "FILE", conflicts_with = "client_secret_env")]
+    pub(crate) client_secret_file: Option<PathBuf>,
+    /// An environment variable holding the client secret.
+    #[arg(long, value_name = "VAR")]
+    pub(crate) client_secret_env: Option<String>,
+    /// An extra parameter of the authorization request, as NAME=VALUE
+    /// (repeatable), e.g. access_type=offline.
+    #[arg(long = "param", value_name = "NAME=VALUE")]
+    pub(crate) params: Vec<String>,
+    /// What the person is shown (default: the id).
+    #[arg(long)]
+    pub(crate) display_name: Option<String>,
+    /// The resource (RFC 8707) the tokens are for.
+    #[arg(long)]
+    pub(crate) resource: Option<String>,
+    /// The authorization endpoint (overrides the issuer's metadata; with
+    /// --token-endpoint, stands without an issuer).
+    #[arg(long)]
+    pub(crate) authorization_endpoint: Option<String>,
+    /// The token endpoint (overrides the issuer's metadata).
+    #[arg(long)]
+    pub(crate) token_endpoint: Option<String>,
+    /// The revocation endpoint (RFC 7009; overrides the issuer's metadata).
+    #[arg(long)]
+    pub(crate) revocation_endpoint: Option<String>,
+    #[command(flatten)]
+    pub(crate) target: TenantTarget,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum ConnectionsCommand {
+    /// A person's connected accounts (never a token).
+    List {
+        /// The end user.
+        #[arg(long)]
+        end_user: String,
+        #[command(flatten)]
+        target: TenantTarget,
+    },
+    /// Revoke a person's account at a provider (at the provider too, when
+    /// it has a revocation endpoint).
+    Revoke {
+        /// The end user.
+        #[arg(long)]
+        end_user: String,
+        /// The provider's id.
+        #[arg(long)]
+        provider: String,
         #[command(flatten)]
         target: TenantTarget,
     },
@@ -460,6 +558,19 @@ pub(crate) struct ServeArgs {
         value_name = "[TENANT/]TOOL.KEY=VALUE"
     )]
     pub(crate) tool_config: Vec<String>,
+    /// An end-user authorization provider to set at start, as
+    /// [TENANT/]ID=FILE: FILE is its settings as JSON, as `PUT
+    /// /admin/authorization-providers/{id}` takes them (docs/authorization.md).
+    /// Set (audited) on every start, over what a publisher stored
+    /// (repeatable; in the environment, comma-separated). The tenant
+    /// defaults to `default`.
+    #[arg(
+        long = "authorization-provider",
+        env = "PLINTH_AUTHORIZATION_PROVIDER",
+        value_delimiter = ',',
+        value_name = "[TENANT/]ID=FILE"
+    )]
+    pub(crate) authorization_provider: Vec<String>,
     /// Wall-clock time one invocation may take, in milliseconds.
     #[arg(long, env = "PLINTH_DEADLINE_MS", default_value_t = 5000)]
     pub(crate) deadline_ms: u64,

@@ -1,9 +1,10 @@
 //! The client commands: `deploy`, `retire`, `tools`, `tenant`, `key`,
+//! `provider`, `connections`,
 //! `audit`, and the offline `diff`. They talk to a server over its public
 //! A2T and admin APIs, with the key in `--key`/`PLINTH_KEY`, exactly as any
 //! other client would.
 
-use crate::cli::{ServerArgs, TenantTarget};
+use crate::cli::{ProviderSetArgs, ServerArgs, TenantTarget};
 use anyhow::{Context, bail};
 use plinth::package::ToolPackage;
 use plinth::signature::SignatureDiff;
@@ -668,4 +669,153 @@ pub fn diff(old: &Path, new: &Path) -> anyhow::Result<bool> {
         println!("breaking: the server would refuse this as a new version of `{}`", old.signature.name);
     }
     Ok(diff.is_compatible())
+}
+
+/// `root(target)` followed by `segments`, each percent-encoded as one path
+/// segment (an end user's name may hold any printable character).
+fn url_of(target: &TenantTarget, segments: &[&str]) -> anyhow::Result<reqwest::Url> {
+    let mut url = reqwest::Url::parse(&root(target)).with_context(|| format!("--server `{}`", target.server.server))?;
+    url.path_segments_mut()
+        .map_err(|()| anyhow::anyhow!("--server `{}` is not a base URL", target.server.server))?
+        .extend(segments);
+    Ok(url)
+}
+
+/// A request whose answer has no body (`204`): the server's error otherwise.
+fn send_empty(request: RequestBuilder, server: &ServerArgs) -> anyhow::Result<()> {
+    let response = with_token(request, server).send().context("reaching the server")?;
+    if !response.status().is_success() {
+        json(response)?;
+    }
+    Ok(())
+}
+
+/// The client secret of `plinth provider set`: a file's first line, or an
+/// environment variable's value; `None` when neither is given (the server
+/// keeps the stored one).
+fn client_secret(flags: &ProviderSetArgs) -> anyhow::Result<Option<String>> {
+    let secret = match (&flags.client_secret_file, &flags.client_secret_env) {
+        (Some(file), _) => {
+            let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+            text.lines().next().unwrap_or("").to_string()
+        }
+        (None, Some(var)) => {
+            std::env::var(var).with_context(|| format!("the environment variable {var} is not set"))?
+        }
+        (None, None) => return Ok(None),
+    };
+    if secret.is_empty() {
+        bail!("the client secret is empty");
+    }
+    Ok(Some(secret))
+}
+
+/// `plinth provider set ID …`.
+pub fn set_provider(flags: &ProviderSetArgs) -> anyhow::Result<()> {
+    let (target, id) = (&flags.target, flags.id.as_str());
+    let mut parameters = serde_json::Map::new();
+    for param in &flags.params {
+        let (name, value) =
+            param.split_once('=').with_context(|| format!("--param `{param}`: write it as NAME=VALUE"))?;
+        parameters.insert(name.to_string(), Value::String(value.to_string()));
+    }
+    let mut body = serde_json::json!({ "clientId": flags.client_id });
+    if let Some(secret) = client_secret(flags)? {
+        body["clientSecret"] = Value::String(secret);
+    }
+    if !parameters.is_empty() {
+        body["authorizationParameters"] = Value::Object(parameters);
+    }
+    for (field, value) in [
+        ("issuer", &flags.issuer),
+        ("displayName", &flags.display_name),
+        ("resource", &flags.resource),
+        ("authorizationEndpoint", &flags.authorization_endpoint),
+        ("tokenEndpoint", &flags.token_endpoint),
+        ("revocationEndpoint", &flags.revocation_endpoint),
+    ] {
+        if let Some(value) = value {
+            body[field] = Value::String(value.clone());
+        }
+    }
+    let url = url_of(target, &["admin", "authorization-providers", id])?;
+    let provider = send(client()?.put(url).json(&body), &target.server)?;
+    println!("set provider {id}");
+    print_provider(&provider);
+    Ok(())
+}
+
+fn print_provider(provider: &Value) {
+    let text = |key: &str| provider[key].as_str().map(str::to_string);
+    println!(
+        "{}  {}  client {}{}",
+        text("id").unwrap_or_default(),
+        text("displayName").unwrap_or_else(|| "-".into()),
+        text("clientId").unwrap_or_default(),
+        if provider["clientSecretSet"] == true { " (secret set)" } else { " (no secret: public client)" },
+    );
+    for (key, what) in [
+        ("issuer", "issuer"),
+        ("authorizationEndpoint", "authorization endpoint"),
+        ("tokenEndpoint", "token endpoint"),
+        ("revocationEndpoint", "revocation endpoint"),
+        ("resource", "resource"),
+    ] {
+        if let Some(url) = text(key) {
+            println!("  {what} {url}");
+        }
+    }
+    for (name, value) in provider["authorizationParameters"].as_object().into_iter().flatten() {
+        println!("  parameter {name}={}", value.as_str().unwrap_or(""));
+    }
+}
+
+/// `plinth provider list`.
+pub fn list_providers(target: &TenantTarget) -> anyhow::Result<()> {
+    let url = url_of(target, &["admin", "authorization-providers"])?;
+    let answer = send(client()?.get(url), &target.server)?;
+    let providers = answer["providers"].as_array().cloned().unwrap_or_default();
+    if providers.is_empty() {
+        println!("no providers");
+    }
+    providers.iter().for_each(print_provider);
+    Ok(())
+}
+
+/// `plinth provider delete ID`.
+pub fn delete_provider(target: &TenantTarget, id: &str) -> anyhow::Result<()> {
+    send_empty(client()?.delete(url_of(target, &["admin", "authorization-providers", id])?), &target.server)?;
+    println!("deleted provider {id}, with every account connected to it");
+    Ok(())
+}
+
+/// `plinth connections list --end-user NAME`.
+pub fn list_connections(target: &TenantTarget, end_user: &str) -> anyhow::Result<()> {
+    let url = url_of(target, &["admin", "end-users", end_user, "connections"])?;
+    let answer = send(client()?.get(url), &target.server)?;
+    let connections = answer["connections"].as_array().cloned().unwrap_or_default();
+    if connections.is_empty() {
+        println!("{end_user} has connected no account");
+    }
+    for connection in connections {
+        let scopes: Vec<&str> =
+            connection["scopes"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        println!(
+            "{}  ({})  scopes {}  connected {}{}",
+            connection["provider"].as_str().unwrap_or("?"),
+            connection["providerName"].as_str().unwrap_or("?"),
+            if scopes.is_empty() { "(default)".to_string() } else { scopes.join(" ") },
+            connection["connectedAt"].as_i64().map_or("?".to_string(), plinth::host::rfc3339),
+            if connection["refreshable"] == true { "  refreshable" } else { "" },
+        );
+    }
+    Ok(())
+}
+
+/// `plinth connections revoke --end-user NAME --provider ID`.
+pub fn revoke_connection(target: &TenantTarget, end_user: &str, provider: &str) -> anyhow::Result<()> {
+    let url = url_of(target, &["admin", "end-users", end_user, "connections", provider])?;
+    send_empty(client()?.delete(url), &target.server)?;
+    println!("revoked {end_user}'s {provider} account");
+    Ok(())
 }

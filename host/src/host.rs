@@ -5,6 +5,7 @@
 //! component, enumerate tools, invoke a version. Validation, limits and
 //! storage happen here, so every protocol gets them the same way.
 
+pub mod authorizations;
 mod catalog;
 mod confirmations;
 mod console;
@@ -378,6 +379,11 @@ pub enum InvokeError {
         "`{0}` needs the confirmation of the end user the call is made for: name them (A2T: the `Plinth-End-User` header; OTC: `context.user_id`); the tool did not run"
     )]
     EndUserRequired(String),
+    /// The call acts with its end user's own account and names no end user.
+    #[error(
+        "`{0}` acts with the own account of the end user the call is made for: name them (A2T: the `Plinth-End-User` header; OTC: `context.user_id`; MCP: `_meta.endUser`, or call with the person's OAuth token); the tool did not run"
+    )]
+    AccountEndUserRequired(String),
     /// The call needs confirmation and brings what cannot wait for it.
     #[error("{0}")]
     CannotWait(String),
@@ -412,6 +418,22 @@ pub enum InvokeError {
         /// The quota.
         max: u64,
     },
+    /// The call acts with its end user's account at a provider, and they
+    /// have not granted it (or must again: a new scope, a refresh refused):
+    /// nothing ran; each pending link is what they follow.
+    #[error("{}", authorization_required(.tool, .end_user, .pending))]
+    AuthorizationRequired {
+        /// The tool's name.
+        tool: String,
+        /// The person who must grant it.
+        end_user: String,
+        /// What to follow, one per provider.
+        pending: Vec<authorizations::PendingAuthorization>,
+    },
+    /// The call's account cannot be used now: its provider is not
+    /// configured, or could not be reached to refresh the token.
+    #[error("{0}; the tool did not run")]
+    AuthorizationUnavailable(String),
     /// The store failed.
     #[error("the server could not record the call: {0}")]
     Storage(String),
@@ -424,6 +446,15 @@ pub enum InvokeError {
     /// a bug, or the server going down), not the tool.
     #[error("the server could not finish the call: {0}; the tool may or may not have run")]
     Internal(String),
+}
+
+/// What a call waiting for its end user's grants is told.
+fn authorization_required(tool: &str, end_user: &str, pending: &[authorizations::PendingAuthorization]) -> String {
+    let providers: Vec<String> = pending.iter().map(|p| format!("`{}`", p.provider)).collect();
+    format!(
+        "`{tool}` acts with {end_user}'s own account at {}: {end_user} must grant it first, at the link given; the tool did not run",
+        providers.join(", ")
+    )
 }
 
 /// What a call refused by one of its tenant's CHEQ bounds is told: the
@@ -464,6 +495,7 @@ impl InvokeError {
             | InvokeError::OverQuota(_)
             | InvokeError::RateLimited { .. }
             | InvokeError::Storage(_)
+            | InvokeError::AuthorizationUnavailable(_)
             | InvokeError::Unavailable(_) => true,
             InvokeError::Internal(_) => false,
             InvokeError::Call(CallError::ResourceExhausted | CallError::Trapped(_))
@@ -476,10 +508,12 @@ impl InvokeError {
             | InvokeError::OutsideToolset(_)
             | InvokeError::ConfirmationPending(_)
             | InvokeError::EndUserRequired(_)
+            | InvokeError::AccountEndUserRequired(_)
             | InvokeError::CannotWait(_)
             | InvokeError::UnknownEndUser { .. }
             | InvokeError::TooManyPending { .. }
-            | InvokeError::ConfirmationTooLarge { .. } => false,
+            | InvokeError::ConfirmationTooLarge { .. }
+            | InvokeError::AuthorizationRequired { .. } => false,
         }
     }
 
@@ -498,11 +532,13 @@ impl InvokeError {
             InvokeError::Output(OutputError::TooLarge(_)) => "output_too_large",
             InvokeError::OutboundDenied(_) => "outbound_denied",
             InvokeError::ConfirmationPending(_) => "confirmation_pending",
-            InvokeError::EndUserRequired(_) => "end_user_required",
+            InvokeError::EndUserRequired(_) | InvokeError::AccountEndUserRequired(_) => "end_user_required",
             InvokeError::CannotWait(_) => "confirmation_cannot_wait",
             InvokeError::UnknownEndUser { .. } => "unknown_end_user",
             InvokeError::TooManyPending { .. } => "too_many_pending_confirmations",
             InvokeError::ConfirmationTooLarge { .. } => "confirmation_too_large",
+            InvokeError::AuthorizationRequired { .. } => "authorization_required",
+            InvokeError::AuthorizationUnavailable(_) => "authorization_unavailable",
             InvokeError::Storage(_) => "storage_failed",
             InvokeError::Unavailable(_) => "tool_unavailable",
             InvokeError::Internal(_) => "internal",
@@ -526,10 +562,13 @@ impl InvokeError {
             | InvokeError::RateLimited { .. }
             | InvokeError::ConfirmationPending(_)
             | InvokeError::EndUserRequired(_)
+            | InvokeError::AccountEndUserRequired(_)
             | InvokeError::CannotWait(_)
             | InvokeError::UnknownEndUser { .. }
             | InvokeError::TooManyPending { .. }
             | InvokeError::ConfirmationTooLarge { .. }
+            | InvokeError::AuthorizationRequired { .. }
+            | InvokeError::AuthorizationUnavailable(_)
             | InvokeError::Storage(_)
             | InvokeError::Unavailable(_) => false,
         }
@@ -547,6 +586,11 @@ pub struct Call {
     /// and win over the tenant's stored secrets of the same id; ids the
     /// version does not declare are ignored.
     pub secrets: BTreeMap<String, String>,
+    /// Tokens the caller supplied for this call only, by provider id (OTC
+    /// `context.authorization`): used instead of the end user's grant at
+    /// that provider, never stored; ids the version does not declare are
+    /// ignored.
+    pub authorizations: BTreeMap<String, String>,
     /// The end user the call acts for: who must confirm it, if its tool
     /// wants confirmation.
     pub end_user: Option<String>,
@@ -579,6 +623,7 @@ impl Call {
             input,
             call_id: Uuid::new_v4().to_string(),
             secrets: BTreeMap::new(),
+            authorizations: BTreeMap::new(),
             end_user: None,
             front_door,
             confirmed: None,
@@ -598,6 +643,7 @@ impl std::fmt::Debug for Call {
             .field("input", &self.input)
             .field("call_id", &self.call_id)
             .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
+            .field("authorizations", &self.authorizations.keys().collect::<Vec<_>>())
             .field("end_user", &self.end_user)
             .field("front_door", &self.front_door)
             .field("confirmed", &self.confirmed.is_some())
@@ -669,9 +715,6 @@ pub struct ToolHost {
     registry: Arc<Registry>,
     runtime: Arc<Runtime>,
     store: Arc<dyn RegistryStore>,
-    /// The store's end-user authorization slice: the same backend object
-    /// as `store`.
-    authorizations: Arc<dyn AuthorizationStore>,
     /// Components to compile into the cache in the background (by sha256):
     /// stored versions whose compiled code is not there (after a wasmtime
     /// upgrade, or another replica's deploy), so that their first call
@@ -708,6 +751,9 @@ pub struct ToolHost {
     cheq: CheqState,
     /// OAuth's settings, fetchers and rates (`host/oauth.rs`).
     oauth: oauth::OAuthState,
+    /// End-user authorization: providers, links, grants
+    /// (`host/authorizations.rs`).
+    authorizations: authorizations::AuthorizationState,
     /// Serializes the registry-changing step of deploys and retirements, so
     /// version numbers are assigned without races. Compilation happens
     /// before it is taken.
@@ -739,12 +785,15 @@ impl ToolHost {
     pub fn open(options: HostOptions) -> anyhow::Result<Self> {
         // Private: the data dir holds secrets, key hashes and evidence.
         crate::private_files::private_dir(&options.data_dir)?;
-        let (store, authorizations): (Arc<dyn RegistryStore>, Arc<dyn AuthorizationStore>) = match &options.database_url
+        // One backend, two slices of it: the registry and end-user
+        // authorization (`store::authorizations`).
+        let (store, authorization_store): (Arc<dyn RegistryStore>, Arc<dyn AuthorizationStore>) = match &options
+            .database_url
         {
             None => {
                 let cipher = SecretsCipher::resolve(&options.data_dir, options.secrets_key.as_deref())?;
-                let store = Arc::new(SqliteStore::open(&options.data_dir, cipher)?);
-                (store.clone(), store)
+                let backend = Arc::new(SqliteStore::open(&options.data_dir, cipher)?);
+                (backend.clone(), backend)
             }
             Some(url) => {
                 // Every replica must open the secrets the others sealed: a
@@ -755,8 +804,8 @@ impl ToolHost {
                     )
                 })?;
                 let cipher = SecretsCipher::resolve(&options.data_dir, Some(key))?;
-                let store = Arc::new(crate::store::PostgresStore::open(url, cipher)?);
-                (store.clone(), store)
+                let backend = Arc::new(crate::store::PostgresStore::open(url, cipher)?);
+                (backend.clone(), backend)
             }
         };
         let slots = Places::new(options.runtime.max_instances as usize);
@@ -773,7 +822,13 @@ impl ToolHost {
             options.limits.outbound.clone(),
         );
         let supply = supply::SupplyState::new(&options.registries, options.limits.outbound.clone());
+        let authorizations = authorizations::AuthorizationState::new(
+            authorization_store,
+            authorizations::ExchangeOptions { allow_http: options.cheq.client_documents_allow_http },
+            options.limits.outbound.clone(),
+        )?;
         let host = ToolHost {
+            authorizations,
             supply,
             console: console::ConsoleState::new(options.console.clone()),
             usage: Arc::new(usage::UsageState::new(options.usage.clone())),
@@ -783,7 +838,6 @@ impl ToolHost {
             to_prepare: std::sync::Mutex::new(to_prepare),
             fleet: fleet::FleetState::new(options.change_poll),
             store,
-            authorizations,
             tool_config: options.tool_config,
             stored_config: dashmap::DashMap::new(),
             limits: options.limits,
@@ -874,13 +928,6 @@ impl ToolHost {
     pub fn tool(&self, tenant: &str, id: &str) -> Option<Arc<Tool>> {
         let id = Uuid::parse_str(id).ok()?;
         self.registry.get_in(tenant, &id)
-    }
-
-    /// The store's end-user authorization slice (providers, links, grants),
-    /// for the core's concern that owns it.
-    #[expect(dead_code, reason = "the end-user authorization core (issue 65) is its user; remove with its arrival")]
-    pub(crate) fn authorization_store(&self) -> &Arc<dyn AuthorizationStore> {
-        &self.authorizations
     }
 }
 

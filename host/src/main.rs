@@ -3,8 +3,8 @@
 use anyhow::{Context, bail};
 use clap::Parser;
 use cli::{
-    Allocator, CheqCommand, Cli, Command, KeyCommand, LogFormat, PackArgs, RegistryCommand, ServeArgs, SlotResetArg,
-    TenantCommand, ToolsCommand, ToolsetCommand, TrustCommand,
+    Allocator, CheqCommand, Cli, Command, ConnectionsCommand, KeyCommand, LogFormat, PackArgs, ProviderCommand,
+    RegistryCommand, ServeArgs, SlotResetArg, TenantCommand, ToolsCommand, ToolsetCommand, TrustCommand,
 };
 use plinth::api;
 use plinth::egress::OutboundLimits;
@@ -95,6 +95,17 @@ fn main() -> std::process::ExitCode {
             RegistryCommand::Logout { registry, target } => client::registry_logout(&target, &registry),
             RegistryCommand::List { target } => client::registry_list(&target),
         },
+        Command::Provider { command } => match command {
+            ProviderCommand::Set(args) => client::set_provider(&args),
+            ProviderCommand::List { target } => client::list_providers(&target),
+            ProviderCommand::Delete { id, target } => client::delete_provider(&target, &id),
+        },
+        Command::Connections { command } => match command {
+            ConnectionsCommand::List { end_user, target } => client::list_connections(&target, &end_user),
+            ConnectionsCommand::Revoke { end_user, provider, target } => {
+                client::revoke_connection(&target, &end_user, &provider)
+            }
+        },
         Command::Retire { tool, version, force, target } => client::retire(&target, &tool, version, force),
         Command::Toolset { command } => match command {
             ToolsetCommand::Set { name, description, tools, target } => {
@@ -166,6 +177,21 @@ fn init_logs(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<O
     tracing_subscriber::registry().with(logs.with_filter(filter)).with(export.layer()).init();
     tracing::info!(endpoint = plinth::telemetry::redacted_endpoint(endpoint), "exporting traces over OTLP");
     Ok(Some(export))
+}
+
+/// Sets the provider an `--authorization-provider [TENANT/]ID=FILE` entry
+/// names, from the JSON settings in FILE.
+fn set_authorization_provider(host: &ToolHost, entry: &str) -> anyhow::Result<()> {
+    let (target, file) =
+        entry.split_once('=').with_context(|| format!("--authorization-provider `{entry}`: write [TENANT/]ID=FILE"))?;
+    let (tenant, id) = target.split_once('/').unwrap_or((plinth::tenancy::DEFAULT_TENANT, target));
+    let text = std::fs::read(file).with_context(|| format!("--authorization-provider {target}: reading {file}"))?;
+    let settings: plinth::host::authorizations::ProviderSettings = serde_json::from_slice(&text)
+        .with_context(|| format!("--authorization-provider {target}: {file} is not a provider's settings"))?;
+    host.put_authorization_provider(&Principal::server("--authorization-provider"), tenant, id, settings)
+        .with_context(|| format!("--authorization-provider {target}"))?;
+    tracing::info!(tenant, provider = id, "set an authorization provider from its file");
+    Ok(())
 }
 
 /// `[TENANT/]TOOL.KEY=VALUE` entries → per-(tenant, tool) maps.
@@ -301,6 +327,9 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
     let host = ToolHost::open(options).with_context(|| format!("opening the data dir {}", args.data.display()))?;
     if args.operator_key.as_deref().is_none_or(str::is_empty) && !host.has_operator_key() {
         create_operator_key(&host, &args.data)?;
+    }
+    for entry in args.authorization_provider.iter().filter(|e| !e.trim().is_empty()) {
+        set_authorization_provider(&host, entry)?;
     }
     if let Some(dir) = &args.plugins {
         deploy_dir(&host, dir)?;

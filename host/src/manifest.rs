@@ -61,6 +61,48 @@ pub struct ToolManifest {
     /// tool annotations): claims, not enforced.
     #[serde(default, skip_serializing_if = "ToolAnnotations::is_empty")]
     pub annotations: ToolAnnotations,
+    /// The accounts the tool acts with: for each, its tenant's provider,
+    /// the scopes the person grants, and the hosts whose requests carry the
+    /// person's token (docs/authorization.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub authorization: Vec<AuthorizationNeed>,
+}
+
+/// One account a tool acts with (`[[authorization]]`): Plinth holds the
+/// person's grant at `provider` and attaches its token to the tool's
+/// requests to `hosts`; the tool never sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct AuthorizationNeed {
+    /// The id of a provider the tool's tenant configures (1 to 64 of
+    /// `[a-z0-9_-]`, starting with a letter).
+    pub provider: String,
+    /// The scopes asked of the person (OAuth scope tokens); none asks for
+    /// the provider's default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    /// The hosts whose requests carry the token: each one of the tool's
+    /// `allowed-hosts` entries, written the same way.
+    pub hosts: Vec<String>,
+}
+
+/// At most this many `[[authorization]]` entries.
+pub const MAX_AUTHORIZATIONS: usize = 4;
+/// At most this many scopes in one entry.
+pub const MAX_SCOPES: usize = 32;
+
+/// A valid provider id: 1 to 64 of `[a-z0-9_-]`, starting with a letter.
+pub fn is_provider_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id.starts_with(|c: char| c.is_ascii_lowercase())
+        && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-'))
+}
+
+/// A valid OAuth scope token (RFC 6749 §3.3: printable ASCII but space,
+/// `"` and `\\`), at most 128 bytes.
+pub fn is_scope(scope: &str) -> bool {
+    (1..=128).contains(&scope.len())
+        && scope.bytes().all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
 }
 
 /// The publisher's claims about a tool, published as MCP tool annotations
@@ -231,6 +273,9 @@ pub enum ManifestError {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// An `[[authorization]]` entry that cannot be used.
+    #[error("[[authorization]] {0}")]
+    Authorization(String),
 }
 
 impl ToolManifest {
@@ -273,7 +318,65 @@ impl ToolManifest {
                 return Err(ManifestError::SecretId(id.clone()));
             }
         }
+        self.check_authorization()
+    }
+
+    /// Each `[[authorization]]` entry names a provider id, sound scopes and
+    /// hosts among `allowed-hosts`, and no two share a provider or a host
+    /// (a request's token is never in doubt).
+    fn check_authorization(&self) -> Result<(), ManifestError> {
+        let refuse = |why: String| Err(ManifestError::Authorization(why));
+        if self.authorization.len() > MAX_AUTHORIZATIONS {
+            return refuse(format!("at most {MAX_AUTHORIZATIONS} entries"));
+        }
+        let mut providers = std::collections::BTreeSet::new();
+        let mut hosts = std::collections::BTreeSet::new();
+        for need in &self.authorization {
+            let provider = &need.provider;
+            if !is_provider_id(provider) {
+                return refuse(format!(
+                    "provider `{provider}`: use 1 to 64 lowercase letters, digits, `_` or `-`, starting with a letter"
+                ));
+            }
+            if !providers.insert(provider.as_str()) {
+                return refuse(format!("provider `{provider}` is named twice: one entry per provider"));
+            }
+            if need.scopes.len() > MAX_SCOPES {
+                return refuse(format!("provider `{provider}`: at most {MAX_SCOPES} scopes"));
+            }
+            if let Some(bad) = need.scopes.iter().find(|s| !is_scope(s)) {
+                return refuse(format!(
+                    "provider `{provider}`: scope `{bad}` is not an OAuth scope (printable ASCII without spaces, quotes or backslashes, at most 128 bytes)"
+                ));
+            }
+            if need.hosts.is_empty() {
+                return refuse(format!(
+                    "provider `{provider}`: `hosts` must name the hosts whose requests carry the person's token"
+                ));
+            }
+            for host in &need.hosts {
+                if !self.allowed_hosts.contains(host) {
+                    return refuse(format!(
+                        "provider `{provider}`: host `{host}` is not one of `allowed-hosts` (write it the same way there)"
+                    ));
+                }
+                if !hosts.insert(host.as_str()) {
+                    return refuse(format!("host `{host}` is named by two providers: a request's token must be one"));
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The accounts the tool acts with, as every door publishes them
+    /// (A2T's `authorization` extension, MCP's `_meta.authorization`):
+    /// `[{"provider", "scopes"}]`, never the hosts (what the tool reaches
+    /// is the operator's business, not the agent's).
+    pub fn published_authorization(&self) -> serde_json::Value {
+        self.authorization
+            .iter()
+            .map(|need| serde_json::json!({ "provider": need.provider, "scopes": need.scopes }))
+            .collect()
     }
 
     /// The parsed `allowed-hosts` entries.
@@ -425,6 +528,43 @@ mod tests {
         for bad in ["https://api.example.com", "api.example.com:99999", "a.*.com", "*.", "${config.}"] {
             let toml = format!("allowed-hosts = [{bad:?}]");
             assert!(ToolManifest::from_toml(&toml).is_err(), "{bad} was accepted");
+        }
+    }
+
+    #[test]
+    fn an_authorization_names_a_provider_scopes_and_hosts_the_tool_may_reach() {
+        let good = "allowed-hosts = ['api.inbox.example', '${config.calendar-url}']\n\
+                    [[authorization]]\nprovider = 'inbox'\nscopes = ['inbox.read', 'https://inbox.example/auth/mail']\nhosts = ['api.inbox.example']\n\
+                    [[authorization]]\nprovider = 'calendar'\nhosts = ['${config.calendar-url}']\n";
+        let manifest = ToolManifest::from_toml(good).unwrap();
+        assert_eq!(manifest.authorization.len(), 2);
+        assert_eq!(manifest.authorization[0].scopes, ["inbox.read", "https://inbox.example/auth/mail"]);
+        assert!(manifest.authorization[1].scopes.is_empty());
+        // The embedded form carries it, and reads back the same.
+        assert_eq!(ToolManifest::from_section(&manifest.to_section()).unwrap(), manifest);
+        let with = |entry: &str| {
+            let toml = format!("allowed-hosts = ['api.inbox.example', 'other.example']\n[[authorization]]\n{entry}");
+            ToolManifest::from_toml(&toml).map_err(|e| e.to_string())
+        };
+        assert!(with("provider = 'inbox'\nhosts = ['api.inbox.example']").is_ok());
+        for (bad, says) in [
+            ("provider = 'Inbox'\nhosts = ['api.inbox.example']", "provider `Inbox`"),
+            ("provider = 'inbox'\nhosts = []", "must name the hosts"),
+            ("provider = 'inbox'\nhosts = ['api.inbox.example:443']", "not one of `allowed-hosts`"),
+            ("provider = 'inbox'\nhosts = ['undeclared.example']", "not one of `allowed-hosts`"),
+            ("provider = 'inbox'\nscopes = ['two words']\nhosts = ['api.inbox.example']", "is not an OAuth scope"),
+            ("provider = 'inbox'\nhosts = ['api.inbox.example']\ntoken = 'x'", "unknown field `token`"),
+            (
+                "provider = 'inbox'\nhosts = ['api.inbox.example']\n[[authorization]]\nprovider = 'inbox'\nhosts = ['other.example']",
+                "named twice",
+            ),
+            (
+                "provider = 'inbox'\nhosts = ['api.inbox.example']\n[[authorization]]\nprovider = 'mail'\nhosts = ['api.inbox.example']",
+                "named by two providers",
+            ),
+        ] {
+            let err = with(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
         }
     }
 

@@ -83,14 +83,15 @@ impl ToolVersion {
         } else {
             stored.manifest.confirmation.compile()
         };
+        let mut extensions = serde_json::Map::new();
+        if stored.provenance != crate::supply::Provenance::default() {
+            extensions.insert("provenance".into(), stored.provenance.to_json());
+        }
+        if !stored.manifest.authorization.is_empty() {
+            extensions.insert("authorization".into(), stored.manifest.published_authorization());
+        }
         ToolVersion {
-            a2t_json: LockedJson::new(
-                &stored.tool_id,
-                stored.version,
-                &stored.sha256,
-                &stored.signature,
-                (stored.provenance != crate::supply::Provenance::default()).then(|| stored.provenance.to_json()),
-            ),
+            a2t_json: LockedJson::new(&stored.tool_id, stored.version, &stored.sha256, &stored.signature, extensions),
             number: stored.version,
             sha256: stored.sha256,
             signature: Arc::new(stored.signature),

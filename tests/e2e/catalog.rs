@@ -823,3 +823,55 @@ async fn a_toolsets_token_counts_are_made_once_per_listing_and_one_at_a_time_per
     let (_, later) = designer.get(path).await;
     assert!(shown_count(&later).is_some(), "the counts made are kept: {later}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_publisher_sees_the_tenants_providers_never_their_secrets() {
+    let server = Server::start(&[]);
+    server.create_tenant("acme", json!({})).await;
+    let publisher = server.create_key(Some("acme"), "publisher").await.1;
+    let consumer = server.create_key(Some("acme"), "consumer").await.1;
+    for (id, settings) in [
+        (
+            "inbox",
+            json!({"displayName": "Inbox <b>", "issuer": "https://login.inbox.example", "clientId": "plinth-acme", "clientSecret": "never-shown-secret"}),
+        ),
+        (
+            "calendar",
+            json!({"authorizationEndpoint": "https://cal.example/auth", "tokenEndpoint": "https://cal.example/token", "clientId": "plinth-cal"}),
+        ),
+    ] {
+        let path = format!("/t/acme/admin/authorization-providers/{id}");
+        assert_eq!(server.call_as(Some(&publisher), Method::PUT, &path, Some(&settings)).await.0, 200);
+    }
+    let root = format!("{}/t/acme", server.base);
+
+    // A publisher's session: linked from the catalog, every provider shown,
+    // the redirect URI to register, never a secret.
+    let designer = Designer::sign_in(&root, &publisher).await;
+    let (status, html) = designer.get("/catalog").await;
+    assert_eq!(status, 200);
+    assert!(html.contains("id=\"providers-link\" href=\"/t/acme/catalog/providers\""), "{html}");
+    let (status, html) = designer.get("/catalog/providers").await;
+    assert_eq!(status, 200, "{html}");
+    for shown in [
+        "<tr data-provider=\"inbox\"><td><strong>Inbox &#60;b&#62;</strong>",
+        "Issuer <code>https://login.inbox.example</code>",
+        "<code>plinth-acme</code>",
+        "data-secret=\"set\"",
+        "<tr data-provider=\"calendar\">",
+        "Authorization endpoint <code>https://cal.example/auth</code>",
+        "Token endpoint <code>https://cal.example/token</code>",
+        "data-secret=\"none\"",
+    ] {
+        assert!(html.contains(shown), "{shown}:\n{html}");
+    }
+    assert!(html.contains(&format!("<code id=\"callback\">{root}/connections/callback</code>")), "{html}");
+    assert!(!html.contains("never-shown-secret"), "{html}");
+
+    // A consumer's session: no link, and the page is refused.
+    let designer = Designer::sign_in(&root, &consumer).await;
+    let (_, html) = designer.get("/catalog").await;
+    assert!(!html.contains("providers-link"), "{html}");
+    let (status, _) = designer.get("/catalog/providers").await;
+    assert_eq!(status, 403);
+}

@@ -1,7 +1,7 @@
 //! `plinth inspect` and `plinth pack` as a vendor uses them.
 
 use crate::support::{plinth_bin, plugins_dir};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Command;
 
@@ -173,4 +173,139 @@ fn every_serve_flag_is_in_the_readme_with_its_variable_and_default() {
             );
         }
     }
+}
+
+/// `plinth ARGS` against `server` as the operator → (success, stdout and
+/// stderr).
+fn plinth_against(server: &crate::support::Server, args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let out = Command::new(plinth_bin())
+        .args(args)
+        .env("PLINTH_SERVER", &server.base)
+        .env("PLINTH_KEY", crate::support::TOKEN)
+        .env_remove("PLINTH_TENANT")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_and_connections_commands_set_list_and_revoke_without_a_secret_on_the_command_line() {
+    use crate::authorization::{connect, setup};
+    use crate::authorization_support::{CLIENT_SECRET, Person};
+    let s = setup().await;
+    let server = &s.server;
+    let secret_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret_file.path(), format!("{CLIENT_SECRET}\n")).unwrap();
+    let secret_path = secret_file.path().to_str().unwrap();
+
+    // Set from a file; the secret is neither printed nor needed again.
+    let (ok, out) = plinth_against(
+        server,
+        &[
+            "provider",
+            "set",
+            "inbox",
+            "--issuer",
+            &s.provider.issuer,
+            "--client-id",
+            "plinth-test",
+            "--client-secret-file",
+            secret_path,
+            "--param",
+            "prompt=consent",
+            "--display-name",
+            "Inbox",
+        ],
+        &[],
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("set provider inbox") && out.contains("(secret set)") && out.contains("parameter prompt=consent"),
+        "{out}"
+    );
+    assert!(!out.contains(CLIENT_SECRET), "{out}");
+    // From an environment variable, in another tenant.
+    server.create_tenant("acme", json!({})).await;
+    let (ok, out) = plinth_against(
+        server,
+        &[
+            "provider",
+            "set",
+            "mail",
+            "--tenant",
+            "acme",
+            "--authorization-endpoint",
+            "https://mail.example/auth",
+            "--token-endpoint",
+            "https://mail.example/token",
+            "--client-id",
+            "c",
+            "--client-secret-env",
+            "MAIL_SECRET",
+        ],
+        &[("MAIL_SECRET", "from-the-environment")],
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = plinth_against(server, &["provider", "list", "--tenant", "acme"], &[]);
+    assert!(ok && out.contains("mail") && out.contains("(secret set)") && !out.contains("inbox"), "{out}");
+    assert!(!out.contains("from-the-environment"), "{out}");
+    // A secret is never an argument's value; a missing variable, an empty
+    // file or a bad --param are refused before anything is sent.
+    let (ok, out) = plinth_against(server, &["provider", "set", "x", "--client-id", "c", "--client-secret", "s"], &[]);
+    assert!(!ok && out.contains("--client-secret"), "{out}");
+    let (ok, out) = plinth_against(
+        server,
+        &[
+            "provider",
+            "set",
+            "x",
+            "--issuer",
+            "https://x.example",
+            "--client-id",
+            "c",
+            "--client-secret-env",
+            "PLINTH_NO_SUCH_VAR",
+        ],
+        &[],
+    );
+    assert!(!ok && out.contains("PLINTH_NO_SUCH_VAR"), "{out}");
+    let (ok, out) = plinth_against(
+        server,
+        &["provider", "set", "x", "--issuer", "https://x.example", "--client-id", "c", "--param", "novalue"],
+        &[],
+    );
+    assert!(!ok && out.contains("NAME=VALUE"), "{out}");
+    // The server's refusals, named.
+    let (ok, out) =
+        plinth_against(server, &["provider", "set", "x", "--issuer", "ftp://x.example", "--client-id", "c"], &[]);
+    assert!(!ok && out.contains("400") && out.contains("`issuer`"), "{out}");
+    let (ok, out) = plinth_against(server, &["provider", "list"], &[]);
+    assert!(ok && out.contains("inbox  Inbox  client plinth-test (secret set)") && !out.contains("  x "), "{out}");
+
+    // A person's accounts: listed, then revoked.
+    s.provider.sign_in_as("alice@inbox");
+    let (url, _) = s.challenge("alice").await;
+    let alice = Person::new();
+    alice.log_in_at(&url, "alice").await;
+    assert_eq!(connect(&alice, &url).await.status, 200);
+    let (ok, out) = plinth_against(server, &["connections", "list", "--end-user", "alice"], &[]);
+    assert!(ok && out.contains("inbox  (Inbox)  scopes inbox.read") && out.contains("refreshable"), "{out}");
+    assert!(!out.contains("at-alice"), "{out}");
+    let (ok, out) =
+        plinth_against(server, &["connections", "revoke", "--end-user", "alice", "--provider", "inbox"], &[]);
+    assert!(ok && out.contains("revoked alice's inbox account"), "{out}");
+    let (ok, out) =
+        plinth_against(server, &["connections", "revoke", "--end-user", "alice", "--provider", "inbox"], &[]);
+    assert!(!ok && out.contains("404"), "{out}");
+    let (ok, out) = plinth_against(server, &["connections", "list", "--end-user", "alice"], &[]);
+    assert!(ok && out.contains("alice has connected no account"), "{out}");
+    // A name that needs encoding reaches the server whole.
+    let (ok, out) = plinth_against(server, &["connections", "list", "--end-user", "a b/c"], &[]);
+    assert!(ok && out.contains("a b/c has connected no account"), "{out}");
+
+    let (ok, out) = plinth_against(server, &["provider", "delete", "inbox"], &[]);
+    assert!(ok && out.contains("deleted provider inbox"), "{out}");
+    let (ok, out) = plinth_against(server, &["provider", "delete", "inbox"], &[]);
+    assert!(!ok && out.contains("404"), "{out}");
 }

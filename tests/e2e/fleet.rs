@@ -604,3 +604,60 @@ async fn usage_counted_on_every_replica_adds_up() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_made_through_one_replica_serves_calls_on_another_and_its_revocation_too() {
+    use crate::authorization::connect;
+    use crate::authorization_support::{Api, Person, Provider};
+    let provider = Provider::start("127.0.0.1").await;
+    provider.sign_in_as("alice@inbox");
+    let api = Api::start(&provider).await;
+    let config = format!("use_account.api-url={}", api.url);
+    let args = ["--oauth-allow-http", "--allow-private-cidr", "127.0.0.0/8", "--tool-config", &config];
+    let fleet = Fleet::start(2, TestPostgres::shared().fresh_database(), &args);
+    let (a, b) = (fleet.replica(0), fleet.replica(1));
+    let (status, body) = a.deploy(crate::support::fixture("use_account.wasm"), "").await;
+    assert_eq!(status, 201, "{body}");
+    let path = "/admin/authorization-providers/inbox";
+    let (status, body) = a.call_as(Some(TOKEN), Method::PUT, path, Some(&provider.settings())).await;
+    assert_eq!(status, 200, "{body}");
+    a.add_end_user("", "alice").await;
+    eventually("the tool reaches B", || async { versions_of(b, "use_account").await == [1] }).await;
+    let id = a.tool_id("use_account").await;
+    let call = |replica: &Server| {
+        let request = replica
+            .request(Method::POST, &format!("/tools/{id}:invoke"))
+            .header("plinth-end-user", "alice")
+            .json(&invocation("use_account", &[("folder", json!("inbox"))]));
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap())
+        }
+    };
+
+    // B knows the provider set on A: alice's call there is a challenge,
+    // whose link is at the fleet's one public URL (A here).
+    eventually("B asks alice to connect", || async { call(b).await.0 == 403 }).await;
+    let (_, body) = call(b).await;
+    assert_eq!(body["error"]["code"], "authorization_required", "{body}");
+    let url = body["error"]["authorization"][0]["url"].as_str().unwrap().to_string();
+    assert!(url.starts_with(&format!("{}/connections/", fleet.public_url)), "{url}");
+    let alice = Person::new();
+    alice.log_in_at(&url, "alice").await;
+    assert_eq!(connect(&alice, &url).await.status, 200);
+    assert_eq!(provider.exchanges(), 1);
+
+    // The grant, stored through A, serves her calls on both.
+    for replica in [a, b] {
+        let (status, body) = call(replica).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(outputs(&body)["body"].as_str().unwrap().contains("hello alice@inbox"), "{body}");
+    }
+    assert_eq!(provider.exchanges(), 1, "one code exchange for the fleet");
+
+    // Revoked through B: A, which had it cached, asks her again.
+    let path = "/admin/end-users/alice/connections/inbox";
+    let (status, body) = b.call_as(Some(TOKEN), Method::DELETE, path, None).await;
+    assert!(status == 204 || status == 200, "{body}");
+    eventually("A drops the revoked grant", || async { call(a).await.0 == 403 }).await;
+}

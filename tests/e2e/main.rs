@@ -2,6 +2,11 @@
 //! from `plugins/` (by `make plugins`), real HTTP on 127.0.0.1.
 
 mod a2t;
+mod authorization;
+mod authorization_browser;
+mod authorization_doors;
+mod authorization_inbox;
+mod authorization_support;
 mod browser;
 mod catalog;
 mod catalog_browser;

@@ -43,8 +43,14 @@ impl<'a> Mcp<'a> {
         Mcp { key: key.into(), root: root.into(), ..Mcp::modern(server) }
     }
 
-    fn legacy(server: &'a Server) -> Mcp<'a> {
+    /// A 2025-11-25 client (no handshake needed: each request stands alone).
+    pub fn legacy(server: &'a Server) -> Mcp<'a> {
         Mcp { revision: LEGACY, ..Mcp::modern(server) }
+    }
+
+    /// A 2026-07-28 client that opens no URL (form elicitation only).
+    pub fn without_urls(server: &'a Server) -> Mcp<'a> {
+        Mcp { url_elicitation: false, ..Mcp::modern(server) }
     }
 
     /// One request → (HTTP status, the JSON-RPC message).

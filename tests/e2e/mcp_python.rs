@@ -26,7 +26,7 @@ const LINE: Duration = Duration::from_secs(120);
 const WAIT: Duration = Duration::from_secs(10);
 
 /// A running script of tests/mcp-clients/python/, killed on drop.
-struct Script {
+pub(crate) struct Script {
     name: String,
     child: Child,
     stdin: Option<ChildStdin>,
@@ -37,7 +37,7 @@ struct Script {
 
 impl Script {
     /// Starts `script` with `args`, sending `key` as its bearer key.
-    fn start(script: &str, args: &[&str], key: Option<&str>) -> Script {
+    pub(crate) fn start(script: &str, args: &[&str], key: Option<&str>) -> Script {
         Script::start_with(script, args, key, &[])
     }
 
@@ -94,7 +94,7 @@ impl Script {
     }
 
     /// The next object, which must have `field`.
-    async fn expect_line(&mut self, field: &str) -> Value {
+    pub(crate) async fn expect_line(&mut self, field: &str) -> Value {
         match self.next().await {
             Some(line) if line.get(field).is_some() => line,
             Some(line) => {
@@ -105,18 +105,18 @@ impl Script {
     }
 
     /// The next object's `field`, which it must have.
-    async fn expect(&mut self, field: &str) -> Value {
+    pub(crate) async fn expect(&mut self, field: &str) -> Value {
         self.expect_line(field).await[field].take()
     }
 
     /// Writes `line` on the script's stdin.
-    fn send(&mut self, line: &str) {
+    pub(crate) fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin is open");
         writeln!(stdin, "{line}").and_then(|()| stdin.flush()).unwrap();
     }
 
     /// Closes stdin, reads what is left and checks that the script exited 0.
-    async fn finish(mut self) -> Vec<Value> {
+    pub(crate) async fn finish(mut self) -> Vec<Value> {
         self.stdin = None;
         let mut rest = Vec::new();
         while let Some(line) = self.next().await {

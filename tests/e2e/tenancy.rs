@@ -75,6 +75,21 @@ fn decisions() -> BTreeMap<(&'static str, &'static str), (Access, Scope)> {
         (("GET", "/admin/cheq/{id}"), (Audit, Server)),
         (("PUT", "/admin/end-users/{name}"), (Publish, Tenant)),
         (("DELETE", "/admin/end-users/{name}"), (Publish, Tenant)),
+        // End-user authorization: a publisher's providers and its people's
+        // accounts; the person's pages (each checks the person's own
+        // session: open to the access layer); the agent's status, a
+        // consumer's as the CHEQ result URIs are.
+        (("GET", "/admin/authorization-providers"), (Publish, Tenant)),
+        (("PUT", "/admin/authorization-providers/{id}"), (Publish, Tenant)),
+        (("DELETE", "/admin/authorization-providers/{id}"), (Publish, Tenant)),
+        (("GET", "/admin/end-users/{name}/connections"), (Publish, Tenant)),
+        (("DELETE", "/admin/end-users/{name}/connections/{provider}"), (Publish, Tenant)),
+        (("GET", "/connections"), (Open, Tenant)),
+        (("GET", "/connections/callback"), (Open, Tenant)),
+        (("GET", "/connections/{link}"), (Open, Tenant)),
+        (("POST", "/connections/{link}"), (Open, Tenant)),
+        (("GET", "/connections/{link}/status"), (Invoke, Tenant)),
+        (("POST", "/connections/{provider}/revoke"), (Open, Tenant)),
         (("GET", "/admin/confirmation-server"), (Publish, Tenant)),
         (("PUT", "/admin/confirmation-server"), (Publish, Tenant)),
         (("DELETE", "/admin/confirmation-server"), (Publish, Tenant)),
@@ -105,6 +120,7 @@ fn decisions() -> BTreeMap<(&'static str, &'static str), (Access, Scope)> {
         (("GET", "/catalog/toolsets/{name}"), (Catalog, Tenant)),
         (("GET", "/catalog/toolsets/{name}/diff"), (Catalog, Tenant)),
         (("GET", "/catalog/confirmations/{id}"), (Catalog, Tenant)),
+        (("GET", "/catalog/providers"), (CatalogPublish, Tenant)),
         // OAuth: the metadata and the authorization server are open (its
         // sign-in is the end user's password); an operator turns it off.
         (("GET", "/.well-known/oauth-protected-resource"), (Open, Tenant)),
@@ -208,7 +224,9 @@ fn concrete(method: &str, path: &str) -> (String, Option<Vec<u8>>) {
         .replace("{key}", "probe-key")
         .replace("{name}", "no-such-tenant")
         .replace("{tenant}", "no-such-tenant")
-        .replace("{registry}", "registry.example");
+        .replace("{registry}", "registry.example")
+        .replace("{link}", "matrix-probe")
+        .replace("{provider}", "probe");
     // `/mcp tools/call`: a JSON-RPC request of that method to /mcp.
     if let Some(rpc) = path.strip_prefix("/mcp ") {
         let body = json!({ "jsonrpc": "2.0", "id": 1, "method": rpc, "params": { "name": "probe", "arguments": {} } });

@@ -314,6 +314,10 @@ async fn invoke(
             let toolset = caller.toolset.as_ref().map(|t| t.name.as_str());
             Ok(super::links::uri_pack(options, &pending, toolset))
         }
+        Err(e @ InvokeError::AuthorizationRequired { .. }) => {
+            let toolset = caller.toolset.as_ref().map(|t| t.name.as_str());
+            Ok(super::links::authorization_required(options, &e, toolset))
+        }
         outcome => Ok(answer(outcome, &call_id, number)),
     }
 }

@@ -41,8 +41,9 @@ struct ToolsetRoot {
 
 /// `/toolsets/{name}[@{n}]/rest` → the toolset's root and `/rest`, when
 /// `rest` is one of the doors a toolset is served on (A2T's `/tools…`,
-/// OTC's `/otc/…`, MCP's `/mcp`, and CHEQ's result URI of a call made
-/// there); `Err` for any other path under
+/// OTC's `/otc/…`, MCP's `/mcp`, and what an agent polls after a call made
+/// there: CHEQ's result URI, an authorization link's status); `Err` for any
+/// other path under
 /// `/toolsets/` (no route: `404`).
 fn toolset_root(path: &str) -> Option<Result<(ToolsetRoot, String), ()>> {
     let rest = path.strip_prefix("/toolsets/")?;
@@ -61,7 +62,8 @@ fn toolset_root(path: &str) -> Option<Result<(ToolsetRoot, String), ()>> {
         || tail.starts_with("/tools/")
         || tail.starts_with("/otc/")
         || tail == "/mcp"
-        || tail.starts_with("/cheq/results/");
+        || tail.starts_with("/cheq/results/")
+        || tail.strip_prefix("/connections/").is_some_and(|rest| rest.ends_with("/status"));
     if !crate::host::toolsets::is_toolset_name(name) || !door {
         return Some(Err(()));
     }

@@ -17,6 +17,7 @@
 //! | `GET catalog/toolsets`, `POST catalog/toolsets` | the tenant's toolsets; a publisher's changes to one |
 //! | `GET catalog/toolsets/{name}` | a toolset for its designer: its tools, pins, versions, and what each door sends, in tokens |
 //! | `GET catalog/toolsets/{name}/diff` | two versions of a toolset side by side |
+//! | `GET catalog/providers` | (a publisher's session) the tenant's authorization providers, never a secret |
 //!
 //! Everything shown is a view of the core's model (`Signature`,
 //! `SignatureDiff`, the registry's versions, the confirmation policy, the
@@ -30,6 +31,7 @@
 
 pub(in crate::api) mod diff;
 pub(in crate::api) mod list;
+pub(in crate::api) mod providers;
 pub(in crate::api) mod session;
 pub(in crate::api) mod tool_page;
 pub(in crate::api) mod toolsets;
@@ -133,6 +135,10 @@ impl Links {
 
     fn toolsets(&self) -> String {
         format!("{}/catalog/toolsets", self.root)
+    }
+
+    fn providers(&self) -> String {
+        format!("{}/catalog/providers", self.root)
     }
 
     fn toolset(&self, name: &str) -> String {
@@ -434,6 +440,7 @@ fn find_version(tool: &Tool, n: Option<&str>) -> Result<Arc<ToolVersion>, Unavai
     toolsets::toolset,
     toolsets::edit,
     toolsets::diff,
+    providers::providers,
 ))]
 pub(super) struct Doc;
 

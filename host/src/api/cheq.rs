@@ -21,28 +21,23 @@
 //! them.
 
 use super::links::*;
-use super::pages::{self, Frame, Paragraph, Product, Revealed, field, form};
-use super::{ApiError, ApiOptions, AppState, Caller, schemas};
+use super::pages::{self, Frame, Paragraph, Product, Revealed, field, form, provider_name};
+use super::{ApiError, ApiOptions, AppState, Caller, login, schemas};
 use crate::host::{DecideError, InvokeError, PageSession, State as TxState, ToolHost, as_words, rfc3339};
 use crate::store::StoredConfirmation;
 use crate::tenancy::unix_now;
 use askama::Template;
 use axum::Extension;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, RawQuery, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// How long the agent should wait between polls of a pending result.
 const POLL_AFTER_SECS: u64 = 2;
-/// How long an end user stays logged in to the confirmation page.
-const SESSION_TTL: Duration = Duration::from_secs(30 * 60);
-/// The session cookie.
-const SESSION_COOKIE: &str = "plinth_cheq_session";
 
 fn storage(e: crate::store::StoreError) -> ApiError {
     DecideError::Store(e).into()
@@ -480,19 +475,6 @@ pub(super) async fn delete_end_user(
 
 // The built-in confirmation server.
 
-/// The logged-in end user of `tenant` whose session cookie `headers` carry.
-/// Sessions live in the store, so that any replica of a fleet knows them.
-fn session_of(host: &AppState, headers: &HeaderMap, tenant: &str) -> Option<PageSession> {
-    let token = pages::cookie(headers, SESSION_COOKIE)?;
-    match host.page_session(tenant, &token) {
-        Ok(session) => session,
-        Err(e) => {
-            tracing::warn!(tenant, error = %e, "the confirmation page's session could not be read");
-            None
-        }
-    }
-}
-
 /// The transaction a resource URI names, if it is one of this tenant's on
 /// this server.
 fn resource_id(options: &ApiOptions, tenant: &str, resource_uri: &str) -> Option<String> {
@@ -580,76 +562,10 @@ pub(super) async fn confirm_page(
             return notice(&options, StatusCode::BAD_REQUEST, "Nothing to confirm", vec![said]);
         }
     };
-    match session_of(&host, &headers, &caller.tenant) {
-        None => login_page(&options, &caller.tenant, &headers, &resource_uri, None),
+    match login::session_of(&host, &headers, &caller.tenant) {
+        None => login::login_page(&options, &caller.tenant, &headers, &login::Next::Confirm(resource_uri), None),
         Some(session) => confirmation_page(&host, &options, &caller.tenant, &session, &id),
     }
-}
-
-/// `POST cheq/login`: checks the end user's password and opens a session.
-/// The core throttles failed logins by user name and by client address (the
-/// TCP peer) and bounds the hashing; a refusal is the login page again, with
-/// its status (`401`, `429`, `503`), `Retry-After` when waiting helps, and
-/// the error code in `Plinth-Error-Code`.
-#[utoipa::path(post, summary = "Logs an end user in to the confirmation page", description = "Checks the end user's password and opens a session. Failed logins are throttled by user name and by client address, and the hashing is bounded; a refusal is the login page again, with its status, `Retry-After` when waiting helps, and the error code in `Plinth-Error-Code`.", path = "/cheq/login", tag = "CHEQ", operation_id = "login",
-    request_body(content = schemas::LoginForm, content_type = "application/x-www-form-urlencoded"),
-    responses(
-        (status = 303, description = "Logged in: to the confirmation page, with the session cookie", headers(
-            ("Location" = String, description = "The confirmation page"),
-            ("Set-Cookie" = String, description = "The session (HttpOnly, SameSite=Strict)"),
-        )),
-        (status = 401, description = "Wrong user name or password: the login page again (`Plinth-Error-Code: login_failed`)", content_type = "text/html", body = String),
-        (status = 403, description = "The login did not come from the login page in this browser: sent from another site or origin, or without the token of the page's cookie", content_type = "text/html", body = String),
-        (status = 429, description = "Too many failed logins: the login page (`login_locked`)", content_type = "text/html", body = String,
-            headers(("Retry-After" = u64, description = "Seconds"))),
-        (status = 503, description = "The login cannot be checked now (`login_busy`, `storage_failed`)", content_type = "text/html", body = String,
-            headers(("Retry-After" = u64, description = "Seconds"))),
-    ))]
-pub(super) async fn login(
-    State(host): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Extension(options): Extension<Arc<ApiOptions>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    // A login posted by another site would log this browser in as someone
-    // else (login CSRF): only this server's own page, in this browser, may
-    // post it.
-    let fields = form(&body);
-    if !LOGIN_TOKEN.posted_by_its_page(&headers, &fields, &options.public_url) {
-        tracing::warn!(tenant = caller.tenant, client = %peer.ip(), "a confirmation-page login not from its page was refused");
-        let said = Paragraph::of(
-            "This login did not come from the confirmation page (it was sent from another site, or its form expired). \
-             Open the confirmation link again.",
-        );
-        return notice(&options, StatusCode::FORBIDDEN, "Not logged in", vec![said]);
-    }
-    let user = field(&fields, "user").unwrap_or("");
-    let password = field(&fields, "password").unwrap_or("");
-    let resource_uri = field(&fields, "resource_uri").unwrap_or("").to_string();
-    if let Err(e) = host.log_in_end_user(&caller.tenant, user, password, peer.ip()).await {
-        tracing::info!(tenant = caller.tenant, client = %peer.ip(), error = %e, "a confirmation-page login failed");
-        let problem = pages::login_problem(&e, "login");
-        let page = login_page(&options, &caller.tenant, &headers, &resource_uri, Some(problem));
-        return ApiError::from(e).onto(page);
-    }
-    let token = match host.open_page_session(&caller.tenant, user, SESSION_TTL) {
-        Ok(token) => token,
-        Err(e) => {
-            tracing::warn!(tenant = caller.tenant, error = %e, "a confirmation-page session could not be opened");
-            let said = Paragraph::of("The session could not be opened; try again in a moment.");
-            return notice(&options, StatusCode::SERVICE_UNAVAILABLE, "Try again", vec![said]);
-        }
-    };
-    let cookie =
-        pages::page_cookie(&options.public_url, SESSION_COOKIE, token, "/".into(), SESSION_TTL.as_secs() as i64);
-    let target = format!(
-        "{}/cheq/confirm?resource_uri={}",
-        root(&options, &caller.tenant),
-        form_urlencoded::byte_serialize(resource_uri.as_bytes()).collect::<String>()
-    );
-    pages::see_other(&target, &[cookie])
 }
 
 /// `POST cheq/decide`: the end user's Accept or Reject on the confirmation
@@ -675,24 +591,25 @@ pub(super) async fn decide(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if pages::posted_from_elsewhere(&headers, &options.public_url) {
-        tracing::warn!(tenant = caller.tenant, "a confirmation decision from another site was refused");
-        let said = Paragraph::of("This request did not come from the confirmation page. Nothing was decided.");
-        return notice(&options, StatusCode::FORBIDDEN, "Not confirmed", vec![said]);
-    }
     let fields = form(&body);
-    let Some(session) = session_of(&host, &headers, &caller.tenant) else {
-        let said = Paragraph::of("You are not logged in: open the confirmation link again.");
-        return notice(&options, StatusCode::UNAUTHORIZED, "Log in first", vec![said]);
+    let session = match login::posted_form(&host, &options, &caller.tenant, &headers, &fields) {
+        Ok(session) => session,
+        Err(refusal) => {
+            let (title, said) = match refusal {
+                login::FormRefusal::NotLoggedIn => {
+                    ("Log in first", "You are not logged in: open the confirmation link again.")
+                }
+                login::FormRefusal::Elsewhere => {
+                    ("Not confirmed", "This request did not come from the confirmation page. Nothing was decided.")
+                }
+                login::FormRefusal::WithoutToken => (
+                    "Not confirmed",
+                    "This request did not come from the confirmation page (its form token is missing or wrong). Nothing was decided.",
+                ),
+            };
+            return notice(&options, refusal.status(), title, vec![Paragraph::of(said)]);
+        }
     };
-    let token = field(&fields, "form_token").unwrap_or("");
-    if !pages::form_token_matches(token, &session.form_token) {
-        tracing::warn!(tenant = caller.tenant, "a confirmation decision without the page's form token was refused");
-        let said = Paragraph::of(
-            "This request did not come from the confirmation page (its form token is missing or wrong). Nothing was decided.",
-        );
-        return notice(&options, StatusCode::FORBIDDEN, "Not confirmed", vec![said]);
-    }
     let id = field(&fields, "transaction").unwrap_or("");
     let c = match host.confirmation(&caller.tenant, id) {
         Ok(Some(c)) => c,
@@ -789,6 +706,9 @@ struct ConfirmationPage {
     description: Revealed,
     explanation: Option<Revealed>,
     facts: Vec<FactRow>,
+    /// The accounts the call acts with (its version's `[[authorization]]`):
+    /// each provider's display name.
+    accounts: Vec<String>,
     rows: Vec<ParameterRow>,
     private: Vec<PrivateField>,
     any_hidden: bool,
@@ -879,6 +799,16 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
             }
         })
         .collect();
+    // The accounts it will act with: the person sees whose grant the
+    // confirmed call uses (docs/authorization.md, "With CHEQ").
+    let accounts = host
+        .registry()
+        .get(&c.tool_id)
+        .and_then(|tool| tool.version(c.version))
+        .map(|version| {
+            version.manifest.authorization.iter().map(|need| provider_name(host, tenant, &need.provider)).collect()
+        })
+        .unwrap_or_default();
     let page = ConfirmationPage {
         frame: Frame::new(&options.public_url, Product::Confirmation, format!("Confirm: {name}")),
         name: name.to_string(),
@@ -886,6 +816,7 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
         description: Revealed::new(object["operation description"].as_str().unwrap_or("")),
         explanation: object["explanation"].as_str().map(Revealed::new),
         facts,
+        accounts,
         rows,
         private,
         any_hidden,
@@ -897,42 +828,6 @@ fn confirmation_page(host: &AppState, options: &ApiOptions, tenant: &str, sessio
     pages::page(StatusCode::OK, &page)
 }
 
-/// The login page of the confirmation server.
-#[derive(Template)]
-#[template(path = "pages/cheq_login.html")]
-struct LoginPage {
-    frame: Frame,
-    problem: Option<String>,
-    action: String,
-    resource_uri: String,
-    token: String,
-}
-
-/// The login form's double-submit token (as the catalog's sign-in has).
-const LOGIN_TOKEN: pages::SignInToken = pages::SignInToken { cookie: "plinth_cheq_login", field: "login_token" };
-
-fn login_page(
-    options: &ApiOptions,
-    tenant: &str,
-    headers: &HeaderMap,
-    resource_uri: &str,
-    problem: Option<String>,
-) -> Response {
-    let status = if problem.is_none() { StatusCode::OK } else { StatusCode::UNAUTHORIZED };
-    let action = format!("{}/cheq/login", root(options, tenant));
-    let token = LOGIN_TOKEN.for_page(headers);
-    // The cookie goes to the form's action only: its path on this server.
-    let action_path = format!("{}/cheq/login", pages::tenant_root_path(&options.public_url, tenant));
-    let page = LoginPage {
-        frame: Frame::new(&options.public_url, Product::Confirmation, "Log in to confirm"),
-        problem,
-        action,
-        resource_uri: resource_uri.to_string(),
-        token: token.clone(),
-    };
-    LOGIN_TOKEN.set(pages::page(status, &page), &options.public_url, token, action_path)
-}
-
 /// The CHEQ endpoints's operations, merged into the OpenAPI document
 /// (`openapi.rs`).
 #[derive(utoipa::OpenApi)]
@@ -941,7 +836,6 @@ fn login_page(
     decide_transaction,
     get_result,
     confirm_page,
-    login,
     decide,
     evidence,
     put_end_user,

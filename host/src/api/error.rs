@@ -10,6 +10,7 @@
 //! is temporary — an executor retries it — and carries `Retry-After`.
 
 use crate::cheq::ConditionError;
+use crate::host::authorizations::{AuthorizationError, MAX_PROVIDERS_PER_TENANT};
 use crate::host::toolsets::ToolsetError;
 use crate::host::{
     ChangeError, DecideError, DeployError, InvokeError, JwksError, LoginError, SignInError, State as TxState,
@@ -280,9 +281,19 @@ impl From<InvokeError> for ApiError {
             // The front doors answer a pending call with its URI pack
             // before it gets here; this is only a fallback.
             InvokeError::ConfirmationPending(_) => ApiError::new(StatusCode::ACCEPTED, code, message),
-            InvokeError::EndUserRequired(_) | InvokeError::CannotWait(_) | InvokeError::UnknownEndUser { .. } => {
-                ApiError::bad_request(code, message)
+            // Likewise: the doors add the links' URLs (`links::authorization_required`).
+            InvokeError::AuthorizationRequired { pending, .. } => {
+                let providers: Vec<&str> = pending.iter().map(|p| p.provider.as_str()).collect();
+                ApiError::new(StatusCode::FORBIDDEN, code, message).with("providers", providers)
             }
+            // The provider down or slow, or not configured yet: a retry may work.
+            InvokeError::AuthorizationUnavailable(_) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message).retry_after(RETRY_SOON_SECS)
+            }
+            InvokeError::EndUserRequired(_)
+            | InvokeError::AccountEndUserRequired(_)
+            | InvokeError::CannotWait(_)
+            | InvokeError::UnknownEndUser { .. } => ApiError::bad_request(code, message),
             // Not a `5xx`: a retry at once finds the same calls waiting, and
             // the draft's executor would retry it blindly; this tells the
             // LLM (or the person) to have the waiting ones decided first.
@@ -489,6 +500,37 @@ impl From<ToolsetError> for ApiError {
             ToolsetError::Conflict => ApiError::busy(message),
             ToolsetError::Store(_) => {
                 tracing::error!(error = %e, "a toolset change failed in the store");
+                ApiError::storage_failed(
+                    "the change could not be stored (the data disk is full, or the database cannot be reached); nothing changed",
+                )
+            }
+        }
+    }
+}
+
+/// `Retry-After` of `provider_failed`: a provider that could not be reached
+/// or answered garbage (a hint; its metadata is fetched again then).
+const PROVIDER_RETRY_SECS: u64 = 5;
+
+impl From<AuthorizationError> for ApiError {
+    /// `400 invalid_provider` (the message names the field), `409
+    /// quota_exceeded`, `404 not_found`, `403 not_your_link`, `410
+    /// link_gone`, `502 provider_failed` (with `Retry-After`: the message
+    /// names the provider, never its raw answer), `503 storage_failed`.
+    fn from(e: AuthorizationError) -> Self {
+        let message = e.to_string();
+        match e {
+            AuthorizationError::InvalidProvider(_) => ApiError::bad_request("invalid_provider", message),
+            AuthorizationError::TooManyProviders => ApiError::new(StatusCode::CONFLICT, "quota_exceeded", message)
+                .with("maxProviders", MAX_PROVIDERS_PER_TENANT),
+            AuthorizationError::NotFound(_) => ApiError::not_found(message),
+            AuthorizationError::NotYours => ApiError::new(StatusCode::FORBIDDEN, "not_your_link", message),
+            AuthorizationError::Gone(_) => ApiError::new(StatusCode::GONE, "link_gone", message),
+            AuthorizationError::Provider(_) => {
+                ApiError::new(StatusCode::BAD_GATEWAY, "provider_failed", message).retry_after(PROVIDER_RETRY_SECS)
+            }
+            AuthorizationError::Storage(_) => {
+                tracing::error!(error = %message, "an authorization change failed in the store");
                 ApiError::storage_failed(
                     "the change could not be stored (the data disk is full, or the database cannot be reached); nothing changed",
                 )

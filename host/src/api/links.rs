@@ -6,8 +6,9 @@
 //! used by the OAuth endpoints and the access check in front of MCP.
 
 use super::{ApiError, ApiOptions, Caller, pages};
+use crate::host::authorizations::PendingAuthorization;
 use crate::host::oauth::SCOPES;
-use crate::host::{MAX_END_USER_CHARS, PendingConfirmation, is_end_user_name};
+use crate::host::{InvokeError, MAX_END_USER_CHARS, PendingConfirmation, is_end_user_name};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -52,6 +53,56 @@ pub(super) fn root(options: &ApiOptions, tenant: &str) -> String {
     } else {
         format!("{}/t/{tenant}", options.public_url)
     }
+}
+
+/// The two URLs of an authorization link (docs/authorization.md): the page
+/// its person opens (`url`, under the tenant's root), and the one an agent
+/// polls until they are done (`check_url`: under `toolset`'s root when the
+/// call came through one, which a key scoped to it opens, as a CHEQ result
+/// URI is).
+pub fn authorization_urls(options: &ApiOptions, tenant: &str, link: &str, toolset: Option<&str>) -> (String, String) {
+    let root = root(options, tenant);
+    let check_root = match toolset {
+        None => root.clone(),
+        Some(name) => format!("{}/t/{tenant}/toolsets/{name}", options.public_url),
+    };
+    (format!("{root}/connections/{link}"), format!("{check_root}/connections/{link}/status"))
+}
+
+/// A call's pending authorizations as every door shows them:
+/// `[{"provider", "scopes", "url", "checkUrl"}]` (`toolset`: the root the
+/// call came through, if a toolset's).
+pub fn authorization_challenges(
+    options: &ApiOptions,
+    pending: &[PendingAuthorization],
+    toolset: Option<&str>,
+) -> Value {
+    pending
+        .iter()
+        .map(|p| {
+            let (url, check_url) = authorization_urls(options, &p.tenant, &p.link, toolset);
+            json!({ "provider": p.provider, "scopes": p.scopes, "url": url, "checkUrl": check_url })
+        })
+        .collect()
+}
+
+/// The A2T answer to a call that needs its end user's grants first: `403
+/// authorization_required`, the challenges beside the error, `Link` to the
+/// first page (so that a person's tool can open it).
+pub fn authorization_required(options: &ApiOptions, e: &InvokeError, toolset: Option<&str>) -> Response {
+    let InvokeError::AuthorizationRequired { pending, .. } = e else {
+        return ApiError::internal("an authorization answer for another error").into_response();
+    };
+    let challenges = authorization_challenges(options, pending, toolset);
+    let mut response = ApiError::new(StatusCode::FORBIDDEN, e.code(), e.to_string())
+        .with("authorization", challenges.clone())
+        .into_response();
+    if let Some(url) = challenges[0]["url"].as_str()
+        && let Ok(link) = HeaderValue::from_str(&format!("<{url}>; rel=\"authorization\""))
+    {
+        response.headers_mut().insert(header::LINK, link);
+    }
+    response
 }
 
 /// The URI pack (figure 3) of a pending call.

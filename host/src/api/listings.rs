@@ -30,6 +30,9 @@ pub mod meta {
     /// and manifest digest) and who signed it (`signers`), verified at
     /// deploy; absent for posted bytes no trusted key signed.
     pub const PROVENANCE: &str = "provenance";
+    /// On a tool: the accounts it acts with (`[{"provider", "scopes"}]`):
+    /// a call needs its end user's grant at each (docs/authorization.md).
+    pub const AUTHORIZATION: &str = "authorization";
 }
 
 /// A tool as `tools/list` shows it: the version's locked part built once,
@@ -79,6 +82,9 @@ fn tool_view(tool: &Tool, version: &ToolVersion) -> Value {
     }
     if version.provenance != crate::supply::Provenance::default() {
         view["_meta"][meta::PROVENANCE] = version.provenance.to_json();
+    }
+    if !version.manifest.authorization.is_empty() {
+        view["_meta"][meta::AUTHORIZATION] = version.manifest.published_authorization();
     }
     view
 }

@@ -64,6 +64,9 @@ use tracing::Instrument;
 const PAGE_SIZE: usize = 100;
 /// The key of the confirmation in an `input_required` result.
 const CONFIRMATION_REQUEST: &str = "confirmation";
+/// The input requests of a call that needs its end user's grants: one per
+/// provider, `authorization:{provider}`.
+const AUTHORIZATION_REQUEST: &str = "authorization:";
 /// JSON-RPC error of 2025-11-25 for a request that needs a URL elicitation.
 const URL_ELICITATION_REQUIRED: i32 = -32042;
 /// How long a retry waits for an accepted call that is still running (the
@@ -671,6 +674,12 @@ impl McpDoor {
                 return self.repeated_outcome(&tool.name, end_user.as_deref(), &fingerprint, &transaction, scope).await;
             }
         }
+        // A client that declined to send its user to grant an account ends
+        // the call (the retry of an `input_required` answer, below).
+        if declined_authorization(request) {
+            let message = "the person was not sent to grant the account the tool acts with; the tool did not run";
+            return Ok(error_result("authorization_declined", message, Map::new()).into());
+        }
         let mut call = Call::new(input, FrontDoor::Mcp);
         call.end_user = end_user.clone();
         call.trace = scope.parts.and_then(|p| p.extensions.get::<CallerTrace>()).cloned();
@@ -678,8 +687,65 @@ impl McpDoor {
             Err(InvokeError::ConfirmationPending(pending)) => {
                 self.confirmation_required(&tool.name, &pending, &fingerprint(), scope)
             }
+            Err(e @ InvokeError::AuthorizationRequired { .. }) => self.authorization_required(&e, scope),
             outcome => call_result(outcome).map(Into::into),
         }
+    }
+
+    /// The answer to a call whose end user must grant an account first: a
+    /// URL elicitation per provider to its link — an `input_required`
+    /// result for 2026-07-28 clients that open URLs (no state: their retry
+    /// is the call again, which runs once the grant is there), error
+    /// -32042 for 2025-11-25 ones, and for a client that opens no URL a
+    /// tool error giving the links. Nothing waits on the server.
+    fn authorization_required(&self, e: &InvokeError, scope: &CallScope<'_>) -> Result<CallToolResponse, ErrorData> {
+        let InvokeError::AuthorizationRequired { pending, .. } = e else {
+            return Err(ErrorData::internal_error("an authorization answer for another error", None));
+        };
+        let toolset = scope.caller.toolset.as_ref().map(|t| t.name.as_str());
+        let links: Vec<(String, String, String)> = pending
+            .iter()
+            .map(|p| {
+                let (url, check_url) = super::links::authorization_urls(&self.options, &p.tenant, &p.link, toolset);
+                (p.provider.clone(), url, check_url)
+            })
+            .collect();
+        let message = |url: &str| format!("{e} Open the link to grant it: {url}. Then make the same call again.");
+        if scope.stateless && scope.can_open_urls {
+            let mut requests = BTreeMap::new();
+            for (provider, url, _) in &links {
+                let request = json!({
+                    "method": "elicitation/create",
+                    "params": { "mode": "url", "message": message(url), "url": url, "elicitationId": format!("authorization-{provider}") },
+                });
+                let request: InputRequest = serde_json::from_value(request)
+                    .map_err(|e| ErrorData::internal_error(format!("the elicitation could not be built: {e}"), None))?;
+                requests.insert(format!("{AUTHORIZATION_REQUEST}{provider}"), request);
+            }
+            return Ok(InputRequiredResult::new(Some(requests), None).into());
+        }
+        if !scope.stateless {
+            let elicitations: Vec<Value> = links
+                .iter()
+                .map(|(provider, url, _)| {
+                    json!({ "mode": "url", "elicitationId": format!("authorization-{provider}"), "url": url, "message": message(url) })
+                })
+                .collect();
+            let first = links.first().map_or(String::new(), |l| l.1.clone());
+            return Err(ErrorData::new(
+                ErrorCode(URL_ELICITATION_REQUIRED),
+                message(&first),
+                Some(json!({ "elicitations": elicitations })),
+            ));
+        }
+        let mut data = Map::new();
+        data.insert("authorization".into(), super::links::authorization_challenges(&self.options, pending, toolset));
+        let urls: Vec<&str> = links.iter().map(|l| l.1.as_str()).collect();
+        let text = format!(
+            "{e} Give the person this link to grant it: {}. Once they have, make the same call again.",
+            urls.join(" and ")
+        );
+        Ok(error_result("authorization_required", &text, data).into())
     }
 
     /// The answer to a call now waiting for its end user: a URL elicitation
@@ -991,6 +1057,15 @@ pub(super) fn call_result(outcome: Result<ToolResult, InvokeError>) -> Result<Ca
             let code = if matches!(e, InvokeError::Retired(_)) { "version_retired" } else { "unknown_tool" };
             Err(rpc_error(ErrorCode::INVALID_PARAMS.0, e.to_string(), code, Map::new()))
         }
+        Err(InvokeError::AccountEndUserRequired(tool)) => Err(rpc_error(
+            ErrorCode::INVALID_PARAMS.0,
+            format!(
+                "`{tool}` acts with the own account of the end user the call is made for: name them in _meta.{} (or the Plinth-End-User header), or call with the person's OAuth token; the tool did not run",
+                meta::END_USER
+            ),
+            "end_user_required",
+            Map::new(),
+        )),
         Err(InvokeError::EndUserRequired(tool)) => Err(rpc_error(
             ErrorCode::INVALID_PARAMS.0,
             format!(
@@ -1047,6 +1122,18 @@ fn url_elicitation_error(id: &str, url: &str, message: &str) -> ErrorData {
         message.to_string(),
         Some(json!({ "elicitations": [{ "mode": "url", "elicitationId": id, "url": url, "message": message }] })),
     )
+}
+
+/// Whether the call is the retry of an `input_required` answer for an
+/// account whose URL the client declined (or cancelled) to open.
+fn declined_authorization(request: &CallToolRequestParams) -> bool {
+    let Some(responses) = &request.input_responses else { return false };
+    let Ok(responses) = serde_json::to_value(responses) else { return false };
+    responses.as_object().is_some_and(|responses| {
+        responses.iter().any(|(key, response)| {
+            key.starts_with(AUTHORIZATION_REQUEST) && matches!(response["action"].as_str(), Some("decline" | "cancel"))
+        })
+    })
 }
 
 /// A call's arguments, borrowed (none sent: an empty object).

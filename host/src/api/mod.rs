@@ -10,13 +10,16 @@ pub mod a2t;
 pub mod access;
 pub mod admin;
 pub mod auth;
+pub mod authorizations;
 pub mod catalog;
 pub mod cheq;
+pub mod connections;
 pub mod console;
 pub mod cors;
 pub mod error;
 pub mod links;
 pub mod listings;
+pub mod login;
 pub mod mcp;
 pub mod oauth;
 pub mod openapi;
@@ -191,7 +194,7 @@ fn routes(options: &ApiOptions) -> Routes {
         .add(Method::GET, "/cheq/results/{id}", Invoke, Tenant, get(cheq::get_result))
         .add(Method::GET, "/cheq/confirm", Open, Tenant, get(cheq::confirm_page))
         .add(Method::POST, "/cheq/confirm", Open, Tenant, post(cheq::confirm_page).layer(form_limit))
-        .add(Method::POST, "/cheq/login", Open, Tenant, post(cheq::login).layer(form_limit))
+        .add(Method::POST, "/cheq/login", Open, Tenant, post(login::login).layer(form_limit))
         .add(Method::POST, "/cheq/decide", Open, Tenant, post(cheq::decide).layer(form_limit))
         .add(Method::GET, "/admin/cheq/{id}", Audit, Server, get(cheq::evidence))
         .add(Method::PUT, "/admin/end-users/{name}", Publish, Tenant, put(cheq::put_end_user).layer(form_limit))
@@ -249,6 +252,7 @@ fn routes(options: &ApiOptions) -> Routes {
         .add(Method::POST, "/catalog/toolsets", CatalogPublish, Tenant, post(catalog::toolsets::edit).layer(form_limit))
         .add(Method::GET, "/catalog/toolsets/{name}", Catalog, Tenant, get(catalog::toolsets::toolset))
         .add(Method::GET, "/catalog/toolsets/{name}/diff", Catalog, Tenant, get(catalog::toolsets::diff))
+        .add(Method::GET, "/catalog/providers", CatalogPublish, Tenant, get(catalog::providers::providers))
         // OAuth 2.1 for the MCP door: metadata where RFC 9728 and RFC 8414
         // put it (and under each tenant's root), the tenant's authorization
         // server.
@@ -294,6 +298,9 @@ fn routes(options: &ApiOptions) -> Routes {
             Server,
             put(oauth::put_tenant_oauth).layer(form_limit),
         );
+    // End-user authorization: the admin API, the person's pages and the
+    // agent's status (docs/authorization.md).
+    let routes = connections::routes(authorizations::routes(routes));
     toolsets::routes(admin::routes(routes)).add_mcp(options)
 }
 

@@ -67,6 +67,7 @@ const CATALOG_SESSION: &str = "catalogSession";
         (name = "Admin", description = "Tools, secrets, config, tenants, keys, audit; docs/deploying.md and docs/tenancy.md"),
         (name = "Server", description = "Health, readiness, keys, metrics and this document"),
         (name = "OAuth", description = "OAuth 2.1 for the MCP door: each tenant's MCP URL is a protected resource, each tenant's root an authorization server whose people are its end users; docs/oauth.md"),
+        (name = "Accounts", description = "End-user authorization: the pages where a person connects the account a tool acts with, their connected accounts, and the status an agent polls; docs/authorization.md"),
         (name = "Catalog", description = "The designer's catalog: pages for people, signed in with an API key of the tenant; docs/catalog.md"),
     )
 )]
@@ -107,6 +108,9 @@ fn document() -> (Value, Vec<String>) {
         super::console::Doc::openapi(),
         super::catalog::Doc::openapi(),
         super::oauth::Doc::openapi(),
+        super::login::Doc::openapi(),
+        super::authorizations::Doc::openapi(),
+        super::connections::Doc::openapi(),
     ] {
         annotated.merge(door);
     }

@@ -173,8 +173,9 @@ fn resolve(
 }
 
 /// The `ToolDefinition` of a version (built once), with its `requirements`:
-/// the secrets the caller must supply, and `user_id` when a call may need
-/// its end user's confirmation (it names who confirms).
+/// the accounts it acts with (locked), the secrets the caller must supply,
+/// and `user_id` when a call may need its end user's confirmation (it names
+/// who confirms) or acts with its account.
 fn definition(host: &AppState, tool: &Tool, version: &ToolVersion) -> Value {
     let mut definition = version.otc_view.get_or_init(|| build_definition(tool, version)).clone();
     let missing = host.missing_secrets(tool, version, &BTreeMap::new());
@@ -192,14 +193,26 @@ fn build_definition(tool: &Tool, version: &ToolVersion) -> Value {
     let signature = &version.signature;
     let toolkit = toolkit(tool, version);
     let name = pascal_case(&signature.name);
-    json!({
+    let mut definition = json!({
         "id": otc_tool_id(tool, version),
         "name": otc_name(&toolkit, &name),
         "description": signature.description,
         "version": format!("{}.0.0", version.number),
         "input_schema": { "parameters": schema::input_schema(signature) },
         "output_schema": schema::output_schema(signature).unwrap_or(Value::Null),
-    })
+    });
+    // The accounts it acts with (OTC §4.1 `requirements.authorization`):
+    // locked with the version, as its manifest declares them.
+    let authorization: Vec<Value> = version
+        .manifest
+        .authorization
+        .iter()
+        .map(|need| json!({ "id": need.provider, "oauth2": { "scopes": need.scopes } }))
+        .collect();
+    if !authorization.is_empty() {
+        definition["requirements"]["authorization"] = authorization.into();
+    }
+    definition
 }
 
 /// `GET /otc/health`: the same answer under every platform root, so that
@@ -252,6 +265,8 @@ struct CallRequest {
     tool_id: String,
     input: Map<String, Value>,
     secrets: BTreeMap<String, String>,
+    /// `context.authorization`: tokens for this call only, by provider id.
+    authorizations: BTreeMap<String, String>,
     trace_id: Option<String>,
     /// `context.user_id`: the end user the call acts for.
     end_user: Option<String>,
@@ -316,19 +331,19 @@ impl CallRequest {
             Value::Object(input) => input.clone(),
             _ => return Err(malformed("`input` must be an object of parameter names to values")),
         };
-        let (secrets, end_user) = match request.get("context") {
-            None | Some(Value::Null) => (BTreeMap::new(), None),
+        let (secrets, authorizations, end_user) = match request.get("context") {
+            None | Some(Value::Null) => (BTreeMap::new(), BTreeMap::new(), None),
             Some(Value::Object(context)) => {
                 let end_user = optional_string(context, "user_id")?;
                 if let Some(user) = &end_user {
                     super::links::check_end_user(user)?;
                 }
-                (context_secrets(context)?, end_user)
+                (context_secrets(context)?, context_authorizations(context)?, end_user)
             }
             Some(_) => return Err(malformed("`context` must be an object")),
         };
         let trace_id = optional_string(&request, "trace_id")?;
-        Ok(CallRequest { call_id, tool_id, input, secrets, trace_id, end_user, trace: None })
+        Ok(CallRequest { call_id, tool_id, input, secrets, authorizations, trace_id, end_user, trace: None })
     }
 
     /// What a retry must repeat to be the same call: the tool and the input
@@ -369,6 +384,39 @@ fn context_secrets(context: &Map<String, Value>) -> Result<BTreeMap<String, Stri
         }
     }
     Ok(secrets)
+}
+
+/// The longest token a caller may supply in `context.authorization`.
+const MAX_SUPPLIED_TOKEN_BYTES: usize = 16 * 1024;
+
+/// `context.authorization` (OTC §4.2): `[{"id": provider, "token"}]`, a
+/// token for this call only (never stored), used instead of the end user's
+/// grant at that provider.
+fn context_authorizations(context: &Map<String, Value>) -> Result<BTreeMap<String, String>, ApiError> {
+    let mut tokens = BTreeMap::new();
+    let items = match context.get("authorization") {
+        None | Some(Value::Null) => return Ok(tokens),
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(malformed("`context.authorization` must be an array of {\"id\", \"token\"} objects")),
+    };
+    for item in items {
+        let (Some(Value::String(id)), Some(Value::String(token))) = (item.get("id"), item.get("token")) else {
+            return Err(malformed("each of `context.authorization` must be an object with string `id` and `token`"));
+        };
+        // Attached as a Bearer header: printable ASCII only.
+        if token.is_empty()
+            || token.len() > MAX_SUPPLIED_TOKEN_BYTES
+            || !token.bytes().all(|b| (0x21..0x7f).contains(&b))
+        {
+            return Err(malformed(format!(
+                "the token for `{id}` must be 1 to {MAX_SUPPLIED_TOKEN_BYTES} printable ASCII characters without spaces"
+            )));
+        }
+        if tokens.insert(id.clone(), token.clone()).is_some() {
+            return Err(malformed(format!("a token for `{id}` is given more than once")));
+        }
+    }
+    Ok(tokens)
 }
 
 /// `422` with a `ValidationErrorResponse` naming every bad parameter.
@@ -502,10 +550,19 @@ async fn run_call(
     let has_outputs = !version.signature.outputs.is_empty();
     let started = std::time::Instant::now();
     call.secrets = request.secrets;
+    call.authorizations = request.authorizations;
     call.end_user = request.end_user;
     call.trace = request.trace;
     let outcome = host.invoke(tool, version, call).await;
     let (response, answer) = match outcome {
+        // The person must grant it first (OTC's `missing_requirements`):
+        // nothing ran, the call id is free for the retry.
+        Err(e @ InvokeError::AuthorizationRequired { .. }) => {
+            if let Some(ticket) = ticket {
+                host.settle_call(ticket, None).map_err(storage_failed)?;
+            }
+            return Err(missing_authorization(&options, &e, toolset.as_deref()));
+        }
         // Recorded as the call id's response: a retry gets the same pack,
         // not a second confirmation.
         Err(InvokeError::ConfirmationPending(pending)) => {
@@ -532,6 +589,24 @@ async fn run_call(
         tracing::error!(error = %e, "a call's response could not be recorded");
     }
     Ok(answer)
+}
+
+/// `400` with OTC's `missing_requirements.authorization`: one
+/// `ToolAuthorizationChallenge` (`id`, `url` the person visits, `check_url`
+/// the agent polls) per provider the call's end user must grant first.
+fn missing_authorization(options: &ApiOptions, e: &InvokeError, toolset: Option<&str>) -> ApiError {
+    let InvokeError::AuthorizationRequired { pending, .. } = e else {
+        return ApiError::internal("an authorization answer for another error");
+    };
+    let challenges: Vec<Value> = pending
+        .iter()
+        .map(|p| {
+            let (url, check_url) = super::links::authorization_urls(options, &p.tenant, &p.link, toolset);
+            json!({ "id": p.provider, "url": url, "check_url": check_url })
+        })
+        .collect();
+    ApiError::bad_request("missing_requirements", e.to_string())
+        .with("missing_requirements", json!({ "authorization": challenges }))
 }
 
 /// The OTC answer (`CallToolResponse` in its envelope) to a call whose tool

@@ -66,6 +66,8 @@ pub enum Product {
     Confirmation,
     /// The built-in OAuth authorization server's sign-in and consent.
     SignIn,
+    /// The person's connected accounts (docs/authorization.md).
+    Accounts,
 }
 
 /// What the layout shows around a page's content.
@@ -104,6 +106,7 @@ impl Frame {
             Product::Catalog => ("Catalog", "wide"),
             Product::Confirmation => ("Confirmation", "narrow"),
             Product::SignIn => ("Sign-in", "narrow"),
+            Product::Accounts => ("Accounts", "narrow"),
         };
         Frame {
             title: title.into(),
@@ -169,6 +172,16 @@ impl Default for Paragraph {
     }
 }
 
+/// What a page shows the tenant's provider `id` as: its display name, else
+/// its id (a provider deleted since, or never configured).
+pub fn provider_name(host: &crate::host::ToolHost, tenant: &str, id: &str) -> String {
+    host.authorization_providers(tenant)
+        .into_iter()
+        .find(|(provider, ..)| provider == id)
+        .and_then(|(_, settings, ..)| settings.display_name)
+        .unwrap_or_else(|| id.to_string())
+}
+
 /// Form (or query) fields, URL-decoded, in order.
 pub fn form(raw: &[u8]) -> Vec<(String, String)> {
     form_urlencoded::parse(raw).into_owned().collect()
@@ -219,6 +232,23 @@ pub fn page_cookie(
         .same_site(cookie::SameSite::Strict)
         .max_age(cookie::time::Duration::seconds(max_age_secs))
         .build()
+}
+
+/// A cookie that must come back with a navigation from another site (a
+/// provider's redirect back to the connections callback): as
+/// [`page_cookie`], but `SameSite=Lax`, which a browser sends with a
+/// top-level `GET` from another site, never with a post or a subrequest.
+/// Keep its `path` narrow: it is sent there only.
+pub fn navigation_cookie(
+    public_url: &str,
+    name: &'static str,
+    value: String,
+    path: String,
+    max_age_secs: i64,
+) -> cookie::Cookie<'static> {
+    let mut cookie = page_cookie(public_url, name, value, path, max_age_secs);
+    cookie.set_same_site(cookie::SameSite::Lax);
+    cookie
 }
 
 /// A new random id for a form (a sign-in form's token, a try form's call

@@ -1113,6 +1113,10 @@ pub struct LoginForm {
     pub password: String,
     /// The resource URI to confirm, to go on to.
     pub resource_uri: Option<String>,
+    /// Or the connections page to go on to: `/connections` or
+    /// `/connections/{link}` under this tenant's root.
+    #[schema(pattern = "^/connections(/[A-Za-z0-9_-]{1,64})?$")]
+    pub next: Option<String>,
     /// The login page's token, which its cookie (`plinth_cheq_login`)
     /// holds too: a login from anywhere else is refused (`403`).
     pub login_token: String,
@@ -1339,4 +1343,153 @@ pub struct Toolset {
 pub struct ToolsetList {
     /// Each toolset at its newest version, by name.
     pub items: Vec<Toolset>,
+}
+
+/// A provider's settings as a publisher writes them (`PUT
+/// /admin/authorization-providers/{id}`; docs/authorization.md): an
+/// `issuer` whose metadata names the endpoints, or the endpoints
+/// themselves, and Plinth's client at the provider.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProviderSettings {
+    /// What the person is shown; the id when absent.
+    #[schema(example = "Inbox")]
+    pub display_name: Option<String>,
+    /// The provider's issuer identifier: its metadata (RFC 8414, else
+    /// OpenID Discovery) is fetched from it, and its `iss` (RFC 9207) must
+    /// come back with every code.
+    #[schema(example = "https://login.inbox.example")]
+    pub issuer: Option<String>,
+    /// Overrides the metadata's (or, without an issuer, required).
+    pub authorization_endpoint: Option<String>,
+    /// Overrides the metadata's (or, without an issuer, required).
+    pub token_endpoint: Option<String>,
+    /// Overrides the metadata's: where grants are revoked (RFC 7009).
+    pub revocation_endpoint: Option<String>,
+    /// Plinth's client id at the provider.
+    #[schema(example = "plinth-acme")]
+    pub client_id: String,
+    /// Its client secret: sealed, never read back; left out, the stored
+    /// one is kept. Without one Plinth is a public client (PKCE only).
+    pub client_secret: Option<String>,
+    /// Extra parameters of the authorization request (never one Plinth
+    /// sets itself: `redirect_uri`, `state`, `scope`…).
+    pub authorization_parameters: Option<std::collections::BTreeMap<String, String>>,
+    /// The resource (RFC 8707) the tokens are for.
+    pub resource: Option<String>,
+}
+
+/// A tenant's provider as the admin API shows it: its settings without the
+/// secret, whether one is set, and when it was last changed.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Provider {
+    /// The id tools name in `[[authorization]] provider`.
+    #[schema(example = "inbox")]
+    pub id: String,
+    /// What the person is shown.
+    pub display_name: Option<String>,
+    /// The issuer identifier.
+    pub issuer: Option<String>,
+    /// The authorization endpoint, when set explicitly.
+    pub authorization_endpoint: Option<String>,
+    /// The token endpoint, when set explicitly.
+    pub token_endpoint: Option<String>,
+    /// The revocation endpoint, when set explicitly.
+    pub revocation_endpoint: Option<String>,
+    /// Plinth's client id at the provider.
+    pub client_id: String,
+    /// Whether a client secret is stored (it is never shown).
+    pub client_secret_set: bool,
+    /// Extra parameters of the authorization request.
+    pub authorization_parameters: Option<std::collections::BTreeMap<String, String>>,
+    /// The resource (RFC 8707) the tokens are for.
+    pub resource: Option<String>,
+    /// When it was last set (Unix seconds).
+    pub updated_at: i64,
+}
+
+/// A tenant's providers.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderList {
+    /// Each provider, by id.
+    pub providers: Vec<Provider>,
+}
+
+/// An account a person connected: their grant at a provider, never its
+/// token.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Connection {
+    /// The provider's id.
+    pub provider: String,
+    /// What the person is shown it as.
+    pub provider_name: String,
+    /// The scopes granted.
+    pub scopes: Vec<String>,
+    /// When its access token expires (Unix seconds), if the provider said.
+    pub expires_at: Option<i64>,
+    /// When the person connected it (Unix seconds).
+    pub connected_at: i64,
+    /// Whether Plinth can refresh its token (the provider gave a refresh
+    /// token).
+    pub refreshable: bool,
+}
+
+/// A person's connected accounts.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionList {
+    /// Each account, by provider.
+    pub connections: Vec<Connection>,
+}
+
+/// Where an authorization link is, for the agent that polls its
+/// `check_url`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConnectionStatus {
+    /// `pending` until the person is back from the provider; then
+    /// `connected` (call the tool again) or `failed` (the link expired, or
+    /// the sign-in failed: `error` says why; the next call gets a new link).
+    #[schema(pattern = "^(pending|connected|failed)$")]
+    pub state: String,
+    /// The provider's id.
+    pub provider: String,
+    /// When the link stops working (Unix seconds).
+    pub expires_at: i64,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
+/// The connections pages' forms (Continue, Revoke): the page's form token.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionForm {
+    /// The page's form token.
+    pub form_token: String,
+}
+
+/// The failures the link page and its Continue share, as pages.
+#[derive(IntoResponses)]
+pub enum LinkPageFailures {
+    /// No such link in this tenant.
+    #[response(status = 404, content_type = "text/html")]
+    NotFound(String),
+    /// `provider_failed`: the provider cannot be reached, or answered what
+    /// OAuth does not allow.
+    #[response(status = 502, content_type = "text/html", headers(("Retry-After" = u64, description = "Seconds")))]
+    Provider(String),
+    /// The link cannot be read now (`storage_failed`).
+    #[response(status = 503, content_type = "text/html", headers(("Retry-After" = u64, description = "Seconds")))]
+    Unavailable(String),
+}
+
+/// A connections page that cannot be served now, as a page.
+#[derive(IntoResponses)]
+pub enum PageUnavailable {
+    /// What it needs cannot be read or stored now (`storage_failed`).
+    #[response(status = 503, content_type = "text/html", headers(("Retry-After" = u64, description = "Seconds")))]
+    Unavailable(String),
 }

@@ -622,6 +622,7 @@ impl ToolHost {
                 input,
                 call_id: c.call_id.clone(),
                 secrets: Default::default(),
+                authorizations: Default::default(),
                 end_user: Some(c.end_user.clone()),
                 front_door: c.door(),
                 confirmed: Some(confirmed),

@@ -180,9 +180,9 @@ impl ToolHost {
                 self.load_console_settings(&settings);
             }
             Topic::Toolsets => self.reload_toolsets()?,
-            // Providers and grants are read from the store where they are
-            // used; nothing of them is cached here yet.
-            Topic::Authorizations => {}
+            // Providers again, and cached grants forgotten (read again
+            // from the store when next used): another replica changed one.
+            Topic::Authorizations => self.authorizations.reload()?,
             Topic::Versions => self.reload_versions()?,
         }
         Ok(())

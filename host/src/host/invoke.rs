@@ -2,6 +2,7 @@
 //! rate, confirmed first if its tool wants that, then run in a fresh
 //! instance within the tenant's, the tool's and the server's slots.
 
+use super::authorizations::CallTokens;
 use super::{Call, ConsoleEntry, InvokeError, Places, Tenant, ToolHost, executors, outcome_code, refusals, usage};
 use crate::idempotency::{Claim, Ticket};
 use crate::invocation::{self, Described, ToolResult};
@@ -148,11 +149,17 @@ impl ToolHost {
         let pool = executors.for_tool(tool.id);
         let this = self.clone();
         let task = async move {
+            // The accounts it acts with first: a person asked to confirm a
+            // call is told which account it uses, and one who has not
+            // granted it yet is asked for that before anything else.
+            let tokens = this.call_tokens(&tool, &version, call.end_user.as_deref(), &call.authorizations).await?;
             // Fail closed: a call its tool wants confirmed never runs unconfirmed.
-            if checks_confirmation && let Some(refused) = this.confirm_first(&quota, &tool, &version, &call).await? {
+            if checks_confirmation
+                && let Some(refused) = this.confirm_first(&quota, &tool, &version, &call, &tokens).await?
+            {
                 return Ok(ToolResult::Failed(refused));
             }
-            this.run(&quota, &tool, &version, call).await
+            this.run(&quota, &tool, &version, call, &tokens).await
         }
         .instrument(span);
         let mut task = Box::pin(task);
@@ -186,6 +193,7 @@ impl ToolHost {
         tool: &Tool,
         version: &ToolVersion,
         call: &Call,
+        tokens: &CallTokens,
     ) -> Result<Option<invocation::ToolError>, InvokeError> {
         let inputs = match invocation::to_json(call.input.clone()) {
             serde_json::Value::Object(inputs) => inputs,
@@ -204,6 +212,22 @@ impl ToolHost {
             .filter(|id| call.secrets.contains_key(*id))
             .map(|id| format!("`{id}`"))
             .collect();
+        // Tokens supplied with a call (OTC `context.authorization`) are
+        // never stored either.
+        let supplied_tokens: Vec<String> = version
+            .manifest
+            .authorization
+            .iter()
+            .filter(|need| call.authorizations.contains_key(&need.provider))
+            .map(|need| format!("`{}`", need.provider))
+            .collect();
+        if !supplied_tokens.is_empty() {
+            return Err(InvokeError::CannotWait(format!(
+                "`{}` runs only once its end user confirms the call, and tokens supplied with a call are never stored, so it cannot wait with the token for {}: let its end user grant the account instead (leave it out of context.authorization); the tool did not run",
+                tool.name,
+                supplied_tokens.join(", ")
+            )));
+        }
         if !supplied.is_empty() {
             return Err(InvokeError::CannotWait(format!(
                 "`{}` runs only once its end user confirms the call, and secrets supplied with a call are never stored, so it cannot wait with {}: store them for the tenant (PUT /admin/secrets/{{id}}) instead; the tool did not run",
@@ -217,7 +241,7 @@ impl ToolHost {
         self.check_confirmer(&tool.tenant, version, &end_user)?;
         let inputs_bytes = serde_json::to_string(&inputs).map_or(0, |inputs| inputs.len());
         self.check_room(&tool.tenant, &end_user, inputs_bytes)?;
-        let description = match self.describe(tenant, tool, version, call).await? {
+        let description = match self.describe(tenant, tool, version, call, tokens).await? {
             Some(Described::Failed(refused)) => return Ok(Some(refused)),
             Some(Described::Description(description)) => Some(description),
             None => None,
@@ -280,6 +304,7 @@ impl ToolHost {
         tool: &Tool,
         version: &ToolVersion,
         call: Call,
+        tokens: &CallTokens,
     ) -> Result<ToolResult, InvokeError> {
         let run = RunOf {
             export: Export::Call,
@@ -290,6 +315,7 @@ impl ToolHost {
             trace: call.trace.as_ref(),
             lines: call.lines.clone(),
             outbound: call.outbound.clone(),
+            tokens,
         };
         let Ran { result, redactor, denials } = self.execute(tenant, tool, version, run).await?;
         let outcome = result.map_err(InvokeError::from).and_then(|value| {
@@ -376,6 +402,7 @@ impl ToolHost {
         tool: &Tool,
         version: &ToolVersion,
         call: &Call,
+        tokens: &CallTokens,
     ) -> Result<Option<Described>, InvokeError> {
         if !self.linked(tool, version).await?.describes() {
             return Ok(None);
@@ -389,6 +416,7 @@ impl ToolHost {
             trace: call.trace.as_ref(),
             lines: call.lines.clone(),
             outbound: call.outbound.clone(),
+            tokens,
         };
         let Ran { result, redactor, denials } = self.execute(tenant, tool, version, run).await?;
         let outcome = result.map_err(InvokeError::from).and_then(|value| {
@@ -453,6 +481,7 @@ impl ToolHost {
         // included: its attempts (`undeclared`, `denied`) are the ones to see.
         let outbound = OutboundPolicy::new(&version.host_patterns, &config, self.limits.outbound.clone())
             .for_tenant(&tool.tenant)
+            .with_tokens(run.tokens, &config)
             .traced(run.trace.cloned())
             .counted(Arc::new(self.metrics.outbound(&tool.tenant, &tool.name).tallied(run.outbound)));
         // `describe` runs before anyone has confirmed the call: it may read, not act.
@@ -478,7 +507,11 @@ impl ToolHost {
                 })
                 .collect(),
             log_budget: self.log_budgets.entry(tool.id).or_default().clone(),
-            redact: run.redact,
+            // A person's token is never the tool's to hold: should one come
+            // its way after all (a backend that reflects a header
+            // differently than the runtime takes out), it is redacted from
+            // everything the call answers and logs.
+            redact: run.redact.into_iter().chain(run.tokens.iter().map(|(_, token)| token.clone())).collect(),
         };
         let redactor = Redactor::new(setup.secrets.values().chain(&setup.redact).cloned());
         let started = std::time::Instant::now();
@@ -554,6 +587,8 @@ struct RunOf<'a> {
     trace: Option<&'a CallerTrace>,
     lines: Option<runtime::CallLines>,
     outbound: Option<crate::metrics::OutboundTally>,
+    /// The person's tokens the runtime attaches ([`ToolHost::call_tokens`]).
+    tokens: &'a CallTokens,
 }
 
 /// What a run gave: the raw result, the redactor of the call's secrets and

@@ -98,6 +98,7 @@ pub(super) fn start_confirmation_sweep(host: &ToolHost, retention: Duration) -> 
     sweep(&*host.store, retention, counted, calls_kept)?;
     let Some(executor) = &host.executor else { return Ok(()) };
     let store: Arc<dyn RegistryStore> = host.store.clone();
+    let links = host.authorizations.store();
     let metrics = host.metrics.clone();
     let sweep_every = sweep_interval(retention);
     let every = sweep_every.min(EXPIRY_COUNT_INTERVAL);
@@ -111,12 +112,19 @@ pub(super) fn start_confirmation_sweep(host: &ToolHost, retention: Duration) -> 
             if due {
                 next_sweep += sweep_every;
             }
-            let (store, metrics) = (store.clone(), metrics.clone());
+            let (store, links, metrics) = (store.clone(), links.clone(), metrics.clone());
             // SQLite blocks: keep it off the threads that run tools' async work.
             let swept = tokio::task::spawn_blocking(move || {
                 let counted = count_expiries(&*store, &metrics)?;
                 if due {
                     sweep(&*store, retention, counted, calls_kept)?;
+                    // Authorization links, a link's life after they expired
+                    // (an agent may still be polling a finished one).
+                    let kept = i64::try_from(super::authorizations::LINK_TTL.as_secs()).unwrap_or(i64::MAX);
+                    let expired = links.sweep_links(unix_now().saturating_sub(kept))?;
+                    if expired > 0 {
+                        tracing::info!(expired, "deleted expired authorization links");
+                    }
                 }
                 Ok::<_, StoreError>(())
             });

@@ -416,20 +416,20 @@ fn a_replica_catches_up_with_the_changes_another_made() {
     assert_eq!(b.registry().live_tools("acme"), 1);
     assert!(b.catch_up().unwrap().is_empty(), "nothing new");
 
-    // A change of end-user authorization is read (and changes nothing
-    // cached yet).
-    let mail = crate::store::authorizations::StoredProvider {
-        tenant: "acme".into(),
-        id: "mail".into(),
-        settings: "{}".into(),
-        client_secret: None,
-        updated_at: 1,
+    // A provider set on A is one B serves, once it caught up.
+    let settings = crate::host::authorizations::ProviderSettings {
+        issuer: Some("https://login.mail.example".into()),
+        client_id: "plinth".into(),
+        client_secret: Some("s3cret".into()),
+        ..Default::default()
     };
-    a.authorizations
-        .put_provider(&mail, &crate::tenancy::AuditEntry::new(&operator, Some("acme"), "provider.put", "mail"))
-        .unwrap();
+    a.put_authorization_provider(&operator, "acme", "mail", settings).unwrap();
+    assert!(b.authorization_providers("acme").is_empty(), "not before it caught up");
     assert_eq!(b.catch_up().unwrap(), [Topic::Authorizations]);
-    assert_eq!(b.authorizations.providers().unwrap(), [mail]);
+    let served = b.authorization_providers("acme");
+    assert_eq!(served.len(), 1);
+    assert_eq!((served[0].0.as_str(), served[0].2), ("mail", true), "the id, and a secret set");
+    assert_eq!(served[0].1.client_secret, None, "never read back");
 
     // Removals reach it too.
     a.delete_secret(&operator, "acme", "api-key").unwrap();
@@ -1149,4 +1149,134 @@ fn a_toolset_names_versions_and_a_tenant_stores_toolset_versions_up_to_a_cap_del
     let refused = put("fresh", 1).map(|_| ()).unwrap_err();
     assert!(matches!(&refused, ToolsetError::TooMany(m) if m.contains("deleted toolsets' included")), "{refused}");
     assert!(host.toolsets(DEFAULT_TENANT).is_empty(), "not one toolset is live");
+}
+
+/// A stand-in token endpoint on 127.0.0.1 that answers every refresh with
+/// the next access token (`at-1`, `at-2`, …) a moment later, or refuses
+/// them all (`invalid_grant`) when `refuse`: its URL and how many
+/// refreshes it was asked for.
+async fn token_endpoint(refuse: bool) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::Ordering;
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = asked.clone();
+    // A refresh is answered once a second one arrives, or after a while:
+    // every caller that would refresh on its own has the time to.
+    let another = Arc::new(tokio::sync::Notify::new());
+    let app = axum::Router::new().route(
+        "/token",
+        axum::routing::post(move |body: String| {
+            let (counted, another) = (counted.clone(), another.clone());
+            async move {
+                assert!(body.contains("grant_type=refresh_token"), "{body}");
+                let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+                another.notify_waiters();
+                let _ = tokio::time::timeout(Duration::from_millis(1500), another.notified()).await;
+                if refuse {
+                    return (axum::http::StatusCode::BAD_REQUEST, axum::Json(serde_json::json!({ "error": "invalid_grant" })));
+                }
+                let answer = serde_json::json!({ "access_token": format!("at-{n}"), "token_type": "Bearer",
+                                                 "expires_in": 3600, "refresh_token": format!("rt-{n}") });
+                (axum::http::StatusCode::OK, axum::Json(answer))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, asked)
+}
+
+/// Two replicas on one PostgreSQL whose tenant `acme` has the provider
+/// `inbox` at `endpoint`, and alice's grant there expiring in 10 s.
+fn replicas_with_an_expiring_grant(endpoint: &str) -> (ToolHost, ToolHost, [tempfile::TempDir; 2]) {
+    let database = crate::testing::TestPostgres::shared().fresh_database();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let limits = HostLimits {
+        outbound: Arc::new(OutboundLimits { allowed_private: vec!["127.0.0.0/8".parse().unwrap()], ..Default::default() }),
+        ..HostLimits::default()
+    };
+    let replica = |dir: &tempfile::TempDir| {
+        let cheq = CheqOptions { client_documents_allow_http: true, ..Default::default() };
+        ToolHost::open(HostOptions {
+            database_url: Some(database.clone()),
+            secrets_key: Some("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=".into()),
+            limits: limits.clone(),
+            cheq,
+            ..options(dir.path())
+        })
+        .unwrap()
+    };
+    let (a, b) = (replica(&dirs[0]), replica(&dirs[1]));
+    let operator = Principal::server("test");
+    a.create_tenant(&operator, "acme", false, &serde_json::json!({})).unwrap();
+    let settings = authorizations::ProviderSettings {
+        authorization_endpoint: Some(format!("{endpoint}/authorize")),
+        token_endpoint: Some(format!("{endpoint}/token")),
+        client_id: "plinth".into(),
+        client_secret: Some("s3cret".into()),
+        ..Default::default()
+    };
+    a.put_authorization_provider(&operator, "acme", "inbox", settings).unwrap();
+    let now = crate::tenancy::unix_now();
+    let grant = crate::store::authorizations::StoredGrant {
+        tenant: "acme".into(),
+        end_user: "alice".into(),
+        provider: "inbox".into(),
+        access_token: "at-0".into(),
+        refresh_token: Some("rt-0".into()),
+        scopes: "inbox.read".into(),
+        expires_at: Some(now + 10),
+        created_at: now,
+        updated_at: now,
+    };
+    let audit = crate::tenancy::AuditEntry::new(&operator, Some("acme"), "authorization.grant", "alice/inbox");
+    a.authorizations.store().put_grant(&grant, &audit).unwrap();
+    b.catch_up().unwrap();
+    (a, b, dirs)
+}
+
+fn inbox_need() -> crate::manifest::AuthorizationNeed {
+    crate::manifest::AuthorizationNeed {
+        provider: "inbox".into(),
+        scopes: vec!["inbox.read".into()],
+        hosts: vec!["api.inbox.example".into()],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_grant_about_to_expire_is_refreshed_once_however_many_calls_and_replicas_need_it() {
+    let (endpoint, asked) = token_endpoint(false).await;
+    let (a, b, _dirs) = tokio::task::block_in_place(|| replicas_with_an_expiring_grant(&endpoint));
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let mut calls = Vec::new();
+    for n in 0..8 {
+        let host = if n % 2 == 0 { a.clone() } else { b.clone() };
+        calls.push(tokio::spawn(async move { host.usable_grant("acme", "alice", &inbox_need()).await }));
+    }
+    for call in calls {
+        let grant = call.await.unwrap().unwrap().expect("a usable grant");
+        assert_eq!(grant.access_token, "at-1", "every call got the one refresh's token");
+    }
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1, "one refresh at the provider");
+    // Stored for both: sealed, with the rotated refresh token.
+    let stored = a.authorizations.store().grant("acme", "alice", "inbox").unwrap().unwrap();
+    assert_eq!((stored.access_token.as_str(), stored.refresh_token.as_deref()), ("at-1", Some("rt-1")));
+    assert!(stored.expires_at.is_some_and(|at| at > crate::tenancy::unix_now() + 3000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refresh_the_provider_refuses_removes_the_grant_and_asks_the_person_again() {
+    let (endpoint, asked) = token_endpoint(true).await;
+    let (a, b, _dirs) = tokio::task::block_in_place(|| replicas_with_an_expiring_grant(&endpoint));
+    assert!(a.usable_grant("acme", "alice", &inbox_need()).await.unwrap().is_none(), "no grant: a challenge");
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(a.authorizations.store().grant("acme", "alice", "inbox").unwrap().is_none(), "the grant is gone");
+    // The other replica, once it caught up, asks the person again too (and
+    // asks the provider nothing).
+    tokio::task::block_in_place(|| b.catch_up()).unwrap();
+    assert!(b.usable_grant("acme", "alice", &inbox_need()).await.unwrap().is_none());
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let query = crate::tenancy::AuditQuery { tenant: Some("acme".into()), before: None, limit: 100 };
+    let audit = a.store.audit(&query).unwrap();
+    assert!(audit.iter().any(|e| e.action == "authorization.refresh_refused"), "{audit:?}");
 }

@@ -20,6 +20,10 @@
 //! can tell the caller that the tool tried to reach what it may not, and log
 //! one line per call rather than one per refusal.
 
+mod tokens;
+
+pub use tokens::{PersonToken, fuzzing as token_fuzzing};
+
 use crate::egress::OutboundLimits;
 use crate::manifest::{HostPattern, split_host_port};
 use crate::telemetry::CallerTrace;
@@ -225,6 +229,9 @@ pub struct OutboundPolicy {
     /// The tenant whose tool this is: its lookups are a bounded share of
     /// the tools' ([`crate::egress::lookups::TOOL_LOOKUPS`]).
     tenant: Option<Arc<str>>,
+    /// The call's end user's tokens, each for the hosts of one
+    /// `[[authorization]]` entry ([`tokens`]).
+    tokens: Arc<[PersonToken]>,
 }
 
 /// Whether an invocation sent a request: its connecting, TLS and reading
@@ -266,7 +273,24 @@ impl OutboundPolicy {
             counter: None,
             sent_any: SentAny::default(),
             tenant: None,
+            tokens: Arc::new([]),
         }
+    }
+
+    /// The same policy, attaching each of `tokens` — a person's token and
+    /// the `allowed-hosts` entries it goes to (written as in the manifest,
+    /// `${config.KEY}` resolved with `config`) — to the requests to those
+    /// hosts. A token that cannot be a header value, or whose hosts resolve
+    /// to none, is attached to nothing.
+    pub fn with_tokens(self, tokens: &[(Vec<HostPattern>, String)], config: &BTreeMap<String, String>) -> Self {
+        let tokens: Vec<PersonToken> = tokens
+            .iter()
+            .filter_map(|(patterns, token)| {
+                let hosts = OutboundPolicy::new(patterns, config, self.limits.clone()).allowed;
+                (!hosts.is_empty()).then(|| PersonToken::new(hosts, token)).flatten()
+            })
+            .collect();
+        OutboundPolicy { tokens: tokens.into(), ..self }
     }
 
     /// The same policy, for a tool of `tenant`. A tool that declares no
@@ -404,6 +428,14 @@ impl WasiHttpHooks for OutboundPolicy {
                 request.method()
             ));
         }
+        // The person's token for this host, if it is one of an
+        // `[[authorization]]` entry's: on the request in place of any the
+        // tool set, out of the answer.
+        let token = self.tokens.iter().find(|t| t.hosts.contains(&entry)).cloned();
+        let mut request = request;
+        if let Some(token) = &token {
+            token.attach(&mut request);
+        }
         let options = options.unwrap_or_default();
         let options = RequestOptions {
             connect_timeout: options.connect_timeout.or(Some(CONNECT_TIMEOUT)),
@@ -411,7 +443,6 @@ impl WasiHttpHooks for OutboundPolicy {
             between_bytes_timeout: options.between_bytes_timeout.or(Some(BETWEEN_BYTES_TIMEOUT)),
         };
         self.sent_any.0.store(true, std::sync::atomic::Ordering::Relaxed);
-        let mut request = request;
         let span = self.trace_request(&mut request, &entry);
         let (limits, denials, counter) = (self.limits.clone(), self.denials.clone(), self.counter.clone());
         let (checked, tenant) = (limits.clone(), self.tenant.clone());
@@ -445,14 +476,19 @@ impl WasiHttpHooks for OutboundPolicy {
                 }
                 let (response, io) = sent?;
                 let max = limits.max_response_bytes;
-                let response = response.map(move |body| {
+                let limited = move |body| {
                     http_body_util::Limited::new(body, max as usize)
                         .map_err(move |e| match e.downcast::<HttpError>() {
                             Ok(inner) => *inner,
                             Err(_) => HttpError::HttpResponseBodySize(Some(max)),
                         })
                         .boxed_unsync()
-                });
+                };
+                let response: http::Response<WasiBody> = match &token {
+                    Some(token) => token.scrub(response).map(BodyExt::boxed_unsync),
+                    None => response,
+                };
+                let response = response.map(limited);
                 Ok((response, Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>))
             }
             .instrument(span),
@@ -697,6 +733,74 @@ mod tests {
         assert_eq!(denials.summary(), Some((100_002, "refusal 0".to_string())));
         assert_eq!(denials.reason().as_deref(), Some("over budget"), "the caller hears of the budget");
         assert_eq!(denials.first().as_deref(), Some("refusal 0"));
+    }
+
+    /// A backend on 127.0.0.1 that answers every request with the
+    /// `Authorization` header it got, in its body and in a header.
+    async fn reflecting_backend() -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") && stream.read_exact(&mut byte).await.is_ok() {
+                        head.push(byte[0]);
+                    }
+                    let head = String::from_utf8_lossy(&head).to_string();
+                    let seen = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("authorization: ").or_else(|| l.strip_prefix("Authorization: ")))
+                        .unwrap_or("none")
+                        .to_string();
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-seen: {seen}\r\nconnection: close\r\n\r\n{seen}",
+                        seen.len()
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        port
+    }
+
+    async fn send(policy: &mut OutboundPolicy, url: &str, authorization: Option<&str>) -> (String, String) {
+        let mut request = http::Request::get(url);
+        if let Some(value) = authorization {
+            request = request.header("authorization", value);
+        }
+        let request = request.body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync()).unwrap();
+        let answer = Box::into_pin(policy.send_request(request, None, Box::new(async { Ok(()) }))).await;
+        let (response, _io) = answer.unwrap_or_else(|e| panic!("{url}: {e:?}"));
+        let header = response.headers()["x-seen"].to_str().unwrap().to_string();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (header, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_persons_token_goes_only_to_its_hosts_and_never_back_to_the_tool() {
+        let (granted, other) = (reflecting_backend().await, reflecting_backend().await);
+        let (granted_host, other_host) = (format!("127.0.0.1:{granted}"), format!("127.0.0.1:{other}"));
+        let limits = OutboundLimits { allowed_private: vec!["127.0.0.0/8".parse().unwrap()], ..Default::default() };
+        let patterns: Vec<_> = [&granted_host, &other_host].iter().map(|e| HostPattern::parse(e).unwrap()).collect();
+        let token = vec![(vec![HostPattern::parse(&granted_host).unwrap()], "tok_SECRET_123".to_string())];
+        let mut policy =
+            OutboundPolicy::new(&patterns, &BTreeMap::new(), Arc::new(limits)).with_tokens(&token, &BTreeMap::new());
+        // To its host: the person's token, in place of the tool's own, and
+        // taken out of what the host answers (header and body).
+        let (header, body) =
+            send(&mut policy, &format!("http://{granted_host}/me"), Some("Bearer the-tools-own")).await;
+        assert_eq!((header.as_str(), body.as_str()), ("Bearer **************", "Bearer **************"));
+        let (header, _) = send(&mut policy, &format!("http://{granted_host}/me"), None).await;
+        assert_eq!(header, "Bearer **************", "attached without the tool asking");
+        // To another host the tool may reach: never, whatever the tool sets.
+        let (header, body) = send(&mut policy, &format!("http://{other_host}/x"), Some("Bearer the-tools-own")).await;
+        assert_eq!((header.as_str(), body.as_str()), ("Bearer the-tools-own", "Bearer the-tools-own"));
+        let (header, _) = send(&mut policy, &format!("http://{other_host}/x"), None).await;
+        assert_eq!(header, "none");
+        assert!(!format!("{policy:?}").contains("SECRET"), "{policy:?}");
     }
 
     #[tokio::test]

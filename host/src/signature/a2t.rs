@@ -103,15 +103,16 @@ pub struct LockedJson {
 
 impl LockedJson {
     /// Serialises version `version` (bytes `sha256`) of tool `tool_id`,
-    /// with its provenance's JSON (an extension, present when the version
-    /// came from a registry or a trusted key signed it: locked like the
-    /// rest).
+    /// with its extensions (docs/a2t.md): its provenance's JSON, present
+    /// when the version came from a registry or a trusted key signed it,
+    /// and the accounts it acts with (`authorization`) — locked like the
+    /// rest, in the order given.
     pub fn new(
         tool_id: &uuid::Uuid,
         version: u32,
         sha256: &str,
         s: &Signature,
-        provenance: Option<Value>,
+        extensions: Map<String, Value>,
     ) -> LockedJson {
         let (mut head, mut tail) = (Map::new(), Map::new());
         let mut before = true;
@@ -125,9 +126,7 @@ impl LockedJson {
             }
         }
         tail.insert("contentHash".into(), format!("sha256:{sha256}").into());
-        if let Some(provenance) = provenance {
-            tail.insert("provenance".into(), provenance);
-        }
+        tail.extend(extensions);
         // `{"a":1}` → `{"a":1,"currentVersion":` and `,"b":2`.
         let head = Value::Object(head).to_string();
         let tail = Value::Object(tail).to_string();
@@ -154,7 +153,7 @@ mod tests {
         }))
         .unwrap();
         let id = uuid::Uuid::new_v4();
-        let locked = LockedJson::new(&id, 2, "ab", &signature, None);
+        let locked = LockedJson::new(&id, 2, "ab", &signature, Map::new());
         let text = format!("{}3{}}}", locked.head, locked.tail);
         let mut expected = signature_json(Some(&id), 2, Some(3), &signature);
         expected["contentHash"] = "sha256:ab".into();

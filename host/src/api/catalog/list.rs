@@ -24,6 +24,8 @@ struct CatalogPage {
 struct CatalogLinks {
     home: String,
     toolsets: String,
+    /// The providers' page, for a publisher's session.
+    providers: Option<String>,
 }
 
 /// One tool in the list.
@@ -115,7 +117,11 @@ pub(in crate::api) async fn catalog(
     let next = (page_number < pages).then(|| page_link(page_number + 1));
     let page = CatalogPage {
         frame: frame(&options, &links, format!("Tools of {}", caller.tenant), Some(&session)),
-        links: CatalogLinks { home: links.home(), toolsets: links.toolsets() },
+        links: CatalogLinks {
+            home: links.home(),
+            toolsets: links.toolsets(),
+            providers: (session.principal.role >= crate::tenancy::Role::Publisher).then(|| links.providers()),
+        },
         tenant: caller.tenant.clone(),
         q,
         max_search: MAX_SEARCH_CHARS,

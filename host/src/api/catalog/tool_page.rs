@@ -24,6 +24,8 @@ struct ToolPage {
     confirmation_note: Option<String>,
     hosts: Vec<String>,
     secrets: Vec<String>,
+    /// The accounts it acts with: (provider, scopes, the hosts its token goes to).
+    authorization: Vec<(String, String, String)>,
     /// The published annotations, as (what, said).
     annotations: Vec<(&'static str, String)>,
     tool_id: String,
@@ -249,6 +251,16 @@ pub(in crate::api) async fn tool(about: AboutTool) -> Response {
         confirmation_note,
         hosts: version.manifest.allowed_hosts.clone(),
         secrets: version.manifest.secrets.clone(),
+        authorization: version
+            .manifest
+            .authorization
+            .iter()
+            .map(|need| {
+                let scopes =
+                    if need.scopes.is_empty() { "the provider's default".into() } else { need.scopes.join(" ") };
+                (need.provider.clone(), scopes, need.hosts.join(", "))
+            })
+            .collect(),
         annotations: annotation_words(&host, &tool, &version),
         tool_id: tool.id.to_string(),
         otc_id: crate::tool_ids::otc_tool_id(&tool, &version),

@@ -566,6 +566,10 @@ fn came_of(
             END_USER_FIELD.to_string(),
             "This call needs its end user's confirmation: name the end user who confirms it.".to_string(),
         ),
+        Err(InvokeError::AccountEndUserRequired(_)) => Came::AtField(
+            END_USER_FIELD.to_string(),
+            "This tool acts with its end user's own account: name the end user the call is made for.".to_string(),
+        ),
         Err(InvokeError::UnknownEndUser { .. }) => Came::AtField(
             END_USER_FIELD.to_string(),
             "This is not one of the tenant's end users, so nobody could confirm the call: name one of them."

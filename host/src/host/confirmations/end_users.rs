@@ -118,7 +118,10 @@ impl ToolHost {
         if !self.store.delete_end_user(tenant, name, &audit)? {
             return Err(ChangeError::NotFound(format!("there is no end user `{name}`")));
         }
-        // Their OAuth grants end with them (a later user of the name gets none).
+        // Their OAuth grants end with them (a later user of the name gets none),
+        // and so do their grants at providers (deleted by the store with them:
+        // the cached ones go too, or a call would still act with them).
+        self.authorizations.forget_end_user(tenant, name);
         self.store.revoke_oauth_of(tenant, Some(name), unix_now())?;
         Ok(())
     }
