@@ -219,7 +219,11 @@ async fn a_call_without_its_persons_grant_answers_each_door_its_own_challenge_an
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "authorization_required", "{body}");
     let challenge = &body["error"]["authorization"][0];
-    assert_eq!((challenge["provider"].as_str(), &challenge["scopes"]), (Some("inbox"), &json!(["inbox.read"])), "{body}");
+    assert_eq!(
+        (challenge["provider"].as_str(), &challenge["scopes"]),
+        (Some("inbox"), &json!(["inbox.read"])),
+        "{body}"
+    );
     let url = challenge["url"].as_str().unwrap().to_string();
     assert!(url.starts_with(&format!("{}/connections/", server.base)), "{url}");
     assert_eq!(challenge["checkUrl"].as_str().unwrap(), format!("{url}/status"));
@@ -243,22 +247,32 @@ async fn a_call_without_its_persons_grant_answers_each_door_its_own_challenge_an
     // MCP, 2026-07-28 with URL elicitation: input_required with a URL
     // elicitation to the same link, no state to carry.
     let alice = json!({ "endUser": "alice" });
-    let answer = crate::mcp::Mcp::modern(&server).call("my_inbox", json!({ "unread_only": false }), alice.clone()).await;
+    let answer =
+        crate::mcp::Mcp::modern(&server).call("my_inbox", json!({ "unread_only": false }), alice.clone()).await;
     let result = &answer["result"];
     assert_eq!(result["resultType"], "input_required", "{answer}");
     let request = &result["inputRequests"]["authorization:inbox"];
-    assert_eq!((request["method"].as_str(), request["params"]["mode"].as_str()), (Some("elicitation/create"), Some("url")), "{answer}");
+    assert_eq!(
+        (request["method"].as_str(), request["params"]["mode"].as_str()),
+        (Some("elicitation/create"), Some("url")),
+        "{answer}"
+    );
     assert_eq!(request["params"]["url"].as_str().unwrap(), url, "{answer}");
     assert!(result.get("requestState").is_none_or(Value::is_null), "{answer}");
     // A client that declined to open it ends the call.
     let declined = json!({ "authorization:inbox": { "action": "decline" } });
     let (_, answer) = crate::mcp::Mcp::modern(&server)
-        .request("tools/call", json!({ "name": "my_inbox", "arguments": { "unread_only": false }, "inputResponses": declined }), alice.clone())
+        .request(
+            "tools/call",
+            json!({ "name": "my_inbox", "arguments": { "unread_only": false }, "inputResponses": declined }),
+            alice.clone(),
+        )
         .await;
     assert_eq!(answer["result"]["isError"], true, "{answer}");
     assert_eq!(answer["result"]["_meta"]["code"], "authorization_declined", "{answer}");
     // 2025-11-25: error -32042 with the URL elicitation.
-    let answer = crate::mcp::Mcp::legacy(&server).call("my_inbox", json!({ "unread_only": false }), alice.clone()).await;
+    let answer =
+        crate::mcp::Mcp::legacy(&server).call("my_inbox", json!({ "unread_only": false }), alice.clone()).await;
     assert_eq!(answer["error"]["code"], -32042, "{answer}");
     assert_eq!(answer["error"]["data"]["elicitations"][0]["url"].as_str().unwrap(), url, "{answer}");
     // A client that opens no URL: a tool error giving the link.

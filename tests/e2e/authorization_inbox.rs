@@ -49,7 +49,8 @@ impl Inbox {
                 .await
                 .unwrap();
         let config = format!("my_inbox.inbox-url={inbox_url}");
-        let server = Server::start(&["--allow-private-cidr", "127.0.0.0/8", "--oauth-allow-http", "--tool-config", &config]);
+        let server =
+            Server::start(&["--allow-private-cidr", "127.0.0.0/8", "--oauth-allow-http", "--tool-config", &config]);
         let callback = format!("{}/connections/callback", server.base);
         let provider = start_inbox_provider(port, &inbox_url, &callback, &["--access-token-ttl", "5"]);
         let settings = json!({

@@ -1172,7 +1172,10 @@ async fn token_endpoint(refuse: bool) -> (String, Arc<std::sync::atomic::AtomicU
                 another.notify_waiters();
                 let _ = tokio::time::timeout(Duration::from_millis(1500), another.notified()).await;
                 if refuse {
-                    return (axum::http::StatusCode::BAD_REQUEST, axum::Json(serde_json::json!({ "error": "invalid_grant" })));
+                    return (
+                        axum::http::StatusCode::BAD_REQUEST,
+                        axum::Json(serde_json::json!({ "error": "invalid_grant" })),
+                    );
                 }
                 let answer = serde_json::json!({ "access_token": format!("at-{n}"), "token_type": "Bearer",
                                                  "expires_in": 3600, "refresh_token": format!("rt-{n}") });
@@ -1192,7 +1195,10 @@ fn replicas_with_an_expiring_grant(endpoint: &str) -> (ToolHost, ToolHost, [temp
     let database = crate::testing::TestPostgres::shared().fresh_database();
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let limits = HostLimits {
-        outbound: Arc::new(OutboundLimits { allowed_private: vec!["127.0.0.0/8".parse().unwrap()], ..Default::default() }),
+        outbound: Arc::new(OutboundLimits {
+            allowed_private: vec!["127.0.0.0/8".parse().unwrap()],
+            ..Default::default()
+        }),
         ..HostLimits::default()
     };
     let replica = |dir: &tempfile::TempDir| {
