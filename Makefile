@@ -10,7 +10,7 @@ ACCOUNT_PLUGINS := my-inbox
 # Extra tools the tests deploy (versions of echo), packed into target/fixtures/.
 FIXTURES   := echo-v2 echo-breaking spin-forever memory-bomb deep-recursion panic-at-once huge-output \
               call-undeclared-host call-loopback use-account snoop slow-sleep use-secret transfer-funds outbound-flood log-flood huge-error \
-              describe-hostile markup-docs compute steal-token
+              describe-hostile markup-docs compute steal-token use-api-key
 # Python and JavaScript tools, built from source by `plinth pack` with the
 # pinned toolchains (make toolchains).
 # The Python and JavaScript examples go to their own folder: each takes

@@ -160,7 +160,7 @@ impl Rounds {
 }
 
 /// The load whose throughput is the median of `loads`.
-fn median_load(loads: &[Load]) -> Load {
+pub(crate) fn median_load(loads: &[Load]) -> Load {
     let mut loads = loads.to_vec();
     loads.sort_by(|x, y| x.rps.total_cmp(&y.rps));
     loads[loads.len() / 2]

@@ -11,6 +11,7 @@
 //! one table with the HTTP arms; a plain loop of thousands of iterations is
 //! enough for medians of microsecond operations).
 
+mod accounts;
 mod arms;
 mod density;
 mod fleet;
@@ -153,6 +154,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if runs(12) {
         density::density(&opts, &mut report).await?;
+    }
+    if runs(13) {
+        accounts::accounts(&opts, &mut report).await?;
     }
     if let Some(baseline) = &opts.baseline
         && runs(11)

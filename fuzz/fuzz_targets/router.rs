@@ -133,7 +133,10 @@ const PATHS: &[&str] = &[
     "/oauth/revoke", "/admin/tenants/{tenant}/oauth", "/admin/tools", "/admin/tools/{tool}/versions/1",
     "/admin/trust-policy", "/admin/trust-policy/refused", "/admin/registries", "/admin/registries/{any}",
     "/admin/secrets", "/admin/secrets/{any}", "/admin/config", "/admin/config/{name}/{any}", "/admin/tenant",
-    "/admin/tenants", "/admin/tenants/{tenant}", "/admin/keys", "/admin/keys/{any}", "/admin/audit", "/{any}",
+    "/admin/tenants", "/admin/tenants/{tenant}", "/admin/keys", "/admin/keys/{any}", "/admin/audit",
+    "/admin/authorization-providers", "/admin/authorization-providers/{any}", "/admin/end-users/{any}/connections",
+    "/admin/end-users/{any}/connections/{any}", "/connections", "/connections/callback", "/connections/{any}",
+    "/connections/{any}/status", "/connections/{any}/revoke", "/catalog/providers", "/{any}",
 ];
 
 const METHODS: &[Method] =
@@ -196,7 +199,7 @@ fn one(u: &mut Unstructured) -> Result<()> {
     }
     if u.ratio(1, 4)? {
         path.push('?');
-        path.push_str(*u.choose(&["limit=1", "cursor=", "version=1", "tool=echo", "tail=1&level=info", "response_type=code&client_id=https://app.example/c&redirect_uri=http://127.0.0.1/cb&code_challenge=x&code_challenge_method=S256&state=s&resource=http://127.0.0.1:8080/t/acme/mcp"])?);
+        path.push_str(*u.choose(&["limit=1", "cursor=", "version=1", "tool=echo", "tail=1&level=info", "state=s&code=c&iss=https://login.example", "state=s&state=t&error=access_denied", "response_type=code&client_id=https://app.example/c&redirect_uri=http://127.0.0.1/cb&code_challenge=x&code_challenge_method=S256&state=s&resource=http://127.0.0.1:8080/t/acme/mcp"])?);
         path.push_str(&u.arbitrary::<String>()?);
     }
     let method = u.choose(METHODS)?.clone();
