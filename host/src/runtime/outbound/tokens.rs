@@ -185,17 +185,6 @@ pub mod fuzzing {
     /// The body `frames` make, with `token` taken out as the runtime takes
     /// it out while they stream (`None` if `token` cannot be a header value).
     pub fn scrub_frames(frames: &[&[u8]], token: &str) -> Option<Vec<u8>> {
-        struct Frames(std::collections::VecDeque<Bytes>);
-        impl Body for Frames {
-            type Data = Bytes;
-            type Error = std::convert::Infallible;
-            fn poll_frame(
-                mut self: Pin<&mut Self>,
-                _: &mut Context<'_>,
-            ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-                Poll::Ready(self.0.pop_front().map(|data| Ok(Frame::data(data))))
-            }
-        }
         let token = PersonToken::new(Vec::new(), token)?;
         let body = Frames(frames.iter().map(|f| Bytes::copy_from_slice(f)).collect());
         let mut body = std::pin::pin!(token.scrub(http::Response::new(body)).into_body());
@@ -207,6 +196,21 @@ pub mod fuzzing {
             }
         }
         Some(out)
+    }
+
+    /// A body of the given frames, in order (the unit tests' too).
+    pub(super) struct Frames(pub(super) std::collections::VecDeque<Bytes>);
+
+    impl Body for Frames {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(self.0.pop_front().map(|data| Ok(Frame::data(data))))
+        }
     }
 
     /// The same, in one piece.
@@ -224,20 +228,7 @@ mod tests {
         PersonToken::new(Vec::new(), "tok_SECRET_123").unwrap()
     }
 
-    /// A body of the given frames, in order.
-    struct Frames(std::collections::VecDeque<Bytes>);
-
-    impl Body for Frames {
-        type Data = Bytes;
-        type Error = std::convert::Infallible;
-
-        fn poll_frame(
-            mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-            Poll::Ready(self.0.pop_front().map(|data| Ok(Frame::data(data))))
-        }
-    }
+    use super::fuzzing::Frames;
 
     async fn collect(frames: Vec<String>, token: &PersonToken) -> String {
         let body = Frames(frames.into_iter().map(Bytes::from).collect());
