@@ -624,21 +624,11 @@ async fn a_grant_made_through_one_replica_serves_calls_on_another_and_its_revoca
     a.add_end_user("", "alice").await;
     eventually("the tool reaches B", || async { versions_of(b, "use_account").await == [1] }).await;
     let id = a.tool_id("use_account").await;
-    let call = |replica: &Server| {
-        let request = replica
-            .request(Method::POST, &format!("/tools/{id}:invoke"))
-            .header("plinth-end-user", "alice")
-            .json(&invocation("use_account", &[("folder", json!("inbox"))]));
-        async move {
-            let response = request.send().await.unwrap();
-            (response.status().as_u16(), response.json::<Value>().await.unwrap())
-        }
-    };
 
     // B knows the provider set on A: alice's call there is a challenge,
     // whose link is at the fleet's one public URL (A here).
-    eventually("B asks alice to connect", || async { call(b).await.0 == 403 }).await;
-    let (_, body) = call(b).await;
+    eventually("B asks alice to connect", || async { alice_calls(b, &id).await.0 == 403 }).await;
+    let (_, body) = alice_calls(b, &id).await;
     assert_eq!(body["error"]["code"], "authorization_required", "{body}");
     let url = body["error"]["authorization"][0]["url"].as_str().unwrap().to_string();
     assert!(url.starts_with(&format!("{}/connections/", fleet.public_url)), "{url}");
@@ -649,7 +639,7 @@ async fn a_grant_made_through_one_replica_serves_calls_on_another_and_its_revoca
 
     // The grant, stored through A, serves her calls on both.
     for replica in [a, b] {
-        let (status, body) = call(replica).await;
+        let (status, body) = alice_calls(replica, &id).await;
         assert_eq!(status, 200, "{body}");
         assert!(outputs(&body)["body"].as_str().unwrap().contains("hello alice@inbox"), "{body}");
     }
@@ -659,5 +649,27 @@ async fn a_grant_made_through_one_replica_serves_calls_on_another_and_its_revoca
     let path = "/admin/end-users/alice/connections/inbox";
     let (status, body) = b.call_as(Some(TOKEN), Method::DELETE, path, None).await;
     assert!(status == 204 || status == 200, "{body}");
-    eventually("A drops the revoked grant", || async { call(a).await.0 == 403 }).await;
+    eventually("A drops the revoked grant", || async { alice_calls(a, &id).await.0 == 403 }).await;
+}
+
+/// `use_account` called as alice on `replica`, as a client that honours
+/// `Retry-After`: a replica's share of the tenant's rate starts empty
+/// whenever the fleet's size changes (a heartbeat missed under load).
+async fn alice_calls(replica: &Server, id: &str) -> (u16, Value) {
+    for _ in 0..20 {
+        let response = replica
+            .request(Method::POST, &format!("/tools/{id}:invoke"))
+            .header("plinth-end-user", "alice")
+            .json(&invocation("use_account", &[("folder", json!("inbox"))]))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body = response.json::<Value>().await.unwrap();
+        if status != 503 || body["error"]["code"] != "rate_limited" {
+            return (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("rate limited twenty times in a row");
 }
