@@ -711,3 +711,34 @@ async fn a_call_needing_a_grant_and_a_confirmation_asks_for_the_grant_then_names
         "the confirmed call acted with alice's grant: {seen:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_callback_for_a_person_removed_while_they_were_at_the_provider_stores_nothing() {
+    let s = setup().await;
+    s.provider.sign_in_as("alice@inbox");
+    let (url, check_url) = s.challenge("alice").await;
+    let alice = Person::new();
+    let page = alice.log_in_at(&url, "alice").await;
+    let to_provider = press_continue(&alice, &page, &url).await;
+    assert_eq!(to_provider.status, 303, "{}", to_provider.html);
+    // At the provider, which sends her back with a code…
+    let back = alice.get(to_provider.location.as_deref().unwrap()).await;
+    let callback = back.location.clone().unwrap_or_else(|| panic!("the provider answered {}", back.status));
+    assert!(callback.starts_with(&format!("{}/connections/callback?", s.server.base)), "{callback}");
+    // …while a publisher removes her.
+    let (status, body) = s.server.call_as(Some(TOKEN), Method::DELETE, "/admin/end-users/alice", None).await;
+    assert_eq!(status, 204, "{body}");
+
+    let answer = alice.get(&callback).await;
+    assert_ne!(answer.status, 200, "{}", answer.html);
+    assert!(!answer.html.contains("Connected"), "{}", answer.html);
+    assert_eq!(s.provider.exchanges(), 0, "the code was never exchanged");
+    // Back under the same name, she has nothing connected, and her link
+    // is no longer pending.
+    s.server.add_end_user("", "alice").await;
+    let (status, body) = s.server.call_as(Some(TOKEN), Method::GET, "/admin/end-users/alice/connections", None).await;
+    assert_eq!((status, body), (200, json!({ "connections": [] })));
+    let (status, body) = s.status(&check_url, Some(&s.consumer)).await;
+    assert!(status != 200 || body["state"] != "connected", "{status} {body}");
+    assert_eq!(s.call_as("alice").await.0, 403, "a call as her asks again");
+}

@@ -106,15 +106,26 @@ fn strings(value: &Value, out: &mut Vec<String>) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_hostile_tool_never_holds_the_persons_token_nor_sends_it_anywhere_else() {
-    let (inbox_url, inbox) = fake_inbox::spawn(|url| fake_inbox::Options::new(url)).await.unwrap();
+/// The hostile tool (`steal_token`) on a server whose tenant stores a
+/// secret under every id a token might be filed under; the inbox (made by
+/// `inbox` from its URL and the server's) and the collector (a host the
+/// grant does not name) it is configured with; the inbox's URL.
+async fn hostile_server(
+    inbox: impl FnOnce(&str, &str) -> fake_inbox::Options,
+) -> (Server, fake_inbox::Inbox, fake_inbox::Inbox, String) {
+    let server = server_with(&["steal_token"], &[]).await;
+    let base = server.base.clone();
+    let (inbox_url, inbox) = fake_inbox::spawn(|url| inbox(url, &base)).await.unwrap();
     let (collector_url, collector) = fake_inbox::spawn(|url| fake_inbox::Options::new(url)).await.unwrap();
-    let server = server_with(
-        &["steal_token"],
-        &[("steal_token", "inbox-url", &inbox_url), ("steal_token", "collector-url", &collector_url)],
-    )
-    .await;
+    for (key, value) in [("inbox-url", &inbox_url), ("collector-url", &collector_url)] {
+        let response = server
+            .request(Method::PUT, &format!("/admin/config/steal_token/{key}"))
+            .body(value.clone())
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success(), "{key}: {}", response.text().await.unwrap());
+    }
     // The secrets the tool reads, stored for the tenant: none is the token.
     for id in ["inbox", "inbox-token", "inbox.access-token", "inbox.refresh-token", "access-token", "refresh-token"]
         .into_iter()
@@ -128,24 +139,44 @@ async fn a_hostile_tool_never_holds_the_persons_token_nor_sends_it_anywhere_else
             .unwrap();
         assert!(response.status().is_success(), "{id}: {}", response.text().await.unwrap());
     }
-    let secret = token();
-    // The caller's own token for the call (OTC `context.authorization`):
-    // attached like a grant's, and never stored.
-    let context = json!({ "user_id": "alice", "authorization": [{ "id": "inbox", "token": secret }] });
+    (server, inbox, collector, inbox_url)
+}
+
+/// The hostile tool called over OTC with `context`, answering and then
+/// failing; then everything it could have left `secret` in — its answers,
+/// what the inbox got beside its `Authorization`, what the collector got
+/// (directly and through the inbox's cross-origin redirect), the server's
+/// log, console, audit, usage and store — is searched for it. `secret`
+/// is the token the inbox sees (`None`: learn it from the inbox).
+async fn steal_and_search(
+    server: &Server,
+    inbox: &fake_inbox::Inbox,
+    collector: &fake_inbox::Inbox,
+    context: Value,
+    secret: Option<String>,
+) {
+    // What the inbox saw before (a provider's sign-in and code exchange).
+    let before = inbox.seen().len();
+    let mut answers = Vec::new();
     for fail in [false, true] {
-        let (status, body) = otc_call(&server, "StealToken", json!({ "fail": fail }), context.clone()).await;
+        let (status, body) = otc_call(server, "StealToken", json!({ "fail": fail }), context.clone()).await;
         assert_eq!(status, 200, "{body}");
-        let text = body.to_string();
-        assert!(!text.contains(&secret), "the answer carries the token: {text}");
         // What the tool saw of its own requests: the token only ever as stars.
         let report =
             if fail { body["result"]["error"]["message"].clone() } else { body["result"]["value"]["report"].clone() };
         assert!(report.as_str().is_some_and(|r| r.contains("echo-own-authorization")), "{body}");
+        answers.push(body.to_string());
     }
-    // The inbox got the person's token on every request, in place of the
-    // tool's own, and nothing else.
-    let seen = inbox.seen();
+    let seen = inbox.seen().split_off(before);
     assert!(!seen.is_empty());
+    let presented = seen[0].authorization.clone().expect("the inbox got a token");
+    let secret = secret.unwrap_or_else(|| presented.strip_prefix("Bearer ").unwrap().to_string());
+    assert!(secret.len() >= 16, "{secret}");
+    for text in &answers {
+        assert!(!text.contains(&secret), "the answer carries the token: {text}");
+    }
+    // The inbox got the person's token on every request of the tool's, in
+    // place of the tool's own, and nothing else.
     for request in &seen {
         assert_eq!(request.authorization.as_deref(), Some(format!("Bearer {secret}").as_str()), "{request:?}");
         for (name, value) in &request.headers {
@@ -171,8 +202,63 @@ async fn a_hostile_tool_never_holds_the_persons_token_nor_sends_it_anywhere_else
         strings(&body, &mut texts);
         assert!(texts.iter().all(|t| !t.contains(&secret)), "{path} carries it");
     }
-    let database = std::fs::read(server.data.path().join("registry.sqlite3")).unwrap();
-    assert!(!database.windows(secret.len()).any(|w| w == secret.as_bytes()), "the store kept a supplied token");
+    // Not in the store as it is: a supplied token is never kept, a grant's
+    // only sealed.
+    for file in ["registry.sqlite3", "registry.sqlite3-wal"] {
+        let database = std::fs::read(server.data.path().join(file)).unwrap_or_default();
+        assert!(!database.windows(secret.len()).any(|w| w == secret.as_bytes()), "{file} holds the token as it is");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_tool_never_holds_the_persons_token_nor_sends_it_anywhere_else() {
+    let (server, inbox, collector, _) = hostile_server(|url, _| fake_inbox::Options::new(url)).await;
+    // The caller's own token for the call (OTC `context.authorization`):
+    // attached like a grant's, and never stored.
+    let secret = token();
+    let context = json!({ "user_id": "alice", "authorization": [{ "id": "inbox", "token": secret }] });
+    steal_and_search(&server, &inbox, &collector, context, Some(secret)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_tool_acting_with_a_stored_grant_never_holds_its_token_either() {
+    use crate::authorization::press_continue;
+    use crate::authorization_support::{Person, action_of};
+    // fake-inbox's own provider issues alice's grant (opaque tokens).
+    let (server, inbox, collector, issuer) = hostile_server(|url, server| {
+        let callback = format!("{server}/connections/callback");
+        let client = fake_inbox::ProviderOptions::new("plinth", "fake-inbox-secret", callback);
+        fake_inbox::Options { provider: Some(client), ..fake_inbox::Options::new(url) }
+    })
+    .await;
+    let settings = json!({ "displayName": "Fake Inbox", "issuer": issuer, "clientId": "plinth", "clientSecret": "fake-inbox-secret" });
+    let (status, body) = server
+        .call_as(Some(crate::support::TOKEN), Method::PUT, "/admin/authorization-providers/inbox", Some(&settings))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    server.add_end_user("", "alice").await;
+
+    // alice connects: the challenge, Plinth's pages, the provider's, back.
+    let (status, body) = otc_call(&server, "StealToken", json!({ "fail": false }), json!({ "user_id": "alice" })).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("missing_requirements")), "{body}");
+    let url = body["missing_requirements"]["authorization"][0]["url"].as_str().unwrap().to_string();
+    let alice = Person::new();
+    let page = alice.log_in_at(&url, "alice").await;
+    let to_provider = press_continue(&alice, &page, &url).await;
+    let authorize = to_provider.location.clone().unwrap_or_else(|| panic!("{}", to_provider.html));
+    let sign_in = alice.get(&authorize).await;
+    assert_eq!(sign_in.status, 200, "{}", sign_in.html);
+    let request = crate::support::hidden(&sign_in.html, "request");
+    let action = reqwest::Url::parse(&authorize).unwrap().join(&action_of(&sign_in.html)).unwrap();
+    let back = alice
+        .post(action.as_str(), &[("request", request.as_str()), ("user", "alice"), ("decision", "allow")], &[])
+        .await;
+    let connected = alice.get(back.location.as_deref().unwrap_or_else(|| panic!("{}", back.html))).await;
+    assert_eq!(connected.status, 200, "{}", connected.html);
+    let tools_requests = inbox.seen().into_iter().filter(|r| r.path.starts_with("/v1/")).count();
+    assert_eq!(tools_requests, 0, "nothing ran before the grant");
+
+    steal_and_search(&server, &inbox, &collector, json!({ "user_id": "alice" }), None).await;
 }
 
 /// A server serving my_inbox, with the provider `inbox` set from its file
