@@ -50,6 +50,10 @@ struct World {
     canaries: Vec<String>,
 }
 
+/// The canaries some request carried so far (the host outlives each input).
+static CARRIED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
 const SECRET_CANARY: &str = "rival-secret-7f3a9c1e";
 const CONFIG_CANARY: &str = "https://rival-config-5b2d.example";
 
@@ -285,14 +289,21 @@ fn one(u: &mut Unstructured) -> Result<()> {
         !(500..600).contains(&code) || matches!(code, 502..=504),
         "{code} to {method} {asked}\n{text}"
     );
+    // acme's own records (its audit log, console, usage, the names of its
+    // secrets and config: `/admin/` answers) may give back what an earlier
+    // request of acme's carried, rival's ids among them; no other answer may.
+    let records = path.contains("/admin/");
+    let mut carried = CARRIED.lock().unwrap_or_else(|e| e.into_inner());
     for canary in &w.canaries {
-        if !asked.contains(canary.as_str()) {
+        if !asked.contains(canary.as_str()) && !(records && carried.contains(canary)) {
             assert!(!text.contains(canary.as_str()), "`rival`'s {canary} in the answer to {method} {asked}\n{text}");
             for (name, value) in &headers {
                 assert!(!value.as_bytes().windows(canary.len()).any(|w| w == canary.as_bytes()), "`rival`'s {canary} in header {name}");
             }
         }
     }
+    carried.extend(w.canaries.iter().filter(|c| asked.contains(c.as_str())).cloned());
+    drop(carried);
     let _ = &w.rival_key;
     let json = headers.get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
     if status.is_client_error() || status.is_server_error() {
