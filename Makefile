@@ -86,8 +86,8 @@ run: plugins
 	@./target/debug/plinth pack tests/fixtures/echo-v2 --wasm $(WASM_OUT)/fixture_echo_v2.wasm -o target/run-plugins/echo_v2.wasm
 	@for p in $(ACCOUNT_PLUGINS); do f=$$(echo $$p | tr - _); \
 		./target/debug/plinth pack plugins/$$p --wasm $(WASM_OUT)/$$f.wasm -o target/run-plugins/$$f.wasm || exit 1; done
-	@printf '{"displayName": "Fake Inbox", "issuer": "http://%s", "clientId": "plinth", "clientSecret": "fake-inbox-secret"}\n' \
-		$(INBOX) > target/inbox-provider.json
+	@printf '{"displayName": "Fake Inbox", "issuer": "http://%s", "clientId": "plinth", "clientSecret": "fake-inbox-secret", "apiHosts": ["%s"]}\n' \
+		$(INBOX) $(INBOX) > target/inbox-provider.json
 	@./target/debug/fake-weather $(WEATHER) & weather=$$!; \
 	./target/debug/fake-inbox $(INBOX) --provider --redirect-uri http://$(LISTEN)/connections/callback & inbox=$$!; \
 	trap "kill $$weather $$inbox 2>/dev/null" EXIT INT TERM; \

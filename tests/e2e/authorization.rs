@@ -253,6 +253,16 @@ async fn publishers_set_list_replace_and_delete_providers_that_no_other_tenant_s
         (Some("Inbox (new)"), Some(true))
     );
 
+    // Moved (another token endpoint) without the secret: refused, for the
+    // stored secret is never sent to a new place.
+    let mut moved = settings.clone();
+    moved.as_object_mut().unwrap().remove("clientSecret");
+    moved["tokenEndpoint"] = json!("https://elsewhere.example/token");
+    let (status, error) =
+        call(acme.clone(), Method::PUT, "/t/acme/admin/authorization-providers/inbox", Some(moved)).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_provider")), "{error}");
+    assert!(error["error"]["message"].as_str().unwrap().contains("clientSecret"), "{error}");
+
     // Bad settings: 400, naming the field.
     for (body, code, names) in [
         (
@@ -584,10 +594,12 @@ async fn the_person_revokes_on_their_page_a_publisher_through_the_api_and_deleti
     let (status, body) =
         s.server.call_as(Some(&publisher), Method::GET, "/admin/end-users/alice/connections", None).await;
     assert_eq!((status, body), (200, json!({ "connections": [] })));
+    // Her grant is gone, and her name, no longer an end user's, gets no
+    // link either.
     let (status, body, _) = s.call_as("alice").await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (403, Some("authorization_required")),
+        (400, Some("unknown_end_user")),
         "a deleted end user's grant is gone: {body}"
     );
 
@@ -741,4 +753,33 @@ async fn a_callback_for_a_person_removed_while_they_were_at_the_provider_stores_
     let (status, body) = s.status(&check_url, Some(&s.consumer)).await;
     assert!(status != 200 || body["state"] != "connected", "{status} {body}");
     assert_eq!(s.call_as("alice").await.0, 403, "a call as her asks again");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_moved_elsewhere_needs_its_secret_again_and_forgets_every_grant() {
+    let s = setup().await;
+    s.provider.sign_in_as("alice@inbox");
+    let (url, _) = s.challenge("alice").await;
+    let alice = Person::new();
+    alice.log_in_at(&url, "alice").await;
+    assert_eq!(connect(&alice, &url).await.status, 200);
+    assert_eq!(s.call_as("alice").await.0, 200);
+
+    // The same place, another display name: the grant stays.
+    let mut renamed = s.provider.settings();
+    renamed["displayName"] = json!("Mail");
+    renamed.as_object_mut().unwrap().remove("clientSecret");
+    let path = "/admin/authorization-providers/inbox";
+    assert_eq!(s.server.call_as(Some(TOKEN), Method::PUT, path, Some(&renamed)).await.0, 200);
+    assert_eq!(s.call_as("alice").await.0, 200, "still connected");
+    // Another token endpoint, with its secret: her grant (whose refresh
+    // token was the old endpoint's) is gone; the next call asks again.
+    let mut moved = s.provider.settings();
+    moved["tokenEndpoint"] = json!(format!("{}/token?moved", s.provider.issuer));
+    let (status, body) = s.server.call_as(Some(TOKEN), Method::PUT, path, Some(&moved)).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body, _) = s.call_as("alice").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (403, Some("authorization_required")), "{body}");
+    let (_, connections) = s.server.call_as(Some(TOKEN), Method::GET, "/admin/end-users/alice/connections", None).await;
+    assert_eq!(connections, json!({ "connections": [] }));
 }

@@ -281,6 +281,8 @@ async fn inbox_server(inbox_url: &str, issuer: &str) -> (Server, tempfile::TempD
     ]);
     let (status, body) = server.deploy(fixture("my_inbox.wasm"), "").await;
     assert!(status == 200 || status == 201, "{body}");
+    server.add_end_user("", "alice").await;
+    server.add_end_user("", "bob").await;
     (server, files)
 }
 
@@ -366,6 +368,12 @@ async fn a_call_without_its_persons_grant_answers_each_door_its_own_challenge_an
     assert_eq!(answer["result"]["isError"], true, "{answer}");
     assert_eq!(answer["result"]["_meta"]["code"], "authorization_required", "{answer}");
     assert!(answer["result"]["content"][0]["text"].as_str().unwrap().contains(&url), "{answer}");
+
+    // A name that is no end user of the tenant (who could never log in to
+    // follow a link) stores nothing: refused at once, on every door.
+    let (status, body) =
+        otc_call(&server, "MyInbox", json!({ "unread_only": false }), json!({ "user_id": "zed" })).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("unknown_end_user")), "{body}");
 
     // Nothing ran: the API was never called.
     assert!(inbox.seen().is_empty(), "{:?}", inbox.seen());

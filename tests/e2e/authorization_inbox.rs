@@ -59,6 +59,8 @@ impl Inbox {
             "clientId": CLIENT_ID,
             "clientSecret": CLIENT_SECRET,
             "resource": inbox_url,
+            // Its tokens go to the inbox only, whatever a tool declares.
+            "apiHosts": [inbox_url.trim_start_matches("http://")],
         });
         let path = "/admin/authorization-providers/inbox";
         let (status, body) = server.call_as(Some(TOKEN), Method::PUT, path, Some(&settings)).await;

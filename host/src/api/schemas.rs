@@ -1377,6 +1377,10 @@ pub struct ProviderSettings {
     pub authorization_parameters: Option<std::collections::BTreeMap<String, String>>,
     /// The resource (RFC 8707) the tokens are for.
     pub resource: Option<String>,
+    /// The hosts of the API its tokens are for (at most 16:
+    /// `api.inbox.example`, `*.inbox.example`, `host:port`): when set, a
+    /// person's token goes only to these, whatever a tool declares.
+    pub api_hosts: Option<Vec<String>>,
 }
 
 /// A tenant's provider as the admin API shows it: its settings without the
@@ -1405,6 +1409,8 @@ pub struct Provider {
     pub authorization_parameters: Option<std::collections::BTreeMap<String, String>>,
     /// The resource (RFC 8707) the tokens are for.
     pub resource: Option<String>,
+    /// The hosts of the API its tokens are for, when set.
+    pub api_hosts: Option<Vec<String>>,
     /// When it was last set (Unix seconds).
     pub updated_at: i64,
 }

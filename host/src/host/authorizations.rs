@@ -52,7 +52,7 @@ pub const LINK_BOUNDS: LinkBounds = LinkBounds { per_end_user: 16, per_tenant: 1
 /// A token is refreshed when it has less than this left.
 pub const REFRESH_MARGIN: Duration = Duration::from_secs(60);
 /// How long a replica holds the right to refresh one grant.
-const REFRESH_CLAIM: Duration = Duration::from_secs(30);
+const REFRESH_CLAIM: Duration = Duration::from_secs(60);
 /// How long a call waits for another replica's refresh of its grant.
 const REFRESH_WAIT: Duration = Duration::from_secs(10);
 /// Grants kept in memory at most (each a person at a provider).
@@ -93,6 +93,24 @@ pub struct ProviderSettings {
     /// The resource (RFC 8707) the tokens are for, if the provider wants one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<String>,
+    /// The hosts of the API its tokens are for (`api.inbox.example`,
+    /// `*.inbox.example`, `host:port`): when set, a person's token goes
+    /// only to these, whatever hosts a tool declares for it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub api_hosts: Vec<String>,
+}
+
+/// Where a provider is, and who Plinth is there: what its stored secret
+/// and people's refresh tokens are sent to.
+fn where_it_is(settings: &ProviderSettings) -> [Option<&str>; 6] {
+    [
+        settings.issuer.as_deref(),
+        settings.authorization_endpoint.as_deref(),
+        settings.token_endpoint.as_deref(),
+        settings.revocation_endpoint.as_deref(),
+        Some(settings.client_id.as_str()),
+        settings.resource.as_deref(),
+    ]
 }
 
 /// The parameters of an authorization request Plinth sets itself: a
@@ -178,7 +196,7 @@ pub struct GrantView {
 
 /// A call's tokens: for each `[[authorization]]` entry, the hosts (its
 /// patterns) and the token the runtime attaches to requests to them.
-pub type CallTokens = Vec<(Vec<HostPattern>, String)>;
+pub type CallTokens = Vec<(Vec<HostPattern>, Vec<HostPattern>, String)>;
 
 /// The authorization concern's state in the core.
 pub(crate) struct AuthorizationState {
@@ -295,6 +313,13 @@ fn check_settings(id: &str, settings: &ProviderSettings, allow_http: bool) -> Re
             "provider id `{id}`: use 1 to 64 lowercase letters, digits, `_` or `-`, starting with a letter"
         ));
     }
+    if settings.api_hosts.len() > 16
+        || settings.api_hosts.iter().any(|h| h.contains('$') || HostPattern::parse(h).is_err())
+    {
+        return invalid(
+            "`apiHosts` takes at most 16 host names (`api.example.com`, `*.example.com`, `host:port`)".into(),
+        );
+    }
     if settings.client_id.is_empty() || settings.client_id.len() > 256 {
         return invalid("`clientId` must be 1 to 256 characters".into());
     }
@@ -363,8 +388,15 @@ impl ToolHost {
         let mut pending = Vec::new();
         for need in needs {
             let hosts: Vec<HostPattern> = need.hosts.iter().filter_map(|h| HostPattern::parse(h).ok()).collect();
+            // The provider's own list of its API's hosts, when it has one.
+            let bound: Vec<HostPattern> = self
+                .authorizations
+                .provider(&tool.tenant, &need.provider)
+                .and_then(|p| serde_json::from_str::<ProviderSettings>(&p.settings).ok())
+                .map(|s| s.api_hosts.iter().filter_map(|h| HostPattern::parse(h).ok()).collect())
+                .unwrap_or_default();
             if let Some(token) = supplied.get(&need.provider) {
-                tokens.push((hosts, token.clone()));
+                tokens.push((hosts, bound, token.clone()));
                 continue;
             }
             let end_user = end_user.ok_or_else(|| InvokeError::AccountEndUserRequired(tool.name.clone()))?;
@@ -375,7 +407,7 @@ impl ToolHost {
                 )));
             }
             match self.usable_grant(&tool.tenant, end_user, need).await? {
-                Some(grant) => tokens.push((hosts, grant.access_token.clone())),
+                Some(grant) => tokens.push((hosts, bound, grant.access_token.clone())),
                 None => pending.push(self.authorization_link(tool, version, end_user, need)?),
             }
         }
@@ -473,6 +505,8 @@ impl ToolHost {
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         drop(_one);
+        // This call's own handle first, or the count never falls to one.
+        drop(lock);
         self.authorizations.refreshing.remove_if(&key, |_, l| Arc::strong_count(l) <= 1);
         result
     }
@@ -548,6 +582,11 @@ impl ToolHost {
     ) -> Result<PendingAuthorization, InvokeError> {
         let now = unix_now();
         let storage = |e: StoreError| InvokeError::Storage(e.to_string());
+        // Only the tenant's end users can log in to follow a link: a made-up
+        // name stores nothing (or anyone could fill the tenant's links).
+        if self.store.end_user(&tool.tenant, end_user).map_err(storage)?.is_none() {
+            return Err(InvokeError::UnknownEndUser { end_user: end_user.to_string() });
+        }
         let verifier = random().map_err(storage)?;
         let link = StoredLink {
             id: random().map_err(storage)?[..22].to_string(),
@@ -851,6 +890,22 @@ impl ToolHost {
         {
             return Err(AuthorizationError::TooManyProviders);
         }
+        // Moved to another issuer, endpoint or client: the stored secret and
+        // the people's refresh tokens are not sent to the new place. Its
+        // secret must come again, and every grant made at the old one goes.
+        let previous = existing.as_ref().and_then(|p| serde_json::from_str::<ProviderSettings>(&p.settings).ok());
+        let moved = previous.is_some_and(|old| where_it_is(&old) != where_it_is(&settings));
+        if moved && settings.client_secret.is_none() && existing.as_ref().is_some_and(|p| p.client_secret.is_some()) {
+            return Err(AuthorizationError::InvalidProvider(
+                "the provider's issuer, endpoints, client id or resource changed: send its `clientSecret` again (the stored one is never sent to a new place)".into(),
+            ));
+        }
+        if moved {
+            let audit = AuditEntry::new(actor, Some(tenant), "authorization_provider.moved", id);
+            crate::store::off_the_workers(|| self.authorizations.store.delete_provider(tenant, id, &audit))?;
+            self.authorizations.grants.retain(|(t, _, p), _| !(t == tenant && p == id));
+        }
+        let existing = if moved { None } else { existing };
         let client_secret = settings.client_secret.take().or_else(|| existing.and_then(|p| p.client_secret.clone()));
         let stored = StoredProvider {
             tenant: tenant.to_string(),

@@ -511,7 +511,7 @@ impl ToolHost {
             // its way after all (a backend that reflects a header
             // differently than the runtime takes out), it is redacted from
             // everything the call answers and logs.
-            redact: run.redact.into_iter().chain(run.tokens.iter().map(|(_, token)| token.clone())).collect(),
+            redact: run.redact.into_iter().chain(run.tokens.iter().map(|(_, _, token)| token.clone())).collect(),
         };
         let redactor = Redactor::new(setup.secrets.values().chain(&setup.redact).cloned());
         let started = std::time::Instant::now();

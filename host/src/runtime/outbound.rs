@@ -282,12 +282,17 @@ impl OutboundPolicy {
     /// `${config.KEY}` resolved with `config`) — to the requests to those
     /// hosts. A token that cannot be a header value, or whose hosts resolve
     /// to none, is attached to nothing.
-    pub fn with_tokens(self, tokens: &[(Vec<HostPattern>, String)], config: &BTreeMap<String, String>) -> Self {
+    pub fn with_tokens(
+        self,
+        tokens: &[(Vec<HostPattern>, Vec<HostPattern>, String)],
+        config: &BTreeMap<String, String>,
+    ) -> Self {
         let tokens: Vec<PersonToken> = tokens
             .iter()
-            .filter_map(|(patterns, token)| {
+            .filter_map(|(patterns, bound, token)| {
                 let hosts = OutboundPolicy::new(patterns, config, self.limits.clone()).allowed;
-                (!hosts.is_empty()).then(|| PersonToken::new(hosts, token)).flatten()
+                let bound = OutboundPolicy::new(bound, &BTreeMap::new(), self.limits.clone()).allowed;
+                (!hosts.is_empty()).then(|| PersonToken::new(hosts, bound, token)).flatten()
             })
             .collect();
         OutboundPolicy { tokens: tokens.into(), ..self }
@@ -340,19 +345,7 @@ impl OutboundPolicy {
     /// The manifest's entry that allows a request to `authority` over
     /// `scheme`, if one does.
     fn entry_for(&self, scheme: Option<&str>, authority: &str) -> Option<&AllowedHost> {
-        let (host, port) = split_host_port(authority)?;
-        let host = host.to_ascii_lowercase();
-        let port = port.unwrap_or(if scheme == Some("http") { 80 } else { 443 });
-        self.allowed.iter().find(|allowed| match allowed {
-            AllowedHost::Exact { host: h, port: p } => *h == host && p.is_none_or(|p| p == port),
-            AllowedHost::Configured { host: h, port: p, .. } => *h == host && *p == port,
-            AllowedHost::Subdomains { suffix, port: p } => {
-                host.len() > suffix.len() + 1
-                    && host.ends_with(suffix.as_str())
-                    && host[..host.len() - suffix.len()].ends_with('.')
-                    && p.is_none_or(|p| p == port)
-            }
-        })
+        matching(&self.allowed, scheme, authority)
     }
 
     fn count(&self, host: &str, status: OutboundStatus) {
@@ -432,6 +425,22 @@ impl WasiHttpHooks for OutboundPolicy {
         // `[[authorization]]` entry's: on the request in place of any the
         // tool set, out of the answer.
         let token = self.tokens.iter().find(|t| t.hosts.contains(&entry)).cloned();
+        // Only to the hosts its provider names, when it names them.
+        if let (Some(token), Some(authority)) = (&token, uri.authority())
+            && !token.bound.is_empty()
+            && matching(&token.bound, uri.scheme_str(), authority.as_str()).is_none()
+        {
+            return deny(format!(
+                "`{target}` is not among the hosts the provider's `apiHosts` name: its end user's token goes nowhere else"
+            ));
+        }
+        // Never in cleartext over a network: plain http only to this
+        // machine (the stand-ins of tests and `make run`).
+        if token.is_some() && uri.scheme_str() != Some("https") && !is_loopback_host(uri.host()) {
+            return deny(format!(
+                "`{target}` gets its end user's token, which goes only over https (plain http only to this machine)"
+            ));
+        }
         let mut request = request;
         if let Some(token) = &token {
             token.attach(&mut request);
@@ -711,6 +720,31 @@ async fn check_addresses(
     Ok(first)
 }
 
+/// The entry of `allowed` that a request to `authority` over `scheme`
+/// matches, if one does.
+fn matching<'a>(allowed: &'a [AllowedHost], scheme: Option<&str>, authority: &str) -> Option<&'a AllowedHost> {
+    let (host, port) = split_host_port(authority)?;
+    let host = host.to_ascii_lowercase();
+    let port = port.unwrap_or(if scheme == Some("http") { 80 } else { 443 });
+    allowed.iter().find(|allowed| match allowed {
+        AllowedHost::Exact { host: h, port: p } => *h == host && p.is_none_or(|p| p == port),
+        AllowedHost::Configured { host: h, port: p, .. } => *h == host && *p == port,
+        AllowedHost::Subdomains { suffix, port: p } => {
+            host.len() > suffix.len() + 1
+                && host.ends_with(suffix.as_str())
+                && host[..host.len() - suffix.len()].ends_with('.')
+                && p.is_none_or(|p| p == port)
+        }
+    })
+}
+
+/// Whether `host` names this machine: `localhost` or a loopback address.
+fn is_loopback_host(host: Option<&str>) -> bool {
+    let Some(host) = host else { return false };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost") || bare.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -785,7 +819,7 @@ mod tests {
         let (granted_host, other_host) = (format!("127.0.0.1:{granted}"), format!("127.0.0.1:{other}"));
         let limits = OutboundLimits { allowed_private: vec!["127.0.0.0/8".parse().unwrap()], ..Default::default() };
         let patterns: Vec<_> = [&granted_host, &other_host].iter().map(|e| HostPattern::parse(e).unwrap()).collect();
-        let token = vec![(vec![HostPattern::parse(&granted_host).unwrap()], "tok_SECRET_123".to_string())];
+        let token = vec![(vec![HostPattern::parse(&granted_host).unwrap()], Vec::new(), "tok_SECRET_123".to_string())];
         let mut policy =
             OutboundPolicy::new(&patterns, &BTreeMap::new(), Arc::new(limits)).with_tokens(&token, &BTreeMap::new());
         // To its host: the person's token, in place of the tool's own, and
@@ -801,6 +835,48 @@ mod tests {
         let (header, _) = send(&mut policy, &format!("http://{other_host}/x"), None).await;
         assert_eq!(header, "none");
         assert!(!format!("{policy:?}").contains("SECRET"), "{policy:?}");
+
+        // A provider that names its API's hosts (`apiHosts`): a host the
+        // tool declares for the token but the provider does not name gets
+        // nothing, the request is refused.
+        let bound = vec![HostPattern::parse(&other_host).unwrap()];
+        let token = vec![(vec![HostPattern::parse(&granted_host).unwrap()], bound, "tok_SECRET_123".to_string())];
+        let limits = OutboundLimits { allowed_private: vec!["127.0.0.0/8".parse().unwrap()], ..Default::default() };
+        let mut policy =
+            OutboundPolicy::new(&patterns, &BTreeMap::new(), Arc::new(limits)).with_tokens(&token, &BTreeMap::new());
+        let request = http::Request::get(format!("http://{granted_host}/me"))
+            .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
+            .unwrap();
+        let answer = Box::into_pin(policy.send_request(request, None, Box::new(async { Ok(()) }))).await;
+        assert!(matches!(answer, Err(HttpError::HttpRequestDenied)));
+        assert!(policy.denials().reason().is_some_and(|r| r.contains("apiHosts")), "{:?}", policy.denials().reason());
+    }
+
+    #[tokio::test]
+    async fn a_persons_token_never_goes_in_cleartext_over_a_network() {
+        let token =
+            vec![(vec![HostPattern::parse("api.example.com").unwrap()], Vec::new(), "tok_SECRET_123".to_string())];
+        let mut policy = policy(&["api.example.com"], &[]).with_tokens(&token, &BTreeMap::new());
+        let request = http::Request::get("http://api.example.com/me")
+            .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
+            .unwrap();
+        let answer = Box::into_pin(policy.send_request(request, None, Box::new(async { Ok(()) }))).await;
+        assert!(matches!(answer, Err(HttpError::HttpRequestDenied)));
+        assert!(
+            policy.denials().reason().is_some_and(|r| r.contains("only over https")),
+            "{:?}",
+            policy.denials().reason()
+        );
+        assert!(
+            is_loopback_host(Some("127.0.0.1"))
+                && is_loopback_host(Some("[::1]"))
+                && is_loopback_host(Some("localhost"))
+        );
+        assert!(
+            !is_loopback_host(Some("api.example.com"))
+                && !is_loopback_host(Some("10.0.0.1"))
+                && !is_loopback_host(None)
+        );
     }
 
     #[tokio::test]

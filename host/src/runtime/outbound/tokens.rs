@@ -19,9 +19,13 @@ use std::task::{Context, Poll};
 #[derive(Clone)]
 pub struct PersonToken {
     pub(super) hosts: Vec<AllowedHost>,
+    /// The only hosts it may go to, when its provider names them
+    /// (`apiHosts`): a tool's declaration alone cannot send it elsewhere.
+    pub(super) bound: Vec<AllowedHost>,
     header: http::HeaderValue,
-    /// The token's bytes, taken out of what its hosts answer.
-    raw: Arc<[u8]>,
+    /// The token's bytes and the forms an answer may write it in (JSON's
+    /// `\/`, percent-encoded), each taken out of what its hosts answer.
+    raw: Arc<[Vec<u8>]>,
 }
 
 impl std::fmt::Debug for PersonToken {
@@ -36,11 +40,11 @@ impl PersonToken {
     /// value (a provider answered a token with control characters: it is
     /// never sent, and the call is refused like any request that could not
     /// be made).
-    pub(super) fn new(hosts: Vec<AllowedHost>, token: &str) -> Option<PersonToken> {
+    pub(super) fn new(hosts: Vec<AllowedHost>, bound: Vec<AllowedHost>, token: &str) -> Option<PersonToken> {
         let mut header = http::HeaderValue::from_str(&format!("Bearer {token}")).ok()?;
         // Kept out of hyper's debug output and HPACK tables.
         header.set_sensitive(true);
-        (!token.is_empty()).then(|| PersonToken { hosts, header, raw: Arc::from(token.as_bytes()) })
+        (!token.is_empty()).then(|| PersonToken { hosts, bound, header, raw: written_forms(token).into() })
     }
 
     /// Puts the token on `request`, in place of any `Authorization` the
@@ -49,6 +53,13 @@ impl PersonToken {
         let headers = request.headers_mut();
         headers.remove(http::header::AUTHORIZATION);
         headers.insert(http::header::AUTHORIZATION, self.header.clone());
+        // An answer the scrubbing can read whole: not compressed (a
+        // reflected token would pass compressed), not in pieces (each
+        // shorter than the token).
+        headers.insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
+        for name in [http::header::RANGE, http::header::IF_RANGE, http::header::TE] {
+            headers.remove(name);
+        }
     }
 
     /// `response` with the token taken out of its headers and body: each
@@ -56,6 +67,19 @@ impl PersonToken {
     /// its `Content-Length` still holds).
     pub(super) fn scrub<B>(&self, response: http::Response<B>) -> http::Response<Scrubbed<B>> {
         let (mut parts, body) = response.into_parts();
+        // Compressed or partial despite the request: unreadable to the
+        // scrubbing, so not given to the tool at all.
+        let encoded = parts
+            .headers
+            .get(http::header::CONTENT_ENCODING)
+            .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+        if encoded || parts.status == http::StatusCode::PARTIAL_CONTENT {
+            parts.status = http::StatusCode::BAD_GATEWAY;
+            parts.headers.clear();
+            parts.headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from_static("0"));
+            let body = Scrubbed { inner: body, token: self.raw.clone(), held: Vec::new(), done: true, withheld: true };
+            return http::Response::from_parts(parts, body);
+        }
         for value in parts.headers.values_mut() {
             if let Some(scrubbed) = scrubbed(value.as_bytes(), &self.raw) {
                 // `*` keeps a valid header value valid.
@@ -66,21 +90,43 @@ impl PersonToken {
         }
         http::Response::from_parts(
             parts,
-            Scrubbed { inner: body, token: self.raw.clone(), held: Vec::new(), done: false },
+            Scrubbed { inner: body, token: self.raw.clone(), held: Vec::new(), done: false, withheld: false },
         )
     }
 }
 
-/// `text` with every occurrence of `token` replaced by `*`s, or `None`
-/// when it has none.
-fn scrubbed(text: &[u8], token: &[u8]) -> Option<Vec<u8>> {
+/// `token` and the other forms an answer may write it in: JSON's escaped
+/// `/` (`\/`), and percent-encoded (upper- and lower-case hex) when it has
+/// characters a URL escapes.
+fn written_forms(token: &str) -> Vec<Vec<u8>> {
+    let mut forms = vec![token.as_bytes().to_vec(), token.replace('/', "\\/").into_bytes()];
+    let hexes: [fn(u8) -> String; 2] = [|b| format!("%{b:02X}"), |b| format!("%{b:02x}")];
+    for hex in hexes {
+        let encoded: String = token
+            .bytes()
+            .map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { hex(b) })
+            .collect();
+        forms.push(encoded.into_bytes());
+    }
+    forms.sort();
+    forms.dedup();
+    forms
+}
+
+/// `text` with every occurrence of any of `forms` replaced by `*`s, or
+/// `None` when it has none.
+fn scrubbed(text: &[u8], forms: &[Vec<u8>]) -> Option<Vec<u8>> {
     let mut out: Option<Vec<u8>> = None;
-    let mut at = 0;
-    while let Some(found) = find(&text[at..], token) {
-        let out = out.get_or_insert_with(|| text.to_vec());
-        let start = at + found;
-        out[start..start + token.len()].fill(b'*');
-        at = start + token.len();
+    for token in forms {
+        let mut at = 0;
+        loop {
+            let current = out.as_deref().unwrap_or(text);
+            let Some(found) = find(&current[at..], token) else { break };
+            let out = out.get_or_insert_with(|| text.to_vec());
+            let start = at + found;
+            out[start..start + token.len()].fill(b'*');
+            at = start + token.len();
+        }
     }
     out
 }
@@ -97,9 +143,11 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 /// longest tail that could begin one (fewer bytes than the token).
 pub struct Scrubbed<B> {
     inner: B,
-    token: Arc<[u8]>,
+    token: Arc<[Vec<u8>]>,
     held: Vec<u8>,
     done: bool,
+    /// The answer is not given to the tool (`scrub`): no body at all.
+    withheld: bool,
 }
 
 impl<B: Body<Data = Bytes> + Unpin> Body for Scrubbed<B> {
@@ -158,6 +206,9 @@ impl<B: Body<Data = Bytes> + Unpin> Body for Scrubbed<B> {
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
+        if self.withheld {
+            return hyper::body::SizeHint::with_exact(0);
+        }
         // The same length as what came in.
         let mut hint = self.inner.size_hint();
         let held = self.held.len() as u64;
@@ -171,9 +222,12 @@ impl<B: Body<Data = Bytes> + Unpin> Body for Scrubbed<B> {
 
 /// The length of the longest tail of `text` that is a start of `token`
 /// (shorter than the token: a whole one was replaced already).
-fn partial_match(text: &[u8], token: &[u8]) -> usize {
-    let longest = token.len().saturating_sub(1).min(text.len());
-    (1..=longest).rev().find(|&n| text[text.len() - n..] == token[..n]).unwrap_or(0)
+fn partial_match(text: &[u8], forms: &[Vec<u8>]) -> usize {
+    let of = |token: &[u8]| {
+        let longest = token.len().saturating_sub(1).min(text.len());
+        (1..=longest).rev().find(|&n| text[text.len() - n..] == token[..n]).unwrap_or(0)
+    };
+    forms.iter().map(|token| of(token)).max().unwrap_or(0)
 }
 
 /// The scrubbing of a response streamed in `frames`, without a runtime:
@@ -185,7 +239,7 @@ pub mod fuzzing {
     /// The body `frames` make, with `token` taken out as the runtime takes
     /// it out while they stream (`None` if `token` cannot be a header value).
     pub fn scrub_frames(frames: &[&[u8]], token: &str) -> Option<Vec<u8>> {
-        let token = PersonToken::new(Vec::new(), token)?;
+        let token = PersonToken::new(Vec::new(), Vec::new(), token)?;
         let body = Frames(frames.iter().map(|f| Bytes::copy_from_slice(f)).collect());
         let mut body = std::pin::pin!(token.scrub(http::Response::new(body)).into_body());
         let mut context = Context::from_waker(std::task::Waker::noop());
@@ -215,7 +269,7 @@ pub mod fuzzing {
 
     /// The same, in one piece.
     pub fn scrub_whole(text: &[u8], token: &str) -> Vec<u8> {
-        scrubbed(text, token.as_bytes()).unwrap_or_else(|| text.to_vec())
+        scrubbed(text, &written_forms(token)).unwrap_or_else(|| text.to_vec())
     }
 }
 
@@ -225,10 +279,48 @@ mod tests {
     use http_body_util::BodyExt;
 
     fn token() -> PersonToken {
-        PersonToken::new(Vec::new(), "tok_SECRET_123").unwrap()
+        PersonToken::new(Vec::new(), Vec::new(), "tok_SECRET_123").unwrap()
     }
 
     use super::fuzzing::Frames;
+
+    #[tokio::test]
+    async fn an_answer_is_asked_for_whole_and_one_that_is_not_is_withheld() {
+        let mut request = http::Request::get("http://h/")
+            .header("accept-encoding", "gzip")
+            .header("range", "bytes=0-3")
+            .header("if-range", "x")
+            .body(())
+            .unwrap();
+        token().attach(&mut request);
+        assert_eq!(request.headers()["accept-encoding"], "identity");
+        assert!(request.headers().get("range").is_none() && request.headers().get("if-range").is_none());
+        for response in [
+            http::Response::builder().header("content-encoding", "gzip").body(Frames(["tok_SECRET_123".into()].into())),
+            http::Response::builder().status(206).body(Frames(["tok_SECRET_123".into()].into())),
+        ] {
+            let scrubbed = token().scrub(response.unwrap());
+            assert_eq!(scrubbed.status(), 502);
+            assert!(scrubbed.headers().get("content-encoding").is_none());
+            let body = scrubbed.into_body().collect().await.unwrap().to_bytes();
+            assert!(body.is_empty());
+        }
+    }
+
+    #[test]
+    fn the_tokens_escaped_and_percent_encoded_forms_are_taken_out_too() {
+        let token = "ab/c+d=";
+        for written in ["ab\\/c+d=", "ab%2Fc%2Bd%3D", "ab%2fc%2bd%3d", "ab/c+d="] {
+            let text = format!("{{\"echo\": \"{written}\"}}");
+            let scrubbed = fuzzing::scrub_whole(text.as_bytes(), token);
+            assert!(
+                !String::from_utf8_lossy(&scrubbed).contains(written),
+                "{written}: {}",
+                String::from_utf8_lossy(&scrubbed)
+            );
+            assert_eq!(scrubbed.len(), text.len());
+        }
+    }
 
     async fn collect(frames: Vec<String>, token: &PersonToken) -> String {
         let body = Frames(frames.into_iter().map(Bytes::from).collect());
@@ -293,8 +385,8 @@ mod tests {
         let response = http::Response::builder().header("x-echo", "Bearer tok_SECRET_123").body(()).unwrap();
         let scrubbed = t.scrub(response);
         assert_eq!(scrubbed.headers()["x-echo"], "Bearer **************");
-        assert!(PersonToken::new(Vec::new(), "bad\ntoken").is_none());
-        assert!(PersonToken::new(Vec::new(), "").is_none());
+        assert!(PersonToken::new(Vec::new(), Vec::new(), "bad\ntoken").is_none());
+        assert!(PersonToken::new(Vec::new(), Vec::new(), "").is_none());
         assert!(!format!("{t:?}").contains("SECRET"));
     }
 }
