@@ -108,6 +108,18 @@ pub async fn press_continue(person: &Person, link_page: &Page, url: &str) -> Pag
     person.submit(url, &[("form_token", token.as_str())]).await
 }
 
+/// alice logs in at `url`, presses Continue and is sent back by the
+/// provider → the callback URL she is sent to (not yet followed).
+async fn to_the_callback(s: &Setup, alice: &Person, url: &str) -> String {
+    let page = alice.log_in_at(url, "alice").await;
+    let to_provider = press_continue(alice, &page, url).await;
+    assert_eq!(to_provider.status, 303, "{}", to_provider.html);
+    let back = alice.get(to_provider.location.as_deref().unwrap()).await;
+    let callback = back.location.clone().unwrap_or_else(|| panic!("the provider answered {}", back.status));
+    assert!(callback.starts_with(&format!("{}/connections/callback?", s.server.base)), "{callback}");
+    callback
+}
+
 /// `person` (logged in) follows `url` to the end: the link page, Continue,
 /// the provider, the callback → the callback's page.
 pub async fn connect(person: &Person, url: &str) -> Page {
@@ -418,11 +430,7 @@ async fn a_callback_without_a_session_with_a_used_state_or_another_issuer_takes_
     s.provider.sign_in_as("alice@inbox");
     let (url, check_url) = s.challenge("alice").await;
     let alice = Person::new();
-    let page = alice.log_in_at(&url, "alice").await;
-    let to_provider = press_continue(&alice, &page, &url).await;
-    let back = alice.get(&to_provider.location.unwrap()).await;
-    let callback = back.location.unwrap();
-    assert!(callback.starts_with(&format!("{}/connections/callback?", s.server.base)), "{callback}");
+    let callback = to_the_callback(&s, &alice, &url).await;
 
     // In a browser without alice's session: nothing is taken.
     let stranger = Person::new();
@@ -730,13 +738,8 @@ async fn a_callback_for_a_person_removed_while_they_were_at_the_provider_stores_
     s.provider.sign_in_as("alice@inbox");
     let (url, check_url) = s.challenge("alice").await;
     let alice = Person::new();
-    let page = alice.log_in_at(&url, "alice").await;
-    let to_provider = press_continue(&alice, &page, &url).await;
-    assert_eq!(to_provider.status, 303, "{}", to_provider.html);
     // At the provider, which sends her back with a code…
-    let back = alice.get(to_provider.location.as_deref().unwrap()).await;
-    let callback = back.location.clone().unwrap_or_else(|| panic!("the provider answered {}", back.status));
-    assert!(callback.starts_with(&format!("{}/connections/callback?", s.server.base)), "{callback}");
+    let callback = to_the_callback(&s, &alice, &url).await;
     // …while a publisher removes her.
     let (status, body) = s.server.call_as(Some(TOKEN), Method::DELETE, "/admin/end-users/alice", None).await;
     assert_eq!(status, 204, "{body}");
