@@ -450,6 +450,17 @@ pub(crate) enum ToolsetCommand {
         /// version N (repeatable).
         #[arg(long = "tool")]
         tools: Vec<String>,
+        /// The designer's words for the model, served at the toolset's
+        /// roots in place of the vendor's: `TOOL=TEXT` (the tool's
+        /// description), `TOOL.INPUT=TEXT`, `TOOL.output.OUTPUT=TEXT`
+        /// (repeatable; the tool must be one of `--tool`).
+        #[arg(long = "describe", value_name = "TOOL[.PARAM]=TEXT")]
+        describe: Vec<String>,
+        /// The designer's words from a JSON file: `{"TOOL": {"description",
+        /// "inputDescriptions": {NAME: TEXT}, "outputDescriptions": {…}}}`
+        /// (`--describe` wins over it).
+        #[arg(long = "words", value_name = "FILE")]
+        words: Option<std::path::PathBuf>,
         #[command(flatten)]
         target: TenantTarget,
     },

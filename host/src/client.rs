@@ -502,8 +502,50 @@ pub fn list_keys(server: &ServerArgs, tenant: Option<&str>) -> anyhow::Result<()
     Ok(())
 }
 
-/// `plinth toolset set NAME --tool T[@N]…`.
-pub fn set_toolset(target: &TenantTarget, name: &str, description: &str, tools: &[String]) -> anyhow::Result<()> {
+/// The designer's words of `plinth toolset set`, by tool: the `--words`
+/// file's, then each `--describe` (`TOOL=TEXT`, `TOOL.INPUT=TEXT`,
+/// `TOOL.output.OUTPUT=TEXT`) over it.
+fn toolset_words(describe: &[String], file: Option<&std::path::Path>) -> anyhow::Result<serde_json::Map<String, Value>> {
+    let mut words = match file {
+        None => serde_json::Map::new(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            match serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))? {
+                Value::Object(words) => words,
+                _ => anyhow::bail!("{}: the words are an object of tools' words", path.display()),
+            }
+        }
+    };
+    for given in describe {
+        let Some((target, text)) = given.split_once('=') else {
+            anyhow::bail!("--describe `{given}`: write TOOL=TEXT, TOOL.INPUT=TEXT or TOOL.output.OUTPUT=TEXT");
+        };
+        let mut parts = target.splitn(3, '.');
+        let tool = parts.next().unwrap_or_default();
+        let entry = words.entry(tool.to_string()).or_insert_with(|| serde_json::json!({}));
+        let text = Value::from(text);
+        match (parts.next(), parts.next()) {
+            (None, _) => entry["description"] = text,
+            (Some("output"), Some(output)) => entry["outputDescriptions"][output] = text,
+            (Some(input), None) => entry["inputDescriptions"][input] = text,
+            (Some(_), Some(_)) => {
+                anyhow::bail!("--describe `{target}`: write TOOL, TOOL.INPUT or TOOL.output.OUTPUT before `=`")
+            }
+        }
+    }
+    Ok(words)
+}
+
+/// `plinth toolset set NAME --tool T[@N]… [--describe T[.P]=TEXT…]`.
+pub fn set_toolset(
+    target: &TenantTarget,
+    name: &str,
+    description: &str,
+    tools: &[String],
+    describe: &[String],
+    words_file: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let mut words = toolset_words(describe, words_file)?;
     let mut entries = Vec::with_capacity(tools.len());
     for tool in tools {
         let entry = match tool.split_once('@') {
@@ -513,7 +555,15 @@ pub fn set_toolset(target: &TenantTarget, name: &str, description: &str, tools: 
                 serde_json::json!({ "name": tool, "version": n })
             }
         };
+        let mut entry = entry;
+        let tool_name = entry["name"].as_str().unwrap_or_default().to_string();
+        if let Some(Value::Object(said)) = words.remove(&tool_name) {
+            entry.as_object_mut().into_iter().for_each(|e| e.extend(said.clone()));
+        }
         entries.push(entry);
+    }
+    if let Some(tool) = words.keys().next() {
+        anyhow::bail!("words are given for `{tool}`, which is not one of the toolset's --tool");
     }
     let body = serde_json::json!({ "description": description, "tools": entries });
     let url = format!("{}/admin/toolsets/{name}", root(target));
@@ -572,6 +622,22 @@ fn print_toolset(toolset: &Value) {
         let state = tool["state"].as_str().unwrap_or("?");
         let warning = if state == "retiredPinned" { "  (pinned version retired: pin another)" } else { "" };
         println!("  {:<32} {pin:<12} now {now:<6} {state}{warning}", tool["name"].as_str().unwrap_or("?"));
+        if let Some(text) = tool["description"].as_str() {
+            println!("    description: {text}");
+        }
+        for (kind, key) in [("input", "inputDescriptions"), ("output", "outputDescriptions")] {
+            for (param, text) in tool[key].as_object().into_iter().flatten() {
+                println!("    {kind} {param}: {}", text.as_str().unwrap_or(""));
+            }
+        }
+        let review = &tool["review"];
+        let new: Vec<&str> = ["newInputs", "newOutputs"]
+            .iter()
+            .flat_map(|k| review[*k].as_array().into_iter().flatten().filter_map(Value::as_str))
+            .collect();
+        if !new.is_empty() {
+            println!("    new words to review: {} (served with the vendor's words)", new.join(", "));
+        }
     }
     for (door, url) in toolset["roots"].as_object().into_iter().flatten() {
         println!("  {door:<7} {}", url.as_str().unwrap_or("?"));

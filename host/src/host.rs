@@ -596,6 +596,9 @@ pub struct Call {
     pub end_user: Option<String>,
     /// The front door it came through.
     pub front_door: FrontDoor,
+    /// The toolset (name, version) whose root it came through, if one:
+    /// its usage is counted for the toolset's designer too.
+    pub toolset: Option<(String, u32)>,
     /// Set only for a call its end user confirmed ([`confirmations`]).
     pub confirmed: Option<Confirmed>,
     /// Set only for a call whose door took its tenant's rate already
@@ -626,6 +629,7 @@ impl Call {
             authorizations: BTreeMap::new(),
             end_user: None,
             front_door,
+            toolset: None,
             confirmed: None,
             rate: None,
             redact: Vec::new(),

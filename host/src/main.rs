@@ -108,8 +108,8 @@ fn main() -> std::process::ExitCode {
         },
         Command::Retire { tool, version, force, target } => client::retire(&target, &tool, version, force),
         Command::Toolset { command } => match command {
-            ToolsetCommand::Set { name, description, tools, target } => {
-                client::set_toolset(&target, &name, &description, &tools)
+            ToolsetCommand::Set { name, description, tools, describe, words, target } => {
+                client::set_toolset(&target, &name, &description, &tools, &describe, words.as_deref())
             }
             ToolsetCommand::Show { name, version, target } => client::show_toolset(&target, &name, version),
             ToolsetCommand::List { target } => client::list_toolsets(&target),

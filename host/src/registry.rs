@@ -71,6 +71,20 @@ pub struct ToolVersion {
     pub provenance: crate::supply::Provenance,
 }
 
+/// A version's A2T extensions (docs/a2t.md): its provenance, when it came
+/// from a registry or a trusted key signed it, and the accounts it acts
+/// with.
+fn a2t_extensions(provenance: &crate::supply::Provenance, manifest: &ToolManifest) -> serde_json::Map<String, serde_json::Value> {
+    let mut extensions = serde_json::Map::new();
+    if *provenance != crate::supply::Provenance::default() {
+        extensions.insert("provenance".into(), provenance.to_json());
+    }
+    if !manifest.authorization.is_empty() {
+        extensions.insert("authorization".into(), manifest.published_authorization());
+    }
+    extensions
+}
+
 impl ToolVersion {
     /// A version from its registry row and its linked component, if it has
     /// one yet (`None` for a retired version, which is never linked). The
@@ -83,13 +97,7 @@ impl ToolVersion {
         } else {
             stored.manifest.confirmation.compile()
         };
-        let mut extensions = serde_json::Map::new();
-        if stored.provenance != crate::supply::Provenance::default() {
-            extensions.insert("provenance".into(), stored.provenance.to_json());
-        }
-        if !stored.manifest.authorization.is_empty() {
-            extensions.insert("authorization".into(), stored.manifest.published_authorization());
-        }
+        let extensions = a2t_extensions(&stored.provenance, &stored.manifest);
         ToolVersion {
             a2t_json: LockedJson::new(&stored.tool_id, stored.version, &stored.sha256, &stored.signature, extensions),
             number: stored.version,
@@ -108,6 +116,13 @@ impl ToolVersion {
             mcp_view: Default::default(),
             provenance: stored.provenance,
         }
+    }
+
+    /// Its A2T JSON with `signature` in place of its own (a toolset's
+    /// words, `signature::Wording`), locked the same way: the same fields,
+    /// extensions and order, only texts differ.
+    pub fn a2t_json_with(&self, tool_id: &uuid::Uuid, signature: &Signature) -> LockedJson {
+        LockedJson::new(tool_id, self.number, &self.sha256, signature, a2t_extensions(&self.provenance, &self.manifest))
     }
 
     /// When it was retired, if it was.

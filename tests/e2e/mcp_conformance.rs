@@ -61,11 +61,16 @@ fn failed_checks(stdout: &str, results: &Path) -> String {
     report
 }
 
-/// `conformance server --requirements REVISION` through the proxy; fails
-/// with the suite's whole report on any unexpected failure or stale
-/// baseline entry.
+/// `conformance server --requirements REVISION` through the proxy at the
+/// tenant's `/mcp`; fails with the suite's whole report on any unexpected
+/// failure or stale baseline entry.
 async fn conformance(revision: &str) {
     let (server, _weather) = serve_example_tools().await;
+    conformance_at(&server, revision, "/mcp").await;
+}
+
+/// The suite at `path`, through the proxy with a consumer key.
+async fn conformance_at(server: &crate::support::Server, revision: &str, path: &str) {
     let (_, key) = server.create_key(Some("default"), "consumer").await;
     let proxy = AuthProxy::start(&server.base, &key);
     let work = tempfile::tempdir().unwrap();
@@ -77,7 +82,7 @@ async fn conformance(revision: &str) {
     let mut command = node_command(&conformance_cli(), work.path());
     command
         .current_dir(work.path())
-        .args(["server", "--url", &format!("{}/mcp", proxy.base), "--requirements", revision])
+        .args(["server", "--url", &format!("{}{path}", proxy.base), "--requirements", revision])
         .arg("--expected-failures")
         .arg(baseline())
         .arg("--output-dir")
@@ -107,6 +112,25 @@ async fn the_conformance_suite_passes_at_2026_07_28() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_conformance_suite_passes_at_2025_11_25() {
     conformance("2025-11-25").await;
+}
+
+/// Issue 66: at a toolset's root whose every tool carries its designer's
+/// words (the tool's and its parameters' descriptions), the suite passes
+/// as at the tenant's: only texts differ.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_conformance_suite_passes_at_a_toolset_root_serving_its_designers_words() {
+    let (server, _weather) = serve_example_tools().await;
+    let words = |tool: &str, input: &str| {
+        serde_json::json!({ "name": tool, "description": format!("The designer's words for {tool}."),
+            "inputDescriptions": { input: format!("The designer's words for {input}.") } })
+    };
+    let body = serde_json::json!({ "tools": [words("echo", "text"), words("book_flight", "date"),
+        words("lookup_weather_by_city", "city")] });
+    let (status, put) = server
+        .call_as(Some(crate::support::TOKEN), reqwest::Method::PUT, "/admin/toolsets/worded", Some(&body))
+        .await;
+    assert_eq!(status, 201, "{put}");
+    conformance_at(&server, "2026-07-28", "/t/default/toolsets/worded/mcp").await;
 }
 
 /// `conformance authorization` against the default tenant's authorization

@@ -12,6 +12,9 @@ use crate::door::FrontDoor;
 use crate::host::{Call, InvokeError, ToolHost};
 use crate::invocation::ToolResult;
 use crate::registry::{Tool, ToolVersion};
+use crate::signature::Wording;
+use crate::signature::a2t::LockedJson;
+use std::borrow::Cow;
 use crate::telemetry::CallerTrace;
 use axum::Extension;
 use axum::body::Bytes;
@@ -31,9 +34,26 @@ pub fn strip_invoke_suffix(segment: &str) -> Option<&str> {
 /// bytes, whether it is retired, and whether its calls need their end
 /// user's confirmation (a publisher may change that). The locked part was
 /// serialised when the version was loaded; a page of 100 only splices the
-/// few fields that change into it.
-pub(super) fn version_json(host: &AppState, tool: &Tool, version: &ToolVersion) -> String {
-    let locked = &version.a2t_json;
+/// few fields that change into it. Under a toolset's root, with the
+/// designer's words (`wording`), the locked part is made again with them.
+pub(super) fn version_json(host: &AppState, tool: &Tool, version: &ToolVersion, wording: Option<&Wording>) -> String {
+    spliced(host, tool, version, &locked(tool, version, wording).0)
+}
+
+/// A version's locked A2T JSON and its signature's hash, with `wording`
+/// in place of the vendor's words when given.
+fn locked<'a>(tool: &Tool, version: &'a ToolVersion, wording: Option<&Wording>) -> (Cow<'a, LockedJson>, Cow<'a, str>) {
+    match wording {
+        None => (Cow::Borrowed(&version.a2t_json), Cow::Borrowed(&version.signature_sha256)),
+        Some(wording) => {
+            let reworded = wording.apply(&version.signature);
+            (Cow::Owned(version.a2t_json_with(&tool.id, &reworded)), Cow::Owned(reworded.sha256()))
+        }
+    }
+}
+
+/// [`version_json`] from the locked part.
+fn spliced(host: &AppState, tool: &Tool, version: &ToolVersion, locked: &LockedJson) -> String {
     let mut json = String::with_capacity(locked.head.len() + locked.tail.len() + 64);
     json.push_str(&locked.head);
     match current_number(tool) {
@@ -58,14 +78,22 @@ fn current_number(tool: &Tool) -> Option<u32> {
 }
 
 /// A version resource with its `ETag`; `304` when `If-None-Match` matches.
-/// The tag covers the signature (locked per version) and what may still
-/// change about the resource: the current version, retirement and the
-/// confirmation a publisher's override may require.
-fn cacheable(host: &AppState, tool: &Tool, version: &ToolVersion, headers: &HeaderMap) -> Response {
+/// The tag covers the signature (locked per version; under a toolset's
+/// root, with its words) and what may still change about the resource:
+/// the current version, retirement and the confirmation a publisher's
+/// override may require.
+fn cacheable(
+    host: &AppState,
+    tool: &Tool,
+    version: &ToolVersion,
+    wording: Option<&Wording>,
+    headers: &HeaderMap,
+) -> Response {
+    let (locked, signature_sha256) = locked(tool, version, wording);
     let current = current_number(tool).map_or("none".to_string(), |n| n.to_string());
     let retired = if version.retired_at().is_some() { "-retired" } else { "" };
     let confirmation = host.confirmation_need(tool, version).marker().map_or(String::new(), |m| format!("-{m}"));
-    let etag = format!("\"{}-{current}{retired}{confirmation}\"", version.signature_sha256);
+    let etag = format!("\"{signature_sha256}-{current}{retired}{confirmation}\"");
     let matches =
         headers.get_all(header::IF_NONE_MATCH).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(
             |tag| {
@@ -74,7 +102,7 @@ fn cacheable(host: &AppState, tool: &Tool, version: &ToolVersion, headers: &Head
             },
         );
     let mut response =
-        if matches { StatusCode::NOT_MODIFIED.into_response() } else { json_text(version_json(host, tool, version)) };
+        if matches { StatusCode::NOT_MODIFIED.into_response() } else { json_text(spliced(host, tool, version, &locked)) };
     if let Ok(value) = HeaderValue::from_str(&etag) {
         response.headers_mut().insert(header::ETAG, value);
     }
@@ -119,7 +147,9 @@ pub(super) async fn list_tools(
         ToolHost::version_in(view, tool).is_some_and(|listed| tags.iter().all(|t| listed.signature.tags.contains(t)))
     });
     let next = if more { tools.last().map(|t| cursor(TOOLS_CURSOR, &t.name)) } else { None };
-    let items = tools.iter().filter_map(|t| Some(version_json(&host, t, &*ToolHost::version_in(view, t)?)));
+    let items = tools.iter().filter_map(|t| {
+        Some(version_json(&host, t, &*ToolHost::version_in(view, t)?, ToolHost::wording_in(view, &t.name)))
+    });
     Ok(page_of_json(items, query.limit, next))
 }
 
@@ -159,12 +189,13 @@ pub(super) async fn get_tool(
     let tool = find_tool(&host, &caller, &tool_id)?;
     if let Some(toolset) = caller.toolset.as_deref() {
         let (tool, version) = ToolHost::resolve_in(Some(toolset), tool, None)?;
-        return Ok(cacheable(&host, &tool, &version, &headers));
+        let wording = ToolHost::wording_in(Some(toolset), &tool.name);
+        return Ok(cacheable(&host, &tool, &version, wording, &headers));
     }
     let current = tool.current().ok_or_else(|| {
         ApiError::new(StatusCode::GONE, "tool_retired", format!("every version of `{}` is retired", tool.name))
     })?;
-    Ok(cacheable(&host, &tool, &current, &headers))
+    Ok(cacheable(&host, &tool, &current, None, &headers))
 }
 
 /// Every version of a tool, newest first.
@@ -188,7 +219,8 @@ pub(super) async fn list_versions(
     if let Some(toolset) = caller.toolset.as_deref() {
         // Through a toolset a tool has one version: the one it gives.
         let (tool, version) = ToolHost::resolve_in(Some(toolset), tool, None)?;
-        return Ok(page_of_json(std::iter::once(version_json(&host, &tool, &version)), query.limit, None));
+        let wording = ToolHost::wording_in(Some(toolset), &tool.name);
+        return Ok(page_of_json(std::iter::once(version_json(&host, &tool, &version, wording)), query.limit, None));
     }
     let before = match query.cursor_after(VERSIONS_CURSOR)? {
         Some(n) => {
@@ -201,7 +233,7 @@ pub(super) async fn list_versions(
     let more = versions.len() > query.limit;
     versions.truncate(query.limit);
     let next = if more { versions.last().map(|v| cursor(VERSIONS_CURSOR, &v.number.to_string())) } else { None };
-    let items = versions.iter().map(|v| version_json(&host, &tool, v));
+    let items = versions.iter().map(|v| version_json(&host, &tool, v, None));
     Ok(page_of_json(items, query.limit, next))
 }
 
@@ -226,10 +258,11 @@ pub(super) async fn get_version(
     let n = parse_version(&version)?;
     if let Some(toolset) = caller.toolset.as_deref() {
         let (tool, version) = ToolHost::resolve_in(Some(toolset), tool, Some(n))?;
-        return Ok(cacheable(&host, &tool, &version, &headers));
+        let wording = ToolHost::wording_in(Some(toolset), &tool.name);
+        return Ok(cacheable(&host, &tool, &version, wording, &headers));
     }
     let version = tool.version(n).ok_or_else(|| ApiError::not_found(format!("tool `{tool_id}` has no version {n}")))?;
-    Ok(cacheable(&host, &tool, &version, &headers))
+    Ok(cacheable(&host, &tool, &version, None, &headers))
 }
 
 /// `{toolId}:invoke` → `toolId`; anything else is not an A2T route.
@@ -303,8 +336,9 @@ async fn invoke(
     let (tool, version) = ToolHost::resolve_in(caller.toolset.as_deref(), tool, version)?;
     let body: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}")))?;
-    let input = host.check_a2t_input(&tool, &version, &body)?;
+    let input = host.check_a2t_input(&tool, &version, caller.toolset.as_deref(), &body)?;
     let mut call = Call::new(input, FrontDoor::A2t);
+    call.toolset = caller.toolset.as_ref().map(|t| (t.name.clone(), t.version));
     call.end_user = end_user;
     call.trace = trace;
     let call_id = call.call_id.clone();

@@ -142,11 +142,13 @@ pub(super) async fn logs(
 
 /// The tenant's usage per tool version and door over the last hour, day or
 /// week: calls by outcome, latency percentiles, calls and failures per
-/// bucket; fleet-wide (every replica's counts).
+/// bucket; fleet-wide (every replica's counts). With `toolset`, only the
+/// calls through that toolset's roots, per toolset version too.
 #[utoipa::path(get, path = "/admin/usage", tag = "Admin", operation_id = "usage",
     params(
         ("window" = Option<String>, Query, description = "`hour` (minute buckets; the default), `day` or `week` (hour buckets)"),
         ("tool" = Option<String>, Query, description = "Only this tool (its name or toolId)"),
+        ("toolset" = Option<String>, Query, description = "Only the calls made through this toolset's roots, each item per toolset version (`toolsetVersion`): the designer's view (docs/toolsets.md)"),
     ),
     responses(
         (status = 200, description = "The usage", body = super::schemas::UsagePage),
@@ -158,19 +160,21 @@ pub(super) async fn usage(
     Extension(caller): Extension<Caller>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
-    let (mut window, mut tool) = ("hour".to_string(), None);
+    let (mut window, mut tool, mut toolset) = ("hour".to_string(), None, None);
     for (key, value) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
         match &*key {
             "window" if crate::host::usage_window(&value).is_some() => window = value.into_owned(),
             "window" => return Err(ApiError::bad_request("invalid_query", "window is hour, day or week")),
             "tool" if !value.is_empty() && value.len() <= 128 => tool = Some(value.into_owned()),
             "tool" => return Err(ApiError::bad_request("invalid_query", "tool is a tool's name or id")),
+            "toolset" if crate::host::toolsets::is_toolset_name(&value) => toolset = Some(value.into_owned()),
+            "toolset" => return Err(ApiError::bad_request("invalid_query", "toolset is a toolset's name")),
             _ => {}
         }
     }
     let tenant = caller.tenant.clone();
     // The store may block: off the request threads.
-    let usage = tokio::task::spawn_blocking(move || host.usage(&tenant, &window, tool.as_deref()))
+    let usage = tokio::task::spawn_blocking(move || host.usage(&tenant, &window, tool.as_deref(), toolset.as_deref()))
         .await
         .map_err(|_| ApiError::internal("reading usage was interrupted"))?
         .map_err(|e| {

@@ -495,6 +495,10 @@ impl From<ToolsetError> for ApiError {
                 ApiError::new(StatusCode::NOT_FOUND, "toolset_version_not_found", message)
             }
             ToolsetError::Retired(_) => ApiError::new(StatusCode::CONFLICT, "toolset_version_retired", message),
+            ToolsetError::Wording { tool, parameter, .. } => ApiError::bad_request("invalid_wording", message)
+                .with("tool", tool)
+                // A name from the request: cut, as the message cuts it.
+                .with("parameter", parameter.map_or(Value::Null, |p| p.chars().take(64).collect::<String>().into())),
             ToolsetError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "toolset_not_found", message),
             ToolsetError::TooMany(_) => ApiError::new(StatusCode::CONFLICT, "quota_exceeded", message),
             ToolsetError::Conflict => ApiError::busy(message),

@@ -6,7 +6,7 @@
 use super::AppState;
 use crate::host::ConfirmationNeed;
 use crate::registry::{Tool, ToolVersion};
-use crate::signature::schema;
+use crate::signature::{Signature, Wording, schema};
 use rmcp::ErrorData;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -36,9 +36,19 @@ pub mod meta {
 }
 
 /// A tool as `tools/list` shows it: the version's locked part built once,
-/// the confirmation marker (a publisher may change it) per answer.
-pub fn tool_entry(host: &AppState, tool: &Tool, version: &ToolVersion) -> Result<rmcp::model::Tool, ErrorData> {
-    let mut view = version.mcp_view.get_or_init(|| tool_view(tool, version)).clone();
+/// the confirmation marker (a publisher may change it) per answer. Under a
+/// toolset's root, with the designer's words (`wording`), the locked part
+/// is built again with them.
+pub fn tool_entry(
+    host: &AppState,
+    tool: &Tool,
+    version: &ToolVersion,
+    wording: Option<&Wording>,
+) -> Result<rmcp::model::Tool, ErrorData> {
+    let mut view = match wording {
+        None => version.mcp_view.get_or_init(|| tool_view(tool, version, &version.signature)).clone(),
+        Some(wording) => tool_view(tool, version, &wording.apply(&version.signature)),
+    };
     let need = host.confirmation_need(tool, version);
     if let Some(marker) = need.marker() {
         view["_meta"][meta::CONFIRMATION] = marker.into();
@@ -63,10 +73,10 @@ pub fn tool_entry(host: &AppState, tool: &Tool, version: &ToolVersion) -> Result
         .map_err(|e| ErrorData::internal_error(format!("a tool could not be listed: {e}"), None))
 }
 
-/// The locked part of a version's MCP tool: name, description, schemas,
-/// what identifies the bytes.
-fn tool_view(tool: &Tool, version: &ToolVersion) -> Value {
-    let signature = &version.signature;
+/// The locked part of a version's MCP tool: name, description, schemas
+/// (of `signature`: the version's, or it with a toolset's words), what
+/// identifies the bytes.
+fn tool_view(tool: &Tool, version: &ToolVersion, signature: &Signature) -> Value {
     let mut view = json!({
         "name": signature.name,
         "description": signature.description,

@@ -453,7 +453,7 @@ impl ServerHandler for McpDoor {
         let mut items = Vec::with_capacity(tools.len());
         for tool in &tools {
             if let Some(version) = ToolHost::version_in(view, tool) {
-                items.push(tool_entry(&host, tool, &version)?);
+                items.push(tool_entry(&host, tool, &version, ToolHost::wording_in(view, &tool.name))?);
             }
         }
         let next = if more { tools.last().map(|t| URL_SAFE_NO_PAD.encode(&t.name)) } else { None };
@@ -659,7 +659,7 @@ impl McpDoor {
         let arguments = arguments_of(request);
         let arguments = arguments.as_ref();
         let pairs: Vec<(&str, &Value)> = arguments.iter().map(|(k, v)| (k.as_str(), v)).collect();
-        let input = match host.check_input(&tool, &version, FrontDoor::Mcp, &pairs) {
+        let input = match host.check_input(&tool, &version, FrontDoor::Mcp, caller.toolset.as_deref(), &pairs) {
             Ok(input) => input,
             Err(errors) => return Ok(invalid_input(errors).into()),
         };
@@ -681,6 +681,7 @@ impl McpDoor {
             return Ok(error_result("authorization_declined", message, Map::new()).into());
         }
         let mut call = Call::new(input, FrontDoor::Mcp);
+        call.toolset = caller.toolset.as_ref().map(|t| (t.name.clone(), t.version));
         call.end_user = end_user.clone();
         call.trace = scope.parts.and_then(|p| p.extensions.get::<CallerTrace>()).cloned();
         match host.invoke(tool.clone(), version, call).instrument(scope.span.clone()).await {

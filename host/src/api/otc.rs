@@ -18,7 +18,7 @@ use crate::idempotency::Claim;
 use crate::invocation::{InputError, OutputError, ToolError, ToolResult};
 use crate::registry::{Tool, ToolVersion};
 use crate::runtime::CallError;
-use crate::signature::schema;
+use crate::signature::{Signature, Wording, schema};
 use crate::store::{CallKey, StoredToolset};
 use crate::telemetry::CallerTrace;
 use crate::tool_ids::{otc_tool_id, pascal_case, toolkit};
@@ -175,9 +175,13 @@ fn resolve(
 /// The `ToolDefinition` of a version (built once), with its `requirements`:
 /// the accounts it acts with (locked), the secrets the caller must supply,
 /// and `user_id` when a call may need its end user's confirmation (it names
-/// who confirms) or acts with its account.
-fn definition(host: &AppState, tool: &Tool, version: &ToolVersion) -> Value {
-    let mut definition = version.otc_view.get_or_init(|| build_definition(tool, version)).clone();
+/// who confirms) or acts with its account. Under a toolset's root, with
+/// the designer's words (`wording`), it is built again with them.
+fn definition(host: &AppState, tool: &Tool, version: &ToolVersion, wording: Option<&Wording>) -> Value {
+    let mut definition = match wording {
+        None => version.otc_view.get_or_init(|| build_definition(tool, version, &version.signature)).clone(),
+        Some(wording) => build_definition(tool, version, &wording.apply(&version.signature)),
+    };
     let missing = host.missing_secrets(tool, version, &BTreeMap::new());
     if !missing.is_empty() {
         let secrets: Vec<Value> = missing.iter().map(|id| json!({ "id": id })).collect();
@@ -189,8 +193,9 @@ fn definition(host: &AppState, tool: &Tool, version: &ToolVersion) -> Value {
     definition
 }
 
-fn build_definition(tool: &Tool, version: &ToolVersion) -> Value {
-    let signature = &version.signature;
+/// A version's `ToolDefinition` from `signature` (the version's, or it
+/// with a toolset's words).
+fn build_definition(tool: &Tool, version: &ToolVersion, signature: &Signature) -> Value {
     let toolkit = toolkit(tool, version);
     let name = pascal_case(&signature.name);
     let mut definition = json!({
@@ -245,13 +250,13 @@ pub(super) async fn list_tools(
         if let Some(toolset) = caller.toolset.as_deref() {
             // Through a toolset: its tools, each at the version it gives.
             if let Some(version) = ToolHost::version_in(Some(toolset), tool) {
-                definitions.push(definition(&host, tool, &version));
+                definitions.push(definition(&host, tool, &version, ToolHost::wording_in(Some(toolset), &tool.name)));
             }
             continue;
         }
         for version in tool.versions_before(None, usize::MAX) {
             if version.retired_at().is_none() {
-                definitions.push(definition(&host, tool, &version));
+                definitions.push(definition(&host, tool, &version, None));
             }
         }
     }
@@ -464,13 +469,13 @@ pub(super) async fn call_tool(
     request.trace = trace.map(|Extension(trace)| trace);
     let (tool, version) = resolve(&host, &caller.tenant, caller.toolset.as_deref(), &request.tool_id)?;
     let arguments: Vec<(&str, &Value)> = request.input.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let input = match host.check_input(&tool, &version, FrontDoor::Otc, &arguments) {
+    let input = match host.check_input(&tool, &version, FrontDoor::Otc, caller.toolset.as_deref(), &arguments) {
         Ok(input) => input,
         Err(errors) => return Ok(validation_error(errors)),
     };
     let key_id = caller.principal.map(|p| p.key_id).unwrap_or_default();
     let claims_call_id = request.call_id.is_some();
-    let toolset = caller.toolset.as_ref().map(|t| t.name.clone());
+    let toolset = caller.toolset.as_ref().map(|t| (t.name.clone(), t.version));
     let run = run_call(host, options, caller.tenant, toolset, key_id, tool, version, input, request);
     if !claims_call_id {
         // Nothing claimed: the call is the request's, as on A2T and MCP. A
@@ -492,7 +497,7 @@ async fn run_call(
     host: AppState,
     options: Arc<ApiOptions>,
     tenant: String,
-    toolset: Option<String>,
+    toolset: Option<(String, u32)>,
     key_id: String,
     tool: Arc<Tool>,
     version: Arc<ToolVersion>,
@@ -502,6 +507,8 @@ async fn run_call(
     let call_id = request.call_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let mut call = Call::new(input, FrontDoor::Otc);
     call.call_id = call_id.clone();
+    call.toolset = toolset.clone();
+    let toolset = toolset.map(|(name, _)| name);
     // A call id the server made up cannot be retried, so only the caller's
     // are claimed.
     let ticket = match &request.call_id {

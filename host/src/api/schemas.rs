@@ -579,6 +579,8 @@ pub struct UsageItem {
     pub refused: Vec<UsageRefused>,
     /// Calls the tenant's limits refused, by reason.
     pub limited: Vec<UsageLimited>,
+    /// With `?toolset=`: the toolset version the calls came through.
+    pub toolset_version: Option<u32>,
 }
 
 /// Calls refused for one parameter with one code.
@@ -1275,6 +1277,41 @@ pub struct ToolsetEntryRequest {
     /// current version.
     #[schema(minimum = 1)]
     pub version: Option<u32>,
+    /// The designer's description of the tool, served at the toolset's
+    /// roots in place of the vendor's (at most 1,999 characters; absent:
+    /// the vendor's).
+    #[schema(max_length = 1999, example = "Book a seat on a flight the traveller chose.")]
+    pub description: Option<String>,
+    /// The designer's descriptions of inputs, by name (each at most 2,000
+    /// characters; never a private input's).
+    #[serde(rename = "inputDescriptions")]
+    pub input_descriptions: Option<std::collections::BTreeMap<String, String>>,
+    /// The designer's descriptions of outputs, by name.
+    #[serde(rename = "outputDescriptions")]
+    pub output_descriptions: Option<std::collections::BTreeMap<String, String>>,
+    /// The tool version the words were written for: naming the version
+    /// served says its new parameters were reviewed. By default: the
+    /// newest toolset version's while the words and the pin stay the same,
+    /// else the version served.
+    #[serde(rename = "wordsFor")]
+    #[schema(minimum = 1)]
+    pub words_for: Option<u32>,
+}
+
+/// What a designer should look at again in a tool's words.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ToolsetWordingReview {
+    /// Inputs the served version has that the version the words were
+    /// written for lacked, and that the words do not cover (served with the
+    /// vendor's text): "new words to review".
+    pub new_inputs: Vec<String>,
+    /// The same for outputs.
+    pub new_outputs: Vec<String>,
+    /// Worded inputs the served version does not have (not served).
+    pub stale_inputs: Vec<String>,
+    /// The same for outputs.
+    pub stale_outputs: Vec<String>,
 }
 
 /// One tool of a toolset version, as it stands now.
@@ -1297,6 +1334,20 @@ pub struct ToolsetTool {
     /// `retired` (followed, every version retired); `missing`.
     #[schema(pattern = "^(live|retiredPinned|retired|missing)$")]
     pub state: String,
+    /// The designer's description of the tool, if any.
+    pub description: Option<String>,
+    /// The designer's descriptions of inputs, by name, if any.
+    #[serde(rename = "inputDescriptions")]
+    pub input_descriptions: Option<std::collections::BTreeMap<String, String>>,
+    /// The designer's descriptions of outputs, by name, if any.
+    #[serde(rename = "outputDescriptions")]
+    pub output_descriptions: Option<std::collections::BTreeMap<String, String>>,
+    /// The tool version the words were checked against when this toolset
+    /// version was written (present with words).
+    #[serde(rename = "wordsFor")]
+    pub words_for: Option<u32>,
+    /// With words: what to review now.
+    pub review: Option<ToolsetWordingReview>,
 }
 
 /// The URLs a toolset is served at.

@@ -9,6 +9,7 @@
 
 use super::{Access, ApiError, ApiOptions, AppState, Caller, Routes, Scope, schemas};
 use crate::host::toolsets::{EntryState, ToolsetTool};
+use crate::signature::Wording;
 use crate::store::{StoredToolset, ToolsetEntry};
 use axum::Extension;
 use axum::body::Bytes;
@@ -20,8 +21,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-/// A toolset's `PUT` body: 64 tools and a description fit well within.
-const MAX_TOOLSET_BYTES: usize = 64 << 10;
+/// A toolset's `PUT` body: 64 tools, a description and the most words a
+/// toolset version may hold (`MAX_WORDING_CHARS_PER_TOOLSET`, escaped) fit
+/// within.
+const MAX_TOOLSET_BYTES: usize = 256 << 10;
 
 /// The toolsets' admin routes.
 pub(super) fn routes(routes: Routes) -> Routes {
@@ -44,11 +47,22 @@ struct ToolsetRequest {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct EntryRequest {
     name: String,
     #[serde(default)]
     version: Option<u32>,
+    /// The designer's words (docs/toolsets.md): texts only.
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    input_descriptions: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    output_descriptions: std::collections::BTreeMap<String, String>,
+    /// The tool version the words were written for (to say a followed
+    /// tool's new parameters were reviewed); by default the one served.
+    #[serde(default)]
+    words_for: Option<u32>,
 }
 
 /// A toolset version as JSON: what it says, each tool as it stands now,
@@ -81,13 +95,22 @@ fn tool_json(tool: &ToolsetTool) -> Value {
         EntryState::Retired => "retired",
         EntryState::Missing => "missing",
     };
-    json!({
+    let mut json = json!({
         "name": tool.entry.name,
         "version": tool.entry.version,
         "toolId": tool.tool.as_ref().map(|t| t.id.to_string()),
         "resolvedVersion": tool.version.as_ref().map(|v| v.number),
         "state": state,
-    })
+    });
+    // The designer's words as stored, `wordsFor` among them, and what to
+    // review now.
+    if let Value::Object(words) = serde_json::to_value(&tool.entry.wording).unwrap_or_default() {
+        json.as_object_mut().into_iter().for_each(|j| j.extend(words.clone()));
+    }
+    if let Some(review) = &tool.review {
+        json["review"] = serde_json::to_value(review).unwrap_or_default();
+    }
+    json
 }
 
 /// The tenant's toolsets, each at its newest version.
@@ -156,7 +179,7 @@ pub(super) async fn get_toolset(
     responses(
         (status = 200, description = "The same content as its newest version: nothing changed", body = schemas::Toolset),
         (status = 201, description = "A new version (version 1: a new toolset)", body = schemas::Toolset),
-        (status = 400, description = "`invalid_json`, `invalid_toolset` (a name, a description or a list of tools out of bounds, a tool named twice)", body = schemas::ErrorBody),
+        (status = 400, description = "`invalid_json`, `invalid_toolset` (a name, a description or a list of tools out of bounds, a tool named twice, more words than a toolset version holds); `invalid_wording` (a tool's words name a parameter its version lacks or a private input, or a text is empty or too long: `tool` and `parameter` say which)", body = schemas::ErrorBody),
         (status = 404, description = "`toolset_tool_not_found`: the tenant has no such tool; `toolset_version_not_found`: the tool has no such version", body = schemas::ErrorBody),
         (status = 409, description = "`toolset_version_retired`: a pinned version (or every version of a followed tool) is retired; `quota_exceeded`: too many toolsets, or versions of this one", body = schemas::ErrorBody),
         (status = 503, description = "`busy`: another replica changed the toolset at the same time; `storage_failed`", body = schemas::ErrorBody, headers(("Retry-After" = u64, description = "Seconds"))),
@@ -182,7 +205,13 @@ pub(super) async fn put_toolset(
         if entry.version == Some(0) {
             return Err(ApiError::bad_request("invalid_toolset", "versions are whole numbers from 1"));
         }
-        tools.push(ToolsetEntry { name: entry.name, version: entry.version });
+        let wording = Wording {
+            description: entry.description,
+            input_descriptions: entry.input_descriptions,
+            output_descriptions: entry.output_descriptions,
+            words_for: entry.words_for,
+        };
+        tools.push(ToolsetEntry { name: entry.name, version: entry.version, wording });
     }
     let put = host.put_toolset(caller.principal()?, &caller.tenant, &name, &request.description, &tools)?;
     let status = if put.created { StatusCode::CREATED } else { StatusCode::OK };

@@ -625,6 +625,9 @@ impl ToolHost {
                 authorizations: Default::default(),
                 end_user: Some(c.end_user.clone()),
                 front_door: c.door(),
+                // Counted at the tenant's root: the transaction does not
+                // keep the toolset its call came through.
+                toolset: None,
                 confirmed: Some(confirmed),
                 rate: None,
                 redact: private

@@ -107,6 +107,7 @@ impl ToolHost {
             elapsed,
             outbound: seen.outbound.take(),
             refused: limited.as_ref().map_or(&[], |l| &l[..]),
+            toolset: seen.toolset.as_ref().map(|(name, version)| (name.as_str(), *version)),
         });
         let entry = ConsoleEntry {
             seq: 0,
@@ -621,6 +622,7 @@ fn rate(quota: &Tenant) -> Result<(), InvokeError> {
 /// What a call is counted by, once it ends.
 struct Seen {
     door: crate::door::FrontDoor,
+    toolset: Option<(String, u32)>,
     call_id: String,
     started: std::time::Instant,
     lines: runtime::CallLines,
@@ -631,6 +633,7 @@ impl Seen {
     fn of(call: &Call) -> Seen {
         Seen {
             door: call.front_door,
+            toolset: call.toolset.clone(),
             call_id: call.call_id.clone(),
             started: std::time::Instant::now(),
             lines: runtime::CallLines::default(),

@@ -24,7 +24,7 @@ use crate::door::FrontDoor;
 use crate::invocation::{self, InputError};
 use crate::registry::{Tool, ToolVersion};
 use crate::runtime::CallError;
-use crate::store::StoredSetting;
+use crate::store::{StoredSetting, StoredToolset};
 use crate::tenancy::{AuditEntry, Principal};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -86,28 +86,36 @@ impl ToolHost {
     /// Checks a call's named values against `version`'s signature and
     /// builds its `input` record ([`invocation::input_record`]); a refusal
     /// is recorded for the tool's publisher (console and usage) before it
-    /// is returned.
+    /// is returned, and for the designer of the toolset whose root the call
+    /// came through (`toolset`), if one.
     pub fn check_input(
         &self,
         tool: &Tool,
         version: &ToolVersion,
         door: FrontDoor,
+        toolset: Option<&StoredToolset>,
         arguments: &[(&str, &Value)],
     ) -> Result<Val, Vec<InputError>> {
         let started = Instant::now();
         invocation::input_record(&version.signature, arguments)
-            .inspect_err(|errors| self.refused_input(tool, version, door, errors, arguments, started))
+            .inspect_err(|errors| self.refused_input(tool, version, (door, toolset), errors, arguments, started))
     }
 
     /// [`Self::check_input`] for an A2T invocation body (`name` and
     /// `input_parameters`): the first error.
-    pub fn check_a2t_input(&self, tool: &Tool, version: &ToolVersion, body: &Value) -> Result<Val, InputError> {
+    pub fn check_a2t_input(
+        &self,
+        tool: &Tool,
+        version: &ToolVersion,
+        toolset: Option<&StoredToolset>,
+        body: &Value,
+    ) -> Result<Val, InputError> {
         let started = Instant::now();
         let arguments = invocation::a2t_arguments(&version.signature, body).inspect_err(|e| {
-            self.refused_input(tool, version, FrontDoor::A2t, std::slice::from_ref(e), &[], started)
+            self.refused_input(tool, version, (FrontDoor::A2t, toolset), std::slice::from_ref(e), &[], started)
         })?;
         // `input_record` reports at least one error when it fails.
-        self.check_input(tool, version, FrontDoor::A2t, &arguments).map_err(|mut errors| errors.swap_remove(0))
+        self.check_input(tool, version, FrontDoor::A2t, toolset, &arguments).map_err(|mut errors| errors.swap_remove(0))
     }
 
     /// Records a call refused for its inputs: a console entry and a usage
@@ -117,7 +125,7 @@ impl ToolHost {
         &self,
         tool: &Tool,
         version: &ToolVersion,
-        door: FrontDoor,
+        (door, toolset): (FrontDoor, Option<&StoredToolset>),
         errors: &[InputError],
         arguments: &[(&str, &Value)],
         started: Instant,
@@ -164,6 +172,7 @@ impl ToolHost {
             elapsed,
             outbound: BTreeMap::new(),
             refused: &keys,
+            toolset: toolset.map(|t| (t.name.as_str(), t.version)),
         });
         self.console.record(
             &tool.tenant,

@@ -1010,7 +1010,7 @@ fn toolset_versions_diff_by_pin_resolve_their_tools_now_and_survive_a_restart() 
     let one = host.deploy(&actor, DEFAULT_TENANT, &packed("1"), None).unwrap();
     host.deploy(&actor, DEFAULT_TENANT, &packed("2"), None).unwrap();
     let name = host.registry().get(&one.tool_id).unwrap().name.clone();
-    let entry = |version| ToolsetEntry { name: name.clone(), version };
+    let entry = |version| ToolsetEntry { name: name.clone(), version, ..Default::default() };
 
     let first = host.put_toolset(&actor, DEFAULT_TENANT, "travel", "d", &[entry(Some(1))]).unwrap();
     assert!(first.created);
@@ -1077,7 +1077,7 @@ fn refusals_keep_no_private_value_and_made_up_names_never_reach_the_store() {
     let (tool, version) = host.resolve(DEFAULT_TENANT, &id, None).unwrap();
     let number = serde_json::json!(42);
     let refuse = |name: &str| {
-        let refused = host.check_input(&tool, &version, FrontDoor::Otc, &[(name, &number), ("text", &number)]);
+        let refused = host.check_input(&tool, &version, FrontDoor::Otc, None, &[(name, &number), ("text", &number)]);
         assert!(refused.is_err());
     };
     refuse("made_up_first");
@@ -1112,7 +1112,7 @@ fn refusals_keep_no_private_value_and_made_up_names_never_reach_the_store() {
     host.set_console_settings(&actor, DEFAULT_TENANT, ConsoleSettings { show_offending_values: true }).unwrap();
     let (tool, version) = host.resolve(DEFAULT_TENANT, &id, None).unwrap();
     let account = serde_json::json!("DE89370400440532013000");
-    let refused = host.check_input(&tool, &version, FrontDoor::Mcp, &[("text", &account)]).unwrap_err();
+    let refused = host.check_input(&tool, &version, FrontDoor::Mcp, None, &[("text", &account)]).unwrap_err();
     assert_eq!(refused[0].code, "private_parameter");
     let entry = &host.recent_calls(DEFAULT_TENANT, &ConsoleFilter::default(), None, 1)[0];
     assert_eq!(entry.refused, [Refusal { parameter: Some("text".into()), code: "private_parameter", value: None }]);

@@ -12,7 +12,7 @@
 
 use super::{InvokeError, ToolHost};
 use crate::registry::{Tool, ToolVersion};
-use crate::signature::SignatureDiff;
+use crate::signature::{MAX_WORDING_CHARS_PER_TOOLSET, Review, SignatureDiff, Wording};
 use crate::store::{StoreError, StoredToolset, ToolsetEntry};
 use crate::tenancy::{AuditEntry, Principal, unix_now};
 use serde::Serialize;
@@ -70,6 +70,17 @@ pub enum ToolsetError {
     /// A pinned version is retired (or every version of a followed tool is).
     #[error("{0}")]
     Retired(String),
+    /// A tool's words are refused: a parameter the version lacks, a private
+    /// input, a text out of bounds.
+    #[error("{message}")]
+    Wording {
+        /// The tool.
+        tool: String,
+        /// The parameter, when the refusal is about one.
+        parameter: Option<String>,
+        /// Why.
+        message: String,
+    },
     /// No such toolset in the tenant.
     #[error("there is no toolset `{0}`")]
     NotFound(String),
@@ -149,6 +160,10 @@ pub struct ToolsetTool {
     pub version: Option<Arc<ToolVersion>>,
     /// Where it stands.
     pub state: EntryState,
+    /// For a tool with the designer's words and a version served: the
+    /// parameters to look at again (new since the words were written, or
+    /// worded and gone).
+    pub review: Option<Review>,
 }
 
 /// What changed for one tool between two toolset versions.
@@ -185,6 +200,50 @@ pub struct ToolsetDiff {
     pub removed: Vec<ToolsetEntry>,
     /// Tools in both whose pin changed.
     pub changed: Vec<ToolsetToolChange>,
+    /// Tools in both whose words changed, each text that changed.
+    pub reworded: Vec<RewordedTool>,
+}
+
+/// A tool of both toolset versions whose words changed.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RewordedTool {
+    /// The tool.
+    pub name: String,
+    /// Each text that changed.
+    pub changes: Vec<WordChange>,
+}
+
+/// One text of a tool's words, before and after (`None`: the vendor's).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WordChange {
+    /// `description`, `input.NAME` or `output.NAME`.
+    pub field: String,
+    /// The older toolset version's words.
+    pub from: Option<String>,
+    /// The newer's.
+    pub to: Option<String>,
+}
+
+/// The texts of two wordings that differ, by field.
+fn word_changes(old: &Wording, new: &Wording) -> Vec<WordChange> {
+    let mut changes = Vec::new();
+    if old.description != new.description {
+        changes.push(WordChange { field: "description".into(), from: old.description.clone(), to: new.description.clone() });
+    }
+    for (kind, old, new) in
+        [("input", &old.input_descriptions, &new.input_descriptions), ("output", &old.output_descriptions, &new.output_descriptions)]
+    {
+        let names: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+        for name in names {
+            let (from, to) = (old.get(name), new.get(name));
+            if from != to {
+                changes.push(WordChange { field: format!("{kind}.{name}"), from: from.cloned(), to: to.cloned() });
+            }
+        }
+    }
+    changes
 }
 
 impl ToolsetDiff {
@@ -258,7 +317,14 @@ impl ToolHost {
                         None => (None, EntryState::Missing),
                     },
                 };
-                ToolsetTool { entry: entry.clone(), tool, version, state }
+                let review = match (&tool, &version) {
+                    (Some(tool), Some(served)) if !entry.wording.is_empty() => {
+                        let written_for = entry.wording.words_for.and_then(|n| tool.version(n));
+                        Some(entry.wording.review(&served.signature, written_for.as_ref().map(|v| &*v.signature)))
+                    }
+                    _ => None,
+                };
+                ToolsetTool { entry: entry.clone(), tool, version, state, review }
             })
             .collect()
     }
@@ -275,6 +341,14 @@ impl ToolHost {
     /// [`Self::tool_in`] by the tool's name.
     pub fn tool_named_in(&self, tenant: &str, toolset: Option<&StoredToolset>, name: &str) -> Option<Arc<Tool>> {
         self.registry.by_name(tenant, name).filter(|tool| Self::in_view(toolset, tool))
+    }
+
+    /// The designer's words for `tool` in the view `toolset`, when it has
+    /// any: the doors serve them in place of the vendor's
+    /// ([`Wording::apply`]); the tenant's whole catalogue (`None`) has none.
+    pub fn wording_in<'a>(toolset: Option<&'a StoredToolset>, tool: &str) -> Option<&'a Wording> {
+        let entry = toolset?.tools.iter().find(|t| t.name == tool)?;
+        (!entry.wording.is_empty()).then_some(&entry.wording)
     }
 
     /// Whether the view `toolset` (`None`: the tenant's whole catalogue)
@@ -354,7 +428,7 @@ impl ToolHost {
         let new = self.toolset(tenant, name, Some(to))?;
         let olds: BTreeMap<&str, Option<u32>> = old.tools.iter().map(|t| (t.name.as_str(), t.version)).collect();
         let news: BTreeMap<&str, Option<u32>> = new.tools.iter().map(|t| (t.name.as_str(), t.version)).collect();
-        let entry = |name: &str, version| ToolsetEntry { name: name.to_string(), version };
+        let entry = |name: &str, version| ToolsetEntry { name: name.to_string(), version, ..Default::default() };
         let added = news.iter().filter(|(n, _)| !olds.contains_key(*n)).map(|(n, v)| entry(n, *v)).collect();
         let removed = olds.iter().filter(|(n, _)| !news.contains_key(*n)).map(|(n, v)| entry(n, *v)).collect();
         let reach = |tool: &Tool, pin: Option<u32>| match pin {
@@ -375,6 +449,15 @@ impl ToolHost {
                 })
             })
             .collect();
+        let reworded = old
+            .tools
+            .iter()
+            .filter_map(|before| {
+                let after = new.tools.iter().find(|t| t.name == before.name)?;
+                let changes = word_changes(&before.wording, &after.wording);
+                (!changes.is_empty()).then(|| RewordedTool { name: before.name.clone(), changes })
+            })
+            .collect();
         Some(ToolsetDiff {
             name: name.to_string(),
             from,
@@ -383,6 +466,7 @@ impl ToolHost {
             added,
             removed,
             changed,
+            reworded,
         })
     }
 
@@ -452,6 +536,7 @@ impl ToolHost {
             by_name.get(&(tenant.to_string(), name.to_string())).and_then(|v| v.last().cloned())
         };
         let live = newest.as_ref().filter(|n| n.deleted_at.is_none());
+        self.check_wording(tenant, live.map(|l| &**l), &mut tools)?;
         if let Some(live) = live
             && live.description == description
             && live.tools == tools
@@ -516,6 +601,55 @@ impl ToolHost {
         self.registry.changed(tenant);
         tracing::info!(tenant, toolset = name, version, "toolset version created");
         Ok(PutToolset { toolset: stored, created: true })
+    }
+
+    /// Checks each tool's words against the version they are served with
+    /// (its pin, or its current version) and records the version they were
+    /// written for (`words_for`): the one the caller names, if it is that
+    /// version or an older one (a form shown for it); else the newest
+    /// toolset version's when the words and the pin are unchanged, so that
+    /// an unrelated edit does not mark a followed tool's new parameters
+    /// reviewed; else the version served.
+    fn check_wording(
+        &self,
+        tenant: &str,
+        newest: Option<&StoredToolset>,
+        tools: &mut [ToolsetEntry],
+    ) -> Result<(), ToolsetError> {
+        let total: usize = tools.iter().map(|t| t.wording.chars()).sum();
+        if total > MAX_WORDING_CHARS_PER_TOOLSET {
+            return Err(ToolsetError::Invalid(format!(
+                "a toolset version's words are at most {MAX_WORDING_CHARS_PER_TOOLSET} characters in all (these are {total})"
+            )));
+        }
+        for entry in tools.iter_mut() {
+            if entry.wording.is_empty() {
+                entry.wording.words_for = None;
+                continue;
+            }
+            // The loop before found every tool and version live.
+            let Some(tool) = self.registry.by_name(tenant, &entry.name) else { continue };
+            let Some(served) = (match entry.version {
+                Some(n) => tool.version(n),
+                None => tool.current(),
+            }) else {
+                continue;
+            };
+            entry.wording.check(&tool.name, &served.signature).map_err(|e| ToolsetError::Wording {
+                tool: tool.name.clone(),
+                parameter: e.parameter,
+                message: e.message,
+            })?;
+            let unchanged = newest.and_then(|n| n.tools.iter().find(|t| t.name == entry.name)).filter(|before| {
+                before.version == entry.version
+                    && Wording { words_for: None, ..before.wording.clone() }
+                        == Wording { words_for: None, ..entry.wording.clone() }
+            });
+            let given = entry.wording.words_for.filter(|n| *n <= served.number && tool.version(*n).is_some());
+            entry.wording.words_for =
+                given.or_else(|| unchanged.and_then(|before| before.wording.words_for)).or(Some(served.number));
+        }
+        Ok(())
     }
 
     /// Deletes a toolset: its roots answer `404`, and the keys scoped to it

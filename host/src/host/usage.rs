@@ -56,6 +56,9 @@ struct Key {
     outcome: String,
     granularity: &'static str,
     bucket: i64,
+    /// The toolset (name, version) whose root the calls came through:
+    /// the designer's count (`None`: the vendor's, of every call).
+    toolset: Option<(String, u32)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -97,6 +100,9 @@ pub(super) struct Counted<'a> {
     /// parameter one of the signature's or a fixed placeholder, the code
     /// one of a fixed set (`host/refusals.rs`).
     pub refused: &'a [(&'a str, &'static str)],
+    /// The toolset (name, version) whose root it came through, if one:
+    /// it is counted for the toolset's designer too.
+    pub toolset: Option<(&'a str, u32)>,
 }
 
 impl UsageState {
@@ -140,6 +146,7 @@ impl UsageState {
             outcome: call.outcome.to_string(),
             granularity: "minute",
             bucket: now - now.rem_euclid(60),
+            toolset: None,
         };
         let add = |cell: &mut Totals| {
             cell.calls += 1;
@@ -165,13 +172,19 @@ impl UsageState {
             cell.dirty = true;
         };
         let mut totals = self.totals();
-        for (granularity, width) in [("minute", 60), ("hour", 3600)] {
-            (key.granularity, key.bucket) = (granularity, now - now.rem_euclid(width));
-            match totals.get_mut(&key) {
-                Some(cell) => add(cell),
-                None => add(totals
-                    .entry(key.clone())
-                    .or_insert_with(|| Totals { histogram: vec![0; RANGES], ..Totals::default() })),
+        // The vendor's count, then the toolset designer's (a call through
+        // a toolset's root is both).
+        let views = std::iter::once(None).chain(call.toolset.map(|(name, version)| Some((name.to_string(), version))));
+        for toolset in views {
+            key.toolset = toolset;
+            for (granularity, width) in [("minute", 60), ("hour", 3600)] {
+                (key.granularity, key.bucket) = (granularity, now - now.rem_euclid(width));
+                match totals.get_mut(&key) {
+                    Some(cell) => add(cell),
+                    None => add(totals
+                        .entry(key.clone())
+                        .or_insert_with(|| Totals { histogram: vec![0; RANGES], ..Totals::default() })),
+                }
             }
         }
     }
@@ -203,6 +216,7 @@ impl UsageState {
                         histogram: t.histogram.clone(),
                         outbound: t.outbound.clone(),
                         refused: t.refused.clone(),
+                        toolset: k.toolset.clone(),
                     }
                 })
                 .collect();
@@ -327,13 +341,24 @@ impl ToolHost {
 
     /// A tenant's usage over `window` (`hour`, `day` or `week`), per tool
     /// version and door, every replica's rows summed; `tool` (a name or
-    /// id) keeps one tool's.
-    pub fn usage(&self, tenant: &str, window_name: &str, tool: Option<&str>) -> Result<Value, StoreError> {
+    /// id) keeps one tool's. With `toolset`, only the calls made through
+    /// that toolset's roots, per toolset version too (`toolsetVersion`):
+    /// the designer's view of how each version's words do.
+    pub fn usage(
+        &self,
+        tenant: &str,
+        window_name: &str,
+        tool: Option<&str>,
+        toolset: Option<&str>,
+    ) -> Result<Value, StoreError> {
         let (granularity, span) = window(window_name).unwrap_or(("minute", 3600));
         let width = if granularity == "minute" { 60 } else { 3600 };
         let since = unix_now() - span;
         let since = since - since.rem_euclid(width);
-        let rows = self.store.usage(tenant, granularity, since)?;
+        let rows = match toolset {
+            Some(toolset) => self.store.toolset_usage(tenant, toolset, granularity, since)?,
+            None => self.store.usage(tenant, granularity, since)?,
+        };
         #[derive(Default)]
         struct Sum {
             tool: String,
@@ -346,9 +371,11 @@ impl ToolHost {
             /// (parameter, code) → refused calls.
             refused: BTreeMap<(String, String), u64>,
         }
-        let mut grouped: BTreeMap<(String, u32, String), Sum> = BTreeMap::new();
+        let mut grouped: BTreeMap<(String, u32, String, Option<u32>), Sum> = BTreeMap::new();
         for r in rows.iter().filter(|r| tool.is_none_or(|t| t == r.tool || t == r.tool_id)) {
-            let sum = grouped.entry((r.tool_id.clone(), r.version, r.door.clone())).or_insert_with(|| Sum {
+            let toolset_version = r.toolset.as_ref().map(|(_, n)| *n);
+            let key = (r.tool_id.clone(), r.version, r.door.clone(), toolset_version);
+            let sum = grouped.entry(key).or_insert_with(|| Sum {
                 tool: r.tool.clone(),
                 histogram: vec![0; RANGES],
                 ..Sum::default()
@@ -375,7 +402,7 @@ impl ToolHost {
         }
         let items: Vec<Value> = grouped
             .into_iter()
-            .map(|((tool_id, version, door), sum)| {
+            .map(|((tool_id, version, door, toolset_version), sum)| {
                 let calls: u64 = sum.outcomes.values().sum();
                 let latency: Map<String, Value> = [("p50", 0.5), ("p95", 0.95), ("p99", 0.99)]
                     .into_iter()
@@ -392,7 +419,7 @@ impl ToolHost {
                     .map(|((host, status), requests)| json!({ "host": host, "status": status, "requests": requests }))
                     .collect();
                 let (refused, limited) = refused_json(sum.refused);
-                json!({
+                let mut item = json!({
                     "tool": sum.tool,
                     "toolId": tool_id,
                     "version": version,
@@ -404,7 +431,11 @@ impl ToolHost {
                     "outbound": outbound,
                     "refused": refused,
                     "limited": limited,
-                })
+                });
+                if let Some(n) = toolset_version {
+                    item["toolsetVersion"] = n.into();
+                }
+                item
             })
             .collect();
         Ok(json!({ "window": window_name, "since": since, "bucketSeconds": width, "items": items }))

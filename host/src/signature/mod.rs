@@ -9,9 +9,11 @@ pub mod a2t;
 mod derive;
 mod diff;
 pub mod schema;
+mod wording;
 
 pub use derive::{DeriveError, derive};
 pub use diff::{Change, SignatureDiff};
+pub use wording::{MAX_WORDING_CHARS_PER_TOOLSET, Review, Wording, WordingError};
 
 use serde::{Deserialize, Serialize};
 

@@ -143,17 +143,26 @@ pub struct UsageRow {
     /// The calls refused before they ran: parameter → code → calls (the
     /// parameters a signature's or placeholders, the codes a fixed set).
     pub refused: std::collections::BTreeMap<String, std::collections::BTreeMap<String, u64>>,
+    /// For the calls made through a toolset's root, that toolset's name
+    /// and version: such rows are the designer's, kept apart
+    /// ([`RegistryStore::toolset_usage`]); the vendor's rows (`None`)
+    /// count every call, these included.
+    pub toolset: Option<(String, u32)>,
 }
 
 /// One tool of a toolset: its name, and the version it is pinned to
 /// (`None`: it follows the tool's current version).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub struct ToolsetEntry {
     /// The tool's name in the tenant.
     pub name: String,
     /// The pinned version; `None` follows the current one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<u32>,
+    /// The designer's words for it, in place of the vendor's (stored in
+    /// the same JSON: rows from before words existed read as none).
+    #[serde(flatten, default)]
+    pub wording: crate::signature::Wording,
 }
 
 /// One version of a tenant's toolset, as persisted (`host/toolsets.rs`).
@@ -689,6 +698,15 @@ pub trait RegistryStore: Send + Sync {
     /// Writes usage buckets (replacing a row of the same key: each replica
     /// writes its own totals).
     fn put_usage(&self, rows: &[UsageRow]) -> Result<(), StoreError>;
+    /// A tenant's usage buckets of calls through its toolset `toolset`
+    /// (every version of it), of one granularity from `since`.
+    fn toolset_usage(
+        &self,
+        tenant: &str,
+        toolset: &str,
+        granularity: &str,
+        since: i64,
+    ) -> Result<Vec<UsageRow>, StoreError>;
     /// A tenant's usage buckets of one granularity from `since` (Unix
     /// seconds), every replica's.
     fn usage(&self, tenant: &str, granularity: &str, since: i64) -> Result<Vec<UsageRow>, StoreError>;

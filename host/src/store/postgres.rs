@@ -473,6 +473,27 @@ macro_rules! audited_within_bound {
 // After `audited!`, which it uses.
 mod authorizations;
 
+/// A usage bucket from the first 14 columns both usage tables share.
+fn usage_row(r: &sqlx::postgres::PgRow) -> Result<UsageRow, sqlx::Error> {
+    Ok(UsageRow {
+        tenant: r.try_get(0)?,
+        tool_id: r.try_get(1)?,
+        tool: r.try_get(2)?,
+        version: u32::try_from(r.try_get::<i64, _>(3)?).unwrap_or(0),
+        door: r.try_get(4)?,
+        outcome: r.try_get(5)?,
+        granularity: r.try_get(6)?,
+        bucket: r.try_get(7)?,
+        replica: r.try_get(8)?,
+        calls: u64::try_from(r.try_get::<i64, _>(9)?).unwrap_or(0),
+        total_ms: r.try_get(10)?,
+        histogram: serde_json::from_str(&r.try_get::<String, _>(11)?).unwrap_or_default(),
+        outbound: serde_json::from_str(&r.try_get::<String, _>(12)?).unwrap_or_default(),
+        refused: serde_json::from_str(&r.try_get::<String, _>(13)?).unwrap_or_default(),
+        toolset: None,
+    })
+}
+
 impl RegistryStore for PostgresStore {
     fn versions(&self) -> Result<Vec<StoredVersion>, StoreError> {
         let pool = self.pool.clone();
@@ -1529,6 +1550,35 @@ impl RegistryStore for PostgresStore {
         self.run(async move {
             let mut tx = pool.begin().await.map_err(db)?;
             for r in rows {
+                if let Some((toolset, toolset_version)) = &r.toolset {
+                    sqlx::query(
+                        "INSERT INTO toolset_usage_buckets (tenant, toolset, toolset_version, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound, refused)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+                         ON CONFLICT (tenant, toolset, granularity, bucket, toolset_version, tool_id, version, door, outcome, replica)
+                         DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram,
+                             outbound = excluded.outbound, refused = excluded.refused",
+                    )
+                    .bind(&r.tenant)
+                    .bind(toolset)
+                    .bind(i64::from(*toolset_version))
+                    .bind(&r.tool_id)
+                    .bind(&r.tool)
+                    .bind(i64::from(r.version))
+                    .bind(&r.door)
+                    .bind(&r.outcome)
+                    .bind(&r.granularity)
+                    .bind(r.bucket)
+                    .bind(&r.replica)
+                    .bind(i64::try_from(r.calls).unwrap_or(i64::MAX))
+                    .bind(r.total_ms)
+                    .bind(serde_json::to_string(&r.histogram).unwrap_or_default())
+                    .bind(serde_json::to_string(&r.outbound).unwrap_or_default())
+                    .bind(serde_json::to_string(&r.refused).unwrap_or_default())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+                    continue;
+                }
                 sqlx::query(
                     "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound, refused)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
@@ -1559,6 +1609,40 @@ impl RegistryStore for PostgresStore {
         })
     }
 
+    fn toolset_usage(
+        &self,
+        tenant: &str,
+        toolset: &str,
+        granularity: &str,
+        since: i64,
+    ) -> Result<Vec<UsageRow>, StoreError> {
+        let (pool, tenant, toolset, granularity) =
+            (self.pool.clone(), tenant.to_string(), toolset.to_string(), granularity.to_string());
+        let rows = self.run(async move {
+            sqlx::query(
+                "SELECT tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram,
+                        outbound, refused, toolset, toolset_version
+                 FROM toolset_usage_buckets WHERE tenant = $1 AND toolset = $2 AND granularity = $3 AND bucket >= $4
+                 ORDER BY bucket",
+            )
+            .bind(tenant)
+            .bind(toolset)
+            .bind(granularity)
+            .bind(since)
+            .fetch_all(&pool)
+            .await
+            .map_err(db)
+        })?;
+        rows.iter()
+            .map(|r| {
+                let mut row = usage_row(r)?;
+                row.toolset = Some((r.try_get(14)?, u32::try_from(r.try_get::<i64, _>(15)?).unwrap_or(0)));
+                Ok(row)
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(db)
+    }
+
     fn usage(&self, tenant: &str, granularity: &str, since: i64) -> Result<Vec<UsageRow>, StoreError> {
         let (pool, tenant, granularity) = (self.pool.clone(), tenant.to_string(), granularity.to_string());
         let rows = self.run(async move {
@@ -1574,39 +1658,26 @@ impl RegistryStore for PostgresStore {
             .await
             .map_err(db)
         })?;
-        rows.iter()
-            .map(|r| {
-                Ok(UsageRow {
-                    tenant: r.try_get(0)?,
-                    tool_id: r.try_get(1)?,
-                    tool: r.try_get(2)?,
-                    version: u32::try_from(r.try_get::<i64, _>(3)?).unwrap_or(0),
-                    door: r.try_get(4)?,
-                    outcome: r.try_get(5)?,
-                    granularity: r.try_get(6)?,
-                    bucket: r.try_get(7)?,
-                    replica: r.try_get(8)?,
-                    calls: u64::try_from(r.try_get::<i64, _>(9)?).unwrap_or(0),
-                    total_ms: r.try_get(10)?,
-                    histogram: serde_json::from_str(&r.try_get::<String, _>(11)?).unwrap_or_default(),
-                    outbound: serde_json::from_str(&r.try_get::<String, _>(12)?).unwrap_or_default(),
-                    refused: serde_json::from_str(&r.try_get::<String, _>(13)?).unwrap_or_default(),
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(db)
+        rows.iter().map(usage_row).collect::<Result<_, sqlx::Error>>().map_err(db)
     }
 
     fn sweep_usage(&self, granularity: &str, before: i64) -> Result<u64, StoreError> {
         let (pool, granularity) = (self.pool.clone(), granularity.to_string());
         self.run(async move {
-            let done = sqlx::query("DELETE FROM usage_buckets WHERE granularity = $1 AND bucket < $2")
-                .bind(granularity)
-                .bind(before)
-                .execute(&pool)
-                .await
-                .map_err(db)?;
-            Ok(done.rows_affected())
+            let mut deleted = 0;
+            for statement in [
+                "DELETE FROM usage_buckets WHERE granularity = $1 AND bucket < $2",
+                "DELETE FROM toolset_usage_buckets WHERE granularity = $1 AND bucket < $2",
+            ] {
+                let done = sqlx::query(statement)
+                    .bind(&granularity)
+                    .bind(before)
+                    .execute(&pool)
+                    .await
+                    .map_err(db)?;
+                deleted += done.rows_affected();
+            }
+            Ok(deleted)
         })
     }
 

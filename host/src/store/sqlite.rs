@@ -321,6 +321,27 @@ fn decode_error(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Decode(what.to_string(), serde_json::Error::io(std::io::Error::other(e.to_string())))
 }
 
+/// A usage bucket from the first 14 columns both usage tables share.
+fn usage_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<UsageRow> {
+    Ok(UsageRow {
+        tenant: r.get(0)?,
+        tool_id: r.get(1)?,
+        tool: r.get(2)?,
+        version: r.get(3)?,
+        door: r.get(4)?,
+        outcome: r.get(5)?,
+        granularity: r.get(6)?,
+        bucket: r.get(7)?,
+        replica: r.get(8)?,
+        calls: r.get::<_, i64>(9)?.max(0) as u64,
+        total_ms: r.get(10)?,
+        histogram: serde_json::from_str(&r.get::<_, String>(11)?).unwrap_or_default(),
+        outbound: serde_json::from_str(&r.get::<_, String>(12)?).unwrap_or_default(),
+        refused: serde_json::from_str(&r.get::<_, String>(13)?).unwrap_or_default(),
+        toolset: None,
+    })
+}
+
 impl RegistryStore for SqliteStore {
     fn versions(&self) -> Result<Vec<StoredVersion>, StoreError> {
         let conn = self.conn();
@@ -994,6 +1015,34 @@ impl RegistryStore for SqliteStore {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         for r in rows {
+            if let Some((toolset, toolset_version)) = &r.toolset {
+                tx.execute(
+                    "INSERT INTO toolset_usage_buckets (tenant, toolset, toolset_version, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound, refused)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+                     ON CONFLICT (tenant, toolset, granularity, bucket, toolset_version, tool_id, version, door, outcome, replica)
+                     DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram,
+                         outbound = excluded.outbound, refused = excluded.refused",
+                    params![
+                        r.tenant,
+                        toolset,
+                        toolset_version,
+                        r.tool_id,
+                        r.tool,
+                        r.version,
+                        r.door,
+                        r.outcome,
+                        r.granularity,
+                        r.bucket,
+                        r.replica,
+                        r.calls as i64,
+                        r.total_ms,
+                        serde_json::to_string(&r.histogram).unwrap_or_default(),
+                        serde_json::to_string(&r.outbound).unwrap_or_default(),
+                        serde_json::to_string(&r.refused).unwrap_or_default()
+                    ],
+                )?;
+                continue;
+            }
             tx.execute(
                 "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound, refused)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
@@ -1022,6 +1071,28 @@ impl RegistryStore for SqliteStore {
         Ok(())
     }
 
+    fn toolset_usage(
+        &self,
+        tenant: &str,
+        toolset: &str,
+        granularity: &str,
+        since: i64,
+    ) -> Result<Vec<UsageRow>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram,
+                    outbound, refused, toolset, toolset_version
+             FROM toolset_usage_buckets WHERE tenant = ?1 AND toolset = ?2 AND granularity = ?3 AND bucket >= ?4
+             ORDER BY bucket",
+        )?;
+        let rows = stmt.query_map(params![tenant, toolset, granularity, since], |r| {
+            let mut row = usage_row(r)?;
+            row.toolset = Some((r.get(14)?, r.get(15)?));
+            Ok(row)
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     fn usage(&self, tenant: &str, granularity: &str, since: i64) -> Result<Vec<UsageRow>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
@@ -1029,35 +1100,21 @@ impl RegistryStore for SqliteStore {
                     outbound, refused
              FROM usage_buckets WHERE tenant = ?1 AND granularity = ?2 AND bucket >= ?3 ORDER BY bucket",
         )?;
-        let rows = stmt.query_map(params![tenant, granularity, since], |r| {
-            Ok(UsageRow {
-                tenant: r.get(0)?,
-                tool_id: r.get(1)?,
-                tool: r.get(2)?,
-                version: r.get(3)?,
-                door: r.get(4)?,
-                outcome: r.get(5)?,
-                granularity: r.get(6)?,
-                bucket: r.get(7)?,
-                replica: r.get(8)?,
-                calls: r.get::<_, i64>(9)?.max(0) as u64,
-                total_ms: r.get(10)?,
-                histogram: serde_json::from_str(&r.get::<_, String>(11)?).unwrap_or_default(),
-                outbound: serde_json::from_str(&r.get::<_, String>(12)?).unwrap_or_default(),
-                refused: serde_json::from_str(&r.get::<_, String>(13)?).unwrap_or_default(),
-            })
-        })?;
+        let rows = stmt.query_map(params![tenant, granularity, since], usage_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
     fn sweep_usage(&self, granularity: &str, before: i64) -> Result<u64, StoreError> {
-        let deleted = self.conn().execute(
-            "DELETE FROM usage_buckets WHERE granularity = ?1 AND bucket < ?2",
-            params![granularity, before],
-        )?;
+        let conn = self.conn();
+        let mut deleted = 0;
+        for table in ["usage_buckets", "toolset_usage_buckets"] {
+            deleted += conn.execute(
+                &format!("DELETE FROM {table} WHERE granularity = ?1 AND bucket < ?2"),
+                params![granularity, before],
+            )?;
+        }
         Ok(deleted as u64)
     }
-
     fn has_end_users(&self, tenant: &str) -> Result<bool, StoreError> {
         let found: Option<i64> = self
             .conn()

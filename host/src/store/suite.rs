@@ -160,6 +160,7 @@ for_both_stores!(
     usage_rows_are_kept_per_replica_read_by_window_and_swept,
     toolset_versions_are_numbered_in_turn_and_deleted_with_their_keys,
     refused_calls_are_kept_by_parameter_and_code_and_replaced_per_replica,
+    a_toolsets_usage_is_kept_apart_by_toolset_and_version,
 );
 
 /// Version 1 of toolset `name` of the default tenant, with no tools.
@@ -211,11 +212,21 @@ fn toolset_versions_are_numbered_in_turn_and_deleted_with_their_keys(store: &dyn
         name: "travel".into(),
         version,
         description: format!("version {version}"),
-        tools: tools.iter().map(|(name, version)| ToolsetEntry { name: (*name).into(), version: *version }).collect(),
+        tools: tools
+            .iter()
+            .map(|(name, version)| ToolsetEntry { name: (*name).into(), version: *version, ..Default::default() })
+            .collect(),
         created_at: 100 + i64::from(version),
         deleted_at: None,
     };
-    let first = toolset(1, &[("echo", Some(1)), ("weather", None)]);
+    let mut first = toolset(1, &[("echo", Some(1)), ("weather", None)]);
+    // The designer's words are stored with the version, read back whole.
+    first.tools[0].wording = crate::signature::Wording {
+        description: Some("Repeats what it is told, \"word\" for word.".into()),
+        input_descriptions: [("text".to_string(), "What to repeat.\nOne line.".to_string())].into(),
+        output_descriptions: [("text".to_string(), "What came back.".to_string())].into(),
+        words_for: Some(1),
+    };
     // Only the next number is taken: 2 before 1 is not.
     assert!(matches!(store.insert_toolset(&toolset(2, &[]), &audit("toolset.put")), Err(StoreError::Conflict(_))));
     store.insert_toolset(&first, &audit("toolset.put")).unwrap();
@@ -300,6 +311,7 @@ fn usage_rows_are_kept_per_replica_read_by_window_and_swept(store: &dyn Registry
         outbound: [("api.example.com".to_string(), [("2xx".to_string(), calls), ("denied".to_string(), 1)].into())]
             .into(),
         refused: Default::default(),
+        toolset: None,
     };
     store.put_usage(&[row("a", "minute", 600, 3), row("b", "minute", 600, 4), row("a", "hour", 0, 3)]).unwrap();
     // A replica's later totals replace its row; the other replica's stays.
@@ -313,6 +325,41 @@ fn usage_rows_are_kept_per_replica_read_by_window_and_swept(store: &dyn Registry
     assert_eq!(store.sweep_usage("minute", 601).unwrap(), 2);
     assert!(store.usage("acme", "minute", 0).unwrap().is_empty());
     assert_eq!(store.usage("acme", "hour", 0).unwrap().len(), 1, "another granularity's rows stay");
+}
+
+fn a_toolsets_usage_is_kept_apart_by_toolset_and_version(store: &dyn RegistryStore) {
+    let row = |toolset: Option<(&str, u32)>, replica: &str, calls: u64| crate::store::UsageRow {
+        tenant: "acme".into(),
+        tool_id: "t1".into(),
+        tool: "echo".into(),
+        version: 1,
+        door: "a2t".into(),
+        outcome: "refused".into(),
+        granularity: "minute".into(),
+        bucket: 600,
+        replica: replica.into(),
+        calls,
+        total_ms: 0.0,
+        histogram: vec![0; 3],
+        outbound: Default::default(),
+        refused: [("text".to_string(), [("invalid_type".to_string(), calls)].into())].into(),
+        toolset: toolset.map(|(name, version)| (name.to_string(), version)),
+    };
+    let (vendor, travel1, travel2, other) =
+        (row(None, "a", 9), row(Some(("travel", 1)), "a", 2), row(Some(("travel", 2)), "a", 3), row(Some(("other", 1)), "a", 4));
+    store.put_usage(&[vendor.clone(), travel1.clone(), travel2.clone(), other.clone()]).unwrap();
+    // A replica's later totals replace its row of the same toolset version.
+    let travel1 = row(Some(("travel", 1)), "a", 5);
+    store.put_usage(&[travel1.clone(), row(Some(("travel", 1)), "b", 1)]).unwrap();
+    assert_eq!(store.usage("acme", "minute", 0).unwrap(), [vendor], "the vendor's rows hold no toolset's");
+    let mut rows = store.toolset_usage("acme", "travel", "minute", 0).unwrap();
+    rows.sort_by(|x, y| (&x.toolset, &x.replica).cmp(&(&y.toolset, &y.replica)));
+    assert_eq!(rows, [travel1, row(Some(("travel", 1)), "b", 1), travel2]);
+    assert_eq!(store.toolset_usage("acme", "other", "minute", 0).unwrap(), [other]);
+    assert!(store.toolset_usage("globex", "travel", "minute", 0).unwrap().is_empty(), "another tenant's");
+    assert!(store.toolset_usage("acme", "travel", "minute", 601).unwrap().is_empty(), "older than the window");
+    assert_eq!(store.sweep_usage("minute", 601).unwrap(), 5, "both tables are swept");
+    assert!(store.toolset_usage("acme", "travel", "minute", 0).unwrap().is_empty());
 }
 
 fn refused_calls_are_kept_by_parameter_and_code_and_replaced_per_replica(store: &dyn RegistryStore) {
@@ -335,6 +382,7 @@ fn refused_calls_are_kept_by_parameter_and_code_and_replaced_per_replica(store: 
             ("(unknown)".to_string(), [("unknown_parameter".to_string(), 2)].into()),
         ]
         .into(),
+        toolset: None,
     };
     store.put_usage(&[row("a", 1), row("b", 4)]).unwrap();
     // Rows replace: a replica's later totals are its totals, not added.

@@ -291,7 +291,7 @@ pub(in crate::api) async fn tool(about: AboutTool) -> Response {
         let (reader, tenant, id) = (host.clone(), tool.tenant.clone(), tool.id.to_string());
         // The store may block: off the request threads.
         let usage = tokio::task::spawn_blocking(move || {
-            (reader.usage(&tenant, "hour", Some(&id)), reader.usage(&tenant, "day", Some(&id)))
+            (reader.usage(&tenant, "hour", Some(&id), None), reader.usage(&tenant, "day", Some(&id), None))
         })
         .await;
         if let Ok((hour, day)) = usage {

@@ -12,6 +12,7 @@
 use super::*;
 use crate::host::TokenCounted;
 use crate::host::toolsets::{EntryState, ToolsetError, ToolsetTool};
+use crate::signature::{Signature, Wording};
 use crate::store::ToolsetEntry;
 use crate::tenancy::Role;
 use axum::response::Redirect;
@@ -65,6 +66,37 @@ struct ToolsetPage {
     previews: Vec<Preview>,
     /// How long an MCP client may cache its list (`ttlMs`), in words.
     cache_words: String,
+    /// Calls refused for their inputs through each toolset version (a
+    /// publisher's session only; `None` when usage could not be read).
+    refusals: Option<Vec<ToolsetRefusals>>,
+}
+
+/// One toolset version's calls over the last day, and those refused for
+/// their inputs, by tool, parameter and code.
+struct ToolsetRefusals {
+    version: u32,
+    calls: u64,
+    refused: u64,
+    /// The share refused, in words ("40%").
+    rate: String,
+    /// (tool, parameter, code, calls), most first.
+    top: Vec<(String, String, String, u64)>,
+}
+
+/// One text of a tool's words in the form: the designer's beside the
+/// vendor's.
+struct WordField {
+    /// The form field: `description`, `input.NAME` or `output.NAME`.
+    field: String,
+    /// Its element id.
+    id: String,
+    /// What it describes, in words.
+    label: String,
+    /// The vendor's text.
+    vendor: String,
+    /// The designer's, empty when the vendor's is served.
+    designer: String,
+    max: usize,
 }
 
 /// One tool of the toolset as the page shows it.
@@ -78,10 +110,21 @@ struct EntryView {
     live_versions: Vec<(u32, bool)>,
     /// A warning: the pinned version is retired, or the tool is gone.
     warning: Option<Vec<(bool, String)>>,
-    /// The description the agent's model reads.
+    /// The description the agent's model reads (the designer's, if any).
     description: String,
     /// Its MCP entry's size, in o200k tokens.
     tokens: Option<usize>,
+    /// With the designer's words: its MCP entry's size with the vendor's.
+    vendor_tokens: Option<usize>,
+    /// A parameter the served version added since the words were written
+    /// and they do not cover: "new words to review", naming them.
+    review: Option<String>,
+    /// Worded parameters the served version lacks (shown, not served).
+    stale: Vec<String>,
+    /// The words form, for the version served now.
+    words: Vec<WordField>,
+    /// The version served now, if one.
+    served: Option<u32>,
 }
 
 /// What one door sends about the toolset's tools, and its size.
@@ -118,6 +161,8 @@ struct ToolsetDiffPage {
     added: Vec<(String, String)>,
     removed: Vec<(String, String)>,
     changed: Vec<PinChange>,
+    /// (tool, [(field, before, after)]), "the vendor's words" for none.
+    reworded: Vec<(String, Vec<(String, String, String)>)>,
 }
 
 /// A tool whose pin moved: (tool, from, to, the signature's changes as
@@ -202,27 +247,45 @@ pub(in crate::api) async fn toolset(catalog: Catalog, Path(name): Path<String>) 
         .filter_map(|t| Some((t, t.tool.clone()?, t.version.clone()?)))
         .collect();
     // What the doors send: built by their own functions, in their order
-    // (the registry's, by name).
-    let mut mcp_items = Vec::new();
-    let mut mcp_entries: HashMap<String, String> = HashMap::new();
-    for (_, tool, version) in &listed {
-        if let Ok(entry) = crate::api::listings::tool_entry(host, tool, version) {
-            mcp_entries.insert(tool.name.clone(), serde_json::to_string(&entry).unwrap_or_default());
-            mcp_items.push(entry);
+    // (the registry's, by name) — with the designer's words, and, beside
+    // it, the same list with the vendor's.
+    let view = Some(&*toolset);
+    let has_words = listed.iter().any(|(_, tool, _)| ToolHost::wording_in(view, &tool.name).is_some());
+    let mcp_list = |words: bool| {
+        let mut items = Vec::new();
+        let mut each: Vec<(String, String)> = Vec::new();
+        for (_, tool, version) in &listed {
+            let wording = if words { ToolHost::wording_in(view, &tool.name) } else { None };
+            if let Ok(entry) = crate::api::listings::tool_entry(host, tool, version, wording) {
+                each.push((tool.name.clone(), serde_json::to_string(&entry).unwrap_or_default()));
+                items.push(entry);
+            }
         }
-    }
+        let ttl = ToolHost::list_ttl_ms(Some(&toolset));
+        let list = ListToolsResult::with_all_items(items).with_ttl_ms(ttl).with_cache_scope(CacheScope::Private);
+        (serde_json::to_value(&list).unwrap_or_default(), each)
+    };
+    let (mcp_json, mcp_entries) = mcp_list(true);
     let ttl = ToolHost::list_ttl_ms(Some(&toolset));
-    let mcp_list = ListToolsResult::with_all_items(mcp_items).with_ttl_ms(ttl).with_cache_scope(CacheScope::Private);
-    let mcp_json = serde_json::to_value(&mcp_list).unwrap_or_default();
-    let a2t_items = listed.iter().map(|(_, tool, version)| crate::api::a2t::version_json(host, tool, version));
+    let a2t_items = listed.iter().map(|(_, tool, version)| {
+        crate::api::a2t::version_json(host, tool, version, ToolHost::wording_in(view, &tool.name))
+    });
     let a2t_body = crate::api::paging::page_of_json(a2t_items, crate::api::paging::DEFAULT_PAGE_LIMIT, None);
     let a2t_json: Value = match axum::body::to_bytes(a2t_body.into_body(), usize::MAX).await {
         Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
         Err(_) => Value::Null,
     };
+    // Counted in one batch: the two listings, the vendor's MCP list (with
+    // words), then each tool's entry, then each worded tool's vendor entry.
     let mut texts = vec![mcp_json.to_string(), a2t_json.to_string()];
-    let per_tool: Vec<(String, String)> = mcp_entries.into_iter().collect();
-    texts.extend(per_tool.iter().map(|(_, json)| json.clone()));
+    let (vendor_json, vendor_entries) = if has_words { mcp_list(false) } else { (Value::Null, Vec::new()) };
+    if has_words {
+        texts.push(vendor_json.to_string());
+    }
+    let first_entry = texts.len();
+    texts.extend(mcp_entries.iter().map(|(_, json)| json.clone()));
+    let first_vendor_entry = texts.len();
+    texts.extend(vendor_entries.iter().map(|(_, json)| json.clone()));
     // Counted once per listing (kept by its text), one page of the
     // tenant's at a time: while another counts, the page says so at once.
     let counts = match host.token_counts(&session.tenant, texts).await {
@@ -234,14 +297,14 @@ pub(in crate::api) async fn toolset(catalog: Catalog, Path(name): Path<String>) 
         let (o200k, cl100k) = counts.as_ref()?.get(i).copied()?;
         Some(PreviewTokens { o200k, cl100k })
     };
-    let each: HashMap<String, usize> = match &counts {
-        Some(counts) => {
-            per_tool.iter().zip(counts.iter().skip(2)).map(|((name, _), (o200k, _))| (name.clone(), *o200k)).collect()
-        }
-        None => HashMap::new(),
+    let per_tool = |entries: &[(String, String)], from: usize| -> HashMap<String, usize> {
+        let Some(counts) = &counts else { return HashMap::new() };
+        entries.iter().zip(counts.iter().skip(from)).map(|((name, _), (o200k, _))| (name.clone(), *o200k)).collect()
     };
+    let each = per_tool(&mcp_entries, first_entry);
+    let vendor_each = per_tool(&vendor_entries, first_vendor_entry);
     let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
-    let previews = vec![
+    let mut previews = vec![
         Preview {
             id: "preview-mcp",
             title: "MCP: the result of tools/list",
@@ -259,6 +322,19 @@ pub(in crate::api) async fn toolset(catalog: Catalog, Path(name): Path<String>) 
             tokens: totals(1),
         },
     ];
+    if has_words {
+        previews.insert(
+            1,
+            Preview {
+                id: "preview-mcp-vendor",
+                title: "MCP with the vendor's words",
+                note: "The same list as the tenant's own root serves it: every description the vendor's. Compare its size with the one above.",
+                json: pretty(&vendor_json),
+                bytes: vendor_json.to_string().len(),
+                tokens: totals(2),
+            },
+        );
+    }
     let entries = tools
         .iter()
         .map(|t| {
@@ -285,6 +361,13 @@ pub(in crate::api) async fn toolset(catalog: Catalog, Path(name): Path<String>) 
                         .collect()
                 })
                 .unwrap_or_default();
+            let review = t.review.as_ref().filter(|r| r.has_new()).map(|r| {
+                let new: Vec<String> = r.new_inputs.iter().chain(&r.new_outputs).map(|n| format!("`{n}`")).collect();
+                format!("new words to review: {} (served with the vendor's words)", new.join(", "))
+            });
+            let stale = t.review.iter().flat_map(|r| r.stale_inputs.iter().chain(&r.stale_outputs)).cloned().collect();
+            let words = t.version.as_ref().map(|v| word_fields(&t.entry.name, &t.entry.wording, &v.signature)).unwrap_or_default();
+            let served = t.version.as_ref().map(|v| t.entry.wording.apply(&v.signature).description);
             EntryView {
                 name: t.entry.name.clone(),
                 href: t.tool.as_ref().map(|tool| links.tool(tool)),
@@ -292,11 +375,17 @@ pub(in crate::api) async fn toolset(catalog: Catalog, Path(name): Path<String>) 
                 pinned: t.entry.version,
                 live_versions,
                 warning,
-                description: t.version.as_ref().map(|v| v.signature.description.clone()).unwrap_or_default(),
+                description: served.unwrap_or_default(),
                 tokens: each.get(&t.entry.name).copied(),
+                vendor_tokens: vendor_each.get(&t.entry.name).copied(),
+                review,
+                stale,
+                words,
+                served: reached,
             }
         })
         .collect();
+    let refusals = if catalog.can_write() { toolset_refusals(host, &session.tenant, &name).await } else { None };
     let versions = host
         .toolset_versions(&session.tenant, &name)
         .iter()
@@ -335,8 +424,83 @@ pub(in crate::api) async fn toolset(catalog: Catalog, Path(name): Path<String>) 
         form_token: session.form_token.clone(),
         previews,
         cache_words,
+        refusals,
     };
     pages::page(StatusCode::OK, &page)
+}
+
+/// The words form's fields for one tool: its description, each input the
+/// model is shown and each output, the designer's text beside the
+/// vendor's.
+fn word_fields(tool: &str, wording: &Wording, signature: &Signature) -> Vec<WordField> {
+    let id = |field: &str| format!("reword-{tool}-{}", field.replace('.', "-"));
+    let mut fields = vec![WordField {
+        field: "description".into(),
+        id: id("description"),
+        label: "The tool".into(),
+        vendor: signature.description.clone(),
+        designer: wording.description.clone().unwrap_or_default(),
+        max: crate::signature::MAX_TOOL_DESCRIPTION_CHARS,
+    }];
+    for input in signature.inputs.iter().filter(|p| !p.private) {
+        let field = format!("input.{}", input.name);
+        fields.push(WordField {
+            id: id(&field),
+            field,
+            label: format!("Input {}", input.name),
+            vendor: input.description.clone(),
+            designer: wording.input_descriptions.get(&input.name).cloned().unwrap_or_default(),
+            max: crate::signature::MAX_DESCRIPTION_CHARS,
+        });
+    }
+    for output in &signature.outputs {
+        let field = format!("output.{}", output.name);
+        fields.push(WordField {
+            id: id(&field),
+            field,
+            label: format!("Output {}", output.name),
+            vendor: output.description.clone(),
+            designer: wording.output_descriptions.get(&output.name).cloned().unwrap_or_default(),
+            max: crate::signature::MAX_DESCRIPTION_CHARS,
+        });
+    }
+    fields
+}
+
+/// The calls through each version of toolset `name` over the last day and
+/// those refused for their inputs (the designer's counts, every replica's):
+/// newest version first. `None` when usage cannot be read.
+async fn toolset_refusals(host: &AppState, tenant: &str, name: &str) -> Option<Vec<ToolsetRefusals>> {
+    let (reader, tenant, toolset) = (host.clone(), tenant.to_string(), name.to_string());
+    // The store may block: off the request threads.
+    let usage = tokio::task::spawn_blocking(move || reader.usage(&tenant, "day", None, Some(&toolset))).await.ok()?.ok()?;
+    let mut per_version: std::collections::BTreeMap<u32, (u64, u64, HashMap<(String, String, String), u64>)> =
+        Default::default();
+    for item in usage["items"].as_array().into_iter().flatten() {
+        let Some(number) = item["toolsetVersion"].as_u64().and_then(|n| u32::try_from(n).ok()) else { continue };
+        let counts = per_version.entry(number).or_default();
+        counts.0 += item["calls"].as_u64().unwrap_or(0);
+        counts.1 += item["outcomes"][crate::host::REFUSED].as_u64().unwrap_or(0);
+        let tool = item["tool"].as_str().unwrap_or("").to_string();
+        for refused in item["refused"].as_array().into_iter().flatten() {
+            let parameter = refused["parameter"].as_str().unwrap_or("(none)").to_string();
+            let code = refused["code"].as_str().unwrap_or("?").to_string();
+            *counts.2.entry((tool.clone(), parameter, code)).or_default() += refused["calls"].as_u64().unwrap_or(0);
+        }
+    }
+    Some(
+        per_version
+            .into_iter()
+            .rev()
+            .filter(|(_, (calls, _, _))| *calls > 0)
+            .map(|(version, (calls, refused, top))| {
+                let mut top: Vec<_> = top.into_iter().map(|((t, p, c), n)| (t, p, c, n)).collect();
+                top.sort_by(|a, b| b.3.cmp(&a.3).then_with(|| (&a.0, &a.1, &a.2).cmp(&(&b.0, &b.1, &b.2))));
+                let rate = format!("{}%", (refused * 100 + calls / 2) / calls);
+                ToolsetRefusals { version, calls, refused, rate, top }
+            })
+            .collect(),
+    )
 }
 
 /// Tools named in one toolset edit (`tool`, `version` fields).
@@ -349,7 +513,33 @@ fn version_field(form: &[(String, String)]) -> Result<Option<u32>, String> {
     }
 }
 
-#[utoipa::path(post, summary = "Change a toolset from the catalog", description = "A publisher's form: `action` is `create` (with `toolset` and `description`), `describe`, `add` (`tool`, and `version` to pin it or none to follow), `pin` (`tool`, `version`), `follow` (`tool`) or `remove` (`tool`). Each change makes a new toolset version (`PUT /admin/toolsets/{name}`) and answers `303` to the toolset's page.", path = "/catalog/toolsets", tag = "Catalog", operation_id = "catalog_toolset_edit",
+/// The words a `reword` form posts: each field (`description`,
+/// `input.NAME`, `output.NAME`) trimmed, an empty one the vendor's; the
+/// fields the form did not carry (a parameter of another version) kept.
+fn posted_words(form: &[(String, String)], before: &Wording) -> Wording {
+    let mut words = before.clone();
+    for (key, value) in form {
+        let text = value.trim().replace("\r\n", "\n");
+        let text = (!text.is_empty()).then_some(text);
+        let set = |map: &mut std::collections::BTreeMap<String, String>, name: &str| match &text {
+            Some(text) => {
+                map.insert(name.to_string(), text.clone());
+            }
+            None => {
+                map.remove(name);
+            }
+        };
+        match key.split_once('.') {
+            None if key == "description" => words.description = text,
+            Some(("input", name)) => set(&mut words.input_descriptions, name),
+            Some(("output", name)) => set(&mut words.output_descriptions, name),
+            _ => {}
+        }
+    }
+    words
+}
+
+#[utoipa::path(post, summary = "Change a toolset from the catalog", description = "A publisher's form: `action` is `create` (with `toolset` and `description`), `describe`, `add` (`tool`, and `version` to pin it or none to follow), `pin` (`tool`, `version`), `follow` (`tool`), `remove` (`tool`) or `reword` (`tool`, and the designer's words: `description`, `input.NAME`, `output.NAME`, each empty for the vendor's). Each change makes a new toolset version (`PUT /admin/toolsets/{name}`) and answers `303` to the toolset's page.", path = "/catalog/toolsets", tag = "Catalog", operation_id = "catalog_toolset_edit",
     request_body(content_type = "application/x-www-form-urlencoded", content = String),
     responses((status = 303, description = "Changed: the toolset's page"), (status = 400, description = "The change is refused (the page says why)", content_type = "text/html", body = String), (status = 403, description = "The key may not write toolsets", content_type = "text/html", body = String), (status = 404, description = "No such toolset or tool", content_type = "text/html", body = String)))]
 pub(in crate::api) async fn edit(catalog: Catalog, body: Bytes) -> Response {
@@ -389,14 +579,21 @@ pub(in crate::api) async fn edit(catalog: Catalog, body: Bytes) -> Response {
     let position = tools.iter().position(|t| t.name == tool);
     match (action, position) {
         ("create" | "describe", _) => description = field(&form, "description").unwrap_or("").trim().to_string(),
-        ("add", Some(i)) => tools[i].version = version,
-        ("add", None) => tools.push(ToolsetEntry { name: tool.clone(), version }),
-        ("pin", Some(i)) if version.is_some() => tools[i].version = version,
-        ("follow", Some(i)) => tools[i].version = None,
+        // A pin moved: the core records the version the words are for.
+        ("add", Some(i)) => (tools[i].version, tools[i].wording.words_for) = (version, None),
+        ("add", None) => tools.push(ToolsetEntry { name: tool.clone(), version, ..Default::default() }),
+        // Saved from a form shown for one version: written for it, its new
+        // parameters reviewed (saved empty, the vendor's words accepted).
+        ("reword", Some(i)) => {
+            tools[i].wording = posted_words(&form, &tools[i].wording);
+            tools[i].wording.words_for = field(&form, "words_for").and_then(|n| n.parse().ok());
+        }
+        ("pin", Some(i)) if version.is_some() => (tools[i].version, tools[i].wording.words_for) = (version, None),
+        ("follow", Some(i)) => (tools[i].version, tools[i].wording.words_for) = (None, None),
         ("remove", Some(i)) => {
             tools.remove(i);
         }
-        ("pin" | "follow" | "remove", None) => {
+        ("pin" | "follow" | "remove" | "reword", None) => {
             let said = format!("Toolset `{name}` has no tool `{}`.", crate::supply::outside_text(&tool));
             return refused(StatusCode::NOT_FOUND, "Not changed", said);
         }
@@ -475,6 +672,15 @@ pub(in crate::api) async fn diff(catalog: Catalog, Path(name): Path<String>) -> 
                     .map(|change| (change.breaking, rich(&change.message)))
                     .collect();
                 (c.name.clone(), pin_words(c.from, None), pin_words(c.to, None), changes)
+            })
+            .collect(),
+        reworded: diff
+            .reworded
+            .iter()
+            .map(|r| {
+                let words = |text: &Option<String>| text.clone().unwrap_or_else(|| "(the vendor's words)".into());
+                let changes = r.changes.iter().map(|c| (c.field.clone(), words(&c.from), words(&c.to))).collect();
+                (r.name.clone(), changes)
             })
             .collect(),
     };

@@ -309,7 +309,7 @@ pub(in crate::api) async fn try_call(about: AboutTool, body: Bytes) -> Response 
         }
     }
     let arguments: Vec<(&str, &Value)> = given.iter().map(|(name, value)| (*name, value)).collect();
-    let input = match host.check_input(&tool, &version, FrontDoor::A2t, &arguments) {
+    let input = match host.check_input(&tool, &version, FrontDoor::A2t, None, &arguments) {
         Ok(input) if errors.is_empty() => Some(input),
         Ok(_) => None,
         Err(refused) => {

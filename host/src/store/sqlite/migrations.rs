@@ -437,4 +437,30 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX authorization_grants_by_provider ON authorization_grants (tenant, provider);
 ",
+    // Usage of calls made through a toolset's root, by toolset version,
+    // apart from the vendor's buckets, which count every call (these
+    // included): the designer's view of how a toolset's words do
+    // (host/usage.rs).
+    "
+    CREATE TABLE toolset_usage_buckets (
+        tenant          TEXT NOT NULL,
+        toolset         TEXT NOT NULL,
+        toolset_version INTEGER NOT NULL,
+        tool_id         TEXT NOT NULL,
+        tool            TEXT NOT NULL,
+        version         INTEGER NOT NULL,
+        door            TEXT NOT NULL,
+        outcome         TEXT NOT NULL,
+        granularity     TEXT NOT NULL,
+        bucket          INTEGER NOT NULL,
+        replica         TEXT NOT NULL,
+        calls           INTEGER NOT NULL,
+        total_ms        REAL NOT NULL,
+        histogram       TEXT NOT NULL,
+        outbound        TEXT NOT NULL,
+        refused         TEXT NOT NULL,
+        PRIMARY KEY (tenant, toolset, granularity, bucket, toolset_version, tool_id, version, door, outcome, replica)
+    );
+    CREATE INDEX toolset_usage_buckets_by_age ON toolset_usage_buckets (granularity, bucket);
+",
 ];
