@@ -1546,21 +1546,23 @@ impl RegistryStore for PostgresStore {
     }
 
     fn put_usage(&self, rows: &[UsageRow]) -> Result<(), StoreError> {
+        // The vendor's buckets, or a toolset's (its name and version last).
+        const VENDOR: &str = "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound, refused)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+             ON CONFLICT (tenant, granularity, bucket, tool_id, version, door, outcome, replica)
+             DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram,
+                 outbound = excluded.outbound, refused = excluded.refused";
+        const TOOLSET: &str = "INSERT INTO toolset_usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound, refused, toolset, toolset_version)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+             ON CONFLICT (tenant, toolset, granularity, bucket, toolset_version, tool_id, version, door, outcome, replica)
+             DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram,
+                 outbound = excluded.outbound, refused = excluded.refused";
         let (pool, rows) = (self.pool.clone(), rows.to_vec());
         self.run(async move {
             let mut tx = pool.begin().await.map_err(db)?;
             for r in rows {
-                if let Some((toolset, toolset_version)) = &r.toolset {
-                    sqlx::query(
-                        "INSERT INTO toolset_usage_buckets (tenant, toolset, toolset_version, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound, refused)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
-                         ON CONFLICT (tenant, toolset, granularity, bucket, toolset_version, tool_id, version, door, outcome, replica)
-                         DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram,
-                             outbound = excluded.outbound, refused = excluded.refused",
-                    )
+                let query = sqlx::query(if r.toolset.is_some() { TOOLSET } else { VENDOR })
                     .bind(&r.tenant)
-                    .bind(toolset)
-                    .bind(i64::from(*toolset_version))
                     .bind(&r.tool_id)
                     .bind(&r.tool)
                     .bind(i64::from(r.version))
@@ -1573,36 +1575,12 @@ impl RegistryStore for PostgresStore {
                     .bind(r.total_ms)
                     .bind(serde_json::to_string(&r.histogram).unwrap_or_default())
                     .bind(serde_json::to_string(&r.outbound).unwrap_or_default())
-                    .bind(serde_json::to_string(&r.refused).unwrap_or_default())
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db)?;
-                    continue;
-                }
-                sqlx::query(
-                    "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound, refused)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-                     ON CONFLICT (tenant, granularity, bucket, tool_id, version, door, outcome, replica)
-                     DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram,
-                         outbound = excluded.outbound, refused = excluded.refused",
-                )
-                .bind(&r.tenant)
-                .bind(&r.tool_id)
-                .bind(&r.tool)
-                .bind(i64::from(r.version))
-                .bind(&r.door)
-                .bind(&r.outcome)
-                .bind(&r.granularity)
-                .bind(r.bucket)
-                .bind(&r.replica)
-                .bind(i64::try_from(r.calls).unwrap_or(i64::MAX))
-                .bind(r.total_ms)
-                .bind(serde_json::to_string(&r.histogram).unwrap_or_default())
-                .bind(serde_json::to_string(&r.outbound).unwrap_or_default())
-                .bind(serde_json::to_string(&r.refused).unwrap_or_default())
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
+                    .bind(serde_json::to_string(&r.refused).unwrap_or_default());
+                let query = match &r.toolset {
+                    Some((toolset, version)) => query.bind(toolset).bind(i64::from(*version)),
+                    None => query,
+                };
+                query.execute(&mut *tx).await.map_err(db)?;
             }
             tx.commit().await.map_err(db)?;
             Ok(())

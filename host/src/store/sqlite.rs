@@ -1012,60 +1012,45 @@ impl RegistryStore for SqliteStore {
     }
 
     fn put_usage(&self, rows: &[UsageRow]) -> Result<(), StoreError> {
+        // The vendor's buckets, or a toolset's (its name and version last).
+        const VENDOR: &str = "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound, refused)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+             ON CONFLICT (tenant, granularity, bucket, tool_id, version, door, outcome, replica)
+             DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram,
+                 outbound = excluded.outbound, refused = excluded.refused";
+        const TOOLSET: &str = "INSERT INTO toolset_usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound, refused, toolset, toolset_version)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+             ON CONFLICT (tenant, toolset, granularity, bucket, toolset_version, tool_id, version, door, outcome, replica)
+             DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram,
+                 outbound = excluded.outbound, refused = excluded.refused";
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         for r in rows {
-            if let Some((toolset, toolset_version)) = &r.toolset {
-                tx.execute(
-                    "INSERT INTO toolset_usage_buckets (tenant, toolset, toolset_version, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound, refused)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
-                     ON CONFLICT (tenant, toolset, granularity, bucket, toolset_version, tool_id, version, door, outcome, replica)
-                     DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram,
-                         outbound = excluded.outbound, refused = excluded.refused",
-                    params![
-                        r.tenant,
-                        toolset,
-                        toolset_version,
-                        r.tool_id,
-                        r.tool,
-                        r.version,
-                        r.door,
-                        r.outcome,
-                        r.granularity,
-                        r.bucket,
-                        r.replica,
-                        r.calls as i64,
-                        r.total_ms,
-                        serde_json::to_string(&r.histogram).unwrap_or_default(),
-                        serde_json::to_string(&r.outbound).unwrap_or_default(),
-                        serde_json::to_string(&r.refused).unwrap_or_default()
-                    ],
-                )?;
-                continue;
-            }
-            tx.execute(
-                "INSERT INTO usage_buckets (tenant, tool_id, tool, version, door, outcome, granularity, bucket, replica, calls, total_ms, histogram, outbound, refused)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
-                 ON CONFLICT (tenant, granularity, bucket, tool_id, version, door, outcome, replica)
-                 DO UPDATE SET calls = excluded.calls, total_ms = excluded.total_ms, histogram = excluded.histogram,
-                     outbound = excluded.outbound, refused = excluded.refused",
-                params![
-                    r.tenant,
-                    r.tool_id,
-                    r.tool,
-                    r.version,
-                    r.door,
-                    r.outcome,
-                    r.granularity,
-                    r.bucket,
-                    r.replica,
-                    r.calls as i64,
-                    r.total_ms,
-                    serde_json::to_string(&r.histogram).unwrap_or_default(),
-                    serde_json::to_string(&r.outbound).unwrap_or_default(),
-                    serde_json::to_string(&r.refused).unwrap_or_default()
-                ],
-            )?;
+            let mut values: Vec<Box<dyn rusqlite::ToSql + '_>> = vec![
+                Box::new(&r.tenant),
+                Box::new(&r.tool_id),
+                Box::new(&r.tool),
+                Box::new(r.version),
+                Box::new(&r.door),
+                Box::new(&r.outcome),
+                Box::new(&r.granularity),
+                Box::new(r.bucket),
+                Box::new(&r.replica),
+                Box::new(r.calls as i64),
+                Box::new(r.total_ms),
+                Box::new(serde_json::to_string(&r.histogram).unwrap_or_default()),
+                Box::new(serde_json::to_string(&r.outbound).unwrap_or_default()),
+                Box::new(serde_json::to_string(&r.refused).unwrap_or_default()),
+            ];
+            let statement = match &r.toolset {
+                Some((toolset, version)) => {
+                    values.push(Box::new(toolset));
+                    values.push(Box::new(*version));
+                    TOOLSET
+                }
+                None => VENDOR,
+            };
+            tx.execute(statement, rusqlite::params_from_iter(values.iter()))?;
         }
         tx.commit()?;
         Ok(())
