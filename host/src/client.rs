@@ -505,7 +505,10 @@ pub fn list_keys(server: &ServerArgs, tenant: Option<&str>) -> anyhow::Result<()
 /// The designer's words of `plinth toolset set`, by tool: the `--words`
 /// file's, then each `--describe` (`TOOL=TEXT`, `TOOL.INPUT=TEXT`,
 /// `TOOL.output.OUTPUT=TEXT`) over it.
-fn toolset_words(describe: &[String], file: Option<&std::path::Path>) -> anyhow::Result<serde_json::Map<String, Value>> {
+fn toolset_words(
+    describe: &[String],
+    file: Option<&std::path::Path>,
+) -> anyhow::Result<serde_json::Map<String, Value>> {
     let mut words = match file {
         None => serde_json::Map::new(),
         Some(path) => {

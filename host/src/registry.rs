@@ -74,7 +74,10 @@ pub struct ToolVersion {
 /// A version's A2T extensions (docs/a2t.md): its provenance, when it came
 /// from a registry or a trusted key signed it, and the accounts it acts
 /// with.
-fn a2t_extensions(provenance: &crate::supply::Provenance, manifest: &ToolManifest) -> serde_json::Map<String, serde_json::Value> {
+fn a2t_extensions(
+    provenance: &crate::supply::Provenance,
+    manifest: &ToolManifest,
+) -> serde_json::Map<String, serde_json::Value> {
     let mut extensions = serde_json::Map::new();
     if *provenance != crate::supply::Provenance::default() {
         extensions.insert("provenance".into(), provenance.to_json());

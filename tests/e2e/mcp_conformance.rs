@@ -126,9 +126,8 @@ async fn the_conformance_suite_passes_at_a_toolset_root_serving_its_designers_wo
     };
     let body = serde_json::json!({ "tools": [words("echo", "text"), words("book_flight", "date"),
         words("lookup_weather_by_city", "city")] });
-    let (status, put) = server
-        .call_as(Some(crate::support::TOKEN), reqwest::Method::PUT, "/admin/toolsets/worded", Some(&body))
-        .await;
+    let (status, put) =
+        server.call_as(Some(crate::support::TOKEN), reqwest::Method::PUT, "/admin/toolsets/worded", Some(&body)).await;
     assert_eq!(status, 201, "{put}");
     conformance_at(&server, "2026-07-28", "/t/default/toolsets/worded/mcp").await;
 }

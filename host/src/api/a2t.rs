@@ -14,7 +14,6 @@ use crate::invocation::ToolResult;
 use crate::registry::{Tool, ToolVersion};
 use crate::signature::Wording;
 use crate::signature::a2t::LockedJson;
-use std::borrow::Cow;
 use crate::telemetry::CallerTrace;
 use axum::Extension;
 use axum::body::Bytes;
@@ -23,6 +22,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// `{toolId}:invoke` and `{n}:invoke`: the A2T invocation suffix.
@@ -101,8 +101,11 @@ fn cacheable(
                 tag == "*" || tag.trim_start_matches("W/") == etag
             },
         );
-    let mut response =
-        if matches { StatusCode::NOT_MODIFIED.into_response() } else { json_text(spliced(host, tool, version, &locked)) };
+    let mut response = if matches {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        json_text(spliced(host, tool, version, &locked))
+    };
     if let Ok(value) = HeaderValue::from_str(&etag) {
         response.headers_mut().insert(header::ETAG, value);
     }

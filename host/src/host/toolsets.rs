@@ -230,11 +230,16 @@ pub struct WordChange {
 fn word_changes(old: &Wording, new: &Wording) -> Vec<WordChange> {
     let mut changes = Vec::new();
     if old.description != new.description {
-        changes.push(WordChange { field: "description".into(), from: old.description.clone(), to: new.description.clone() });
+        changes.push(WordChange {
+            field: "description".into(),
+            from: old.description.clone(),
+            to: new.description.clone(),
+        });
     }
-    for (kind, old, new) in
-        [("input", &old.input_descriptions, &new.input_descriptions), ("output", &old.output_descriptions, &new.output_descriptions)]
-    {
+    for (kind, old, new) in [
+        ("input", &old.input_descriptions, &new.input_descriptions),
+        ("output", &old.output_descriptions, &new.output_descriptions),
+    ] {
         let names: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
         for name in names {
             let (from, to) = (old.get(name), new.get(name));

@@ -1647,12 +1647,7 @@ impl RegistryStore for PostgresStore {
                 "DELETE FROM usage_buckets WHERE granularity = $1 AND bucket < $2",
                 "DELETE FROM toolset_usage_buckets WHERE granularity = $1 AND bucket < $2",
             ] {
-                let done = sqlx::query(statement)
-                    .bind(&granularity)
-                    .bind(before)
-                    .execute(&pool)
-                    .await
-                    .map_err(db)?;
+                let done = sqlx::query(statement).bind(&granularity).bind(before).execute(&pool).await.map_err(db)?;
                 deleted += done.rows_affected();
             }
             Ok(deleted)

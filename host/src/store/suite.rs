@@ -345,8 +345,12 @@ fn a_toolsets_usage_is_kept_apart_by_toolset_and_version(store: &dyn RegistrySto
         refused: [("text".to_string(), [("invalid_type".to_string(), calls)].into())].into(),
         toolset: toolset.map(|(name, version)| (name.to_string(), version)),
     };
-    let (vendor, travel1, travel2, other) =
-        (row(None, "a", 9), row(Some(("travel", 1)), "a", 2), row(Some(("travel", 2)), "a", 3), row(Some(("other", 1)), "a", 4));
+    let (vendor, travel1, travel2, other) = (
+        row(None, "a", 9),
+        row(Some(("travel", 1)), "a", 2),
+        row(Some(("travel", 2)), "a", 3),
+        row(Some(("other", 1)), "a", 4),
+    );
     store.put_usage(&[vendor.clone(), travel1.clone(), travel2.clone(), other.clone()]).unwrap();
     // A replica's later totals replace its row of the same toolset version.
     let travel1 = row(Some(("travel", 1)), "a", 5);

@@ -162,8 +162,11 @@ struct ToolsetDiffPage {
     removed: Vec<(String, String)>,
     changed: Vec<PinChange>,
     /// (tool, [(field, before, after)]), "the vendor's words" for none.
-    reworded: Vec<(String, Vec<(String, String, String)>)>,
+    reworded: Vec<(String, Vec<WordsChanged>)>,
 }
+
+/// One text of a tool's words that changed: (field, before, after).
+type WordsChanged = (String, String, String);
 
 /// A tool whose pin moved: (tool, from, to, the signature's changes as
 /// (breaking, message)).
@@ -473,9 +476,11 @@ fn word_fields(tool: &str, wording: &Wording, signature: &Signature) -> Vec<Word
 async fn toolset_refusals(host: &AppState, tenant: &str, name: &str) -> Option<Vec<ToolsetRefusals>> {
     let (reader, tenant, toolset) = (host.clone(), tenant.to_string(), name.to_string());
     // The store may block: off the request threads.
-    let usage = tokio::task::spawn_blocking(move || reader.usage(&tenant, "day", None, Some(&toolset))).await.ok()?.ok()?;
-    let mut per_version: std::collections::BTreeMap<u32, (u64, u64, HashMap<(String, String, String), u64>)> =
-        Default::default();
+    let usage =
+        tokio::task::spawn_blocking(move || reader.usage(&tenant, "day", None, Some(&toolset))).await.ok()?.ok()?;
+    /// (tool, parameter, code) → refused calls.
+    type ByParameter = HashMap<(String, String, String), u64>;
+    let mut per_version: std::collections::BTreeMap<u32, (u64, u64, ByParameter)> = Default::default();
     for item in usage["items"].as_array().into_iter().flatten() {
         let Some(number) = item["toolsetVersion"].as_u64().and_then(|n| u32::try_from(n).ok()) else { continue };
         let counts = per_version.entry(number).or_default();
