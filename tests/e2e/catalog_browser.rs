@@ -498,3 +498,119 @@ async fn a_publisher_sees_what_callers_get_wrong_beside_the_descriptions() {
     capture(&browser, "tool-refusals", DESKTOP).await;
     browser.close().await;
 }
+
+/// Issue 66, the designer's words in the catalog: a toolset's page shows
+/// the words served beside the vendor's, the tokens of both lists; the
+/// words are changed from the form (a new toolset version that its roots
+/// serve, the tenant's root unchanged); a followed tool's new input is
+/// flagged "new words to review"; and the calls refused for their inputs
+/// are shown per toolset version, as many as the test made.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_designer_rewords_a_toolset_and_sees_the_refusals_per_version_in_a_browser() {
+    use crate::toolset_words::{echo_calls, worded_echo};
+    let server = crate::support::Server::start(&["--usage-flush-secs", "1"]);
+    let body = json!({ "description": "Checks", "tools": [worded_echo(None, "first")] });
+    let (status, made) = server.call_as(Some(TOKEN), Method::PUT, "/admin/toolsets/checks", Some(&body)).await;
+    assert_eq!(status, 201, "{made}");
+    let (_, publisher) = server.create_key(Some("default"), "publisher").await;
+    let browser = browser::start().await;
+    let page = format!("{}/catalog/toolsets/checks", server.base);
+    browser.goto(&page).await;
+    sign_in(&browser, &publisher).await;
+    browser.wait_for_text("Its tools", WAIT).await;
+    assert_eq!(browser.text_of("[data-tool=echo] p.summary").await, "first: repeat the traveller's words back.");
+    let content = |css: &str| format!("return document.querySelector('{css}').textContent");
+    let vendor = browser.evaluate(&content("[data-form=reword] [data-vendor=\"input.text\"]")).await;
+    assert_eq!(vendor, "The text to send back.");
+    // What the model is sent, with the designer's words and with the
+    // vendor's, each counted.
+    let served = browser.evaluate(&content("#preview-mcp pre")).await.as_str().unwrap().to_string();
+    let vendors = browser.evaluate(&content("#preview-mcp-vendor pre")).await.as_str().unwrap().to_string();
+    assert!(served.contains("first: exactly what the traveller said.") && !served.contains("The text to send back."));
+    assert!(vendors.contains("The text to send back.") && !vendors.contains("first:"), "{vendors}");
+    let tokens = |css: &'static str| {
+        let browser = &browser;
+        async move { browser.attribute(css, "data-o200k").await.unwrap().parse::<usize>().unwrap() }
+    };
+    let expected = |json: &str| {
+        let compact: serde_json::Value = serde_json::from_str(json).unwrap();
+        tiktoken_rs::o200k_base_singleton().encode_ordinary(&compact.to_string()).len()
+    };
+    assert_eq!(tokens("#preview-mcp .tokens").await, expected(&served));
+    assert_eq!(tokens("#preview-mcp-vendor .tokens").await, expected(&vendors));
+    assert!(browser.attribute("[data-tool=echo] [data-vendor-tokens]", "data-vendor-tokens").await.is_some());
+
+    // Reworded from the form: toolset version 2, served at its root.
+    browser.click("[data-tool=echo] details.words summary").await;
+    browser.clear("#reword-echo-input-text").await;
+    browser.fill("#reword-echo-input-text", "Second words for the text.").await;
+    browser.clear("#reword-echo-description").await;
+    browser.click("[data-form=reword][data-tool=echo] [data-action=reword]").await;
+    browser.wait_for_text("Version 2, the newest", WAIT).await;
+    let echo = server.tool_id("echo").await;
+    let (_, signature) =
+        server.call_as(Some(&publisher), Method::GET, &format!("/t/default/toolsets/checks/tools/{echo}"), None).await;
+    assert_eq!(signature["input_parameters"][0]["description"], "Second words for the text.", "{signature}");
+    assert_eq!(signature["description"], crate::toolset_words::VENDOR_ECHO, "an emptied field: the vendor's");
+    assert_eq!(signature["output_parameters"][0]["description"], "first: the same words.", "{signature}");
+    let (_, tenant) = server.call_as(Some(&publisher), Method::GET, &format!("/tools/{echo}"), None).await;
+    assert_eq!(tenant["input_parameters"][0]["description"], "The text to send back.");
+
+    // Calls through each version, then the refusals per version.
+    echo_calls(&server, "/t/default/toolsets/checks@1", 3, 2, 0).await;
+    echo_calls(&server, "/t/default/toolsets/checks", 4, 0, 1).await;
+    echo_calls(&server, "", 0, 3, 0).await;
+    // echo's version 2 adds `shout`: new to the words.
+    let (status, _) = server.deploy(crate::support::fixture("echo_v2.wasm"), "").await;
+    assert_eq!(status, 201);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        browser.goto(&page).await;
+        browser.wait_for_text("What callers get wrong, per toolset version", WAIT).await;
+        if browser.count("tr[data-toolset-version='1']").await == 1
+            && browser.count("tr[data-toolset-version='2']").await == 1
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the refusals never showed: {}", browser.text().await);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let cell = |version: u32, what: &'static str| {
+        let browser = &browser;
+        async move { browser.text_of(&format!("tr[data-toolset-version='{version}'] td[data-{what}]")).await }
+    };
+    assert_eq!(
+        (cell(1, "calls").await, cell(1, "refused").await, cell(1, "rate").await),
+        ("5".into(), "2".into(), "40%".into())
+    );
+    assert_eq!(
+        (cell(2, "calls").await, cell(2, "refused").await, cell(2, "rate").await),
+        ("5".into(), "1".into(), "20%".into())
+    );
+    let count = |version: u32, code: &'static str| {
+        let browser = &browser;
+        let css = format!("tr[data-toolset-version='{version}'] li[data-parameter=text][data-code={code}]");
+        async move { browser.attribute(&css, "data-count").await }
+    };
+    assert_eq!(count(1, "invalid_type").await.as_deref(), Some("2"));
+    assert_eq!(count(2, "missing_parameter").await.as_deref(), Some("1"));
+    assert_eq!(
+        browser.count("#refusals tr[data-toolset-version]").await,
+        2,
+        "the tenant root's calls are not the toolset's"
+    );
+    let review = browser.text_of("[data-tool=echo] [data-review]").await;
+    assert!(review.contains("new words to review") && review.contains("shout"), "{review}");
+    let vendor = browser.evaluate(&content("[data-form=reword] [data-vendor=\"input.shout\"]")).await;
+    assert_eq!(vendor, "Send the text back in capital letters.");
+    // Saved as it stands: reviewed for version 2, no flag.
+    browser.click("[data-form=reword][data-tool=echo] [data-action=reword]").await;
+    browser.wait_for_text("Version 3, the newest", WAIT).await;
+    assert_eq!(browser.count("[data-review]").await, 0);
+    browser.click("#compare").await;
+    browser.wait_for_text("What changed from 2 to 3", WAIT).await;
+    browser.goto(&format!("{page}/diff?from=1&to=2")).await;
+    let reworded = browser.wait_for_text("Words changed", WAIT).await;
+    assert!(reworded.contains("Second words for the text."), "{reworded}");
+    browser.close().await;
+}

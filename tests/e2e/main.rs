@@ -43,6 +43,7 @@ mod soak;
 mod storage;
 mod support;
 mod tenancy;
+mod toolset_words;
 mod toolsets;
 mod untrusted_input;
 mod versions;

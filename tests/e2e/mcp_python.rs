@@ -735,3 +735,55 @@ async fn the_sdks_oauth_client_identifies_itself_by_a_client_id_metadata_documen
         );
     }
 }
+
+/// Issue 66: the official SDK, in both revisions, lists a toolset's tools
+/// with the designer's words (the tool's description, its input's and its
+/// output's in the schemas) and the tenant's `/mcp` with the vendor's; a
+/// pinned toolset version keeps its words; the call is the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_lists_a_toolsets_tools_in_its_designers_words() {
+    use crate::toolset_words::worded_echo;
+    let server = Server::start(&[]);
+    let put = |tag: &'static str| {
+        let body = json!({ "tools": [worded_echo(Some(1), tag)] });
+        let server = &server;
+        async move { server.call_as(Some(TOKEN), Method::PUT, "/admin/toolsets/words", Some(&body)).await.0 }
+    };
+    assert_eq!(put("first").await, 201);
+    assert_eq!(put("second").await, 201);
+    let key = consumer(&server).await;
+    let texts = |tool: &Value| {
+        (
+            tool["description"].as_str().unwrap().to_string(),
+            tool["inputSchema"]["properties"]["text"]["description"].as_str().unwrap().to_string(),
+            tool["outputSchema"]["properties"]["text"]["description"].as_str().unwrap().to_string(),
+        )
+    };
+    for mode in ["auto", "legacy"] {
+        let url = format!("{}/t/default/toolsets/words/mcp", server.base);
+        let (_, tools) = list(&url, mode, Some(&key)).await;
+        let echo = find(&tools, "echo");
+        assert_eq!(
+            texts(echo),
+            (
+                "second: repeat the traveller's words back.".into(),
+                "second: exactly what the traveller said.".into(),
+                "second: the same words.".into()
+            ),
+            "{mode}"
+        );
+        let (_, tenant) = list(&format!("{}/mcp", server.base), mode, Some(&key)).await;
+        let vendor = find(&tenant, "echo");
+        assert_eq!(texts(vendor).1, "The text to send back.", "{mode}: the tenant's root, the vendor's words");
+        // Only texts differ: the same schema otherwise.
+        let mut reworded = echo["inputSchema"].clone();
+        reworded["properties"]["text"]["description"] =
+            vendor["inputSchema"]["properties"]["text"]["description"].clone();
+        assert_eq!(reworded, vendor["inputSchema"], "{mode}");
+        let pinned = format!("{}/t/default/toolsets/words@1/mcp", server.base);
+        let (_, first) = list(&pinned, mode, Some(&key)).await;
+        assert_eq!(texts(find(&first, "echo")).0, "first: repeat the traveller's words back.", "{mode}");
+        let outcome = call(&url, Some(&key), mode, "echo", json!({"text": "hi"}), None).await;
+        assert_eq!(structured(&outcome), &json!({"text": "hi"}), "{mode}");
+    }
+}
