@@ -139,8 +139,12 @@ const TRACE_ONLY: [&str; 2] = ["tool", "outbound"];
 /// message: rmcp's "failed to send pending response during drain" is a
 /// client that closed its stream before the server's last answer on it,
 /// which is how every `subscriptions/listen` stream of the 2026-07-28
-/// revision ends. Operators alert on `ERROR`; a normal close must not be one.
-const CLOSES_LOGGED_AS_ERRORS: [(&str, &str); 1] = [("rmcp::service", "failed to send pending response during drain")];
+/// revision ends; "fail to response message" is the same close met before
+/// the drain (the answer's channel is closed: the client hung up while its
+/// request was answered). Operators alert on `ERROR`; a normal close must
+/// not be one.
+const CLOSES_LOGGED_AS_ERRORS: [(&str, &str); 2] =
+    [("rmcp::service", "failed to send pending response during drain"), ("rmcp::service", "fail to response message")];
 
 /// A log filter that leaves out [`CLOSES_LOGGED_AS_ERRORS`] and lets
 /// everything else through.
@@ -397,6 +401,7 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             let error = "transport closed";
             tracing::error!(target: "rmcp::service", %error, "failed to send pending response during drain");
+            tracing::error!(target: "rmcp::service", %error, "fail to response message");
             tracing::error!(target: "rmcp::service", %error, "response send task failed during drain");
             tracing::error!(target: "plinth::other", "failed to send pending response during drain");
             tracing::warn!(target: "rmcp::service", "failed to send pending response during drain");
