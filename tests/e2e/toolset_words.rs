@@ -306,17 +306,7 @@ async fn refused_calls_are_counted_per_toolset_version_apart_from_the_tenants_ro
 #[tokio::test(flavor = "multi_thread")]
 async fn the_cli_writes_a_toolsets_words() {
     let server = Server::start(&[]);
-    let plinth = |args: &[&str]| {
-        let out = std::process::Command::new(crate::support::plinth_bin())
-            .args(args)
-            .env("PLINTH_SERVER", &server.base)
-            .env("PLINTH_KEY", TOKEN)
-            .env_remove("PLINTH_TENANT")
-            .output()
-            .unwrap();
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        (out.status.success(), text)
-    };
+    let plinth = |args: &[&str]| crate::toolsets::operator_cli(&server, args);
     let (ok, text) = plinth(&[
         "toolset",
         "set",

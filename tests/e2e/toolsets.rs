@@ -20,6 +20,20 @@ pub async fn echo_v2(server: &Server) {
     assert_eq!((status, body["version"].as_u64()), (201, Some(2)), "{body}");
 }
 
+/// `plinth ARGS` against `server` with the operator key → (succeeded,
+/// stdout and stderr).
+pub fn operator_cli(server: &Server, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(crate::support::plinth_bin())
+        .args(args)
+        .env("PLINTH_SERVER", &server.base)
+        .env("PLINTH_KEY", TOKEN)
+        .env_remove("PLINTH_TENANT")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
 /// "travel": echo pinned at version 1, the weather tool following its
 /// current version; book_flight is not in it.
 pub fn travel() -> Value {
@@ -337,17 +351,7 @@ async fn a_toolsets_mcp_list_says_how_long_to_keep_it_and_listeners_hear_the_too
 #[tokio::test(flavor = "multi_thread")]
 async fn the_cli_sets_shows_lists_and_removes_a_toolset_and_scopes_a_key_to_it() {
     let server = Server::start(&[]);
-    let plinth = |args: &[&str]| {
-        let out = std::process::Command::new(crate::support::plinth_bin())
-            .args(args)
-            .env("PLINTH_SERVER", &server.base)
-            .env("PLINTH_KEY", TOKEN)
-            .env_remove("PLINTH_TENANT")
-            .output()
-            .unwrap();
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        (out.status.success(), text)
-    };
+    let plinth = |args: &[&str]| operator_cli(&server, args);
     let args =
         ["toolset", "set", "travel", "--description", "Trips", "--tool", "echo@1", "--tool", "lookup_weather_by_city"];
     let (ok, text) = plinth(&args);
