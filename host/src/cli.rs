@@ -642,6 +642,31 @@ pub(crate) struct ServeArgs {
     /// Largest outbound response body a tool may read, in KiB.
     #[arg(long, env = "PLINTH_OUTBOUND_MAX_RESPONSE_KIB", default_value_t = 10 * 1024)]
     pub(crate) outbound_max_response_kib: u64,
+    /// How long a tool's outbound connection is kept open idle for the
+    /// next request, in seconds; 0 opens a connection per request
+    /// (docs/sandbox.md, "Connections").
+    #[arg(long, env = "PLINTH_OUTBOUND_IDLE_TIMEOUT_SECS", default_value_t = 30)]
+    pub(crate) outbound_idle_timeout_secs: u64,
+    /// Outbound connections open at once (in use or idle) for one tenant's
+    /// tools; a request past it waits, within its connect timeout.
+    #[arg(long, env = "PLINTH_OUTBOUND_MAX_CONNECTIONS_PER_TENANT", default_value_t = 128)]
+    pub(crate) outbound_max_connections_per_tenant: usize,
+    /// Outbound connections open at once for one tenant to one host and address.
+    #[arg(long, env = "PLINTH_OUTBOUND_MAX_CONNECTIONS_PER_HOST", default_value_t = 64)]
+    pub(crate) outbound_max_connections_per_host: usize,
+    /// Idle outbound connections kept per tenant and host.
+    #[arg(long, env = "PLINTH_OUTBOUND_MAX_IDLE_PER_HOST", default_value_t = 16)]
+    pub(crate) outbound_max_idle_per_host: usize,
+    /// Idle outbound connections kept per tenant.
+    #[arg(long, env = "PLINTH_OUTBOUND_MAX_IDLE_PER_TENANT", default_value_t = 64)]
+    pub(crate) outbound_max_idle_per_tenant: usize,
+    /// Idle outbound connections kept in all.
+    #[arg(long, env = "PLINTH_OUTBOUND_MAX_IDLE", default_value_t = 1024)]
+    pub(crate) outbound_max_idle: usize,
+    /// CA certificates (PEM) tools' `https` backends may be signed by,
+    /// beside the web's public roots: an operator's own CA.
+    #[arg(long, env = "PLINTH_OUTBOUND_CA_FILE", value_name = "PEM")]
+    pub(crate) outbound_ca_file: Option<std::path::PathBuf>,
     /// Largest invocation request body, in KiB; larger answers 413.
     #[arg(long, env = "PLINTH_MAX_REQUEST_KIB", default_value_t = 1024)]
     pub(crate) max_request_kib: usize,

@@ -132,13 +132,21 @@ pub struct HostLimits {
     pub max_concurrency_per_tool: u32,
     /// Outbound HTTP policy (shared by every call).
     pub outbound: Arc<OutboundLimits>,
+    /// The connections tools' outbound requests go out on: the pools
+    /// every call shares (`runtime::outbound::pool`).
+    pub connections: runtime::outbound::Connections,
     /// Output sizes passed on.
     pub output: OutputLimits,
 }
 
 impl Default for HostLimits {
     fn default() -> Self {
-        HostLimits { max_concurrency_per_tool: 16, outbound: Arc::default(), output: OutputLimits::default() }
+        HostLimits {
+            max_concurrency_per_tool: 16,
+            outbound: Arc::default(),
+            connections: Default::default(),
+            output: OutputLimits::default(),
+        }
     }
 }
 
@@ -915,6 +923,8 @@ impl ToolHost {
             cache_misses,
             pool: self.runtime.pool_slots(),
             slot_reset: self.runtime.slot_reset(),
+            outbound_connections_opened: self.limits.connections.opened(),
+            outbound_connections_idle: self.limits.connections.idle(),
         })
     }
 

@@ -216,6 +216,27 @@ fn parse_tool_config(entries: &[String]) -> anyhow::Result<ToolConfig> {
     Ok(config)
 }
 
+/// The pools tools' outbound requests go out on, bounded by the flags, and
+/// the TLS roots new `https` connections trust (the web's and the
+/// operator's CA file, if given).
+fn outbound_connections(args: &ServeArgs) -> anyhow::Result<plinth::runtime::outbound::Connections> {
+    use plinth::runtime::outbound::{Connections, PoolSettings, outbound_tls};
+    let extra_roots = match &args.outbound_ca_file {
+        Some(path) => std::fs::read(path).with_context(|| format!("reading --outbound-ca-file {}", path.display()))?,
+        None => Vec::new(),
+    };
+    let tls = outbound_tls(&extra_roots).map_err(|e| anyhow::anyhow!("--outbound-ca-file: {e}"))?;
+    let settings = PoolSettings {
+        idle_timeout: Duration::from_secs(args.outbound_idle_timeout_secs),
+        max_per_tenant: args.outbound_max_connections_per_tenant.max(1),
+        max_per_destination: args.outbound_max_connections_per_host.max(1),
+        max_idle_per_destination: args.outbound_max_idle_per_host,
+        max_idle_per_tenant: args.outbound_max_idle_per_tenant,
+        max_idle: args.outbound_max_idle,
+    };
+    Ok(Connections::new(settings, Some(tls)))
+}
+
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let export = init_logs(args.log_format, args.otlp_endpoint.as_deref().filter(|e| !e.is_empty()))?;
     plinth::telemetry::forward_tracestate_keys(
@@ -230,6 +251,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn run_server(args: ServeArgs) -> anyhow::Result<()> {
+    let connections = outbound_connections(&args)?;
     let options = HostOptions {
         data_dir: args.data.clone(),
         database_url: args.database_url.clone().filter(|u| !u.is_empty()),
@@ -315,6 +337,7 @@ fn run_server(args: ServeArgs) -> anyhow::Result<()> {
                 max_requests: args.outbound_max_requests,
                 max_response_bytes: args.outbound_max_response_kib.saturating_mul(1024),
             }),
+            connections,
             output: OutputLimits {
                 max_value_bytes: args.max_output_kib.saturating_mul(1024),
                 max_total_bytes: args.max_output_kib.saturating_mul(4096),

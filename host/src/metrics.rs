@@ -211,6 +211,9 @@ pub struct RuntimeState {
     /// How freed pool slots are reset (none without the pooling
     /// allocator).
     pub slot_reset: Option<crate::runtime::SlotReset>,
+    /// Tools' outbound connections opened so far, and idle in the pools now.
+    pub outbound_connections_opened: u64,
+    pub outbound_connections_idle: usize,
 }
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -238,6 +241,8 @@ pub struct Metrics {
     token_counts: Family<TokenCountLabels, Counter>,
     pool_in_use: Family<PoolLabels, Gauge>,
     pool_slots: Family<PoolLabels, Gauge>,
+    outbound_connections_opened: Counter,
+    outbound_connections_idle: Gauge,
     slot_reset: Family<SlotResetLabels, Gauge>,
 }
 
@@ -315,6 +320,18 @@ impl Default for Metrics {
         );
         let pool_slots = Family::default();
         registry.register("pool_slots", "Pooling-allocator slots, by kind", pool_slots.clone());
+        let outbound_connections_opened = Counter::default();
+        registry.register(
+            "outbound_connections_opened",
+            "Connections opened for tools' outbound requests (each request that found none idle in its tenant's pool)",
+            outbound_connections_opened.clone(),
+        );
+        let outbound_connections_idle = Gauge::default();
+        registry.register(
+            "outbound_connections_idle",
+            "Tools' outbound connections idle in the pools now",
+            outbound_connections_idle.clone(),
+        );
         let slot_reset = Family::default();
         registry.register(
             "pool_slot_reset",
@@ -339,6 +356,8 @@ impl Default for Metrics {
             token_counts,
             pool_in_use,
             pool_slots,
+            outbound_connections_opened,
+            outbound_connections_idle,
             slot_reset,
         }
     }
@@ -429,6 +448,8 @@ impl Metrics {
         // The runtime keeps the cache's counts; they are copied, not added.
         self.compiled_cache.get_or_create(&CacheLabels { result: "hit" }).inner().store(runtime.cache_hits, Relaxed);
         self.compiled_cache.get_or_create(&CacheLabels { result: "miss" }).inner().store(runtime.cache_misses, Relaxed);
+        self.outbound_connections_opened.inner().store(runtime.outbound_connections_opened, Relaxed);
+        self.outbound_connections_idle.set(gauge(runtime.outbound_connections_idle as u64));
         if let Some(pool) = &runtime.pool {
             for (kind, in_use, slots) in pool.kinds() {
                 self.pool_in_use.get_or_create(&PoolLabels { kind }).set(gauge(in_use));

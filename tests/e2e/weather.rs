@@ -107,3 +107,74 @@ async fn without_its_config_the_tool_says_it_is_not_configured() {
     assert_eq!(status, 422);
     assert_eq!(body["error"]["message"], "the tool is not configured on this server");
 }
+
+/// A TCP stand-in in front of `upstream` (`http://host:port`) that counts
+/// the connections it accepts and passes each on, byte for byte.
+async fn counting_front(upstream: &str) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let front = format!("http://{}", listener.local_addr().unwrap());
+    let upstream = upstream.trim_start_matches("http://").to_string();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let mut outbound = tokio::net::TcpStream::connect(upstream).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            });
+        }
+    });
+    (front, accepted)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn backend_calls_ride_kept_connections_and_never_another_tenants() {
+    use crate::support::TOKEN;
+    use reqwest::Method;
+    use std::sync::atomic::Ordering;
+    let (url, calls) = backend().await;
+    let (front, connections) = counting_front(&url).await;
+    let server = Server::start(&["--tool-config", &configured(&front), LOOPBACK[0], LOOPBACK[1]]);
+    for _ in 0..3 {
+        let (status, body) = server.invoke("lookup_weather_by_city", &[("city", json!("Paris"))]).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(calls.get(), 6, "two backend calls a call");
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "all six on one kept connection");
+
+    // Another tenant's copy of the tool, configured with the same backend:
+    // a connection of its own, and the default tenant's stays its own.
+    server.create_tenant("globex", json!({})).await;
+    let (_, publisher) = server.create_key(Some("globex"), "publisher").await;
+    let (_, consumer) = server.create_key(Some("globex"), "consumer").await;
+    let weather = std::fs::read(crate::support::plugins_dir().join("lookup_weather_by_city.wasm")).unwrap();
+    let (status, deployed) = server.deploy_as(&publisher, "globex", weather).await;
+    assert_eq!(status, 201, "{deployed}");
+    let response = server
+        .request_as(Some(TOKEN), Method::PUT, "/t/globex/admin/config/lookup_weather_by_city/backend-url")
+        .body(front.clone())
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.text().await.unwrap());
+    let id = deployed["toolId"].as_str().unwrap();
+    let paris = crate::support::invocation("lookup_weather_by_city", &[("city", json!("Paris"))]);
+    for _ in 0..2 {
+        let (status, body) =
+            server.call_as(Some(&consumer), Method::POST, &format!("/t/globex/tools/{id}:invoke"), Some(&paris)).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(calls.get(), 10);
+    assert_eq!(connections.load(Ordering::SeqCst), 2, "globex's calls on a connection of globex's own");
+    let (status, _) = server.invoke("lookup_weather_by_city", &[("city", json!("Paris"))]).await;
+    assert_eq!(status, 200);
+    assert_eq!(connections.load(Ordering::SeqCst), 2, "the default tenant's own connection, still kept");
+    // What the operator sees: two connections opened for twelve requests,
+    // both idle now.
+    let metrics = server.request(Method::GET, "/metrics").send().await.unwrap().text().await.unwrap();
+    let sample = |name: &str| metrics.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).map(str::to_string);
+    assert_eq!(sample("plinth_outbound_connections_opened_total").as_deref(), Some("2"), "{metrics}");
+    assert_eq!(sample("plinth_outbound_connections_idle").as_deref(), Some("2"), "{metrics}");
+}

@@ -299,6 +299,35 @@ fn system_lookup(resolver: Arc<SystemResolver>, host: &str, port: u16) -> Lookup
     })
 }
 
+/// Lookups through the name server at `server` alone (no hosts file),
+/// with the system's bounds and a cache of their own: tests' stand-in for
+/// a DNS whose answers change.
+#[cfg(test)]
+pub(crate) fn name_server_lookups(server: SocketAddr) -> LookupFn {
+    use hickory_resolver::config::NameServerConfig;
+    let mut name_server = NameServerConfig::udp(server.ip());
+    for connection in &mut name_server.connections {
+        connection.port = server.port();
+    }
+    let mut options = ResolverOpts::default();
+    bound(&mut options);
+    options.use_hosts_file = ResolveHosts::Never;
+    let resolver = TokioResolver::builder_with_config(
+        ResolverConfig::from_parts(None, vec![], vec![name_server]),
+        TokioRuntimeProvider::default(),
+    )
+    .with_options(options)
+    .build()
+    .expect("a resolver");
+    Arc::new(move |host: &str, port: u16| {
+        let (resolver, name) = (resolver.clone(), host.to_string());
+        Box::pin(async move {
+            let found = resolver.lookup_ip(name.as_str()).await.map_err(std::io::Error::other)?;
+            Ok(found.iter().map(|ip| SocketAddr::new(ip, port)).collect())
+        })
+    })
+}
+
 /// A task that is aborted when this is dropped (its caller went away).
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 

@@ -481,6 +481,7 @@ impl ToolHost {
         // Every tool's requests are counted, a tool that declares no host
         // included: its attempts (`undeclared`, `denied`) are the ones to see.
         let outbound = OutboundPolicy::new(&version.host_patterns, &config, self.limits.outbound.clone())
+            .through(&self.limits.connections)
             .for_tenant(&tool.tenant)
             .with_tokens(run.tokens, &config)
             .traced(run.trace.cloned())

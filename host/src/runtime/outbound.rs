@@ -10,8 +10,9 @@
 //! 3. the name is resolved and **every** address must be public — loopback,
 //!    private, link-local (cloud metadata), CGNAT, multicast, reserved and
 //!    IPv4-embedding ranges are refused unless an operator CIDR allows them;
-//! 4. the request connects to the address that was checked (`send_to`),
-//!    so a DNS answer that changes between check and connect cannot
+//! 4. the request goes to the address that was checked, on a connection
+//!    opened to it for the same tenant (a pooled one, [`pool`], or a new
+//!    one), so a DNS answer that changes between check and connect cannot
 //!    redirect it; HTTPS presents the host name for SNI and verifies the
 //!    certificate against it, and the `Host` header keeps the name;
 //! 5. the response body is capped.
@@ -20,17 +21,17 @@
 //! can tell the caller that the tool tried to reach what it may not, and log
 //! one line per call rather than one per refusal.
 
+mod pool;
 mod tokens;
 
+pub use pool::{Connections, PoolSettings};
 pub use tokens::{PersonToken, fuzzing as token_fuzzing};
 
 use crate::egress::OutboundLimits;
 use crate::manifest::{HostPattern, split_host_port};
 use crate::telemetry::CallerTrace;
 use http_body_util::BodyExt;
-use rustls::pki_types::ServerName;
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 use tracing::Instrument;
@@ -232,6 +233,8 @@ pub struct OutboundPolicy {
     /// The call's end user's tokens, each for the hosts of one
     /// `[[authorization]]` entry ([`tokens`]).
     tokens: Arc<[PersonToken]>,
+    /// The connections its requests go out on (shared by every call).
+    connections: Connections,
 }
 
 /// Whether an invocation sent a request: its connecting, TLS and reading
@@ -274,7 +277,14 @@ impl OutboundPolicy {
             sent_any: SentAny::default(),
             tenant: None,
             tokens: Arc::new([]),
+            connections: Connections::default(),
         }
+    }
+
+    /// The same policy, its requests going out on `connections` (the
+    /// server's pools) rather than on pools of its own.
+    pub fn through(self, connections: &Connections) -> Self {
+        OutboundPolicy { connections: connections.clone(), ..self }
     }
 
     /// The same policy, attaching each of `tokens` — a person's token and
@@ -454,16 +464,18 @@ impl WasiHttpHooks for OutboundPolicy {
         self.sent_any.0.store(true, std::sync::atomic::Ordering::Relaxed);
         let span = self.trace_request(&mut request, &entry);
         let (limits, denials, counter) = (self.limits.clone(), self.denials.clone(), self.counter.clone());
-        let (checked, tenant) = (limits.clone(), self.tenant.clone());
+        let (checked, tenant, connections) = (limits.clone(), self.tenant.clone(), self.connections.clone());
+        let credential = token.as_ref().map(PersonToken::credential);
         let sent = async move {
-            let address = check_addresses(&uri, &checked, &denials, tenant.as_deref()).await?;
-            send_to(request, address, &options, TLS.as_ref()).await
+            let address = check_addresses(&uri, &checked, connections.lookups(), &denials, tenant.as_deref()).await?;
+            let destination = pool::Destination::of(&uri, address, credential)?;
+            connections.send(tenant.as_ref(), destination, request, &options).await
         };
         Box::new(
             async move {
                 let sent = sent.await;
                 let status = match &sent {
-                    Ok((response, _)) => OutboundStatus::Answered(response.status().as_u16()),
+                    Ok(response) => OutboundStatus::Answered(response.status().as_u16()),
                     Err(e) => OutboundStatus::of(e),
                 };
                 if let Some(counter) = counter {
@@ -471,7 +483,7 @@ impl WasiHttpHooks for OutboundPolicy {
                 }
                 let span = tracing::Span::current();
                 match &sent {
-                    Ok((response, _)) => {
+                    Ok(response) => {
                         span.record("http.response.status_code", response.status().as_u16());
                         if response.status().is_client_error() || response.status().is_server_error() {
                             span.record("error.type", response.status().as_str());
@@ -483,7 +495,7 @@ impl WasiHttpHooks for OutboundPolicy {
                         span.record("otel.status_code", "ERROR");
                     }
                 }
-                let (response, io) = sent?;
+                let response = sent?;
                 let max = limits.max_response_bytes;
                 let limited = move |body| {
                     http_body_util::Limited::new(body, max as usize)
@@ -498,7 +510,9 @@ impl WasiHttpHooks for OutboundPolicy {
                     None => response,
                 };
                 let response = response.map(limited);
-                Ok((response, Box::new(io) as Box<dyn Future<Output = Result<(), HttpError>> + Send>))
+                // The connection runs in a task of its own: nothing for
+                // the call to drive.
+                Ok((response, Box::new(async { Ok(()) }) as Box<dyn Future<Output = Result<(), HttpError>> + Send>))
             }
             .instrument(span),
         )
@@ -553,92 +567,33 @@ impl OutboundPolicy {
 
 /// The TLS client settings: the web's public roots (webpki-roots), so that a
 /// server must prove it is the name the tool asked for.
-static TLS: LazyLock<Option<tokio_rustls::TlsConnector>> = LazyLock::new(|| {
+static TLS: LazyLock<Option<Arc<rustls::ClientConfig>>> =
+    LazyLock::new(|| outbound_tls(&[]).map_err(|e| tracing::error!(error = %e, "outbound TLS cannot be set up")).ok());
+
+/// The TLS client settings for tools' `https`: the web's public roots
+/// (webpki-roots) and the certificates of `extra_roots` (PEM: an
+/// operator's own CA, `--outbound-ca-file`).
+pub fn outbound_tls(extra_roots: &[u8]) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
+    if !extra_roots.is_empty() {
+        let mut added = 0;
+        for certificate in CertificateDer::pem_slice_iter(extra_roots) {
+            let certificate = certificate.map_err(|e| format!("not a PEM certificate: {e}"))?;
+            roots.add(certificate).map_err(|e| format!("not a CA certificate rustls accepts: {e}"))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err("no certificate in it".into());
+        }
+    }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| tracing::error!(error = %e, "outbound TLS cannot be set up"))
-        .ok()?
-        .with_root_certificates(rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() })
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
         .with_no_client_auth();
-    Some(tokio_rustls::TlsConnector::from(Arc::new(config)))
-});
-
-/// Sends `request` to `address`, the address that was checked, never to
-/// whatever its name resolves to by now (so DNS rebinding cannot redirect
-/// it). HTTPS presents the request's host name for SNI and verifies the
-/// certificate against it. A failure after this allowed connection attempt
-/// keeps its kind (refused, timed out, TLS certificate or protocol) but
-/// carries no system detail (no OS error, no address); refusals by the
-/// policy, before any connection, all read the same
-/// ([`HttpError::HttpRequestDenied`]). `tls` is [`TLS`] but in tests (none:
-/// HTTPS cannot be set up).
-async fn send_to(
-    mut request: http::Request<WasiBody>,
-    address: SocketAddr,
-    options: &RequestOptions,
-    tls: Option<&tokio_rustls::TlsConnector>,
-) -> Result<(http::Response<WasiBody>, impl Future<Output = Result<(), HttpError>> + Send + use<>), HttpError> {
-    let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
-    let first_byte_timeout = options.first_byte_timeout.unwrap_or(FIRST_BYTE_TIMEOUT);
-    let between_bytes_timeout =
-        options.between_bytes_timeout.unwrap_or(BETWEEN_BYTES_TIMEOUT).max(Duration::from_millis(1));
-    let https = request.uri().scheme_str() == Some("https");
-    let host = request
-        .uri()
-        .host()
-        .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
-        .ok_or(HttpError::HttpRequestUriInvalid)?;
-
-    let tcp = match tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(address)).await {
-        Ok(Ok(tcp)) => tcp,
-        Ok(Err(_)) => return Err(HttpError::ConnectionRefused),
-        Err(_) => return Err(HttpError::ConnectionTimeout),
-    };
-    let stream: Box<dyn Stream> = if https {
-        let connector = tls.ok_or(HttpError::ConfigurationError)?;
-        let name = ServerName::try_from(host).map_err(|_| HttpError::HttpRequestUriInvalid)?;
-        match tokio::time::timeout(connect_timeout, connector.connect(name, tcp)).await {
-            Ok(Ok(tls)) => Box::new(tls),
-            Ok(Err(e)) => {
-                let certificate = e
-                    .get_ref()
-                    .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-                    .is_some_and(|e| matches!(e, rustls::Error::InvalidCertificate(_)));
-                return Err(if certificate { HttpError::TlsCertificateError } else { HttpError::TlsProtocolError });
-            }
-            Err(_) => return Err(HttpError::ConnectionTimeout),
-        }
-    } else {
-        Box::new(tcp)
-    };
-    let (mut sender, connection) = match tokio::time::timeout(
-        connect_timeout,
-        hyper::client::conn::http1::handshake(wasmtime_wasi_http::io::TokioIo::new(stream)),
-    )
-    .await
-    {
-        Ok(Ok(handshake)) => handshake,
-        Ok(Err(_)) => return Err(HttpError::HttpProtocolError),
-        Err(_) => return Err(HttpError::ConnectionTimeout),
-    };
-    // The connection runs beside the request; dropping the handle (the
-    // invocation ended) stops it.
-    let connection = wasmtime_wasi::runtime::spawn(connection);
-
-    // Origin form on the wire: the host travels in the `Host` header.
-    let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
-    *request.uri_mut() = path.parse().map_err(|_| HttpError::HttpRequestUriInvalid)?;
-    let response = match tokio::time::timeout(first_byte_timeout, sender.send_request(request)).await {
-        Ok(Ok(response)) => response,
-        Ok(Err(e)) => return Err(HttpError::from(e)),
-        Err(_) => return Err(HttpError::ConnectionReadTimeout),
-    };
-    let response = response.map(|incoming| {
-        PacedBody { incoming, pause: between_bytes_timeout, timer: Box::pin(tokio::time::sleep(between_bytes_timeout)) }
-            .boxed_unsync()
-    });
-    Ok((response, async move { connection.await.map_err(HttpError::from) }))
+    Ok(Arc::new(config))
 }
 
 /// What a connection can be: plain TCP or TLS over it.
@@ -690,6 +645,7 @@ impl hyper::body::Body for PacedBody {
 async fn check_addresses(
     uri: &http::Uri,
     limits: &OutboundLimits,
+    lookups: &crate::egress::lookups::NameLookups,
     denials: &Denials,
     tenant: Option<&str>,
 ) -> Result<std::net::SocketAddr, HttpError> {
@@ -697,7 +653,7 @@ async fn check_addresses(
     let port = authority.port_u16().unwrap_or(if uri.scheme_str() == Some("http") { 80 } else { 443 });
     let host = authority.host().trim_start_matches('[').trim_end_matches(']');
     // Bounded in number and time, off the store's blocking pool.
-    let addresses = match crate::egress::lookups::TOOL_LOOKUPS.resolve_as(tenant, host, port).await {
+    let addresses = match lookups.resolve_as(tenant, host, port).await {
         Ok(found) => found,
         Err(_) => return Err(HttpError::DnsError { rcode: None, info_code: None }),
     };
@@ -748,11 +704,25 @@ fn is_loopback_host(host: Option<&str>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::egress::lookups::TOOL_LOOKUPS;
 
     fn policy(entries: &[&str], config: &[(&str, &str)]) -> OutboundPolicy {
         let patterns: Vec<_> = entries.iter().map(|e| HostPattern::parse(e).unwrap()).collect();
         let config = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         OutboundPolicy::new(&patterns, &config, Default::default())
+    }
+
+    /// `request` sent to `address` on pools of its own, as the policy
+    /// sends one once the address passed.
+    async fn send_to(
+        request: http::Request<WasiBody>,
+        address: std::net::SocketAddr,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<http::Response<WasiBody>, HttpError> {
+        let destination = pool::Destination::of(request.uri(), address, None)?;
+        Connections::new(PoolSettings::default(), tls)
+            .send(None, destination, request, &RequestOptions::default())
+            .await
     }
 
     #[test]
@@ -928,7 +898,7 @@ mod tests {
         let request = http::Request::get("https://pinned.invalid/path")
             .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
             .unwrap();
-        let answer = send_to(request, address, &RequestOptions::default(), TLS.as_ref()).await;
+        let answer = send_to(request, address, TLS.clone()).await;
         assert!(answer.is_err(), "the listener closes without a handshake");
         let (peer, hello) = server.await.unwrap();
         assert!(peer.ip().is_loopback());
@@ -979,16 +949,15 @@ mod tests {
             .unwrap()
             .with_root_certificates(roots)
             .with_no_client_auth();
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(client_config));
+        let tls = Arc::new(client_config);
         let request = http::Request::get("https://pinned.test/path?q=1")
             .header(http::header::HOST, "pinned.test")
             .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
             .unwrap();
-        let (response, io) = send_to(request, address, &RequestOptions::default(), Some(&tls)).await.unwrap();
+        let response = send_to(request, address, Some(tls.clone())).await.unwrap();
         assert_eq!(response.status(), 200);
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"hello");
-        io.await.unwrap();
         let (sni, head) = server.await.unwrap();
         assert_eq!(sni.as_deref(), Some("pinned.test"));
         assert!(head.starts_with("GET /path?q=1 HTTP/1.1\r\n"), "origin form on the wire: {head}");
@@ -1016,7 +985,7 @@ mod tests {
         let request = http::Request::get("https://internal.test/")
             .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
             .unwrap();
-        let answer = send_to(request, other, &RequestOptions::default(), Some(&tls)).await;
+        let answer = send_to(request, other, Some(tls)).await;
         assert!(matches!(answer, Err(HttpError::TlsCertificateError)), "{:?}", answer.err());
     }
 
@@ -1028,7 +997,7 @@ mod tests {
         let request = http::Request::get("http://api.example.com/")
             .body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
             .unwrap();
-        let answer = send_to(request, closed, &RequestOptions::default(), TLS.as_ref()).await;
+        let answer = send_to(request, closed, TLS.clone()).await;
         assert!(matches!(answer, Err(HttpError::ConnectionRefused)));
     }
 
@@ -1037,16 +1006,19 @@ mod tests {
         let uri: http::Uri = "http://127.0.0.1:9/".parse().unwrap();
         let denials = Denials::default();
         let closed = OutboundLimits::default();
-        assert!(matches!(check_addresses(&uri, &closed, &denials, None).await, Err(HttpError::HttpRequestDenied)));
+        assert!(matches!(
+            check_addresses(&uri, &closed, &TOOL_LOOKUPS, &denials, None).await,
+            Err(HttpError::HttpRequestDenied)
+        ));
         assert!(denials.first().unwrap().contains("127.0.0.1"));
         let open = OutboundLimits { allowed_private: vec!["127.0.0.0/8".parse().unwrap()], ..Default::default() };
         assert_eq!(
-            check_addresses(&uri, &open, &Denials::default(), None).await.unwrap(),
+            check_addresses(&uri, &open, &TOOL_LOOKUPS, &Denials::default(), None).await.unwrap(),
             "127.0.0.1:9".parse().unwrap()
         );
         let localhost: http::Uri = "http://localhost:9/".parse().unwrap();
         assert!(
-            check_addresses(&localhost, &closed, &Denials::default(), None).await.is_err(),
+            check_addresses(&localhost, &closed, &TOOL_LOOKUPS, &Denials::default(), None).await.is_err(),
             "names are checked after resolution"
         );
     }

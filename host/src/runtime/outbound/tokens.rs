@@ -26,6 +26,9 @@ pub struct PersonToken {
     /// The token's bytes and the forms an answer may write it in (JSON's
     /// `\/`, percent-encoded), each taken out of what its hosts answer.
     raw: Arc<[Vec<u8>]>,
+    /// The token's SHA-256: pooled connections that carried it go to no
+    /// other token's requests.
+    credential: [u8; 32],
 }
 
 impl std::fmt::Debug for PersonToken {
@@ -44,7 +47,13 @@ impl PersonToken {
         let mut header = http::HeaderValue::from_str(&format!("Bearer {token}")).ok()?;
         // Kept out of hyper's debug output and HPACK tables.
         header.set_sensitive(true);
-        (!token.is_empty()).then(|| PersonToken { hosts, bound, header, raw: written_forms(token).into() })
+        let credential = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(token)).into();
+        (!token.is_empty()).then(|| PersonToken { hosts, bound, header, raw: written_forms(token).into(), credential })
+    }
+
+    /// The token's digest: what keeps the connections that carried it apart.
+    pub(super) fn credential(&self) -> [u8; 32] {
+        self.credential
     }
 
     /// Puts the token on `request`, in place of any `Authorization` the
