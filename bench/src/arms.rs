@@ -108,16 +108,16 @@ fn errors(load: &Load) -> String {
 }
 
 /// One target of arm 1's rounds: where it is, what wrk sends it.
-struct Target {
-    url: String,
-    body: String,
-    headers: &'static [(&'static str, &'static str)],
+pub(crate) struct Target {
+    pub(crate) url: String,
+    pub(crate) body: String,
+    pub(crate) headers: &'static [(&'static str, &'static str)],
 }
 
 /// What one target measured in each round: the load (8 connections) and
 /// the one-connection p50.
 #[derive(Default)]
-struct Rounds {
+pub(crate) struct Rounds {
     loads: Vec<Load>,
     one: Vec<Duration>,
 }
@@ -127,7 +127,7 @@ impl Rounds {
     /// [`CONNECTIONS`], then every target's p50 at one connection, so that
     /// the loads a ratio compares are seconds apart, not a target's two
     /// loads apart.
-    fn run(targets: &mut [(&Target, &mut Rounds)], duration: Duration) -> anyhow::Result<()> {
+    pub(crate) fn run(targets: &mut [(&Target, &mut Rounds)], duration: Duration) -> anyhow::Result<()> {
         for (target, measured) in targets.iter_mut() {
             let (url, body) = (&target.url, Some(target.body.as_str()));
             measured.loads.push(wrk_with_headers(url, body, target.headers, duration, CONNECTIONS)?);
@@ -140,21 +140,21 @@ impl Rounds {
     }
 
     /// The round whose throughput is the median.
-    fn median_load(&self) -> Load {
+    pub(crate) fn median_load(&self) -> Load {
         median_load(&self.loads)
     }
 
-    fn median_one(&self) -> Duration {
+    pub(crate) fn median_one(&self) -> Duration {
         Summary::of(&mut self.one.clone()).p50
     }
 
     /// Throughput ÷ `other`'s, round by round: the median and every round's.
-    fn throughput_over(&self, other: &Rounds) -> (f64, String) {
+    pub(crate) fn throughput_over(&self, other: &Rounds) -> (f64, String) {
         median_of(self.loads.iter().zip(&other.loads).map(|(x, y)| x.rps / y.rps).collect())
     }
 
     /// One-connection p50 ÷ `other`'s, round by round.
-    fn one_over(&self, other: &Rounds) -> (f64, String) {
+    pub(crate) fn one_over(&self, other: &Rounds) -> (f64, String) {
         median_of(self.one.iter().zip(&other.one).map(|(x, y)| x.as_secs_f64() / y.as_secs_f64()).collect())
     }
 }

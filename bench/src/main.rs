@@ -13,6 +13,7 @@
 
 mod accounts;
 mod arms;
+mod backends;
 mod density;
 mod fleet;
 mod measure;
@@ -157,6 +158,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if runs(13) {
         accounts::accounts(&opts, &mut report).await?;
+    }
+    if runs(14) {
+        backends::backend_calls(&opts, &mut report).await?;
     }
     if let Some(baseline) = &opts.baseline
         && runs(11)

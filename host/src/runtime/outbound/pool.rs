@@ -620,7 +620,7 @@ mod tests {
         /// Says `Connection: close` and closes it.
         SayClose,
         /// Closes it, without a word, once it was idle this long.
-        CloseIdleAfter(Duration),
+        CloseWhenIdleFor(Duration),
     }
 
     /// A backend on 127.0.0.1 that answers every request with `body_bytes`
@@ -646,7 +646,7 @@ mod tests {
                     tokio::spawn(async move {
                         loop {
                             let wait = match after {
-                                After::CloseIdleAfter(idle) => idle,
+                                After::CloseWhenIdleFor(idle) => idle,
                                 _ => Duration::from_secs(3600),
                             };
                             let Ok(Some(_head)) = tokio::time::timeout(wait, read_head(&mut stream)).await else {
@@ -776,7 +776,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_backend_that_closes_idle_connections_costs_no_call() {
-        let backend = Backend::start(After::CloseIdleAfter(Duration::from_millis(50)), 16).await;
+        let backend = Backend::start(After::CloseWhenIdleFor(Duration::from_millis(50)), 16).await;
         let host = format!("127.0.0.1:{}", backend.port);
         let url = format!("http://{host}/x");
         let connections = Connections::default();
