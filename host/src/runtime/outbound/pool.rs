@@ -27,7 +27,7 @@
 //! and in all, and how long one stays idle. `https` sessions resume (TLS
 //! session tickets) from a cache of each tenant's own. HTTP/1.1 only: no
 //! ALPN is offered, so a backend that speaks HTTP/2 answers in HTTP/1.1.
-use super::{CONNECT_TIMEOUT, FIRST_BYTE_TIMEOUT, PacedBody, Stream};
+use super::{CONNECT_TIMEOUT, FIRST_BYTE_TIMEOUT};
 use crate::egress::lookups::{NameLookups, TOOL_LOOKUPS};
 use http_body_util::BodyExt;
 use hyper::body::Body as _;
@@ -599,6 +599,50 @@ impl hyper::body::Body for PooledBody {
 
     fn size_hint(&self) -> hyper::body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// What a connection can be: plain TCP or TLS over it.
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Stream for T {}
+
+/// A response body that fails when the server pauses longer than `pause`
+/// between frames.
+struct PacedBody {
+    incoming: hyper::body::Incoming,
+    pause: Duration,
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl hyper::body::Body for PacedBody {
+    type Data = hyper::body::Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        match std::pin::Pin::new(&mut this.incoming).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let next = tokio::time::Instant::now() + this.pause;
+                this.timer.as_mut().reset(next);
+                Poll::Ready(frame.map(|frame| frame.map_err(HttpError::from)))
+            }
+            Poll::Pending => match this.timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.incoming.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.incoming.size_hint()
     }
 }
 
