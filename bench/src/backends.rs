@@ -241,12 +241,11 @@ pub async fn backend_calls(opts: &Opts, report: &mut Report) -> anyhow::Result<(
     report.row(
         "14 b/c",
         &format!("weather throughput, pooled ÷ a connection per request ({of_rounds})"),
-        format!(
-            "{ratio:.2} (rounds {each}) · {:.0} against 2463 calls/s before the pools (arm 1c, 2026-11-29)",
-            b.median_load().rps
-        ),
+        format!("{ratio:.2} (rounds {each}) · {:.0} calls/s pooled", b.median_load().rps),
         "≥ 2.0",
-        judged(ratio >= 2.0 && b.median_load().rps >= 2.0 * 2463.0),
+        // Judged within the run: arm 1c's 2,463 calls/s before the pools
+        // came from another machine.
+        judged(ratio >= 2.0),
     );
     let (native_p50, pooled_p50, fresh_p50) = (a.median_one(), b.median_one(), c.median_one());
     let above = pooled_p50.saturating_sub(native_p50);
