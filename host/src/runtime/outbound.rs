@@ -277,7 +277,9 @@ impl OutboundPolicy {
             sent_any: SentAny::default(),
             tenant: None,
             tokens: Arc::new([]),
-            connections: Connections::default(),
+            // An `Arc`'s count, not new pools per call: a call's policy
+            // is given the server's (`through`).
+            connections: UNSHARED_CONNECTIONS.clone(),
         }
     }
 
@@ -564,6 +566,10 @@ impl OutboundPolicy {
         span
     }
 }
+
+/// The pools of a policy given no others ([`OutboundPolicy::through`]):
+/// tests', and the policies `with_tokens` makes to read patterns.
+static UNSHARED_CONNECTIONS: LazyLock<Connections> = LazyLock::new(Connections::default);
 
 /// The TLS client settings: the web's public roots (webpki-roots), so that a
 /// server must prove it is the name the tool asked for.

@@ -312,8 +312,7 @@ impl Connections {
             returning.finish();
         }
         response.map(|incoming| {
-            PooledBody { inner: PacedBody { incoming, pause, timer: Box::pin(tokio::time::sleep(pause)) }, returning }
-                .boxed_unsync()
+            PooledBody { incoming, pause, timer: Box::pin(tokio::time::sleep(pause)), returning }.boxed_unsync()
         })
     }
 
@@ -559,10 +558,17 @@ impl Returning {
     }
 }
 
-/// A response body that gives its connection back once it was read to the
-/// end; dropped before that (or failed), it closes it.
+/// What a connection can be: plain TCP or TLS over it.
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Stream for T {}
+
+/// A response body as the tool reads it: it fails when the server pauses
+/// longer than `pause` between frames, and gives its connection back once
+/// it was read to the end; dropped before that (or failed), it closes it.
 struct PooledBody {
-    inner: PacedBody,
+    incoming: hyper::body::Incoming,
+    pause: Duration,
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
     returning: Option<Returning>,
 }
 
@@ -576,65 +582,36 @@ impl hyper::body::Body for PooledBody {
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
         use std::task::Poll;
         let this = &mut *self;
-        let frame = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        let frame = match std::pin::Pin::new(&mut this.incoming).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let next = tokio::time::Instant::now() + this.pause;
+                this.timer.as_mut().reset(next);
+                frame.map(|frame| frame.map_err(HttpError::from))
+            }
+            Poll::Pending => {
+                return match this.timer.as_mut().poll(cx) {
+                    // A stalled answer: the connection is closed with it.
+                    Poll::Ready(()) => {
+                        drop(this.returning.take());
+                        Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout)))
+                    }
+                    Poll::Pending => Poll::Pending,
+                };
+            }
+        };
         let ended = match &frame {
-            Poll::Ready(None) => true,
-            Poll::Ready(Some(Ok(_))) => this.inner.is_end_stream(),
+            None => true,
+            Some(Ok(_)) => this.incoming.is_end_stream(),
             // A failure closes the connection.
-            Poll::Ready(Some(Err(_))) => {
+            Some(Err(_)) => {
                 drop(this.returning.take());
                 false
             }
-            Poll::Pending => false,
         };
         if ended && let Some(returning) = this.returning.take() {
             returning.finish();
         }
-        frame
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-/// What a connection can be: plain TCP or TLS over it.
-trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> Stream for T {}
-
-/// A response body that fails when the server pauses longer than `pause`
-/// between frames.
-struct PacedBody {
-    incoming: hyper::body::Incoming,
-    pause: Duration,
-    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
-}
-
-impl hyper::body::Body for PacedBody {
-    type Data = hyper::body::Bytes;
-    type Error = HttpError;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        use std::task::Poll;
-        let this = &mut *self;
-        match std::pin::Pin::new(&mut this.incoming).poll_frame(cx) {
-            Poll::Ready(frame) => {
-                let next = tokio::time::Instant::now() + this.pause;
-                this.timer.as_mut().reset(next);
-                Poll::Ready(frame.map(|frame| frame.map_err(HttpError::from)))
-            }
-            Poll::Pending => match this.timer.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(HttpError::ConnectionReadTimeout))),
-                Poll::Pending => Poll::Pending,
-            },
-        }
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
