@@ -22,10 +22,11 @@
 //! behind the truly costly ones at their low priority, took longer still,
 //! and kept it there: echo's p99 beside a busy tool, bench arm 6, went
 //! from 6.8× and 8.4× its calm value to 3.1× and 3.5× in alternating runs
-//! when this changed). A call that sends requests to its backend counts
-//! its whole time, as before: their work (connecting, TLS, reading the
-//! answer) runs in tasks of their own, which its CPU clock does not see,
-//! on the runtime the call started on.
+//! when this changed). A call that sends requests to its backend also
+//! counts their work (connecting, TLS, hyper's reading and writing),
+//! which runs in tasks of their own that its CPU clock does not see, by
+//! those tasks' polls for it (`outbound::BackendWork`) — not the time they
+//! waited for the backend: a tool that waits is not a tool that computes.
 //!
 //! Three pools. A cheap tool's call that pauses moves to the first, at the
 //! server's own CPU priority; once it has computed there for

@@ -489,7 +489,7 @@ impl ToolHost {
         // `describe` runs before anyone has confirmed the call: it may read, not act.
         let outbound = if run.export == Export::Describe { outbound.read_only() } else { outbound };
         let denials = outbound.denials();
-        let sent_any = outbound.sent_any();
+        let backend_work = outbound.backend_work();
         let setup = CallSetup {
             deadline,
             max_memory_bytes: usize::try_from(memory_mib).unwrap_or(usize::MAX).saturating_mul(1 << 20),
@@ -548,10 +548,11 @@ impl ToolHost {
         }
         let elapsed = started.elapsed();
         if let Some(executors) = &self.executor {
-            // A call that sent requests counts its whole time: their work
-            // (connecting, TLS, reading) runs in tasks its CPU clock does
-            // not see, and such a tool's calls start where that work goes.
-            let computed = if sent_any.get() { elapsed.max(on_cpu.spent()) } else { on_cpu.spent() };
+            // Its requests' work (connecting, TLS, hyper's reading) runs in
+            // tasks its CPU clock does not see, and such a tool's calls
+            // start where that work goes: it counts too, but not the time
+            // the requests waited for the backend.
+            let computed = on_cpu.spent() + backend_work.spent();
             executors.ran(tool.id, &tool.name, &result, elapsed, computed);
         }
         self.metrics.ran(&tool.tenant, &tool.name, version.number, elapsed);

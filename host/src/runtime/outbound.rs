@@ -225,8 +225,8 @@ pub struct OutboundPolicy {
     trace: Option<CallerTrace>,
     /// Where each request is counted.
     counter: Option<Arc<dyn CountOutbound>>,
-    /// Set once a request has gone out.
-    sent_any: SentAny,
+    /// The time its requests were worked on outside the call's polls.
+    work: BackendWork,
     /// The tenant whose tool this is: its lookups are a bounded share of
     /// the tools' ([`crate::egress::lookups::TOOL_LOOKUPS`]).
     tenant: Option<Arc<str>>,
@@ -237,14 +237,70 @@ pub struct OutboundPolicy {
     connections: Connections,
 }
 
-/// Whether an invocation sent a request: its connecting, TLS and reading
-/// run in tasks of their own, where the call's CPU clock cannot see them.
+/// The time a call's requests were worked on outside the call's own
+/// polls: resolving, connecting, TLS, and hyper's writing and reading run
+/// in tasks of their own, which the call's CPU clock does not see. Counted
+/// by the wall time of those tasks' polls — an upper bound on their CPU
+/// without two system calls a poll — never by the time they wait for the
+/// backend, so a tool that waits on a slow backend is not taken for one
+/// that computes.
 #[derive(Debug, Clone, Default)]
-pub struct SentAny(Arc<std::sync::atomic::AtomicBool>);
+pub struct BackendWork(Arc<std::sync::atomic::AtomicU64>);
 
-impl SentAny {
-    pub fn get(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::Relaxed)
+impl BackendWork {
+    /// The time counted so far.
+    pub fn spent(&self) -> Duration {
+        Duration::from_nanos(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn add(&self, took: Duration) {
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.0.fetch_add(nanos, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The call a task works for now, if any: a pooled connection's task
+/// works for each call whose request it carries, in turn.
+#[derive(Clone, Default)]
+pub(super) struct WorkingFor(Arc<Mutex<Option<BackendWork>>>);
+
+impl WorkingFor {
+    fn call(work: &BackendWork) -> Self {
+        WorkingFor(Arc::new(Mutex::new(Some(work.clone()))))
+    }
+
+    /// From now on, working for `work`'s call (`None`: for nobody).
+    pub(super) fn set(&self, work: Option<&BackendWork>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = work.cloned();
+    }
+
+    fn add(&self, took: Duration) {
+        if let Some(work) = &*self.0.lock().unwrap_or_else(|p| p.into_inner()) {
+            work.add(took);
+        }
+    }
+}
+
+/// `inner`, each of its polls counted for the call it works for.
+pub(super) struct Timed<F> {
+    inner: std::pin::Pin<Box<F>>,
+    working_for: WorkingFor,
+}
+
+impl<F> Timed<F> {
+    pub(super) fn new(inner: F, working_for: WorkingFor) -> Self {
+        Timed { inner: Box::pin(inner), working_for }
+    }
+}
+
+impl<F: Future> Future for Timed<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+        let started = std::time::Instant::now();
+        let polled = self.inner.as_mut().poll(cx);
+        self.working_for.add(started.elapsed());
+        polled
     }
 }
 
@@ -274,7 +330,7 @@ impl OutboundPolicy {
             read_only: false,
             trace: None,
             counter: None,
-            sent_any: SentAny::default(),
+            work: BackendWork::default(),
             tenant: None,
             tokens: Arc::new([]),
             // An `Arc`'s count, not new pools per call: a call's policy
@@ -344,9 +400,10 @@ impl OutboundPolicy {
         self.denials.clone()
     }
 
-    /// Whether this invocation has sent a request, as it goes.
-    pub fn sent_any(&self) -> SentAny {
-        self.sent_any.clone()
+    /// The time this invocation's requests were worked on outside its
+    /// polls, as it goes.
+    pub fn backend_work(&self) -> BackendWork {
+        self.work.clone()
     }
 
     /// Whether a request to `authority` over `scheme` is allowed.
@@ -463,16 +520,21 @@ impl WasiHttpHooks for OutboundPolicy {
             first_byte_timeout: options.first_byte_timeout.or(Some(FIRST_BYTE_TIMEOUT)),
             between_bytes_timeout: options.between_bytes_timeout.or(Some(BETWEEN_BYTES_TIMEOUT)),
         };
-        self.sent_any.0.store(true, std::sync::atomic::Ordering::Relaxed);
         let span = self.trace_request(&mut request, &entry);
         let (limits, denials, counter) = (self.limits.clone(), self.denials.clone(), self.counter.clone());
         let (checked, tenant, connections) = (limits.clone(), self.tenant.clone(), self.connections.clone());
         let credential = token.as_ref().map(PersonToken::credential);
-        let sent = async move {
-            let address = check_addresses(&uri, &checked, connections.lookups(), &denials, tenant.as_deref()).await?;
-            let destination = pool::Destination::of(&uri, address, credential)?;
-            connections.send(tenant.as_ref(), destination, request, &options).await
-        };
+        let work = self.work.clone();
+        let working_for = WorkingFor::call(&work);
+        let sent = Timed::new(
+            async move {
+                let address =
+                    check_addresses(&uri, &checked, connections.lookups(), &denials, tenant.as_deref()).await?;
+                let destination = pool::Destination::of(&uri, address, credential)?;
+                connections.send(tenant.as_ref(), destination, request, &options, &work).await
+            },
+            working_for,
+        );
         Box::new(
             async move {
                 let sent = sent.await;
@@ -683,7 +745,7 @@ mod tests {
     ) -> Result<http::Response<WasiBody>, HttpError> {
         let destination = pool::Destination::of(request.uri(), address, None)?;
         Connections::new(PoolSettings::default(), tls)
-            .send(None, destination, request, &RequestOptions::default())
+            .send(None, destination, request, &RequestOptions::default(), &BackendWork::default())
             .await
     }
 
@@ -828,20 +890,42 @@ mod tests {
         assert_eq!(denials.reason().as_deref(), Some("more than 3 outbound requests in one invocation"));
     }
 
-    /// Where a tool's calls start counts a call that sent requests by its
-    /// whole time (`ToolHost::execute`): a refused one does no work.
+    /// Where a tool's calls start counts what its requests cost outside
+    /// its polls (`ToolHost::execute`): their work, not their wait. A
+    /// refused request costs nothing; one answered after 300 ms of the
+    /// backend's thinking counts the microseconds of its connecting,
+    /// writing and reading, not the 300 ms (a bound wide enough for a
+    /// debug build on a busy machine, and far below the wait).
     #[tokio::test]
-    async fn only_a_request_that_goes_out_marks_the_call_as_having_sent_one() {
-        let mut policy = policy(&["api.example.com"], &[]);
-        let sent_any = policy.sent_any();
+    async fn a_calls_requests_count_their_work_not_their_wait() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let host = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut head = [0u8; 1024];
+            let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut head).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+            tokio::io::AsyncWriteExt::write_all(&mut stream, answer).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        });
+        let limits =
+            Arc::new(OutboundLimits { allowed_private: vec!["127.0.0.1/32".parse().unwrap()], ..Default::default() });
+        let patterns = [HostPattern::parse(&host).unwrap()];
+        let mut policy = OutboundPolicy::new(&patterns, &BTreeMap::new(), limits);
+        let work = policy.backend_work();
         let request = |uri: &str| {
             http::Request::get(uri).body(http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync()).unwrap()
         };
-        drop(policy.send_request(request("http://undeclared.example/"), None, Box::new(async { Ok(()) })));
-        assert!(!sent_any.get(), "refused");
-        // Not awaited: it would look the name up.
-        drop(policy.send_request(request("http://api.example.com/"), None, Box::new(async { Ok(()) })));
-        assert!(sent_any.get(), "allowed, so on its way");
+        let refused = policy.send_request(request("http://undeclared.example/"), None, Box::new(async { Ok(()) }));
+        assert!(Box::into_pin(refused).await.is_err());
+        assert_eq!(work.spent(), Duration::ZERO, "refused: no work");
+        let sent = policy.send_request(request(&format!("http://{host}/")), None, Box::new(async { Ok(()) }));
+        let (response, _io) = Box::into_pin(sent).await.expect("answered");
+        assert_eq!(&response.into_body().collect().await.unwrap().to_bytes()[..], b"ok");
+        let spent = work.spent();
+        assert!(spent > Duration::ZERO, "connecting and reading are work");
+        assert!(spent < Duration::from_millis(150), "the backend's 300 ms are a wait, not work: {spent:?}");
     }
 
     #[tokio::test]

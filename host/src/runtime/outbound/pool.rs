@@ -27,7 +27,7 @@
 //! and in all, and how long one stays idle. `https` sessions resume (TLS
 //! session tickets) from a cache of each tenant's own. HTTP/1.1 only: no
 //! ALPN is offered, so a backend that speaks HTTP/2 answers in HTTP/1.1.
-use super::{CONNECT_TIMEOUT, FIRST_BYTE_TIMEOUT};
+use super::{BackendWork, CONNECT_TIMEOUT, FIRST_BYTE_TIMEOUT, Timed, WorkingFor};
 use crate::egress::lookups::{NameLookups, TOOL_LOOKUPS};
 use http_body_util::BodyExt;
 use hyper::body::Body as _;
@@ -168,6 +168,9 @@ struct IdleConnections {
 /// dropped (which closes it).
 struct Pooled {
     sender: SendRequest<WasiBody>,
+    /// The call its task's work is counted for: the one whose request it
+    /// carries.
+    working_for: WorkingFor,
     /// When it was last returned.
     since: Instant,
     _tenant: OwnedSemaphorePermit,
@@ -243,6 +246,7 @@ impl Connections {
         destination: Destination,
         mut request: http::Request<WasiBody>,
         options: &RequestOptions,
+        work: &BackendWork,
     ) -> Result<http::Response<WasiBody>, HttpError> {
         let connect_timeout = options.connect_timeout.unwrap_or(CONNECT_TIMEOUT);
         let first_byte_timeout = options.first_byte_timeout.unwrap_or(FIRST_BYTE_TIMEOUT);
@@ -267,6 +271,7 @@ impl Connections {
                         _ => continue,
                     }
                 }
+                pooled.working_for.set(Some(work));
                 match tokio::time::timeout(first_byte_timeout, pooled.sender.try_send_request(request)).await {
                     Ok(Ok(response)) => {
                         return Ok(self.answer(response, pooled, &pool, destination, keep, between_bytes_timeout));
@@ -283,6 +288,7 @@ impl Connections {
                 // One came back while this waited for room: take it.
                 continue;
             };
+            pooled.working_for.set(Some(work));
             let response = match tokio::time::timeout(first_byte_timeout, pooled.sender.send_request(request)).await {
                 Ok(Ok(response)) => response,
                 Ok(Err(e)) => return Err(HttpError::from(e)),
@@ -389,24 +395,25 @@ impl Connections {
                 acquired.map_err(|_| HttpError::ConfigurationError)?
             }
         };
-        let sender = tokio::time::timeout_at(deadline, dial(destination, pool.tls.as_ref()))
+        let (sender, working_for) = tokio::time::timeout_at(deadline, dial(destination, pool.tls.as_ref()))
             .await
             .map_err(|_| HttpError::ConnectionTimeout)??;
         self.0.opened.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(Pooled { sender, since: Instant::now(), _tenant: tenant, _destination: place }))
+        Ok(Some(Pooled { sender, working_for, since: Instant::now(), _tenant: tenant, _destination: place }))
     }
 }
 
 /// A new connection to `destination`: TCP to its checked address, TLS
 /// presenting its name and verifying the certificate against it, and
 /// hyper's HTTP/1.1 on top, run in a task of its own (it ends when its
-/// sender is dropped and it is idle, or when the server closes it). A
+/// sender is dropped and it is idle, or when the server closes it), whose
+/// polls count for the call it works for ([`WorkingFor`]). A
 /// failure keeps its kind (refused, TLS certificate or protocol) but no
 /// system detail (no OS error, no address).
 async fn dial(
     destination: &Destination,
     tls: Option<&tokio_rustls::TlsConnector>,
-) -> Result<SendRequest<WasiBody>, HttpError> {
+) -> Result<(SendRequest<WasiBody>, WorkingFor), HttpError> {
     let tcp = tokio::net::TcpStream::connect(destination.address).await.map_err(|_| HttpError::ConnectionRefused)?;
     // A request's head and body go out as written, not held back for an ACK.
     let _ = tcp.set_nodelay(true);
@@ -429,10 +436,14 @@ async fn dial(
     let (sender, connection) = hyper::client::conn::http1::handshake(wasmtime_wasi_http::io::TokioIo::new(stream))
         .await
         .map_err(|_| HttpError::HttpProtocolError)?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(sender)
+    let working_for = WorkingFor::default();
+    tokio::spawn(Timed::new(
+        async move {
+            let _ = connection.await;
+        },
+        working_for.clone(),
+    ));
+    Ok((sender, working_for))
 }
 
 /// Whether `headers` ask for the connection to close after this exchange.
@@ -552,6 +563,7 @@ struct Returning {
 impl Returning {
     /// The answer was read to the end: back to the pool, if it may be kept.
     fn finish(self) {
+        self.pooled.working_for.set(None);
         if self.keep {
             self.pool.put_idle(self.pooled, self.destination, &self.shared);
         }
